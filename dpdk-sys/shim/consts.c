@@ -1,0 +1,38 @@
+/*
+ * Run at build time: prints DPDK's bit flags and sizes (defined with
+ * function-like macros such as RTE_BIT64, which bindgen cannot evaluate) as
+ * Rust constants, read from the installed headers.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <rte_config.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+
+#define U64(name, value) printf("pub const %s: u64 = 0x%" PRIx64 ";\n", name, (uint64_t)(value))
+#define U32(name, value) printf("pub const %s: u32 = %" PRIu32 ";\n", name, (uint32_t)(value))
+
+int main(void)
+{
+	U64("RTE_ETH_RSS_IPV4", RTE_ETH_RSS_IPV4);
+	U64("RTE_ETH_RSS_NONFRAG_IPV4_TCP", RTE_ETH_RSS_NONFRAG_IPV4_TCP);
+	U64("RTE_ETH_RSS_NONFRAG_IPV4_UDP", RTE_ETH_RSS_NONFRAG_IPV4_UDP);
+	U64("RTE_ETH_RX_OFFLOAD_IPV4_CKSUM", RTE_ETH_RX_OFFLOAD_IPV4_CKSUM);
+	U64("RTE_ETH_RX_OFFLOAD_TCP_CKSUM", RTE_ETH_RX_OFFLOAD_TCP_CKSUM);
+	U64("RTE_ETH_RX_OFFLOAD_RSS_HASH", RTE_ETH_RX_OFFLOAD_RSS_HASH);
+	U64("RTE_ETH_TX_OFFLOAD_IPV4_CKSUM", RTE_ETH_TX_OFFLOAD_IPV4_CKSUM);
+	U64("RTE_ETH_TX_OFFLOAD_TCP_CKSUM", RTE_ETH_TX_OFFLOAD_TCP_CKSUM);
+	U64("RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE", RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE);
+	U64("RTE_MBUF_F_RX_IP_CKSUM_BAD", RTE_MBUF_F_RX_IP_CKSUM_BAD);
+	U64("RTE_MBUF_F_RX_L4_CKSUM_BAD", RTE_MBUF_F_RX_L4_CKSUM_BAD);
+	U64("RTE_MBUF_F_TX_IPV4", RTE_MBUF_F_TX_IPV4);
+	U64("RTE_MBUF_F_TX_IP_CKSUM", RTE_MBUF_F_TX_IP_CKSUM);
+	U64("RTE_MBUF_F_TX_TCP_CKSUM", RTE_MBUF_F_TX_TCP_CKSUM);
+	U32("RTE_MBUF_DEFAULT_BUF_SIZE", RTE_MBUF_DEFAULT_BUF_SIZE);
+	U32("RTE_PKTMBUF_HEADROOM", RTE_PKTMBUF_HEADROOM);
+	U32("RTE_MAX_LCORE", RTE_MAX_LCORE);
+	U32("RTE_MAX_ETHPORTS", RTE_MAX_ETHPORTS);
+	U32("RTE_ETH_RSS_RETA_SIZE_128", RTE_ETH_RSS_RETA_SIZE_128);
+	U32("RTE_ETH_RETA_GROUP_SIZE", RTE_ETH_RETA_GROUP_SIZE);
+	return 0;
+}

@@ -1,0 +1,90 @@
+#include <rte_config.h>
+#include <rte_cycles.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+#include "shim.h"
+
+uint16_t tlsdp_eth_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
+{
+	return rte_eth_rx_burst(port, queue, pkts, n);
+}
+
+uint16_t tlsdp_eth_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
+{
+	return rte_eth_tx_burst(port, queue, pkts, n);
+}
+
+struct rte_mbuf *tlsdp_pktmbuf_alloc(struct rte_mempool *mp)
+{
+	return rte_pktmbuf_alloc(mp);
+}
+
+int tlsdp_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned int n)
+{
+	return rte_pktmbuf_alloc_bulk(mp, mbufs, n);
+}
+
+void tlsdp_pktmbuf_free(struct rte_mbuf *m)
+{
+	rte_pktmbuf_free(m);
+}
+
+unsigned int tlsdp_mempool_avail_count(const struct rte_mempool *mp)
+{
+	return rte_mempool_avail_count(mp);
+}
+
+uint8_t *tlsdp_pktmbuf_data(struct rte_mbuf *m)
+{
+	return rte_pktmbuf_mtod(m, uint8_t *);
+}
+
+uint16_t tlsdp_pktmbuf_data_len(const struct rte_mbuf *m)
+{
+	return m->data_len;
+}
+
+uint32_t tlsdp_pktmbuf_pkt_len(const struct rte_mbuf *m)
+{
+	return m->pkt_len;
+}
+
+uint16_t tlsdp_pktmbuf_nb_segs(const struct rte_mbuf *m)
+{
+	return m->nb_segs;
+}
+
+uint16_t tlsdp_pktmbuf_capacity(const struct rte_mbuf *m)
+{
+	return (uint16_t)(m->buf_len - m->data_off);
+}
+
+void tlsdp_pktmbuf_set_len(struct rte_mbuf *m, uint16_t len)
+{
+	m->data_len = len;
+	m->pkt_len = len;
+}
+
+uint64_t tlsdp_pktmbuf_ol_flags(const struct rte_mbuf *m)
+{
+	return m->ol_flags;
+}
+
+int tlsdp_errno(void)
+{
+	return rte_errno;
+}
+
+unsigned int tlsdp_lcore_id(void)
+{
+	return rte_lcore_id();
+}
+
+uint64_t tlsdp_rdtsc(void)
+{
+	return rte_rdtsc();
+}

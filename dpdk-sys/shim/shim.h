@@ -1,0 +1,38 @@
+/*
+ * tlsdp's C shim over DPDK: the functions DPDK defines `static inline` (which
+ * bindgen cannot link to) and the bit-flag constants built from function-like
+ * macros, exported as plain symbols. Every function is a direct call of the
+ * DPDK function it names; no logic lives here.
+ */
+#ifndef TLSDP_SHIM_H
+#define TLSDP_SHIM_H
+
+#include <stdint.h>
+
+struct rte_mbuf;
+struct rte_mempool;
+
+uint16_t tlsdp_eth_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
+uint16_t tlsdp_eth_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
+
+struct rte_mbuf *tlsdp_pktmbuf_alloc(struct rte_mempool *mp);
+int tlsdp_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned int n);
+void tlsdp_pktmbuf_free(struct rte_mbuf *m);
+unsigned int tlsdp_mempool_avail_count(const struct rte_mempool *mp);
+
+/* Data pointer (rte_pktmbuf_mtod) and lengths of a single-segment mbuf. */
+uint8_t *tlsdp_pktmbuf_data(struct rte_mbuf *m);
+uint16_t tlsdp_pktmbuf_data_len(const struct rte_mbuf *m);
+uint32_t tlsdp_pktmbuf_pkt_len(const struct rte_mbuf *m);
+uint16_t tlsdp_pktmbuf_nb_segs(const struct rte_mbuf *m);
+/* Room from the data start to the end of the buffer. */
+uint16_t tlsdp_pktmbuf_capacity(const struct rte_mbuf *m);
+/* Sets data_len and pkt_len of a single-segment mbuf; len <= capacity. */
+void tlsdp_pktmbuf_set_len(struct rte_mbuf *m, uint16_t len);
+uint64_t tlsdp_pktmbuf_ol_flags(const struct rte_mbuf *m);
+
+int tlsdp_errno(void);
+unsigned int tlsdp_lcore_id(void);
+uint64_t tlsdp_rdtsc(void);
+
+#endif
