@@ -1,1 +1,11 @@
-//! wip
+//! tlsdp's dataplane: the safe DPDK layer, ports, the network layer (ARP,
+//! IPv4, ICMP) and the per-core engine.
+#![deny(unsafe_code)]
+
+#[allow(unsafe_code)]
+pub mod dpdk;
+pub mod engine;
+pub mod net;
+pub mod port;
+pub mod stats;
+pub mod time;

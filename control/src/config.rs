@@ -1,0 +1,495 @@
+//! The `dpd` configuration file (TOML) and its validation.
+//!
+//! Parsing rejects unknown keys; [`Config::validate`] checks the file as a
+//! whole. Every error names the field (`port[0].address`) and the value.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The whole `dpd.toml`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub eal: Eal,
+    #[serde(rename = "port")]
+    pub ports: Vec<Port>,
+    #[serde(default)]
+    pub control: Control,
+}
+
+/// DPDK's Environment Abstraction Layer: cores and extra arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Eal {
+    /// Dataplane cores, one engine each. The control thread runs on the
+    /// lowest core not listed here.
+    pub lcores: Vec<u32>,
+    /// Extra EAL arguments. `dpd` adds `-l`, `--main-lcore`, `--vdev`/`-a`
+    /// for the ports, `--no-pci` unless a PCI port is configured, and
+    /// `--in-memory` unless a `--file-prefix` or `--in-memory` is given.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Hugepage policy.
+    #[serde(default)]
+    pub hugepages: HugepagePolicy,
+    /// Packet buffers (mbufs) per NUMA socket in use.
+    #[serde(default = "default_mbufs")]
+    pub mbufs: u32,
+}
+
+fn default_mbufs() -> u32 {
+    8191
+}
+
+/// Whether DPDK's memory must come from hugepages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HugepagePolicy {
+    /// Use hugepages when free ones exist, else normal pages with a warning.
+    #[default]
+    Preferred,
+    /// Refuse to start without free hugepages.
+    Required,
+    /// Never use hugepages (`--no-huge`): for tests and laptops.
+    Off,
+}
+
+/// One network port: a NIC (PCI address) or a DPDK virtual device.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Port {
+    pub name: String,
+    /// `0000:01:00.0` (PCI) or a virtual device with its arguments, e.g.
+    /// `net_af_packet0,iface=veth-dut`.
+    pub device: String,
+    /// The port's IPv4 address with prefix length, e.g. `10.77.0.1/24`.
+    pub address: String,
+    /// Next hop for destinations outside the port's subnet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
+    /// Receive descriptors per queue.
+    #[serde(default = "default_desc")]
+    pub rx_desc: u16,
+    /// Transmit descriptors per queue.
+    #[serde(default = "default_desc")]
+    pub tx_desc: u16,
+}
+
+fn default_desc() -> u16 {
+    1024
+}
+
+/// The control socket.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Control {
+    /// Unix socket path, created with mode 0600.
+    #[serde(default = "default_socket")]
+    pub socket: PathBuf,
+}
+
+impl Default for Control {
+    fn default() -> Self {
+        Self {
+            socket: default_socket(),
+        }
+    }
+}
+
+fn default_socket() -> PathBuf {
+    PathBuf::from("/run/tlsdp/control.sock")
+}
+
+/// What kind of device a port names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// A PCI address in full form (`0000:01:00.0`).
+    Pci(String),
+    /// A virtual device: its name (`net_af_packet0`) and the whole string.
+    Virtual { name: String, spec: String },
+}
+
+/// An IPv4 address with its prefix length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv4Cidr {
+    pub addr: Ipv4Addr,
+    pub prefix_len: u8,
+}
+
+impl Ipv4Cidr {
+    /// The netmask as a number.
+    pub fn mask(&self) -> u32 {
+        if self.prefix_len == 0 {
+            0
+        } else {
+            u32::MAX << (32 - u32::from(self.prefix_len))
+        }
+    }
+
+    /// Whether `ip` is on this subnet.
+    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+        (u32::from(ip) ^ u32::from(self.addr)) & self.mask() == 0
+    }
+}
+
+impl fmt::Display for Ipv4Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix_len)
+    }
+}
+
+/// A configuration error: the field, its value and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Dotted path of the field, e.g. `port[0].address`; empty for errors of
+    /// the file as a whole.
+    pub field: String,
+    /// The offending value as written (may be empty).
+    pub value: String,
+    pub reason: String,
+}
+
+impl ConfigError {
+    pub fn new(field: impl Into<String>, value: impl fmt::Display, reason: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            value: value.to_string(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.field.is_empty(), self.value.is_empty()) {
+            (true, _) => write!(f, "{}", self.reason),
+            (false, true) => write!(f, "{}: {}", self.field, self.reason),
+            (false, false) => write!(f, "{} = {:?}: {}", self.field, self.value, self.reason),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Reads, parses and validates a configuration file.
+    ///
+    /// # Errors
+    /// When the file cannot be read, is not valid TOML of this shape (unknown
+    /// keys included), or fails [`Config::validate`].
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::new("", "", format!("cannot read config {}: {e}", path.display()))
+        })?;
+        Self::parse(&text).map_err(|mut e| {
+            if e.field.is_empty() {
+                e.reason = format!("{}: {}", path.display(), e.reason);
+            }
+            e
+        })
+    }
+
+    /// Parses and validates configuration text.
+    ///
+    /// # Errors
+    /// As [`Config::load`].
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let config: Self = toml::from_str(text)
+            .map_err(|e| ConfigError::new("", "", format!("invalid config: {}", e.to_string().trim_end())))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks the configuration as a whole (addresses, names, cores,
+    /// devices). Does not look at the machine: `dpd` checks cores and
+    /// interfaces exist when it starts.
+    ///
+    /// # Errors
+    /// The first problem found, naming its field and value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.eal.lcores.is_empty() {
+            return Err(ConfigError::new("eal.lcores", "[]", "at least one dataplane core is needed"));
+        }
+        let mut seen = HashSet::new();
+        for (i, core) in self.eal.lcores.iter().enumerate() {
+            if !seen.insert(core) {
+                return Err(ConfigError::new(format!("eal.lcores[{i}]"), core, "core listed twice"));
+            }
+        }
+        for (i, arg) in self.eal.args.iter().enumerate() {
+            let flag = arg.split('=').next().unwrap_or(arg);
+            if matches!(flag, "-l" | "--lcores" | "-c" | "--main-lcore" | "--vdev" | "-a" | "--allow" | "-b" | "--block")
+                || arg.starts_with("-l")
+                || arg.starts_with("-c")
+            {
+                return Err(ConfigError::new(
+                    format!("eal.args[{i}]"),
+                    arg,
+                    "cores and devices come from eal.lcores and [[port]]; do not pass them as EAL arguments",
+                ));
+            }
+        }
+        if self.eal.mbufs < 1024 {
+            return Err(ConfigError::new("eal.mbufs", self.eal.mbufs, "at least 1024 packet buffers are needed"));
+        }
+        if self.ports.is_empty() {
+            return Err(ConfigError::new("port", "", "at least one [[port]] is needed"));
+        }
+        let mut names = HashSet::new();
+        let mut devices = HashSet::new();
+        for (i, port) in self.ports.iter().enumerate() {
+            let at = |f: &str| format!("port[{i}].{f}");
+            if port.name.is_empty() || !port.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                return Err(ConfigError::new(at("name"), &port.name, "use letters, digits, '-' and '_'"));
+            }
+            if !names.insert(port.name.as_str()) {
+                return Err(ConfigError::new(at("name"), &port.name, "another port has this name"));
+            }
+            let kind = port.device_kind().map_err(|reason| ConfigError::new(at("device"), &port.device, reason))?;
+            let key = match &kind {
+                DeviceKind::Pci(a) => a.clone(),
+                DeviceKind::Virtual { name, .. } => name.clone(),
+            };
+            if !devices.insert(key) {
+                return Err(ConfigError::new(at("device"), &port.device, "another port uses this device"));
+            }
+            let cidr = port.cidr().map_err(|reason| ConfigError::new(at("address"), &port.address, reason))?;
+            if let Some(gw) = &port.gateway {
+                let ip: Ipv4Addr = gw
+                    .parse()
+                    .map_err(|_| ConfigError::new(at("gateway"), gw, "not an IPv4 address"))?;
+                if !cidr.contains(ip) {
+                    return Err(ConfigError::new(at("gateway"), gw, format!("not on the port's subnet {cidr}")));
+                }
+                if ip == cidr.addr {
+                    return Err(ConfigError::new(at("gateway"), gw, "is the port's own address"));
+                }
+            }
+            for (field, n) in [("rx_desc", port.rx_desc), ("tx_desc", port.tx_desc)] {
+                if !(64..=16384).contains(&n) || !n.is_power_of_two() {
+                    return Err(ConfigError::new(at(field), n, "must be a power of two from 64 to 16384"));
+                }
+            }
+        }
+        if self.control.socket.as_os_str().is_empty() {
+            return Err(ConfigError::new("control.socket", "", "must be a path"));
+        }
+        Ok(())
+    }
+
+    /// Whether any port is a PCI device (else EAL gets `--no-pci`).
+    pub fn has_pci_port(&self) -> bool {
+        self.ports
+            .iter()
+            .any(|p| matches!(p.device_kind(), Ok(DeviceKind::Pci(_))))
+    }
+}
+
+impl Port {
+    /// Parses `address`.
+    ///
+    /// # Errors
+    /// A reason when it is not `a.b.c.d/len` with a usable host address.
+    pub fn cidr(&self) -> Result<Ipv4Cidr, String> {
+        let (ip, len) = self
+            .address
+            .split_once('/')
+            .ok_or("expected an IPv4 address with prefix length, e.g. 10.77.0.1/24")?;
+        let addr: Ipv4Addr = ip.parse().map_err(|_| format!("{ip:?} is not an IPv4 address"))?;
+        let prefix_len: u8 = len
+            .parse()
+            .ok()
+            .filter(|l| (1..=32).contains(l))
+            .ok_or_else(|| format!("prefix length {len:?} is not 1 to 32"))?;
+        if addr.is_unspecified() || addr.is_multicast() || addr.is_broadcast() || addr.is_loopback() {
+            return Err(format!("{addr} cannot be a port's address"));
+        }
+        let cidr = Ipv4Cidr { addr, prefix_len };
+        if prefix_len <= 30 {
+            let host = u32::from(addr) & !cidr.mask();
+            if host == 0 || host == !cidr.mask() {
+                return Err(format!("{addr} is the network or broadcast address of /{prefix_len}"));
+            }
+        }
+        Ok(cidr)
+    }
+
+    /// Classifies `device`.
+    ///
+    /// # Errors
+    /// A reason when it is neither a PCI address nor a `net_*` virtual device.
+    pub fn device_kind(&self) -> Result<DeviceKind, String> {
+        let spec = self.device.trim();
+        if let Some(pci) = parse_pci(spec) {
+            return Ok(DeviceKind::Pci(pci));
+        }
+        let name = spec.split(',').next().unwrap_or_default();
+        if name.starts_with("net_") && name.len() > 4 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Ok(DeviceKind::Virtual {
+                name: name.to_string(),
+                spec: spec.to_string(),
+            });
+        }
+        Err("expected a PCI address (0000:01:00.0) or a DPDK virtual device (net_af_packet0,iface=IFACE)".into())
+    }
+
+    /// The kernel interface a virtual device attaches to (`iface=`), if any.
+    pub fn kernel_iface(&self) -> Option<&str> {
+        self.device
+            .split(',')
+            .skip(1)
+            .find_map(|kv| kv.strip_prefix("iface="))
+    }
+}
+
+/// `0000:01:00.0` or `01:00.0` → full form; anything else → None.
+fn parse_pci(s: &str) -> Option<String> {
+    let (rest, func) = s.rsplit_once('.')?;
+    let parts: Vec<&str> = rest.split(':').collect();
+    let (domain, bus, dev) = match parts.as_slice() {
+        [d, b, v] => (*d, *b, *v),
+        [b, v] => ("0000", *b, *v),
+        _ => return None,
+    };
+    let hex = |t: &str, n: usize| t.len() == n && t.chars().all(|c| c.is_ascii_hexdigit());
+    let func_ok = func.len() == 1 && matches!(func.as_bytes()[0], b'0'..=b'7');
+    (hex(domain, 4) && hex(bus, 2) && hex(dev, 2) && func_ok)
+        .then(|| format!("{}:{}:{}.{}", domain.to_lowercase(), bus.to_lowercase(), dev.to_lowercase(), func))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+        [eal]
+        lcores = [1]
+        args = ["--in-memory"]
+        [[port]]
+        name = "p0"
+        device = "net_af_packet0,iface=veth-dut"
+        address = "10.77.0.1/24"
+        gateway = "10.77.0.254"
+        [control]
+        socket = "/run/tlsdp/control.sock"
+    "#;
+
+    fn err_of(text: &str) -> ConfigError {
+        Config::parse(text).expect_err("config should be refused")
+    }
+
+    #[test]
+    fn good_config_parses_with_defaults() {
+        let c = Config::parse(GOOD).unwrap();
+        assert_eq!(c.eal.lcores, vec![1]);
+        assert_eq!(c.eal.hugepages, HugepagePolicy::Preferred);
+        assert_eq!(c.ports[0].rx_desc, 1024);
+        assert_eq!(c.ports[0].kernel_iface(), Some("veth-dut"));
+        assert!(!c.has_pci_port());
+        let cidr = c.ports[0].cidr().unwrap();
+        assert!(cidr.contains("10.77.0.200".parse().unwrap()));
+        assert!(!cidr.contains("10.77.1.1".parse().unwrap()));
+        assert_eq!(
+            c.ports[0].device_kind().unwrap(),
+            DeviceKind::Virtual {
+                name: "net_af_packet0".into(),
+                spec: "net_af_packet0,iface=veth-dut".into()
+            }
+        );
+    }
+
+    #[test]
+    fn shipped_examples_are_valid() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                Config::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                n += 1;
+            }
+        }
+        assert!(n > 0, "no examples in {}", dir.display());
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = err_of(&GOOD.replace("gateway =", "gatewy ="));
+        assert!(e.to_string().contains("unknown field `gatewy`"), "{e}");
+    }
+
+    #[test]
+    fn bad_address_names_field_and_value() {
+        let e = err_of(&GOOD.replace("10.77.0.1/24", "10.77.0.300/24"));
+        assert_eq!(e.field, "port[0].address");
+        assert_eq!(e.value, "10.77.0.300/24");
+        assert!(e.to_string().contains("port[0].address = \"10.77.0.300/24\""), "{e}");
+        for bad in ["10.77.0.1", "10.77.0.1/33", "10.77.0.0/24", "10.77.0.255/24", "127.0.0.1/8"] {
+            let e = err_of(&GOOD.replace("10.77.0.1/24", bad));
+            assert_eq!(e.field, "port[0].address", "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn gateway_must_be_on_subnet() {
+        let e = err_of(&GOOD.replace("10.77.0.254", "10.78.0.1"));
+        assert_eq!(e.field, "port[0].gateway");
+        assert!(e.reason.contains("10.77.0.1/24"), "{e}");
+        let e = err_of(&GOOD.replace("10.77.0.254", "ten"));
+        assert_eq!(e.field, "port[0].gateway");
+    }
+
+    #[test]
+    fn devices_are_classified() {
+        let port = |d: &str| Port {
+            name: "p".into(),
+            device: d.into(),
+            address: "10.0.0.1/24".into(),
+            gateway: None,
+            rx_desc: 1024,
+            tx_desc: 1024,
+        };
+        assert_eq!(port("0000:3B:00.1").device_kind().unwrap(), DeviceKind::Pci("0000:3b:00.1".into()));
+        assert_eq!(port("01:00.0").device_kind().unwrap(), DeviceKind::Pci("0000:01:00.0".into()));
+        assert!(port("eth0").device_kind().is_err());
+        assert!(port("net_").device_kind().is_err());
+        assert!(port("01:00.9").device_kind().is_err());
+        let e = err_of(&GOOD.replace("net_af_packet0,iface=veth-dut", "veth-dut"));
+        assert_eq!(e.field, "port[0].device");
+    }
+
+    #[test]
+    fn cores_and_names_checked() {
+        assert_eq!(err_of(&GOOD.replace("lcores = [1]", "lcores = []")).field, "eal.lcores");
+        assert_eq!(err_of(&GOOD.replace("lcores = [1]", "lcores = [1, 1]")).field, "eal.lcores[1]");
+        let e = err_of(&GOOD.replace(r#"args = ["--in-memory"]"#, r#"args = ["-l", "0-3"]"#));
+        assert_eq!(e.field, "eal.args[0]");
+        let two = format!(
+            "{GOOD}\n[[port]]\nname = \"p0\"\ndevice = \"net_af_packet1,iface=x\"\naddress = \"10.1.0.1/24\"\n"
+        );
+        let e = err_of(&two);
+        assert_eq!((e.field.as_str(), e.value.as_str()), ("port[1].name", "p0"));
+        let e = err_of(&GOOD.replace("rx_desc", "x").replace("gateway = \"10.77.0.254\"", "rx_desc = 1000"));
+        assert_eq!(e.field, "port[0].rx_desc");
+    }
+
+    #[test]
+    fn missing_sections_and_bad_types() {
+        let e = err_of("[eal]\nlcores = [1]\n");
+        assert!(e.to_string().contains("missing field `port`"), "{e}");
+        let e = err_of(&GOOD.replace("lcores = [1]", "lcores = \"one\""));
+        assert!(e.to_string().contains("lcores"), "{e}");
+        let e = err_of(&GOOD.replace("[eal]", "[eal]\nhugepages = \"maybe\""));
+        assert!(e.to_string().contains("maybe"), "{e}");
+    }
+
+    #[test]
+    fn load_names_the_file() {
+        let e = Config::load(Path::new("/nonexistent/dpd.toml")).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/dpd.toml"), "{e}");
+    }
+}

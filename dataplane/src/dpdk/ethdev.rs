@@ -1,0 +1,343 @@
+//! Ethernet devices (NICs and virtual devices): configuration, RSS, offload
+//! detection, and per-queue receive and transmit.
+
+use std::ffi::{CStr, CString};
+use std::mem::MaybeUninit;
+use std::ptr::NonNull;
+
+use dpdk_sys::consts as c;
+use dpdk_sys::rte_mbuf;
+
+use super::{check, DpdkError, Mbuf, Mempool};
+
+/// A DPDK ethdev port id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PortId(pub u16);
+
+/// A queue index on a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QueueId(pub u16);
+
+/// The symmetric Toeplitz key: the 16-bit pattern 0x6d5a repeated, which
+/// hashes (a, b) and (b, a) alike so both directions of a flow reach one
+/// queue. 52 bytes covers NICs with long keys (i40e); shorter ones take a
+/// prefix.
+pub static SYMMETRIC_RSS_KEY: [u8; 52] = {
+    let mut k = [0u8; 52];
+    let mut i = 0;
+    while i < 52 {
+        k[i] = if i % 2 == 0 { 0x6d } else { 0x5a };
+        i += 1;
+    }
+    k
+};
+
+/// Looks up a port by its device name (`net_af_packet0`, `0000:01:00.0`).
+///
+/// # Errors
+/// When no probed device has that name.
+pub fn port_id_by_name(name: &str) -> Result<PortId, DpdkError> {
+    let cname = CString::new(name).map_err(|_| DpdkError::new("rte_eth_dev_get_port_by_name", libc::EINVAL))?;
+    let mut id = 0u16;
+    // SAFETY: cname is NUL-terminated and id a valid out pointer.
+    let rc = unsafe { dpdk_sys::rte_eth_dev_get_port_by_name(cname.as_ptr(), &mut id) };
+    check("rte_eth_dev_get_port_by_name", rc).map_err(|e| e.context(name.to_string()))?;
+    Ok(PortId(id))
+}
+
+/// What a device is and can do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortInfo {
+    pub driver: String,
+    pub max_rx_queues: u16,
+    pub max_tx_queues: u16,
+    pub rx_offload_capa: u64,
+    pub tx_offload_capa: u64,
+    /// RSS hash types the device supports (`RTE_ETH_RSS_*`); 0 without RSS.
+    pub rss_offloads: u64,
+    pub hash_key_size: u8,
+    pub reta_size: u16,
+    pub socket: i32,
+}
+
+/// How to set a port up.
+#[derive(Debug, Clone, Copy)]
+pub struct EthPortConfig {
+    pub queues: u16,
+    pub rx_desc: u16,
+    pub tx_desc: u16,
+    pub mempool: Mempool,
+}
+
+/// Link state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkStatus {
+    pub up: bool,
+    pub speed_mbps: u32,
+}
+
+/// Checksum offloads in use on a port.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Offloads {
+    pub rx_ipv4_cksum: bool,
+    pub rx_tcp_cksum: bool,
+    pub tx_ipv4_cksum: bool,
+    pub tx_tcp_cksum: bool,
+}
+
+/// A configured and started ethdev port. Stopped and closed on drop.
+#[derive(Debug)]
+pub struct EthPort {
+    id: PortId,
+    info: PortInfo,
+    mac: [u8; 6],
+    queues: u16,
+    rss: bool,
+    offloads: Offloads,
+    mempool: Mempool,
+    started: bool,
+}
+
+impl EthPort {
+    /// Reads a port's capabilities.
+    ///
+    /// # Errors
+    /// When the port id is invalid.
+    pub fn info(id: PortId) -> Result<PortInfo, DpdkError> {
+        let mut raw = MaybeUninit::<dpdk_sys::rte_eth_dev_info>::zeroed();
+        // SAFETY: raw is a valid out pointer for rte_eth_dev_info.
+        check("rte_eth_dev_info_get", unsafe { dpdk_sys::rte_eth_dev_info_get(id.0, raw.as_mut_ptr()) })?;
+        // SAFETY: the call succeeded and filled the struct (zeroed before).
+        let raw = unsafe { raw.assume_init() };
+        let driver = if raw.driver_name.is_null() {
+            String::from("?")
+        } else {
+            // SAFETY: driver_name is a static NUL-terminated string of the PMD.
+            unsafe { CStr::from_ptr(raw.driver_name) }.to_string_lossy().into_owned()
+        };
+        // SAFETY: plain query of a valid port id.
+        let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(id.0) };
+        Ok(PortInfo {
+            driver,
+            max_rx_queues: raw.max_rx_queues,
+            max_tx_queues: raw.max_tx_queues,
+            rx_offload_capa: raw.rx_offload_capa,
+            tx_offload_capa: raw.tx_offload_capa,
+            rss_offloads: raw.flow_type_rss_offloads,
+            hash_key_size: raw.hash_key_size,
+            reta_size: raw.reta_size,
+            socket,
+        })
+    }
+
+    /// Configures `cfg.queues` RX and TX queue pairs (RSS with the symmetric
+    /// key when more than one and the device supports it; checksum offloads
+    /// where supported) and starts the port.
+    ///
+    /// # Errors
+    /// When the device has fewer queues than asked, or any configure, queue
+    /// setup or start call fails.
+    pub fn start(id: PortId, cfg: EthPortConfig) -> Result<Self, DpdkError> {
+        let info = Self::info(id)?;
+        if cfg.queues == 0 || cfg.queues > info.max_rx_queues || cfg.queues > info.max_tx_queues {
+            return Err(DpdkError::new("rte_eth_dev_configure", libc::EINVAL).context(format!(
+                "{} queues asked, device {} has {} rx / {} tx",
+                cfg.queues, info.driver, info.max_rx_queues, info.max_tx_queues
+            )));
+        }
+        // SAFETY: rte_eth_conf is plain data; all-zero is DPDK's default.
+        let mut conf: dpdk_sys::rte_eth_conf = unsafe { std::mem::zeroed() };
+        let rss_hf = info.rss_offloads
+            & (c::RTE_ETH_RSS_IPV4 | c::RTE_ETH_RSS_NONFRAG_IPV4_TCP | c::RTE_ETH_RSS_NONFRAG_IPV4_UDP);
+        let rss = cfg.queues > 1 && rss_hf != 0;
+        if rss {
+            conf.rxmode.mq_mode = dpdk_sys::rte_eth_rx_mq_mode::RTE_ETH_MQ_RX_RSS;
+            let key_len = usize::from(info.hash_key_size);
+            if key_len > 0 && key_len <= SYMMETRIC_RSS_KEY.len() {
+                // The driver reads the key (never writes it), possibly after
+                // this call returns: it must be static.
+                conf.rx_adv_conf.rss_conf.rss_key = SYMMETRIC_RSS_KEY.as_ptr().cast_mut();
+                conf.rx_adv_conf.rss_conf.rss_key_len = info.hash_key_size;
+            }
+            conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
+        }
+        let offloads = Offloads {
+            rx_ipv4_cksum: info.rx_offload_capa & c::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM != 0,
+            rx_tcp_cksum: info.rx_offload_capa & c::RTE_ETH_RX_OFFLOAD_TCP_CKSUM != 0,
+            tx_ipv4_cksum: info.tx_offload_capa & c::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM != 0,
+            tx_tcp_cksum: info.tx_offload_capa & c::RTE_ETH_TX_OFFLOAD_TCP_CKSUM != 0,
+        };
+        conf.rxmode.offloads = info.rx_offload_capa & (c::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | c::RTE_ETH_RX_OFFLOAD_TCP_CKSUM);
+        conf.txmode.offloads = info.tx_offload_capa & (c::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | c::RTE_ETH_TX_OFFLOAD_TCP_CKSUM);
+
+        // SAFETY: conf is fully initialised and outlives the call; the RSS
+        // key it points to is static.
+        check("rte_eth_dev_configure", unsafe { dpdk_sys::rte_eth_dev_configure(id.0, cfg.queues, cfg.queues, &conf) })
+            .map_err(|e| e.context(info.driver.clone()))?;
+        let mut port = Self {
+            id,
+            info,
+            mac: [0; 6],
+            queues: cfg.queues,
+            rss,
+            offloads,
+            mempool: cfg.mempool,
+            started: false,
+        };
+        let (mut rx_desc, mut tx_desc) = (cfg.rx_desc, cfg.tx_desc);
+        // SAFETY: valid out pointers.
+        check("rte_eth_dev_adjust_nb_rx_tx_desc", unsafe {
+            dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(id.0, &mut rx_desc, &mut tx_desc)
+        })?;
+        let socket = u32::try_from(port.info.socket).unwrap_or(dpdk_sys::SOCKET_ID_ANY as u32);
+        for q in 0..cfg.queues {
+            // SAFETY: a null rx_conf asks for the driver's defaults; the
+            // mempool lives for the process.
+            check("rte_eth_rx_queue_setup", unsafe {
+                dpdk_sys::rte_eth_rx_queue_setup(id.0, q, rx_desc, socket, std::ptr::null(), cfg.mempool.as_ptr())
+            })?;
+            // SAFETY: a null tx_conf asks for the driver's defaults.
+            check("rte_eth_tx_queue_setup", unsafe {
+                dpdk_sys::rte_eth_tx_queue_setup(id.0, q, tx_desc, socket, std::ptr::null())
+            })?;
+        }
+        let mut mac = MaybeUninit::<dpdk_sys::rte_ether_addr>::zeroed();
+        // SAFETY: valid out pointer.
+        check("rte_eth_macaddr_get", unsafe { dpdk_sys::rte_eth_macaddr_get(id.0, mac.as_mut_ptr()) })?;
+        // SAFETY: filled by the successful call.
+        port.mac = unsafe { mac.assume_init() }.addr_bytes;
+        // SAFETY: the port is configured with all its queues.
+        check("rte_eth_dev_start", unsafe { dpdk_sys::rte_eth_dev_start(id.0) })
+            .map_err(|e| e.context(port.info.driver.clone()))?;
+        port.started = true;
+        Ok(port)
+    }
+
+    pub fn id(&self) -> PortId {
+        self.id
+    }
+
+    pub fn port_info(&self) -> &PortInfo {
+        &self.info
+    }
+
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// Whether RSS spreads flows over the queues.
+    pub fn rss(&self) -> bool {
+        self.rss
+    }
+
+    pub fn offloads(&self) -> Offloads {
+        self.offloads
+    }
+
+    /// The link state, without waiting.
+    pub fn link(&self) -> LinkStatus {
+        // SAFETY: rte_eth_link is plain data and a valid out pointer.
+        let mut link: dpdk_sys::rte_eth_link = unsafe { std::mem::zeroed() };
+        // SAFETY: valid port and out pointer.
+        let rc = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.id.0, &mut link) };
+        LinkStatus {
+            up: rc == 0 && link.link_status() != 0,
+            speed_mbps: link.link_speed,
+        }
+    }
+
+    /// A handle for queue `q`, to be used by exactly one thread (DPDK
+    /// queues are not thread-safe).
+    ///
+    /// # Panics
+    /// When `q` is not a configured queue.
+    pub fn queue(&self, q: QueueId) -> EthQueue {
+        assert!(q.0 < self.queues, "queue {} of {}", q.0, self.queues);
+        EthQueue {
+            port: self.id,
+            queue: q,
+            mempool: self.mempool,
+            mac: self.mac,
+            offloads: self.offloads,
+        }
+    }
+}
+
+impl Drop for EthPort {
+    fn drop(&mut self) {
+        if self.started {
+            // SAFETY: engines using this port's queues have stopped (their
+            // owner waits for them before dropping the port).
+            unsafe {
+                dpdk_sys::rte_eth_dev_stop(self.id.0);
+                dpdk_sys::rte_eth_dev_close(self.id.0);
+            }
+        }
+    }
+}
+
+/// One RX/TX queue pair of a started port, owned by one engine thread.
+#[derive(Debug)]
+pub struct EthQueue {
+    port: PortId,
+    queue: QueueId,
+    mempool: Mempool,
+    mac: [u8; 6],
+    offloads: Offloads,
+}
+
+/// Most mbufs moved by one burst call.
+pub const MAX_BURST: usize = 64;
+
+impl EthQueue {
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    pub fn offloads(&self) -> Offloads {
+        self.offloads
+    }
+
+    pub fn mempool(&self) -> Mempool {
+        self.mempool
+    }
+
+    /// Receives up to `max` (≤ [`MAX_BURST`]) packets, appended to `out`.
+    #[inline]
+    pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        let mut raw: [*mut rte_mbuf; MAX_BURST] = [std::ptr::null_mut(); MAX_BURST];
+        let max = max.min(MAX_BURST) as u16;
+        // SAFETY: raw has room for `max` pointers; the queue belongs to this
+        // thread.
+        let n = unsafe { dpdk_sys::tlsdp_eth_rx_burst(self.port.0, self.queue.0, raw.as_mut_ptr(), max) };
+        for &m in &raw[..usize::from(n)] {
+            // SAFETY: the driver hands us ownership of each returned mbuf.
+            out.push(unsafe { Mbuf::from_raw(NonNull::new(m).expect("rx_burst returned null")) });
+        }
+        usize::from(n)
+    }
+
+    /// Transmits packets from the front of `batch` (at most [`MAX_BURST`]).
+    /// Sent mbufs leave the batch (the driver frees them after sending);
+    /// **unsent ones stay in `batch`**, still owned by the caller, who may
+    /// retry or drop (free) them. Returns how many were sent.
+    #[inline]
+    pub fn tx_burst(&mut self, batch: &mut Vec<Mbuf>) -> usize {
+        let n = batch.len().min(MAX_BURST);
+        if n == 0 {
+            return 0;
+        }
+        let mut raw: [*mut rte_mbuf; MAX_BURST] = [std::ptr::null_mut(); MAX_BURST];
+        for (slot, m) in raw.iter_mut().zip(batch.iter()) {
+            *slot = m.as_ptr();
+        }
+        // SAFETY: raw holds n valid mbufs we own; the queue belongs to this
+        // thread. The driver takes ownership of the first `sent` only.
+        let sent = usize::from(unsafe { dpdk_sys::tlsdp_eth_tx_burst(self.port.0, self.queue.0, raw.as_mut_ptr(), n as u16) });
+        for m in batch.drain(..sent) {
+            // Owned by the driver now: forget without freeing.
+            let _ = m.into_raw();
+        }
+        sent
+    }
+}

@@ -1,0 +1,170 @@
+//! Mempools and mbufs.
+
+use std::ffi::CString;
+use std::ptr::NonNull;
+
+use dpdk_sys::{rte_mbuf, rte_mempool};
+
+use super::DpdkError;
+
+/// A pool of packet buffers on one NUMA socket.
+///
+/// Pools are never freed: mbufs may outlive any owner we could give the pool
+/// (they sit in NIC rings and other cores' batches), and freeing a pool with
+/// mbufs out is a use-after-free. A process makes a few pools at start and
+/// keeps them, as DPDK applications do. The handle is `Copy`.
+#[derive(Debug, Clone, Copy)]
+pub struct Mempool {
+    ptr: NonNull<rte_mempool>,
+    size: u32,
+}
+
+// SAFETY: DPDK mempools are designed for concurrent use from many lcores
+// (lock-free ring plus per-lcore caches).
+unsafe impl Send for Mempool {}
+// SAFETY: as above.
+unsafe impl Sync for Mempool {}
+
+impl Mempool {
+    /// Creates a packet-buffer pool of `n` mbufs with `data_room` bytes each
+    /// (headroom included) and a per-lcore cache of `cache` mbufs.
+    ///
+    /// # Errors
+    /// When DPDK cannot allocate it (no memory on `socket`, name taken).
+    pub fn create(name: &str, n: u32, cache: u32, data_room: u16, socket: i32) -> Result<Self, DpdkError> {
+        let cname = CString::new(name).map_err(|_| DpdkError::new("rte_pktmbuf_pool_create", libc::EINVAL))?;
+        // SAFETY: cname is a valid NUL-terminated string; DPDK copies it.
+        let ptr = unsafe { dpdk_sys::rte_pktmbuf_pool_create(cname.as_ptr(), n, cache, 0, data_room, socket) };
+        NonNull::new(ptr)
+            .map(|ptr| Self { ptr, size: n })
+            .ok_or_else(|| {
+                DpdkError::from_rte_errno("rte_pktmbuf_pool_create")
+                    .context(format!("pool {name}: {n} mbufs of {data_room} bytes on socket {socket}"))
+            })
+    }
+
+    /// Takes one mbuf (reset, empty); `None` when the pool is exhausted.
+    #[inline]
+    pub fn alloc(&self) -> Option<Mbuf> {
+        // SAFETY: the pool pointer is valid for the life of the process.
+        let m = unsafe { dpdk_sys::tlsdp_pktmbuf_alloc(self.ptr.as_ptr()) };
+        NonNull::new(m).map(Mbuf)
+    }
+
+    /// Mbufs currently in the pool (not handed out). Counts per-lcore caches
+    /// too, so it is exact only when no lcore is allocating.
+    pub fn available(&self) -> u32 {
+        // SAFETY: the pool pointer is valid for the life of the process.
+        unsafe { dpdk_sys::tlsdp_mempool_avail_count(self.ptr.as_ptr()) }
+    }
+
+    /// Mbufs the pool was created with.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut rte_mempool {
+        self.ptr.as_ptr()
+    }
+}
+
+/// One single-segment packet buffer, returned to its pool on drop.
+#[derive(Debug)]
+pub struct Mbuf(NonNull<rte_mbuf>);
+
+// SAFETY: an Mbuf is owned exclusively; DPDK allows freeing an mbuf from any
+// thread (registered lcores use their cache, others the shared ring).
+unsafe impl Send for Mbuf {}
+
+impl Mbuf {
+    /// Takes ownership of a raw mbuf.
+    ///
+    /// # Safety
+    /// `ptr` must be a valid mbuf that nothing else owns or frees.
+    #[inline]
+    pub(crate) unsafe fn from_raw(ptr: NonNull<rte_mbuf>) -> Self {
+        Self(ptr)
+    }
+
+    /// Gives up ownership; the caller must free or transmit the mbuf.
+    #[inline]
+    pub(crate) fn into_raw(self) -> *mut rte_mbuf {
+        let p = self.0.as_ptr();
+        std::mem::forget(self);
+        p
+    }
+
+    #[inline]
+    pub(crate) fn as_ptr(&self) -> *mut rte_mbuf {
+        self.0.as_ptr()
+    }
+
+    /// Packet bytes in this (first) segment.
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: mtod points at data_len initialised bytes inside the mbuf's
+        // buffer, alive while we own the mbuf.
+        unsafe {
+            let m = self.0.as_ptr();
+            std::slice::from_raw_parts(dpdk_sys::tlsdp_pktmbuf_data(m), usize::from(dpdk_sys::tlsdp_pktmbuf_data_len(m)))
+        }
+    }
+
+    /// Packet bytes, mutable.
+    #[inline]
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in data(); `&mut self` makes the access exclusive.
+        unsafe {
+            let m = self.0.as_ptr();
+            std::slice::from_raw_parts_mut(dpdk_sys::tlsdp_pktmbuf_data(m), usize::from(dpdk_sys::tlsdp_pktmbuf_data_len(m)))
+        }
+    }
+
+    /// Bytes from the data start to the end of the buffer.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        // SAFETY: reads two fields of a valid mbuf.
+        usize::from(unsafe { dpdk_sys::tlsdp_pktmbuf_capacity(self.0.as_ptr()) })
+    }
+
+    /// Sets the packet length. Bytes beyond the old length are whatever the
+    /// buffer held (callers write them before reading).
+    ///
+    /// # Panics
+    /// When `len` exceeds [`Mbuf::capacity`].
+    #[inline]
+    pub fn set_len(&mut self, len: usize) {
+        assert!(len <= self.capacity(), "mbuf length {len} > capacity {}", self.capacity());
+        // SAFETY: len fits the buffer (checked) and u16 (capacity is u16).
+        unsafe { dpdk_sys::tlsdp_pktmbuf_set_len(self.0.as_ptr(), len as u16) }
+    }
+
+    /// Total packet length over all segments.
+    #[inline]
+    pub fn pkt_len(&self) -> usize {
+        // SAFETY: reads a field of a valid mbuf.
+        unsafe { dpdk_sys::tlsdp_pktmbuf_pkt_len(self.0.as_ptr()) as usize }
+    }
+
+    /// Number of segments (1 unless the driver chained buffers).
+    #[inline]
+    pub fn segments(&self) -> u16 {
+        // SAFETY: reads a field of a valid mbuf.
+        unsafe { dpdk_sys::tlsdp_pktmbuf_nb_segs(self.0.as_ptr()) }
+    }
+
+    /// Receive offload flags (`RTE_MBUF_F_RX_*`).
+    #[inline]
+    pub fn ol_flags(&self) -> u64 {
+        // SAFETY: reads a field of a valid mbuf.
+        unsafe { dpdk_sys::tlsdp_pktmbuf_ol_flags(self.0.as_ptr()) }
+    }
+}
+
+impl Drop for Mbuf {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: we own the mbuf; it is not used after this.
+        unsafe { dpdk_sys::tlsdp_pktmbuf_free(self.0.as_ptr()) }
+    }
+}

@@ -1,0 +1,85 @@
+//! The safe layer over DPDK: EAL, mempools, mbufs, ethdev ports and queues.
+//!
+//! This module and its children are the only unsafe code of the dataplane
+//! (STYLE.md §2): every DPDK return code or null pointer becomes a
+//! [`DpdkError`] here, ids become newtypes, an [`Mbuf`] frees itself on drop,
+//! and [`EthQueue`]'s `tx_burst` leaves unsent mbufs with the caller.
+
+mod eal;
+mod ethdev;
+mod mbuf;
+
+pub use eal::{register_thread, tsc_hz, tsc_now, Eal, LaunchedLcore, LcoreId};
+pub use ethdev::{
+    port_id_by_name, EthPort, EthPortConfig, EthQueue, LinkStatus, PortId, PortInfo, QueueId,
+    SYMMETRIC_RSS_KEY,
+};
+pub use mbuf::{Mbuf, Mempool};
+
+use std::ffi::CStr;
+use std::fmt;
+
+/// A DPDK call failed: which call, and DPDK's error number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DpdkError {
+    /// The DPDK function (or our operation) that failed.
+    pub op: &'static str,
+    /// Positive errno value (`rte_errno` or the negated return code).
+    pub errno: i32,
+    /// Extra context (device name, arguments).
+    pub context: String,
+}
+
+impl DpdkError {
+    pub(crate) fn new(op: &'static str, errno: i32) -> Self {
+        Self {
+            op,
+            errno: errno.abs(),
+            context: String::new(),
+        }
+    }
+
+    /// An error from `rte_errno` after a failed call.
+    pub(crate) fn from_rte_errno(op: &'static str) -> Self {
+        // SAFETY: reads the calling thread's rte_errno; no preconditions.
+        Self::new(op, unsafe { dpdk_sys::tlsdp_errno() })
+    }
+
+    pub(crate) fn context(mut self, ctx: impl Into<String>) -> Self {
+        self.context = ctx.into();
+        self
+    }
+}
+
+impl fmt::Display for DpdkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // SAFETY: rte_strerror returns a pointer to a static or thread-local
+        // NUL-terminated string, valid until the next call on this thread; we
+        // copy it at once.
+        let msg = unsafe { CStr::from_ptr(dpdk_sys::rte_strerror(self.errno)) }.to_string_lossy();
+        write!(f, "{} failed: {} (errno {})", self.op, msg, self.errno)?;
+        if !self.context.is_empty() {
+            write!(f, " [{}]", self.context)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for DpdkError {}
+
+/// Turns a DPDK `int` return code (negative errno on failure) into a Result.
+pub(crate) fn check(op: &'static str, rc: i32) -> Result<i32, DpdkError> {
+    if rc < 0 {
+        Err(DpdkError::new(op, rc))
+    } else {
+        Ok(rc)
+    }
+}
+
+/// The DPDK version string of the library linked at run time.
+pub fn version() -> String {
+    // SAFETY: rte_version returns a pointer to a static NUL-terminated string.
+    unsafe { CStr::from_ptr(dpdk_sys::rte_version()) }
+        .to_string_lossy()
+        .into_owned()
+}

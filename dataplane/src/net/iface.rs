@@ -1,0 +1,275 @@
+//! One engine port's IPv4 interface: classifies each received frame and
+//! rewrites the ones that get an answer (ARP replies, ICMP echo replies) in
+//! place.
+
+use std::net::Ipv4Addr;
+
+use smoltcp::wire::{
+    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol, Icmpv4Message, Icmpv4Packet,
+    IpProtocol, Ipv4Packet, ETHERNET_HEADER_LEN,
+};
+
+use super::arp::{ArpCache, ArpLookup};
+use crate::port::PacketBuf;
+use crate::stats::{Counters, DropReason};
+use crate::time::Instant;
+
+/// Shortest Ethernet frame without FCS; shorter frames we build are padded.
+const MIN_FRAME: usize = 60;
+/// Most ARP requests queued for sending between two engine iterations.
+const MAX_PENDING_PROBES: usize = 16;
+
+/// Addresses of one interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InterfaceConfig {
+    pub mac: EthernetAddress,
+    pub addr: Ipv4Addr,
+    pub prefix_len: u8,
+    pub gateway: Option<Ipv4Addr>,
+}
+
+impl InterfaceConfig {
+    fn on_link(&self, ip: Ipv4Addr) -> bool {
+        let mask = if self.prefix_len == 0 { 0 } else { u32::MAX << (32 - u32::from(self.prefix_len)) };
+        (u32::from(ip) ^ u32::from(self.addr)) & mask == 0
+    }
+}
+
+/// What to do with a processed frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The buffer now holds a reply: transmit it.
+    Transmit,
+    /// Handled (e.g. an ARP reply we learned from); free the buffer.
+    Consumed,
+    /// Dropped for this reason; free the buffer.
+    Drop(DropReason),
+}
+
+/// The network layer of one port.
+#[derive(Debug)]
+pub struct Interface {
+    cfg: InterfaceConfig,
+    arp: ArpCache,
+    /// Addresses to send ARP requests for (the engine builds the frames).
+    probes: Vec<Ipv4Addr>,
+}
+
+impl Interface {
+    pub fn new(cfg: InterfaceConfig) -> Self {
+        Self {
+            cfg,
+            arp: ArpCache::new(64),
+            probes: Vec::with_capacity(MAX_PENDING_PROBES),
+        }
+    }
+
+    pub fn config(&self) -> &InterfaceConfig {
+        &self.cfg
+    }
+
+    pub fn arp(&self) -> &ArpCache {
+        &self.arp
+    }
+
+    /// The next hop towards `dst`: itself on the subnet, else the gateway.
+    pub fn next_hop(&self, dst: Ipv4Addr) -> Option<Ipv4Addr> {
+        if self.cfg.on_link(dst) {
+            Some(dst)
+        } else {
+            self.cfg.gateway
+        }
+    }
+
+    /// The MAC to send to for `dst`, queueing an ARP request on a miss.
+    ///
+    /// # Errors
+    /// [`DropReason::NoRoute`] or [`DropReason::NeighborMiss`].
+    pub fn resolve(&mut self, dst: Ipv4Addr, now: Instant) -> Result<EthernetAddress, DropReason> {
+        let hop = self.next_hop(dst).ok_or(DropReason::NoRoute)?;
+        match self.arp.lookup(hop, now) {
+            ArpLookup::Hit(mac) => Ok(mac),
+            ArpLookup::Miss { probe } => {
+                if probe && self.probes.len() < MAX_PENDING_PROBES {
+                    self.probes.push(hop);
+                }
+                Err(DropReason::NeighborMiss)
+            }
+        }
+    }
+
+    /// Periodic work: keep the gateway resolved so the first packet routed
+    /// through it is not lost.
+    pub fn on_timer(&mut self, now: Instant) {
+        if let Some(gw) = self.cfg.gateway {
+            if self.arp.peek(gw, now).is_none() {
+                let _ = self.resolve(gw, now);
+            }
+        }
+    }
+
+    /// Takes one address to send an ARP request for.
+    pub fn take_probe(&mut self) -> Option<Ipv4Addr> {
+        self.probes.pop()
+    }
+
+    /// Builds an ARP request for `target` in `buf`.
+    pub fn write_arp_request<B: PacketBuf>(&self, target: Ipv4Addr, buf: &mut B) {
+        buf.set_len(MIN_FRAME);
+        let data = buf.data_mut();
+        data.fill(0);
+        let mut frame = EthernetFrame::new_unchecked(data);
+        frame.set_dst_addr(EthernetAddress::BROADCAST);
+        frame.set_src_addr(self.cfg.mac);
+        frame.set_ethertype(EthernetProtocol::Arp);
+        ArpRepr::EthernetIpv4 {
+            operation: ArpOperation::Request,
+            source_hardware_addr: self.cfg.mac,
+            source_protocol_addr: self.cfg.addr,
+            target_hardware_addr: EthernetAddress([0; 6]),
+            target_protocol_addr: target,
+        }
+        .emit(&mut ArpPacket::new_unchecked(frame.payload_mut()));
+    }
+
+    /// Processes one received frame; on [`Verdict::Transmit`] the buffer
+    /// holds the reply.
+    pub fn process<B: PacketBuf>(&mut self, now: Instant, buf: &mut B, counters: &mut Counters) -> Verdict {
+        let (verdict, new_len) = self.process_frame(now, buf.data_mut(), counters);
+        if let Some(len) = new_len {
+            let old = buf.data().len();
+            buf.set_len(len);
+            if len > old {
+                buf.data_mut()[old..].fill(0);
+            }
+        }
+        verdict
+    }
+
+    fn process_frame(&mut self, now: Instant, data: &mut [u8], counters: &mut Counters) -> (Verdict, Option<usize>) {
+        let Ok(mut frame) = EthernetFrame::new_checked(data) else {
+            return (Verdict::Drop(DropReason::Malformed), None);
+        };
+        let dst = frame.dst_addr();
+        if dst != self.cfg.mac && !dst.is_broadcast() {
+            return (Verdict::Drop(DropReason::NotForUs), None);
+        }
+        match frame.ethertype() {
+            EthernetProtocol::Arp => self.process_arp(now, &mut frame, counters),
+            EthernetProtocol::Ipv4 if dst.is_broadcast() => (Verdict::Drop(DropReason::NotForUs), None),
+            EthernetProtocol::Ipv4 => match self.process_ipv4(now, frame.payload_mut(), counters) {
+                Ok(Some((next_mac, ip_len))) => {
+                    frame.set_dst_addr(next_mac);
+                    frame.set_src_addr(self.cfg.mac);
+                    (Verdict::Transmit, Some(ETHERNET_HEADER_LEN + ip_len))
+                }
+                Ok(None) => (Verdict::Consumed, None),
+                Err(reason) => (Verdict::Drop(reason), None),
+            },
+            _ => (Verdict::Drop(DropReason::UnsupportedEtherType), None),
+        }
+    }
+
+    // RFC 826, "Packet Reception".
+    fn process_arp(
+        &mut self,
+        now: Instant,
+        frame: &mut EthernetFrame<&mut [u8]>,
+        counters: &mut Counters,
+    ) -> (Verdict, Option<usize>) {
+        let Ok(packet) = ArpPacket::new_checked(frame.payload_mut()) else {
+            return (Verdict::Drop(DropReason::Malformed), None);
+        };
+        let Ok(ArpRepr::EthernetIpv4 {
+            operation,
+            source_hardware_addr,
+            source_protocol_addr,
+            target_protocol_addr,
+            ..
+        }) = ArpRepr::parse(&packet)
+        else {
+            return (Verdict::Drop(DropReason::Malformed), None);
+        };
+        if !source_hardware_addr.is_unicast() || source_protocol_addr == self.cfg.addr {
+            return (Verdict::Drop(DropReason::Malformed), None);
+        }
+        let for_us = target_protocol_addr == self.cfg.addr;
+        // Merge: update a known sender; add it when the packet is for us.
+        if !source_protocol_addr.is_unspecified() {
+            self.arp.learn(source_protocol_addr, source_hardware_addr, now, for_us);
+        }
+        if !for_us {
+            return (Verdict::Drop(DropReason::NotForUs), None);
+        }
+        if operation != ArpOperation::Request {
+            return (Verdict::Consumed, None);
+        }
+        ArpRepr::EthernetIpv4 {
+            operation: ArpOperation::Reply,
+            source_hardware_addr: self.cfg.mac,
+            source_protocol_addr: self.cfg.addr,
+            target_hardware_addr: source_hardware_addr,
+            target_protocol_addr: source_protocol_addr,
+        }
+        .emit(&mut ArpPacket::new_unchecked(frame.payload_mut()));
+        frame.set_dst_addr(source_hardware_addr);
+        frame.set_src_addr(self.cfg.mac);
+        counters.arp_replies += 1;
+        // The reply is padded to the minimum frame with zeros: clear any
+        // padding the request carried (`process` zeroes what it adds).
+        frame.payload_mut()[28..].fill(0);
+        (Verdict::Transmit, Some(MIN_FRAME))
+    }
+
+    /// Handles an IPv4 packet addressed to us. `Ok(Some((mac, len)))`: the
+    /// payload now holds a reply of `len` bytes for `mac`.
+    fn process_ipv4(
+        &mut self,
+        now: Instant,
+        payload: &mut [u8],
+        counters: &mut Counters,
+    ) -> Result<Option<(EthernetAddress, usize)>, DropReason> {
+        let mut ip = Ipv4Packet::new_checked(payload).map_err(|_| DropReason::Malformed)?;
+        if ip.version() != 4 {
+            return Err(DropReason::Malformed);
+        }
+        if !ip.verify_checksum() {
+            return Err(DropReason::BadIpChecksum);
+        }
+        if ip.dst_addr() != self.cfg.addr {
+            return Err(DropReason::NotForUs);
+        }
+        if ip.more_frags() || ip.frag_offset() != 0 {
+            return Err(DropReason::Fragment);
+        }
+        let src = ip.src_addr();
+        if src.is_broadcast() || src.is_multicast() || src.is_unspecified() {
+            return Err(DropReason::Malformed);
+        }
+        match ip.next_header() {
+            IpProtocol::Icmp => {}
+            _ => return Err(DropReason::UnsupportedProtocol),
+        }
+        let total = usize::from(ip.total_len());
+        // payload_mut is bounded by total_len: Ethernet padding is excluded.
+        let mut icmp = Icmpv4Packet::new_checked(ip.payload_mut()).map_err(|_| DropReason::Malformed)?;
+        if !icmp.verify_checksum() {
+            return Err(DropReason::BadIcmpChecksum);
+        }
+        if icmp.msg_type() != Icmpv4Message::EchoRequest || icmp.msg_code() != 0 {
+            return Err(DropReason::UnsupportedProtocol);
+        }
+        // Resolve before rewriting, so a miss leaves the request intact.
+        let mac = self.resolve(src, now)?;
+        // RFC 792: reverse addresses, type 0, recompute the checksum;
+        // identifier, sequence number and data are returned as received.
+        icmp.set_msg_type(Icmpv4Message::EchoReply);
+        icmp.fill_checksum();
+        ip.set_dst_addr(src);
+        ip.set_src_addr(self.cfg.addr);
+        ip.set_hop_limit(64);
+        ip.fill_checksum();
+        counters.icmp_echo_replies += 1;
+        Ok(Some((mac, total)))
+    }
+}

@@ -1,0 +1,71 @@
+//! Ports: where an engine's packets come from and go to.
+//!
+//! One trait, several backends: a queue pair of a DPDK ethdev (NICs and
+//! virtual devices), an in-memory link joining two ports in one process, and
+//! wrappers that impair traffic (loss, reordering, duplication, delay) or
+//! write it to a pcap file. The engine is generic over [`Port`], so tests and
+//! simulations run the very code the daemon runs.
+
+mod ethdev;
+pub mod impair;
+pub mod memory;
+pub mod pcap;
+
+pub use impair::{Impaired, ImpairConfig, ImpairStats};
+pub use memory::{link, MemBuf, MemPort};
+pub use pcap::PcapTap;
+
+use smoltcp::wire::EthernetAddress;
+
+use crate::time::Instant;
+
+/// A packet buffer: one contiguous frame.
+pub trait PacketBuf: Send {
+    /// The frame's bytes.
+    fn data(&self) -> &[u8];
+    /// The frame's bytes, mutable.
+    fn data_mut(&mut self) -> &mut [u8];
+    /// Largest length [`PacketBuf::set_len`] accepts.
+    fn capacity(&self) -> usize;
+    /// Grows or shrinks the frame; new bytes are unspecified until written.
+    ///
+    /// # Panics
+    /// When `len > capacity()`.
+    fn set_len(&mut self, len: usize);
+}
+
+/// Checksum work a port does in hardware.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChecksumOffload {
+    /// Received IPv4 header checksums are verified by the port (bad ones are
+    /// flagged, so software need not recompute).
+    pub rx_ipv4: bool,
+    /// The port fills IPv4 header checksums on transmit.
+    pub tx_ipv4: bool,
+}
+
+/// One RX/TX queue pair seen by one engine.
+///
+/// Contract for `tx_burst`: packets are taken from the front of `batch`;
+/// those accepted leave it, **those not accepted stay in `batch`**, still
+/// owned by the caller.
+pub trait Port {
+    type Buf: PacketBuf;
+
+    /// The port's MAC address.
+    fn mac(&self) -> EthernetAddress;
+
+    /// Appends up to `max` received frames to `out`; returns how many.
+    fn rx_burst(&mut self, now: Instant, out: &mut Vec<Self::Buf>, max: usize) -> usize;
+
+    /// Transmits frames from the front of `batch`; returns how many left it.
+    fn tx_burst(&mut self, now: Instant, batch: &mut Vec<Self::Buf>) -> usize;
+
+    /// A fresh, empty buffer to build a frame in; `None` when out of buffers.
+    fn alloc(&mut self) -> Option<Self::Buf>;
+
+    /// Checksum offloads in effect.
+    fn checksum_offload(&self) -> ChecksumOffload {
+        ChecksumOffload::default()
+    }
+}

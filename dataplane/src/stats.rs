@@ -1,0 +1,220 @@
+//! Per-core counters. The engine counts in plain integers and publishes them
+//! to a cache-padded block of atomics (single writer, relaxed stores) that
+//! the control thread reads; nothing on the packet path does an atomic
+//! read-modify-write or touches another core's lines.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_utils::CachePadded;
+
+/// Why a received frame was dropped, or a frame to send was not sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(usize)]
+pub enum DropReason {
+    /// Too short or inconsistent for its protocol.
+    Malformed,
+    /// Addressed to another host (MAC or IP).
+    NotForUs,
+    /// An EtherType we do not handle (IPv6, VLAN, ...).
+    UnsupportedEtherType,
+    /// An IP protocol we do not (yet) handle.
+    UnsupportedProtocol,
+    /// IPv4 header checksum wrong.
+    BadIpChecksum,
+    /// ICMP checksum wrong.
+    BadIcmpChecksum,
+    /// IPv4 fragments are not reassembled.
+    Fragment,
+    /// No route to the destination (off-subnet and no gateway).
+    NoRoute,
+    /// Next hop's MAC unknown; an ARP request was sent.
+    NeighborMiss,
+    /// The transmit queue was full: frame freed.
+    TxFull,
+    /// No buffer to build a frame in.
+    NoBuffer,
+    /// Chained (multi-segment) frames are not expected.
+    MultiSegment,
+}
+
+impl DropReason {
+    pub const COUNT: usize = 12;
+    pub const ALL: [DropReason; Self::COUNT] = [
+        Self::Malformed,
+        Self::NotForUs,
+        Self::UnsupportedEtherType,
+        Self::UnsupportedProtocol,
+        Self::BadIpChecksum,
+        Self::BadIcmpChecksum,
+        Self::Fragment,
+        Self::NoRoute,
+        Self::NeighborMiss,
+        Self::TxFull,
+        Self::NoBuffer,
+        Self::MultiSegment,
+    ];
+
+    /// A stable snake_case name (used in stats output and metrics).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Malformed => "malformed",
+            Self::NotForUs => "not_for_us",
+            Self::UnsupportedEtherType => "unsupported_ethertype",
+            Self::UnsupportedProtocol => "unsupported_protocol",
+            Self::BadIpChecksum => "bad_ip_checksum",
+            Self::BadIcmpChecksum => "bad_icmp_checksum",
+            Self::Fragment => "fragment",
+            Self::NoRoute => "no_route",
+            Self::NeighborMiss => "neighbor_miss",
+            Self::TxFull => "tx_full",
+            Self::NoBuffer => "no_buffer",
+            Self::MultiSegment => "multi_segment",
+        }
+    }
+}
+
+/// One engine's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub arp_replies: u64,
+    pub arp_requests: u64,
+    pub icmp_echo_replies: u64,
+    pub drops: [u64; DropReason::COUNT],
+    /// TSC cycles spent in loop iterations that did work.
+    pub busy_cycles: u64,
+    /// TSC cycles spent in iterations that found nothing to do.
+    pub idle_cycles: u64,
+    pub loops: u64,
+}
+
+impl Counters {
+    #[inline]
+    pub fn drop(&mut self, reason: DropReason) {
+        self.drops[reason as usize] += 1;
+    }
+
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.drops[reason as usize]
+    }
+
+    pub fn total_drops(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+
+    /// Adds another engine's counters (for totals over cores).
+    pub fn add(&mut self, o: &Counters) {
+        self.rx_packets += o.rx_packets;
+        self.rx_bytes += o.rx_bytes;
+        self.tx_packets += o.tx_packets;
+        self.tx_bytes += o.tx_bytes;
+        self.arp_replies += o.arp_replies;
+        self.arp_requests += o.arp_requests;
+        self.icmp_echo_replies += o.icmp_echo_replies;
+        for (d, s) in self.drops.iter_mut().zip(o.drops) {
+            *d += s;
+        }
+        self.busy_cycles += o.busy_cycles;
+        self.idle_cycles += o.idle_cycles;
+        self.loops += o.loops;
+    }
+}
+
+const FIELDS: usize = 10 + DropReason::COUNT;
+
+/// The published copy of one engine's [`Counters`].
+#[derive(Debug, Default)]
+pub struct SharedCounters {
+    slots: CachePadded<[AtomicU64; FIELDS]>,
+}
+
+impl SharedCounters {
+    /// Publishes `c` (called by the owning engine only).
+    pub fn publish(&self, c: &Counters) {
+        let vals = Self::flatten(c);
+        for (slot, v) in self.slots.iter().zip(vals) {
+            slot.store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// The last published counters.
+    pub fn read(&self) -> Counters {
+        let mut v = [0u64; FIELDS];
+        for (d, slot) in v.iter_mut().zip(self.slots.iter()) {
+            *d = slot.load(Ordering::Relaxed);
+        }
+        let mut c = Counters {
+            rx_packets: v[0],
+            rx_bytes: v[1],
+            tx_packets: v[2],
+            tx_bytes: v[3],
+            arp_replies: v[4],
+            arp_requests: v[5],
+            icmp_echo_replies: v[6],
+            busy_cycles: v[7],
+            idle_cycles: v[8],
+            loops: v[9],
+            ..Counters::default()
+        };
+        c.drops.copy_from_slice(&v[10..]);
+        c
+    }
+
+    fn flatten(c: &Counters) -> [u64; FIELDS] {
+        let mut v = [0u64; FIELDS];
+        v[..10].copy_from_slice(&[
+            c.rx_packets,
+            c.rx_bytes,
+            c.tx_packets,
+            c.tx_bytes,
+            c.arp_replies,
+            c.arp_requests,
+            c.icmp_echo_replies,
+            c.busy_cycles,
+            c.idle_cycles,
+            c.loops,
+        ]);
+        v[10..].copy_from_slice(&c.drops);
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publish_read_round_trip() {
+        let mut c = Counters {
+            rx_packets: 1,
+            rx_bytes: 2,
+            tx_packets: 3,
+            tx_bytes: 4,
+            arp_replies: 5,
+            arp_requests: 6,
+            icmp_echo_replies: 7,
+            busy_cycles: 8,
+            idle_cycles: 9,
+            loops: 10,
+            ..Default::default()
+        };
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i, "ALL is in discriminant order");
+            c.drops[i] = 100 + i as u64;
+        }
+        let s = SharedCounters::default();
+        s.publish(&c);
+        assert_eq!(s.read(), c);
+    }
+
+    #[test]
+    fn names_are_unique() {
+        let mut names: Vec<_> = DropReason::ALL.iter().map(|r| r.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), DropReason::COUNT);
+    }
+}

@@ -1,0 +1,334 @@
+//! ARP and ICMP handling of the engine, over the in-memory link: a test host
+//! on one end builds frames with smoltcp::wire, the engine on the other end
+//! answers.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dataplane::engine::{Engine, EngineConfig};
+use dataplane::net::InterfaceConfig;
+use dataplane::port::{link, MemBuf, MemPort, PacketBuf, Port};
+use dataplane::stats::{DropReason, SharedCounters};
+use dataplane::time::Instant;
+use smoltcp::phy::ChecksumCapabilities;
+use smoltcp::wire::{
+    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol, EthernetRepr, Icmpv4Packet,
+    Icmpv4Repr, IpProtocol, Ipv4Packet, Ipv4Repr,
+};
+
+const DUT_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x01]);
+const HOST_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x02]);
+const GW_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0xfe]);
+const DUT_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
+const HOST_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+const GW_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 254);
+const FAR_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 7);
+
+struct Lab {
+    engine: Engine<MemPort>,
+    host: MemPort,
+    now: Instant,
+}
+
+impl Lab {
+    fn new(gateway: Option<Ipv4Addr>) -> Self {
+        let (dut, host) = link(DUT_MAC, HOST_MAC, 256, 1024);
+        let mut engine = Engine::new(EngineConfig::default(), Arc::new(SharedCounters::default()));
+        engine.add_port(
+            dut,
+            InterfaceConfig {
+                mac: DUT_MAC,
+                addr: DUT_IP,
+                prefix_len: 24,
+                gateway,
+            },
+        );
+        Self {
+            engine,
+            host,
+            now: Instant::from_millis(1),
+        }
+    }
+
+    /// Sends frames from the host, runs the engine, returns what came back.
+    fn exchange(&mut self, frames: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+        let mut batch: Vec<MemBuf> = frames
+            .into_iter()
+            .map(|f| {
+                let mut b = self.host.alloc().unwrap();
+                b.set_len(f.len());
+                b.data_mut().copy_from_slice(&f);
+                b
+            })
+            .collect();
+        self.host.tx_burst(self.now, &mut batch);
+        assert!(batch.is_empty());
+        self.now = self.now + Duration::from_micros(10);
+        while self.engine.poll(self.now) > 0 {}
+        let mut got = Vec::new();
+        self.host.rx_burst(self.now, &mut got, 1024);
+        got.iter().map(|b| b.data().to_vec()).collect()
+    }
+
+    fn advance(&mut self, d: Duration) -> Vec<Vec<u8>> {
+        self.now = self.now + d;
+        self.exchange(Vec::new())
+    }
+
+    fn dropped(&self, r: DropReason) -> u64 {
+        self.engine.counters().dropped(r)
+    }
+}
+
+fn arp(op: ArpOperation, src_mac: EthernetAddress, src_ip: Ipv4Addr, dst_mac: EthernetAddress, target_ip: Ipv4Addr) -> Vec<u8> {
+    let repr = ArpRepr::EthernetIpv4 {
+        operation: op,
+        source_hardware_addr: src_mac,
+        source_protocol_addr: src_ip,
+        target_hardware_addr: if op == ArpOperation::Request { EthernetAddress([0; 6]) } else { dst_mac },
+        target_protocol_addr: target_ip,
+    };
+    let mut buf = vec![0u8; 14 + repr.buffer_len()];
+    let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
+    EthernetRepr { src_addr: src_mac, dst_addr: dst_mac, ethertype: EthernetProtocol::Arp }.emit(&mut frame);
+    repr.emit(&mut ArpPacket::new_unchecked(frame.payload_mut()));
+    buf
+}
+
+fn arp_request(target: Ipv4Addr) -> Vec<u8> {
+    arp(ArpOperation::Request, HOST_MAC, HOST_IP, EthernetAddress::BROADCAST, target)
+}
+
+fn ping(src_mac: EthernetAddress, src: Ipv4Addr, dst: Ipv4Addr, ident: u16, seq: u16, data: &[u8]) -> Vec<u8> {
+    let icmp = Icmpv4Repr::EchoRequest { ident, seq_no: seq, data };
+    let ip = Ipv4Repr {
+        src_addr: src,
+        dst_addr: dst,
+        next_header: IpProtocol::Icmp,
+        payload_len: icmp.buffer_len(),
+        hop_limit: 64,
+    };
+    let mut buf = vec![0u8; 14 + ip.buffer_len() + icmp.buffer_len()];
+    let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
+    EthernetRepr { src_addr: src_mac, dst_addr: DUT_MAC, ethertype: EthernetProtocol::Ipv4 }.emit(&mut frame);
+    let caps = ChecksumCapabilities::default();
+    let mut ipp = Ipv4Packet::new_unchecked(frame.payload_mut());
+    ip.emit(&mut ipp, &caps);
+    icmp.emit(&mut Icmpv4Packet::new_unchecked(ipp.payload_mut()), &caps);
+    buf
+}
+
+/// Parses an echo reply: (eth dst, ip src, ip dst, ident, seq, data).
+fn parse_echo_reply(f: &[u8]) -> (EthernetAddress, Ipv4Addr, Ipv4Addr, u16, u16, Vec<u8>) {
+    let frame = EthernetFrame::new_checked(f).unwrap();
+    assert_eq!(frame.src_addr(), DUT_MAC);
+    assert_eq!(frame.ethertype(), EthernetProtocol::Ipv4);
+    let ip = Ipv4Packet::new_checked(frame.payload()).unwrap();
+    assert!(ip.verify_checksum(), "IP checksum of the reply");
+    let caps = ChecksumCapabilities::default();
+    let repr = Ipv4Repr::parse(&ip, &caps).unwrap();
+    let icmp = Icmpv4Packet::new_checked(ip.payload()).unwrap();
+    assert!(icmp.verify_checksum(), "ICMP checksum of the reply");
+    match Icmpv4Repr::parse(&icmp, &caps).unwrap() {
+        Icmpv4Repr::EchoReply { ident, seq_no, data } => {
+            (frame.dst_addr(), repr.src_addr, repr.dst_addr, ident, seq_no, data.to_vec())
+        }
+        other => panic!("not an echo reply: {other:?}"),
+    }
+}
+
+#[test]
+fn answers_arp_for_its_address_and_learns_the_sender() {
+    let mut lab = Lab::new(None);
+    let replies = lab.exchange(vec![arp_request(DUT_IP)]);
+    assert_eq!(replies.len(), 1);
+    let f = &replies[0];
+    assert_eq!(f.len(), 60, "padded to the minimum frame");
+    let frame = EthernetFrame::new_checked(&f[..]).unwrap();
+    assert_eq!(frame.dst_addr(), HOST_MAC);
+    assert_eq!(frame.src_addr(), DUT_MAC);
+    let repr = ArpRepr::parse(&ArpPacket::new_checked(frame.payload()).unwrap()).unwrap();
+    assert_eq!(
+        repr,
+        ArpRepr::EthernetIpv4 {
+            operation: ArpOperation::Reply,
+            source_hardware_addr: DUT_MAC,
+            source_protocol_addr: DUT_IP,
+            target_hardware_addr: HOST_MAC,
+            target_protocol_addr: HOST_IP,
+        }
+    );
+    assert!(f[42..].iter().all(|&b| b == 0), "padding is zeros");
+    assert_eq!(lab.engine.interface(0).arp().peek(HOST_IP, lab.now), Some(HOST_MAC));
+    assert_eq!(lab.engine.counters().arp_replies, 1);
+}
+
+#[test]
+fn ignores_arp_for_other_addresses() {
+    let mut lab = Lab::new(None);
+    assert!(lab.exchange(vec![arp_request(Ipv4Addr::new(10, 77, 0, 9))]).is_empty());
+    assert_eq!(lab.dropped(DropReason::NotForUs), 1);
+    assert!(lab.engine.interface(0).arp().is_empty(), "no entry made for a packet not for us");
+}
+
+#[test]
+fn echo_reply_mirrors_ident_seq_and_data() {
+    let mut lab = Lab::new(None);
+    lab.exchange(vec![arp_request(DUT_IP)]);
+    let data: Vec<u8> = (0..56u8).collect();
+    let replies = lab.exchange(vec![ping(HOST_MAC, HOST_IP, DUT_IP, 0x1234, 7, &data)]);
+    assert_eq!(replies.len(), 1);
+    let (dst, src, to, ident, seq, got) = parse_echo_reply(&replies[0]);
+    assert_eq!((dst, src, to, ident, seq), (HOST_MAC, DUT_IP, HOST_IP, 0x1234, 7));
+    assert_eq!(got, data);
+    assert_eq!(lab.engine.counters().icmp_echo_replies, 1);
+}
+
+#[test]
+fn padded_request_gets_unpadded_reply() {
+    let mut lab = Lab::new(None);
+    lab.exchange(vec![arp_request(DUT_IP)]);
+    let mut req = ping(HOST_MAC, HOST_IP, DUT_IP, 1, 1, b"hi");
+    let ip_end = req.len();
+    req.resize(60, 0xee); // Ethernet padding after the IP packet
+    let replies = lab.exchange(vec![req]);
+    assert_eq!(replies[0].len(), ip_end);
+    assert_eq!(parse_echo_reply(&replies[0]).5, b"hi");
+}
+
+#[test]
+fn unknown_neighbour_is_resolved_then_answered() {
+    let mut lab = Lab::new(None);
+    // No ARP from the host first: the engine must ask.
+    let out = lab.exchange(vec![ping(HOST_MAC, HOST_IP, DUT_IP, 9, 1, b"x")]);
+    assert_eq!(out.len(), 1, "an ARP request, no reply yet");
+    let frame = EthernetFrame::new_checked(&out[0][..]).unwrap();
+    assert_eq!(frame.dst_addr(), EthernetAddress::BROADCAST);
+    let repr = ArpRepr::parse(&ArpPacket::new_checked(frame.payload()).unwrap()).unwrap();
+    assert!(matches!(repr, ArpRepr::EthernetIpv4 { operation: ArpOperation::Request, target_protocol_addr, source_protocol_addr, .. }
+        if target_protocol_addr == HOST_IP && source_protocol_addr == DUT_IP));
+    assert_eq!(lab.dropped(DropReason::NeighborMiss), 1);
+    // A second miss within the probe interval sends no second request.
+    assert!(lab.exchange(vec![ping(HOST_MAC, HOST_IP, DUT_IP, 9, 2, b"x")]).is_empty());
+    // The host answers; the next ping is answered.
+    let reply = arp(ArpOperation::Reply, HOST_MAC, HOST_IP, DUT_MAC, DUT_IP);
+    assert!(lab.exchange(vec![reply]).is_empty());
+    let out = lab.exchange(vec![ping(HOST_MAC, HOST_IP, DUT_IP, 9, 3, b"x")]);
+    assert_eq!(parse_echo_reply(&out[0]).4, 3);
+}
+
+#[test]
+fn off_subnet_replies_go_through_the_resolved_gateway() {
+    let mut lab = Lab::new(Some(GW_IP));
+    // The first tick asks for the gateway.
+    let out = lab.advance(Duration::from_millis(2));
+    assert_eq!(out.len(), 1);
+    let frame = EthernetFrame::new_checked(&out[0][..]).unwrap();
+    let repr = ArpRepr::parse(&ArpPacket::new_checked(frame.payload()).unwrap()).unwrap();
+    assert!(matches!(repr, ArpRepr::EthernetIpv4 { target_protocol_addr, .. } if target_protocol_addr == GW_IP));
+    lab.exchange(vec![arp(ArpOperation::Reply, GW_MAC, GW_IP, DUT_MAC, DUT_IP)]);
+    let out = lab.exchange(vec![ping(GW_MAC, FAR_IP, DUT_IP, 5, 5, b"far")]);
+    let (dst, _, to, ..) = parse_echo_reply(&out[0]);
+    assert_eq!((dst, to), (GW_MAC, FAR_IP));
+}
+
+#[test]
+fn off_subnet_without_gateway_is_no_route() {
+    let mut lab = Lab::new(None);
+    assert!(lab.exchange(vec![ping(GW_MAC, FAR_IP, DUT_IP, 5, 5, b"far")]).is_empty());
+    assert_eq!(lab.dropped(DropReason::NoRoute), 1);
+}
+
+#[test]
+fn bad_frames_are_counted_by_reason_and_the_engine_carries_on() {
+    let mut lab = Lab::new(None);
+    lab.exchange(vec![arp_request(DUT_IP)]);
+    let good = ping(HOST_MAC, HOST_IP, DUT_IP, 1, 1, b"payload");
+
+    let mut bad_ip_sum = good.clone();
+    bad_ip_sum[14 + 10] ^= 0xff;
+    let mut bad_icmp_sum = good.clone();
+    bad_icmp_sum[14 + 20 + 2] ^= 0xff;
+    let mut fragment = good.clone();
+    {
+        let mut ip = Ipv4Packet::new_unchecked(&mut fragment[14..]);
+        ip.set_more_frags(true);
+        ip.fill_checksum();
+    }
+    let mut udp = good.clone();
+    {
+        let mut ip = Ipv4Packet::new_unchecked(&mut udp[14..]);
+        ip.set_next_header(IpProtocol::Udp);
+        ip.fill_checksum();
+    }
+    let mut other_mac = good.clone();
+    other_mac[..6].copy_from_slice(&[2, 9, 9, 9, 9, 9]);
+    let mut ipv6 = good.clone();
+    ipv6[12..14].copy_from_slice(&[0x86, 0xdd]);
+    let mut long_total = good.clone();
+    {
+        let mut ip = Ipv4Packet::new_unchecked(&mut long_total[14..]);
+        ip.set_total_len(1400);
+        ip.fill_checksum();
+    }
+    let cases = vec![
+        (good[..10].to_vec(), DropReason::Malformed),
+        (good[..20].to_vec(), DropReason::Malformed),
+        (long_total, DropReason::Malformed),
+        (bad_ip_sum, DropReason::BadIpChecksum),
+        (bad_icmp_sum, DropReason::BadIcmpChecksum),
+        (fragment, DropReason::Fragment),
+        (udp, DropReason::UnsupportedProtocol),
+        (other_mac, DropReason::NotForUs),
+        (ipv6, DropReason::UnsupportedEtherType),
+        (ping(HOST_MAC, HOST_IP, Ipv4Addr::new(10, 77, 0, 3), 1, 1, b"x"), DropReason::NotForUs),
+    ];
+    for (frame, reason) in cases {
+        let before = lab.dropped(reason);
+        assert!(lab.exchange(vec![frame]).is_empty(), "{reason:?} answered");
+        assert_eq!(lab.dropped(reason), before + 1, "{reason:?} not counted");
+    }
+    let out = lab.exchange(vec![good]);
+    assert_eq!(parse_echo_reply(&out[0]).5, b"payload", "still answering after bad input");
+}
+
+#[test]
+fn random_and_mutated_frames_never_panic() {
+    // A small property test: every frame is either answered or counted.
+    let mut lab = Lab::new(Some(GW_IP));
+    lab.exchange(vec![arp_request(DUT_IP)]);
+    let seeds = [ping(HOST_MAC, HOST_IP, DUT_IP, 1, 1, &[7u8; 40]), arp_request(DUT_IP)];
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut sent = 0u64;
+    for i in 0..20_000u64 {
+        let mut f = if i % 3 == 0 {
+            let len = (rnd() % 200) as usize;
+            (0..len).map(|_| rnd() as u8).collect()
+        } else {
+            seeds[(i % 2) as usize].clone()
+        };
+        if !f.is_empty() {
+            for _ in 0..(rnd() % 4) {
+                let at = (rnd() as usize) % f.len();
+                f[at] = rnd() as u8;
+            }
+            if rnd() % 5 == 0 {
+                f.truncate((rnd() as usize) % f.len());
+            }
+        }
+        sent += 1;
+        lab.exchange(vec![f]);
+    }
+    let c = lab.engine.counters();
+    assert_eq!(c.rx_packets, sent + 1);
+    // Everything received was answered, consumed (ARP replies), or dropped.
+    assert!(c.arp_replies + c.icmp_echo_replies + c.total_drops() <= c.rx_packets);
+    assert!(c.total_drops() > 0 && c.icmp_echo_replies > 0);
+}
