@@ -1,1 +1,330 @@
-pub fn _x(){}
+//! The control API: JSON lines over `dpd`'s Unix socket.
+//!
+//! Each request is one JSON object on one line, `{"cmd": "status"}`; each
+//! reply is one JSON object on one line, `{"ok": true, "api": 1, ...}` or
+//! `{"ok": false, "api": 1, "error": "..."}`. A malformed request gets an
+//! error reply and the connection stays open. `docs/control-api.md` lists
+//! the commands.
+
+use std::collections::BTreeMap;
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the request and reply shapes; bumped on incompatible change.
+pub const API_VERSION: u32 = 1;
+
+/// Longest request line accepted.
+pub const MAX_REQUEST: usize = 64 * 1024;
+
+/// A request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Version, uptime, cores, ports and hugepages.
+    Status,
+    /// Counters per core and in total.
+    Stats,
+}
+
+/// A successful reply's body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Body {
+    Status(Status),
+    Stats(Stats),
+}
+
+/// The reply to `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub version: String,
+    pub dpdk: String,
+    pub pid: u32,
+    pub uptime_s: f64,
+    /// Dataplane cores.
+    pub lcores: Vec<u32>,
+    pub ports: Vec<PortStatus>,
+    /// Hugepage pools as `dpd` found them at start.
+    pub hugepages: Vec<String>,
+    /// Whether DPDK's memory is on hugepages.
+    pub hugepages_in_use: bool,
+}
+
+/// One port in `status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortStatus {
+    pub name: String,
+    pub device: String,
+    pub driver: String,
+    pub mac: String,
+    pub address: String,
+    pub link_up: bool,
+    pub speed_mbps: u32,
+    pub queues: u16,
+    pub rss: bool,
+}
+
+/// The reply to `stats`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    pub cores: Vec<CoreStats>,
+    pub total: CoreStats,
+}
+
+/// Counters of one engine (or their sum, with `lcore` = None).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CoreStats {
+    pub lcore: Option<u32>,
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub arp_replies: u64,
+    pub arp_requests: u64,
+    pub icmp_echo_replies: u64,
+    /// Dropped frames by reason (every reason listed, zeros included).
+    pub drops: BTreeMap<String, u64>,
+    pub busy_cycles: u64,
+    pub idle_cycles: u64,
+}
+
+impl CoreStats {
+    /// Busy share of the loop's cycles, 0.0 to 1.0.
+    pub fn busy(&self) -> f64 {
+        let all = self.busy_cycles + self.idle_cycles;
+        if all == 0 {
+            0.0
+        } else {
+            self.busy_cycles as f64 / all as f64
+        }
+    }
+}
+
+/// A reply as sent on the wire.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    pub ok: bool,
+    pub api: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", flatten)]
+    pub body: Option<Body>,
+}
+
+impl Reply {
+    pub fn ok(body: Body) -> Self {
+        Self { ok: true, api: API_VERSION, error: None, body: Some(body) }
+    }
+
+    pub fn error(msg: impl Into<String>) -> Self {
+        Self { ok: false, api: API_VERSION, error: Some(msg.into()), body: None }
+    }
+}
+
+/// The listening control socket; the file is removed on drop.
+#[derive(Debug)]
+pub struct ControlSocket {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+impl ControlSocket {
+    /// Binds `path` (making its folder; replacing a stale socket left by a
+    /// dead `dpd`) with mode 0600, so only its owner (root) may connect.
+    ///
+    /// # Errors
+    /// When another process is serving on `path`, or the folder or socket
+    /// cannot be made.
+    pub fn bind(path: &Path) -> io::Result<Self> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        if path.exists() {
+            if UnixStream::connect(path).is_ok() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("{} is in use by a running dpd", path.display()),
+                ));
+            }
+            std::fs::remove_file(path)?;
+        }
+        let listener = UnixListener::bind(path)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        listener.set_nonblocking(true)?;
+        Ok(Self { listener, path: path.to_path_buf() })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Serves connections until `stop` is set, one at a time (requests are
+    /// rare and cheap). `handler` answers each well-formed request.
+    pub fn serve(&self, stop: &AtomicBool, mut handler: impl FnMut(Request) -> Reply) {
+        while !stop.load(Ordering::Relaxed) {
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    if let Err(e) = serve_connection(stream, stop, &mut handler) {
+                        if e.kind() != io::ErrorKind::BrokenPipe {
+                            eprintln!("control: connection error: {e}");
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(50)),
+                Err(e) => {
+                    eprintln!("control: accept failed: {e}");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ControlSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn serve_connection(stream: UnixStream, stop: &AtomicBool, handler: &mut impl FnMut(Request) -> Reply) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(Duration::from_millis(200)))?;
+    let mut writer = stream.try_clone()?;
+    let mut reader = BufReader::new(stream);
+    let mut line = Vec::new();
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) => return Ok(()),
+            Ok(_) if line.ends_with(b"\n") || line.len() > MAX_REQUEST => {}
+            Ok(_) => return Ok(()), // EOF without newline
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                if line.len() > MAX_REQUEST {
+                    return Ok(());
+                }
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
+        let reply = if line.len() > MAX_REQUEST {
+            Reply::error(format!("request longer than {MAX_REQUEST} bytes"))
+        } else {
+            match serde_json::from_slice::<Request>(&line) {
+                Ok(req) => handler(req),
+                Err(e) => Reply::error(format!("malformed request: {e}")),
+            }
+        };
+        let too_long = line.len() > MAX_REQUEST;
+        line.clear();
+        let mut out = serde_json::to_vec(&reply).expect("replies serialise");
+        out.push(b'\n');
+        writer.write_all(&out)?;
+        if too_long {
+            return Ok(());
+        }
+    }
+}
+
+/// A client of the control socket.
+#[derive(Debug)]
+pub struct Client {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Client {
+    /// Connects to `dpd`'s socket.
+    ///
+    /// # Errors
+    /// When nothing listens there (is dpd running?) or permission is denied.
+    pub fn connect(path: &Path) -> io::Result<Self> {
+        let stream = UnixStream::connect(path)?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        Ok(Self { writer: stream.try_clone()?, reader: BufReader::new(stream) })
+    }
+
+    /// Sends a request and waits for its reply.
+    ///
+    /// # Errors
+    /// On I/O errors or an unparseable reply.
+    pub fn call(&mut self, req: &Request) -> io::Result<Reply> {
+        let mut line = serde_json::to_vec(req).expect("requests serialise");
+        line.push(b'\n');
+        self.call_raw(&line)
+    }
+
+    /// Sends raw bytes (one line) and reads one reply: for tests of bad input.
+    ///
+    /// # Errors
+    /// On I/O errors or an unparseable reply.
+    pub fn call_raw(&mut self, line: &[u8]) -> io::Result<Reply> {
+        self.writer.write_all(line)?;
+        let mut reply = String::new();
+        if self.reader.read_line(&mut reply)? == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "dpd closed the connection"));
+        }
+        serde_json::from_str(&reply).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("bad reply: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn request_shapes() {
+        assert_eq!(serde_json::to_string(&Request::Status).unwrap(), r#"{"cmd":"status"}"#);
+        assert_eq!(serde_json::from_str::<Request>(r#"{"cmd":"stats"}"#).unwrap(), Request::Stats);
+        assert!(serde_json::from_str::<Request>(r#"{"cmd":"reboot"}"#).is_err());
+    }
+
+    #[test]
+    fn serves_requests_and_survives_bad_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/control.sock");
+        let sock = ControlSocket::bind(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert!(ControlSocket::bind(&path).is_err(), "a live socket is not replaced");
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let server = std::thread::spawn(move || {
+            sock.serve(&stop2, |req| match req {
+                Request::Stats => Reply::ok(Body::Stats(Stats { cores: vec![], total: CoreStats::default() })),
+                Request::Status => Reply::error("not in this test"),
+            });
+        });
+        let mut c = Client::connect(&path).unwrap();
+        let r = c.call(&Request::Stats).unwrap();
+        assert!(r.ok);
+        assert!(matches!(r.body, Some(Body::Stats(_))));
+        let r = c.call_raw(b"{not json\n").unwrap();
+        assert!(!r.ok && r.error.unwrap().contains("malformed request"));
+        let r = c.call_raw(b"{\"cmd\":\"format_disk\"}\n").unwrap();
+        assert!(!r.ok && r.error.unwrap().contains("format_disk"));
+        let r = c.call(&Request::Status).unwrap();
+        assert_eq!(r.error.as_deref(), Some("not in this test"));
+        drop(c);
+        stop.store(true, Ordering::Relaxed);
+        server.join().unwrap();
+        assert!(!path.exists(), "socket removed on drop");
+    }
+
+    #[test]
+    fn stale_socket_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("control.sock");
+        drop(UnixListener::bind(&path).unwrap()); // file left, nobody listening
+        assert!(path.exists());
+        ControlSocket::bind(&path).unwrap();
+    }
+}

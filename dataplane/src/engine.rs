@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::net::{Interface, InterfaceConfig, Verdict};
+use std::net::Ipv4Addr;
+
+use crate::net::{set_destination, Interface, InterfaceConfig, Verdict};
 use crate::port::{PacketBuf, Port};
 use crate::stats::{Counters, DropReason, SharedCounters};
 use crate::time::{Instant, TscClock};
@@ -42,7 +44,15 @@ struct EnginePort<P: Port> {
     tx: Vec<P::Buf>,
     /// When the oldest frame in `tx` was queued.
     tx_since: Option<Instant>,
+    /// Frames waiting for a next hop's MAC: (next hop, frame, given up at).
+    unresolved: Vec<(Ipv4Addr, P::Buf, Instant)>,
 }
+
+/// Most frames held per port while their next hop is resolved (Linux keeps
+/// a few per neighbour too: `unres_qlen`).
+const MAX_UNRESOLVED: usize = 16;
+/// How long a frame waits for ARP before it is dropped.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// One core's engine over its queues.
 #[derive(Debug)]
@@ -76,6 +86,7 @@ impl<P: Port> Engine<P> {
             iface: Interface::new(iface),
             tx: Vec::with_capacity(2 * self.cfg.burst),
             tx_since: None,
+            unresolved: Vec::with_capacity(MAX_UNRESOLVED),
         });
     }
 
@@ -123,7 +134,17 @@ impl<P: Port> Engine<P> {
                     }
                     Verdict::Consumed => {}
                     Verdict::Drop(reason) => self.counters.drop(reason),
+                    Verdict::AwaitNeighbor(hop) => {
+                        if ep.unresolved.len() == MAX_UNRESOLVED {
+                            ep.unresolved.remove(0);
+                            self.counters.drop(DropReason::NeighborMiss);
+                        }
+                        ep.unresolved.push((hop, buf, now + RESOLVE_TIMEOUT));
+                    }
                 }
+            }
+            if !ep.unresolved.is_empty() {
+                release_resolved(ep, now, &mut self.counters);
             }
             while let Some(ip) = ep.iface.take_probe() {
                 match ep.port.alloc() {
@@ -179,6 +200,27 @@ impl<P: Port> Engine<P> {
             flush(ep, now, &mut self.counters);
         }
         self.publish();
+    }
+}
+
+/// Moves held frames whose next hop is now known to the transmit buffer, in
+/// arrival order, drops those that waited too long, and repeats the ARP
+/// request (paced) for the rest.
+fn release_resolved<P: Port>(ep: &mut EnginePort<P>, now: Instant, counters: &mut Counters) {
+    let mut i = 0;
+    while i < ep.unresolved.len() {
+        let (hop, _, deadline) = ep.unresolved[i];
+        if let Some(mac) = ep.iface.resolve(hop, now) {
+            let (_, mut buf, _) = ep.unresolved.remove(i);
+            set_destination(buf.data_mut(), mac);
+            ep.tx.push(buf);
+            ep.tx_since.get_or_insert(now);
+        } else if now >= deadline {
+            ep.unresolved.remove(i);
+            counters.drop(DropReason::NeighborMiss);
+        } else {
+            i += 1;
+        }
     }
 }
 

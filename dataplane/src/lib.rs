@@ -2,6 +2,7 @@
 //! IPv4, ICMP) and the per-core engine.
 #![deny(unsafe_code)]
 
+pub mod daemon;
 #[allow(unsafe_code)]
 pub mod dpdk;
 pub mod engine;

@@ -27,7 +27,8 @@ pub enum DropReason {
     Fragment,
     /// No route to the destination (off-subnet and no gateway).
     NoRoute,
-    /// Next hop's MAC unknown; an ARP request was sent.
+    /// Next hop's MAC still unknown after ARP requests (or too many frames
+    /// waiting for it).
     NeighborMiss,
     /// The transmit queue was full: frame freed.
     TxFull,

@@ -208,14 +208,29 @@ fn unknown_neighbour_is_resolved_then_answered() {
     let repr = ArpRepr::parse(&ArpPacket::new_checked(frame.payload()).unwrap()).unwrap();
     assert!(matches!(repr, ArpRepr::EthernetIpv4 { operation: ArpOperation::Request, target_protocol_addr, source_protocol_addr, .. }
         if target_protocol_addr == HOST_IP && source_protocol_addr == DUT_IP));
-    assert_eq!(lab.dropped(DropReason::NeighborMiss), 1);
-    // A second miss within the probe interval sends no second request.
+    // A second ping within the probe interval waits too, with no second
+    // request.
     assert!(lab.exchange(vec![ping(HOST_MAC, HOST_IP, DUT_IP, 9, 2, b"x")]).is_empty());
-    // The host answers; the next ping is answered.
+    // The host answers: both held replies leave, in order.
     let reply = arp(ArpOperation::Reply, HOST_MAC, HOST_IP, DUT_MAC, DUT_IP);
-    assert!(lab.exchange(vec![reply]).is_empty());
-    let out = lab.exchange(vec![ping(HOST_MAC, HOST_IP, DUT_IP, 9, 3, b"x")]);
-    assert_eq!(parse_echo_reply(&out[0]).4, 3);
+    let out = lab.exchange(vec![reply]);
+    assert_eq!(out.len(), 2);
+    assert_eq!(parse_echo_reply(&out[0]).4, 1);
+    assert_eq!(parse_echo_reply(&out[1]).4, 2);
+    assert_eq!(lab.dropped(DropReason::NeighborMiss), 0);
+}
+
+#[test]
+fn unanswered_resolution_drops_after_timeout() {
+    let mut lab = Lab::new(None);
+    assert_eq!(lab.exchange(vec![ping(HOST_MAC, HOST_IP, DUT_IP, 9, 1, b"x")]).len(), 1, "ARP request");
+    // Requests repeat once a second while the frame waits.
+    assert_eq!(lab.advance(Duration::from_millis(500)).len(), 0, "paced");
+    assert_eq!(lab.advance(Duration::from_millis(600)).len(), 1, "repeated after a second");
+    lab.advance(Duration::from_secs(2));
+    assert_eq!(lab.dropped(DropReason::NeighborMiss), 1);
+    let reply = arp(ArpOperation::Reply, HOST_MAC, HOST_IP, DUT_MAC, DUT_IP);
+    assert!(lab.exchange(vec![reply]).is_empty(), "nothing left to send");
 }
 
 #[test]

@@ -76,10 +76,9 @@ pub(crate) fn check(op: &'static str, rc: i32) -> Result<i32, DpdkError> {
     }
 }
 
-/// The DPDK version string of the library linked at run time.
+/// The version of the DPDK library linked at run time (`22.11.11`).
 pub fn version() -> String {
     // SAFETY: rte_version returns a pointer to a static NUL-terminated string.
-    unsafe { CStr::from_ptr(dpdk_sys::rte_version()) }
-        .to_string_lossy()
-        .into_owned()
+    let v = unsafe { CStr::from_ptr(dpdk_sys::rte_version()) }.to_string_lossy();
+    v.trim_start_matches("DPDK ").to_string()
 }

@@ -44,6 +44,15 @@ pub enum Verdict {
     Consumed,
     /// Dropped for this reason; free the buffer.
     Drop(DropReason),
+    /// The buffer holds a reply for a next hop whose MAC is being resolved
+    /// (an ARP request is queued): hold it until [`Interface::neighbor`]
+    /// knows the MAC, then [`set_destination`] and transmit.
+    AwaitNeighbor(Ipv4Addr),
+}
+
+/// Sets the destination MAC of a frame built by [`Interface::process`].
+pub fn set_destination(frame: &mut [u8], mac: EthernetAddress) {
+    frame[..6].copy_from_slice(mac.as_bytes());
 }
 
 /// The network layer of one port.
@@ -81,21 +90,22 @@ impl Interface {
         }
     }
 
-    /// The MAC to send to for `dst`, queueing an ARP request on a miss.
-    ///
-    /// # Errors
-    /// [`DropReason::NoRoute`] or [`DropReason::NeighborMiss`].
-    pub fn resolve(&mut self, dst: Ipv4Addr, now: Instant) -> Result<EthernetAddress, DropReason> {
-        let hop = self.next_hop(dst).ok_or(DropReason::NoRoute)?;
+    /// The MAC of next hop `hop`, queueing an ARP request on a miss.
+    pub fn resolve(&mut self, hop: Ipv4Addr, now: Instant) -> Option<EthernetAddress> {
         match self.arp.lookup(hop, now) {
-            ArpLookup::Hit(mac) => Ok(mac),
+            ArpLookup::Hit(mac) => Some(mac),
             ArpLookup::Miss { probe } => {
                 if probe && self.probes.len() < MAX_PENDING_PROBES {
                     self.probes.push(hop);
                 }
-                Err(DropReason::NeighborMiss)
+                None
             }
         }
+    }
+
+    /// The known MAC of a neighbour, without side effects.
+    pub fn neighbor(&self, ip: Ipv4Addr, now: Instant) -> Option<EthernetAddress> {
+        self.arp.peek(ip, now)
     }
 
     /// Periodic work: keep the gateway resolved so the first packet routed
@@ -103,7 +113,7 @@ impl Interface {
     pub fn on_timer(&mut self, now: Instant) {
         if let Some(gw) = self.cfg.gateway {
             if self.arp.peek(gw, now).is_none() {
-                let _ = self.resolve(gw, now);
+                self.resolve(gw, now);
             }
         }
     }
@@ -157,11 +167,17 @@ impl Interface {
         match frame.ethertype() {
             EthernetProtocol::Arp => self.process_arp(now, &mut frame, counters),
             EthernetProtocol::Ipv4 if dst.is_broadcast() => (Verdict::Drop(DropReason::NotForUs), None),
-            EthernetProtocol::Ipv4 => match self.process_ipv4(now, frame.payload_mut(), counters) {
-                Ok(Some((next_mac, ip_len))) => {
-                    frame.set_dst_addr(next_mac);
+            EthernetProtocol::Ipv4 => match self.process_ipv4(frame.payload_mut(), counters) {
+                Ok(Some((hop, ip_len))) => {
                     frame.set_src_addr(self.cfg.mac);
-                    (Verdict::Transmit, Some(ETHERNET_HEADER_LEN + ip_len))
+                    let verdict = match self.resolve(hop, now) {
+                        Some(mac) => {
+                            frame.set_dst_addr(mac);
+                            Verdict::Transmit
+                        }
+                        None => Verdict::AwaitNeighbor(hop),
+                    };
+                    (verdict, Some(ETHERNET_HEADER_LEN + ip_len))
                 }
                 Ok(None) => (Verdict::Consumed, None),
                 Err(reason) => (Verdict::Drop(reason), None),
@@ -221,14 +237,9 @@ impl Interface {
         (Verdict::Transmit, Some(MIN_FRAME))
     }
 
-    /// Handles an IPv4 packet addressed to us. `Ok(Some((mac, len)))`: the
-    /// payload now holds a reply of `len` bytes for `mac`.
-    fn process_ipv4(
-        &mut self,
-        now: Instant,
-        payload: &mut [u8],
-        counters: &mut Counters,
-    ) -> Result<Option<(EthernetAddress, usize)>, DropReason> {
+    /// Handles an IPv4 packet addressed to us. `Ok(Some((hop, len)))`: the
+    /// payload now holds a reply of `len` bytes to send via next hop `hop`.
+    fn process_ipv4(&mut self, payload: &mut [u8], counters: &mut Counters) -> Result<Option<(Ipv4Addr, usize)>, DropReason> {
         let mut ip = Ipv4Packet::new_checked(payload).map_err(|_| DropReason::Malformed)?;
         if ip.version() != 4 {
             return Err(DropReason::Malformed);
@@ -259,8 +270,7 @@ impl Interface {
         if icmp.msg_type() != Icmpv4Message::EchoRequest || icmp.msg_code() != 0 {
             return Err(DropReason::UnsupportedProtocol);
         }
-        // Resolve before rewriting, so a miss leaves the request intact.
-        let mac = self.resolve(src, now)?;
+        let hop = self.next_hop(src).ok_or(DropReason::NoRoute)?;
         // RFC 792: reverse addresses, type 0, recompute the checksum;
         // identifier, sequence number and data are returned as received.
         icmp.set_msg_type(Icmpv4Message::EchoReply);
@@ -270,6 +280,6 @@ impl Interface {
         ip.set_hop_limit(64);
         ip.fill_checksum();
         counters.icmp_echo_replies += 1;
-        Ok(Some((mac, total)))
+        Ok(Some((hop, total)))
     }
 }

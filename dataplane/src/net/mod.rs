@@ -7,4 +7,4 @@ pub mod arp;
 mod iface;
 
 pub use arp::{ArpCache, ArpLookup};
-pub use iface::{Interface, InterfaceConfig, Verdict};
+pub use iface::{set_destination, Interface, InterfaceConfig, Verdict};

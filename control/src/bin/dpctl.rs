@@ -1,0 +1,110 @@
+//! `dpctl`: the operator's CLI for a running `dpd`, over its control socket.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use control::api::{Body, Client, CoreStats, Request};
+
+#[derive(Parser, Debug)]
+#[command(name = "dpctl", version, about = "Control a running tlsdp dataplane (dpd)")]
+struct Cli {
+    /// dpd's control socket.
+    #[arg(long, global = true, default_value = "/run/tlsdp/control.sock", env = "DPCTL_SOCKET")]
+    socket: PathBuf,
+    /// Print the raw JSON reply.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Version, uptime, cores, ports and hugepages.
+    Status,
+    /// Packet counters per core and in total.
+    Stats {
+        /// Show every core, not only the total.
+        #[arg(long)]
+        per_core: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let req = match cli.cmd {
+        Cmd::Status => Request::Status,
+        Cmd::Stats { .. } => Request::Stats,
+    };
+    let reply = Client::connect(&cli.socket).and_then(|mut c| c.call(&req));
+    let reply = match reply {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("dpctl: cannot talk to dpd at {}: {e} (is dpd running? are you root?)", cli.socket.display());
+            return ExitCode::from(2);
+        }
+    };
+    if cli.json {
+        println!("{}", serde_json::to_string_pretty(&reply).expect("serialisable"));
+        return if reply.ok { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+    }
+    if !reply.ok {
+        eprintln!("dpctl: dpd refused: {}", reply.error.unwrap_or_default());
+        return ExitCode::FAILURE;
+    }
+    match (reply.body, cli.cmd) {
+        (Some(Body::Status(s)), _) => {
+            println!("dpd {} (DPDK {}), pid {}, up {:.0} s", s.version, s.dpdk, s.pid, s.uptime_s);
+            println!("dataplane cores: {:?}", s.lcores);
+            println!(
+                "hugepages: {} ({})",
+                if s.hugepages_in_use { "in use" } else { "not in use" },
+                s.hugepages.join("; ")
+            );
+            println!("{:<8} {:<16} {:<18} {:<18} {:<6} {:>6} {:>4}", "PORT", "ADDRESS", "MAC", "DRIVER", "LINK", "QUEUES", "RSS");
+            for p in s.ports {
+                println!(
+                    "{:<8} {:<16} {:<18} {:<18} {:<6} {:>6} {:>4}",
+                    p.name,
+                    p.address,
+                    p.mac,
+                    p.driver,
+                    if p.link_up { "up" } else { "down" },
+                    p.queues,
+                    if p.rss { "yes" } else { "no" }
+                );
+            }
+        }
+        (Some(Body::Stats(s)), Cmd::Stats { per_core }) => {
+            if per_core {
+                for c in &s.cores {
+                    print_stats(c);
+                }
+            }
+            print_stats(&s.total);
+        }
+        _ => {
+            eprintln!("dpctl: unexpected reply from dpd");
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn print_stats(c: &CoreStats) {
+    match c.lcore {
+        Some(l) => println!("core {l}:"),
+        None => println!("total:"),
+    }
+    println!("  rx {} packets {} bytes, tx {} packets {} bytes", c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes);
+    println!(
+        "  arp replies {}, arp requests {}, icmp echo replies {}, busy {:.1} %",
+        c.arp_replies,
+        c.arp_requests,
+        c.icmp_echo_replies,
+        100.0 * c.busy()
+    );
+    let drops: Vec<String> = c.drops.iter().filter(|(_, &n)| n > 0).map(|(k, n)| format!("{k} {n}")).collect();
+    println!("  drops: {}", if drops.is_empty() { "none".to_string() } else { drops.join(", ") });
+}

@@ -1,0 +1,422 @@
+//! `dpd`'s start-up and shutdown: checks the configuration against the
+//! machine, builds EAL arguments, brings up mempools, ports and one engine
+//! per dataplane core, serves the control socket, and stops cleanly.
+
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant as WallClock;
+
+use control::api::{Body, ControlSocket, CoreStats, PortStatus, Reply, Request, Stats, Status};
+use control::config::{Config, ConfigError, DeviceKind, HugepagePolicy};
+use smoltcp::wire::EthernetAddress;
+
+use crate::dpdk::{self, Eal, EthPort, EthPortConfig, LcoreId, Mempool, QueueId};
+use crate::engine::{Engine, EngineConfig};
+use crate::net::InterfaceConfig;
+use crate::stats::{Counters, DropReason, SharedCounters};
+use crate::time::TscClock;
+
+/// Why `dpd` could not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// The configuration does not fit this machine (names field and value).
+    Config(ConfigError),
+    /// DPDK refused (EAL, mempool, port).
+    Dpdk(dpdk::DpdkError),
+    /// The control socket could not be made.
+    Control(std::io::Error),
+}
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Config(e) => write!(f, "config error: {e}"),
+            Self::Dpdk(e) => write!(f, "DPDK error: {e}"),
+            Self::Control(e) => write!(f, "control socket error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+impl From<ConfigError> for StartError {
+    fn from(e: ConfigError) -> Self {
+        Self::Config(e)
+    }
+}
+
+impl From<dpdk::DpdkError> for StartError {
+    fn from(e: dpdk::DpdkError) -> Self {
+        Self::Dpdk(e)
+    }
+}
+
+/// Parses a sysfs CPU list (`0-3,8,10-11`).
+pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => cpus.extend(a.parse::<u32>().ok()?..=b.parse::<u32>().ok()?),
+            None => cpus.push(part.parse().ok()?),
+        }
+    }
+    Some(cpus)
+}
+
+/// What the machine offers, as `dpd` needs it.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    pub online_cpus: Vec<u32>,
+    pub free_hugepage_bytes: u64,
+    pub hugepages: Vec<String>,
+}
+
+impl Machine {
+    pub fn probe() -> Self {
+        let online_cpus = std::fs::read_to_string("/sys/devices/system/cpu/online")
+            .ok()
+            .and_then(|t| parse_cpu_list(&t))
+            .unwrap_or_else(|| (0..std::thread::available_parallelism().map_or(1, |n| n.get() as u32)).collect());
+        let (free_hugepage_bytes, hugepages) = match hugepages::discover() {
+            Ok(inv) => {
+                let mut lines: Vec<String> = inv.sizes.iter().map(|p| p.to_string()).collect();
+                lines.extend(inv.nodes.iter().map(|p| p.to_string()));
+                (inv.free_bytes(), lines)
+            }
+            Err(e) => (0, vec![format!("unreadable: {e}")]),
+        };
+        Self { online_cpus, free_hugepage_bytes, hugepages }
+    }
+}
+
+/// The start-up plan: EAL arguments and the main lcore.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub main_lcore: u32,
+    pub use_hugepages: bool,
+    pub eal_args: Vec<String>,
+}
+
+/// Checks `cfg` against `machine` and builds the EAL arguments.
+///
+/// # Errors
+/// A core that does not exist, no core left for the control thread, an
+/// interface that does not exist, or no hugepages when they are required.
+pub fn plan(cfg: &Config, machine: &Machine, iface_exists: impl Fn(&str) -> bool) -> Result<Plan, ConfigError> {
+    for (i, core) in cfg.eal.lcores.iter().enumerate() {
+        if !machine.online_cpus.contains(core) {
+            return Err(ConfigError::new(
+                format!("eal.lcores[{i}]"),
+                core,
+                format!("no such core (online: {:?})", machine.online_cpus),
+            ));
+        }
+    }
+    let main_lcore = machine
+        .online_cpus
+        .iter()
+        .copied()
+        .find(|c| !cfg.eal.lcores.contains(c))
+        .ok_or_else(|| {
+            ConfigError::new("eal.lcores", format!("{:?}", cfg.eal.lcores), "leave one core for the control thread")
+        })?;
+    for (i, port) in cfg.ports.iter().enumerate() {
+        if let Some(iface) = port.kernel_iface() {
+            if !iface_exists(iface) {
+                return Err(ConfigError::new(
+                    format!("port[{i}].device"),
+                    &port.device,
+                    format!("network interface {iface:?} does not exist (in this network namespace)"),
+                ));
+            }
+        }
+    }
+    let use_hugepages = match cfg.eal.hugepages {
+        HugepagePolicy::Off => false,
+        HugepagePolicy::Preferred => machine.free_hugepage_bytes > 0,
+        HugepagePolicy::Required if machine.free_hugepage_bytes == 0 => {
+            return Err(ConfigError::new(
+                "eal.hugepages",
+                "required",
+                "no free hugepages on this machine (reserve some: scripts/setup.sh, or /proc/sys/vm/nr_hugepages)",
+            ))
+        }
+        HugepagePolicy::Required => true,
+    };
+
+    let mut cores = vec![main_lcore];
+    cores.extend(&cfg.eal.lcores);
+    let mut args = vec![
+        "-l".to_string(),
+        cores.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
+        format!("--main-lcore={main_lcore}"),
+    ];
+    if !cfg.has_pci_port() {
+        args.push("--no-pci".into());
+    }
+    for port in &cfg.ports {
+        match port.device_kind().map_err(|r| ConfigError::new("port.device", &port.device, r))? {
+            DeviceKind::Pci(addr) => args.push(format!("--allow={addr}")),
+            DeviceKind::Virtual { spec, .. } => args.push(format!("--vdev={spec}")),
+        }
+    }
+    if !use_hugepages {
+        args.push("--no-huge".into());
+    }
+    let user_memory_mode = cfg
+        .eal
+        .args
+        .iter()
+        .any(|a| a.starts_with("--file-prefix") || a == "--in-memory");
+    if !user_memory_mode {
+        args.push("--in-memory".into());
+    }
+    args.extend(cfg.eal.args.iter().cloned());
+    Ok(Plan { main_lcore, use_hugepages, eal_args: args })
+}
+
+/// Converts engine counters to the API's shape.
+pub fn core_stats(lcore: Option<u32>, c: &Counters) -> CoreStats {
+    CoreStats {
+        lcore,
+        rx_packets: c.rx_packets,
+        rx_bytes: c.rx_bytes,
+        tx_packets: c.tx_packets,
+        tx_bytes: c.tx_bytes,
+        arp_replies: c.arp_replies,
+        arp_requests: c.arp_requests,
+        icmp_echo_replies: c.icmp_echo_replies,
+        drops: DropReason::ALL.iter().map(|r| (r.name().to_string(), c.dropped(*r))).collect(),
+        busy_cycles: c.busy_cycles,
+        idle_cycles: c.idle_cycles,
+    }
+}
+
+fn mac_string(m: [u8; 6]) -> String {
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+/// Runs `dpd` until `stop` is set: the whole life of the daemon.
+///
+/// # Errors
+/// When anything fails to start; everything started is stopped again.
+pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
+    let started = WallClock::now();
+    let machine = Machine::probe();
+    log::info!("hugepages: {}", machine.hugepages.join("; "));
+    let plan = plan(cfg, &machine, |iface| Path::new("/sys/class/net").join(iface).exists())?;
+    if !plan.use_hugepages {
+        match cfg.eal.hugepages {
+            HugepagePolicy::Off => log::info!("hugepages off by configuration"),
+            _ => log::warn!("no free hugepages: DPDK runs on normal pages (--no-huge); reserve hugepages for production"),
+        }
+    }
+    log::info!("EAL arguments: {}", plan.eal_args.join(" "));
+    let eal = Eal::init(&plan.eal_args)?;
+    log::info!("DPDK {} up; control thread on core {}", dpdk::version(), plan.main_lcore);
+
+    let queues = u16::try_from(cfg.eal.lcores.len()).expect("few cores");
+    let mut pools: Vec<(i32, Mempool)> = Vec::new();
+    let mut ports = Vec::new();
+    for (i, pc) in cfg.ports.iter().enumerate() {
+        let name = match pc.device_kind().map_err(|r| ConfigError::new(format!("port[{i}].device"), &pc.device, r))? {
+            DeviceKind::Pci(addr) => addr,
+            DeviceKind::Virtual { name, .. } => name,
+        };
+        let id = dpdk::port_id_by_name(&name).map_err(|e| {
+            ConfigError::new(format!("port[{i}].device"), &pc.device, format!("DPDK did not probe this device ({e})"))
+        })?;
+        let info = EthPort::info(id)?;
+        let socket = info.socket.max(0);
+        let pool = match pools.iter().find(|(s, _)| *s == socket) {
+            Some((_, p)) => *p,
+            None => {
+                let p = Mempool::create(
+                    &format!("mbufs-s{socket}"),
+                    cfg.eal.mbufs,
+                    256,
+                    dpdk_sys::consts::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
+                    socket,
+                )?;
+                pools.push((socket, p));
+                p
+            }
+        };
+        let port = EthPort::start(id, EthPortConfig { queues, rx_desc: pc.rx_desc, tx_desc: pc.tx_desc, mempool: pool })
+            .map_err(|e| e.context(format!("port {} ({})", pc.name, pc.device)))?;
+        let link = port.link();
+        log::info!(
+            "port {} ({}): driver {}, MAC {}, {} queue(s), RSS {}, checksum offload rx {} tx {}, link {}",
+            pc.name,
+            pc.device,
+            info.driver,
+            mac_string(port.mac()),
+            queues,
+            if port.rss() { "on" } else { "off" },
+            port.offloads().rx_ipv4_cksum,
+            port.offloads().tx_ipv4_cksum,
+            if link.up { "up" } else { "down" }
+        );
+        if queues > 1 && !port.rss() {
+            log::warn!("port {}: no RSS; flows will not spread over {} engines", pc.name, queues);
+        }
+        ports.push(port);
+    }
+
+    let engine_stop = Arc::new(AtomicBool::new(false));
+    let mut shared = Vec::new();
+    let mut launched = Vec::new();
+    for (q, &lcore) in cfg.eal.lcores.iter().enumerate() {
+        let counters = Arc::new(SharedCounters::default());
+        shared.push((lcore, counters.clone()));
+        let mut engine = Engine::new(EngineConfig::default(), counters);
+        for (port, pc) in ports.iter().zip(&cfg.ports) {
+            let cidr = pc.cidr().map_err(|r| ConfigError::new("port.address", &pc.address, r))?;
+            let gateway = pc.gateway.as_deref().and_then(|g| g.parse::<Ipv4Addr>().ok());
+            engine.add_port(
+                port.queue(QueueId(q as u16)),
+                InterfaceConfig { mac: EthernetAddress(port.mac()), addr: cidr.addr, prefix_len: cidr.prefix_len, gateway },
+            );
+        }
+        let stop = engine_stop.clone();
+        let handle = eal.launch(LcoreId(lcore), move || {
+            let clock = TscClock::new();
+            engine.run(&clock, &stop);
+            0
+        })?;
+        log::info!("engine {q} running on core {lcore}");
+        launched.push(handle);
+    }
+
+    let socket = ControlSocket::bind(&cfg.control.socket).map_err(StartError::Control);
+    let result = match socket {
+        Ok(socket) => {
+            log::info!("control socket {}", socket.path().display());
+            let status_ports: Vec<PortStatus> = ports
+                .iter()
+                .zip(&cfg.ports)
+                .map(|(p, pc)| PortStatus {
+                    name: pc.name.clone(),
+                    device: pc.device.clone(),
+                    driver: p.port_info().driver.clone(),
+                    mac: mac_string(p.mac()),
+                    address: pc.address.clone(),
+                    link_up: false,
+                    speed_mbps: 0,
+                    queues,
+                    rss: p.rss(),
+                })
+                .collect();
+            socket.serve(&stop, |req| match req {
+                Request::Status => {
+                    let mut ports_now = status_ports.clone();
+                    for (ps, p) in ports_now.iter_mut().zip(&ports) {
+                        let link = p.link();
+                        ps.link_up = link.up;
+                        ps.speed_mbps = link.speed_mbps;
+                    }
+                    Reply::ok(Body::Status(Status {
+                        version: env!("CARGO_PKG_VERSION").to_string(),
+                        dpdk: dpdk::version(),
+                        pid: std::process::id(),
+                        uptime_s: started.elapsed().as_secs_f64(),
+                        lcores: cfg.eal.lcores.clone(),
+                        ports: ports_now,
+                        hugepages: machine.hugepages.clone(),
+                        hugepages_in_use: plan.use_hugepages,
+                    }))
+                }
+                Request::Stats => Reply::ok(Body::Stats(collect_stats(&shared))),
+            });
+            Ok(())
+        }
+        Err(e) => Err(e),
+    };
+
+    log::info!("stopping engines");
+    engine_stop.store(true, Ordering::Relaxed);
+    for h in launched {
+        h.wait();
+    }
+    let total = collect_stats(&shared).total;
+    log::info!(
+        "final counters: rx {} tx {} arp replies {} icmp echo replies {} drops {}",
+        total.rx_packets,
+        total.tx_packets,
+        total.arp_replies,
+        total.icmp_echo_replies,
+        total.drops.values().sum::<u64>()
+    );
+    drop(ports);
+    drop(eal);
+    log::info!("stopped");
+    result
+}
+
+fn collect_stats(shared: &[(u32, Arc<SharedCounters>)]) -> Stats {
+    let mut total = Counters::default();
+    let mut cores = Vec::new();
+    for (lcore, s) in shared {
+        let c = s.read();
+        total.add(&c);
+        cores.push(core_stats(Some(*lcore), &c));
+    }
+    Stats { cores, total: core_stats(None, &total) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine(free: u64) -> Machine {
+        Machine { online_cpus: vec![0, 1], free_hugepage_bytes: free, hugepages: vec![] }
+    }
+
+    fn config(extra: &str) -> Config {
+        Config::parse(&format!(
+            "[eal]\nlcores = [1]\n{extra}\n[[port]]\nname = \"p0\"\ndevice = \"net_af_packet0,iface=veth-dut\"\naddress = \"10.77.0.1/24\"\n"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0-3,8,10-11\n"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
+        assert_eq!(parse_cpu_list("0"), Some(vec![0]));
+        assert_eq!(parse_cpu_list("x"), None);
+    }
+
+    #[test]
+    fn eal_arguments() {
+        let p = plan(&config(""), &machine(1 << 30), |_| true).unwrap();
+        assert_eq!(p.main_lcore, 0);
+        assert_eq!(
+            p.eal_args,
+            ["-l", "0,1", "--main-lcore=0", "--no-pci", "--vdev=net_af_packet0,iface=veth-dut", "--in-memory"]
+        );
+        let p = plan(&config("args = [\"--file-prefix=x\"]"), &machine(0), |_| true).unwrap();
+        assert!(p.eal_args.contains(&"--no-huge".to_string()));
+        assert!(!p.eal_args.contains(&"--in-memory".to_string()));
+        assert!(p.eal_args.contains(&"--file-prefix=x".to_string()));
+    }
+
+    #[test]
+    fn machine_checks_name_the_field() {
+        let mut c = config("");
+        c.eal.lcores = vec![5];
+        assert_eq!(plan(&c, &machine(0), |_| true).unwrap_err().field, "eal.lcores[0]");
+        c.eal.lcores = vec![0, 1];
+        let e = plan(&c, &machine(0), |_| true).unwrap_err();
+        assert!(e.reason.contains("control thread"), "{e}");
+        let e = plan(&config(""), &machine(0), |_| false).unwrap_err();
+        assert_eq!(e.field, "port[0].device");
+        assert!(e.reason.contains("\"veth-dut\" does not exist"), "{e}");
+        let e = plan(&config("hugepages = \"required\""), &machine(0), |_| true).unwrap_err();
+        assert_eq!((e.field.as_str(), e.value.as_str()), ("eal.hugepages", "required"));
+        assert!(plan(&config("hugepages = \"required\""), &machine(2 << 20), |_| true).unwrap().use_hugepages);
+        assert!(!plan(&config("hugepages = \"off\""), &machine(2 << 20), |_| true).unwrap().use_hugepages);
+    }
+}
