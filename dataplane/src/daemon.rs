@@ -163,18 +163,22 @@ pub fn plan(cfg: &Config, machine: &Machine, iface_exists: impl Fn(&str) -> bool
             DeviceKind::Virtual { spec, .. } => args.push(format!("--vdev={spec}")),
         }
     }
-    if !use_hugepages {
-        args.push("--no-huge".into());
+    // Memory: never leave shared files behind, so several dpd (and tests)
+    // can run side by side. `--in-memory` needs hugepages; without them,
+    // `--no-huge` (which implies legacy memory) pairs with `--no-shconf`.
+    let user_args = cfg.eal.args.iter().filter(|a| use_hugepages || a.as_str() != "--in-memory");
+    let user_has = |p: &str| cfg.eal.args.iter().any(|a| a.starts_with(p));
+    if use_hugepages {
+        if !user_has("--file-prefix") && !user_has("--in-memory") {
+            args.push("--in-memory".into());
+        }
+    } else {
+        args.extend(["--no-huge".to_string(), "--no-shconf".to_string()]);
+        if !user_has("-m") && !user_has("--socket-mem") {
+            args.extend(["-m".to_string(), "512".to_string()]);
+        }
     }
-    let user_memory_mode = cfg
-        .eal
-        .args
-        .iter()
-        .any(|a| a.starts_with("--file-prefix") || a == "--in-memory");
-    if !user_memory_mode {
-        args.push("--in-memory".into());
-    }
-    args.extend(cfg.eal.args.iter().cloned());
+    args.extend(user_args.cloned());
     Ok(Plan { main_lcore, use_hugepages, eal_args: args })
 }
 
@@ -397,10 +401,12 @@ mod tests {
             p.eal_args,
             ["-l", "0,1", "--main-lcore=0", "--no-pci", "--vdev=net_af_packet0,iface=veth-dut", "--in-memory"]
         );
-        let p = plan(&config("args = [\"--file-prefix=x\"]"), &machine(0), |_| true).unwrap();
-        assert!(p.eal_args.contains(&"--no-huge".to_string()));
+        let p = plan(&config("args = [\"--file-prefix=x\"]"), &machine(1 << 30), |_| true).unwrap();
         assert!(!p.eal_args.contains(&"--in-memory".to_string()));
         assert!(p.eal_args.contains(&"--file-prefix=x".to_string()));
+        // Without hugepages --in-memory cannot work: --no-huge --no-shconf.
+        let p = plan(&config("args = [\"--in-memory\"]"), &machine(0), |_| true).unwrap();
+        assert_eq!(&p.eal_args[5..], ["--no-huge", "--no-shconf", "-m", "512"]);
     }
 
     #[test]

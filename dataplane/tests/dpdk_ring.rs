@@ -1,0 +1,140 @@
+//! The safe DPDK layer against real DPDK, on the `net_ring` virtual device
+//! (a loopback: what queue 0 transmits, queue 0 receives) without hugepages
+//! or PCI. One EAL per process, shared by the tests in this file.
+
+use std::sync::{Mutex, OnceLock};
+
+use dataplane::dpdk::{self, register_thread, Eal, EthPort, EthPortConfig, Mbuf, Mempool, QueueId};
+
+struct Dpdk {
+    _eal: Eal,
+    pool: Mempool,
+    port: EthPort,
+}
+
+const POOL_SIZE: u32 = 4095;
+
+/// EAL, a pool without per-lcore cache (so `available()` is exact) and the
+/// ring port. Tests take the lock: the port's queue is single-threaded.
+fn dpdk() -> &'static Mutex<Dpdk> {
+    static DPDK: OnceLock<Mutex<Dpdk>> = OnceLock::new();
+    DPDK.get_or_init(|| {
+        let args: Vec<String> = ["-l", "0", "--no-pci", "--no-huge", "-m", "256", "--no-shconf", "--vdev=net_ring0", "--log-level=lib.eal:warning"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let eal = Eal::init(&args).expect("EAL init on net_ring");
+        let pool = Mempool::create("test-pool", POOL_SIZE, 0, 2176, -1).expect("mempool");
+        let id = dpdk::port_id_by_name("net_ring0").expect("net_ring0 probed");
+        let port = EthPort::start(id, EthPortConfig { queues: 1, rx_desc: 1024, tx_desc: 1024, mempool: pool }).expect("port start");
+        Mutex::new(Dpdk { _eal: eal, pool, port })
+    })
+}
+
+fn frame(pool: &Mempool, tag: u32) -> Mbuf {
+    let mut m = pool.alloc().expect("pool has mbufs");
+    m.set_len(64);
+    m.data_mut().fill(0);
+    m.data_mut()[..4].copy_from_slice(&tag.to_be_bytes());
+    m
+}
+
+#[test]
+fn tx_burst_never_leaks_unsent_mbufs() {
+    let d = dpdk().lock().unwrap();
+    let pool = d.pool;
+    let mut q = d.port.queue(QueueId(0));
+    assert_eq!(pool.available(), POOL_SIZE);
+
+    // Fill the ring until a burst is only partly taken.
+    let mut in_ring = 0usize;
+    let mut tag = 0u32;
+    let mut batch: Vec<Mbuf> = Vec::with_capacity(64);
+    loop {
+        while batch.len() < 64 {
+            batch.push(frame(&pool, tag));
+            tag += 1;
+        }
+        let before = batch.len();
+        let sent = q.tx_burst(&mut batch);
+        in_ring += sent;
+        assert_eq!(batch.len(), before - sent, "sent mbufs leave the batch, unsent stay");
+        if !batch.is_empty() {
+            break;
+        }
+        assert!(in_ring < POOL_SIZE as usize, "ring never filled");
+    }
+    let unsent = batch.len();
+    assert!(unsent > 0);
+    // Every mbuf is accounted for: in the ring, in our batch, or in the pool.
+    assert_eq!(pool.available() as usize, POOL_SIZE as usize - in_ring - unsent);
+    // The unsent ones are the tail, in order, and still ours to read.
+    let first_unsent = u32::from_be_bytes(batch[0].data()[..4].try_into().unwrap());
+    assert_eq!(first_unsent as usize, in_ring);
+    drop(batch);
+    assert_eq!(pool.available() as usize, POOL_SIZE as usize - in_ring, "dropping unsent mbufs frees them");
+
+    // Drain the ring: every frame comes back intact, in order.
+    let mut got: Vec<Mbuf> = Vec::new();
+    let mut next = 0u32;
+    while q.rx_burst(&mut got, 32) > 0 {
+        for m in got.drain(..) {
+            assert_eq!(u32::from_be_bytes(m.data()[..4].try_into().unwrap()), next);
+            assert_eq!(m.data().len(), 64);
+            next += 1;
+        }
+    }
+    assert_eq!(next as usize, in_ring);
+    assert_eq!(pool.available(), POOL_SIZE, "all mbufs back in the pool");
+}
+
+#[test]
+fn mempool_exhaustion_and_mbuf_lengths() {
+    let d = dpdk().lock().unwrap();
+    let pool = d.pool;
+    let mut all: Vec<Mbuf> = Vec::new();
+    while let Some(m) = pool.alloc() {
+        all.push(m);
+    }
+    assert_eq!(all.len(), POOL_SIZE as usize);
+    assert!(pool.alloc().is_none(), "exhausted pool gives None");
+    let m = &mut all[0];
+    assert_eq!(m.data().len(), 0);
+    assert!(m.capacity() >= 2048);
+    m.set_len(1500);
+    assert_eq!((m.data().len(), m.pkt_len(), m.segments()), (1500, 1500, 1));
+    drop(all);
+    assert_eq!(pool.available(), POOL_SIZE);
+}
+
+#[test]
+fn too_many_queues_is_a_clear_error() {
+    let d = dpdk().lock().unwrap();
+    let id = d.port.id();
+    let info = EthPort::info(id).unwrap();
+    assert_eq!(info.driver, "net_ring");
+    let err = EthPort::start(id, EthPortConfig { queues: 1000, rx_desc: 64, tx_desc: 64, mempool: d.pool }).unwrap_err();
+    assert!(err.to_string().contains("1000 queues asked"), "{err}");
+}
+
+#[test]
+fn non_eal_threads_register_and_use_mbufs() {
+    let pool = dpdk().lock().unwrap().pool;
+    let before = pool.available();
+    std::thread::spawn(move || {
+        let lcore = register_thread().expect("register");
+        assert_ne!(lcore.0, u32::MAX, "a registered thread has an lcore id");
+        let m = pool.alloc().expect("alloc from a registered thread");
+        drop(m);
+    })
+    .join()
+    .unwrap();
+    assert_eq!(pool.available(), before);
+}
+
+#[test]
+fn second_eal_init_is_refused() {
+    let _d = dpdk().lock().unwrap();
+    let err = Eal::init(&["--no-huge".to_string()]).unwrap_err();
+    assert!(err.to_string().contains("once per process"), "{err}");
+}
