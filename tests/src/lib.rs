@@ -1,0 +1,238 @@
+//! Helpers for tlsdp's end-to-end tests: a lab (two network namespaces and a
+//! veth link, made by `scripts/lab.sh`) and a running `dpd` in it.
+//!
+//! Tests need root (namespaces, DPDK) and the binaries built
+//! (`cargo build --workspace --bins`; `scripts/test.sh` does both). Every
+//! lab has its own name and subnet, so tests can run in parallel; every
+//! process is stopped by PID when its handle drops.
+#![forbid(unsafe_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use control::api::{Body, Client, CoreStats, Request};
+
+/// The workspace root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+}
+
+/// A workspace binary (`dpd`, `dpctl`) from the same target folder as the
+/// running test.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/..");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} not built: run `cargo build --workspace --bins` first (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// Fails the test with a clear message unless running as root.
+pub fn require_root() {
+    let uid = Command::new("id").arg("-u").output().expect("id -u");
+    assert_eq!(
+        String::from_utf8_lossy(&uid.stdout).trim(),
+        "0",
+        "end-to-end tests need root (network namespaces, DPDK): run scripts/test.sh as root"
+    );
+}
+
+/// Runs a command, returning its output; panics if it cannot start.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+}
+
+static NEXT_LAB: AtomicU32 = AtomicU32::new(0);
+
+/// Two namespaces joined by a veth link: `<name>-cli` (veth-cli, .2) and
+/// `<name>-dut` (veth-dut, no address). Removed on drop.
+#[derive(Debug)]
+pub struct Lab {
+    pub name: String,
+    /// The /24 prefix, e.g. `10.77.13`.
+    pub net: String,
+}
+
+impl Lab {
+    /// Makes a lab with a name and subnet unique to this process and test.
+    pub fn up(tag: &str) -> Self {
+        require_root();
+        let n = NEXT_LAB.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        // Names stay short (namespace names become file names) and unique.
+        let name = format!("e2e{}{}{}", tag, pid % 100_000, n);
+        let net = format!("10.{}.{}", 100 + (pid % 100), 1 + (pid / 100 % 25) * 10 + n % 10);
+        let out = run(Command::new(repo_root().join("scripts/lab.sh")).args(["up", &name]).env("LAB_NET", &net));
+        assert!(out.status.success(), "lab.sh up failed: {}", String::from_utf8_lossy(&out.stderr));
+        Self { name, net }
+    }
+
+    /// The DUT's address.
+    pub fn dut_ip(&self) -> String {
+        format!("{}.1", self.net)
+    }
+
+    /// Runs a command inside the client namespace.
+    pub fn client(&self, args: &[&str]) -> Output {
+        run(Command::new("ip").args(["netns", "exec", &format!("{}-cli", self.name)]).args(args))
+    }
+
+    /// A dpd configuration for this lab's DUT side on the given device kind
+    /// (`net_af_packet` or `net_af_xdp`).
+    pub fn config(&self, driver: &str, socket: &Path, extra_eal: &str) -> String {
+        format!(
+            "[eal]\nlcores = [1]\n{extra_eal}\n\n[[port]]\nname = \"p0\"\ndevice = \"{driver}0,iface=veth-dut\"\naddress = \"{}/24\"\n\n[control]\nsocket = \"{}\"\n",
+            self.dut_ip(),
+            socket.display()
+        )
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = Command::new(repo_root().join("scripts/lab.sh"))
+            .args(["down", &self.name])
+            .stdout(Stdio::null())
+            .status();
+    }
+}
+
+/// A running `dpd`, stopped (SIGTERM, then SIGKILL) on drop.
+#[derive(Debug)]
+pub struct Dpd {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Dpd {
+    /// Starts `dpd` with `config` inside the lab's DUT namespace and waits
+    /// until its control socket answers.
+    pub fn start(lab: &Lab, config_for: impl FnOnce(&Path) -> String) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("control.sock");
+        let cfg = dir.path().join("dpd.toml");
+        fs::write(&cfg, config_for(&socket)).expect("write config");
+        let log = dir.path().join("dpd.log");
+        let logf = fs::File::create(&log).expect("log file");
+        let child = Command::new("ip")
+            .args(["netns", "exec", &format!("{}-dut", lab.name)])
+            .arg(bin("dpd"))
+            .arg("--config")
+            .arg(&cfg)
+            .stdin(Stdio::null())
+            .stdout(logf.try_clone().expect("dup"))
+            .stderr(logf)
+            .spawn()
+            .expect("spawn dpd");
+        let mut dpd = Self { child: Some(child), dir, socket, log };
+        dpd.wait_ready(Duration::from_secs(30));
+        dpd
+    }
+
+    fn wait_ready(&mut self, limit: Duration) {
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            if let Some(status) = self.child.as_mut().expect("running").try_wait().expect("try_wait") {
+                panic!("dpd exited early ({status}):\n{}", self.log_text());
+            }
+            if Client::connect(&self.socket).and_then(|mut c| c.call(&Request::Status)).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("dpd not ready after {limit:?}:\n{}", self.log_text());
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The total counters over all engines.
+    pub fn stats(&self) -> CoreStats {
+        let reply = Client::connect(&self.socket).and_then(|mut c| c.call(&Request::Stats)).expect("stats");
+        match reply.body {
+            Some(Body::Stats(s)) => s.total,
+            other => panic!("unexpected stats reply {other:?}"),
+        }
+    }
+
+    /// Sends `signal` and waits for exit.
+    pub fn stop_with(&mut self, signal: i32, limit: Duration) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let pid = child.id();
+        let out = run(Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()));
+        assert!(out.status.success(), "kill failed");
+        let t0 = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                return status;
+            }
+            if t0.elapsed() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("dpd did not stop within {limit:?} of signal {signal}:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Dpd {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(5) {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Runs `dpd --config` with `config` (outside any namespace) and returns its
+/// exit status and stderr: for configurations that must be refused.
+pub fn dpd_refuses(config: &str) -> (ExitStatus, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("dpd.toml");
+    fs::write(&cfg, config).expect("write config");
+    let mut child = Command::new(bin("dpd"))
+        .arg("--config")
+        .arg(&cfg)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn dpd");
+    let t0 = Instant::now();
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!("dpd kept running on a bad config:\n{}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("output");
+    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+}

@@ -1,0 +1,86 @@
+//! `dpd` refuses bad configurations with a message naming the field and the
+//! value, and a non-zero exit: 2 for configuration errors, 1 when DPDK
+//! itself fails. None of these touch a network.
+
+use e2e::dpd_refuses;
+
+const GOOD: &str = r#"
+[eal]
+lcores = [1]
+
+[[port]]
+name = "p0"
+device = "net_ring0"
+address = "10.99.0.1/24"
+
+[control]
+socket = "/tmp/tlsdp-e2e-never-bound.sock"
+"#;
+
+fn refused(config: &str, code: i32, needles: &[&str]) {
+    let (status, stderr) = dpd_refuses(config);
+    assert_eq!(status.code(), Some(code), "exit code; stderr:\n{stderr}");
+    for n in needles {
+        assert!(stderr.contains(n), "stderr lacks {n:?}:\n{stderr}");
+    }
+}
+
+#[test]
+fn unknown_key() {
+    refused(&GOOD.replace("address =", "adress ="), 2, &["config error", "unknown field `adress`"]);
+}
+
+#[test]
+fn bad_address() {
+    refused(&GOOD.replace("10.99.0.1/24", "10.99.0.1/40"), 2, &["port[0].address", "\"10.99.0.1/40\"", "prefix length"]);
+    refused(&GOOD.replace("10.99.0.1/24", "fe80::1/64"), 2, &["port[0].address", "not an IPv4 address"]);
+}
+
+#[test]
+fn missing_device() {
+    refused(
+        &GOOD.replace("net_ring0", "net_af_packet0,iface=no-such-veth"),
+        2,
+        &["port[0].device", "\"no-such-veth\" does not exist"],
+    );
+    refused(&GOOD.replace("net_ring0", "eth7"), 2, &["port[0].device", "\"eth7\"", "PCI address"]);
+}
+
+#[test]
+fn core_that_does_not_exist() {
+    refused(&GOOD.replace("lcores = [1]", "lcores = [4000]"), 2, &["eal.lcores[0]", "4000", "no such core"]);
+}
+
+#[test]
+fn eal_failure_is_reported() {
+    refused(
+        &GOOD.replace("lcores = [1]", "lcores = [1]\nargs = [\"--no-such-eal-flag\"]"),
+        1,
+        &["rte_eal_init failed", "--no-such-eal-flag"],
+    );
+}
+
+#[test]
+fn missing_file_and_garbage() {
+    let (status, stderr) = e2e::dpd_refuses("this is = = not toml");
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("invalid config"), "{stderr}");
+    let out = e2e::run(std::process::Command::new(e2e::bin("dpd")).args(["--config", "/nonexistent/dpd.toml"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read config /nonexistent/dpd.toml"));
+}
+
+#[test]
+fn check_mode_validates_without_starting() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dpd.toml");
+    std::fs::write(&path, GOOD).unwrap();
+    let out = e2e::run(std::process::Command::new(e2e::bin("dpd")).arg("--check").arg("--config").arg(&path));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for example in ["examples/dpd.toml", "examples/dpd-af-xdp.toml"] {
+        let out = e2e::run(
+            std::process::Command::new(e2e::bin("dpd")).arg("--check").arg("--config").arg(e2e::repo_root().join(example)),
+        );
+        assert!(out.status.success(), "{example}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
