@@ -27,7 +27,10 @@ fn main() {
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));
 
     let mut shim = cc::Build::new();
-    shim.file("shim/shim.c").include("shim").warnings(true).opt_level(3);
+    shim.file("shim/shim.c")
+        .include("shim")
+        .warnings(true)
+        .opt_level(3);
     for flag in &cflags {
         shim.flag(flag);
     }
@@ -38,9 +41,17 @@ fn main() {
     let compiler = cc::Build::new().get_compiler();
     let consts_bin = out.join("dpdk_consts");
     let mut cmd = compiler.to_command();
-    cmd.args(&cflags).arg("shim/consts.c").arg("-o").arg(&consts_bin);
-    let status = cmd.status().expect("running the C compiler for shim/consts.c");
-    assert!(status.success(), "compiling shim/consts.c against DPDK failed");
+    cmd.args(&cflags)
+        .arg("shim/consts.c")
+        .arg("-o")
+        .arg(&consts_bin);
+    let status = cmd
+        .status()
+        .expect("running the C compiler for shim/consts.c");
+    assert!(
+        status.success(),
+        "compiling shim/consts.c against DPDK failed"
+    );
     let consts = Command::new(&consts_bin)
         .output()
         .expect("running the DPDK constants program");

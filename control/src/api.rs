@@ -119,11 +119,21 @@ pub struct Reply {
 
 impl Reply {
     pub fn ok(body: Body) -> Self {
-        Self { ok: true, api: API_VERSION, error: None, body: Some(body) }
+        Self {
+            ok: true,
+            api: API_VERSION,
+            error: None,
+            body: Some(body),
+        }
     }
 
     pub fn error(msg: impl Into<String>) -> Self {
-        Self { ok: false, api: API_VERSION, error: Some(msg.into()), body: None }
+        Self {
+            ok: false,
+            api: API_VERSION,
+            error: Some(msg.into()),
+            body: None,
+        }
     }
 }
 
@@ -157,7 +167,10 @@ impl ControlSocket {
         let listener = UnixListener::bind(path)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
         listener.set_nonblocking(true)?;
-        Ok(Self { listener, path: path.to_path_buf() })
+        Ok(Self {
+            listener,
+            path: path.to_path_buf(),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -176,7 +189,9 @@ impl ControlSocket {
                         }
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(50)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
                 Err(e) => {
                     eprintln!("control: accept failed: {e}");
                     std::thread::sleep(Duration::from_millis(200));
@@ -192,7 +207,11 @@ impl Drop for ControlSocket {
     }
 }
 
-fn serve_connection(stream: UnixStream, stop: &AtomicBool, handler: &mut impl FnMut(Request) -> Reply) -> io::Result<()> {
+fn serve_connection(
+    stream: UnixStream,
+    stop: &AtomicBool,
+    handler: &mut impl FnMut(Request) -> Reply,
+) -> io::Result<()> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(Duration::from_millis(200)))?;
     let mut writer = stream.try_clone()?;
@@ -206,7 +225,12 @@ fn serve_connection(stream: UnixStream, stop: &AtomicBool, handler: &mut impl Fn
             Ok(0) => return Ok(()),
             Ok(_) if line.ends_with(b"\n") || line.len() > MAX_REQUEST => {}
             Ok(_) => return Ok(()), // EOF without newline
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
                 if line.len() > MAX_REQUEST {
                     return Ok(());
                 }
@@ -248,7 +272,10 @@ impl Client {
     pub fn connect(path: &Path) -> io::Result<Self> {
         let stream = UnixStream::connect(path)?;
         stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        Ok(Self { writer: stream.try_clone()?, reader: BufReader::new(stream) })
+        Ok(Self {
+            writer: stream.try_clone()?,
+            reader: BufReader::new(stream),
+        })
     }
 
     /// Sends a request and waits for its reply.
@@ -269,9 +296,13 @@ impl Client {
         self.writer.write_all(line)?;
         let mut reply = String::new();
         if self.reader.read_line(&mut reply)? == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "dpd closed the connection"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "dpd closed the connection",
+            ));
         }
-        serde_json::from_str(&reply).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("bad reply: {e}")))
+        serde_json::from_str(&reply)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("bad reply: {e}")))
     }
 }
 
@@ -282,8 +313,14 @@ mod tests {
 
     #[test]
     fn request_shapes() {
-        assert_eq!(serde_json::to_string(&Request::Status).unwrap(), r#"{"cmd":"status"}"#);
-        assert_eq!(serde_json::from_str::<Request>(r#"{"cmd":"stats"}"#).unwrap(), Request::Stats);
+        assert_eq!(
+            serde_json::to_string(&Request::Status).unwrap(),
+            r#"{"cmd":"status"}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"cmd":"stats"}"#).unwrap(),
+            Request::Stats
+        );
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"reboot"}"#).is_err());
     }
 
@@ -294,12 +331,18 @@ mod tests {
         let sock = ControlSocket::bind(&path).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
-        assert!(ControlSocket::bind(&path).is_err(), "a live socket is not replaced");
+        assert!(
+            ControlSocket::bind(&path).is_err(),
+            "a live socket is not replaced"
+        );
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let server = std::thread::spawn(move || {
             sock.serve(&stop2, |req| match req {
-                Request::Stats => Reply::ok(Body::Stats(Stats { cores: vec![], total: CoreStats::default() })),
+                Request::Stats => Reply::ok(Body::Stats(Stats {
+                    cores: vec![],
+                    total: CoreStats::default(),
+                })),
                 Request::Status => Reply::error("not in this test"),
             });
         });

@@ -154,7 +154,11 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    pub fn new(field: impl Into<String>, value: impl fmt::Display, reason: impl Into<String>) -> Self {
+    pub fn new(
+        field: impl Into<String>,
+        value: impl fmt::Display,
+        reason: impl Into<String>,
+    ) -> Self {
         Self {
             field: field.into(),
             value: value.to_string(),
@@ -183,7 +187,11 @@ impl Config {
     /// keys included), or fails [`Config::validate`].
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| {
-            ConfigError::new("", "", format!("cannot read config {}: {e}", path.display()))
+            ConfigError::new(
+                "",
+                "",
+                format!("cannot read config {}: {e}", path.display()),
+            )
         })?;
         Self::parse(&text).map_err(|mut e| {
             if e.field.is_empty() {
@@ -198,8 +206,13 @@ impl Config {
     /// # Errors
     /// As [`Config::load`].
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        let config: Self = toml::from_str(text)
-            .map_err(|e| ConfigError::new("", "", format!("invalid config: {}", e.to_string().trim_end())))?;
+        let config: Self = toml::from_str(text).map_err(|e| {
+            ConfigError::new(
+                "",
+                "",
+                format!("invalid config: {}", e.to_string().trim_end()),
+            )
+        })?;
         config.validate()?;
         Ok(config)
     }
@@ -212,18 +225,35 @@ impl Config {
     /// The first problem found, naming its field and value.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.eal.lcores.is_empty() {
-            return Err(ConfigError::new("eal.lcores", "[]", "at least one dataplane core is needed"));
+            return Err(ConfigError::new(
+                "eal.lcores",
+                "[]",
+                "at least one dataplane core is needed",
+            ));
         }
         let mut seen = HashSet::new();
         for (i, core) in self.eal.lcores.iter().enumerate() {
             if !seen.insert(core) {
-                return Err(ConfigError::new(format!("eal.lcores[{i}]"), core, "core listed twice"));
+                return Err(ConfigError::new(
+                    format!("eal.lcores[{i}]"),
+                    core,
+                    "core listed twice",
+                ));
             }
         }
         for (i, arg) in self.eal.args.iter().enumerate() {
             let flag = arg.split('=').next().unwrap_or(arg);
-            if matches!(flag, "-l" | "--lcores" | "-c" | "--main-lcore" | "--vdev" | "-a" | "--allow" | "-b" | "--block")
-                || arg.starts_with("-l")
+            if matches!(
+                flag,
+                "-l" | "--lcores"
+                    | "-c"
+                    | "--main-lcore"
+                    | "--vdev"
+                    | "-a"
+                    | "--allow"
+                    | "-b"
+                    | "--block"
+            ) || arg.starts_with("-l")
                 || arg.starts_with("-c")
             {
                 return Err(ConfigError::new(
@@ -234,44 +264,85 @@ impl Config {
             }
         }
         if self.eal.mbufs < 1024 {
-            return Err(ConfigError::new("eal.mbufs", self.eal.mbufs, "at least 1024 packet buffers are needed"));
+            return Err(ConfigError::new(
+                "eal.mbufs",
+                self.eal.mbufs,
+                "at least 1024 packet buffers are needed",
+            ));
         }
         if self.ports.is_empty() {
-            return Err(ConfigError::new("port", "", "at least one [[port]] is needed"));
+            return Err(ConfigError::new(
+                "port",
+                "",
+                "at least one [[port]] is needed",
+            ));
         }
         let mut names = HashSet::new();
         let mut devices = HashSet::new();
         for (i, port) in self.ports.iter().enumerate() {
             let at = |f: &str| format!("port[{i}].{f}");
-            if port.name.is_empty() || !port.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-                return Err(ConfigError::new(at("name"), &port.name, "use letters, digits, '-' and '_'"));
+            if port.name.is_empty()
+                || !port
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                return Err(ConfigError::new(
+                    at("name"),
+                    &port.name,
+                    "use letters, digits, '-' and '_'",
+                ));
             }
             if !names.insert(port.name.as_str()) {
-                return Err(ConfigError::new(at("name"), &port.name, "another port has this name"));
+                return Err(ConfigError::new(
+                    at("name"),
+                    &port.name,
+                    "another port has this name",
+                ));
             }
-            let kind = port.device_kind().map_err(|reason| ConfigError::new(at("device"), &port.device, reason))?;
+            let kind = port
+                .device_kind()
+                .map_err(|reason| ConfigError::new(at("device"), &port.device, reason))?;
             let key = match &kind {
                 DeviceKind::Pci(a) => a.clone(),
                 DeviceKind::Virtual { name, .. } => name.clone(),
             };
             if !devices.insert(key) {
-                return Err(ConfigError::new(at("device"), &port.device, "another port uses this device"));
+                return Err(ConfigError::new(
+                    at("device"),
+                    &port.device,
+                    "another port uses this device",
+                ));
             }
-            let cidr = port.cidr().map_err(|reason| ConfigError::new(at("address"), &port.address, reason))?;
+            let cidr = port
+                .cidr()
+                .map_err(|reason| ConfigError::new(at("address"), &port.address, reason))?;
             if let Some(gw) = &port.gateway {
                 let ip: Ipv4Addr = gw
                     .parse()
                     .map_err(|_| ConfigError::new(at("gateway"), gw, "not an IPv4 address"))?;
                 if !cidr.contains(ip) {
-                    return Err(ConfigError::new(at("gateway"), gw, format!("not on the port's subnet {cidr}")));
+                    return Err(ConfigError::new(
+                        at("gateway"),
+                        gw,
+                        format!("not on the port's subnet {cidr}"),
+                    ));
                 }
                 if ip == cidr.addr {
-                    return Err(ConfigError::new(at("gateway"), gw, "is the port's own address"));
+                    return Err(ConfigError::new(
+                        at("gateway"),
+                        gw,
+                        "is the port's own address",
+                    ));
                 }
             }
             for (field, n) in [("rx_desc", port.rx_desc), ("tx_desc", port.tx_desc)] {
                 if !(64..=16384).contains(&n) || !n.is_power_of_two() {
-                    return Err(ConfigError::new(at(field), n, "must be a power of two from 64 to 16384"));
+                    return Err(ConfigError::new(
+                        at(field),
+                        n,
+                        "must be a power of two from 64 to 16384",
+                    ));
                 }
             }
         }
@@ -299,20 +370,25 @@ impl Port {
             .address
             .split_once('/')
             .ok_or("expected an IPv4 address with prefix length, e.g. 10.77.0.1/24")?;
-        let addr: Ipv4Addr = ip.parse().map_err(|_| format!("{ip:?} is not an IPv4 address"))?;
+        let addr: Ipv4Addr = ip
+            .parse()
+            .map_err(|_| format!("{ip:?} is not an IPv4 address"))?;
         let prefix_len: u8 = len
             .parse()
             .ok()
             .filter(|l| (1..=32).contains(l))
             .ok_or_else(|| format!("prefix length {len:?} is not 1 to 32"))?;
-        if addr.is_unspecified() || addr.is_multicast() || addr.is_broadcast() || addr.is_loopback() {
+        if addr.is_unspecified() || addr.is_multicast() || addr.is_broadcast() || addr.is_loopback()
+        {
             return Err(format!("{addr} cannot be a port's address"));
         }
         let cidr = Ipv4Cidr { addr, prefix_len };
         if prefix_len <= 30 {
             let host = u32::from(addr) & !cidr.mask();
             if host == 0 || host == !cidr.mask() {
-                return Err(format!("{addr} is the network or broadcast address of /{prefix_len}"));
+                return Err(format!(
+                    "{addr} is the network or broadcast address of /{prefix_len}"
+                ));
             }
         }
         Ok(cidr)
@@ -328,7 +404,10 @@ impl Port {
             return Ok(DeviceKind::Pci(pci));
         }
         let name = spec.split(',').next().unwrap_or_default();
-        if name.starts_with("net_") && name.len() > 4 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        if name.starts_with("net_")
+            && name.len() > 4
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
             return Ok(DeviceKind::Virtual {
                 name: name.to_string(),
                 spec: spec.to_string(),
@@ -357,8 +436,15 @@ fn parse_pci(s: &str) -> Option<String> {
     };
     let hex = |t: &str, n: usize| t.len() == n && t.chars().all(|c| c.is_ascii_hexdigit());
     let func_ok = func.len() == 1 && matches!(func.as_bytes()[0], b'0'..=b'7');
-    (hex(domain, 4) && hex(bus, 2) && hex(dev, 2) && func_ok)
-        .then(|| format!("{}:{}:{}.{}", domain.to_lowercase(), bus.to_lowercase(), dev.to_lowercase(), func))
+    (hex(domain, 4) && hex(bus, 2) && hex(dev, 2) && func_ok).then(|| {
+        format!(
+            "{}:{}:{}.{}",
+            domain.to_lowercase(),
+            bus.to_lowercase(),
+            dev.to_lowercase(),
+            func
+        )
+    })
 }
 
 #[cfg(test)]
@@ -427,8 +513,18 @@ mod tests {
         let e = err_of(&GOOD.replace("10.77.0.1/24", "10.77.0.300/24"));
         assert_eq!(e.field, "port[0].address");
         assert_eq!(e.value, "10.77.0.300/24");
-        assert!(e.to_string().contains("port[0].address = \"10.77.0.300/24\""), "{e}");
-        for bad in ["10.77.0.1", "10.77.0.1/33", "10.77.0.0/24", "10.77.0.255/24", "127.0.0.1/8"] {
+        assert!(
+            e.to_string()
+                .contains("port[0].address = \"10.77.0.300/24\""),
+            "{e}"
+        );
+        for bad in [
+            "10.77.0.1",
+            "10.77.0.1/33",
+            "10.77.0.0/24",
+            "10.77.0.255/24",
+            "127.0.0.1/8",
+        ] {
             let e = err_of(&GOOD.replace("10.77.0.1/24", bad));
             assert_eq!(e.field, "port[0].address", "{bad}: {e}");
         }
@@ -453,8 +549,14 @@ mod tests {
             rx_desc: 1024,
             tx_desc: 1024,
         };
-        assert_eq!(port("0000:3B:00.1").device_kind().unwrap(), DeviceKind::Pci("0000:3b:00.1".into()));
-        assert_eq!(port("01:00.0").device_kind().unwrap(), DeviceKind::Pci("0000:01:00.0".into()));
+        assert_eq!(
+            port("0000:3B:00.1").device_kind().unwrap(),
+            DeviceKind::Pci("0000:3b:00.1".into())
+        );
+        assert_eq!(
+            port("01:00.0").device_kind().unwrap(),
+            DeviceKind::Pci("0000:01:00.0".into())
+        );
         assert!(port("eth0").device_kind().is_err());
         assert!(port("net_").device_kind().is_err());
         assert!(port("01:00.9").device_kind().is_err());
@@ -464,8 +566,14 @@ mod tests {
 
     #[test]
     fn cores_and_names_checked() {
-        assert_eq!(err_of(&GOOD.replace("lcores = [1]", "lcores = []")).field, "eal.lcores");
-        assert_eq!(err_of(&GOOD.replace("lcores = [1]", "lcores = [1, 1]")).field, "eal.lcores[1]");
+        assert_eq!(
+            err_of(&GOOD.replace("lcores = [1]", "lcores = []")).field,
+            "eal.lcores"
+        );
+        assert_eq!(
+            err_of(&GOOD.replace("lcores = [1]", "lcores = [1, 1]")).field,
+            "eal.lcores[1]"
+        );
         let e = err_of(&GOOD.replace(r#"args = ["--in-memory"]"#, r#"args = ["-l", "0-3"]"#));
         assert_eq!(e.field, "eal.args[0]");
         let two = format!(
@@ -473,7 +581,11 @@ mod tests {
         );
         let e = err_of(&two);
         assert_eq!((e.field.as_str(), e.value.as_str()), ("port[1].name", "p0"));
-        let e = err_of(&GOOD.replace("rx_desc", "x").replace("gateway = \"10.77.0.254\"", "rx_desc = 1000"));
+        let e = err_of(
+            &GOOD
+                .replace("rx_desc", "x")
+                .replace("gateway = \"10.77.0.254\"", "rx_desc = 1000"),
+        );
         assert_eq!(e.field, "port[0].rx_desc");
     }
 

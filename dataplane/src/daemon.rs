@@ -79,7 +79,9 @@ impl Machine {
         let online_cpus = std::fs::read_to_string("/sys/devices/system/cpu/online")
             .ok()
             .and_then(|t| parse_cpu_list(&t))
-            .unwrap_or_else(|| (0..std::thread::available_parallelism().map_or(1, |n| n.get() as u32)).collect());
+            .unwrap_or_else(|| {
+                (0..std::thread::available_parallelism().map_or(1, |n| n.get() as u32)).collect()
+            });
         let (free_hugepage_bytes, hugepages) = match hugepages::discover() {
             Ok(inv) => {
                 let mut lines: Vec<String> = inv.sizes.iter().map(|p| p.to_string()).collect();
@@ -88,7 +90,11 @@ impl Machine {
             }
             Err(e) => (0, vec![format!("unreadable: {e}")]),
         };
-        Self { online_cpus, free_hugepage_bytes, hugepages }
+        Self {
+            online_cpus,
+            free_hugepage_bytes,
+            hugepages,
+        }
     }
 }
 
@@ -105,7 +111,11 @@ pub struct Plan {
 /// # Errors
 /// A core that does not exist, no core left for the control thread, an
 /// interface that does not exist, or no hugepages when they are required.
-pub fn plan(cfg: &Config, machine: &Machine, iface_exists: impl Fn(&str) -> bool) -> Result<Plan, ConfigError> {
+pub fn plan(
+    cfg: &Config,
+    machine: &Machine,
+    iface_exists: impl Fn(&str) -> bool,
+) -> Result<Plan, ConfigError> {
     for (i, core) in cfg.eal.lcores.iter().enumerate() {
         if !machine.online_cpus.contains(core) {
             return Err(ConfigError::new(
@@ -121,7 +131,11 @@ pub fn plan(cfg: &Config, machine: &Machine, iface_exists: impl Fn(&str) -> bool
         .copied()
         .find(|c| !cfg.eal.lcores.contains(c))
         .ok_or_else(|| {
-            ConfigError::new("eal.lcores", format!("{:?}", cfg.eal.lcores), "leave one core for the control thread")
+            ConfigError::new(
+                "eal.lcores",
+                format!("{:?}", cfg.eal.lcores),
+                "leave one core for the control thread",
+            )
         })?;
     for (i, port) in cfg.ports.iter().enumerate() {
         if let Some(iface) = port.kernel_iface() {
@@ -129,7 +143,9 @@ pub fn plan(cfg: &Config, machine: &Machine, iface_exists: impl Fn(&str) -> bool
                 return Err(ConfigError::new(
                     format!("port[{i}].device"),
                     &port.device,
-                    format!("network interface {iface:?} does not exist (in this network namespace)"),
+                    format!(
+                        "network interface {iface:?} does not exist (in this network namespace)"
+                    ),
                 ));
             }
         }
@@ -151,14 +167,21 @@ pub fn plan(cfg: &Config, machine: &Machine, iface_exists: impl Fn(&str) -> bool
     cores.extend(&cfg.eal.lcores);
     let mut args = vec![
         "-l".to_string(),
-        cores.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
+        cores
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
         format!("--main-lcore={main_lcore}"),
     ];
     if !cfg.has_pci_port() {
         args.push("--no-pci".into());
     }
     for port in &cfg.ports {
-        match port.device_kind().map_err(|r| ConfigError::new("port.device", &port.device, r))? {
+        match port
+            .device_kind()
+            .map_err(|r| ConfigError::new("port.device", &port.device, r))?
+        {
             DeviceKind::Pci(addr) => args.push(format!("--allow={addr}")),
             DeviceKind::Virtual { spec, .. } => args.push(format!("--vdev={spec}")),
         }
@@ -166,7 +189,11 @@ pub fn plan(cfg: &Config, machine: &Machine, iface_exists: impl Fn(&str) -> bool
     // Memory: never leave shared files behind, so several dpd (and tests)
     // can run side by side. `--in-memory` needs hugepages; without them,
     // `--no-huge` (which implies legacy memory) pairs with `--no-shconf`.
-    let user_args = cfg.eal.args.iter().filter(|a| use_hugepages || a.as_str() != "--in-memory");
+    let user_args = cfg
+        .eal
+        .args
+        .iter()
+        .filter(|a| use_hugepages || a.as_str() != "--in-memory");
     let user_has = |p: &str| cfg.eal.args.iter().any(|a| a.starts_with(p));
     if use_hugepages {
         if !user_has("--file-prefix") && !user_has("--in-memory") {
@@ -179,7 +206,11 @@ pub fn plan(cfg: &Config, machine: &Machine, iface_exists: impl Fn(&str) -> bool
         }
     }
     args.extend(user_args.cloned());
-    Ok(Plan { main_lcore, use_hugepages, eal_args: args })
+    Ok(Plan {
+        main_lcore,
+        use_hugepages,
+        eal_args: args,
+    })
 }
 
 /// Converts engine counters to the API's shape.
@@ -193,14 +224,20 @@ pub fn core_stats(lcore: Option<u32>, c: &Counters) -> CoreStats {
         arp_replies: c.arp_replies,
         arp_requests: c.arp_requests,
         icmp_echo_replies: c.icmp_echo_replies,
-        drops: DropReason::ALL.iter().map(|r| (r.name().to_string(), c.dropped(*r))).collect(),
+        drops: DropReason::ALL
+            .iter()
+            .map(|r| (r.name().to_string(), c.dropped(*r)))
+            .collect(),
         busy_cycles: c.busy_cycles,
         idle_cycles: c.idle_cycles,
     }
 }
 
 fn mac_string(m: [u8; 6]) -> String {
-    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 /// Runs `dpd` until `stop` is set: the whole life of the daemon.
@@ -211,7 +248,9 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
     let started = WallClock::now();
     let machine = Machine::probe();
     log::info!("hugepages: {}", machine.hugepages.join("; "));
-    let plan = plan(cfg, &machine, |iface| Path::new("/sys/class/net").join(iface).exists())?;
+    let plan = plan(cfg, &machine, |iface| {
+        Path::new("/sys/class/net").join(iface).exists()
+    })?;
     if !plan.use_hugepages {
         match cfg.eal.hugepages {
             HugepagePolicy::Off => log::info!("hugepages off by configuration"),
@@ -220,18 +259,29 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
     }
     log::info!("EAL arguments: {}", plan.eal_args.join(" "));
     let eal = Eal::init(&plan.eal_args)?;
-    log::info!("DPDK {} up; control thread on core {}", dpdk::version(), plan.main_lcore);
+    log::info!(
+        "DPDK {} up; control thread on core {}",
+        dpdk::version(),
+        plan.main_lcore
+    );
 
     let queues = u16::try_from(cfg.eal.lcores.len()).expect("few cores");
     let mut pools: Vec<(i32, Mempool)> = Vec::new();
     let mut ports = Vec::new();
     for (i, pc) in cfg.ports.iter().enumerate() {
-        let name = match pc.device_kind().map_err(|r| ConfigError::new(format!("port[{i}].device"), &pc.device, r))? {
+        let name = match pc
+            .device_kind()
+            .map_err(|r| ConfigError::new(format!("port[{i}].device"), &pc.device, r))?
+        {
             DeviceKind::Pci(addr) => addr,
             DeviceKind::Virtual { name, .. } => name,
         };
         let id = dpdk::port_id_by_name(&name).map_err(|e| {
-            ConfigError::new(format!("port[{i}].device"), &pc.device, format!("DPDK did not probe this device ({e})"))
+            ConfigError::new(
+                format!("port[{i}].device"),
+                &pc.device,
+                format!("DPDK did not probe this device ({e})"),
+            )
         })?;
         let info = EthPort::info(id)?;
         let socket = info.socket.max(0);
@@ -249,8 +299,16 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
                 p
             }
         };
-        let port = EthPort::start(id, EthPortConfig { queues, rx_desc: pc.rx_desc, tx_desc: pc.tx_desc, mempool: pool })
-            .map_err(|e| e.context(format!("port {} ({})", pc.name, pc.device)))?;
+        let port = EthPort::start(
+            id,
+            EthPortConfig {
+                queues,
+                rx_desc: pc.rx_desc,
+                tx_desc: pc.tx_desc,
+                mempool: pool,
+            },
+        )
+        .map_err(|e| e.context(format!("port {} ({})", pc.name, pc.device)))?;
         let link = port.link();
         log::info!(
             "port {} ({}): driver {}, MAC {}, {} queue(s), RSS {}, checksum offload rx {} tx {}, link {}",
@@ -265,7 +323,11 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
             if link.up { "up" } else { "down" }
         );
         if queues > 1 && !port.rss() {
-            log::warn!("port {}: no RSS; flows will not spread over {} engines", pc.name, queues);
+            log::warn!(
+                "port {}: no RSS; flows will not spread over {} engines",
+                pc.name,
+                queues
+            );
         }
         ports.push(port);
     }
@@ -278,11 +340,21 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
         shared.push((lcore, counters.clone()));
         let mut engine = Engine::new(EngineConfig::default(), counters);
         for (port, pc) in ports.iter().zip(&cfg.ports) {
-            let cidr = pc.cidr().map_err(|r| ConfigError::new("port.address", &pc.address, r))?;
-            let gateway = pc.gateway.as_deref().and_then(|g| g.parse::<Ipv4Addr>().ok());
+            let cidr = pc
+                .cidr()
+                .map_err(|r| ConfigError::new("port.address", &pc.address, r))?;
+            let gateway = pc
+                .gateway
+                .as_deref()
+                .and_then(|g| g.parse::<Ipv4Addr>().ok());
             engine.add_port(
                 port.queue(QueueId(q as u16)),
-                InterfaceConfig { mac: EthernetAddress(port.mac()), addr: cidr.addr, prefix_len: cidr.prefix_len, gateway },
+                InterfaceConfig {
+                    mac: EthernetAddress(port.mac()),
+                    addr: cidr.addr,
+                    prefix_len: cidr.prefix_len,
+                    gateway,
+                },
             );
         }
         let stop = engine_stop.clone();
@@ -368,7 +440,10 @@ fn collect_stats(shared: &[(u32, Arc<SharedCounters>)]) -> Stats {
         total.add(&c);
         cores.push(core_stats(Some(*lcore), &c));
     }
-    Stats { cores, total: core_stats(None, &total) }
+    Stats {
+        cores,
+        total: core_stats(None, &total),
+    }
 }
 
 #[cfg(test)]
@@ -376,7 +451,11 @@ mod tests {
     use super::*;
 
     fn machine(free: u64) -> Machine {
-        Machine { online_cpus: vec![0, 1], free_hugepage_bytes: free, hugepages: vec![] }
+        Machine {
+            online_cpus: vec![0, 1],
+            free_hugepage_bytes: free,
+            hugepages: vec![],
+        }
     }
 
     fn config(extra: &str) -> Config {
@@ -388,7 +467,10 @@ mod tests {
 
     #[test]
     fn cpu_lists() {
-        assert_eq!(parse_cpu_list("0-3,8,10-11\n"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
+        assert_eq!(
+            parse_cpu_list("0-3,8,10-11\n"),
+            Some(vec![0, 1, 2, 3, 8, 10, 11])
+        );
         assert_eq!(parse_cpu_list("0"), Some(vec![0]));
         assert_eq!(parse_cpu_list("x"), None);
     }
@@ -399,9 +481,21 @@ mod tests {
         assert_eq!(p.main_lcore, 0);
         assert_eq!(
             p.eal_args,
-            ["-l", "0,1", "--main-lcore=0", "--no-pci", "--vdev=net_af_packet0,iface=veth-dut", "--in-memory"]
+            [
+                "-l",
+                "0,1",
+                "--main-lcore=0",
+                "--no-pci",
+                "--vdev=net_af_packet0,iface=veth-dut",
+                "--in-memory"
+            ]
         );
-        let p = plan(&config("args = [\"--file-prefix=x\"]"), &machine(1 << 30), |_| true).unwrap();
+        let p = plan(
+            &config("args = [\"--file-prefix=x\"]"),
+            &machine(1 << 30),
+            |_| true,
+        )
+        .unwrap();
         assert!(!p.eal_args.contains(&"--in-memory".to_string()));
         assert!(p.eal_args.contains(&"--file-prefix=x".to_string()));
         // Without hugepages --in-memory cannot work: --no-huge --no-shconf.
@@ -413,7 +507,10 @@ mod tests {
     fn machine_checks_name_the_field() {
         let mut c = config("");
         c.eal.lcores = vec![5];
-        assert_eq!(plan(&c, &machine(0), |_| true).unwrap_err().field, "eal.lcores[0]");
+        assert_eq!(
+            plan(&c, &machine(0), |_| true).unwrap_err().field,
+            "eal.lcores[0]"
+        );
         c.eal.lcores = vec![0, 1];
         let e = plan(&c, &machine(0), |_| true).unwrap_err();
         assert!(e.reason.contains("control thread"), "{e}");
@@ -421,8 +518,23 @@ mod tests {
         assert_eq!(e.field, "port[0].device");
         assert!(e.reason.contains("\"veth-dut\" does not exist"), "{e}");
         let e = plan(&config("hugepages = \"required\""), &machine(0), |_| true).unwrap_err();
-        assert_eq!((e.field.as_str(), e.value.as_str()), ("eal.hugepages", "required"));
-        assert!(plan(&config("hugepages = \"required\""), &machine(2 << 20), |_| true).unwrap().use_hugepages);
-        assert!(!plan(&config("hugepages = \"off\""), &machine(2 << 20), |_| true).unwrap().use_hugepages);
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str()),
+            ("eal.hugepages", "required")
+        );
+        assert!(
+            plan(
+                &config("hugepages = \"required\""),
+                &machine(2 << 20),
+                |_| true
+            )
+            .unwrap()
+            .use_hugepages
+        );
+        assert!(
+            !plan(&config("hugepages = \"off\""), &machine(2 << 20), |_| true)
+                .unwrap()
+                .use_hugepages
+        );
     }
 }

@@ -160,7 +160,9 @@ impl<P: Port> Engine<P> {
             // A short burst means the queue is drained: nothing more is coming
             // to batch with, so send now rather than wait for the deadline.
             let drained = n < burst;
-            let due = ep.tx_since.is_some_and(|t| now.saturating_since(t) >= self.cfg.tx_drain);
+            let due = ep
+                .tx_since
+                .is_some_and(|t| now.saturating_since(t) >= self.cfg.tx_drain);
             if !ep.tx.is_empty() && (drained || due) {
                 flush(ep, now, &mut self.counters);
             }

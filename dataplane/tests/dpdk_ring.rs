@@ -19,15 +19,38 @@ const POOL_SIZE: u32 = 4095;
 fn dpdk() -> &'static Mutex<Dpdk> {
     static DPDK: OnceLock<Mutex<Dpdk>> = OnceLock::new();
     DPDK.get_or_init(|| {
-        let args: Vec<String> = ["-l", "0", "--no-pci", "--no-huge", "-m", "256", "--no-shconf", "--vdev=net_ring0", "--log-level=lib.eal:warning"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let args: Vec<String> = [
+            "-l",
+            "0",
+            "--no-pci",
+            "--no-huge",
+            "-m",
+            "256",
+            "--no-shconf",
+            "--vdev=net_ring0",
+            "--log-level=lib.eal:warning",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         let eal = Eal::init(&args).expect("EAL init on net_ring");
         let pool = Mempool::create("test-pool", POOL_SIZE, 0, 2176, -1).expect("mempool");
         let id = dpdk::port_id_by_name("net_ring0").expect("net_ring0 probed");
-        let port = EthPort::start(id, EthPortConfig { queues: 1, rx_desc: 1024, tx_desc: 1024, mempool: pool }).expect("port start");
-        Mutex::new(Dpdk { _eal: eal, pool, port })
+        let port = EthPort::start(
+            id,
+            EthPortConfig {
+                queues: 1,
+                rx_desc: 1024,
+                tx_desc: 1024,
+                mempool: pool,
+            },
+        )
+        .expect("port start");
+        Mutex::new(Dpdk {
+            _eal: eal,
+            pool,
+            port,
+        })
     })
 }
 
@@ -58,7 +81,11 @@ fn tx_burst_never_leaks_unsent_mbufs() {
         let before = batch.len();
         let sent = q.tx_burst(&mut batch);
         in_ring += sent;
-        assert_eq!(batch.len(), before - sent, "sent mbufs leave the batch, unsent stay");
+        assert_eq!(
+            batch.len(),
+            before - sent,
+            "sent mbufs leave the batch, unsent stay"
+        );
         if !batch.is_empty() {
             break;
         }
@@ -67,12 +94,19 @@ fn tx_burst_never_leaks_unsent_mbufs() {
     let unsent = batch.len();
     assert!(unsent > 0);
     // Every mbuf is accounted for: in the ring, in our batch, or in the pool.
-    assert_eq!(pool.available() as usize, POOL_SIZE as usize - in_ring - unsent);
+    assert_eq!(
+        pool.available() as usize,
+        POOL_SIZE as usize - in_ring - unsent
+    );
     // The unsent ones are the tail, in order, and still ours to read.
     let first_unsent = u32::from_be_bytes(batch[0].data()[..4].try_into().unwrap());
     assert_eq!(first_unsent as usize, in_ring);
     drop(batch);
-    assert_eq!(pool.available() as usize, POOL_SIZE as usize - in_ring, "dropping unsent mbufs frees them");
+    assert_eq!(
+        pool.available() as usize,
+        POOL_SIZE as usize - in_ring,
+        "dropping unsent mbufs frees them"
+    );
 
     // Drain the ring: every frame comes back intact, in order.
     let mut got: Vec<Mbuf> = Vec::new();
@@ -113,7 +147,16 @@ fn too_many_queues_is_a_clear_error() {
     let id = d.port.id();
     let info = EthPort::info(id).unwrap();
     assert_eq!(info.driver, "net_ring");
-    let err = EthPort::start(id, EthPortConfig { queues: 1000, rx_desc: 64, tx_desc: 64, mempool: d.pool }).unwrap_err();
+    let err = EthPort::start(
+        id,
+        EthPortConfig {
+            queues: 1000,
+            rx_desc: 64,
+            tx_desc: 64,
+            mempool: d.pool,
+        },
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("1000 queues asked"), "{err}");
 }
 

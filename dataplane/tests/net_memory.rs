@@ -13,8 +13,8 @@ use dataplane::stats::{DropReason, SharedCounters};
 use dataplane::time::Instant;
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
-    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol, EthernetRepr, Icmpv4Packet,
-    Icmpv4Repr, IpProtocol, Ipv4Packet, Ipv4Repr,
+    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
+    EthernetRepr, Icmpv4Packet, Icmpv4Repr, IpProtocol, Ipv4Packet, Ipv4Repr,
 };
 
 const DUT_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x01]);
@@ -81,27 +81,59 @@ impl Lab {
     }
 }
 
-fn arp(op: ArpOperation, src_mac: EthernetAddress, src_ip: Ipv4Addr, dst_mac: EthernetAddress, target_ip: Ipv4Addr) -> Vec<u8> {
+fn arp(
+    op: ArpOperation,
+    src_mac: EthernetAddress,
+    src_ip: Ipv4Addr,
+    dst_mac: EthernetAddress,
+    target_ip: Ipv4Addr,
+) -> Vec<u8> {
     let repr = ArpRepr::EthernetIpv4 {
         operation: op,
         source_hardware_addr: src_mac,
         source_protocol_addr: src_ip,
-        target_hardware_addr: if op == ArpOperation::Request { EthernetAddress([0; 6]) } else { dst_mac },
+        target_hardware_addr: if op == ArpOperation::Request {
+            EthernetAddress([0; 6])
+        } else {
+            dst_mac
+        },
         target_protocol_addr: target_ip,
     };
     let mut buf = vec![0u8; 14 + repr.buffer_len()];
     let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
-    EthernetRepr { src_addr: src_mac, dst_addr: dst_mac, ethertype: EthernetProtocol::Arp }.emit(&mut frame);
+    EthernetRepr {
+        src_addr: src_mac,
+        dst_addr: dst_mac,
+        ethertype: EthernetProtocol::Arp,
+    }
+    .emit(&mut frame);
     repr.emit(&mut ArpPacket::new_unchecked(frame.payload_mut()));
     buf
 }
 
 fn arp_request(target: Ipv4Addr) -> Vec<u8> {
-    arp(ArpOperation::Request, HOST_MAC, HOST_IP, EthernetAddress::BROADCAST, target)
+    arp(
+        ArpOperation::Request,
+        HOST_MAC,
+        HOST_IP,
+        EthernetAddress::BROADCAST,
+        target,
+    )
 }
 
-fn ping(src_mac: EthernetAddress, src: Ipv4Addr, dst: Ipv4Addr, ident: u16, seq: u16, data: &[u8]) -> Vec<u8> {
-    let icmp = Icmpv4Repr::EchoRequest { ident, seq_no: seq, data };
+fn ping(
+    src_mac: EthernetAddress,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    ident: u16,
+    seq: u16,
+    data: &[u8],
+) -> Vec<u8> {
+    let icmp = Icmpv4Repr::EchoRequest {
+        ident,
+        seq_no: seq,
+        data,
+    };
     let ip = Ipv4Repr {
         src_addr: src,
         dst_addr: dst,
@@ -111,7 +143,12 @@ fn ping(src_mac: EthernetAddress, src: Ipv4Addr, dst: Ipv4Addr, ident: u16, seq:
     };
     let mut buf = vec![0u8; 14 + ip.buffer_len() + icmp.buffer_len()];
     let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
-    EthernetRepr { src_addr: src_mac, dst_addr: DUT_MAC, ethertype: EthernetProtocol::Ipv4 }.emit(&mut frame);
+    EthernetRepr {
+        src_addr: src_mac,
+        dst_addr: DUT_MAC,
+        ethertype: EthernetProtocol::Ipv4,
+    }
+    .emit(&mut frame);
     let caps = ChecksumCapabilities::default();
     let mut ipp = Ipv4Packet::new_unchecked(frame.payload_mut());
     ip.emit(&mut ipp, &caps);
@@ -131,9 +168,18 @@ fn parse_echo_reply(f: &[u8]) -> (EthernetAddress, Ipv4Addr, Ipv4Addr, u16, u16,
     let icmp = Icmpv4Packet::new_checked(ip.payload()).unwrap();
     assert!(icmp.verify_checksum(), "ICMP checksum of the reply");
     match Icmpv4Repr::parse(&icmp, &caps).unwrap() {
-        Icmpv4Repr::EchoReply { ident, seq_no, data } => {
-            (frame.dst_addr(), repr.src_addr, repr.dst_addr, ident, seq_no, data.to_vec())
-        }
+        Icmpv4Repr::EchoReply {
+            ident,
+            seq_no,
+            data,
+        } => (
+            frame.dst_addr(),
+            repr.src_addr,
+            repr.dst_addr,
+            ident,
+            seq_no,
+            data.to_vec(),
+        ),
         other => panic!("not an echo reply: {other:?}"),
     }
 }
@@ -160,16 +206,24 @@ fn answers_arp_for_its_address_and_learns_the_sender() {
         }
     );
     assert!(f[42..].iter().all(|&b| b == 0), "padding is zeros");
-    assert_eq!(lab.engine.interface(0).arp().peek(HOST_IP, lab.now), Some(HOST_MAC));
+    assert_eq!(
+        lab.engine.interface(0).arp().peek(HOST_IP, lab.now),
+        Some(HOST_MAC)
+    );
     assert_eq!(lab.engine.counters().arp_replies, 1);
 }
 
 #[test]
 fn ignores_arp_for_other_addresses() {
     let mut lab = Lab::new(None);
-    assert!(lab.exchange(vec![arp_request(Ipv4Addr::new(10, 77, 0, 9))]).is_empty());
+    assert!(lab
+        .exchange(vec![arp_request(Ipv4Addr::new(10, 77, 0, 9))])
+        .is_empty());
     assert_eq!(lab.dropped(DropReason::NotForUs), 1);
-    assert!(lab.engine.interface(0).arp().is_empty(), "no entry made for a packet not for us");
+    assert!(
+        lab.engine.interface(0).arp().is_empty(),
+        "no entry made for a packet not for us"
+    );
 }
 
 #[test]
@@ -180,7 +234,10 @@ fn echo_reply_mirrors_ident_seq_and_data() {
     let replies = lab.exchange(vec![ping(HOST_MAC, HOST_IP, DUT_IP, 0x1234, 7, &data)]);
     assert_eq!(replies.len(), 1);
     let (dst, src, to, ident, seq, got) = parse_echo_reply(&replies[0]);
-    assert_eq!((dst, src, to, ident, seq), (HOST_MAC, DUT_IP, HOST_IP, 0x1234, 7));
+    assert_eq!(
+        (dst, src, to, ident, seq),
+        (HOST_MAC, DUT_IP, HOST_IP, 0x1234, 7)
+    );
     assert_eq!(got, data);
     assert_eq!(lab.engine.counters().icmp_echo_replies, 1);
 }
@@ -206,11 +263,15 @@ fn unknown_neighbour_is_resolved_then_answered() {
     let frame = EthernetFrame::new_checked(&out[0][..]).unwrap();
     assert_eq!(frame.dst_addr(), EthernetAddress::BROADCAST);
     let repr = ArpRepr::parse(&ArpPacket::new_checked(frame.payload()).unwrap()).unwrap();
-    assert!(matches!(repr, ArpRepr::EthernetIpv4 { operation: ArpOperation::Request, target_protocol_addr, source_protocol_addr, .. }
-        if target_protocol_addr == HOST_IP && source_protocol_addr == DUT_IP));
+    assert!(
+        matches!(repr, ArpRepr::EthernetIpv4 { operation: ArpOperation::Request, target_protocol_addr, source_protocol_addr, .. }
+        if target_protocol_addr == HOST_IP && source_protocol_addr == DUT_IP)
+    );
     // A second ping within the probe interval waits too, with no second
     // request.
-    assert!(lab.exchange(vec![ping(HOST_MAC, HOST_IP, DUT_IP, 9, 2, b"x")]).is_empty());
+    assert!(lab
+        .exchange(vec![ping(HOST_MAC, HOST_IP, DUT_IP, 9, 2, b"x")])
+        .is_empty());
     // The host answers: both held replies leave, in order.
     let reply = arp(ArpOperation::Reply, HOST_MAC, HOST_IP, DUT_MAC, DUT_IP);
     let out = lab.exchange(vec![reply]);
@@ -223,10 +284,19 @@ fn unknown_neighbour_is_resolved_then_answered() {
 #[test]
 fn unanswered_resolution_drops_after_timeout() {
     let mut lab = Lab::new(None);
-    assert_eq!(lab.exchange(vec![ping(HOST_MAC, HOST_IP, DUT_IP, 9, 1, b"x")]).len(), 1, "ARP request");
+    assert_eq!(
+        lab.exchange(vec![ping(HOST_MAC, HOST_IP, DUT_IP, 9, 1, b"x")])
+            .len(),
+        1,
+        "ARP request"
+    );
     // Requests repeat once a second while the frame waits.
     assert_eq!(lab.advance(Duration::from_millis(500)).len(), 0, "paced");
-    assert_eq!(lab.advance(Duration::from_millis(600)).len(), 1, "repeated after a second");
+    assert_eq!(
+        lab.advance(Duration::from_millis(600)).len(),
+        1,
+        "repeated after a second"
+    );
     lab.advance(Duration::from_secs(2));
     assert_eq!(lab.dropped(DropReason::NeighborMiss), 1);
     let reply = arp(ArpOperation::Reply, HOST_MAC, HOST_IP, DUT_MAC, DUT_IP);
@@ -241,8 +311,16 @@ fn off_subnet_replies_go_through_the_resolved_gateway() {
     assert_eq!(out.len(), 1);
     let frame = EthernetFrame::new_checked(&out[0][..]).unwrap();
     let repr = ArpRepr::parse(&ArpPacket::new_checked(frame.payload()).unwrap()).unwrap();
-    assert!(matches!(repr, ArpRepr::EthernetIpv4 { target_protocol_addr, .. } if target_protocol_addr == GW_IP));
-    lab.exchange(vec![arp(ArpOperation::Reply, GW_MAC, GW_IP, DUT_MAC, DUT_IP)]);
+    assert!(
+        matches!(repr, ArpRepr::EthernetIpv4 { target_protocol_addr, .. } if target_protocol_addr == GW_IP)
+    );
+    lab.exchange(vec![arp(
+        ArpOperation::Reply,
+        GW_MAC,
+        GW_IP,
+        DUT_MAC,
+        DUT_IP,
+    )]);
     let out = lab.exchange(vec![ping(GW_MAC, FAR_IP, DUT_IP, 5, 5, b"far")]);
     let (dst, _, to, ..) = parse_echo_reply(&out[0]);
     assert_eq!((dst, to), (GW_MAC, FAR_IP));
@@ -251,7 +329,9 @@ fn off_subnet_replies_go_through_the_resolved_gateway() {
 #[test]
 fn off_subnet_without_gateway_is_no_route() {
     let mut lab = Lab::new(None);
-    assert!(lab.exchange(vec![ping(GW_MAC, FAR_IP, DUT_IP, 5, 5, b"far")]).is_empty());
+    assert!(lab
+        .exchange(vec![ping(GW_MAC, FAR_IP, DUT_IP, 5, 5, b"far")])
+        .is_empty());
     assert_eq!(lab.dropped(DropReason::NoRoute), 1);
 }
 
@@ -297,7 +377,10 @@ fn bad_frames_are_counted_by_reason_and_the_engine_carries_on() {
         (udp, DropReason::UnsupportedProtocol),
         (other_mac, DropReason::NotForUs),
         (ipv6, DropReason::UnsupportedEtherType),
-        (ping(HOST_MAC, HOST_IP, Ipv4Addr::new(10, 77, 0, 3), 1, 1, b"x"), DropReason::NotForUs),
+        (
+            ping(HOST_MAC, HOST_IP, Ipv4Addr::new(10, 77, 0, 3), 1, 1, b"x"),
+            DropReason::NotForUs,
+        ),
     ];
     for (frame, reason) in cases {
         let before = lab.dropped(reason);
@@ -305,7 +388,11 @@ fn bad_frames_are_counted_by_reason_and_the_engine_carries_on() {
         assert_eq!(lab.dropped(reason), before + 1, "{reason:?} not counted");
     }
     let out = lab.exchange(vec![good]);
-    assert_eq!(parse_echo_reply(&out[0]).5, b"payload", "still answering after bad input");
+    assert_eq!(
+        parse_echo_reply(&out[0]).5,
+        b"payload",
+        "still answering after bad input"
+    );
 }
 
 #[test]
@@ -313,7 +400,10 @@ fn random_and_mutated_frames_never_panic() {
     // A small property test: every frame is either answered or counted.
     let mut lab = Lab::new(Some(GW_IP));
     lab.exchange(vec![arp_request(DUT_IP)]);
-    let seeds = [ping(HOST_MAC, HOST_IP, DUT_IP, 1, 1, &[7u8; 40]), arp_request(DUT_IP)];
+    let seeds = [
+        ping(HOST_MAC, HOST_IP, DUT_IP, 1, 1, &[7u8; 40]),
+        arp_request(DUT_IP),
+    ];
     let mut x: u64 = 0x2545_f491_4f6c_dd1d;
     let mut rnd = move || {
         x ^= x << 13;

@@ -48,7 +48,12 @@ pub struct MountError {
 
 impl fmt::Display for MountError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cannot mount hugetlbfs on {}: {}", self.path.display(), self.source)
+        write!(
+            f,
+            "cannot mount hugetlbfs on {}: {}",
+            self.path.display(),
+            self.source
+        )
     }
 }
 
@@ -81,7 +86,15 @@ pub fn mount_hugetlbfs(path: &Path, pagesize_kib: Option<u64>) -> Result<(), Mou
         .map_or(std::ptr::null(), |o| o.as_ptr().cast::<libc::c_void>());
     // SAFETY: every pointer is a NUL-terminated string that outlives the call
     // (or null for no options); mount(2) does not keep them.
-    let rc = unsafe { libc::mount(c"nodev".as_ptr(), target.as_ptr(), c"hugetlbfs".as_ptr(), 0, data) };
+    let rc = unsafe {
+        libc::mount(
+            c"nodev".as_ptr(),
+            target.as_ptr(),
+            c"hugetlbfs".as_ptr(),
+            0,
+            data,
+        )
+    };
     if rc != 0 {
         return Err(err(io::Error::last_os_error()));
     }

@@ -160,7 +160,10 @@ fn read_counter(path: &Path) -> Result<u64, SysfsError> {
     })?;
     text.trim().parse().map_err(|_| SysfsError {
         path: path.to_path_buf(),
-        source: io::Error::new(io::ErrorKind::InvalidData, format!("not a number: {text:?}")),
+        source: io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("not a number: {text:?}"),
+        ),
     })
 }
 

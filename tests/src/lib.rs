@@ -17,14 +17,20 @@ use control::api::{Body, Client, CoreStats, Request};
 
 /// The workspace root.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
 }
 
 /// A workspace binary (`dpd`, `dpctl`) from the same target folder as the
 /// running test.
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
-    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/..");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/..");
     let path = dir.join(name);
     assert!(
         path.exists(),
@@ -46,7 +52,8 @@ pub fn require_root() {
 
 /// Runs a command, returning its output; panics if it cannot start.
 pub fn run(cmd: &mut Command) -> Output {
-    cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
 }
 
 static NEXT_LAB: AtomicU32 = AtomicU32::new(0);
@@ -68,9 +75,19 @@ impl Lab {
         let pid = std::process::id();
         // Names stay short (namespace names become file names) and unique.
         let name = format!("e2e{}{}{}", tag, pid % 100_000, n);
-        let net = format!("10.{}.{}", 100 + (pid % 100), 1 + (pid / 100 % 25) * 10 + n % 10);
-        let out = run(Command::new(repo_root().join("scripts/lab.sh")).args(["up", &name]).env("LAB_NET", &net));
-        assert!(out.status.success(), "lab.sh up failed: {}", String::from_utf8_lossy(&out.stderr));
+        let net = format!(
+            "10.{}.{}",
+            100 + (pid % 100),
+            1 + (pid / 100 % 25) * 10 + n % 10
+        );
+        let out = run(Command::new(repo_root().join("scripts/lab.sh"))
+            .args(["up", &name])
+            .env("LAB_NET", &net));
+        assert!(
+            out.status.success(),
+            "lab.sh up failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         Self { name, net }
     }
 
@@ -81,7 +98,9 @@ impl Lab {
 
     /// Runs a command inside the client namespace.
     pub fn client(&self, args: &[&str]) -> Output {
-        run(Command::new("ip").args(["netns", "exec", &format!("{}-cli", self.name)]).args(args))
+        run(Command::new("ip")
+            .args(["netns", "exec", &format!("{}-cli", self.name)])
+            .args(args))
     }
 
     /// A dpd configuration for this lab's DUT side on the given device kind
@@ -133,7 +152,12 @@ impl Dpd {
             .stderr(logf)
             .spawn()
             .expect("spawn dpd");
-        let mut dpd = Self { child: Some(child), dir, socket, log };
+        let mut dpd = Self {
+            child: Some(child),
+            dir,
+            socket,
+            log,
+        };
         dpd.wait_ready(Duration::from_secs(30));
         dpd
     }
@@ -141,10 +165,19 @@ impl Dpd {
     fn wait_ready(&mut self, limit: Duration) {
         let t0 = Instant::now();
         while t0.elapsed() < limit {
-            if let Some(status) = self.child.as_mut().expect("running").try_wait().expect("try_wait") {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .expect("running")
+                .try_wait()
+                .expect("try_wait")
+            {
                 panic!("dpd exited early ({status}):\n{}", self.log_text());
             }
-            if Client::connect(&self.socket).and_then(|mut c| c.call(&Request::Status)).is_ok() {
+            if Client::connect(&self.socket)
+                .and_then(|mut c| c.call(&Request::Status))
+                .is_ok()
+            {
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -162,7 +195,9 @@ impl Dpd {
 
     /// The total counters over all engines.
     pub fn stats(&self) -> CoreStats {
-        let reply = Client::connect(&self.socket).and_then(|mut c| c.call(&Request::Stats)).expect("stats");
+        let reply = Client::connect(&self.socket)
+            .and_then(|mut c| c.call(&Request::Stats))
+            .expect("stats");
         match reply.body {
             Some(Body::Stats(s)) => s.total,
             other => panic!("unexpected stats reply {other:?}"),
@@ -173,7 +208,9 @@ impl Dpd {
     pub fn stop_with(&mut self, signal: i32, limit: Duration) -> ExitStatus {
         let mut child = self.child.take().expect("running");
         let pid = child.id();
-        let out = run(Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()));
+        let out = run(Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string()));
         assert!(out.status.success(), "kill failed");
         let t0 = Instant::now();
         loop {
@@ -183,7 +220,10 @@ impl Dpd {
             if t0.elapsed() > limit {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("dpd did not stop within {limit:?} of signal {signal}:\n{}", self.log_text());
+                panic!(
+                    "dpd did not stop within {limit:?} of signal {signal}:\n{}",
+                    self.log_text()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -193,7 +233,10 @@ impl Dpd {
 impl Drop for Dpd {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
             let t0 = Instant::now();
             while t0.elapsed() < Duration::from_secs(5) {
                 if let Ok(Some(_)) = child.try_wait() {
@@ -229,10 +272,16 @@ pub fn dpd_refuses(config: &str) -> (ExitStatus, String) {
         if t0.elapsed() > Duration::from_secs(30) {
             let _ = child.kill();
             let out = child.wait_with_output().expect("output");
-            panic!("dpd kept running on a bad config:\n{}", String::from_utf8_lossy(&out.stderr));
+            panic!(
+                "dpd kept running on a bad config:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     let out = child.wait_with_output().expect("output");
-    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }

@@ -27,13 +27,25 @@ fn refused(config: &str, code: i32, needles: &[&str]) {
 
 #[test]
 fn unknown_key() {
-    refused(&GOOD.replace("address =", "adress ="), 2, &["config error", "unknown field `adress`"]);
+    refused(
+        &GOOD.replace("address =", "adress ="),
+        2,
+        &["config error", "unknown field `adress`"],
+    );
 }
 
 #[test]
 fn bad_address() {
-    refused(&GOOD.replace("10.99.0.1/24", "10.99.0.1/40"), 2, &["port[0].address", "\"10.99.0.1/40\"", "prefix length"]);
-    refused(&GOOD.replace("10.99.0.1/24", "fe80::1/64"), 2, &["port[0].address", "not an IPv4 address"]);
+    refused(
+        &GOOD.replace("10.99.0.1/24", "10.99.0.1/40"),
+        2,
+        &["port[0].address", "\"10.99.0.1/40\"", "prefix length"],
+    );
+    refused(
+        &GOOD.replace("10.99.0.1/24", "fe80::1/64"),
+        2,
+        &["port[0].address", "not an IPv4 address"],
+    );
 }
 
 #[test]
@@ -43,18 +55,29 @@ fn missing_device() {
         2,
         &["port[0].device", "\"no-such-veth\" does not exist"],
     );
-    refused(&GOOD.replace("net_ring0", "eth7"), 2, &["port[0].device", "\"eth7\"", "PCI address"]);
+    refused(
+        &GOOD.replace("net_ring0", "eth7"),
+        2,
+        &["port[0].device", "\"eth7\"", "PCI address"],
+    );
 }
 
 #[test]
 fn core_that_does_not_exist() {
-    refused(&GOOD.replace("lcores = [1]", "lcores = [4000]"), 2, &["eal.lcores[0]", "4000", "no such core"]);
+    refused(
+        &GOOD.replace("lcores = [1]", "lcores = [4000]"),
+        2,
+        &["eal.lcores[0]", "4000", "no such core"],
+    );
 }
 
 #[test]
 fn eal_failure_is_reported() {
     refused(
-        &GOOD.replace("lcores = [1]", "lcores = [1]\nargs = [\"--no-such-eal-flag\"]"),
+        &GOOD.replace(
+            "lcores = [1]",
+            "lcores = [1]\nargs = [\"--no-such-eal-flag\"]",
+        ),
         1,
         &["rte_eal_init failed", "--no-such-eal-flag"],
     );
@@ -65,9 +88,13 @@ fn missing_file_and_garbage() {
     let (status, stderr) = e2e::dpd_refuses("this is = = not toml");
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("invalid config"), "{stderr}");
-    let out = e2e::run(std::process::Command::new(e2e::bin("dpd")).args(["--config", "/nonexistent/dpd.toml"]));
+    let out = e2e::run(
+        std::process::Command::new(e2e::bin("dpd")).args(["--config", "/nonexistent/dpd.toml"]),
+    );
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read config /nonexistent/dpd.toml"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot read config /nonexistent/dpd.toml")
+    );
 }
 
 #[test]
@@ -75,12 +102,28 @@ fn check_mode_validates_without_starting() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("dpd.toml");
     std::fs::write(&path, GOOD).unwrap();
-    let out = e2e::run(std::process::Command::new(e2e::bin("dpd")).arg("--check").arg("--config").arg(&path));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = e2e::run(
+        std::process::Command::new(e2e::bin("dpd"))
+            .arg("--check")
+            .arg("--config")
+            .arg(&path),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for example in ["examples/dpd.toml", "examples/dpd-af-xdp.toml"] {
         let out = e2e::run(
-            std::process::Command::new(e2e::bin("dpd")).arg("--check").arg("--config").arg(e2e::repo_root().join(example)),
+            std::process::Command::new(e2e::bin("dpd"))
+                .arg("--check")
+                .arg("--config")
+                .arg(e2e::repo_root().join(example)),
         );
-        assert!(out.status.success(), "{example}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{example}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }

@@ -58,12 +58,21 @@ fn preferred_falls_back_to_normal_pages_and_works() {
     let lab = Lab::up("h");
     // The example's --in-memory cannot work without hugepages: dpd must
     // switch to --no-huge --no-shconf by itself.
-    let dpd = Dpd::start(&lab, |sock| lab.config("net_af_packet", sock, "args = [\"--in-memory\"]"));
+    let dpd = Dpd::start(&lab, |sock| {
+        lab.config("net_af_packet", sock, "args = [\"--in-memory\"]")
+    });
     let log = dpd.log_text();
-    assert!(log.contains("no free hugepages: DPDK runs on normal pages"), "{log}");
+    assert!(
+        log.contains("no free hugepages: DPDK runs on normal pages"),
+        "{log}"
+    );
     assert!(log.contains("--no-huge --no-shconf"), "{log}");
     let out = lab.client(&["ping", "-c", "2", "-i", "0.2", "-W", "2", &lab.dut_ip()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]
@@ -71,10 +80,16 @@ fn hugepages_used_when_reserved() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let _r = Reservation::set(256);
     let lab = Lab::up("g");
-    let dpd = Dpd::start(&lab, |sock| lab.config("net_af_packet", sock, "hugepages = \"required\""));
+    let dpd = Dpd::start(&lab, |sock| {
+        lab.config("net_af_packet", sock, "hugepages = \"required\"")
+    });
     let log = dpd.log_text();
     assert!(log.contains("--in-memory"), "{log}");
     assert!(!log.contains("--no-huge"), "{log}");
     let out = lab.client(&["ping", "-c", "2", "-i", "0.2", "-W", "2", &lab.dut_ip()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }

@@ -7,10 +7,19 @@ use clap::{Parser, Subcommand};
 use control::api::{Body, Client, CoreStats, Request};
 
 #[derive(Parser, Debug)]
-#[command(name = "dpctl", version, about = "Control a running tlsdp dataplane (dpd)")]
+#[command(
+    name = "dpctl",
+    version,
+    about = "Control a running tlsdp dataplane (dpd)"
+)]
 struct Cli {
     /// dpd's control socket.
-    #[arg(long, global = true, default_value = "/run/tlsdp/control.sock", env = "DPCTL_SOCKET")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "/run/tlsdp/control.sock",
+        env = "DPCTL_SOCKET"
+    )]
     socket: PathBuf,
     /// Print the raw JSON reply.
     #[arg(long, global = true)]
@@ -41,13 +50,23 @@ fn main() -> ExitCode {
     let reply = match reply {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("dpctl: cannot talk to dpd at {}: {e} (is dpd running? are you root?)", cli.socket.display());
+            eprintln!(
+                "dpctl: cannot talk to dpd at {}: {e} (is dpd running? are you root?)",
+                cli.socket.display()
+            );
             return ExitCode::from(2);
         }
     };
     if cli.json {
-        println!("{}", serde_json::to_string_pretty(&reply).expect("serialisable"));
-        return if reply.ok { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&reply).expect("serialisable")
+        );
+        return if reply.ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
     }
     if !reply.ok {
         eprintln!("dpctl: dpd refused: {}", reply.error.unwrap_or_default());
@@ -55,14 +74,24 @@ fn main() -> ExitCode {
     }
     match (reply.body, cli.cmd) {
         (Some(Body::Status(s)), _) => {
-            println!("dpd {} (DPDK {}), pid {}, up {:.0} s", s.version, s.dpdk, s.pid, s.uptime_s);
+            println!(
+                "dpd {} (DPDK {}), pid {}, up {:.0} s",
+                s.version, s.dpdk, s.pid, s.uptime_s
+            );
             println!("dataplane cores: {:?}", s.lcores);
             println!(
                 "hugepages: {} ({})",
-                if s.hugepages_in_use { "in use" } else { "not in use" },
+                if s.hugepages_in_use {
+                    "in use"
+                } else {
+                    "not in use"
+                },
                 s.hugepages.join("; ")
             );
-            println!("{:<8} {:<16} {:<18} {:<18} {:<6} {:>6} {:>4}", "PORT", "ADDRESS", "MAC", "DRIVER", "LINK", "QUEUES", "RSS");
+            println!(
+                "{:<8} {:<16} {:<18} {:<18} {:<6} {:>6} {:>4}",
+                "PORT", "ADDRESS", "MAC", "DRIVER", "LINK", "QUEUES", "RSS"
+            );
             for p in s.ports {
                 println!(
                     "{:<8} {:<16} {:<18} {:<18} {:<6} {:>6} {:>4}",
@@ -97,7 +126,10 @@ fn print_stats(c: &CoreStats) {
         Some(l) => println!("core {l}:"),
         None => println!("total:"),
     }
-    println!("  rx {} packets {} bytes, tx {} packets {} bytes", c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes);
+    println!(
+        "  rx {} packets {} bytes, tx {} packets {} bytes",
+        c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes
+    );
     println!(
         "  arp replies {}, arp requests {}, icmp echo replies {}, busy {:.1} %",
         c.arp_replies,
@@ -105,6 +137,18 @@ fn print_stats(c: &CoreStats) {
         c.icmp_echo_replies,
         100.0 * c.busy()
     );
-    let drops: Vec<String> = c.drops.iter().filter(|(_, &n)| n > 0).map(|(k, n)| format!("{k} {n}")).collect();
-    println!("  drops: {}", if drops.is_empty() { "none".to_string() } else { drops.join(", ") });
+    let drops: Vec<String> = c
+        .drops
+        .iter()
+        .filter(|(_, &n)| n > 0)
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    println!(
+        "  drops: {}",
+        if drops.is_empty() {
+            "none".to_string()
+        } else {
+            drops.join(", ")
+        }
+    );
 }

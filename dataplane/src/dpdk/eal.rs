@@ -45,7 +45,8 @@ impl Eal {
         }
         // rte_eal_init may permute argv; hand it a private array of pointers
         // into `owned`, which outlives the call.
-        let mut argv: Vec<*mut libc::c_char> = owned.iter().map(|c| c.as_ptr().cast_mut()).collect();
+        let mut argv: Vec<*mut libc::c_char> =
+            owned.iter().map(|c| c.as_ptr().cast_mut()).collect();
         argv.push(std::ptr::null_mut());
         let argc = c_int::try_from(owned.len()).expect("few arguments");
         // SAFETY: argv holds argc valid NUL-terminated strings followed by a
@@ -98,7 +99,9 @@ impl Eal {
             // SAFETY: the launch failed, so the trampoline never ran; take the
             // closure back to free it.
             drop(unsafe { Box::from_raw(arg.cast::<Box<dyn FnOnce() -> i32 + Send>>()) });
-            return Err(DpdkError::new("rte_eal_remote_launch", rc).context(format!("lcore {}", lcore.0)));
+            return Err(
+                DpdkError::new("rte_eal_remote_launch", rc).context(format!("lcore {}", lcore.0))
+            );
         }
         Ok(LaunchedLcore { lcore })
     }
@@ -137,8 +140,10 @@ impl LaunchedLcore {
 /// When the EAL is not initialised or no lcore id is free.
 pub fn register_thread() -> Result<LcoreId, DpdkError> {
     // SAFETY: rte_thread_register only touches the calling thread's state.
-    check("rte_thread_register", unsafe { dpdk_sys::rte_thread_register() })
-        .map_err(|_| DpdkError::from_rte_errno("rte_thread_register"))?;
+    check("rte_thread_register", unsafe {
+        dpdk_sys::rte_thread_register()
+    })
+    .map_err(|_| DpdkError::from_rte_errno("rte_thread_register"))?;
     // SAFETY: reads the calling thread's lcore id.
     Ok(LcoreId(unsafe { dpdk_sys::tlsdp_lcore_id() }))
 }

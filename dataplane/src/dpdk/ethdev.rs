@@ -37,7 +37,8 @@ pub static SYMMETRIC_RSS_KEY: [u8; 52] = {
 /// # Errors
 /// When no probed device has that name.
 pub fn port_id_by_name(name: &str) -> Result<PortId, DpdkError> {
-    let cname = CString::new(name).map_err(|_| DpdkError::new("rte_eth_dev_get_port_by_name", libc::EINVAL))?;
+    let cname = CString::new(name)
+        .map_err(|_| DpdkError::new("rte_eth_dev_get_port_by_name", libc::EINVAL))?;
     let mut id = 0u16;
     // SAFETY: cname is NUL-terminated and id a valid out pointer.
     let rc = unsafe { dpdk_sys::rte_eth_dev_get_port_by_name(cname.as_ptr(), &mut id) };
@@ -106,14 +107,18 @@ impl EthPort {
     pub fn info(id: PortId) -> Result<PortInfo, DpdkError> {
         let mut raw = MaybeUninit::<dpdk_sys::rte_eth_dev_info>::zeroed();
         // SAFETY: raw is a valid out pointer for rte_eth_dev_info.
-        check("rte_eth_dev_info_get", unsafe { dpdk_sys::rte_eth_dev_info_get(id.0, raw.as_mut_ptr()) })?;
+        check("rte_eth_dev_info_get", unsafe {
+            dpdk_sys::rte_eth_dev_info_get(id.0, raw.as_mut_ptr())
+        })?;
         // SAFETY: the call succeeded and filled the struct (zeroed before).
         let raw = unsafe { raw.assume_init() };
         let driver = if raw.driver_name.is_null() {
             String::from("?")
         } else {
             // SAFETY: driver_name is a static NUL-terminated string of the PMD.
-            unsafe { CStr::from_ptr(raw.driver_name) }.to_string_lossy().into_owned()
+            unsafe { CStr::from_ptr(raw.driver_name) }
+                .to_string_lossy()
+                .into_owned()
         };
         // SAFETY: plain query of a valid port id.
         let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(id.0) };
@@ -140,15 +145,19 @@ impl EthPort {
     pub fn start(id: PortId, cfg: EthPortConfig) -> Result<Self, DpdkError> {
         let info = Self::info(id)?;
         if cfg.queues == 0 || cfg.queues > info.max_rx_queues || cfg.queues > info.max_tx_queues {
-            return Err(DpdkError::new("rte_eth_dev_configure", libc::EINVAL).context(format!(
-                "{} queues asked, device {} has {} rx / {} tx",
-                cfg.queues, info.driver, info.max_rx_queues, info.max_tx_queues
-            )));
+            return Err(
+                DpdkError::new("rte_eth_dev_configure", libc::EINVAL).context(format!(
+                    "{} queues asked, device {} has {} rx / {} tx",
+                    cfg.queues, info.driver, info.max_rx_queues, info.max_tx_queues
+                )),
+            );
         }
         // SAFETY: rte_eth_conf is plain data; all-zero is DPDK's default.
         let mut conf: dpdk_sys::rte_eth_conf = unsafe { std::mem::zeroed() };
         let rss_hf = info.rss_offloads
-            & (c::RTE_ETH_RSS_IPV4 | c::RTE_ETH_RSS_NONFRAG_IPV4_TCP | c::RTE_ETH_RSS_NONFRAG_IPV4_UDP);
+            & (c::RTE_ETH_RSS_IPV4
+                | c::RTE_ETH_RSS_NONFRAG_IPV4_TCP
+                | c::RTE_ETH_RSS_NONFRAG_IPV4_UDP);
         let rss = cfg.queues > 1 && rss_hf != 0;
         if rss {
             conf.rxmode.mq_mode = dpdk_sys::rte_eth_rx_mq_mode::RTE_ETH_MQ_RX_RSS;
@@ -167,13 +176,17 @@ impl EthPort {
             tx_ipv4_cksum: info.tx_offload_capa & c::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM != 0,
             tx_tcp_cksum: info.tx_offload_capa & c::RTE_ETH_TX_OFFLOAD_TCP_CKSUM != 0,
         };
-        conf.rxmode.offloads = info.rx_offload_capa & (c::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | c::RTE_ETH_RX_OFFLOAD_TCP_CKSUM);
-        conf.txmode.offloads = info.tx_offload_capa & (c::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | c::RTE_ETH_TX_OFFLOAD_TCP_CKSUM);
+        conf.rxmode.offloads = info.rx_offload_capa
+            & (c::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | c::RTE_ETH_RX_OFFLOAD_TCP_CKSUM);
+        conf.txmode.offloads = info.tx_offload_capa
+            & (c::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | c::RTE_ETH_TX_OFFLOAD_TCP_CKSUM);
 
         // SAFETY: conf is fully initialised and outlives the call; the RSS
         // key it points to is static.
-        check("rte_eth_dev_configure", unsafe { dpdk_sys::rte_eth_dev_configure(id.0, cfg.queues, cfg.queues, &conf) })
-            .map_err(|e| e.context(info.driver.clone()))?;
+        check("rte_eth_dev_configure", unsafe {
+            dpdk_sys::rte_eth_dev_configure(id.0, cfg.queues, cfg.queues, &conf)
+        })
+        .map_err(|e| e.context(info.driver.clone()))?;
         let mut port = Self {
             id,
             info,
@@ -194,7 +207,14 @@ impl EthPort {
             // SAFETY: a null rx_conf asks for the driver's defaults; the
             // mempool lives for the process.
             check("rte_eth_rx_queue_setup", unsafe {
-                dpdk_sys::rte_eth_rx_queue_setup(id.0, q, rx_desc, socket, std::ptr::null(), cfg.mempool.as_ptr())
+                dpdk_sys::rte_eth_rx_queue_setup(
+                    id.0,
+                    q,
+                    rx_desc,
+                    socket,
+                    std::ptr::null(),
+                    cfg.mempool.as_ptr(),
+                )
             })?;
             // SAFETY: a null tx_conf asks for the driver's defaults.
             check("rte_eth_tx_queue_setup", unsafe {
@@ -203,12 +223,16 @@ impl EthPort {
         }
         let mut mac = MaybeUninit::<dpdk_sys::rte_ether_addr>::zeroed();
         // SAFETY: valid out pointer.
-        check("rte_eth_macaddr_get", unsafe { dpdk_sys::rte_eth_macaddr_get(id.0, mac.as_mut_ptr()) })?;
+        check("rte_eth_macaddr_get", unsafe {
+            dpdk_sys::rte_eth_macaddr_get(id.0, mac.as_mut_ptr())
+        })?;
         // SAFETY: filled by the successful call.
         port.mac = unsafe { mac.assume_init() }.addr_bytes;
         // SAFETY: the port is configured with all its queues.
-        check("rte_eth_dev_start", unsafe { dpdk_sys::rte_eth_dev_start(id.0) })
-            .map_err(|e| e.context(port.info.driver.clone()))?;
+        check("rte_eth_dev_start", unsafe {
+            dpdk_sys::rte_eth_dev_start(id.0)
+        })
+        .map_err(|e| e.context(port.info.driver.clone()))?;
         port.started = true;
         Ok(port)
     }
@@ -309,7 +333,9 @@ impl EthQueue {
         let max = max.min(MAX_BURST) as u16;
         // SAFETY: raw has room for `max` pointers; the queue belongs to this
         // thread.
-        let n = unsafe { dpdk_sys::tlsdp_eth_rx_burst(self.port.0, self.queue.0, raw.as_mut_ptr(), max) };
+        let n = unsafe {
+            dpdk_sys::tlsdp_eth_rx_burst(self.port.0, self.queue.0, raw.as_mut_ptr(), max)
+        };
         for &m in &raw[..usize::from(n)] {
             // SAFETY: the driver hands us ownership of each returned mbuf.
             out.push(unsafe { Mbuf::from_raw(NonNull::new(m).expect("rx_burst returned null")) });
@@ -333,7 +359,9 @@ impl EthQueue {
         }
         // SAFETY: raw holds n valid mbufs we own; the queue belongs to this
         // thread. The driver takes ownership of the first `sent` only.
-        let sent = usize::from(unsafe { dpdk_sys::tlsdp_eth_tx_burst(self.port.0, self.queue.0, raw.as_mut_ptr(), n as u16) });
+        let sent = usize::from(unsafe {
+            dpdk_sys::tlsdp_eth_tx_burst(self.port.0, self.queue.0, raw.as_mut_ptr(), n as u16)
+        });
         for m in batch.drain(..sent) {
             // Owned by the driver now: forget without freeing.
             let _ = m.into_raw();

@@ -31,15 +31,25 @@ impl Mempool {
     ///
     /// # Errors
     /// When DPDK cannot allocate it (no memory on `socket`, name taken).
-    pub fn create(name: &str, n: u32, cache: u32, data_room: u16, socket: i32) -> Result<Self, DpdkError> {
-        let cname = CString::new(name).map_err(|_| DpdkError::new("rte_pktmbuf_pool_create", libc::EINVAL))?;
+    pub fn create(
+        name: &str,
+        n: u32,
+        cache: u32,
+        data_room: u16,
+        socket: i32,
+    ) -> Result<Self, DpdkError> {
+        let cname = CString::new(name)
+            .map_err(|_| DpdkError::new("rte_pktmbuf_pool_create", libc::EINVAL))?;
         // SAFETY: cname is a valid NUL-terminated string; DPDK copies it.
-        let ptr = unsafe { dpdk_sys::rte_pktmbuf_pool_create(cname.as_ptr(), n, cache, 0, data_room, socket) };
+        let ptr = unsafe {
+            dpdk_sys::rte_pktmbuf_pool_create(cname.as_ptr(), n, cache, 0, data_room, socket)
+        };
         NonNull::new(ptr)
             .map(|ptr| Self { ptr, size: n })
             .ok_or_else(|| {
-                DpdkError::from_rte_errno("rte_pktmbuf_pool_create")
-                    .context(format!("pool {name}: {n} mbufs of {data_room} bytes on socket {socket}"))
+                DpdkError::from_rte_errno("rte_pktmbuf_pool_create").context(format!(
+                    "pool {name}: {n} mbufs of {data_room} bytes on socket {socket}"
+                ))
             })
     }
 
@@ -106,7 +116,10 @@ impl Mbuf {
         // buffer, alive while we own the mbuf.
         unsafe {
             let m = self.0.as_ptr();
-            std::slice::from_raw_parts(dpdk_sys::tlsdp_pktmbuf_data(m), usize::from(dpdk_sys::tlsdp_pktmbuf_data_len(m)))
+            std::slice::from_raw_parts(
+                dpdk_sys::tlsdp_pktmbuf_data(m),
+                usize::from(dpdk_sys::tlsdp_pktmbuf_data_len(m)),
+            )
         }
     }
 
@@ -116,7 +129,10 @@ impl Mbuf {
         // SAFETY: as in data(); `&mut self` makes the access exclusive.
         unsafe {
             let m = self.0.as_ptr();
-            std::slice::from_raw_parts_mut(dpdk_sys::tlsdp_pktmbuf_data(m), usize::from(dpdk_sys::tlsdp_pktmbuf_data_len(m)))
+            std::slice::from_raw_parts_mut(
+                dpdk_sys::tlsdp_pktmbuf_data(m),
+                usize::from(dpdk_sys::tlsdp_pktmbuf_data_len(m)),
+            )
         }
     }
 
@@ -134,7 +150,11 @@ impl Mbuf {
     /// When `len` exceeds [`Mbuf::capacity`].
     #[inline]
     pub fn set_len(&mut self, len: usize) {
-        assert!(len <= self.capacity(), "mbuf length {len} > capacity {}", self.capacity());
+        assert!(
+            len <= self.capacity(),
+            "mbuf length {len} > capacity {}",
+            self.capacity()
+        );
         // SAFETY: len fits the buffer (checked) and u16 (capacity is u16).
         unsafe { dpdk_sys::tlsdp_pktmbuf_set_len(self.0.as_ptr(), len as u16) }
     }

@@ -17,8 +17,13 @@ pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, Copy)]
 enum State {
-    Reachable { mac: EthernetAddress, expires: Instant },
-    Incomplete { next_probe: Instant },
+    Reachable {
+        mac: EthernetAddress,
+        expires: Instant,
+    },
+    Incomplete {
+        next_probe: Instant,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -70,11 +75,15 @@ impl ArpCache {
                     ArpLookup::Hit(mac)
                 }
                 State::Reachable { .. } => {
-                    e.state = State::Incomplete { next_probe: now + PROBE_INTERVAL };
+                    e.state = State::Incomplete {
+                        next_probe: now + PROBE_INTERVAL,
+                    };
                     ArpLookup::Miss { probe: true }
                 }
                 State::Incomplete { next_probe } if now >= next_probe => {
-                    e.state = State::Incomplete { next_probe: now + PROBE_INTERVAL };
+                    e.state = State::Incomplete {
+                        next_probe: now + PROBE_INTERVAL,
+                    };
                     ArpLookup::Miss { probe: true }
                 }
                 State::Incomplete { .. } => ArpLookup::Miss { probe: false },
@@ -82,7 +91,9 @@ impl ArpCache {
             None => {
                 self.insert(Entry {
                     ip,
-                    state: State::Incomplete { next_probe: now + PROBE_INTERVAL },
+                    state: State::Incomplete {
+                        next_probe: now + PROBE_INTERVAL,
+                    },
                     touched: now,
                 });
                 ArpLookup::Miss { probe: true }
@@ -94,21 +105,31 @@ impl ArpCache {
     /// merge step); a new one is made only when `create` (the packet was for
     /// us, or answered our request).
     pub fn learn(&mut self, ip: Ipv4Addr, mac: EthernetAddress, now: Instant, create: bool) {
-        let state = State::Reachable { mac, expires: now + REACHABLE_TIME };
+        let state = State::Reachable {
+            mac,
+            expires: now + REACHABLE_TIME,
+        };
         if let Some(e) = self.entries.iter_mut().find(|e| e.ip == ip) {
             e.state = state;
             e.touched = now;
         } else if create {
-            self.insert(Entry { ip, state, touched: now });
+            self.insert(Entry {
+                ip,
+                state,
+                touched: now,
+            });
         }
     }
 
     /// The fresh mapping for `ip`, without side effects.
     pub fn peek(&self, ip: Ipv4Addr, now: Instant) -> Option<EthernetAddress> {
-        self.entries.iter().find(|e| e.ip == ip).and_then(|e| match e.state {
-            State::Reachable { mac, expires } if now < expires => Some(mac),
-            _ => None,
-        })
+        self.entries
+            .iter()
+            .find(|e| e.ip == ip)
+            .and_then(|e| match e.state {
+                State::Reachable { mac, expires } if now < expires => Some(mac),
+                _ => None,
+            })
     }
 
     fn insert(&mut self, entry: Entry) {
@@ -140,8 +161,14 @@ mod tests {
         let ip = Ipv4Addr::new(10, 0, 0, 9);
         let t0 = Instant::from_millis(1000);
         assert_eq!(c.lookup(ip, t0), ArpLookup::Miss { probe: true });
-        assert_eq!(c.lookup(ip, t0 + Duration::from_millis(10)), ArpLookup::Miss { probe: false });
-        assert_eq!(c.lookup(ip, t0 + PROBE_INTERVAL), ArpLookup::Miss { probe: true });
+        assert_eq!(
+            c.lookup(ip, t0 + Duration::from_millis(10)),
+            ArpLookup::Miss { probe: false }
+        );
+        assert_eq!(
+            c.lookup(ip, t0 + PROBE_INTERVAL),
+            ArpLookup::Miss { probe: true }
+        );
         c.learn(ip, MAC, t0 + PROBE_INTERVAL, false);
         assert_eq!(c.lookup(ip, t0 + PROBE_INTERVAL), ArpLookup::Hit(MAC));
     }
@@ -151,8 +178,17 @@ mod tests {
         let mut c = ArpCache::new(4);
         let ip = Ipv4Addr::new(10, 0, 0, 9);
         c.learn(ip, MAC, Instant::ZERO, true);
-        assert_eq!(c.peek(ip, Instant::ZERO + (REACHABLE_TIME - Duration::from_secs(1))), Some(MAC));
-        assert_eq!(c.lookup(ip, Instant::ZERO + REACHABLE_TIME), ArpLookup::Miss { probe: true });
+        assert_eq!(
+            c.peek(
+                ip,
+                Instant::ZERO + (REACHABLE_TIME - Duration::from_secs(1))
+            ),
+            Some(MAC)
+        );
+        assert_eq!(
+            c.lookup(ip, Instant::ZERO + REACHABLE_TIME),
+            ArpLookup::Miss { probe: true }
+        );
     }
 
     #[test]
@@ -165,13 +201,21 @@ mod tests {
     #[test]
     fn full_table_evicts_least_recently_used() {
         let mut c = ArpCache::new(2);
-        let (a, b, d) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2), Ipv4Addr::new(10, 0, 0, 3));
+        let (a, b, d) = (
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(10, 0, 0, 2),
+            Ipv4Addr::new(10, 0, 0, 3),
+        );
         c.learn(a, MAC, Instant::from_millis(1), true);
         c.learn(b, MAC, Instant::from_millis(2), true);
         assert_eq!(c.lookup(a, Instant::from_millis(3)), ArpLookup::Hit(MAC));
         c.learn(d, MAC, Instant::from_millis(4), true);
         assert_eq!(c.len(), 2);
-        assert_eq!(c.peek(b, Instant::from_millis(5)), None, "b was least recently used");
+        assert_eq!(
+            c.peek(b, Instant::from_millis(5)),
+            None,
+            "b was least recently used"
+        );
         assert_eq!(c.peek(a, Instant::from_millis(5)), Some(MAC));
     }
 }

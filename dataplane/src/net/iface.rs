@@ -5,8 +5,8 @@
 use std::net::Ipv4Addr;
 
 use smoltcp::wire::{
-    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol, Icmpv4Message, Icmpv4Packet,
-    IpProtocol, Ipv4Packet, ETHERNET_HEADER_LEN,
+    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
+    Icmpv4Message, Icmpv4Packet, IpProtocol, Ipv4Packet, ETHERNET_HEADER_LEN,
 };
 
 use super::arp::{ArpCache, ArpLookup};
@@ -30,7 +30,11 @@ pub struct InterfaceConfig {
 
 impl InterfaceConfig {
     fn on_link(&self, ip: Ipv4Addr) -> bool {
-        let mask = if self.prefix_len == 0 { 0 } else { u32::MAX << (32 - u32::from(self.prefix_len)) };
+        let mask = if self.prefix_len == 0 {
+            0
+        } else {
+            u32::MAX << (32 - u32::from(self.prefix_len))
+        };
         (u32::from(ip) ^ u32::from(self.addr)) & mask == 0
     }
 }
@@ -144,7 +148,12 @@ impl Interface {
 
     /// Processes one received frame; on [`Verdict::Transmit`] the buffer
     /// holds the reply.
-    pub fn process<B: PacketBuf>(&mut self, now: Instant, buf: &mut B, counters: &mut Counters) -> Verdict {
+    pub fn process<B: PacketBuf>(
+        &mut self,
+        now: Instant,
+        buf: &mut B,
+        counters: &mut Counters,
+    ) -> Verdict {
         let (verdict, new_len) = self.process_frame(now, buf.data_mut(), counters);
         if let Some(len) = new_len {
             let old = buf.data().len();
@@ -156,7 +165,12 @@ impl Interface {
         verdict
     }
 
-    fn process_frame(&mut self, now: Instant, data: &mut [u8], counters: &mut Counters) -> (Verdict, Option<usize>) {
+    fn process_frame(
+        &mut self,
+        now: Instant,
+        data: &mut [u8],
+        counters: &mut Counters,
+    ) -> (Verdict, Option<usize>) {
         let Ok(mut frame) = EthernetFrame::new_checked(data) else {
             return (Verdict::Drop(DropReason::Malformed), None);
         };
@@ -166,7 +180,9 @@ impl Interface {
         }
         match frame.ethertype() {
             EthernetProtocol::Arp => self.process_arp(now, &mut frame, counters),
-            EthernetProtocol::Ipv4 if dst.is_broadcast() => (Verdict::Drop(DropReason::NotForUs), None),
+            EthernetProtocol::Ipv4 if dst.is_broadcast() => {
+                (Verdict::Drop(DropReason::NotForUs), None)
+            }
             EthernetProtocol::Ipv4 => match self.process_ipv4(frame.payload_mut(), counters) {
                 Ok(Some((hop, ip_len))) => {
                     frame.set_src_addr(self.cfg.mac);
@@ -212,7 +228,8 @@ impl Interface {
         let for_us = target_protocol_addr == self.cfg.addr;
         // Merge: update a known sender; add it when the packet is for us.
         if !source_protocol_addr.is_unspecified() {
-            self.arp.learn(source_protocol_addr, source_hardware_addr, now, for_us);
+            self.arp
+                .learn(source_protocol_addr, source_hardware_addr, now, for_us);
         }
         if !for_us {
             return (Verdict::Drop(DropReason::NotForUs), None);
@@ -239,7 +256,11 @@ impl Interface {
 
     /// Handles an IPv4 packet addressed to us. `Ok(Some((hop, len)))`: the
     /// payload now holds a reply of `len` bytes to send via next hop `hop`.
-    fn process_ipv4(&mut self, payload: &mut [u8], counters: &mut Counters) -> Result<Option<(Ipv4Addr, usize)>, DropReason> {
+    fn process_ipv4(
+        &mut self,
+        payload: &mut [u8],
+        counters: &mut Counters,
+    ) -> Result<Option<(Ipv4Addr, usize)>, DropReason> {
         let mut ip = Ipv4Packet::new_checked(payload).map_err(|_| DropReason::Malformed)?;
         if ip.version() != 4 {
             return Err(DropReason::Malformed);
@@ -263,7 +284,8 @@ impl Interface {
         }
         let total = usize::from(ip.total_len());
         // payload_mut is bounded by total_len: Ethernet padding is excluded.
-        let mut icmp = Icmpv4Packet::new_checked(ip.payload_mut()).map_err(|_| DropReason::Malformed)?;
+        let mut icmp =
+            Icmpv4Packet::new_checked(ip.payload_mut()).map_err(|_| DropReason::Malformed)?;
         if !icmp.verify_checksum() {
             return Err(DropReason::BadIcmpChecksum);
         }

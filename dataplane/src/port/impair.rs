@@ -199,7 +199,12 @@ mod tests {
     use crate::port::{link, MemBuf, MemPort};
 
     fn ports() -> (MemPort, MemPort) {
-        link(EthernetAddress([2, 0, 0, 0, 0, 1]), EthernetAddress([2, 0, 0, 0, 0, 2]), 4096, 8192)
+        link(
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            EthernetAddress([2, 0, 0, 0, 0, 2]),
+            4096,
+            8192,
+        )
     }
 
     fn send(port: &mut Impaired<MemPort>, now: Instant, n: u32) {
@@ -220,14 +225,23 @@ mod tests {
     fn recv(port: &mut MemPort) -> Vec<u32> {
         let mut got: Vec<MemBuf> = Vec::new();
         while port.rx_burst(Instant::ZERO, &mut got, 64) > 0 {}
-        got.iter().map(|b| u32::from_be_bytes(b.data()[..4].try_into().unwrap())).collect()
+        got.iter()
+            .map(|b| u32::from_be_bytes(b.data()[..4].try_into().unwrap()))
+            .collect()
     }
 
     #[test]
     fn loss_rate_is_close_and_seeded() {
         let run = |seed| {
             let (a, mut b) = ports();
-            let mut a = Impaired::new(a, ImpairConfig { seed, loss: 0.05, ..Default::default() });
+            let mut a = Impaired::new(
+                a,
+                ImpairConfig {
+                    seed,
+                    loss: 0.05,
+                    ..Default::default()
+                },
+            );
             send(&mut a, Instant::ZERO, 4000);
             (recv(&mut b), a.stats())
         };
@@ -235,7 +249,10 @@ mod tests {
         assert_eq!(stats.offered, 4000);
         assert!((150..=250).contains(&stats.dropped), "{stats:?}");
         assert_eq!(got.len() as u64, 4000 - stats.dropped);
-        assert!(got.windows(2).all(|w| w[0] < w[1]), "loss alone keeps order");
+        assert!(
+            got.windows(2).all(|w| w[0] < w[1]),
+            "loss alone keeps order"
+        );
         assert_eq!(run(7).0, got, "same seed, same losses");
         assert_ne!(run(8).0, got, "another seed, other losses");
     }
@@ -243,7 +260,13 @@ mod tests {
     #[test]
     fn delay_holds_until_due() {
         let (a, mut b) = ports();
-        let mut a = Impaired::new(a, ImpairConfig { delay: Duration::from_millis(5), ..Default::default() });
+        let mut a = Impaired::new(
+            a,
+            ImpairConfig {
+                delay: Duration::from_millis(5),
+                ..Default::default()
+            },
+        );
         send(&mut a, Instant::from_millis(1), 10);
         assert_eq!(a.held(), 10);
         assert!(recv(&mut b).is_empty());
@@ -257,7 +280,12 @@ mod tests {
     #[test]
     fn reorder_and_duplicate_happen() {
         let (a, mut b) = ports();
-        let cfg = ImpairConfig { seed: 3, reorder: 0.1, duplicate: 0.05, ..Default::default() };
+        let cfg = ImpairConfig {
+            seed: 3,
+            reorder: 0.1,
+            duplicate: 0.05,
+            ..Default::default()
+        };
         let mut a = Impaired::new(a, cfg);
         for i in 0..100u64 {
             send(&mut a, Instant::from_nanos(i * 10_000), 10);

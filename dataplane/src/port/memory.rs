@@ -41,7 +41,11 @@ impl PacketBuf for MemBuf {
         self.bytes.len()
     }
     fn set_len(&mut self, len: usize) {
-        assert!(len <= self.bytes.len(), "length {len} > capacity {}", self.bytes.len());
+        assert!(
+            len <= self.bytes.len(),
+            "length {len} > capacity {}",
+            self.bytes.len()
+        );
         self.len = len;
     }
 }
@@ -65,7 +69,12 @@ pub struct MemPort {
 
 /// Makes a link of two ports with the given MACs; each direction holds at
 /// most `depth` frames in flight, and at most `buffers` buffers exist.
-pub fn link(mac_a: EthernetAddress, mac_b: EthernetAddress, depth: usize, buffers: usize) -> (MemPort, MemPort) {
+pub fn link(
+    mac_a: EthernetAddress,
+    mac_b: EthernetAddress,
+    depth: usize,
+    buffers: usize,
+) -> (MemPort, MemPort) {
     let ab = Arc::new(ArrayQueue::new(depth));
     let ba = Arc::new(ArrayQueue::new(depth));
     let pool = Arc::new(Pool {
@@ -167,20 +176,33 @@ mod tests {
 
     #[test]
     fn frames_cross_in_order_and_buffers_return() {
-        let (mut a, mut b) = link(EthernetAddress([2, 0, 0, 0, 0, 1]), EthernetAddress([2, 0, 0, 0, 0, 2]), 8, 16);
+        let (mut a, mut b) = link(
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            EthernetAddress([2, 0, 0, 0, 0, 2]),
+            8,
+            16,
+        );
         let mut batch: Vec<MemBuf> = (0..5).map(|i| frame(&mut a, i)).collect();
         assert_eq!(a.tx_burst(Instant::ZERO, &mut batch), 5);
         assert!(batch.is_empty());
         let mut got = Vec::new();
         assert_eq!(b.rx_burst(Instant::ZERO, &mut got, 32), 5);
-        assert_eq!(got.iter().map(|f| f.data()[0]).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
+        assert_eq!(
+            got.iter().map(|f| f.data()[0]).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3, 4]
+        );
         drop(got);
         assert_eq!(a.buffers_free(), 16);
     }
 
     #[test]
     fn full_link_leaves_unsent_with_caller() {
-        let (mut a, b) = link(EthernetAddress([2, 0, 0, 0, 0, 1]), EthernetAddress([2, 0, 0, 0, 0, 2]), 4, 16);
+        let (mut a, b) = link(
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            EthernetAddress([2, 0, 0, 0, 0, 2]),
+            4,
+            16,
+        );
         let mut batch: Vec<MemBuf> = (0..6).map(|i| frame(&mut a, i)).collect();
         assert_eq!(a.tx_burst(Instant::ZERO, &mut batch), 4);
         assert_eq!(batch.len(), 2, "unsent frames stay with the caller");
@@ -192,7 +214,12 @@ mod tests {
 
     #[test]
     fn pool_exhaustion_is_none_not_growth() {
-        let (mut a, _b) = link(EthernetAddress([2, 0, 0, 0, 0, 1]), EthernetAddress([2, 0, 0, 0, 0, 2]), 4, 3);
+        let (mut a, _b) = link(
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            EthernetAddress([2, 0, 0, 0, 0, 2]),
+            4,
+            3,
+        );
         let held: Vec<MemBuf> = (0..3).map(|_| a.alloc().unwrap()).collect();
         assert!(a.alloc().is_none());
         drop(held);

@@ -11,7 +11,7 @@ pub mod impair;
 pub mod memory;
 pub mod pcap;
 
-pub use impair::{Impaired, ImpairConfig, ImpairStats};
+pub use impair::{ImpairConfig, ImpairStats, Impaired};
 pub use memory::{link, MemBuf, MemPort};
 pub use pcap::PcapTap;
 

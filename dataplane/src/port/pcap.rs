@@ -93,7 +93,9 @@ impl<P: Port> PcapTap<P> {
 
 /// Appends one pcap record (header and frame) to `buf`.
 fn write_record(buf: &mut Vec<u8>, frame: &[u8]) {
-    let t = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
     let caplen = frame.len().min(SNAPLEN as usize);
     buf.extend_from_slice(&(t.as_secs() as u32).to_le_bytes());
     buf.extend_from_slice(&t.subsec_micros().to_le_bytes());
@@ -155,7 +157,12 @@ mod tests {
     fn records_rx_and_sent_tx_frames() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.pcap");
-        let (a, mut b) = link(EthernetAddress([2, 0, 0, 0, 0, 1]), EthernetAddress([2, 0, 0, 0, 0, 2]), 2, 16);
+        let (a, mut b) = link(
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            EthernetAddress([2, 0, 0, 0, 0, 2]),
+            2,
+            16,
+        );
         let mut a = PcapTap::create(a, &path).unwrap();
         let mut batch: Vec<MemBuf> = (0..3u8)
             .map(|i| {
@@ -177,7 +184,10 @@ mod tests {
 
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(&bytes[..4], &0xa1b2_c3d4u32.to_le_bytes());
-        assert_eq!(u32::from_le_bytes(bytes[20..24].try_into().unwrap()), LINKTYPE_ETHERNET);
+        assert_eq!(
+            u32::from_le_bytes(bytes[20..24].try_into().unwrap()),
+            LINKTYPE_ETHERNET
+        );
         let mut off = 24;
         let mut lens = Vec::new();
         while off < bytes.len() {
@@ -186,6 +196,10 @@ mod tests {
             off += 16 + caplen;
         }
         assert_eq!(off, bytes.len());
-        assert_eq!(lens, vec![(60, 0), (61, 1), (60, 0), (61, 1)], "unsent frame 2 not recorded");
+        assert_eq!(
+            lens,
+            vec![(60, 0), (61, 1), (60, 0), (61, 1)],
+            "unsent frame 2 not recorded"
+        );
     }
 }

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The tlsdp demo: builds dpd, makes the lab network (two namespaces and a
+# veth link), starts dpd on the DUT side through DPDK's AF_PACKET device,
+# pings it and ARPs it from the client namespace, shows dpd's own counters
+# with dpctl, then stops dpd and tears the lab down. Run as root.
+#
+#   QUICKSTART_DRIVER=net_af_xdp scripts/quickstart.sh   use AF_XDP instead
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "quickstart.sh: run as root (network namespaces, DPDK)" >&2
+    exit 1
+fi
+
+LAB=tlsdp-demo
+NET=10.77.0
+DRIVER=${QUICKSTART_DRIVER:-net_af_packet}
+WORK=$(mktemp -d /tmp/tlsdp-quickstart.XXXXXX)
+SOCK=$WORK/control.sock
+DPD_PID=
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+cleanup() {
+    if [ -n "$DPD_PID" ] && kill -0 "$DPD_PID" 2>/dev/null; then
+        kill -TERM "$DPD_PID" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$DPD_PID" 2>/dev/null || break; sleep 0.1; done
+    fi
+    scripts/lab.sh down "$LAB" >/dev/null 2>&1 || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+step "setup (packages, hugepages)"
+scripts/setup.sh
+
+step "build"
+cargo build --release -p dataplane -p control --bins
+DPD=target/release/dpd
+DPCTL=target/release/dpctl
+
+step "lab: $LAB-cli ($NET.2) <-> $LAB-dut (dpd owns $NET.1)"
+LAB_NET=$NET scripts/lab.sh up "$LAB"
+
+cat > "$WORK/dpd.toml" <<TOML
+[eal]
+lcores = [1]
+args = ["--in-memory"]
+
+[[port]]
+name = "p0"
+device = "${DRIVER}0,iface=veth-dut"
+address = "$NET.1/24"
+
+[control]
+socket = "$SOCK"
+TOML
+
+step "start dpd ($DRIVER)"
+ip netns exec "$LAB-dut" "$DPD" --config "$WORK/dpd.toml" >"$WORK/dpd.log" 2>&1 &
+DPD_PID=$!
+for _ in $(seq 100); do
+    [ -S "$SOCK" ] && break
+    kill -0 "$DPD_PID" 2>/dev/null || { cat "$WORK/dpd.log"; echo "dpd failed to start" >&2; exit 1; }
+    sleep 0.1
+done
+[ -S "$SOCK" ] || { cat "$WORK/dpd.log"; echo "dpd did not come up" >&2; exit 1; }
+grep -E 'EAL arguments|port p0|engine' "$WORK/dpd.log" || true
+"$DPCTL" --socket "$SOCK" status
+
+step "ping $NET.1 from the client namespace"
+ip netns exec "$LAB-cli" ping -c 5 -i 0.2 "$NET.1"
+
+step "arping $NET.1"
+ip netns exec "$LAB-cli" arping -c 3 -w 5 -I veth-cli "$NET.1"
+
+step "dpd's counters"
+sleep 0.1
+"$DPCTL" --socket "$SOCK" stats
+
+step "stop dpd (SIGTERM)"
+kill -TERM "$DPD_PID"
+wait "$DPD_PID" && echo "dpd exited 0"
+DPD_PID=
+tail -n 3 "$WORK/dpd.log"
