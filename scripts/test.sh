@@ -26,7 +26,16 @@ echo "== build"
 cargo build --workspace --bins
 
 echo "== tests"
-cargo test --workspace --no-fail-fast
+log=$(mktemp /tmp/tlsdp-test.XXXXXX)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+# One closing line over every test binary of the run.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "cargo: %d passed, %d failed\n", p, f }' "$log"
+[ "$rc" -eq 0 ] || exit "$rc"
 
 if [ -x scripts/bench-test.sh ]; then
     echo "== dpbench trust tests"

@@ -91,11 +91,6 @@ impl<P: Port> Impaired<P> {
         self.held.len()
     }
 
-    fn hold(&mut self, at: Instant, buf: P::Buf) {
-        let pos = self.held.partition_point(|(t, _)| *t <= at);
-        self.held.insert(pos, (at, buf));
-    }
-
     /// Hands frames whose time has come to the inner port.
     fn release(&mut self, now: Instant) {
         while self.held.front().is_some_and(|(t, _)| *t <= now) && self.out.len() < 64 {
@@ -127,10 +122,10 @@ impl<P: Port> Port for Impaired<P> {
     }
 
     fn tx_burst(&mut self, now: Instant, batch: &mut Vec<P::Buf>) -> usize {
-        let mut taken = 0;
-        while !batch.is_empty() && self.held.len() < self.cfg.max_held {
-            let buf = batch.remove(0);
-            taken += 1;
+        let taken = batch
+            .len()
+            .min(self.cfg.max_held.saturating_sub(self.held.len()));
+        for buf in batch.drain(..taken) {
             self.stats.offered += 1;
             if self.rng.chance(self.cfg.loss) {
                 self.stats.dropped += 1;
@@ -149,10 +144,10 @@ impl<P: Port> Port for Impaired<P> {
                     copy.set_len(buf.data().len());
                     copy.data_mut().copy_from_slice(buf.data());
                     self.stats.duplicated += 1;
-                    self.hold(at, copy);
+                    hold(&mut self.held, at, copy);
                 }
             }
-            self.hold(at, buf);
+            hold(&mut self.held, at, buf);
         }
         self.release(now);
         taken
@@ -165,6 +160,12 @@ impl<P: Port> Port for Impaired<P> {
     fn checksum_offload(&self) -> ChecksumOffload {
         self.inner.checksum_offload()
     }
+}
+
+/// Inserts a frame in release-time order (after frames due at the same time).
+fn hold<B>(held: &mut VecDeque<(Instant, B)>, at: Instant, buf: B) {
+    let pos = held.partition_point(|(t, _)| *t <= at);
+    held.insert(pos, (at, buf));
 }
 
 /// A small, fast, seedable generator (SplitMix64); not for cryptography.
