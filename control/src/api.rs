@@ -88,6 +88,21 @@ pub struct CoreStats {
     pub arp_replies: u64,
     pub arp_requests: u64,
     pub icmp_echo_replies: u64,
+    /// TCP connections that completed the handshake.
+    #[serde(default)]
+    pub tcp_accepted: u64,
+    /// TCP connections open now (all states).
+    #[serde(default)]
+    pub tcp_active: u64,
+    #[serde(default)]
+    pub tcp_retransmits: u64,
+    #[serde(default)]
+    pub tcp_resets_sent: u64,
+    #[serde(default)]
+    pub tcp_timeouts: u64,
+    /// Requests answered by the built-in HTTP responder.
+    #[serde(default)]
+    pub http_requests: u64,
     /// Dropped frames by reason (every reason listed, zeros included).
     pub drops: BTreeMap<String, u64>,
     pub busy_cycles: u64,

@@ -17,8 +17,47 @@ pub struct Config {
     pub eal: Eal,
     #[serde(rename = "port")]
     pub ports: Vec<Port>,
+    /// Virtual IPs served.
+    #[serde(default, rename = "vip", skip_serializing_if = "Vec::is_empty")]
+    pub vips: Vec<Vip>,
     #[serde(default)]
     pub control: Control,
+}
+
+/// A virtual IP: an address and port where clients connect.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Vip {
+    pub name: String,
+    /// `address:port`; the address must be one of the ports' addresses.
+    pub listen: String,
+    /// What answers: `"builtin"`, the HTTP/1.x responder (`GET /bytes/N`).
+    pub respond: Respond,
+}
+
+/// The application behind a VIP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Respond {
+    /// The built-in HTTP/1.x responder.
+    Builtin,
+}
+
+impl Vip {
+    /// Parses `listen`.
+    ///
+    /// # Errors
+    /// A reason when it is not `a.b.c.d:port` with a port above 0.
+    pub fn listen_addr(&self) -> Result<std::net::SocketAddrV4, String> {
+        let addr: std::net::SocketAddrV4 = self
+            .listen
+            .parse()
+            .map_err(|_| "expected an IPv4 address and port, e.g. 10.77.0.1:80".to_string())?;
+        if addr.port() == 0 {
+            return Err("port 0 cannot be listened on".into());
+        }
+        Ok(addr)
+    }
 }
 
 /// DPDK's Environment Abstraction Layer: cores and extra arguments.
@@ -346,6 +385,39 @@ impl Config {
                 }
             }
         }
+        let mut vip_names = HashSet::new();
+        let mut listens = HashSet::new();
+        for (i, vip) in self.vips.iter().enumerate() {
+            let at = |f: &str| format!("vip[{i}].{f}");
+            if vip.name.is_empty() || !vip_names.insert(vip.name.as_str()) {
+                return Err(ConfigError::new(
+                    at("name"),
+                    &vip.name,
+                    "VIP names must be unique and not empty",
+                ));
+            }
+            let addr = vip
+                .listen_addr()
+                .map_err(|r| ConfigError::new(at("listen"), &vip.listen, r))?;
+            if !self
+                .ports
+                .iter()
+                .any(|p| p.cidr().is_ok_and(|c| c.addr == *addr.ip()))
+            {
+                return Err(ConfigError::new(
+                    at("listen"),
+                    &vip.listen,
+                    "the address must be one of the ports' addresses",
+                ));
+            }
+            if !listens.insert(addr) {
+                return Err(ConfigError::new(
+                    at("listen"),
+                    &vip.listen,
+                    "another VIP listens here",
+                ));
+            }
+        }
         if self.control.socket.as_os_str().is_empty() {
             return Err(ConfigError::new("control.socket", "", "must be a path"));
         }
@@ -597,6 +669,36 @@ mod tests {
         assert!(e.to_string().contains("lcores"), "{e}");
         let e = err_of(&GOOD.replace("[eal]", "[eal]\nhugepages = \"maybe\""));
         assert!(e.to_string().contains("maybe"), "{e}");
+    }
+
+    #[test]
+    fn vips_are_checked() {
+        let with = |v: &str| format!("{GOOD}\n[[vip]]\n{v}\n");
+        let c = Config::parse(&with(
+            "name = \"plain\"\nlisten = \"10.77.0.1:80\"\nrespond = \"builtin\"",
+        ))
+        .unwrap();
+        assert_eq!(c.vips[0].listen_addr().unwrap().port(), 80);
+        let e = err_of(&with(
+            "name = \"plain\"\nlisten = \"10.77.0.9:80\"\nrespond = \"builtin\"",
+        ));
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str()),
+            ("vip[0].listen", "10.77.0.9:80")
+        );
+        let e = err_of(&with(
+            "name = \"plain\"\nlisten = \"10.77.0.1\"\nrespond = \"builtin\"",
+        ));
+        assert_eq!(e.field, "vip[0].listen");
+        let e = err_of(&with(
+            "name = \"plain\"\nlisten = \"10.77.0.1:80\"\nrespond = \"magic\"",
+        ));
+        assert!(e.to_string().contains("magic"), "{e}");
+        let two = format!(
+            "{}\n[[vip]]\nname = \"b\"\nlisten = \"10.77.0.1:80\"\nrespond = \"builtin\"\n",
+            with("name = \"a\"\nlisten = \"10.77.0.1:80\"\nrespond = \"builtin\"")
+        );
+        assert_eq!(err_of(&two).field, "vip[1].listen");
     }
 
     #[test]

@@ -224,6 +224,12 @@ pub fn core_stats(lcore: Option<u32>, c: &Counters) -> CoreStats {
         arp_replies: c.arp_replies,
         arp_requests: c.arp_requests,
         icmp_echo_replies: c.icmp_echo_replies,
+        tcp_accepted: c.tcp_accepted,
+        tcp_active: c.tcp_active,
+        tcp_retransmits: c.tcp_retransmits,
+        tcp_resets_sent: c.tcp_resets_sent,
+        tcp_timeouts: c.tcp_timeouts,
+        http_requests: c.http_requests,
         drops: DropReason::ALL
             .iter()
             .map(|r| (r.name().to_string(), c.dropped(*r)))
@@ -357,6 +363,12 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
                 },
             );
         }
+        for vip in &cfg.vips {
+            let addr = vip
+                .listen_addr()
+                .map_err(|r| ConfigError::new("vip.listen", &vip.listen, r))?;
+            engine.listen(*addr.ip(), addr.port());
+        }
         let stop = engine_stop.clone();
         let handle = eal.launch(LcoreId(lcore), move || {
             let clock = TscClock::new();
@@ -364,6 +376,11 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
             0
         })?;
         log::info!("engine {q} running on core {lcore}");
+        if q == 0 {
+            for vip in &cfg.vips {
+                log::info!("vip {}: {} → built-in responder", vip.name, vip.listen);
+            }
+        }
         launched.push(handle);
     }
 

@@ -7,11 +7,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
 use std::net::Ipv4Addr;
 
+use crate::app::responder::{Responder, Session};
 use crate::net::{set_destination, Interface, InterfaceConfig, Verdict};
 use crate::port::{PacketBuf, Port};
 use crate::stats::{Counters, DropReason, SharedCounters};
+use crate::tcp::{Event, TcpConfig, TcpEngine};
 use crate::time::{Instant, TscClock};
 
 /// Tuning of the loop.
@@ -25,6 +29,7 @@ pub struct EngineConfig {
     pub tx_drain: Duration,
     /// How often counters are published and timers run.
     pub tick: Duration,
+    pub tcp: TcpConfig,
 }
 
 impl Default for EngineConfig {
@@ -33,6 +38,7 @@ impl Default for EngineConfig {
             burst: 32,
             tx_drain: Duration::from_micros(100),
             tick: Duration::from_millis(1),
+            tcp: TcpConfig::default(),
         }
     }
 }
@@ -46,6 +52,8 @@ struct EnginePort<P: Port> {
     tx_since: Option<Instant>,
     /// Frames waiting for a next hop's MAC: (next hop, frame, given up at).
     unresolved: Vec<(Ipv4Addr, P::Buf, Instant)>,
+    /// The last receive burst came back short: the queue is drained.
+    rx_drained: bool,
 }
 
 /// Most frames held per port while their next hop is resolved (Linux keeps
@@ -63,6 +71,9 @@ pub struct Engine<P: Port> {
     counters: Counters,
     shared: Arc<SharedCounters>,
     next_tick: Instant,
+    tcp: TcpEngine<Session>,
+    responder: Responder,
+    events: Vec<Event>,
 }
 
 impl<P: Port> Engine<P> {
@@ -74,7 +85,29 @@ impl<P: Port> Engine<P> {
             counters: Counters::default(),
             shared,
             next_tick: Instant::ZERO,
+            tcp: TcpEngine::new(
+                cfg.tcp,
+                Instant::ZERO,
+                RandomState::new().build_hasher().finish(),
+            ),
+            responder: Responder::new(),
+            events: Vec::with_capacity(256),
         }
+    }
+
+    /// Serves the built-in HTTP responder on `addr:port` (a VIP).
+    pub fn listen(&mut self, addr: Ipv4Addr, port: u16) {
+        self.tcp.listen(addr, port);
+    }
+
+    /// The TCP engine (counters, connection states).
+    pub fn tcp(&self) -> &TcpEngine<Session> {
+        &self.tcp
+    }
+
+    /// The responder's counters.
+    pub fn responder(&self) -> &Responder {
+        &self.responder
     }
 
     /// Adds a port (one queue pair) with its interface addresses. The
@@ -87,6 +120,7 @@ impl<P: Port> Engine<P> {
             tx: Vec::with_capacity(2 * self.cfg.burst),
             tx_since: None,
             unresolved: Vec::with_capacity(MAX_UNRESOLVED),
+            rx_drained: true,
         });
     }
 
@@ -121,31 +155,56 @@ impl<P: Port> Engine<P> {
         for ep in &mut self.ports {
             let n = ep.port.rx_burst(now, &mut self.rx, burst);
             work += n;
+            ep.rx_drained = n < burst;
             for mut buf in self.rx.drain(..) {
                 self.counters.rx_packets += 1;
                 self.counters.rx_bytes += buf.data().len() as u64;
-                match ep.iface.process(now, &mut buf, &mut self.counters) {
-                    Verdict::Transmit => {
-                        ep.tx.push(buf);
-                        ep.tx_since.get_or_insert(now);
-                        if ep.tx.len() >= burst {
-                            flush(ep, now, &mut self.counters);
+                let verdict = ep.iface.process(now, &mut buf, &mut self.counters);
+                match verdict {
+                    Verdict::Tcp {
+                        src,
+                        dst,
+                        start,
+                        end,
+                    } => {
+                        if let Err(reason) = self.tcp.input(now, src, dst, &buf.data()[start..end])
+                        {
+                            self.counters.drop(reason);
                         }
                     }
-                    Verdict::Consumed => {}
-                    Verdict::Drop(reason) => self.counters.drop(reason),
-                    Verdict::AwaitNeighbor(hop) => {
-                        if ep.unresolved.len() == MAX_UNRESOLVED {
-                            ep.unresolved.remove(0);
-                            self.counters.drop(DropReason::NeighborMiss);
-                        }
-                        ep.unresolved.push((hop, buf, now + RESOLVE_TIMEOUT));
-                    }
+                    other => queue(ep, buf, other, now, burst, &mut self.counters),
                 }
             }
             if !ep.unresolved.is_empty() {
                 release_resolved(ep, now, &mut self.counters);
             }
+        }
+
+        // Transport and application: timers, events, then what they send.
+        self.tcp.poll_timers(now);
+        self.tcp.drain_events(&mut self.events);
+        for ev in self.events.drain(..) {
+            self.responder.on_event(&mut self.tcp, ev);
+        }
+        let (ports, counters) = (&mut self.ports, &mut self.counters);
+        self.tcp.transmit(now, |seg| {
+            let Some(ep) = ports
+                .iter_mut()
+                .find(|ep| ep.iface.config().addr == seg.src)
+            else {
+                counters.drop(DropReason::NoRoute);
+                return true;
+            };
+            let Some(mut buf) = ep.port.alloc() else {
+                counters.drop(DropReason::NoBuffer);
+                return false;
+            };
+            let verdict = ep.iface.write_tcp(now, seg, &mut buf);
+            queue(ep, buf, verdict, now, burst, counters);
+            true
+        });
+
+        for ep in &mut self.ports {
             while let Some(ip) = ep.iface.take_probe() {
                 match ep.port.alloc() {
                     Some(mut buf) => {
@@ -159,11 +218,10 @@ impl<P: Port> Engine<P> {
             }
             // A short burst means the queue is drained: nothing more is coming
             // to batch with, so send now rather than wait for the deadline.
-            let drained = n < burst;
             let due = ep
                 .tx_since
                 .is_some_and(|t| now.saturating_since(t) >= self.cfg.tx_drain);
-            if !ep.tx.is_empty() && (drained || due) {
+            if !ep.tx.is_empty() && (ep.rx_drained || due) {
                 flush(ep, now, &mut self.counters);
             }
         }
@@ -171,7 +229,15 @@ impl<P: Port> Engine<P> {
     }
 
     /// Publishes the counters for the control thread.
-    pub fn publish(&self) {
+    pub fn publish(&mut self) {
+        let t = self.tcp.counters();
+        let c = &mut self.counters;
+        c.tcp_accepted = t.accepted;
+        c.tcp_active = t.active;
+        c.tcp_retransmits = t.retransmits;
+        c.tcp_resets_sent = t.resets_sent;
+        c.tcp_timeouts = t.timeouts;
+        c.http_requests = self.responder.counters.requests;
         self.shared.publish(&self.counters);
     }
 
@@ -202,6 +268,36 @@ impl<P: Port> Engine<P> {
             flush(ep, now, &mut self.counters);
         }
         self.publish();
+    }
+}
+
+/// Acts on a frame's verdict: transmit (flushing full bursts), hold for ARP,
+/// or count the drop.
+fn queue<P: Port>(
+    ep: &mut EnginePort<P>,
+    buf: P::Buf,
+    verdict: Verdict,
+    now: Instant,
+    burst: usize,
+    counters: &mut Counters,
+) {
+    match verdict {
+        Verdict::Transmit => {
+            ep.tx.push(buf);
+            ep.tx_since.get_or_insert(now);
+            if ep.tx.len() >= burst {
+                flush(ep, now, counters);
+            }
+        }
+        Verdict::Consumed | Verdict::Tcp { .. } => {}
+        Verdict::Drop(reason) => counters.drop(reason),
+        Verdict::AwaitNeighbor(hop) => {
+            if ep.unresolved.len() == MAX_UNRESOLVED {
+                ep.unresolved.remove(0);
+                counters.drop(DropReason::NeighborMiss);
+            }
+            ep.unresolved.push((hop, buf, now + RESOLVE_TIMEOUT));
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! IPv4, ICMP) and the per-core engine.
 #![deny(unsafe_code)]
 
+pub mod app;
 pub mod daemon;
 #[allow(unsafe_code)]
 pub mod dpdk;
@@ -9,4 +10,5 @@ pub mod engine;
 pub mod net;
 pub mod port;
 pub mod stats;
+pub mod tcp;
 pub mod time;

@@ -36,10 +36,16 @@ pub enum DropReason {
     NoBuffer,
     /// Chained (multi-segment) frames are not expected.
     MultiSegment,
+    /// TCP checksum wrong.
+    BadTcpChecksum,
+    /// A TCP segment for no connection and no listener (answered by RST).
+    NoConnection,
+    /// A SYN refused: the half-open or connection limit was reached.
+    ListenOverflow,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 15;
     pub const ALL: [DropReason; Self::COUNT] = [
         Self::Malformed,
         Self::NotForUs,
@@ -53,6 +59,9 @@ impl DropReason {
         Self::TxFull,
         Self::NoBuffer,
         Self::MultiSegment,
+        Self::BadTcpChecksum,
+        Self::NoConnection,
+        Self::ListenOverflow,
     ];
 
     /// A stable snake_case name (used in stats output and metrics).
@@ -70,6 +79,9 @@ impl DropReason {
             Self::TxFull => "tx_full",
             Self::NoBuffer => "no_buffer",
             Self::MultiSegment => "multi_segment",
+            Self::BadTcpChecksum => "bad_tcp_checksum",
+            Self::NoConnection => "no_connection",
+            Self::ListenOverflow => "listen_overflow",
         }
     }
 }
@@ -84,6 +96,12 @@ pub struct Counters {
     pub arp_replies: u64,
     pub arp_requests: u64,
     pub icmp_echo_replies: u64,
+    pub tcp_accepted: u64,
+    pub tcp_active: u64,
+    pub tcp_retransmits: u64,
+    pub tcp_resets_sent: u64,
+    pub tcp_timeouts: u64,
+    pub http_requests: u64,
     pub drops: [u64; DropReason::COUNT],
     /// TSC cycles spent in loop iterations that did work.
     pub busy_cycles: u64,
@@ -115,6 +133,12 @@ impl Counters {
         self.arp_replies += o.arp_replies;
         self.arp_requests += o.arp_requests;
         self.icmp_echo_replies += o.icmp_echo_replies;
+        self.tcp_accepted += o.tcp_accepted;
+        self.tcp_active += o.tcp_active;
+        self.tcp_retransmits += o.tcp_retransmits;
+        self.tcp_resets_sent += o.tcp_resets_sent;
+        self.tcp_timeouts += o.tcp_timeouts;
+        self.http_requests += o.http_requests;
         for (d, s) in self.drops.iter_mut().zip(o.drops) {
             *d += s;
         }
@@ -124,7 +148,8 @@ impl Counters {
     }
 }
 
-const FIELDS: usize = 10 + DropReason::COUNT;
+const SCALARS: usize = 16;
+const FIELDS: usize = SCALARS + DropReason::COUNT;
 
 /// The published copy of one engine's [`Counters`].
 #[derive(Debug, Default)]
@@ -158,15 +183,21 @@ impl SharedCounters {
             busy_cycles: v[7],
             idle_cycles: v[8],
             loops: v[9],
+            tcp_accepted: v[10],
+            tcp_active: v[11],
+            tcp_retransmits: v[12],
+            tcp_resets_sent: v[13],
+            tcp_timeouts: v[14],
+            http_requests: v[15],
             ..Counters::default()
         };
-        c.drops.copy_from_slice(&v[10..]);
+        c.drops.copy_from_slice(&v[SCALARS..]);
         c
     }
 
     fn flatten(c: &Counters) -> [u64; FIELDS] {
         let mut v = [0u64; FIELDS];
-        v[..10].copy_from_slice(&[
+        v[..SCALARS].copy_from_slice(&[
             c.rx_packets,
             c.rx_bytes,
             c.tx_packets,
@@ -177,8 +208,14 @@ impl SharedCounters {
             c.busy_cycles,
             c.idle_cycles,
             c.loops,
+            c.tcp_accepted,
+            c.tcp_active,
+            c.tcp_retransmits,
+            c.tcp_resets_sent,
+            c.tcp_timeouts,
+            c.http_requests,
         ]);
-        v[10..].copy_from_slice(&c.drops);
+        v[SCALARS..].copy_from_slice(&c.drops);
         v
     }
 }
@@ -200,6 +237,12 @@ mod tests {
             busy_cycles: 8,
             idle_cycles: 9,
             loops: 10,
+            tcp_accepted: 11,
+            tcp_active: 12,
+            tcp_retransmits: 13,
+            tcp_resets_sent: 14,
+            tcp_timeouts: 15,
+            http_requests: 16,
             ..Default::default()
         };
         for (i, r) in DropReason::ALL.iter().enumerate() {

@@ -137,6 +137,10 @@ fn print_stats(c: &CoreStats) {
         c.icmp_echo_replies,
         100.0 * c.busy()
     );
+    println!(
+        "  tcp accepted {}, active {}, retransmits {}, resets sent {}, timeouts {}; http requests {}",
+        c.tcp_accepted, c.tcp_active, c.tcp_retransmits, c.tcp_resets_sent, c.tcp_timeouts, c.http_requests
+    );
     let drops: Vec<String> = c
         .drops
         .iter()

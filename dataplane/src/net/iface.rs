@@ -4,14 +4,17 @@
 
 use std::net::Ipv4Addr;
 
+use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
-    Icmpv4Message, Icmpv4Packet, IpProtocol, Ipv4Packet, ETHERNET_HEADER_LEN,
+    Icmpv4Message, Icmpv4Packet, IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, TcpPacket,
+    ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
 };
 
 use super::arp::{ArpCache, ArpLookup};
 use crate::port::PacketBuf;
 use crate::stats::{Counters, DropReason};
+use crate::tcp::Outgoing;
 use crate::time::Instant;
 
 /// Shortest Ethernet frame without FCS; shorter frames we build are padded.
@@ -52,6 +55,27 @@ pub enum Verdict {
     /// (an ARP request is queued): hold it until [`Interface::neighbor`]
     /// knows the MAC, then [`set_destination`] and transmit.
     AwaitNeighbor(Ipv4Addr),
+    /// A TCP segment for us: `frame[start..end]` is the TCP header and
+    /// payload, from `src` to `dst`.
+    Tcp {
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        start: usize,
+        end: usize,
+    },
+}
+
+/// What the IPv4 layer made of a packet for us.
+enum IpAction {
+    /// Reply rewritten in place: send `len` IP bytes via next hop `hop`.
+    Reply { hop: Ipv4Addr, len: usize },
+    /// A TCP segment at `start..end` of the IP packet.
+    Tcp {
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        start: usize,
+        end: usize,
+    },
 }
 
 /// Sets the destination MAC of a frame built by [`Interface::process`].
@@ -66,6 +90,8 @@ pub struct Interface {
     arp: ArpCache,
     /// Addresses to send ARP requests for (the engine builds the frames).
     probes: Vec<Ipv4Addr>,
+    /// IPv4 identification of the next packet we originate.
+    next_ident: u16,
 }
 
 impl Interface {
@@ -74,6 +100,7 @@ impl Interface {
             cfg,
             arp: ArpCache::new(64),
             probes: Vec::with_capacity(MAX_PENDING_PROBES),
+            next_ident: 1,
         }
     }
 
@@ -146,6 +173,51 @@ impl Interface {
         .emit(&mut ArpPacket::new_unchecked(frame.payload_mut()));
     }
 
+    /// Builds the frame for an outgoing TCP segment in `buf`. The verdict
+    /// is `Transmit`, `AwaitNeighbor` (MAC unknown yet) or `Drop(NoRoute)`.
+    pub fn write_tcp<B: PacketBuf>(
+        &mut self,
+        now: Instant,
+        seg: &Outgoing<'_>,
+        buf: &mut B,
+    ) -> Verdict {
+        let Some(hop) = self.next_hop(seg.dst) else {
+            return Verdict::Drop(DropReason::NoRoute);
+        };
+        let tcp_len = seg.repr.buffer_len();
+        buf.set_len(ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + tcp_len);
+        let caps = ChecksumCapabilities::default();
+        let mut frame = EthernetFrame::new_unchecked(buf.data_mut());
+        frame.set_src_addr(self.cfg.mac);
+        frame.set_ethertype(EthernetProtocol::Ipv4);
+        let mut ip = Ipv4Packet::new_unchecked(frame.payload_mut());
+        Ipv4Repr {
+            src_addr: seg.src,
+            dst_addr: seg.dst,
+            next_header: IpProtocol::Tcp,
+            payload_len: tcp_len,
+            hop_limit: 64,
+        }
+        .emit(&mut ip, &caps);
+        ip.set_ident(self.next_ident);
+        self.next_ident = self.next_ident.wrapping_add(1);
+        ip.set_dont_frag(true);
+        ip.fill_checksum();
+        seg.repr.emit(
+            &mut TcpPacket::new_unchecked(ip.payload_mut()),
+            &IpAddress::Ipv4(seg.src),
+            &IpAddress::Ipv4(seg.dst),
+            &caps,
+        );
+        match self.resolve(hop, now) {
+            Some(mac) => {
+                frame.set_dst_addr(mac);
+                Verdict::Transmit
+            }
+            None => Verdict::AwaitNeighbor(hop),
+        }
+    }
+
     /// Processes one received frame; on [`Verdict::Transmit`] the buffer
     /// holds the reply.
     pub fn process<B: PacketBuf>(
@@ -184,7 +256,21 @@ impl Interface {
                 (Verdict::Drop(DropReason::NotForUs), None)
             }
             EthernetProtocol::Ipv4 => match self.process_ipv4(frame.payload_mut(), counters) {
-                Ok(Some((hop, ip_len))) => {
+                Ok(IpAction::Tcp {
+                    src,
+                    dst,
+                    start,
+                    end,
+                }) => (
+                    Verdict::Tcp {
+                        src,
+                        dst,
+                        start: ETHERNET_HEADER_LEN + start,
+                        end: ETHERNET_HEADER_LEN + end,
+                    },
+                    None,
+                ),
+                Ok(IpAction::Reply { hop, len: ip_len }) => {
                     frame.set_src_addr(self.cfg.mac);
                     let verdict = match self.resolve(hop, now) {
                         Some(mac) => {
@@ -195,7 +281,6 @@ impl Interface {
                     };
                     (verdict, Some(ETHERNET_HEADER_LEN + ip_len))
                 }
-                Ok(None) => (Verdict::Consumed, None),
                 Err(reason) => (Verdict::Drop(reason), None),
             },
             _ => (Verdict::Drop(DropReason::UnsupportedEtherType), None),
@@ -260,7 +345,7 @@ impl Interface {
         &mut self,
         payload: &mut [u8],
         counters: &mut Counters,
-    ) -> Result<Option<(Ipv4Addr, usize)>, DropReason> {
+    ) -> Result<IpAction, DropReason> {
         let mut ip = Ipv4Packet::new_checked(payload).map_err(|_| DropReason::Malformed)?;
         if ip.version() != 4 {
             return Err(DropReason::Malformed);
@@ -278,11 +363,20 @@ impl Interface {
         if src.is_broadcast() || src.is_multicast() || src.is_unspecified() {
             return Err(DropReason::Malformed);
         }
+        let total = usize::from(ip.total_len());
         match ip.next_header() {
             IpProtocol::Icmp => {}
+            IpProtocol::Tcp => {
+                let start = usize::from(ip.header_len());
+                return Ok(IpAction::Tcp {
+                    src,
+                    dst: self.cfg.addr,
+                    start,
+                    end: total,
+                });
+            }
             _ => return Err(DropReason::UnsupportedProtocol),
         }
-        let total = usize::from(ip.total_len());
         // payload_mut is bounded by total_len: Ethernet padding is excluded.
         let mut icmp =
             Icmpv4Packet::new_checked(ip.payload_mut()).map_err(|_| DropReason::Malformed)?;
@@ -302,6 +396,6 @@ impl Interface {
         ip.set_hop_limit(64);
         ip.fill_checksum();
         counters.icmp_echo_replies += 1;
-        Ok(Some((hop, total)))
+        Ok(IpAction::Reply { hop, len: total })
     }
 }

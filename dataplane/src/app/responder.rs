@@ -1,0 +1,376 @@
+//! The built-in HTTP/1.x responder.
+//!
+//! - `GET /bytes/N` answers 200 with N bytes (up to 1 TiB) of the
+//!   [`PATTERN`], streamed into the send buffer as it drains, never held
+//!   whole;
+//! - `GET /` answers a small HTML page;
+//! - anything else: 404 (unknown path), 405 (other methods), 400 (malformed),
+//!   431 (headers over 8 KiB, then close).
+//!
+//! HTTP/1.1 keeps the connection open unless the request says
+//! `Connection: close`; HTTP/1.0 closes unless it says `keep-alive`.
+//! Pipelined requests are answered in order.
+
+use crate::tcp::{ConnId, Event, TcpEngine};
+
+/// The body byte at offset `i` is `PATTERN[i % 64]`.
+pub const PATTERN: &[u8; 64] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ+/";
+/// Largest request head accepted.
+pub const MAX_HEAD: usize = 8 * 1024;
+/// Largest `/bytes/N`.
+pub const MAX_BODY: u64 = 1 << 40;
+
+const INDEX: &[u8] = b"<!doctype html><html><head><title>tlsdp</title></head><body><h1>tlsdp</h1><p>Served by the tlsdp dataplane's built-in responder. Try /bytes/1024.</p></body></html>\n";
+
+/// Per-connection state of the responder.
+#[derive(Debug, Default)]
+pub struct Session {
+    /// Pattern bytes of the current body still to queue.
+    body_left: u64,
+    /// Offset of the next pattern byte.
+    body_pos: u64,
+    /// A fixed body (index page, error text) still to queue.
+    fixed: Option<(&'static [u8], usize)>,
+    /// Close after the current response.
+    close_after: bool,
+    /// The peer closed its side.
+    peer_closed: bool,
+    /// We called close.
+    closing: bool,
+}
+
+/// Counters of the responder.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ResponderCounters {
+    pub requests: u64,
+    pub responses_2xx: u64,
+    pub responses_4xx: u64,
+    pub body_bytes: u64,
+}
+
+/// Handles TCP events for connections of responder VIPs.
+#[derive(Debug, Default)]
+pub struct Responder {
+    pub counters: ResponderCounters,
+    head: Vec<u8>,
+}
+
+struct Request {
+    status: u16,
+    body: Body,
+    close: bool,
+    head_len: usize,
+}
+
+enum Body {
+    Pattern(u64),
+    Fixed(&'static [u8]),
+}
+
+impl Responder {
+    pub fn new() -> Self {
+        Self {
+            counters: ResponderCounters::default(),
+            head: Vec::with_capacity(256),
+        }
+    }
+
+    /// Reacts to one TCP event.
+    pub fn on_event(&mut self, tcp: &mut TcpEngine<Session>, event: Event) {
+        match event {
+            Event::Accepted(id) | Event::Readable(id) | Event::Writable(id) => self.pump(tcp, id),
+            Event::PeerClosed(id) => {
+                if let Some(s) = tcp.app(id) {
+                    s.peer_closed = true;
+                }
+                self.pump(tcp, id);
+            }
+            Event::Closed(..) => {}
+        }
+    }
+
+    /// Moves a connection forward as far as buffers allow: finish the body
+    /// in progress, then parse and answer the next request.
+    fn pump(&mut self, tcp: &mut TcpEngine<Session>, id: ConnId) {
+        loop {
+            if !self.fill_body(tcp, id) {
+                return; // send buffer full: wait for Writable
+            }
+            let Some(s) = tcp.app(id) else { return };
+            if s.closing {
+                return;
+            }
+            if s.close_after {
+                s.closing = true;
+                tcp.close(id);
+                return;
+            }
+            let peer_closed = s.peer_closed;
+            let (a, b) = tcp.peek(id);
+            let parsed = parse_request(a, b);
+            match parsed {
+                None => {
+                    if a.len() + b.len() >= MAX_HEAD {
+                        self.respond(
+                            tcp,
+                            id,
+                            Request {
+                                status: 431,
+                                body: Body::Fixed(b"request head too large\n"),
+                                close: true,
+                                head_len: a.len() + b.len(),
+                            },
+                        );
+                        continue;
+                    }
+                    if peer_closed {
+                        // Nothing more will come: finish our side.
+                        if let Some(s) = tcp.app(id) {
+                            s.closing = true;
+                        }
+                        tcp.close(id);
+                    }
+                    return;
+                }
+                Some(req) => self.respond(tcp, id, req),
+            }
+        }
+    }
+
+    fn respond(&mut self, tcp: &mut TcpEngine<Session>, id: ConnId, req: Request) {
+        // The head always fits: a response head is < 256 bytes and we only
+        // start one when the previous body is fully queued.
+        if tcp.send_space(id) < 256 {
+            return;
+        }
+        tcp.consume(id, req.head_len);
+        self.counters.requests += 1;
+        let (len, ctype) = match req.body {
+            Body::Pattern(n) => (n, "application/octet-stream"),
+            Body::Fixed(b) if req.status == 200 => (b.len() as u64, "text/html"),
+            Body::Fixed(b) => (b.len() as u64, "text/plain"),
+        };
+        let reason = match req.status {
+            200 => "OK",
+            400 => "Bad Request",
+            404 => "Not Found",
+            405 => "Method Not Allowed",
+            _ => "Request Header Fields Too Large",
+        };
+        if req.status < 300 {
+            self.counters.responses_2xx += 1;
+        } else {
+            self.counters.responses_4xx += 1;
+        }
+        self.head.clear();
+        use std::io::Write;
+        let _ = write!(
+            self.head,
+            "HTTP/1.1 {} {}\r\nServer: tlsdp\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: {}\r\n\r\n",
+            req.status,
+            reason,
+            ctype,
+            len,
+            if req.close { "close" } else { "keep-alive" }
+        );
+        tcp.send(id, &self.head);
+        if let Some(s) = tcp.app(id) {
+            s.close_after = req.close;
+            match req.body {
+                Body::Pattern(n) => {
+                    s.body_left = n;
+                    s.body_pos = 0;
+                }
+                Body::Fixed(b) => s.fixed = Some((b, 0)),
+            }
+        }
+    }
+
+    /// Queues as much of the current body as fits. True when it is done.
+    fn fill_body(&mut self, tcp: &mut TcpEngine<Session>, id: ConnId) -> bool {
+        let Some(s) = tcp.app(id) else { return false };
+        if let Some((bytes, off)) = s.fixed {
+            let n = tcp.send(id, &bytes[off..]);
+            let s = tcp.app(id).expect("live");
+            if off + n < bytes.len() {
+                s.fixed = Some((bytes, off + n));
+                return false;
+            }
+            s.fixed = None;
+            self.counters.body_bytes += bytes.len() as u64;
+        }
+        loop {
+            let Some(s) = tcp.app(id) else { return false };
+            let (left, pos) = (s.body_left, s.body_pos);
+            if left == 0 {
+                return true;
+            }
+            let max = left.min(usize::MAX as u64) as usize;
+            let n = tcp.send_with(id, max, |room| {
+                fill_pattern(room, pos);
+                room.len()
+            });
+            if n == 0 {
+                return false;
+            }
+            let s = tcp.app(id).expect("live");
+            s.body_left -= n as u64;
+            s.body_pos += n as u64;
+            self.counters.body_bytes += n as u64;
+        }
+    }
+}
+
+/// Writes pattern bytes for body offsets `pos..pos + out.len()`.
+pub fn fill_pattern(out: &mut [u8], pos: u64) {
+    let i = (pos % PATTERN.len() as u64) as usize;
+    // First a partial run up to a pattern boundary, then whole copies.
+    let first = (PATTERN.len() - i).min(out.len());
+    out[..first].copy_from_slice(&PATTERN[i..i + first]);
+    for piece in out[first..].chunks_mut(PATTERN.len()) {
+        piece.copy_from_slice(&PATTERN[..piece.len()]);
+    }
+}
+
+/// Parses one request head from the received bytes (given as two slices).
+fn parse_request(a: &[u8], b: &[u8]) -> Option<Request> {
+    // Find the end of the head across the two slices.
+    let total = a.len() + b.len();
+    let at = |i: usize| if i < a.len() { a[i] } else { b[i - a.len()] };
+    let limit = total.min(MAX_HEAD);
+    let mut end = None;
+    for i in 3..limit {
+        if at(i) == b'\n' && at(i - 1) == b'\r' && at(i - 2) == b'\n' && at(i - 3) == b'\r' {
+            end = Some(i + 1);
+            break;
+        }
+    }
+    let head_len = end?;
+    let mut head = [0u8; MAX_HEAD];
+    for (i, slot) in head[..head_len].iter_mut().enumerate() {
+        *slot = at(i);
+    }
+    let head = &head[..head_len];
+    let bad = |close| {
+        Some(Request {
+            status: 400,
+            body: Body::Fixed(b"bad request\n"),
+            close,
+            head_len,
+        })
+    };
+    let Ok(text) = std::str::from_utf8(head) else {
+        return bad(true);
+    };
+    let mut lines = text.split("\r\n");
+    let request_line = lines.next().unwrap_or_default();
+    let mut parts = request_line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return bad(true);
+    };
+    let http10 = match version {
+        "HTTP/1.1" => false,
+        "HTTP/1.0" => true,
+        _ => return bad(true),
+    };
+    let mut close = http10;
+    for line in lines.filter(|l| !l.is_empty()) {
+        let Some((name, value)) = line.split_once(':') else {
+            return bad(true);
+        };
+        if name.eq_ignore_ascii_case("connection") {
+            for token in value.split(',').map(str::trim) {
+                if token.eq_ignore_ascii_case("close") {
+                    close = true;
+                } else if token.eq_ignore_ascii_case("keep-alive") {
+                    close = false;
+                }
+            }
+        } else if name.eq_ignore_ascii_case("content-length") && value.trim() != "0"
+            || name.eq_ignore_ascii_case("transfer-encoding")
+        {
+            // Request bodies are not read: refuse rather than misparse.
+            return bad(true);
+        }
+    }
+    if method != "GET" && method != "HEAD" {
+        return Some(Request {
+            status: 405,
+            body: Body::Fixed(b"method not allowed\n"),
+            close,
+            head_len,
+        });
+    }
+    let head_only = method == "HEAD";
+    let path = target.split('?').next().unwrap_or_default();
+    let (status, body) = if path == "/" {
+        (200, Body::Fixed(INDEX))
+    } else if let Some(n) = path.strip_prefix("/bytes/") {
+        match n.parse::<u64>() {
+            Ok(n) if n <= MAX_BODY => (200, Body::Pattern(n)),
+            _ => (404, Body::Fixed(b"not found\n")),
+        }
+    } else {
+        (404, Body::Fixed(b"not found\n"))
+    };
+    let body = if head_only { Body::Fixed(b"") } else { body };
+    Some(Request {
+        status,
+        body,
+        close,
+        head_len,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Option<Request> {
+        let (a, b) = text.as_bytes().split_at(text.len() / 2);
+        parse_request(a, b)
+    }
+
+    #[test]
+    fn requests() {
+        let r = parse("GET /bytes/1024 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        assert!(matches!(r.body, Body::Pattern(1024)) && r.status == 200 && !r.close);
+        let r = parse("GET / HTTP/1.0\r\n\r\n").unwrap();
+        assert!(r.close && r.status == 200);
+        let r = parse("GET /x HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET").unwrap();
+        assert!(!r.close && r.status == 404 && r.head_len == 43);
+        assert!(
+            parse("GET / HTTP/1.1\r\nHost: x\r\n").is_none(),
+            "incomplete"
+        );
+        assert_eq!(parse("POST / HTTP/1.1\r\n\r\n").unwrap().status, 405);
+        assert_eq!(parse("GARBAGE\r\n\r\n").unwrap().status, 400);
+        assert_eq!(parse("GET / HTTP/2.0\r\n\r\n").unwrap().status, 400);
+        assert_eq!(
+            parse("GET /bytes/99999999999999999999 HTTP/1.1\r\n\r\n")
+                .unwrap()
+                .status,
+            404
+        );
+        assert!(
+            parse("GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
+                .unwrap()
+                .close
+        );
+    }
+
+    #[test]
+    fn pattern_continues_across_fills() {
+        let mut whole = vec![0u8; 1000];
+        fill_pattern(&mut whole, 0);
+        let mut parts = vec![0u8; 1000];
+        let (a, b) = parts.split_at_mut(333);
+        fill_pattern(a, 0);
+        fill_pattern(b, 333);
+        assert_eq!(whole, parts);
+        assert_eq!(whole[64], b'0');
+        assert_eq!(whole[65], b'1');
+    }
+}

@@ -1,0 +1,695 @@
+//! tlsdp's TCP engine (RFC 9293), sans-IO: fed segments and the current
+//! time, it updates connections, queues events for the application and
+//! produces segments to send. It never reads a clock or touches a port.
+//!
+//! One engine per core. Connections live in a slab indexed by [`ConnId`];
+//! a flow table maps 4-tuples to slots; one hashed timer wheel drives every
+//! connection's deadlines. Send and receive buffers are taken when data
+//! flows and given back when drained, so an idle connection holds only its
+//! control block.
+//!
+//! What this version does: passive open with MSS, window scaling and
+//! timestamps (RFC 7323), in-order data both ways, retransmission (RFC 6298
+//! with exponential backoff), fast retransmit and NewReno recovery (RFC 5681,
+//! RFC 6582), delayed ACKs, zero-window probes, graceful close from either
+//! side, TIME-WAIT (with reuse by a newer SYN), RST validation and challenge
+//! ACKs (RFC 5961), handshake and idle timeouts, resets for segments to no
+//! connection. Not yet: SACK, CUBIC, SYN cookies, an out-of-order queue,
+//! active open.
+
+mod buffer;
+mod conn;
+pub mod seq;
+mod timer;
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use smoltcp::phy::ChecksumCapabilities;
+use smoltcp::wire::{IpAddress, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber};
+
+pub use buffer::BufferPool;
+pub use conn::State;
+use conn::{Conn, Input};
+pub use seq::Seq;
+use timer::TimerWheel;
+
+use crate::stats::DropReason;
+use crate::time::Instant;
+
+/// A connection's slot in its engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub u32);
+
+/// A connection's addresses, from our side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    pub local: Ipv4Addr,
+    pub local_port: u16,
+    pub remote: Ipv4Addr,
+    pub remote_port: u16,
+}
+
+/// What happened to a connection, for the application.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The three-way handshake completed on a listener.
+    Accepted(ConnId),
+    /// New bytes can be read.
+    Readable(ConnId),
+    /// Send-buffer space was freed.
+    Writable(ConnId),
+    /// The peer sent FIN: no more bytes will arrive.
+    PeerClosed(ConnId),
+    /// The connection is gone: reset by the peer, timed out, or closed. The
+    /// id is invalid after this event.
+    Closed(ConnId, CloseReason),
+}
+
+/// Why a connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// Both sides closed.
+    Normal,
+    /// The peer sent RST.
+    Reset,
+    /// Retransmissions, handshake or idle time ran out.
+    TimedOut,
+    /// We aborted it.
+    Aborted,
+}
+
+/// Tuning of the TCP engine.
+#[derive(Debug, Clone, Copy)]
+pub struct TcpConfig {
+    /// Our MSS (MTU 1500 − 40).
+    pub mss: u16,
+    /// Our window scale shift.
+    pub window_scale: u8,
+    /// Bytes buffered per connection and direction.
+    pub buffer_size: usize,
+    /// Most connections (slots) per engine.
+    pub max_conns: usize,
+    /// Most connections in SYN-RECEIVED.
+    pub max_half_open: usize,
+    pub initial_rto: Duration,
+    pub min_rto: Duration,
+    pub max_rto: Duration,
+    /// Retransmissions of one segment before the connection is dropped.
+    pub max_retransmits: u8,
+    pub delayed_ack: Duration,
+    pub handshake_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub time_wait: Duration,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        Self {
+            mss: 1460,
+            window_scale: 7,
+            buffer_size: 256 * 1024,
+            max_conns: 65536,
+            max_half_open: 4096,
+            initial_rto: Duration::from_secs(1),
+            min_rto: Duration::from_millis(200),
+            max_rto: Duration::from_secs(60),
+            max_retransmits: 8,
+            delayed_ack: Duration::from_millis(10),
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+            time_wait: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A segment to transmit: addresses and the TCP header and payload.
+#[derive(Debug)]
+pub struct Outgoing<'a> {
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub repr: TcpRepr<'a>,
+}
+
+/// Counters of the TCP engine.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcpCounters {
+    pub accepted: u64,
+    pub active: u64,
+    pub half_open: u64,
+    pub time_wait: u64,
+    pub closed: u64,
+    pub resets_sent: u64,
+    pub resets_received: u64,
+    pub retransmits: u64,
+    pub timeouts: u64,
+    pub challenge_acks: u64,
+    pub syn_dropped: u64,
+    pub segments_in: u64,
+    pub segments_out: u64,
+}
+
+/// FxHash: the flow table's keys are not attacker-chosen in a way that
+/// matters more than the per-core table size bound; speed wins here.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+    #[inline]
+    fn write_u16(&mut self, n: u16) {
+        self.0 = (self.0.rotate_left(5) ^ u64::from(n)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    #[inline]
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0.rotate_left(5) ^ u64::from(n)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FlowTable = HashMap<FlowKey, ConnId, BuildHasherDefault<FxHasher>>;
+
+/// A reset owed to a segment that matched no connection.
+#[derive(Debug, Clone, Copy)]
+struct Reset {
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    src_port: u16,
+    dst_port: u16,
+    seq: Seq,
+    ack: Option<Seq>,
+}
+
+/// Most resets queued per engine iteration (never an amplifier).
+const MAX_RESETS: usize = 64;
+
+/// The TCP engine of one core, with per-connection application state `A`.
+#[derive(Debug)]
+pub struct TcpEngine<A> {
+    cfg: TcpConfig,
+    listeners: Vec<(Ipv4Addr, u16)>,
+    flows: FlowTable,
+    conns: Vec<Option<Conn<A>>>,
+    free: Vec<u32>,
+    timers: TimerWheel,
+    buffers: BufferPool,
+    events: Vec<Event>,
+    /// Connections with something to send.
+    dirty: Vec<ConnId>,
+    resets: Vec<Reset>,
+    counters: TcpCounters,
+    isn_key: u64,
+    /// Timers fired in one poll (kept to reuse its capacity).
+    fired: Vec<(ConnId, Instant)>,
+    /// Connections per state, indexed by `State as usize`.
+    states: [u64; State::COUNT],
+}
+
+impl<A: Default> TcpEngine<A> {
+    pub fn new(cfg: TcpConfig, now: Instant, isn_key: u64) -> Self {
+        Self {
+            cfg,
+            listeners: Vec::new(),
+            flows: FlowTable::default(),
+            conns: Vec::new(),
+            free: Vec::new(),
+            timers: TimerWheel::new(now),
+            buffers: BufferPool::new(cfg.buffer_size),
+            events: Vec::with_capacity(256),
+            dirty: Vec::with_capacity(256),
+            resets: Vec::with_capacity(MAX_RESETS),
+            counters: TcpCounters::default(),
+            isn_key,
+            fired: Vec::new(),
+            states: [0; State::COUNT],
+        }
+    }
+
+    pub fn config(&self) -> &TcpConfig {
+        &self.cfg
+    }
+
+    /// Accepts connections to `addr:port`.
+    pub fn listen(&mut self, addr: Ipv4Addr, port: u16) {
+        if !self.listeners.contains(&(addr, port)) {
+            self.listeners.push((addr, port));
+        }
+    }
+
+    pub fn counters(&self) -> TcpCounters {
+        let mut c = self.counters;
+        c.active = self.flows.len() as u64;
+        c.half_open = self.states[State::SynReceived as usize];
+        c.time_wait = self.states[State::TimeWait as usize];
+        c
+    }
+
+    /// Connections in `state` now.
+    pub fn in_state(&self, state: State) -> u64 {
+        self.states[state as usize]
+    }
+
+    /// Keeps the per-state gauges right across a transition.
+    fn account(&mut self, from: Option<State>, to: Option<State>) {
+        if from != to {
+            if let Some(f) = from {
+                self.states[f as usize] -= 1;
+            }
+            if let Some(t) = to {
+                self.states[t as usize] += 1;
+            }
+        }
+    }
+
+    /// Buffers in use and idle in the pool.
+    pub fn buffers(&self) -> &BufferPool {
+        &self.buffers
+    }
+
+    /// Takes the queued events.
+    pub fn drain_events(&mut self, out: &mut Vec<Event>) {
+        out.append(&mut self.events);
+    }
+
+    /// The application state of a connection.
+    pub fn app(&mut self, id: ConnId) -> Option<&mut A> {
+        self.conn_mut(id).map(|c| &mut c.app)
+    }
+
+    /// A connection's state (None once closed).
+    pub fn state(&self, id: ConnId) -> Option<State> {
+        self.conns
+            .get(id.0 as usize)
+            .and_then(Option::as_ref)
+            .map(|c| c.state)
+    }
+
+    pub fn key(&self, id: ConnId) -> Option<FlowKey> {
+        self.conns
+            .get(id.0 as usize)
+            .and_then(Option::as_ref)
+            .map(|c| c.key)
+    }
+
+    fn conn_mut(&mut self, id: ConnId) -> Option<&mut Conn<A>> {
+        self.conns.get_mut(id.0 as usize).and_then(Option::as_mut)
+    }
+
+    /// Copies received bytes into `buf`; returns how many.
+    pub fn recv(&mut self, id: ConnId, buf: &mut [u8]) -> usize {
+        let Some(c) = self.conns.get_mut(id.0 as usize).and_then(Option::as_mut) else {
+            return 0;
+        };
+        let n = c.recv(buf, &mut self.buffers);
+        if n > 0 {
+            // Opening the window may need an update to the peer.
+            if c.window_update_due(&self.cfg) {
+                mark_dirty(&mut self.dirty, c, id);
+            }
+        }
+        n
+    }
+
+    /// Received bytes, without consuming them (up to two slices).
+    pub fn peek(&self, id: ConnId) -> (&[u8], &[u8]) {
+        match self.conns.get(id.0 as usize).and_then(Option::as_ref) {
+            Some(c) => c.peek(),
+            None => (&[], &[]),
+        }
+    }
+
+    /// Consumes `n` received bytes (after [`TcpEngine::peek`]).
+    pub fn consume(&mut self, id: ConnId, n: usize) {
+        let Some(c) = self.conns.get_mut(id.0 as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        c.consume(n, &mut self.buffers);
+        if c.window_update_due(&self.cfg) {
+            mark_dirty(&mut self.dirty, c, id);
+        }
+    }
+
+    /// Free space in the send buffer.
+    pub fn send_space(&self, id: ConnId) -> usize {
+        self.conns
+            .get(id.0 as usize)
+            .and_then(Option::as_ref)
+            .map_or(0, |c| c.send_space(self.cfg.buffer_size))
+    }
+
+    /// Queues bytes to send; returns how many fitted.
+    pub fn send(&mut self, id: ConnId, data: &[u8]) -> usize {
+        let size = self.cfg.buffer_size;
+        let Some(c) = self.conns.get_mut(id.0 as usize).and_then(Option::as_mut) else {
+            return 0;
+        };
+        let n = c.send(data, size, &mut self.buffers);
+        if n > 0 {
+            mark_dirty(&mut self.dirty, c, id);
+        }
+        n
+    }
+
+    /// Queues bytes produced by `fill` into the send buffer's free space
+    /// (no intermediate copy); `fill` returns how many bytes it wrote.
+    pub fn send_with(
+        &mut self,
+        id: ConnId,
+        max: usize,
+        fill: impl FnOnce(&mut [u8]) -> usize,
+    ) -> usize {
+        let size = self.cfg.buffer_size;
+        let Some(c) = self.conns.get_mut(id.0 as usize).and_then(Option::as_mut) else {
+            return 0;
+        };
+        let n = c.send_with(max, size, &mut self.buffers, fill);
+        if n > 0 {
+            mark_dirty(&mut self.dirty, c, id);
+        }
+        n
+    }
+
+    /// Closes our side after the queued bytes (FIN).
+    pub fn close(&mut self, id: ConnId) {
+        if let Some(c) = self.conns.get_mut(id.0 as usize).and_then(Option::as_mut) {
+            c.close();
+            mark_dirty(&mut self.dirty, c, id);
+        }
+    }
+
+    /// Resets the connection and frees it at once.
+    pub fn abort(&mut self, id: ConnId) {
+        let Some(c) = self.conns.get_mut(id.0 as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        if c.state.is_synchronized() || c.state == State::SynReceived {
+            let (key, seq) = (c.key, c.snd_nxt);
+            if self.resets.len() < MAX_RESETS {
+                self.resets.push(Reset {
+                    src: key.local,
+                    dst: key.remote,
+                    src_port: key.local_port,
+                    dst_port: key.remote_port,
+                    seq,
+                    ack: None,
+                });
+            }
+        }
+        self.release(id, CloseReason::Aborted);
+    }
+
+    /// Processes one TCP segment (`bytes` = TCP header and payload) from
+    /// `src` to `dst`.
+    ///
+    /// # Errors
+    /// The reason a malformed or unwanted segment was dropped.
+    pub fn input(
+        &mut self,
+        now: Instant,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        bytes: &[u8],
+    ) -> Result<(), DropReason> {
+        let packet = TcpPacket::new_checked(bytes).map_err(|_| DropReason::Malformed)?;
+        let repr = TcpRepr::parse(
+            &packet,
+            &IpAddress::Ipv4(src),
+            &IpAddress::Ipv4(dst),
+            &ChecksumCapabilities::default(),
+        )
+        .map_err(|_| {
+            if packet.verify_checksum(&IpAddress::Ipv4(src), &IpAddress::Ipv4(dst)) {
+                DropReason::Malformed
+            } else {
+                DropReason::BadTcpChecksum
+            }
+        })?;
+        self.counters.segments_in += 1;
+        let key = FlowKey {
+            local: dst,
+            local_port: repr.dst_port,
+            remote: src,
+            remote_port: repr.src_port,
+        };
+        if let Some(&id) = self.flows.get(&key) {
+            let c = self.conns[id.0 as usize]
+                .as_mut()
+                .expect("flow maps to a live slot");
+            // RFC 9293 §3.6.1: a new SYN may reopen a connection in TIME-WAIT
+            // when its sequence number is above the old one's.
+            if c.state == State::TimeWait
+                && repr.control == TcpControl::Syn
+                && repr.ack_number.is_none()
+                && Seq(repr.seq_number.0 as u32) > c.rcv_nxt
+            {
+                self.release(id, CloseReason::Normal);
+                return self.on_listen(now, key, &repr);
+            }
+            let before = c.state;
+            let out = c.input(now, &repr, &self.cfg, &mut self.buffers, &mut self.counters);
+            let after = c.state;
+            self.account(Some(before), Some(after));
+            self.apply(id, out, now);
+            return Ok(());
+        }
+        if self.listeners.contains(&(dst, repr.dst_port))
+            || self
+                .listeners
+                .contains(&(Ipv4Addr::UNSPECIFIED, repr.dst_port))
+        {
+            return self.on_listen(now, key, &repr);
+        }
+        self.reset_for(&key, &repr);
+        Err(DropReason::NoConnection)
+    }
+
+    // RFC 9293 §3.10.7.2, LISTEN.
+    fn on_listen(
+        &mut self,
+        now: Instant,
+        key: FlowKey,
+        repr: &TcpRepr<'_>,
+    ) -> Result<(), DropReason> {
+        match (repr.control, repr.ack_number) {
+            (TcpControl::Rst, _) => return Err(DropReason::NoConnection),
+            (_, Some(_)) => {
+                self.reset_for(&key, repr);
+                return Err(DropReason::NoConnection);
+            }
+            (TcpControl::Syn, None) => {}
+            _ => return Err(DropReason::NoConnection),
+        }
+        if self.states[State::SynReceived as usize] as usize >= self.cfg.max_half_open
+            || self.flows.len() >= self.cfg.max_conns
+        {
+            self.counters.syn_dropped += 1;
+            return Err(DropReason::ListenOverflow);
+        }
+        let iss = self.isn(&key, now);
+        let id = match self.free.pop() {
+            Some(i) => ConnId(i),
+            None => {
+                self.conns.push(None);
+                ConnId(self.conns.len() as u32 - 1)
+            }
+        };
+        let conn = Conn::accept(key, repr, iss, now, &self.cfg);
+        self.conns[id.0 as usize] = Some(conn);
+        self.flows.insert(key, id);
+        self.account(None, Some(State::SynReceived));
+        let c = self.conns[id.0 as usize].as_mut().expect("just made");
+        mark_dirty(&mut self.dirty, c, id);
+        self.rearm(id, now);
+        Ok(())
+    }
+
+    /// RFC 6528-style initial sequence number: a keyed hash of the 4-tuple
+    /// plus a 4 µs clock.
+    fn isn(&self, key: &FlowKey, now: Instant) -> Seq {
+        let mut h = FxHasher(self.isn_key);
+        h.write_u32(u32::from(key.local));
+        h.write_u32(u32::from(key.remote));
+        h.write_u16(key.local_port);
+        h.write_u16(key.remote_port);
+        let mixed = h.finish();
+        let mixed = (mixed ^ (mixed >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        Seq((mixed >> 32) as u32 ^ mixed as u32) + (now.as_nanos() / 4000) as u32
+    }
+
+    // RFC 9293 §3.10.7.1, CLOSED: answer with a reset.
+    fn reset_for(&mut self, key: &FlowKey, repr: &TcpRepr<'_>) {
+        if repr.control == TcpControl::Rst || self.resets.len() >= MAX_RESETS {
+            return;
+        }
+        let reset = match repr.ack_number {
+            Some(ack) => Reset {
+                src: key.local,
+                dst: key.remote,
+                src_port: key.local_port,
+                dst_port: key.remote_port,
+                seq: Seq(ack.0 as u32),
+                ack: None,
+            },
+            None => Reset {
+                src: key.local,
+                dst: key.remote,
+                src_port: key.local_port,
+                dst_port: key.remote_port,
+                seq: Seq(0),
+                ack: Some(Seq(repr.seq_number.0 as u32) + repr.segment_len() as u32),
+            },
+        };
+        self.resets.push(reset);
+    }
+
+    /// Applies a connection's input results: events, state counters, frees.
+    fn apply(&mut self, id: ConnId, out: Input, now: Instant) {
+        if out.established {
+            self.counters.accepted += 1;
+            self.events.push(Event::Accepted(id));
+        }
+        if out.readable {
+            self.events.push(Event::Readable(id));
+        }
+        if out.writable {
+            self.events.push(Event::Writable(id));
+        }
+        if out.peer_closed {
+            self.events.push(Event::PeerClosed(id));
+        }
+        if let Some(reason) = out.closed {
+            if reason == CloseReason::Reset {
+                self.counters.resets_received += 1;
+            }
+            self.release(id, reason);
+            return;
+        }
+        let c = self.conns[id.0 as usize].as_mut().expect("live");
+        if out.send {
+            mark_dirty(&mut self.dirty, c, id);
+        }
+        self.rearm(id, now);
+    }
+
+    fn rearm(&mut self, id: ConnId, now: Instant) {
+        let c = self.conns[id.0 as usize].as_mut().expect("live");
+        if let Some(at) = c.next_deadline(now, &self.cfg) {
+            if c.armed_at.is_none_or(|a| at < a) {
+                c.armed_at = Some(at);
+                self.timers.arm(id, at);
+            }
+        }
+    }
+
+    /// Frees a connection's slot, buffers and flow entry.
+    fn release(&mut self, id: ConnId, reason: CloseReason) {
+        let Some(mut c) = self.conns[id.0 as usize].take() else {
+            return;
+        };
+        self.account(Some(c.state), None);
+        c.release_buffers(&mut self.buffers);
+        self.flows.remove(&c.key);
+        self.free.push(id.0);
+        self.counters.closed += 1;
+        if reason == CloseReason::TimedOut {
+            self.counters.timeouts += 1;
+        }
+        // A connection never accepted is invisible to the application.
+        if c.accepted {
+            self.events.push(Event::Closed(id, reason));
+        }
+    }
+
+    /// Runs due timers.
+    pub fn poll_timers(&mut self, now: Instant) {
+        let mut due = std::mem::take(&mut self.fired);
+        self.timers.expire(now, |id, at| due.push((id, at)));
+        for &(id, at) in &due {
+            let Some(c) = self.conns.get_mut(id.0 as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            if c.armed_at != Some(at) {
+                continue; // stale entry
+            }
+            c.armed_at = None;
+            let before = c.state;
+            let out = c.on_timer(now, &self.cfg, &mut self.counters);
+            let after = c.state;
+            self.account(Some(before), Some(after));
+            self.apply(id, out, now);
+        }
+        due.clear();
+        self.fired = due;
+    }
+
+    /// Produces every segment owed: resets, handshakes, data, FINs, ACKs.
+    /// `emit` builds and queues the frame; it returns false when it cannot
+    /// (no buffer), and transmission stops there until the next call.
+    pub fn transmit(&mut self, now: Instant, mut emit: impl FnMut(&Outgoing<'_>) -> bool) {
+        while let Some(r) = self.resets.pop() {
+            let repr = TcpRepr {
+                src_port: r.src_port,
+                dst_port: r.dst_port,
+                control: TcpControl::Rst,
+                seq_number: TcpSeqNumber(r.seq.0 as i32),
+                ack_number: r.ack.map(|a| TcpSeqNumber(a.0 as i32)),
+                window_len: 0,
+                window_scale: None,
+                max_seg_size: None,
+                sack_permitted: false,
+                sack_ranges: [None; 3],
+                timestamp: None,
+                payload: &[],
+            };
+            if !emit(&Outgoing {
+                src: r.src,
+                dst: r.dst,
+                repr,
+            }) {
+                self.resets.push(r);
+                return;
+            }
+            self.counters.resets_sent += 1;
+            self.counters.segments_out += 1;
+        }
+        let mut i = 0;
+        while i < self.dirty.len() {
+            let id = self.dirty[i];
+            i += 1;
+            let Some(c) = self.conns.get_mut(id.0 as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            c.queued = false;
+            let before = c.state;
+            let blocked = !c.transmit(now, &self.cfg, &mut self.counters, &mut emit);
+            if blocked {
+                c.queued = true;
+            }
+            let after = c.state;
+            self.account(Some(before), Some(after));
+            if blocked {
+                self.dirty.drain(..i - 1);
+                return;
+            }
+            self.rearm(id, now);
+        }
+        self.dirty.clear();
+    }
+}
+
+fn mark_dirty<A>(dirty: &mut Vec<ConnId>, c: &mut Conn<A>, id: ConnId) {
+    if !c.queued {
+        c.queued = true;
+        dirty.push(id);
+    }
+}
