@@ -112,6 +112,33 @@ impl Lab {
             socket.display()
         )
     }
+
+    /// Like [`Lab::config`], plus a plain-TCP VIP on port 80 answered by the
+    /// built-in HTTP responder.
+    pub fn config_with_vip(&self, driver: &str, socket: &Path) -> String {
+        format!(
+            "{}\n[[vip]]\nname = \"plain\"\nlisten = \"{}:80\"\nrespond = \"builtin\"\n",
+            self.config(driver, socket, ""),
+            self.dut_ip()
+        )
+    }
+
+    /// Drops `percent` % of TCP segments to and from port 80 in the client
+    /// namespace, both directions (nftables `numgen random`).
+    pub fn drop_tcp(&self, percent: u32) {
+        let rules = format!(
+            "table inet tlsdp_loss {{\n chain in {{ type filter hook input priority 0; policy accept; tcp sport 80 numgen random mod 100 < {percent} drop; }}\n chain out {{ type filter hook output priority 0; policy accept; tcp dport 80 numgen random mod 100 < {percent} drop; }}\n}}\n"
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("loss.nft");
+        fs::write(&file, rules).expect("write rules");
+        let out = self.client(&["nft", "-f", file.to_str().expect("utf-8 path")]);
+        assert!(
+            out.status.success(),
+            "nft failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 impl Drop for Lab {
@@ -248,6 +275,29 @@ impl Drop for Dpd {
             let _ = child.wait();
         }
     }
+}
+
+/// Checks that `path` holds exactly `len` bytes of the responder's pattern.
+pub fn verify_pattern_file(path: &Path, len: u64) {
+    use std::io::Read;
+    let mut f = fs::File::open(path).expect("downloaded file");
+    let mut got = vec![0u8; 1 << 20];
+    let mut want = vec![0u8; 1 << 20];
+    let mut pos = 0u64;
+    loop {
+        let n = f.read(&mut got).expect("read");
+        if n == 0 {
+            break;
+        }
+        dataplane::app::responder::fill_pattern(&mut want[..n], pos);
+        assert!(
+            got[..n] == want[..n],
+            "content differs within bytes {pos}..{}",
+            pos + n as u64
+        );
+        pos += n as u64;
+    }
+    assert_eq!(pos, len, "length");
 }
 
 /// Runs `dpd --config` with `config` (outside any namespace) and returns its
