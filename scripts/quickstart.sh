@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The tlsdp demo: builds dpd, makes the lab network (two namespaces and a
 # veth link), starts dpd on the DUT side through DPDK's AF_PACKET device,
-# pings it and ARPs it from the client namespace, shows dpd's own counters
+# pings and ARPs it from the client namespace, downloads from its built-in
+# HTTP responder over dpd's own TCP stack with curl, shows dpd's counters
 # with dpctl, then stops dpd and tears the lab down. Run as root.
 #
 #   QUICKSTART_DRIVER=net_af_xdp scripts/quickstart.sh   use AF_XDP instead
@@ -53,6 +54,11 @@ name = "p0"
 device = "${DRIVER}0,iface=veth-dut"
 address = "$NET.1/24"
 
+[[vip]]
+name = "plain"
+listen = "$NET.1:80"
+respond = "builtin"
+
 [control]
 socket = "$SOCK"
 TOML
@@ -74,6 +80,13 @@ ip netns exec "$LAB-cli" ping -c 5 -i 0.2 "$NET.1"
 
 step "arping $NET.1"
 ip netns exec "$LAB-cli" arping -c 3 -w 5 -I veth-cli "$NET.1"
+
+step "HTTP over dpd's TCP stack: GET /bytes/64 and a 100 MB download"
+ip netns exec "$LAB-cli" curl -sS --max-time 10 -i "http://$NET.1/bytes/64"
+echo
+ip netns exec "$LAB-cli" curl -sS --max-time 60 -o /dev/null \
+    -w 'GET /bytes/100000000: HTTP %{http_code}, %{size_download} bytes in %{time_total} s (%{speed_download} bytes/s)\n' \
+    "http://$NET.1/bytes/100000000"
 
 step "dpd's counters"
 sleep 0.1

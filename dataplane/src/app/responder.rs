@@ -238,19 +238,29 @@ fn parse_request(a: &[u8], b: &[u8]) -> Option<Request> {
     let total = a.len() + b.len();
     let at = |i: usize| if i < a.len() { a[i] } else { b[i - a.len()] };
     let limit = total.min(MAX_HEAD);
-    let mut end = None;
-    for i in 3..limit {
-        if at(i) == b'\n' && at(i - 1) == b'\r' && at(i - 2) == b'\n' && at(i - 3) == b'\r' {
-            end = Some(i + 1);
-            break;
-        }
-    }
+    let end = if b.is_empty() {
+        a[..limit]
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map(|i| i + 4)
+    } else {
+        (3..limit)
+            .find(|&i| {
+                at(i) == b'\n' && at(i - 1) == b'\r' && at(i - 2) == b'\n' && at(i - 3) == b'\r'
+            })
+            .map(|i| i + 1)
+    };
     let head_len = end?;
-    let mut head = [0u8; MAX_HEAD];
-    for (i, slot) in head[..head_len].iter_mut().enumerate() {
-        *slot = at(i);
-    }
-    let head = &head[..head_len];
+    // The head is almost always contiguous: parse it in place; copy only
+    // when the receive ring wrapped inside it.
+    let mut wrapped = Vec::new();
+    let head: &[u8] = if head_len <= a.len() {
+        &a[..head_len]
+    } else {
+        wrapped.extend_from_slice(a);
+        wrapped.extend_from_slice(&b[..head_len - a.len()]);
+        &wrapped
+    };
     let bad = |close| {
         Some(Request {
             status: 400,
