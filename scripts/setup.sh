@@ -18,6 +18,8 @@ PACKAGES=(
     build-essential pkg-config libdpdk-dev dpdk libclang-dev clang libbpf-dev libxdp-dev libpcap-dev
     # lab and end-to-end tests: namespaces, veth, ARP/ICMP clients, drops
     iproute2 iputils-ping iputils-arping ethtool nftables tcpdump procps psmisc
+    # TCP tests: real kernel clients and a SYN flooder
+    curl apache2-utils hping3
 )
 
 if [ "${TLSDP_SKIP_APT:-0}" != 1 ]; then

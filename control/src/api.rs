@@ -100,6 +100,10 @@ pub struct CoreStats {
     pub tcp_resets_sent: u64,
     #[serde(default)]
     pub tcp_timeouts: u64,
+    #[serde(default)]
+    pub tcp_syn_cookies_sent: u64,
+    #[serde(default)]
+    pub tcp_syn_cookies_accepted: u64,
     /// Requests answered by the built-in HTTP responder.
     #[serde(default)]
     pub http_requests: u64,

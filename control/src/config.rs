@@ -21,7 +21,41 @@ pub struct Config {
     #[serde(default, rename = "vip", skip_serializing_if = "Vec::is_empty")]
     pub vips: Vec<Vip>,
     #[serde(default)]
+    pub tcp: Tcp,
+    #[serde(default)]
     pub control: Control,
+}
+
+/// TCP limits of each engine.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Tcp {
+    /// Most connections per engine (all states).
+    pub max_connections: u32,
+    /// Most half-open (SYN-RECEIVED) connections per engine.
+    pub max_half_open: u32,
+    /// `"when_full"` (answer SYNs with cookies once `max_half_open` is
+    /// reached), `"always"` or `"off"` (drop SYNs over the limit).
+    pub syn_cookies: SynCookieMode,
+}
+
+impl Default for Tcp {
+    fn default() -> Self {
+        Self {
+            max_connections: 65536,
+            max_half_open: 4096,
+            syn_cookies: SynCookieMode::WhenFull,
+        }
+    }
+}
+
+/// When SYN cookies are used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SynCookieMode {
+    WhenFull,
+    Always,
+    Off,
 }
 
 /// A virtual IP: an address and port where clients connect.
@@ -417,6 +451,20 @@ impl Config {
                     "another VIP listens here",
                 ));
             }
+        }
+        if self.tcp.max_connections == 0 || self.tcp.max_connections > 16_000_000 {
+            return Err(ConfigError::new(
+                "tcp.max_connections",
+                self.tcp.max_connections,
+                "must be 1 to 16000000",
+            ));
+        }
+        if self.tcp.max_half_open > self.tcp.max_connections {
+            return Err(ConfigError::new(
+                "tcp.max_half_open",
+                self.tcp.max_half_open,
+                "cannot exceed tcp.max_connections",
+            ));
         }
         if self.control.socket.as_os_str().is_empty() {
             return Err(ConfigError::new("control.socket", "", "must be a path"));

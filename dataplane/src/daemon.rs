@@ -10,13 +10,14 @@ use std::sync::Arc;
 use std::time::Instant as WallClock;
 
 use control::api::{Body, ControlSocket, CoreStats, PortStatus, Reply, Request, Stats, Status};
-use control::config::{Config, ConfigError, DeviceKind, HugepagePolicy};
+use control::config::{Config, ConfigError, DeviceKind, HugepagePolicy, SynCookieMode};
 use smoltcp::wire::EthernetAddress;
 
 use crate::dpdk::{self, Eal, EthPort, EthPortConfig, LcoreId, Mempool, QueueId};
 use crate::engine::{Engine, EngineConfig};
 use crate::net::InterfaceConfig;
 use crate::stats::{Counters, DropReason, SharedCounters};
+use crate::tcp::SynCookies;
 use crate::time::TscClock;
 
 /// Why `dpd` could not start.
@@ -229,6 +230,8 @@ pub fn core_stats(lcore: Option<u32>, c: &Counters) -> CoreStats {
         tcp_retransmits: c.tcp_retransmits,
         tcp_resets_sent: c.tcp_resets_sent,
         tcp_timeouts: c.tcp_timeouts,
+        tcp_syn_cookies_sent: c.tcp_syn_cookies_sent,
+        tcp_syn_cookies_accepted: c.tcp_syn_cookies_accepted,
         http_requests: c.http_requests,
         drops: DropReason::ALL
             .iter()
@@ -344,7 +347,15 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
     for (q, &lcore) in cfg.eal.lcores.iter().enumerate() {
         let counters = Arc::new(SharedCounters::default());
         shared.push((lcore, counters.clone()));
-        let mut engine = Engine::new(EngineConfig::default(), counters);
+        let mut engine_cfg = EngineConfig::default();
+        engine_cfg.tcp.max_conns = cfg.tcp.max_connections as usize;
+        engine_cfg.tcp.max_half_open = cfg.tcp.max_half_open as usize;
+        engine_cfg.tcp.syn_cookies = match cfg.tcp.syn_cookies {
+            SynCookieMode::WhenFull => SynCookies::WhenFull,
+            SynCookieMode::Always => SynCookies::Always,
+            SynCookieMode::Off => SynCookies::Off,
+        };
+        let mut engine = Engine::new(engine_cfg, counters);
         for (port, pc) in ports.iter().zip(&cfg.ports) {
             let cidr = pc
                 .cidr()

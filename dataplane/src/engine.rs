@@ -237,6 +237,8 @@ impl<P: Port> Engine<P> {
         c.tcp_retransmits = t.retransmits;
         c.tcp_resets_sent = t.resets_sent;
         c.tcp_timeouts = t.timeouts;
+        c.tcp_syn_cookies_sent = t.syn_cookies_sent;
+        c.tcp_syn_cookies_accepted = t.syn_cookies_accepted;
         c.http_requests = self.responder.counters.requests;
         self.shared.publish(&self.counters);
     }

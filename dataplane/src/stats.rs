@@ -101,6 +101,8 @@ pub struct Counters {
     pub tcp_retransmits: u64,
     pub tcp_resets_sent: u64,
     pub tcp_timeouts: u64,
+    pub tcp_syn_cookies_sent: u64,
+    pub tcp_syn_cookies_accepted: u64,
     pub http_requests: u64,
     pub drops: [u64; DropReason::COUNT],
     /// TSC cycles spent in loop iterations that did work.
@@ -138,6 +140,8 @@ impl Counters {
         self.tcp_retransmits += o.tcp_retransmits;
         self.tcp_resets_sent += o.tcp_resets_sent;
         self.tcp_timeouts += o.tcp_timeouts;
+        self.tcp_syn_cookies_sent += o.tcp_syn_cookies_sent;
+        self.tcp_syn_cookies_accepted += o.tcp_syn_cookies_accepted;
         self.http_requests += o.http_requests;
         for (d, s) in self.drops.iter_mut().zip(o.drops) {
             *d += s;
@@ -148,13 +152,21 @@ impl Counters {
     }
 }
 
-const SCALARS: usize = 16;
+const SCALARS: usize = 18;
 const FIELDS: usize = SCALARS + DropReason::COUNT;
 
 /// The published copy of one engine's [`Counters`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SharedCounters {
     slots: CachePadded<[AtomicU64; FIELDS]>,
+}
+
+impl Default for SharedCounters {
+    fn default() -> Self {
+        Self {
+            slots: CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))),
+        }
+    }
 }
 
 impl SharedCounters {
@@ -189,6 +201,8 @@ impl SharedCounters {
             tcp_resets_sent: v[13],
             tcp_timeouts: v[14],
             http_requests: v[15],
+            tcp_syn_cookies_sent: v[16],
+            tcp_syn_cookies_accepted: v[17],
             ..Counters::default()
         };
         c.drops.copy_from_slice(&v[SCALARS..]);
@@ -214,6 +228,8 @@ impl SharedCounters {
             c.tcp_resets_sent,
             c.tcp_timeouts,
             c.http_requests,
+            c.tcp_syn_cookies_sent,
+            c.tcp_syn_cookies_accepted,
         ]);
         v[SCALARS..].copy_from_slice(&c.drops);
         v
@@ -243,6 +259,8 @@ mod tests {
             tcp_resets_sent: 14,
             tcp_timeouts: 15,
             http_requests: 16,
+            tcp_syn_cookies_sent: 17,
+            tcp_syn_cookies_accepted: 18,
             ..Default::default()
         };
         for (i, r) in DropReason::ALL.iter().enumerate() {

@@ -162,7 +162,9 @@ fn too_many_queues_is_a_clear_error() {
 
 #[test]
 fn non_eal_threads_register_and_use_mbufs() {
-    let pool = dpdk().lock().unwrap().pool;
+    // Hold the lock: other tests move mbufs of the same pool.
+    let d = dpdk().lock().unwrap();
+    let pool = d.pool;
     let before = pool.available();
     std::thread::spawn(move || {
         let lcore = register_thread().expect("register");

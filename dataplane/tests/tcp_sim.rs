@@ -78,14 +78,18 @@ impl Device for SimDevice {
 struct Outcome {
     received: u64,
     sim_time: Duration,
-    retransmits: u64,
+    tcp: dataplane::tcp::TcpCounters,
 }
 
 /// Downloads `size` bytes through links impaired by `cfg` (each direction
 /// its own seed) and checks every byte.
 fn download(size: u64, cfg: ImpairConfig) -> Outcome {
+    download_with(size, cfg, EngineConfig::default())
+}
+
+fn download_with(size: u64, cfg: ImpairConfig, engine_cfg: EngineConfig) -> Outcome {
     let (dut_port, cli_port) = link(DUT_MAC, CLI_MAC, 4096, 16384);
-    let mut engine = Engine::new(EngineConfig::default(), Arc::new(SharedCounters::default()));
+    let mut engine = Engine::new(engine_cfg, Arc::new(SharedCounters::default()));
     engine.add_port(
         Impaired::new(
             dut_port,
@@ -189,7 +193,7 @@ fn download(size: u64, cfg: ImpairConfig) -> Outcome {
     Outcome {
         received: body_pos,
         sim_time: now - Instant::ZERO,
-        retransmits: engine.tcp().counters().retransmits,
+        tcp: engine.tcp().counters(),
     }
 }
 
@@ -197,7 +201,7 @@ fn download(size: u64, cfg: ImpairConfig) -> Outcome {
 fn clean_link_moves_megabytes_exactly() {
     let o = download(8_000_000, ImpairConfig::default());
     assert_eq!(o.received, 8_000_000);
-    assert_eq!(o.retransmits, 0, "no loss, no retransmission");
+    assert_eq!(o.tcp.retransmits, 0, "no loss, no retransmission");
 }
 
 #[test]
@@ -219,8 +223,23 @@ fn loss_reordering_duplication_and_delay() {
             o.received,
             o.sim_time,
             o.received as f64 * 8.0 / o.sim_time.as_secs_f64() / 1e6,
-            o.retransmits
+            o.tcp.retransmits
         );
-        assert!(o.retransmits > 0);
+        assert!(o.tcp.retransmits > 0);
     }
+}
+
+#[test]
+fn syn_cookies_carry_the_handshake() {
+    let mut engine_cfg = EngineConfig::default();
+    engine_cfg.tcp.syn_cookies = dataplane::tcp::SynCookies::Always;
+    let o = download_with(1_000_000, ImpairConfig::default(), engine_cfg);
+    assert_eq!(o.received, 1_000_000);
+    assert_eq!(
+        (o.tcp.syn_cookies_sent, o.tcp.syn_cookies_accepted),
+        (1, 1),
+        "{:?}",
+        o.tcp
+    );
+    assert_eq!(o.tcp.half_open, 0);
 }

@@ -123,6 +123,11 @@ impl Lab {
         )
     }
 
+    /// [`Lab::config_with_vip`] plus a `[tcp]` section.
+    pub fn config_with_vip_tcp(&self, driver: &str, socket: &Path, tcp: &str) -> String {
+        format!("{}\n[tcp]\n{tcp}\n", self.config_with_vip(driver, socket))
+    }
+
     /// Drops `percent` % of TCP segments to and from port 80 in the client
     /// namespace, both directions (nftables `numgen random`).
     pub fn drop_tcp(&self, percent: u32) {

@@ -141,6 +141,12 @@ fn print_stats(c: &CoreStats) {
         "  tcp accepted {}, active {}, retransmits {}, resets sent {}, timeouts {}; http requests {}",
         c.tcp_accepted, c.tcp_active, c.tcp_retransmits, c.tcp_resets_sent, c.tcp_timeouts, c.http_requests
     );
+    if c.tcp_syn_cookies_sent > 0 {
+        println!(
+            "  syn cookies sent {}, accepted {}",
+            c.tcp_syn_cookies_sent, c.tcp_syn_cookies_accepted
+        );
+    }
     let drops: Vec<String> = c
         .drops
         .iter()

@@ -183,6 +183,46 @@ impl<A: Default> Conn<A> {
         }
     }
 
+    /// A connection rebuilt from a valid SYN cookie and the ACK that
+    /// returned it: established at once (RFC 4987 §3.6).
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_cookie(
+        key: FlowKey,
+        ack_seg: &TcpRepr<'_>,
+        iss: Seq,
+        irs: Seq,
+        mss: u16,
+        wscale: Option<u8>,
+        now: Instant,
+        cfg: &TcpConfig,
+    ) -> Self {
+        let syn = TcpRepr {
+            src_port: key.remote_port,
+            dst_port: key.local_port,
+            control: TcpControl::Syn,
+            seq_number: TcpSeqNumber(irs.0 as i32),
+            ack_number: None,
+            window_len: ack_seg.window_len,
+            window_scale: wscale,
+            max_seg_size: Some(mss),
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: ack_seg.timestamp,
+            payload: &[],
+        };
+        let mut c = Self::accept(key, &syn, iss, now, cfg);
+        c.state = State::Established;
+        c.accepted = true;
+        c.synack_needed = false;
+        c.snd_una = iss + 1;
+        c.snd_nxt = iss + 1;
+        c.snd_max = iss + 1;
+        c.snd_wnd = u32::from(ack_seg.window_len) << c.snd_shift;
+        c.snd_wl1 = Seq(ack_seg.seq_number.0 as u32);
+        c.snd_wl2 = iss + 1;
+        c
+    }
+
     // ---- application side ----
 
     pub fn recv(&mut self, buf: &mut [u8], pool: &mut BufferPool) -> usize {

@@ -19,6 +19,7 @@
 
 mod buffer;
 mod conn;
+mod cookie;
 pub mod seq;
 mod timer;
 
@@ -28,7 +29,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use smoltcp::phy::ChecksumCapabilities;
-use smoltcp::wire::{IpAddress, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber};
+use smoltcp::wire::{IpAddress, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber, TcpTimestampRepr};
 
 pub use buffer::BufferPool;
 pub use conn::State;
@@ -81,6 +82,17 @@ pub enum CloseReason {
     Aborted,
 }
 
+/// When listeners answer SYNs with cookies instead of keeping state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SynCookies {
+    /// When the half-open budget (`max_half_open`) is spent.
+    WhenFull,
+    /// For every SYN (tests, or under known attack).
+    Always,
+    /// Never: SYNs beyond the budget are dropped.
+    Off,
+}
+
 /// Tuning of the TCP engine.
 #[derive(Debug, Clone, Copy)]
 pub struct TcpConfig {
@@ -94,6 +106,7 @@ pub struct TcpConfig {
     pub max_conns: usize,
     /// Most connections in SYN-RECEIVED.
     pub max_half_open: usize,
+    pub syn_cookies: SynCookies,
     pub initial_rto: Duration,
     pub min_rto: Duration,
     pub max_rto: Duration,
@@ -113,6 +126,7 @@ impl Default for TcpConfig {
             buffer_size: 256 * 1024,
             max_conns: 65536,
             max_half_open: 4096,
+            syn_cookies: SynCookies::WhenFull,
             initial_rto: Duration::from_secs(1),
             min_rto: Duration::from_millis(200),
             max_rto: Duration::from_secs(60),
@@ -147,6 +161,9 @@ pub struct TcpCounters {
     pub timeouts: u64,
     pub challenge_acks: u64,
     pub syn_dropped: u64,
+    pub syn_cookies_sent: u64,
+    pub syn_cookies_accepted: u64,
+    pub syn_cookies_rejected: u64,
     pub segments_in: u64,
     pub segments_out: u64,
 }
@@ -192,6 +209,19 @@ struct Reset {
 
 /// Most resets queued per engine iteration (never an amplifier).
 const MAX_RESETS: usize = 64;
+/// Most cookie SYN-ACKs queued per engine iteration.
+const MAX_COOKIE_SYNACKS: usize = 256;
+
+/// A stateless SYN-ACK owed to a SYN answered with a cookie.
+#[derive(Debug, Clone, Copy)]
+struct CookieSynAck {
+    key: FlowKey,
+    iss: Seq,
+    ack: Seq,
+    wscale: bool,
+    /// The SYN's TSval to echo, when it carried timestamps.
+    ts_echo: Option<u32>,
+}
 
 /// The TCP engine of one core, with per-connection application state `A`.
 #[derive(Debug)]
@@ -207,6 +237,7 @@ pub struct TcpEngine<A> {
     /// Connections with something to send.
     dirty: Vec<ConnId>,
     resets: Vec<Reset>,
+    cookie_synacks: Vec<CookieSynAck>,
     counters: TcpCounters,
     isn_key: u64,
     /// Timers fired in one poll (kept to reuse its capacity).
@@ -228,6 +259,7 @@ impl<A: Default> TcpEngine<A> {
             events: Vec::with_capacity(256),
             dirty: Vec::with_capacity(256),
             resets: Vec::with_capacity(MAX_RESETS),
+            cookie_synacks: Vec::with_capacity(MAX_COOKIE_SYNACKS),
             counters: TcpCounters::default(),
             isn_key,
             fired: Vec::new(),
@@ -482,27 +514,30 @@ impl<A: Default> TcpEngine<A> {
     ) -> Result<(), DropReason> {
         match (repr.control, repr.ack_number) {
             (TcpControl::Rst, _) => return Err(DropReason::NoConnection),
-            (_, Some(_)) => {
+            (TcpControl::Syn, Some(_)) => {
                 self.reset_for(&key, repr);
                 return Err(DropReason::NoConnection);
             }
+            (_, Some(ack)) => return self.on_cookie_ack(now, key, repr, Seq(ack.0 as u32)),
             (TcpControl::Syn, None) => {}
             _ => return Err(DropReason::NoConnection),
         }
-        if self.states[State::SynReceived as usize] as usize >= self.cfg.max_half_open
-            || self.flows.len() >= self.cfg.max_conns
-        {
+        if self.flows.len() >= self.cfg.max_conns {
             self.counters.syn_dropped += 1;
             return Err(DropReason::ListenOverflow);
         }
-        let iss = self.isn(&key, now);
-        let id = match self.free.pop() {
-            Some(i) => ConnId(i),
-            None => {
-                self.conns.push(None);
-                ConnId(self.conns.len() as u32 - 1)
+        let full = self.states[State::SynReceived as usize] as usize >= self.cfg.max_half_open;
+        match self.cfg.syn_cookies {
+            SynCookies::Always => return self.send_cookie(now, key, repr),
+            SynCookies::WhenFull if full => return self.send_cookie(now, key, repr),
+            SynCookies::Off if full => {
+                self.counters.syn_dropped += 1;
+                return Err(DropReason::ListenOverflow);
             }
-        };
+            _ => {}
+        }
+        let iss = self.isn(&key, now);
+        let id = self.alloc_slot();
         let conn = Conn::accept(key, repr, iss, now, &self.cfg);
         self.conns[id.0 as usize] = Some(conn);
         self.flows.insert(key, id);
@@ -511,6 +546,88 @@ impl<A: Default> TcpEngine<A> {
         mark_dirty(&mut self.dirty, c, id);
         self.rearm(id, now);
         Ok(())
+    }
+
+    /// Answers a SYN statelessly with a cookie SYN-ACK.
+    fn send_cookie(
+        &mut self,
+        now: Instant,
+        key: FlowKey,
+        syn: &TcpRepr<'_>,
+    ) -> Result<(), DropReason> {
+        if self.cookie_synacks.len() >= MAX_COOKIE_SYNACKS {
+            self.counters.syn_dropped += 1;
+            return Err(DropReason::ListenOverflow);
+        }
+        let client_isn = Seq(syn.seq_number.0 as u32);
+        let params = cookie::SynParams {
+            mss: syn.max_seg_size.unwrap_or(536).min(self.cfg.mss),
+            wscale: syn.window_scale,
+            sack: syn.sack_permitted,
+        };
+        let iss = cookie::encode(self.isn_key, &key, client_isn, now, params);
+        self.cookie_synacks.push(CookieSynAck {
+            key,
+            iss,
+            ack: client_isn + 1,
+            wscale: syn.window_scale.is_some(),
+            ts_echo: syn.timestamp.map(|t| t.tsval),
+        });
+        self.counters.syn_cookies_sent += 1;
+        Ok(())
+    }
+
+    /// An ACK to a listener with no connection: the third step of a
+    /// handshake answered with a cookie, or a stray segment (reset).
+    fn on_cookie_ack(
+        &mut self,
+        now: Instant,
+        key: FlowKey,
+        repr: &TcpRepr<'_>,
+        ack: Seq,
+    ) -> Result<(), DropReason> {
+        let client_isn = Seq(repr.seq_number.0 as u32) + u32::MAX; // SEG.SEQ − 1
+        let Some(params) = cookie::decode(self.isn_key, &key, client_isn, ack + u32::MAX, now)
+        else {
+            self.counters.syn_cookies_rejected += 1;
+            self.reset_for(&key, repr);
+            return Err(DropReason::NoConnection);
+        };
+        if self.flows.len() >= self.cfg.max_conns {
+            self.counters.syn_dropped += 1;
+            return Err(DropReason::ListenOverflow);
+        }
+        self.counters.syn_cookies_accepted += 1;
+        let id = self.alloc_slot();
+        let mut conn = Conn::from_cookie(
+            key,
+            repr,
+            ack + u32::MAX,
+            client_isn,
+            params.mss,
+            params.wscale,
+            now,
+            &self.cfg,
+        );
+        let out = conn.input(now, repr, &self.cfg, &mut self.buffers, &mut self.counters);
+        let state = conn.state;
+        self.conns[id.0 as usize] = Some(conn);
+        self.flows.insert(key, id);
+        self.account(None, Some(state));
+        self.counters.accepted += 1;
+        self.events.push(Event::Accepted(id));
+        self.apply(id, out, now);
+        Ok(())
+    }
+
+    fn alloc_slot(&mut self) -> ConnId {
+        match self.free.pop() {
+            Some(i) => ConnId(i),
+            None => {
+                self.conns.push(None);
+                ConnId(self.conns.len() as u32 - 1)
+            }
+        }
     }
 
     /// RFC 6528-style initial sequence number: a keyed hash of the 4-tuple
@@ -662,6 +779,33 @@ impl<A: Default> TcpEngine<A> {
             self.counters.resets_sent += 1;
             self.counters.segments_out += 1;
         }
+        while let Some(c) = self.cookie_synacks.pop() {
+            let repr = TcpRepr {
+                src_port: c.key.local_port,
+                dst_port: c.key.remote_port,
+                control: TcpControl::Syn,
+                seq_number: TcpSeqNumber(c.iss.0 as i32),
+                ack_number: Some(TcpSeqNumber(c.ack.0 as i32)),
+                window_len: self.cfg.buffer_size.min(65535) as u16,
+                window_scale: c.wscale.then_some(self.cfg.window_scale),
+                max_seg_size: Some(self.cfg.mss),
+                sack_permitted: false,
+                sack_ranges: [None; 3],
+                timestamp: c
+                    .ts_echo
+                    .map(|e| TcpTimestampRepr::new((now.as_nanos() / 1_000_000) as u32, e)),
+                payload: &[],
+            };
+            if !emit(&Outgoing {
+                src: c.key.local,
+                dst: c.key.remote,
+                repr,
+            }) {
+                self.cookie_synacks.push(c);
+                return;
+            }
+            self.counters.segments_out += 1;
+        }
         let mut i = 0;
         while i < self.dirty.len() {
             let id = self.dirty[i];
@@ -691,5 +835,15 @@ fn mark_dirty<A>(dirty: &mut Vec<ConnId>, c: &mut Conn<A>, id: ConnId) {
     if !c.queued {
         c.queued = true;
         dirty.push(id);
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    #[test]
+    fn control_block_size() {
+        let n = std::mem::size_of::<Option<super::Conn<crate::app::responder::Session>>>();
+        eprintln!("connection slot: {n} bytes");
+        assert!(n <= 1024, "{n}");
     }
 }
