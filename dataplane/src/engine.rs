@@ -61,6 +61,10 @@ struct EnginePort<P: Port> {
 const MAX_UNRESOLVED: usize = 16;
 /// How long a frame waits for ARP before it is dropped.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Most frames waiting for the TX queue per port. Beyond it, TCP stops
+/// producing (back-pressure, no self-inflicted loss) and other frames are
+/// dropped as `tx_full`.
+const MAX_TX_PENDING: usize = 256;
 
 /// One core's engine over its queues.
 #[derive(Debug)]
@@ -268,6 +272,9 @@ impl<P: Port> Engine<P> {
         let now = clock.now();
         for ep in &mut self.ports {
             flush(ep, now, &mut self.counters);
+            for _ in ep.tx.drain(..) {
+                self.counters.drop(DropReason::TxFull);
+            }
         }
         self.publish();
     }
@@ -285,6 +292,10 @@ fn queue<P: Port>(
 ) {
     match verdict {
         Verdict::Transmit => {
+            if ep.tx.len() >= MAX_TX_PENDING {
+                counters.drop(DropReason::TxFull);
+                return;
+            }
             ep.tx.push(buf);
             ep.tx_since.get_or_insert(now);
             if ep.tx.len() >= burst {
@@ -324,17 +335,20 @@ fn release_resolved<P: Port>(ep: &mut EnginePort<P>, now: Instant, counters: &mu
     }
 }
 
-/// Sends a port's buffered frames; frames the queue does not take are freed
-/// and counted (l3fwd's policy: a full TX ring means we are over capacity,
-/// and holding frames would only add latency).
+/// Sends a port's buffered frames. Frames the queue does not take stay
+/// buffered for the next iteration (bounded by [`MAX_TX_PENDING`]).
 fn flush<P: Port>(ep: &mut EnginePort<P>, now: Instant, counters: &mut Counters) {
     let offered: u64 = ep.tx.iter().map(|b| b.data().len() as u64).sum();
-    let sent = ep.port.tx_burst(now, &mut ep.tx);
+    let mut sent = 0;
+    while !ep.tx.is_empty() {
+        let n = ep.port.tx_burst(now, &mut ep.tx);
+        if n == 0 {
+            break;
+        }
+        sent += n;
+    }
     let unsent: u64 = ep.tx.iter().map(|b| b.data().len() as u64).sum();
     counters.tx_packets += sent as u64;
     counters.tx_bytes += offered - unsent;
-    for _ in ep.tx.drain(..) {
-        counters.drop(DropReason::TxFull);
-    }
-    ep.tx_since = None;
+    ep.tx_since = if ep.tx.is_empty() { None } else { Some(now) };
 }

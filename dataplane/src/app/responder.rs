@@ -85,7 +85,7 @@ impl Responder {
                 }
                 self.pump(tcp, id);
             }
-            Event::Closed(..) => {}
+            Event::Closed(..) | Event::Connected(_) => {}
         }
     }
 

@@ -12,6 +12,7 @@ use crate::time::Instant;
 /// engine's listener table, not a connection).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
+    SynSent,
     SynReceived,
     Established,
     FinWait1,
@@ -23,11 +24,11 @@ pub enum State {
 }
 
 impl State {
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
 
     /// Past the handshake (RFC 9293's "synchronized" states).
     pub fn is_synchronized(self) -> bool {
-        self != State::SynReceived
+        !matches!(self, State::SynSent | State::SynReceived)
     }
 
     /// States in which the peer may still send data.
@@ -45,6 +46,10 @@ pub(super) struct Input {
     pub peer_closed: bool,
     pub closed: Option<CloseReason>,
     pub send: bool,
+    /// SYN-SENT got an ACK for something else: reset with this SEQ.
+    pub reset_peer: Option<Seq>,
+    /// An active open completed.
+    pub connected: bool,
 }
 
 /// Timestamps in ms for the TSopt clock (RFC 7323 §5.4: 1 ms to 1 s/tick).
@@ -181,6 +186,117 @@ impl<A: Default> Conn<A> {
             recover: None,
             fast_rtx: false,
         }
+    }
+
+    /// An active open (RFC 9293 §3.10.1): a connection in SYN-SENT whose SYN
+    /// goes out with the next transmit.
+    pub fn connect(key: FlowKey, iss: Seq, now: Instant, cfg: &TcpConfig) -> Self {
+        let seg_size = u32::from(cfg.mss) - 12;
+        Self {
+            key,
+            state: State::SynSent,
+            app: A::default(),
+            accepted: true,
+            queued: false,
+            armed_at: None,
+            iss,
+            snd_una: iss,
+            snd_nxt: iss,
+            snd_max: iss,
+            snd_wnd: 0,
+            snd_wl1: Seq(0),
+            snd_wl2: iss,
+            snd_shift: 0,
+            seg_size,
+            send: None,
+            buf_seq: iss + 1,
+            fin_seq: None,
+            synack_needed: true,
+            rcv_nxt: Seq(0),
+            rcv_shift: cfg.window_scale,
+            recv: None,
+            adv_right: Seq(0),
+            peer_fin: false,
+            ts_recent: None,
+            rto: cfg.initial_rto,
+            srtt: None,
+            rttvar: Duration::ZERO,
+            rtt_probe: None,
+            retries: 0,
+            rto_at: None,
+            ack_at: None,
+            ack_now: false,
+            unacked_segs: 0,
+            handshake_until: now + cfg.handshake_timeout,
+            timewait_until: None,
+            last_activity: now,
+            probe: false,
+            cwnd: 10 * seg_size,
+            ssthresh: u32::MAX / 2,
+            dupacks: 0,
+            recover: None,
+            fast_rtx: false,
+        }
+    }
+
+    // RFC 9293 §3.10.7.3, SYN-SENT.
+    fn input_syn_sent(&mut self, now: Instant, seg: &TcpRepr<'_>, cfg: &TcpConfig) -> Input {
+        let mut out = Input::default();
+        let ack = seg.ack_number.map(|a| Seq(a.0 as u32));
+        let ack_ok = ack.is_some_and(|a| a.diff(self.iss) > 0 && a.diff(self.snd_nxt) <= 0);
+        if ack.is_some() && !ack_ok {
+            // Not for our SYN: the engine answers with a reset.
+            out.reset_peer = ack;
+            return out;
+        }
+        if seg.control == TcpControl::Rst {
+            if ack_ok {
+                out.closed = Some(CloseReason::Refused);
+            }
+            return out;
+        }
+        if seg.control != TcpControl::Syn {
+            return out;
+        }
+        let irs = Seq(seg.seq_number.0 as u32);
+        self.rcv_nxt = irs + 1;
+        self.adv_right = self.rcv_nxt;
+        match seg.window_scale {
+            Some(s) => self.snd_shift = s.min(14),
+            None => {
+                self.snd_shift = 0;
+                self.rcv_shift = 0;
+            }
+        }
+        let peer_mss = u32::from(seg.max_seg_size.unwrap_or(536));
+        self.ts_recent = seg.timestamp.map(|t| t.tsval);
+        self.seg_size =
+            peer_mss.min(u32::from(cfg.mss)) - if self.ts_recent.is_some() { 12 } else { 0 };
+        self.cwnd = 10 * self.seg_size;
+        self.snd_wl1 = irs;
+        if let Some(a) = ack.filter(|_| ack_ok) {
+            // The SYN-ACK: established (the SYN-ACK's window is unscaled).
+            self.snd_una = a;
+            self.snd_wnd = u32::from(seg.window_len);
+            self.snd_wl2 = a;
+            self.rto_at = None;
+            self.retries = 0;
+            if let Some(t) = seg.timestamp.filter(|t| t.tsecr != 0) {
+                let r = Duration::from_millis(u64::from(ts_now(now).wrapping_sub(t.tsecr)));
+                self.update_rto(r, cfg);
+            }
+            self.state = State::Established;
+            out.connected = true;
+            self.ack_now = true;
+            out.send = true;
+        } else {
+            // Simultaneous open: answer with our SYN and an ACK.
+            self.state = State::SynReceived;
+            self.snd_nxt = self.iss;
+            self.synack_needed = true;
+            out.send = true;
+        }
+        out
     }
 
     /// A connection rebuilt from a valid SYN cookie and the ACK that
@@ -352,8 +468,11 @@ impl<A: Default> Conn<A> {
         pool: &mut BufferPool,
         counters: &mut TcpCounters,
     ) -> Input {
-        let mut out = Input::default();
         self.last_activity = now;
+        if self.state == State::SynSent {
+            return self.input_syn_sent(now, seg, cfg);
+        }
+        let mut out = Input::default();
         let seq = Seq(seg.seq_number.0 as u32);
         let seg_len = seg.segment_len() as u32;
 
@@ -589,8 +708,15 @@ impl<A: Default> Conn<A> {
                 self.fast_rtx = true;
                 self.cwnd = self.cwnd.saturating_sub(acked).max(self.seg_size) + self.seg_size;
             }
-            None if self.cwnd < self.ssthresh => self.cwnd += acked.min(self.seg_size),
-            None => self.cwnd += (self.seg_size * self.seg_size / self.cwnd).max(1),
+            // Slow start counts bytes acknowledged, not ACKs (RFC 3465):
+            // receivers with GRO send stretch ACKs covering many segments.
+            None if self.cwnd < self.ssthresh => self.cwnd = self.cwnd.saturating_add(acked),
+            None => {
+                let inc = (u64::from(self.seg_size) * u64::from(acked)
+                    / u64::from(self.cwnd.max(1)))
+                .max(1);
+                self.cwnd = self.cwnd.saturating_add(inc as u32);
+            }
         }
         self.rto_at = if self.snd_una == self.snd_max {
             None
@@ -637,7 +763,7 @@ impl<A: Default> Conn<A> {
         consider(self.ack_at);
         consider(self.rto_at);
         match self.state {
-            State::SynReceived => consider(Some(self.handshake_until)),
+            State::SynSent | State::SynReceived => consider(Some(self.handshake_until)),
             State::TimeWait => {}
             _ => consider(Some(self.last_activity + cfg.idle_timeout)),
         }
@@ -650,7 +776,8 @@ impl<A: Default> Conn<A> {
             out.closed = Some(CloseReason::Normal);
             return out;
         }
-        if self.state == State::SynReceived && now >= self.handshake_until {
+        if matches!(self.state, State::SynSent | State::SynReceived) && now >= self.handshake_until
+        {
             out.closed = Some(CloseReason::TimedOut);
             return out;
         }
@@ -676,7 +803,7 @@ impl<A: Default> Conn<A> {
             counters.retransmits += 1;
             self.rto = (self.rto * 2).min(cfg.max_rto);
             self.rto_at = None;
-            if self.state == State::SynReceived {
+            if matches!(self.state, State::SynSent | State::SynReceived) {
                 self.synack_needed = true;
             } else if self.snd_wnd == 0 && self.snd_una == self.snd_max {
                 self.probe = true;
@@ -740,6 +867,25 @@ impl<A: Default> Conn<A> {
         emit: &mut impl FnMut(&Outgoing<'_>) -> bool,
     ) -> bool {
         let (src, dst) = (self.key.local, self.key.remote);
+        if self.state == State::SynSent {
+            if self.synack_needed {
+                let mut repr = self.repr(cfg, now, TcpControl::Syn, self.iss, &[]);
+                repr.ack_number = None;
+                repr.window_len = cfg.buffer_size.min(65535) as u16;
+                repr.max_seg_size = Some(cfg.mss);
+                repr.window_scale = Some(cfg.window_scale);
+                repr.timestamp = Some(TcpTimestampRepr::new(ts_now(now), 0));
+                if !emit(&Outgoing { src, dst, repr }) {
+                    return false;
+                }
+                counters.segments_out += 1;
+                self.synack_needed = false;
+                self.snd_nxt = self.iss + 1;
+                self.snd_max = self.snd_max.max(self.snd_nxt);
+                self.rto_at = Some(now + self.rto);
+            }
+            return true;
+        }
         if self.state == State::SynReceived {
             if self.synack_needed {
                 let (window, _) = self.window_field(cfg);

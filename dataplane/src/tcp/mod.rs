@@ -58,6 +58,8 @@ pub struct FlowKey {
 pub enum Event {
     /// The three-way handshake completed on a listener.
     Accepted(ConnId),
+    /// An active open ([`TcpEngine::connect`]) completed.
+    Connected(ConnId),
     /// New bytes can be read.
     Readable(ConnId),
     /// Send-buffer space was freed.
@@ -80,6 +82,17 @@ pub enum CloseReason {
     TimedOut,
     /// We aborted it.
     Aborted,
+    /// An active open was answered with a reset.
+    Refused,
+}
+
+/// Why [`TcpEngine::connect`] failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectError {
+    /// That 4-tuple is in use.
+    InUse,
+    /// The connection limit is reached.
+    TooMany,
 }
 
 /// When listeners answer SYNs with cookies instead of keeping state.
@@ -151,6 +164,8 @@ pub struct Outgoing<'a> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TcpCounters {
     pub accepted: u64,
+    /// Active opens completed.
+    pub connected: u64,
     pub active: u64,
     pub half_open: u64,
     pub time_wait: u64,
@@ -335,6 +350,29 @@ impl<A: Default> TcpEngine<A> {
 
     fn conn_mut(&mut self, id: ConnId) -> Option<&mut Conn<A>> {
         self.conns.get_mut(id.0 as usize).and_then(Option::as_mut)
+    }
+
+    /// Opens a connection (RFC 9293 active open). `Event::Connected` follows
+    /// the handshake; `Event::Closed(_, Refused | TimedOut)` its failure.
+    ///
+    /// # Errors
+    /// When the 4-tuple is taken or the connection limit is reached.
+    pub fn connect(&mut self, now: Instant, key: FlowKey) -> Result<ConnId, ConnectError> {
+        if self.flows.contains_key(&key) {
+            return Err(ConnectError::InUse);
+        }
+        if self.flows.len() >= self.cfg.max_conns {
+            return Err(ConnectError::TooMany);
+        }
+        let iss = self.isn(&key, now);
+        let id = self.alloc_slot();
+        self.conns[id.0 as usize] = Some(Conn::connect(key, iss, now, &self.cfg));
+        self.flows.insert(key, id);
+        self.account(None, Some(State::SynSent));
+        let c = self.conns[id.0 as usize].as_mut().expect("just made");
+        mark_dirty(&mut self.dirty, c, id);
+        self.rearm(id, now);
+        Ok(id)
     }
 
     /// Copies received bytes into `buf`; returns how many.
@@ -674,6 +712,24 @@ impl<A: Default> TcpEngine<A> {
         if out.established {
             self.counters.accepted += 1;
             self.events.push(Event::Accepted(id));
+        }
+        if out.connected {
+            self.counters.connected += 1;
+            self.events.push(Event::Connected(id));
+        }
+        if let Some(seq) = out.reset_peer {
+            if let Some(key) = self.key(id) {
+                if self.resets.len() < MAX_RESETS {
+                    self.resets.push(Reset {
+                        src: key.local,
+                        dst: key.remote,
+                        src_port: key.local_port,
+                        dst_port: key.remote_port,
+                        seq,
+                        ack: None,
+                    });
+                }
+            }
         }
         if out.readable {
             self.events.push(Event::Readable(id));

@@ -1,0 +1,304 @@
+//! A kernel-bypass HTTP load generator on tlsdp's own stack: a client
+//! TCP engine behind an [`Interface`] on any [`Port`]. It opens connections
+//! (active open), sends `GET /bytes/N`, reads and checks the length of each
+//! response, and closes, keeping a fixed number of connections in flight.
+//! Used for in-memory benchmarks of the engine and for simulation tests.
+
+use std::net::Ipv4Addr;
+
+use crate::net::{Interface, InterfaceConfig, Verdict};
+use crate::port::{PacketBuf, Port};
+use crate::stats::Counters;
+use crate::tcp::{CloseReason, ConnId, Event, FlowKey, TcpConfig, TcpEngine};
+use crate::time::Instant;
+
+/// What to ask for.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadConfig {
+    pub server: Ipv4Addr,
+    pub port: u16,
+    /// Response body size (`GET /bytes/N`).
+    pub body: u64,
+    /// Requests per connection (1: HTTP/1.0-style close after each).
+    pub requests_per_conn: u32,
+    /// Connections kept open at once.
+    pub concurrency: usize,
+    /// Connections to open in all.
+    pub total_conns: u64,
+}
+
+/// Results so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadStats {
+    pub opened: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub responses: u64,
+    pub body_bytes: u64,
+}
+
+/// Per-connection client state.
+#[derive(Debug, Default)]
+pub struct ClientConn {
+    requests_left: u32,
+    /// Bytes of the current response still expected (head unknown: None).
+    body_left: Option<u64>,
+    head: Vec<u8>,
+}
+
+/// The load generator.
+#[derive(Debug)]
+pub struct LoadGen<P: Port> {
+    port: P,
+    iface: Interface,
+    tcp: TcpEngine<ClientConn>,
+    cfg: LoadConfig,
+    stats: LoadStats,
+    counters: Counters,
+    rx: Vec<P::Buf>,
+    tx: Vec<P::Buf>,
+    events: Vec<Event>,
+    next_port: u16,
+    in_flight: usize,
+    request: Vec<u8>,
+    /// Connections (by slot) whose last response arrived: they count as
+    /// completed at once, not when TIME-WAIT ends.
+    finished: Vec<bool>,
+}
+
+impl<P: Port> LoadGen<P> {
+    pub fn new(port: P, mut iface: InterfaceConfig, tcp: TcpConfig, cfg: LoadConfig) -> Self {
+        iface.mac = port.mac();
+        let close = if cfg.requests_per_conn <= 1 {
+            "close"
+        } else {
+            "keep-alive"
+        };
+        let request = format!(
+            "GET /bytes/{} HTTP/1.1\r\nHost: tlsdp\r\nConnection: {close}\r\n\r\n",
+            cfg.body
+        )
+        .into_bytes();
+        Self {
+            port,
+            iface: Interface::new(iface),
+            tcp: TcpEngine::new(tcp, Instant::ZERO, 0x9e37_79b9),
+            cfg,
+            stats: LoadStats::default(),
+            counters: Counters::default(),
+            rx: Vec::with_capacity(64),
+            tx: Vec::with_capacity(64),
+            events: Vec::with_capacity(256),
+            next_port: 10_000,
+            in_flight: 0,
+            request,
+            finished: Vec::new(),
+        }
+    }
+
+    pub fn stats(&self) -> LoadStats {
+        self.stats
+    }
+
+    /// All connections opened and all their responses received (the last
+    /// closes may still be under way).
+    pub fn done(&self) -> bool {
+        self.stats.opened == self.cfg.total_conns && self.in_flight == 0
+    }
+
+    pub fn tcp(&self) -> &TcpEngine<ClientConn> {
+        &self.tcp
+    }
+
+    /// One iteration: receive, react, open connections, transmit.
+    pub fn poll(&mut self, now: Instant) -> usize {
+        let mut n = 0;
+        while n < 1024 {
+            let got = self.port.rx_burst(now, &mut self.rx, 64);
+            if got == 0 {
+                break;
+            }
+            n += got;
+        }
+        for mut buf in self.rx.drain(..) {
+            match self.iface.process(now, &mut buf, &mut self.counters) {
+                Verdict::Tcp {
+                    src,
+                    dst,
+                    start,
+                    end,
+                } => {
+                    let _ = self.tcp.input(now, src, dst, &buf.data()[start..end]);
+                }
+                // ARP and ICMP replies, rewritten in place.
+                Verdict::Transmit => self.tx.push(buf),
+                _ => {}
+            }
+        }
+        self.tcp.poll_timers(now);
+        self.tcp.drain_events(&mut self.events);
+        let mut events = std::mem::take(&mut self.events);
+        for ev in events.drain(..) {
+            self.on_event(ev);
+        }
+        self.events = events;
+        // Resolve the server first, so no SYN waits on ARP.
+        let resolved = self.iface.resolve(self.cfg.server, now).is_some();
+        while resolved
+            && self.in_flight < self.cfg.concurrency
+            && self.stats.opened < self.cfg.total_conns
+        {
+            self.open(now);
+        }
+        let (port, iface, tx) = (&mut self.port, &mut self.iface, &mut self.tx);
+        self.tcp.transmit(now, |seg| {
+            let Some(mut buf) = port.alloc() else {
+                return false;
+            };
+            if iface.write_tcp(now, seg, &mut buf) == Verdict::Transmit {
+                tx.push(buf);
+            }
+            true
+        });
+        while let Some(ip) = self.iface.take_probe() {
+            if let Some(mut buf) = self.port.alloc() {
+                self.iface.write_arp_request(ip, &mut buf);
+                self.tx.push(buf);
+            }
+        }
+        while !self.tx.is_empty() {
+            if self.port.tx_burst(now, &mut self.tx) == 0 {
+                self.tx.clear();
+            }
+        }
+        n
+    }
+
+    fn open(&mut self, now: Instant) {
+        let key = FlowKey {
+            local: self.iface.config().addr,
+            local_port: self.next_port,
+            remote: self.cfg.server,
+            remote_port: self.cfg.port,
+        };
+        self.next_port = if self.next_port == u16::MAX {
+            10_000
+        } else {
+            self.next_port + 1
+        };
+        if let Ok(id) = self.tcp.connect(now, key) {
+            if let Some(c) = self.tcp.app(id) {
+                c.requests_left = self.cfg.requests_per_conn.max(1);
+            }
+            self.stats.opened += 1;
+            self.in_flight += 1;
+        }
+    }
+
+    fn send_request(&mut self, id: ConnId) {
+        let req = std::mem::take(&mut self.request);
+        let n = self.tcp.send(id, &req);
+        debug_assert_eq!(n, req.len());
+        self.request = req;
+        if let Some(c) = self.tcp.app(id) {
+            c.body_left = None;
+            c.head.clear();
+        }
+    }
+
+    fn on_event(&mut self, ev: Event) {
+        match ev {
+            Event::Connected(id) => self.send_request(id),
+            Event::Readable(id) => self.read(id),
+            Event::PeerClosed(id) => self.tcp.close(id),
+            Event::Closed(id, reason) => {
+                let slot = id.0 as usize;
+                if self.finished.get(slot).copied().unwrap_or(false) {
+                    self.finished[slot] = false;
+                } else {
+                    // Ended before its last response.
+                    self.in_flight -= 1;
+                    debug_assert_ne!(reason, CloseReason::Normal);
+                    self.stats.failed += 1;
+                }
+            }
+            Event::Accepted(_) | Event::Writable(_) => {}
+        }
+    }
+
+    fn read(&mut self, id: ConnId) {
+        loop {
+            let (a, b) = self.tcp.peek(id);
+            let avail = a.len() + b.len();
+            if avail == 0 {
+                return;
+            }
+            let Some(body_left) = self.tcp.app(id).map(|c| c.body_left) else {
+                return;
+            };
+            match body_left {
+                None => {
+                    // Collect the head (small) until the blank line.
+                    let mut used = 0;
+                    let c_head_done;
+                    {
+                        let mut head = std::mem::take(&mut self.tcp.app(id).expect("live").head);
+                        let (a, b) = self.tcp.peek(id);
+                        for &byte in a.iter().chain(b.iter()) {
+                            head.push(byte);
+                            used += 1;
+                            if head.ends_with(b"\r\n\r\n") {
+                                break;
+                            }
+                        }
+                        c_head_done = head.ends_with(b"\r\n\r\n");
+                        let len = c_head_done.then(|| content_length(&head)).flatten();
+                        let c = self.tcp.app(id).expect("live");
+                        c.head = head;
+                        if c_head_done {
+                            c.body_left = Some(len.unwrap_or(0));
+                        }
+                    }
+                    self.tcp.consume(id, used);
+                    if !c_head_done {
+                        return;
+                    }
+                }
+                Some(left) => {
+                    let n = (avail as u64).min(left);
+                    self.tcp.consume(id, n as usize);
+                    self.stats.body_bytes += n;
+                    let c = self.tcp.app(id).expect("live");
+                    let left = left - n;
+                    c.body_left = Some(left);
+                    if left == 0 {
+                        self.stats.responses += 1;
+                        c.requests_left -= 1;
+                        if c.requests_left == 0 {
+                            self.tcp.close(id);
+                            let slot = id.0 as usize;
+                            if self.finished.len() <= slot {
+                                self.finished.resize(slot + 1, false);
+                            }
+                            self.finished[slot] = true;
+                            self.in_flight -= 1;
+                            self.stats.completed += 1;
+                        } else {
+                            self.send_request(id);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn content_length(head: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(head).ok()?;
+    text.split("\r\n").find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("content-length")
+            .then(|| v.trim().parse().ok())
+            .flatten()
+    })
+}

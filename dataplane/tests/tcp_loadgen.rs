@@ -1,0 +1,134 @@
+//! Our TCP against our TCP: the kernel-bypass load generator (active opens)
+//! against the engine's responder (passive opens) over the in-memory link,
+//! clean and impaired, in simulated time.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dataplane::engine::{Engine, EngineConfig};
+use dataplane::loadgen::{LoadConfig, LoadGen};
+use dataplane::net::InterfaceConfig;
+use dataplane::port::{link, ImpairConfig, Impaired, MemPort};
+use dataplane::stats::SharedCounters;
+use dataplane::tcp::{State, TcpConfig};
+use dataplane::time::Instant;
+use smoltcp::wire::EthernetAddress;
+
+const SRV: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
+const CLI: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 2);
+
+fn iface(addr: Ipv4Addr) -> InterfaceConfig {
+    InterfaceConfig {
+        mac: EthernetAddress([0; 6]),
+        addr,
+        prefix_len: 24,
+        gateway: None,
+    }
+}
+
+fn run(
+    load: LoadConfig,
+    impair: ImpairConfig,
+) -> (Engine<Impaired<MemPort>>, LoadGen<Impaired<MemPort>>) {
+    let (a, b) = link(
+        EthernetAddress([2, 0, 0, 0, 1, 1]),
+        EthernetAddress([2, 0, 0, 0, 1, 2]),
+        8192,
+        32768,
+    );
+    let mut server = Engine::new(EngineConfig::default(), Arc::new(SharedCounters::default()));
+    server.add_port(
+        Impaired::new(
+            a,
+            ImpairConfig {
+                seed: impair.seed + 1,
+                ..impair
+            },
+        ),
+        iface(SRV),
+    );
+    server.listen(SRV, 80);
+    let mut client = LoadGen::new(
+        Impaired::new(b, impair),
+        iface(CLI),
+        TcpConfig::default(),
+        load,
+    );
+    let mut now = Instant::from_millis(1);
+    let limit = now + Duration::from_secs(3600);
+    while !client.done() {
+        now = now + Duration::from_micros(20);
+        assert!(now < limit, "stalled: {:?}", client.stats());
+        client.poll(now);
+        server.poll(now);
+    }
+    // Let the last closing handshakes finish.
+    for _ in 0..1000 {
+        now = now + Duration::from_micros(20);
+        client.poll(now);
+        server.poll(now);
+    }
+    (server, client)
+}
+
+#[test]
+fn thousands_of_short_connections_complete() {
+    let load = LoadConfig {
+        server: SRV,
+        port: 80,
+        body: 64,
+        requests_per_conn: 1,
+        concurrency: 64,
+        total_conns: 3000,
+    };
+    let (server, client) = run(load, ImpairConfig::default());
+    let s = client.stats();
+    assert_eq!(
+        (s.completed, s.failed, s.responses),
+        (3000, 0, 3000),
+        "{s:?}"
+    );
+    assert_eq!(s.body_bytes, 3000 * 64);
+    let t = server.tcp().counters();
+    assert_eq!(t.accepted, 3000);
+    assert_eq!(t.retransmits, 0);
+    // The server closed first: it holds TIME-WAIT, the client holds nothing.
+    assert_eq!(server.tcp().in_state(State::TimeWait), 3000);
+    assert_eq!(client.tcp().counters().active, 0);
+    assert_eq!(
+        client.tcp().buffers().in_use(),
+        0,
+        "client buffers returned"
+    );
+    assert_eq!(
+        server.tcp().buffers().in_use(),
+        0,
+        "server buffers returned"
+    );
+}
+
+#[test]
+fn keep_alive_requests_and_loss() {
+    let load = LoadConfig {
+        server: SRV,
+        port: 80,
+        body: 100_000,
+        requests_per_conn: 10,
+        concurrency: 8,
+        total_conns: 16,
+    };
+    let impair = ImpairConfig {
+        seed: 9,
+        loss: 0.02,
+        reorder: 0.01,
+        duplicate: 0.01,
+        delay: Duration::from_micros(200),
+        ..ImpairConfig::default()
+    };
+    let (server, client) = run(load, impair);
+    let s = client.stats();
+    assert_eq!((s.completed, s.failed, s.responses), (16, 0, 160), "{s:?}");
+    assert_eq!(s.body_bytes, 160 * 100_000);
+    assert!(server.tcp().counters().retransmits > 0);
+}
