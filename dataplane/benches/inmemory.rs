@@ -45,8 +45,10 @@ fn run(load: LoadConfig) -> Result {
     let mut server = Engine::new(EngineConfig::default(), Arc::new(SharedCounters::default()));
     server.add_port(a, iface(SRV));
     server.listen(SRV, 80);
-    let mut tcp = TcpConfig::default();
-    tcp.max_conns = 1 << 20;
+    let tcp = TcpConfig {
+        max_conns: 1 << 20,
+        ..TcpConfig::default()
+    };
     let mut client = LoadGen::new(b, iface(CLI), tcp, load);
     let clock = TscClock::new();
     let (mut srv_ticks, mut cli_ticks) = (0u64, 0u64);
