@@ -30,6 +30,10 @@ pub struct EngineConfig {
     /// How often counters are published and timers run.
     pub tick: Duration,
     pub tcp: TcpConfig,
+    /// Key of the TCP initial-sequence-number hash; `None` draws a random
+    /// one (always, outside tests and fuzzing: predictable ISNs are an
+    /// attack surface).
+    pub isn_key: Option<u64>,
 }
 
 impl Default for EngineConfig {
@@ -39,6 +43,7 @@ impl Default for EngineConfig {
             tx_drain: Duration::from_micros(100),
             tick: Duration::from_millis(1),
             tcp: TcpConfig::default(),
+            isn_key: None,
         }
     }
 }
@@ -92,7 +97,7 @@ impl<P: Port> Engine<P> {
             tcp: TcpEngine::new(
                 cfg.tcp,
                 Instant::ZERO,
-                RandomState::new().build_hasher().finish(),
+                cfg.isn_key.unwrap_or_else(|| RandomState::new().build_hasher().finish()),
             ),
             responder: Responder::new(),
             events: Vec::with_capacity(256),

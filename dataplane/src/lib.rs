@@ -7,6 +7,7 @@ pub mod daemon;
 #[allow(unsafe_code)]
 pub mod dpdk;
 pub mod engine;
+pub mod fuzzing;
 pub mod loadgen;
 pub mod net;
 pub mod port;

@@ -110,6 +110,11 @@ impl<P: Port> LoadGen<P> {
         &self.tcp
     }
 
+    /// The port (tests wrap it to record traffic).
+    pub fn port_mut(&mut self) -> &mut P {
+        &mut self.port
+    }
+
     /// One iteration: receive, react, open connections, transmit.
     pub fn poll(&mut self, now: Instant) -> usize {
         let mut n = 0;

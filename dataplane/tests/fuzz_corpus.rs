@@ -1,0 +1,103 @@
+//! Replays the fuzz corpus (`dataplane/fuzz/corpus/*`) through the fuzz
+//! entry points: what the fuzzer found once stays fixed. `make_seeds`
+//! (ignored) regenerates the recorded seed traces.
+
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+use dataplane::fuzzing::{encode_records, engine_input, fuzz_engine, FUZZ_ADDR};
+use dataplane::loadgen::{LoadConfig, LoadGen};
+use dataplane::net::InterfaceConfig;
+use dataplane::port::{link, MemBuf, MemPort, PacketBuf, Port};
+use dataplane::tcp::TcpConfig;
+use dataplane::time::Instant;
+use smoltcp::wire::EthernetAddress;
+
+fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
+    let mut files: Vec<_> = fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files.into_iter().map(|p| (p.display().to_string(), fs::read(&p).unwrap())).collect()
+}
+
+#[test]
+fn engine_input_corpus_replays() {
+    let files = corpus("engine_input");
+    assert!(files.len() >= 3, "the seed corpus is missing");
+    for (name, data) in files {
+        // A panic here names the file to reproduce with.
+        eprintln!("replaying {name}");
+        let c = engine_input(&data);
+        // Recorded seeds replay deterministically: the handshake completes
+        // and the requests are answered, so mutations start deep.
+        for (seed, requests) in [("http10-close", 1), ("keepalive-3", 3), ("bulk-200k", 1)] {
+            if name.ends_with(seed) {
+                assert_eq!((c.tcp_accepted, c.http_requests), (1, requests), "{name}: {c:?}");
+            }
+        }
+    }
+}
+
+/// A port that records what the load generator sends, with the time.
+struct Recorder {
+    inner: MemPort,
+    frames: Vec<(Instant, Vec<u8>)>,
+}
+
+impl Port for Recorder {
+    type Buf = MemBuf;
+    fn mac(&self) -> EthernetAddress {
+        self.inner.mac()
+    }
+    fn rx_burst(&mut self, now: Instant, out: &mut Vec<MemBuf>, max: usize) -> usize {
+        self.inner.rx_burst(now, out, max)
+    }
+    fn tx_burst(&mut self, now: Instant, batch: &mut Vec<MemBuf>) -> usize {
+        for b in batch.iter() {
+            self.frames.push((now, b.data().to_vec()));
+        }
+        self.inner.tx_burst(now, batch)
+    }
+    fn alloc(&mut self) -> Option<MemBuf> {
+        self.inner.alloc()
+    }
+}
+
+/// Records real client traces against the fuzz engine and writes them as
+/// seeds: `cargo test -p dataplane --test fuzz_corpus -- --ignored`.
+#[test]
+#[ignore]
+fn make_seeds() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/engine_input");
+    fs::create_dir_all(&dir).unwrap();
+    let cases = [("http10-close", 1024u64, 1u32), ("keepalive-3", 3000, 3), ("bulk-200k", 200_000, 1)];
+    for (name, body, requests) in cases {
+        let (dut, cli) = link(dataplane::fuzzing::FUZZ_MAC, EthernetAddress([2, 0, 0, 0, 0, 2]), 1024, 4096);
+        let mut engine = fuzz_engine(dut);
+        let load = LoadConfig { server: FUZZ_ADDR, port: 80, body, requests_per_conn: requests, concurrency: 1, total_conns: 1 };
+        let iface = InterfaceConfig { mac: EthernetAddress([0; 6]), addr: "10.0.0.2".parse().unwrap(), prefix_len: 24, gateway: None };
+        let mut client = LoadGen::new(Recorder { inner: cli, frames: Vec::new() }, iface, TcpConfig::default(), load);
+        let mut now = Instant::from_millis(1);
+        for _ in 0..2000 {
+            client.poll(now);
+            engine.poll(now);
+            now = now + Duration::from_millis(1);
+        }
+        assert!(client.done(), "{name}: {:?}", client.stats());
+        let frames = client.port_mut().frames.clone();
+        let mut prev = Instant::from_millis(1);
+        let records: Vec<(u8, Vec<u8>)> = frames
+            .into_iter()
+            .map(|(t, f)| {
+                let d = ((t - prev).as_millis()).min(255) as u8;
+                prev = t;
+                (d, f)
+            })
+            .collect();
+        fs::write(dir.join(name), encode_records(&records)).unwrap();
+    }
+}
