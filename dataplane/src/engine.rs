@@ -97,7 +97,8 @@ impl<P: Port> Engine<P> {
             tcp: TcpEngine::new(
                 cfg.tcp,
                 Instant::ZERO,
-                cfg.isn_key.unwrap_or_else(|| RandomState::new().build_hasher().finish()),
+                cfg.isn_key
+                    .unwrap_or_else(|| RandomState::new().build_hasher().finish()),
             ),
             responder: Responder::new(),
             events: Vec::with_capacity(256),

@@ -32,7 +32,9 @@ pub fn engine_input(data: &[u8]) -> Counters {
     let mut sink = Vec::new();
     let mut fed = 0u64;
     while rest.len() >= 3 {
-        let len = usize::from(u16::from_be_bytes([rest[0], rest[1]])).min(rest.len() - 3).min(2000);
+        let len = usize::from(u16::from_be_bytes([rest[0], rest[1]]))
+            .min(rest.len() - 3)
+            .min(2000);
         now = now + Duration::from_millis(u64::from(rest[2]));
         let frame = &rest[3..3 + len];
         rest = &rest[3 + len..];
@@ -61,9 +63,20 @@ pub fn engine_input(data: &[u8]) -> Counters {
 /// The engine every fuzz run starts from: deterministic (fixed ISN key), a
 /// responder VIP on `FUZZ_ADDR:80`.
 pub fn fuzz_engine<P: Port>(port: P) -> Engine<P> {
-    let cfg = EngineConfig { isn_key: Some(0x7f4a_7c15), ..EngineConfig::default() };
+    let cfg = EngineConfig {
+        isn_key: Some(0x7f4a_7c15),
+        ..EngineConfig::default()
+    };
     let mut engine = Engine::new(cfg, Arc::new(SharedCounters::default()));
-    engine.add_port(port, InterfaceConfig { mac: FUZZ_MAC, addr: FUZZ_ADDR, prefix_len: 24, gateway: None });
+    engine.add_port(
+        port,
+        InterfaceConfig {
+            mac: FUZZ_MAC,
+            addr: FUZZ_ADDR,
+            prefix_len: 24,
+            gateway: None,
+        },
+    );
     engine.listen(FUZZ_ADDR, 80);
     engine
 }

@@ -15,13 +15,18 @@ use dataplane::time::Instant;
 use smoltcp::wire::EthernetAddress;
 
 fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target);
     let mut files: Vec<_> = fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
         .collect();
     files.sort();
-    files.into_iter().map(|p| (p.display().to_string(), fs::read(&p).unwrap())).collect()
+    files
+        .into_iter()
+        .map(|p| (p.display().to_string(), fs::read(&p).unwrap()))
+        .collect()
 }
 
 #[test]
@@ -36,7 +41,11 @@ fn engine_input_corpus_replays() {
         // and the requests are answered, so mutations start deep.
         for (seed, requests) in [("http10-close", 1), ("keepalive-3", 3), ("bulk-200k", 1)] {
             if name.ends_with(seed) {
-                assert_eq!((c.tcp_accepted, c.http_requests), (1, requests), "{name}: {c:?}");
+                assert_eq!(
+                    (c.tcp_accepted, c.http_requests),
+                    (1, requests),
+                    "{name}: {c:?}"
+                );
             }
         }
     }
@@ -74,13 +83,42 @@ impl Port for Recorder {
 fn make_seeds() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/engine_input");
     fs::create_dir_all(&dir).unwrap();
-    let cases = [("http10-close", 1024u64, 1u32), ("keepalive-3", 3000, 3), ("bulk-200k", 200_000, 1)];
+    let cases = [
+        ("http10-close", 1024u64, 1u32),
+        ("keepalive-3", 3000, 3),
+        ("bulk-200k", 200_000, 1),
+    ];
     for (name, body, requests) in cases {
-        let (dut, cli) = link(dataplane::fuzzing::FUZZ_MAC, EthernetAddress([2, 0, 0, 0, 0, 2]), 1024, 4096);
+        let (dut, cli) = link(
+            dataplane::fuzzing::FUZZ_MAC,
+            EthernetAddress([2, 0, 0, 0, 0, 2]),
+            1024,
+            4096,
+        );
         let mut engine = fuzz_engine(dut);
-        let load = LoadConfig { server: FUZZ_ADDR, port: 80, body, requests_per_conn: requests, concurrency: 1, total_conns: 1 };
-        let iface = InterfaceConfig { mac: EthernetAddress([0; 6]), addr: "10.0.0.2".parse().unwrap(), prefix_len: 24, gateway: None };
-        let mut client = LoadGen::new(Recorder { inner: cli, frames: Vec::new() }, iface, TcpConfig::default(), load);
+        let load = LoadConfig {
+            server: FUZZ_ADDR,
+            port: 80,
+            body,
+            requests_per_conn: requests,
+            concurrency: 1,
+            total_conns: 1,
+        };
+        let iface = InterfaceConfig {
+            mac: EthernetAddress([0; 6]),
+            addr: "10.0.0.2".parse().unwrap(),
+            prefix_len: 24,
+            gateway: None,
+        };
+        let mut client = LoadGen::new(
+            Recorder {
+                inner: cli,
+                frames: Vec::new(),
+            },
+            iface,
+            TcpConfig::default(),
+            load,
+        );
         let mut now = Instant::from_millis(1);
         for _ in 0..2000 {
             client.poll(now);

@@ -122,6 +122,101 @@ pub(super) struct Conn<A> {
     dupacks: u8,
     recover: Option<Seq>,
     fast_rtx: bool,
+
+    // SACK (RFC 2018), sender side: what the peer holds above snd_una.
+    sack_ok: bool,
+    scoreboard: Scoreboard,
+    /// Next sequence number to consider for retransmission in recovery.
+    rtx_next: Seq,
+}
+
+/// Up to four SACKed ranges above SND.UNA, sorted and disjoint.
+#[derive(Debug, Clone, Copy, Default)]
+struct Scoreboard {
+    ranges: [(Seq, Seq); 4],
+    len: u8,
+}
+
+impl Scoreboard {
+    fn ranges(&self) -> &[(Seq, Seq)] {
+        &self.ranges[..usize::from(self.len)]
+    }
+
+    fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Bytes covered.
+    fn bytes(&self) -> u32 {
+        self.ranges().iter().map(|&(l, r)| r - l).sum()
+    }
+
+    /// The highest SACKed sequence number.
+    fn highest(&self) -> Option<Seq> {
+        self.ranges().last().map(|&(_, r)| r)
+    }
+
+    /// Adds a block (clipped to `una..max`), merging overlaps.
+    fn add(&mut self, left: Seq, right: Seq, una: Seq, max: Seq) {
+        let left = left.max(una);
+        let right = if right.diff(max) > 0 { max } else { right };
+        if right.diff(left) <= 0 {
+            return;
+        }
+        let mut v: [(Seq, Seq); 5] = [(Seq(0), Seq(0)); 5];
+        let n = usize::from(self.len);
+        v[..n].copy_from_slice(&self.ranges[..n]);
+        v[n] = (left, right);
+        let v = &mut v[..=n];
+        v.sort_by(|a, b| a.0.diff(b.0).cmp(&0));
+        let mut out: [(Seq, Seq); 5] = [(Seq(0), Seq(0)); 5];
+        let mut m = 0;
+        for &(l, r) in v.iter() {
+            if m > 0 && l.diff(out[m - 1].1) <= 0 {
+                if r.diff(out[m - 1].1) > 0 {
+                    out[m - 1].1 = r;
+                }
+            } else {
+                out[m] = (l, r);
+                m += 1;
+            }
+        }
+        // Keep the four highest ranges (those matter for recovery).
+        let skip = m.saturating_sub(4);
+        self.len = (m - skip) as u8;
+        self.ranges[..m - skip].copy_from_slice(&out[skip..m]);
+    }
+
+    /// Forgets what lies below `una`.
+    fn prune(&mut self, una: Seq) {
+        let mut out = [(Seq(0), Seq(0)); 4];
+        let mut m = 0;
+        for &(l, r) in self.ranges() {
+            if r.diff(una) > 0 {
+                out[m] = (l.max(una), r);
+                m += 1;
+            }
+        }
+        self.ranges = out;
+        self.len = m as u8;
+    }
+
+    /// Bytes SACKed above `seq`.
+    fn above(&self, seq: Seq) -> u32 {
+        self.ranges()
+            .iter()
+            .filter(|&&(l, _)| l.diff(seq) > 0)
+            .map(|&(l, r)| r - l)
+            .sum()
+    }
+
+    /// The end of the SACKed range containing `seq`, if any.
+    fn covering(&self, seq: Seq) -> Option<Seq> {
+        self.ranges()
+            .iter()
+            .find(|&&(l, r)| seq.diff(l) >= 0 && seq.diff(r) < 0)
+            .map(|&(_, r)| r)
+    }
 }
 
 impl<A: Default> Conn<A> {
@@ -139,6 +234,7 @@ impl<A: Default> Conn<A> {
             None => (0, 0),
         };
         let ts_recent = syn.timestamp.map(|t| t.tsval);
+        let sack_ok = syn.sack_permitted;
         let peer_mss = u32::from(syn.max_seg_size.unwrap_or(536));
         let seg_size = peer_mss.min(u32::from(cfg.mss)) - if ts_recent.is_some() { 12 } else { 0 };
         Self {
@@ -185,6 +281,9 @@ impl<A: Default> Conn<A> {
             dupacks: 0,
             recover: None,
             fast_rtx: false,
+            sack_ok,
+            scoreboard: Scoreboard::default(),
+            rtx_next: Seq(0),
         }
     }
 
@@ -236,6 +335,9 @@ impl<A: Default> Conn<A> {
             dupacks: 0,
             recover: None,
             fast_rtx: false,
+            sack_ok: false,
+            scoreboard: Scoreboard::default(),
+            rtx_next: Seq(0),
         }
     }
 
@@ -309,6 +411,7 @@ impl<A: Default> Conn<A> {
         irs: Seq,
         mss: u16,
         wscale: Option<u8>,
+        sack: bool,
         now: Instant,
         cfg: &TcpConfig,
     ) -> Self {
@@ -327,6 +430,7 @@ impl<A: Default> Conn<A> {
             payload: &[],
         };
         let mut c = Self::accept(key, &syn, iss, now, cfg);
+        c.sack_ok = sack;
         c.state = State::Established;
         c.accepted = true;
         c.synack_needed = false;
@@ -555,6 +659,13 @@ impl<A: Default> Conn<A> {
             }
         }
         let window = u32::from(seg.window_len) << self.snd_shift;
+        let sack_news = self.sack_ok && seg.sack_ranges.iter().any(Option::is_some);
+        if sack_news {
+            for &(l, r) in seg.sack_ranges.iter().flatten() {
+                self.scoreboard
+                    .add(Seq(l), Seq(r), ack.max(self.snd_una), self.snd_max);
+            }
+        }
         if ack.diff(self.snd_una) > 0 {
             self.on_new_ack(now, ack, seg.timestamp, cfg, pool, &mut out);
         } else if ack == self.snd_una
@@ -569,11 +680,29 @@ impl<A: Default> Conn<A> {
                 self.ssthresh = (flight / 2).max(2 * self.seg_size);
                 self.cwnd = self.ssthresh + 3 * self.seg_size;
                 self.recover = Some(self.snd_max);
+                self.rtx_next = self.snd_una;
                 self.fast_rtx = true;
                 counters.retransmits += 1;
                 out.send = true;
             } else if self.dupacks > 3 {
                 self.cwnd += self.seg_size;
+                out.send = true;
+            }
+        }
+        // RFC 6675 §5: with SACK, more than 3 MSS SACKed above a hole means
+        // loss, without waiting for three duplicate ACKs; in recovery each
+        // ACK lets the next holes go out.
+        if sack_news && self.scoreboard.len > 0 {
+            if self.recover.is_none() && self.scoreboard.bytes() > 3 * self.seg_size {
+                let flight = self.snd_max - self.snd_una;
+                self.ssthresh = (flight / 2).max(2 * self.seg_size);
+                self.cwnd = self.ssthresh;
+                self.recover = Some(self.snd_max);
+                self.rtx_next = self.snd_una;
+                counters.retransmits += 1;
+            }
+            if self.recover.is_some() {
+                self.fast_rtx = true;
                 out.send = true;
             }
         }
@@ -697,11 +826,16 @@ impl<A: Default> Conn<A> {
         }
         self.retries = 0;
         self.dupacks = 0;
+        self.scoreboard.prune(ack);
+        if self.rtx_next.diff(ack) < 0 {
+            self.rtx_next = ack;
+        }
         // Congestion control.
         match self.recover {
             Some(rec) if ack.diff(rec) >= 0 => {
                 self.recover = None;
                 self.cwnd = self.ssthresh;
+                self.scoreboard.clear();
             }
             Some(_) => {
                 // Partial ACK (RFC 6582): retransmit the next hole now.
@@ -815,6 +949,7 @@ impl<A: Default> Conn<A> {
                 self.recover = None;
                 self.dupacks = 0;
                 self.rtt_probe = None;
+                self.scoreboard.clear();
             }
             out.send = true;
         }
@@ -875,6 +1010,7 @@ impl<A: Default> Conn<A> {
                 repr.max_seg_size = Some(cfg.mss);
                 repr.window_scale = Some(cfg.window_scale);
                 repr.timestamp = Some(TcpTimestampRepr::new(ts_now(now), 0));
+                repr.sack_permitted = true;
                 if !emit(&Outgoing { src, dst, repr }) {
                     return false;
                 }
@@ -894,6 +1030,7 @@ impl<A: Default> Conn<A> {
                 repr.window_len = window.max(cfg.buffer_size.min(65535) as u16);
                 repr.max_seg_size = Some(cfg.mss);
                 repr.window_scale = (self.rcv_shift > 0).then_some(self.rcv_shift);
+                repr.sack_permitted = self.sack_ok;
                 if !emit(&Outgoing { src, dst, repr }) {
                     return false;
                 }
@@ -920,42 +1057,78 @@ impl<A: Default> Conn<A> {
 
         let data_len = self.send.as_ref().map_or(0, RingBuf::len) as u32;
         let data_end = self.buf_seq + data_len;
-        // Fast retransmit: one segment from snd_una, snd_nxt unchanged.
+        // Fast retransmit / SACK recovery: resend holes, snd_nxt unchanged.
+        // Without SACK information this is the one segment at snd_una
+        // (RFC 5681/6582); with it, every hole below the highest SACKed
+        // byte, as far as the congestion window allows (RFC 6675).
         if self.fast_rtx {
             self.fast_rtx = false;
-            let len = (data_end - self.snd_una).min(self.seg_size);
-            let off = (self.snd_una - self.buf_seq) as usize;
-            let fin = self
-                .fin_seq
-                .is_some_and(|f| self.snd_una + len == f && len < self.seg_size);
-            let payload = self
-                .send
-                .as_ref()
-                .map_or(&[][..], |r| r.slice_at(off, len as usize));
-            if !payload.is_empty() || fin {
+            let pipe = (self.snd_nxt - self.snd_una).saturating_sub(self.scoreboard.bytes());
+            let mut budget = (self.cwnd.saturating_sub(pipe) / self.seg_size).max(1);
+            let limit = self.scoreboard.highest().unwrap_or(self.snd_una + 1);
+            let mut at = if self.scoreboard.len > 0 {
+                self.rtx_next.max(self.snd_una)
+            } else {
+                self.snd_una
+            };
+            while budget > 0 && at.diff(limit) < 0 && at.diff(self.snd_max) < 0 {
+                if let Some(end) = self.scoreboard.covering(at) {
+                    at = end;
+                    continue;
+                }
+                // RFC 6675 IsLost: a hole counts as lost once at least
+                // three segments' worth is SACKed above it (reordering
+                // alone rarely gets that far). The first hole, at snd_una,
+                // always goes (NewReno's partial-ACK rule).
+                if self.scoreboard.len > 0
+                    && at != self.snd_una
+                    && self.scoreboard.above(at) < 3 * self.seg_size
+                {
+                    break;
+                }
+                // The hole runs to the next SACKed range (or one segment).
+                let hole_end = self
+                    .scoreboard
+                    .ranges()
+                    .iter()
+                    .find(|&&(l, _)| l.diff(at) > 0)
+                    .map_or(limit, |&(l, _)| l);
+                let len = (hole_end - at)
+                    .min(self.seg_size)
+                    .min(data_end.max(at) - at)
+                    .max(0);
+                let off = (at - self.buf_seq) as usize;
+                let payload = self
+                    .send
+                    .as_ref()
+                    .map_or(&[][..], |r| r.slice_at(off, len as usize));
                 let plen = payload.len() as u32;
-                let repr = self.repr(
-                    cfg,
-                    now,
-                    if fin && plen == len {
-                        TcpControl::Fin
-                    } else {
-                        TcpControl::Psh
-                    },
-                    self.snd_una,
-                    payload,
-                );
+                let fin = self.fin_seq == Some(at + plen);
+                if plen == 0 && !fin {
+                    break;
+                }
+                let control = if fin {
+                    TcpControl::Fin
+                } else {
+                    TcpControl::Psh
+                };
+                let repr = self.repr(cfg, now, control, at, payload);
                 if !emit(&Outgoing { src, dst, repr }) {
                     self.fast_rtx = true;
                     return false;
                 }
                 counters.segments_out += 1;
+                counters.retransmits += 1;
                 self.sent_ack(cfg);
                 self.rto_at.get_or_insert(now + self.rto);
+                at = at + plen + u32::from(fin);
+                self.rtx_next = at;
+                budget -= 1;
             }
         }
         loop {
-            let in_flight = self.snd_nxt - self.snd_una;
+            // Bytes the peer holds out of order are not in the network.
+            let in_flight = (self.snd_nxt - self.snd_una).saturating_sub(self.scoreboard.bytes());
             let wnd = self.snd_wnd.min(self.cwnd);
             let mut usable = wnd.saturating_sub(in_flight);
             if self.probe && usable == 0 {

@@ -234,6 +234,7 @@ struct CookieSynAck {
     iss: Seq,
     ack: Seq,
     wscale: bool,
+    sack: bool,
     /// The SYN's TSval to echo, when it carried timestamps.
     ts_echo: Option<u32>,
 }
@@ -609,6 +610,7 @@ impl<A: Default> TcpEngine<A> {
             iss,
             ack: client_isn + 1,
             wscale: syn.window_scale.is_some(),
+            sack: syn.sack_permitted,
             ts_echo: syn.timestamp.map(|t| t.tsval),
         });
         self.counters.syn_cookies_sent += 1;
@@ -644,6 +646,7 @@ impl<A: Default> TcpEngine<A> {
             client_isn,
             params.mss,
             params.wscale,
+            params.sack,
             now,
             &self.cfg,
         );
@@ -845,7 +848,7 @@ impl<A: Default> TcpEngine<A> {
                 window_len: self.cfg.buffer_size.min(65535) as u16,
                 window_scale: c.wscale.then_some(self.cfg.window_scale),
                 max_seg_size: Some(self.cfg.mss),
-                sack_permitted: false,
+                sack_permitted: c.sack,
                 sack_ranges: [None; 3],
                 timestamp: c
                     .ts_echo
