@@ -1095,8 +1095,7 @@ impl<A: Default> Conn<A> {
                     .map_or(limit, |&(l, _)| l);
                 let len = (hole_end - at)
                     .min(self.seg_size)
-                    .min(data_end.max(at) - at)
-                    .max(0);
+                    .min(data_end.max(at) - at);
                 let off = (at - self.buf_seq) as usize;
                 let payload = self
                     .send
