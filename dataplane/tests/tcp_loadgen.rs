@@ -132,3 +132,81 @@ fn keep_alive_requests_and_loss() {
     assert_eq!(s.body_bytes, 160 * 100_000);
     assert!(server.tcp().counters().retransmits > 0);
 }
+
+/// Goodput by loss rate, our TCP against our TCP, in simulated time (1 ms
+/// each way, seeded loss on both directions). Deterministic, so it is kept as
+/// a snapshot: a change in loss recovery shows up as a diff to review.
+/// Refresh with `UPDATE_SNAPSHOTS=1 cargo test -p dataplane --test tcp_loadgen`.
+#[test]
+fn goodput_by_loss_snapshot() {
+    let mut table = String::from(
+        "loss %  goodput Mbit/s  retransmits  RTO expiries  (4 MB, one connection, RTT 2 ms)\n",
+    );
+    for loss in [0.0, 0.005, 0.01, 0.02, 0.05] {
+        let load = LoadConfig {
+            server: SRV,
+            port: 80,
+            body: 4_000_000,
+            requests_per_conn: 1,
+            concurrency: 1,
+            total_conns: 1,
+        };
+        let impair = ImpairConfig {
+            seed: 5,
+            loss,
+            delay: Duration::from_millis(1),
+            ..ImpairConfig::default()
+        };
+        let (a, b) = link(
+            EthernetAddress([2, 0, 0, 0, 1, 1]),
+            EthernetAddress([2, 0, 0, 0, 1, 2]),
+            8192,
+            32768,
+        );
+        let mut server = Engine::new(
+            EngineConfig {
+                isn_key: Some(1),
+                ..EngineConfig::default()
+            },
+            Arc::new(SharedCounters::default()),
+        );
+        server.add_port(
+            Impaired::new(a, ImpairConfig { seed: 6, ..impair }),
+            iface(SRV),
+        );
+        server.listen(SRV, 80);
+        let mut client = LoadGen::new(
+            Impaired::new(b, impair),
+            iface(CLI),
+            TcpConfig::default(),
+            load,
+        );
+        let start = Instant::from_millis(1);
+        let mut now = start;
+        while !client.done() {
+            now = now + Duration::from_micros(50);
+            assert!(now < start + Duration::from_secs(600), "stalled at {loss}");
+            client.poll(now);
+            server.poll(now);
+        }
+        let secs = (now - start).as_secs_f64();
+        let t = server.tcp().counters();
+        table += &format!(
+            "{:>6.1}  {:>14.1}  {:>11}  {:>12}\n",
+            loss * 100.0,
+            4_000_000.0 * 8.0 / secs / 1e6,
+            t.retransmits,
+            t.rto_expiries
+        );
+    }
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots/goodput_by_loss.txt");
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, &table).unwrap();
+    }
+    let kept = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(
+        kept, table,
+        "goodput changed; review and refresh with UPDATE_SNAPSHOTS=1:\n{table}"
+    );
+}

@@ -99,9 +99,28 @@ impl RingBuf {
         let n = n.min(self.len);
         self.head = (self.head + n) % self.bytes.len();
         self.len -= n;
-        if self.len == 0 {
-            self.head = 0;
+    }
+
+    /// Writes `data` into the free space, `offset` bytes past the end of
+    /// the stored bytes, without storing it (out-of-order data waiting for
+    /// the gap before it). Returns false if it does not fit.
+    pub fn write_ahead(&mut self, offset: usize, data: &[u8]) -> bool {
+        if offset + data.len() > self.free() {
+            return false;
         }
+        let cap = self.bytes.len();
+        let start = (self.head + self.len + offset) % cap;
+        let first = (cap - start).min(data.len());
+        self.bytes[start..start + first].copy_from_slice(&data[..first]);
+        self.bytes[..data.len() - first].copy_from_slice(&data[first..]);
+        true
+    }
+
+    /// Stores `n` bytes already written by [`RingBuf::write_ahead`] right
+    /// after the stored ones.
+    pub fn commit(&mut self, n: usize) {
+        assert!(n <= self.free(), "commit past the free space");
+        self.len += n;
     }
 
     /// Copies out and consumes up to `buf.len()` bytes.
@@ -154,6 +173,7 @@ impl BufferPool {
     pub fn give(&mut self, mut ring: RingBuf) {
         self.in_use -= 1;
         ring.consume(ring.len());
+        ring.head = 0;
         if self.free.len() < self.keep {
             self.free.push(ring);
         }
@@ -177,6 +197,20 @@ mod tests {
         assert_eq!(r.pop_into(&mut out), 8);
         assert_eq!(&out, b"efghijkl");
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn write_ahead_then_fill_the_gap() {
+        let mut r = RingBuf::new(8);
+        r.push(b"abcdef");
+        r.consume(5); // head near the end: writes wrap
+        assert!(r.write_ahead(2, b"xyz"));
+        assert!(!r.write_ahead(6, b"toolong"), "beyond the free space");
+        assert_eq!(r.push(b"-+"), 2);
+        r.commit(3);
+        let mut out = [0u8; 6];
+        assert_eq!(r.pop_into(&mut out), 6);
+        assert_eq!(&out, b"f-+xyz");
     }
 
     #[test]

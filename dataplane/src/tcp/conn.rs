@@ -126,6 +126,9 @@ pub(super) struct Conn<A> {
     // SACK (RFC 2018), sender side: what the peer holds above snd_una.
     sack_ok: bool,
     scoreboard: Scoreboard,
+    /// Receive side: out-of-order ranges above rcv_nxt already written into
+    /// the receive ring's free space (same sorted-ranges structure).
+    ooo: Scoreboard,
     /// Next sequence number to consider for retransmission in recovery.
     rtx_next: Seq,
 }
@@ -283,6 +286,7 @@ impl<A: Default> Conn<A> {
             fast_rtx: false,
             sack_ok,
             scoreboard: Scoreboard::default(),
+            ooo: Scoreboard::default(),
             rtx_next: Seq(0),
         }
     }
@@ -337,6 +341,7 @@ impl<A: Default> Conn<A> {
             fast_rtx: false,
             sack_ok: false,
             scoreboard: Scoreboard::default(),
+            ooo: Scoreboard::default(),
             rtx_next: Seq(0),
         }
     }
@@ -372,6 +377,7 @@ impl<A: Default> Conn<A> {
         }
         let peer_mss = u32::from(seg.max_seg_size.unwrap_or(536));
         self.ts_recent = seg.timestamp.map(|t| t.tsval);
+        self.sack_ok = seg.sack_permitted;
         self.seg_size =
             peer_mss.min(u32::from(cfg.mss)) - if self.ts_recent.is_some() { 12 } else { 0 };
         self.cwnd = 10 * self.seg_size;
@@ -450,7 +456,7 @@ impl<A: Default> Conn<A> {
             return 0;
         };
         let n = r.pop_into(buf);
-        if r.is_empty() {
+        if r.is_empty() && self.ooo.len == 0 {
             pool.give(self.recv.take().expect("some"));
         }
         n
@@ -463,7 +469,7 @@ impl<A: Default> Conn<A> {
     pub fn consume(&mut self, n: usize, pool: &mut BufferPool) {
         if let Some(r) = self.recv.as_mut() {
             r.consume(n);
-            if r.is_empty() {
+            if r.is_empty() && self.ooo.len == 0 {
                 pool.give(self.recv.take().expect("some"));
             }
         }
@@ -731,22 +737,48 @@ impl<A: Default> Conn<A> {
                 let skip = (self.rcv_nxt - seq) as usize;
                 let data = &seg.payload[skip.min(seg.payload.len())..];
                 let ring = self.recv.get_or_insert_with(|| pool.take());
-                let n = ring.push(data);
-                if ring.is_empty() {
+                let mut n = ring.push(data) as u32;
+                // The gap may now be filled: take in the out-of-order data
+                // already written behind it.
+                let mut end = self.rcv_nxt + n;
+                while let Some(&(l, r)) = self.ooo.ranges().first() {
+                    if l.diff(end) > 0 {
+                        break;
+                    }
+                    if r.diff(end) > 0 {
+                        ring.commit((r - end) as usize);
+                        n += r - end;
+                        end = r;
+                    }
+                    self.ooo.prune(r);
+                }
+                if ring.is_empty() && self.ooo.len == 0 {
                     pool.give(self.recv.take().expect("some"));
                 }
-                self.rcv_nxt = self.rcv_nxt + n as u32;
+                self.rcv_nxt = self.rcv_nxt + n;
                 if n > 0 {
                     out.readable = true;
                 }
                 self.unacked_segs = self.unacked_segs.saturating_add(1);
-                if n < data.len() || self.unacked_segs >= 2 || data.len() < self.seg_size as usize {
+                if (n as usize) < data.len()
+                    || self.unacked_segs >= 2
+                    || data.len() < self.seg_size as usize
+                    || self.ooo.len > 0
+                {
                     self.ack_now = true;
                 } else if self.ack_at.is_none() {
                     self.ack_at = Some(now + cfg.delayed_ack);
                 }
             } else {
-                // Out of order: a duplicate ACK tells the sender at once.
+                // Out of order: keep it behind the gap (where it fits) and
+                // send a duplicate ACK at once, with SACK blocks.
+                let offset = (seq - self.rcv_nxt) as usize;
+                let ring = self.recv.get_or_insert_with(|| pool.take());
+                if ring.write_ahead(offset, seg.payload) {
+                    let (l, r) = (seq, seq + seg.payload.len() as u32);
+                    self.ooo
+                        .add(l, r, self.rcv_nxt, self.rcv_nxt + ring.free() as u32);
+                }
                 self.ack_now = true;
             }
         }
@@ -935,6 +967,7 @@ impl<A: Default> Conn<A> {
             }
             self.retries += 1;
             counters.retransmits += 1;
+            counters.rto_expiries += 1;
             self.rto = (self.rto * 2).min(cfg.max_rto);
             self.rto_at = None;
             if matches!(self.state, State::SynSent | State::SynReceived) {
@@ -977,12 +1010,24 @@ impl<A: Default> Conn<A> {
             window_scale: None,
             max_seg_size: None,
             sack_permitted: false,
-            sack_ranges: [None; 3],
+            sack_ranges: self.sack_blocks(),
             timestamp: self
                 .ts_recent
                 .map(|r| TcpTimestampRepr::new(ts_now(now), r)),
             payload,
         }
+    }
+
+    /// SACK blocks for our ACKs (RFC 2018 §4): out-of-order ranges, highest
+    /// first.
+    fn sack_blocks(&self) -> [Option<(u32, u32)>; 3] {
+        let mut blocks = [None; 3];
+        if self.sack_ok {
+            for (slot, &(l, r)) in blocks.iter_mut().zip(self.ooo.ranges().iter().rev()) {
+                *slot = Some((l.0, r.0));
+            }
+        }
+        blocks
     }
 
     fn sent_ack(&mut self, cfg: &TcpConfig) {

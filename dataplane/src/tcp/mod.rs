@@ -173,6 +173,8 @@ pub struct TcpCounters {
     pub resets_sent: u64,
     pub resets_received: u64,
     pub retransmits: u64,
+    /// Retransmission timer expiries (RFC 6298 §5.4).
+    pub rto_expiries: u64,
     pub timeouts: u64,
     pub challenge_acks: u64,
     pub syn_dropped: u64,
