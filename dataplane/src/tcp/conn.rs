@@ -52,6 +52,15 @@ pub(super) struct Input {
     pub connected: bool,
 }
 
+/// Smallest MSS we accept from a peer (Linux's TCP_MIN_MSS): a tiny or
+/// zero MSS option would otherwise make segments of a few bytes (or none).
+const MIN_PEER_MSS: u16 = 88;
+
+/// The peer's MSS option, defaulted (RFC 9293 §3.7.1: 536) and clamped.
+fn peer_mss(option: Option<u16>) -> u32 {
+    u32::from(option.unwrap_or(536).max(MIN_PEER_MSS))
+}
+
 /// Timestamps in ms for the TSopt clock (RFC 7323 §5.4: 1 ms to 1 s/tick).
 fn ts_now(now: Instant) -> u32 {
     (now.as_nanos() / 1_000_000) as u32
@@ -238,7 +247,7 @@ impl<A: Default> Conn<A> {
         };
         let ts_recent = syn.timestamp.map(|t| t.tsval);
         let sack_ok = syn.sack_permitted;
-        let peer_mss = u32::from(syn.max_seg_size.unwrap_or(536));
+        let peer_mss = peer_mss(syn.max_seg_size);
         let seg_size = peer_mss.min(u32::from(cfg.mss)) - if ts_recent.is_some() { 12 } else { 0 };
         Self {
             key,
@@ -375,7 +384,7 @@ impl<A: Default> Conn<A> {
                 self.rcv_shift = 0;
             }
         }
-        let peer_mss = u32::from(seg.max_seg_size.unwrap_or(536));
+        let peer_mss = peer_mss(seg.max_seg_size);
         self.ts_recent = seg.timestamp.map(|t| t.tsval);
         self.sack_ok = seg.sack_permitted;
         self.seg_size =
