@@ -5,6 +5,7 @@ use std::time::Duration;
 use smoltcp::wire::{TcpControl, TcpRepr, TcpSeqNumber, TcpTimestampRepr};
 
 use super::buffer::{BufferPool, RingBuf};
+use super::cubic::Cubic;
 use super::{CloseReason, FlowKey, Outgoing, Seq, TcpConfig, TcpCounters};
 use crate::time::Instant;
 
@@ -131,6 +132,8 @@ pub(super) struct Conn<A> {
     dupacks: u8,
     recover: Option<Seq>,
     fast_rtx: bool,
+
+    cubic: Cubic,
 
     // SACK (RFC 2018), sender side: what the peer holds above snd_una.
     sack_ok: bool,
@@ -293,6 +296,7 @@ impl<A: Default> Conn<A> {
             dupacks: 0,
             recover: None,
             fast_rtx: false,
+            cubic: Cubic::default(),
             sack_ok,
             scoreboard: Scoreboard::default(),
             ooo: Scoreboard::default(),
@@ -348,6 +352,7 @@ impl<A: Default> Conn<A> {
             dupacks: 0,
             recover: None,
             fast_rtx: false,
+            cubic: Cubic::default(),
             sack_ok: false,
             scoreboard: Scoreboard::default(),
             ooo: Scoreboard::default(),
@@ -691,8 +696,7 @@ impl<A: Default> Conn<A> {
             // A duplicate ACK (RFC 5681 §2).
             self.dupacks = self.dupacks.saturating_add(1);
             if self.dupacks == 3 && self.recover.is_none() {
-                let flight = self.snd_max - self.snd_una;
-                self.ssthresh = (flight / 2).max(2 * self.seg_size);
+                self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
                 self.cwnd = self.ssthresh + 3 * self.seg_size;
                 self.recover = Some(self.snd_max);
                 self.rtx_next = self.snd_una;
@@ -709,8 +713,7 @@ impl<A: Default> Conn<A> {
         // ACK lets the next holes go out.
         if sack_news && self.scoreboard.len > 0 {
             if self.recover.is_none() && self.scoreboard.bytes() > 3 * self.seg_size {
-                let flight = self.snd_max - self.snd_una;
-                self.ssthresh = (flight / 2).max(2 * self.seg_size);
+                self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
                 self.cwnd = self.ssthresh;
                 self.recover = Some(self.snd_max);
                 self.rtx_next = self.snd_una;
@@ -886,11 +889,12 @@ impl<A: Default> Conn<A> {
             // Slow start counts bytes acknowledged, not ACKs (RFC 3465):
             // receivers with GRO send stretch ACKs covering many segments.
             None if self.cwnd < self.ssthresh => self.cwnd = self.cwnd.saturating_add(acked),
+            // Congestion avoidance: CUBIC (RFC 9438).
             None => {
-                let inc = (u64::from(self.seg_size) * u64::from(acked)
-                    / u64::from(self.cwnd.max(1)))
-                .max(1);
-                self.cwnd = self.cwnd.saturating_add(inc as u32);
+                let srtt = self.srtt.unwrap_or(self.rto);
+                self.cwnd = self
+                    .cubic
+                    .on_ack(now, acked, self.cwnd, self.seg_size, srtt);
             }
         }
         self.rto_at = if self.snd_una == self.snd_max {
@@ -984,8 +988,7 @@ impl<A: Default> Conn<A> {
             } else if self.snd_wnd == 0 && self.snd_una == self.snd_max {
                 self.probe = true;
             } else {
-                let flight = self.snd_max - self.snd_una;
-                self.ssthresh = (flight / 2).max(2 * self.seg_size);
+                self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
                 self.cwnd = self.seg_size;
                 self.snd_nxt = self.snd_una;
                 self.recover = None;

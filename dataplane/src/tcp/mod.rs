@@ -20,6 +20,7 @@
 mod buffer;
 mod conn;
 mod cookie;
+mod cubic;
 pub mod seq;
 mod timer;
 
