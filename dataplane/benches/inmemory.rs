@@ -98,12 +98,80 @@ fn run(load: LoadConfig) -> Result {
     }
 }
 
+/// Opens `conns` connections and holds them idle; reports the server
+/// engine's connection state per connection.
+fn hold(conns: u64) {
+    let iface = |addr| InterfaceConfig {
+        mac: EthernetAddress([0; 6]),
+        addr,
+        prefix_len: 8,
+        gateway: None,
+    };
+    let (a, b) = link(
+        EthernetAddress([2, 0, 0, 0, 1, 1]),
+        EthernetAddress([2, 0, 0, 0, 1, 2]),
+        8192,
+        65536,
+    );
+    let tcp = TcpConfig {
+        max_conns: conns as usize + 1024,
+        ..TcpConfig::default()
+    };
+    let mut server = Engine::new(
+        EngineConfig {
+            tcp,
+            ..EngineConfig::default()
+        },
+        Arc::new(SharedCounters::default()),
+    );
+    server.add_port(a, iface(SRV));
+    server.listen(SRV, 80);
+    let sources = conns.div_ceil(50_000).max(1) as u16;
+    let load = LoadConfig {
+        server: SRV,
+        port: 80,
+        body: 0,
+        requests_per_conn: 0,
+        concurrency: 512,
+        total_conns: conns,
+        sources,
+    };
+    let mut client = LoadGen::new(b, iface(CLI), tcp, load);
+    let clock = TscClock::new();
+    let start = clock.ticks();
+    while !client.done() {
+        client.poll(clock.now());
+        server.poll(clock.now());
+    }
+    for _ in 0..100 {
+        client.poll(clock.now());
+        server.poll(clock.now());
+    }
+    let wall = (clock.ticks() - start) as f64 / clock.hz() as f64;
+    let t = server.tcp().counters();
+    let bytes = server.tcp().state_bytes();
+    println!(
+        "HOLD  {} connections established and held idle ({} source addresses) in {:.1} s: server state {} MiB = {} bytes per connection, {} data buffers in use",
+        t.active,
+        sources,
+        wall,
+        bytes >> 20,
+        bytes / t.active.max(1) as usize,
+        server.tcp().buffers().in_use()
+    );
+}
+
 fn main() {
     let conns: u64 = std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(200_000);
     println!("in-memory engine benchmark (one thread; server engine time measured apart from the generator)\n");
+    if std::env::args().any(|a| a == "--hold") {
+        // cargo bench -p dataplane --bench inmemory -- --hold 1000000
+        hold(conns);
+        return;
+    }
     let r = run(LoadConfig {
         server: SRV,
         port: 80,
@@ -111,6 +179,7 @@ fn main() {
         requests_per_conn: 1,
         concurrency: 256,
         total_conns: conns,
+        sources: 1,
     });
     println!(
         "CPS   {} connections (open, GET 64 B, close): server engine {:.0} ns/connection = {:.0} connections/s per core; generator {:.0} ns/connection; wall {:.2} s",
@@ -127,6 +196,7 @@ fn main() {
         requests_per_conn: 50,
         concurrency: 16,
         total_conns: 16,
+        sources: 1,
     });
     let mb = r.bytes as f64 / (1 << 20) as f64;
     println!(

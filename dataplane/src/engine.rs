@@ -105,8 +105,19 @@ impl<P: Port> Engine<P> {
         }
     }
 
-    /// Serves the built-in HTTP responder on `addr:port` (a VIP).
+    /// Serves the built-in HTTP responder on `addr:port` (a VIP). An
+    /// address that is not a port's own becomes an extra address of the port
+    /// whose subnet holds it (answered in ARP and ICMP).
     pub fn listen(&mut self, addr: Ipv4Addr, port: u16) {
+        if !self.ports.iter().any(|ep| ep.iface.is_local(addr)) {
+            if let Some(ep) = self
+                .ports
+                .iter_mut()
+                .find(|ep| ep.iface.next_hop(addr) == Some(addr))
+            {
+                ep.iface.add_address(addr);
+            }
+        }
         self.tcp.listen(addr, port);
     }
 
@@ -198,10 +209,7 @@ impl<P: Port> Engine<P> {
         }
         let (ports, counters) = (&mut self.ports, &mut self.counters);
         self.tcp.transmit(now, |seg| {
-            let Some(ep) = ports
-                .iter_mut()
-                .find(|ep| ep.iface.config().addr == seg.src)
-            else {
+            let Some(ep) = ports.iter_mut().find(|ep| ep.iface.is_local(seg.src)) else {
                 counters.drop(DropReason::NoRoute);
                 return true;
             };

@@ -19,12 +19,16 @@ pub struct LoadConfig {
     pub port: u16,
     /// Response body size (`GET /bytes/N`).
     pub body: u64,
-    /// Requests per connection (1: HTTP/1.0-style close after each).
+    /// Requests per connection (1: HTTP/1.0-style close after each; 0:
+    /// open and hold the connection without a request).
     pub requests_per_conn: u32,
     /// Connections kept open at once.
     pub concurrency: usize,
     /// Connections to open in all.
     pub total_conns: u64,
+    /// Source addresses: the interface's address and the next ones (each
+    /// gives 55 535 ports), so many connections can be open at once.
+    pub sources: u16,
 }
 
 /// Results so far.
@@ -58,7 +62,10 @@ pub struct LoadGen<P: Port> {
     rx: Vec<P::Buf>,
     tx: Vec<P::Buf>,
     events: Vec<Event>,
-    next_port: u16,
+    /// Connections established and held open (hold mode).
+    held: u64,
+    /// 4-tuples skipped because still in use.
+    skipped: u64,
     in_flight: usize,
     request: Vec<u8>,
     /// Connections (by slot) whose last response arrived: they count as
@@ -67,8 +74,12 @@ pub struct LoadGen<P: Port> {
 }
 
 impl<P: Port> LoadGen<P> {
-    pub fn new(port: P, mut iface: InterfaceConfig, tcp: TcpConfig, cfg: LoadConfig) -> Self {
-        iface.mac = port.mac();
+    pub fn new(port: P, mut iface_cfg: InterfaceConfig, tcp: TcpConfig, cfg: LoadConfig) -> Self {
+        iface_cfg.mac = port.mac();
+        let mut iface = Interface::new(iface_cfg);
+        for i in 1..u32::from(cfg.sources.max(1)) {
+            iface.add_address(Ipv4Addr::from(u32::from(iface_cfg.addr) + i));
+        }
         let close = if cfg.requests_per_conn <= 1 {
             "close"
         } else {
@@ -81,7 +92,7 @@ impl<P: Port> LoadGen<P> {
         .into_bytes();
         Self {
             port,
-            iface: Interface::new(iface),
+            iface,
             tcp: TcpEngine::new(tcp, Instant::ZERO, 0x9e37_79b9),
             cfg,
             stats: LoadStats::default(),
@@ -89,7 +100,8 @@ impl<P: Port> LoadGen<P> {
             rx: Vec::with_capacity(64),
             tx: Vec::with_capacity(64),
             events: Vec::with_capacity(256),
-            next_port: 10_000,
+            skipped: 0,
+            held: 0,
             in_flight: 0,
             request,
             finished: Vec::new(),
@@ -98,6 +110,11 @@ impl<P: Port> LoadGen<P> {
 
     pub fn stats(&self) -> LoadStats {
         self.stats
+    }
+
+    /// Connections established and held (hold mode).
+    pub fn held(&self) -> u64 {
+        self.held
     }
 
     /// All connections opened and all their responses received (the last
@@ -180,24 +197,26 @@ impl<P: Port> LoadGen<P> {
     }
 
     fn open(&mut self, now: Instant) {
+        let sources = u64::from(self.cfg.sources.max(1));
+        let n = self.stats.opened + self.skipped;
+        let source = Ipv4Addr::from(u32::from(self.iface.config().addr) + (n % sources) as u32);
+        let port = 10_000 + ((n / sources) % 55_535) as u16;
         let key = FlowKey {
-            local: self.iface.config().addr,
-            local_port: self.next_port,
+            local: source,
+            local_port: port,
             remote: self.cfg.server,
             remote_port: self.cfg.port,
         };
-        self.next_port = if self.next_port == u16::MAX {
-            10_000
-        } else {
-            self.next_port + 1
+        let Ok(id) = self.tcp.connect(now, key) else {
+            // That 4-tuple is still in use: try the next one next time.
+            self.skipped += 1;
+            return;
         };
-        if let Ok(id) = self.tcp.connect(now, key) {
-            if let Some(c) = self.tcp.app(id) {
-                c.requests_left = self.cfg.requests_per_conn.max(1);
-            }
-            self.stats.opened += 1;
-            self.in_flight += 1;
+        if let Some(c) = self.tcp.app(id) {
+            c.requests_left = self.cfg.requests_per_conn.max(1);
         }
+        self.stats.opened += 1;
+        self.in_flight += 1;
     }
 
     fn send_request(&mut self, id: ConnId) {
@@ -213,7 +232,16 @@ impl<P: Port> LoadGen<P> {
 
     fn on_event(&mut self, ev: Event) {
         match ev {
-            Event::Connected(id) => self.send_request(id),
+            Event::Connected(id) => {
+                if self.cfg.requests_per_conn == 0 {
+                    // Hold mode: the connection counts once established.
+                    self.in_flight -= 1;
+                    self.stats.completed += 1;
+                    self.held += 1;
+                } else {
+                    self.send_request(id);
+                }
+            }
             Event::Readable(id) => self.read(id),
             Event::PeerClosed(id) => self.tcp.close(id),
             Event::Closed(id, reason) => {

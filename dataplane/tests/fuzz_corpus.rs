@@ -103,6 +103,7 @@ fn make_seeds() {
             requests_per_conn: requests,
             concurrency: 1,
             total_conns: 1,
+            sources: 1,
         };
         let iface = InterfaceConfig {
             mac: EthernetAddress([0; 6]),

@@ -81,6 +81,7 @@ fn thousands_of_short_connections_complete() {
         requests_per_conn: 1,
         concurrency: 64,
         total_conns: 3000,
+        sources: 1,
     };
     let (server, client) = run(load, ImpairConfig::default());
     let s = client.stats();
@@ -117,6 +118,7 @@ fn keep_alive_requests_and_loss() {
         requests_per_conn: 10,
         concurrency: 8,
         total_conns: 16,
+        sources: 1,
     };
     let impair = ImpairConfig {
         seed: 9,
@@ -150,6 +152,7 @@ fn goodput_by_loss_snapshot() {
             requests_per_conn: 1,
             concurrency: 1,
             total_conns: 1,
+            sources: 1,
         };
         let impair = ImpairConfig {
             seed: 5,

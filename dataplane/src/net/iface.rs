@@ -92,6 +92,9 @@ pub struct Interface {
     probes: Vec<Ipv4Addr>,
     /// IPv4 identification of the next packet we originate.
     next_ident: u16,
+    /// Further local addresses on this port's link (VIPs, load-generator
+    /// sources), answered for in ARP and ICMP like the port's own.
+    extra: Vec<Ipv4Addr>,
 }
 
 impl Interface {
@@ -101,11 +104,24 @@ impl Interface {
             arp: ArpCache::new(64),
             probes: Vec::with_capacity(MAX_PENDING_PROBES),
             next_ident: 1,
+            extra: Vec::new(),
         }
     }
 
     pub fn config(&self) -> &InterfaceConfig {
         &self.cfg
+    }
+
+    /// Adds a local address (on the port's subnet or routed to it).
+    pub fn add_address(&mut self, ip: Ipv4Addr) {
+        if ip != self.cfg.addr && !self.extra.contains(&ip) {
+            self.extra.push(ip);
+        }
+    }
+
+    /// Whether `ip` is one of this interface's addresses.
+    pub fn is_local(&self, ip: Ipv4Addr) -> bool {
+        ip == self.cfg.addr || self.extra.contains(&ip)
     }
 
     pub fn arp(&self) -> &ArpCache {
@@ -307,10 +323,10 @@ impl Interface {
         else {
             return (Verdict::Drop(DropReason::Malformed), None);
         };
-        if !source_hardware_addr.is_unicast() || source_protocol_addr == self.cfg.addr {
+        if !source_hardware_addr.is_unicast() || self.is_local(source_protocol_addr) {
             return (Verdict::Drop(DropReason::Malformed), None);
         }
-        let for_us = target_protocol_addr == self.cfg.addr;
+        let for_us = self.is_local(target_protocol_addr);
         // Merge: update a known sender; add it when the packet is for us.
         if !source_protocol_addr.is_unspecified() {
             self.arp
@@ -325,7 +341,7 @@ impl Interface {
         ArpRepr::EthernetIpv4 {
             operation: ArpOperation::Reply,
             source_hardware_addr: self.cfg.mac,
-            source_protocol_addr: self.cfg.addr,
+            source_protocol_addr: target_protocol_addr,
             target_hardware_addr: source_hardware_addr,
             target_protocol_addr: source_protocol_addr,
         }
@@ -353,7 +369,8 @@ impl Interface {
         if !ip.verify_checksum() {
             return Err(DropReason::BadIpChecksum);
         }
-        if ip.dst_addr() != self.cfg.addr {
+        let dst = ip.dst_addr();
+        if !self.is_local(dst) {
             return Err(DropReason::NotForUs);
         }
         if ip.more_frags() || ip.frag_offset() != 0 {
@@ -370,7 +387,7 @@ impl Interface {
                 let start = usize::from(ip.header_len());
                 return Ok(IpAction::Tcp {
                     src,
-                    dst: self.cfg.addr,
+                    dst,
                     start,
                     end: total,
                 });
@@ -392,7 +409,7 @@ impl Interface {
         icmp.set_msg_type(Icmpv4Message::EchoReply);
         icmp.fill_checksum();
         ip.set_dst_addr(src);
-        ip.set_src_addr(self.cfg.addr);
+        ip.set_src_addr(dst);
         ip.set_hop_limit(64);
         ip.fill_checksum();
         counters.icmp_echo_replies += 1;

@@ -305,6 +305,19 @@ impl<A: Default> TcpEngine<A> {
         c
     }
 
+    /// Bytes of connection state held: the slot slab, the flow table and
+    /// the timer wheel (capacities, not lengths), plus rings in use.
+    pub fn state_bytes(&self) -> usize {
+        let slot = std::mem::size_of::<Option<Conn<A>>>();
+        // hashbrown: one control byte per bucket besides the entry.
+        let flow = std::mem::size_of::<(FlowKey, ConnId)>() + 1;
+        self.conns.capacity() * slot
+            + self.flows.capacity() * flow
+            + self.free.capacity() * 4
+            + self.timers.entry_bytes()
+            + self.buffers.in_use() * self.cfg.buffer_size
+    }
+
     /// Connections in `state` now.
     pub fn in_state(&self, state: State) -> u64 {
         self.states[state as usize]

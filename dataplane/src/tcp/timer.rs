@@ -36,6 +36,14 @@ impl TimerWheel {
         }
     }
 
+    /// Bytes held by the wheel's slots.
+    pub fn entry_bytes(&self) -> usize {
+        self.slots
+            .iter()
+            .map(|s| s.capacity() * std::mem::size_of::<Entry>())
+            .sum()
+    }
+
     #[cfg(test)]
     fn is_empty(&self) -> bool {
         self.len == 0
