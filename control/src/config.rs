@@ -63,7 +63,8 @@ pub enum SynCookieMode {
 #[serde(deny_unknown_fields)]
 pub struct Vip {
     pub name: String,
-    /// `address:port`; the address must be one of the ports' addresses.
+    /// `address:port`; the address is a port's own or another address on a
+    /// port's subnet (dpd then answers ARP and ICMP for it too).
     pub listen: String,
     /// What answers: `"builtin"`, the HTTP/1.x responder (`GET /bytes/N`).
     pub respond: Respond,
@@ -436,12 +437,12 @@ impl Config {
             if !self
                 .ports
                 .iter()
-                .any(|p| p.cidr().is_ok_and(|c| c.addr == *addr.ip()))
+                .any(|p| p.cidr().is_ok_and(|c| c.contains(*addr.ip())))
             {
                 return Err(ConfigError::new(
                     at("listen"),
                     &vip.listen,
-                    "the address must be one of the ports' addresses",
+                    "the address must be on one of the ports' subnets",
                 ));
             }
             if !listens.insert(addr) {
@@ -727,12 +728,17 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(c.vips[0].listen_addr().unwrap().port(), 80);
-        let e = err_of(&with(
+        // Another address on the port's subnet is fine; off-subnet is not.
+        Config::parse(&with(
             "name = \"plain\"\nlisten = \"10.77.0.9:80\"\nrespond = \"builtin\"",
+        ))
+        .unwrap();
+        let e = err_of(&with(
+            "name = \"plain\"\nlisten = \"10.78.0.9:80\"\nrespond = \"builtin\"",
         ));
         assert_eq!(
             (e.field.as_str(), e.value.as_str()),
-            ("vip[0].listen", "10.77.0.9:80")
+            ("vip[0].listen", "10.78.0.9:80")
         );
         let e = err_of(&with(
             "name = \"plain\"\nlisten = \"10.77.0.1\"\nrespond = \"builtin\"",

@@ -191,3 +191,49 @@ fn syn_flood_does_not_stop_real_clients() {
         "the flood should have met SYN cookies: {stats:?}"
     );
 }
+
+#[test]
+fn vip_on_a_secondary_address_answers_arp_icmp_and_http() {
+    let lab = Lab::up("v");
+    let vip = format!("{}.9", lab.net);
+    let dpd = Dpd::start(&lab, |s| {
+        format!(
+            "{}\n[[vip]]\nname = \"second\"\nlisten = \"{vip}:8080\"\nrespond = \"builtin\"\n",
+            lab.config("net_af_packet", s, "")
+        )
+    });
+    let out = lab.client(&["ping", "-c", "2", "-i", "0.2", "-W", "2", &vip]);
+    assert!(
+        out.status.success(),
+        "ping {vip}: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = lab.client(&[
+        "curl",
+        "-sS",
+        "--max-time",
+        "5",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        &format!("http://{vip}:8080/bytes/100"),
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "200",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The port's own address does not serve that VIP's port.
+    let out = lab.client(&[
+        "curl",
+        "-sS",
+        "--max-time",
+        "5",
+        &format!("http://{}:8080/", lab.dut_ip()),
+    ]);
+    assert_eq!(out.status.code(), Some(7));
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(dpd.stats().http_requests, 1);
+}
