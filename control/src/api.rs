@@ -75,6 +75,20 @@ pub struct PortStatus {
 pub struct Stats {
     pub cores: Vec<CoreStats>,
     pub total: CoreStats,
+    /// TSC ticks per second: busy/idle cycles divided by this are seconds.
+    #[serde(default)]
+    pub tsc_hz: u64,
+}
+
+impl Stats {
+    /// Busy core-seconds over all engines since start.
+    pub fn busy_seconds(&self) -> f64 {
+        if self.tsc_hz == 0 {
+            0.0
+        } else {
+            self.total.busy_cycles as f64 / self.tsc_hz as f64
+        }
+    }
 }
 
 /// Counters of one engine (or their sum, with `lcore` = None).
@@ -361,6 +375,7 @@ mod tests {
                 Request::Stats => Reply::ok(Body::Stats(Stats {
                     cores: vec![],
                     total: CoreStats::default(),
+                    tsc_hz: 0,
                 })),
                 Request::Status => Reply::error("not in this test"),
             });

@@ -471,6 +471,7 @@ fn collect_stats(shared: &[(u32, Arc<SharedCounters>)]) -> Stats {
     Stats {
         cores,
         total: core_stats(None, &total),
+        tsc_hz: dpdk::tsc_hz(),
     }
 }
 

@@ -32,8 +32,16 @@ fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
 #[test]
 fn engine_input_corpus_replays() {
     let files = corpus("engine_input");
-    for seed in ["http10-close", "keepalive-3", "bulk-200k", "regress-tiny-mss"] {
-        assert!(files.iter().any(|(n, _)| n.ends_with(seed)), "seed {seed} missing from the corpus");
+    for seed in [
+        "http10-close",
+        "keepalive-3",
+        "bulk-200k",
+        "regress-tiny-mss",
+    ] {
+        assert!(
+            files.iter().any(|(n, _)| n.ends_with(seed)),
+            "seed {seed} missing from the corpus"
+        );
     }
     for (name, data) in files {
         // A panic here names the file to reproduce with.

@@ -125,6 +125,12 @@ fn dpctl_status_and_stats_against_a_running_dpd() {
     let out = dpctl(&["stats"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("icmp echo replies 2"), "{text}");
+    let out = dpctl(&["stats", "--busy-seconds"]);
+    let busy: f64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("a number of seconds");
+    assert!(busy > 0.0 && busy < 60.0, "engine busy seconds {busy}");
     let out = dpctl(&["--json", "stats", "--per-core"]);
     let reply: control::api::Reply =
         serde_json::from_slice(&out.stdout).expect("dpctl --json prints a reply");

@@ -37,6 +37,10 @@ enum Cmd {
         /// Show every core, not only the total.
         #[arg(long)]
         per_core: bool,
+        /// Print only the engines' busy core-seconds since start (for
+        /// benchmark harnesses: dpbench's `busy=cmd:` source).
+        #[arg(long, conflicts_with = "per_core")]
+        busy_seconds: bool,
     },
 }
 
@@ -105,7 +109,15 @@ fn main() -> ExitCode {
                 );
             }
         }
-        (Some(Body::Stats(s)), Cmd::Stats { per_core }) => {
+        (
+            Some(Body::Stats(s)),
+            Cmd::Stats {
+                busy_seconds: true, ..
+            },
+        ) => {
+            println!("{:.6}", s.busy_seconds());
+        }
+        (Some(Body::Stats(s)), Cmd::Stats { per_core, .. }) => {
             if per_core {
                 for c in &s.cores {
                     print_stats(c);
