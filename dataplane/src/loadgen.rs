@@ -64,6 +64,8 @@ pub struct LoadGen<P: Port> {
     events: Vec<Event>,
     /// Connections established and held open (hold mode).
     held: u64,
+    /// Completed connections that later ended abnormally (reset, timeout).
+    held_lost: u64,
     /// 4-tuples skipped because still in use.
     skipped: u64,
     in_flight: usize,
@@ -102,6 +104,7 @@ impl<P: Port> LoadGen<P> {
             events: Vec::with_capacity(256),
             skipped: 0,
             held: 0,
+            held_lost: 0,
             in_flight: 0,
             request,
             finished: Vec::new(),
@@ -115,6 +118,11 @@ impl<P: Port> LoadGen<P> {
     /// Connections established and held (hold mode).
     pub fn held(&self) -> u64 {
         self.held
+    }
+
+    /// Completed connections that ended abnormally afterwards.
+    pub fn lost_after_completion(&self) -> u64 {
+        self.held_lost
     }
 
     /// All connections opened and all their responses received (the last
@@ -219,6 +227,17 @@ impl<P: Port> LoadGen<P> {
         self.in_flight += 1;
     }
 
+    /// Counts a connection as completed now (its close may follow later).
+    fn finish(&mut self, id: ConnId) {
+        let slot = id.0 as usize;
+        if self.finished.len() <= slot {
+            self.finished.resize(slot + 1, false);
+        }
+        self.finished[slot] = true;
+        self.in_flight -= 1;
+        self.stats.completed += 1;
+    }
+
     fn send_request(&mut self, id: ConnId) {
         let req = std::mem::take(&mut self.request);
         let n = self.tcp.send(id, &req);
@@ -235,8 +254,7 @@ impl<P: Port> LoadGen<P> {
             Event::Connected(id) => {
                 if self.cfg.requests_per_conn == 0 {
                     // Hold mode: the connection counts once established.
-                    self.in_flight -= 1;
-                    self.stats.completed += 1;
+                    self.finish(id);
                     self.held += 1;
                 } else {
                     self.send_request(id);
@@ -248,6 +266,9 @@ impl<P: Port> LoadGen<P> {
                 let slot = id.0 as usize;
                 if self.finished.get(slot).copied().unwrap_or(false) {
                     self.finished[slot] = false;
+                    if reason != CloseReason::Normal {
+                        self.held_lost += 1;
+                    }
                 } else {
                     // Ended before its last response.
                     self.in_flight -= 1;
@@ -309,13 +330,7 @@ impl<P: Port> LoadGen<P> {
                         c.requests_left -= 1;
                         if c.requests_left == 0 {
                             self.tcp.close(id);
-                            let slot = id.0 as usize;
-                            if self.finished.len() <= slot {
-                                self.finished.resize(slot + 1, false);
-                            }
-                            self.finished[slot] = true;
-                            self.in_flight -= 1;
-                            self.stats.completed += 1;
+                            self.finish(id);
                         } else {
                             self.send_request(id);
                         }

@@ -213,3 +213,58 @@ fn goodput_by_loss_snapshot() {
         "goodput changed; review and refresh with UPDATE_SNAPSHOTS=1:\n{table}"
     );
 }
+
+#[test]
+fn idle_connections_time_out_with_a_reset() {
+    // Hold 10 connections idle; the server's idle timeout (shortened) ends
+    // them with a RST, which the client sees as a reset.
+    let load = LoadConfig {
+        server: SRV,
+        port: 80,
+        body: 0,
+        requests_per_conn: 0,
+        concurrency: 10,
+        total_conns: 10,
+        sources: 1,
+    };
+    let (a, b) = link(
+        EthernetAddress([2, 0, 0, 0, 1, 1]),
+        EthernetAddress([2, 0, 0, 0, 1, 2]),
+        1024,
+        4096,
+    );
+    let tcp = TcpConfig {
+        idle_timeout: Duration::from_secs(5),
+        ..TcpConfig::default()
+    };
+    let mut server = Engine::new(
+        EngineConfig {
+            tcp,
+            ..EngineConfig::default()
+        },
+        Arc::new(SharedCounters::default()),
+    );
+    server.add_port(a, iface(SRV));
+    server.listen(SRV, 80);
+    let mut client = LoadGen::new(b, iface(CLI), TcpConfig::default(), load);
+    let mut now = Instant::from_millis(1);
+    for _ in 0..10_000 {
+        now = now + Duration::from_millis(1);
+        client.poll(now);
+        server.poll(now);
+    }
+    assert_eq!(client.held(), 10);
+    assert_eq!(
+        server.tcp().counters().active,
+        0,
+        "idle connections timed out"
+    );
+    assert_eq!(server.tcp().counters().timeouts, 10);
+    assert_eq!(
+        client.tcp().counters().resets_received,
+        10,
+        "each peer was told"
+    );
+    assert_eq!(client.lost_after_completion(), 10);
+    assert_eq!(client.tcp().counters().active, 0);
+}

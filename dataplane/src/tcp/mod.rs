@@ -763,6 +763,23 @@ impl<A: Default> TcpEngine<A> {
             if reason == CloseReason::Reset {
                 self.counters.resets_received += 1;
             }
+            // A connection given up on (idle, retransmissions) is reset, so
+            // a peer that is still there does not hang on it.
+            if reason == CloseReason::TimedOut && self.resets.len() < MAX_RESETS {
+                if let Some(c) = self.conns[id.0 as usize]
+                    .as_ref()
+                    .filter(|c| c.state.is_synchronized())
+                {
+                    self.resets.push(Reset {
+                        src: c.key.local,
+                        dst: c.key.remote,
+                        src_port: c.key.local_port,
+                        dst_port: c.key.remote_port,
+                        seq: c.snd_nxt,
+                        ack: None,
+                    });
+                }
+            }
             self.release(id, reason);
             return;
         }
