@@ -235,84 +235,15 @@ impl Scoreboard {
 }
 
 impl<A: Default> Conn<A> {
-    /// A connection for a SYN that reached a listener (RFC 9293 §3.10.7.2).
-    pub fn accept(
-        key: FlowKey,
-        syn: &TcpRepr<'_>,
-        iss: Seq,
-        now: Instant,
-        cfg: &TcpConfig,
-    ) -> Self {
-        let irs = Seq(syn.seq_number.0 as u32);
-        let (snd_shift, rcv_shift) = match syn.window_scale {
-            Some(s) => (s.min(14), cfg.window_scale),
-            None => (0, 0),
-        };
-        let ts_recent = syn.timestamp.map(|t| t.tsval);
-        let sack_ok = syn.sack_permitted;
-        let peer_mss = peer_mss(syn.max_seg_size);
-        let seg_size = peer_mss.min(u32::from(cfg.mss)) - if ts_recent.is_some() { 12 } else { 0 };
-        Self {
-            key,
-            state: State::SynReceived,
-            app: A::default(),
-            accepted: false,
-            queued: false,
-            armed_at: None,
-            iss,
-            snd_una: iss,
-            snd_nxt: iss,
-            snd_max: iss,
-            snd_wnd: u32::from(syn.window_len),
-            snd_wl1: irs,
-            snd_wl2: iss,
-            snd_shift,
-            seg_size,
-            send: None,
-            buf_seq: iss + 1,
-            fin_seq: None,
-            synack_needed: true,
-            rcv_nxt: irs + 1,
-            rcv_shift,
-            recv: None,
-            adv_right: irs + 1,
-            peer_fin: false,
-            ts_recent,
-            rto: cfg.initial_rto,
-            srtt: None,
-            rttvar: Duration::ZERO,
-            rtt_probe: None,
-            retries: 0,
-            rto_at: None,
-            ack_at: None,
-            ack_now: false,
-            unacked_segs: 0,
-            handshake_until: now + cfg.handshake_timeout,
-            timewait_until: None,
-            last_activity: now,
-            probe: false,
-            cwnd: 10 * seg_size,
-            ssthresh: u32::MAX / 2,
-            dupacks: 0,
-            recover: None,
-            fast_rtx: false,
-            cubic: Cubic::default(),
-            sack_ok,
-            scoreboard: Scoreboard::default(),
-            ooo: Scoreboard::default(),
-            rtx_next: Seq(0),
-        }
-    }
-
-    /// An active open (RFC 9293 §3.10.1): a connection in SYN-SENT whose SYN
-    /// goes out with the next transmit.
-    pub fn connect(key: FlowKey, iss: Seq, now: Instant, cfg: &TcpConfig) -> Self {
+    /// A control block before any segment: SYN-SENT with our ISS, nothing
+    /// known of the peer. `accept` and `connect` start from it.
+    fn new(key: FlowKey, iss: Seq, now: Instant, cfg: &TcpConfig) -> Self {
         let seg_size = u32::from(cfg.mss) - 12;
         Self {
             key,
             state: State::SynSent,
             app: A::default(),
-            accepted: true,
+            accepted: false,
             queued: false,
             armed_at: None,
             iss,
@@ -360,6 +291,52 @@ impl<A: Default> Conn<A> {
         }
     }
 
+    /// Takes the peer's SYN options (MSS, window scale, timestamps, SACK).
+    fn take_syn_options(&mut self, syn: &TcpRepr<'_>, cfg: &TcpConfig) {
+        match syn.window_scale {
+            Some(s) => self.snd_shift = s.min(14),
+            None => {
+                // RFC 7323 §2.2: scaling only when both sides offered it.
+                self.snd_shift = 0;
+                self.rcv_shift = 0;
+            }
+        }
+        self.ts_recent = syn.timestamp.map(|t| t.tsval);
+        self.sack_ok = syn.sack_permitted;
+        let ts_overhead = if self.ts_recent.is_some() { 12 } else { 0 };
+        self.seg_size = peer_mss(syn.max_seg_size).min(u32::from(cfg.mss)) - ts_overhead;
+        self.cwnd = 10 * self.seg_size;
+        let irs = Seq(syn.seq_number.0 as u32);
+        self.rcv_nxt = irs + 1;
+        self.adv_right = self.rcv_nxt;
+        self.snd_wl1 = irs;
+    }
+
+    /// A connection for a SYN that reached a listener (RFC 9293 §3.10.7.2).
+    pub fn accept(
+        key: FlowKey,
+        syn: &TcpRepr<'_>,
+        iss: Seq,
+        now: Instant,
+        cfg: &TcpConfig,
+    ) -> Self {
+        let mut c = Self::new(key, iss, now, cfg);
+        c.state = State::SynReceived;
+        c.take_syn_options(syn, cfg);
+        // The SYN's window is never scaled (RFC 7323 §2.2).
+        c.snd_wnd = u32::from(syn.window_len);
+        c
+    }
+
+    /// An active open (RFC 9293 §3.10.1): a connection in SYN-SENT whose SYN
+    /// goes out with the next transmit. The application knows it from the
+    /// start (failures end in `Event::Closed`).
+    pub fn connect(key: FlowKey, iss: Seq, now: Instant, cfg: &TcpConfig) -> Self {
+        let mut c = Self::new(key, iss, now, cfg);
+        c.accepted = true;
+        c
+    }
+
     // RFC 9293 §3.10.7.3, SYN-SENT.
     fn input_syn_sent(&mut self, now: Instant, seg: &TcpRepr<'_>, cfg: &TcpConfig) -> Input {
         let mut out = Input::default();
@@ -379,23 +356,7 @@ impl<A: Default> Conn<A> {
         if seg.control != TcpControl::Syn {
             return out;
         }
-        let irs = Seq(seg.seq_number.0 as u32);
-        self.rcv_nxt = irs + 1;
-        self.adv_right = self.rcv_nxt;
-        match seg.window_scale {
-            Some(s) => self.snd_shift = s.min(14),
-            None => {
-                self.snd_shift = 0;
-                self.rcv_shift = 0;
-            }
-        }
-        let peer_mss = peer_mss(seg.max_seg_size);
-        self.ts_recent = seg.timestamp.map(|t| t.tsval);
-        self.sack_ok = seg.sack_permitted;
-        self.seg_size =
-            peer_mss.min(u32::from(cfg.mss)) - if self.ts_recent.is_some() { 12 } else { 0 };
-        self.cwnd = 10 * self.seg_size;
-        self.snd_wl1 = irs;
+        self.take_syn_options(seg, cfg);
         if let Some(a) = ack.filter(|_| ack_ok) {
             // The SYN-ACK: established (the SYN-ACK's window is unscaled).
             self.snd_una = a;

@@ -479,18 +479,9 @@ impl<A: Default> TcpEngine<A> {
         let Some(c) = self.conns.get_mut(id.0 as usize).and_then(Option::as_mut) else {
             return;
         };
-        if c.state.is_synchronized() || c.state == State::SynReceived {
+        if c.state != State::SynSent {
             let (key, seq) = (c.key, c.snd_nxt);
-            if self.resets.len() < MAX_RESETS {
-                self.resets.push(Reset {
-                    src: key.local,
-                    dst: key.remote,
-                    src_port: key.local_port,
-                    dst_port: key.remote_port,
-                    seq,
-                    ack: None,
-                });
-            }
+            self.queue_reset(key, seq, None);
         }
         self.release(id, CloseReason::Aborted);
     }
@@ -702,28 +693,16 @@ impl<A: Default> TcpEngine<A> {
 
     // RFC 9293 §3.10.7.1, CLOSED: answer with a reset.
     fn reset_for(&mut self, key: &FlowKey, repr: &TcpRepr<'_>) {
-        if repr.control == TcpControl::Rst || self.resets.len() >= MAX_RESETS {
+        if repr.control == TcpControl::Rst {
             return;
         }
-        let reset = match repr.ack_number {
-            Some(ack) => Reset {
-                src: key.local,
-                dst: key.remote,
-                src_port: key.local_port,
-                dst_port: key.remote_port,
-                seq: Seq(ack.0 as u32),
-                ack: None,
-            },
-            None => Reset {
-                src: key.local,
-                dst: key.remote,
-                src_port: key.local_port,
-                dst_port: key.remote_port,
-                seq: Seq(0),
-                ack: Some(Seq(repr.seq_number.0 as u32) + repr.segment_len() as u32),
-            },
-        };
-        self.resets.push(reset);
+        match repr.ack_number {
+            Some(ack) => self.queue_reset(*key, Seq(ack.0 as u32), None),
+            None => {
+                let ack = Seq(repr.seq_number.0 as u32) + repr.segment_len() as u32;
+                self.queue_reset(*key, Seq(0), Some(ack));
+            }
+        }
     }
 
     /// Applies a connection's input results: events, state counters, frees.
@@ -738,16 +717,7 @@ impl<A: Default> TcpEngine<A> {
         }
         if let Some(seq) = out.reset_peer {
             if let Some(key) = self.key(id) {
-                if self.resets.len() < MAX_RESETS {
-                    self.resets.push(Reset {
-                        src: key.local,
-                        dst: key.remote,
-                        src_port: key.local_port,
-                        dst_port: key.remote_port,
-                        seq,
-                        ack: None,
-                    });
-                }
+                self.queue_reset(key, seq, None);
             }
         }
         if out.readable {
@@ -765,19 +735,13 @@ impl<A: Default> TcpEngine<A> {
             }
             // A connection given up on (idle, retransmissions) is reset, so
             // a peer that is still there does not hang on it.
-            if reason == CloseReason::TimedOut && self.resets.len() < MAX_RESETS {
+            if reason == CloseReason::TimedOut {
                 if let Some(c) = self.conns[id.0 as usize]
                     .as_ref()
                     .filter(|c| c.state.is_synchronized())
                 {
-                    self.resets.push(Reset {
-                        src: c.key.local,
-                        dst: c.key.remote,
-                        src_port: c.key.local_port,
-                        dst_port: c.key.remote_port,
-                        seq: c.snd_nxt,
-                        ack: None,
-                    });
+                    let (key, seq) = (c.key, c.snd_nxt);
+                    self.queue_reset(key, seq, None);
                 }
             }
             self.release(id, reason);
@@ -797,6 +761,20 @@ impl<A: Default> TcpEngine<A> {
                 c.armed_at = Some(at);
                 self.timers.arm(id, at);
             }
+        }
+    }
+
+    /// Queues a RST from our side of `key` (bounded per iteration).
+    fn queue_reset(&mut self, key: FlowKey, seq: Seq, ack: Option<Seq>) {
+        if self.resets.len() < MAX_RESETS {
+            self.resets.push(Reset {
+                src: key.local,
+                dst: key.remote,
+                src_port: key.local_port,
+                dst_port: key.remote_port,
+                seq,
+                ack,
+            });
         }
     }
 
