@@ -75,7 +75,7 @@ fn kx_cost(
         if let Ok(k) = agreement::EphemeralPrivateKey::generate(alg, &rng) {
             let _ = agreement::agree_ephemeral(
                 k,
-                &agreement::UnparsedPublicKey::new(alg, &peer_bytes),
+                agreement::UnparsedPublicKey::new(alg, &peer_bytes),
                 (),
                 |s| Ok(s.len()),
             );

@@ -308,7 +308,9 @@ fn main() -> Result<()> {
         }
         Cmd::Scenario { name, common } => {
             let targets = common.targets()?;
-            let out = scenario::run(name, &targets, &|kind, key| common.spec(kind, key))?;
+            let out = scenario::run(name, &targets, &|kind, key| {
+                common.spec(kind, key).map_err(|e| format!("{e:#}"))
+            })?;
             print!("{out}");
         }
     }

@@ -80,6 +80,8 @@ impl TestKind {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct TestSpec {
     pub kind: TestKind,
+    /// Speak TLS (the test's default; scenarios may run a TLS test in clear).
+    pub use_tls: bool,
     pub key: KeyType,
     pub tls: TlsOptions,
     pub path: String,
@@ -118,6 +120,7 @@ impl TestSpec {
         };
         let mut s = TestSpec {
             kind,
+            use_tls: kind.uses_tls(),
             key: KeyType::Rsa2048,
             tls,
             path: "/1k".into(),
@@ -191,7 +194,7 @@ impl TestSpec {
             Load::Closed { concurrency } => format!("{concurrency} in flight"),
             Load::Open { rate, .. } => format!("{rate}/s offered"),
         };
-        let tls = if self.kind.uses_tls() {
+        let tls = if self.use_tls {
             format!(
                 "TLS {:?} {:?} {}, session reuse {}, ",
                 self.tls.version,
@@ -394,7 +397,7 @@ pub fn run_once(
     run: u32,
     label: &str,
 ) -> Result<RunResult, RunError> {
-    let port = if spec.kind.uses_tls() {
+    let port = if spec.use_tls {
         target.tls_port(spec.key).ok_or_else(|| {
             RunError::NoPort(format!(
                 "{} has no {} TLS port",
@@ -407,7 +410,7 @@ pub fn run_once(
             RunError::NoPort(format!("{} has no cleartext HTTP port", target.name))
         })?
     };
-    let tls = if spec.kind.uses_tls() {
+    let tls = if spec.use_tls {
         let cfg = tls::client_config(&spec.tls).map_err(RunError::Tls)?;
         let name = ServerName::try_from(spec.tls.server_name.clone())
             .map_err(|_| RunError::Tls(tls::TlsSetupError::Config("bad server name".into())))?;
@@ -652,7 +655,7 @@ pub fn run_repeated(spec: &TestSpec, target: &Target) -> TestResult {
         test: spec.kind,
         target: target.name.clone(),
         spec: spec.describe(),
-        key: spec.kind.uses_tls().then_some(spec.key),
+        key: spec.use_tls.then_some(spec.key),
         runs: Vec::new(),
         best: None,
         best_value: None,
