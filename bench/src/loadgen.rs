@@ -474,6 +474,10 @@ impl Worker {
             {
                 break;
             }
+            // A count-bounded run is over when its last connection is.
+            if !self.w.hold && self.inflight == 0 && max_conns.is_some_and(|m| self.started >= m) {
+                break;
+            }
             let timeout = match self.w.load {
                 Load::Open { .. } => Duration::from_micros(500),
                 Load::Closed { .. } => Duration::from_millis(5),
@@ -858,7 +862,10 @@ impl Worker {
                     Some(Ok(_)) => {
                         progressed = true;
                         let processed = c.tls.as_mut().map(|t| t.process_new_packets());
-                        if let Some(Err(_)) = processed {
+                        if let Some(Err(e)) = processed {
+                            if std::env::var_os("DPBENCH_DEBUG").is_some() {
+                                eprintln!("dpbench: TLS error: {e}");
+                            }
                             if let Some(t) = c.tls.as_mut() {
                                 let _ = t.write_tls(&mut c.sock);
                             }

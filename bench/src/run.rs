@@ -108,6 +108,7 @@ impl TestSpec {
         let tls = TlsOptions {
             version: tls::TlsVersion::Tls13,
             group: tls::Group::X25519,
+            extra_groups: Vec::new(),
             reuse: false,
             dangerous_no_verify: false,
             ca_file: None,
@@ -411,7 +412,15 @@ pub fn run_once(
         })?
     };
     let tls = if spec.use_tls {
-        let cfg = tls::client_config(&spec.tls).map_err(RunError::Tls)?;
+        let mut opts = spec.tls.clone();
+        if opts.version == tls::TlsVersion::Tls12 {
+            match spec.key {
+                KeyType::P256 => opts.extra_groups.push(tls::Group::P256),
+                KeyType::P384 => opts.extra_groups.push(tls::Group::P384),
+                KeyType::Rsa2048 => {}
+            }
+        }
+        let cfg = tls::client_config(&opts).map_err(RunError::Tls)?;
         let name = ServerName::try_from(spec.tls.server_name.clone())
             .map_err(|_| RunError::Tls(tls::TlsSetupError::Config("bad server name".into())))?;
         Some((cfg, name))
@@ -479,9 +488,21 @@ pub fn run_once(
         sample_busy(&mut busy0);
     }
     let mut t = 0u64;
+    let sustain_start = start + Duration::from_secs(p.ramp_up);
+    let mut sustain_secs = p.sustain.max(1) as f64;
     loop {
         t += 1;
-        sleep_until(start + Duration::from_secs(t));
+        // Wake each second, or as soon as every worker is done (a
+        // count-bounded run may end before its phases do).
+        let tick = start + Duration::from_secs(t);
+        let mut early = false;
+        while Instant::now() < tick {
+            if handles.iter().all(std::thread::JoinHandle::is_finished) {
+                early = true;
+                break;
+            }
+            std::thread::sleep((tick - Instant::now()).min(Duration::from_millis(20)));
+        }
         let snap = Snapshot::sum(&counters);
         let d = snap.since(&prev);
         let cl = read_cores(&client_cores);
@@ -533,11 +554,27 @@ pub fn run_once(
                 mem_peak = target.busy.sample().ok().as_ref().and_then(mem_of);
             }
         }
+        if early && t <= p.ramp_up + p.sustain {
+            // Ended inside the sustain phase: it ends here.
+            let now = Instant::now();
+            sustain_secs = now
+                .saturating_duration_since(sustain_start)
+                .as_secs_f64()
+                .max(1e-3);
+            if t <= p.ramp_up {
+                snap_sustain0 = Snapshot::default();
+                sustain_secs = now.saturating_duration_since(start).as_secs_f64().max(1e-3);
+            }
+            snap_sustain1 = snap;
+            sample_busy(&mut busy1);
+            cl1.clone_from(&cl);
+            dc1 = du;
+        }
         prev = snap;
         prev_client = cl;
         prev_dut = du;
         let done = handles.iter().all(std::thread::JoinHandle::is_finished);
-        if t >= p.total() && done {
+        if (t >= p.total() || early) && done {
             break;
         }
         if t > p.total() + spec.timeout_s as u64 + 10 {
@@ -556,13 +593,15 @@ pub fn run_once(
             .map_err(|e| RunError::Thread(e.to_string()))?;
         lat.merge(&r.lat);
         if negotiated.version.is_empty() {
-            negotiated = r.negotiated.clone();
+            negotiated.version = r.negotiated.version;
+            negotiated.suite = r.negotiated.suite;
+            negotiated.group = r.negotiated.group;
         }
         negotiated.resumed_seen += r.negotiated.resumed_seen;
     }
     let total = Snapshot::sum(&counters);
     let sus = snap_sustain1.since(&snap_sustain0);
-    let secs = p.sustain.max(1) as f64;
+    let secs = sustain_secs;
     let errors = total.errors();
     let attempts = total.get(Counter::Transactions) + errors;
     let error_rate = if attempts == 0 {
@@ -570,14 +609,14 @@ pub fn run_once(
     } else {
         errors as f64 / attempts as f64
     };
+    let kinds: Vec<String> = Counter::ERRORS
+        .iter()
+        .filter(|&&c| total.get(c) > 0)
+        .map(|&c| format!("{} {}", total.get(c), c.name()))
+        .collect();
     let rejected = if total.get(Counter::Transactions) == 0 {
-        Some("no transaction completed".to_string())
+        Some(format!("no transaction completed; {}", kinds.join(", ")))
     } else if error_rate > spec.tolerance {
-        let kinds: Vec<String> = Counter::ERRORS
-            .iter()
-            .filter(|&&c| total.get(c) > 0)
-            .map(|&c| format!("{} {}", total.get(c), c.name()))
-            .collect();
         Some(format!(
             "errors {:.3} % > {:.1} %: {}",
             error_rate * 100.0,

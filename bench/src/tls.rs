@@ -63,6 +63,12 @@ impl std::error::Error for TlsSetupError {}
 pub struct TlsOptions {
     pub version: TlsVersion,
     pub group: Group,
+    /// Groups offered after `group`. TLS 1.2 uses the supported-groups list
+    /// also for the curve of an ECDSA certificate, so an ECDSA P-256 server
+    /// refuses a TLS 1.2 client that offers only X25519: the run adds the
+    /// certificate's curve here (and reports the group actually negotiated).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub extra_groups: Vec<Group>,
     /// Offer session resumption (tickets and IDs). Off for CPS.
     pub reuse: bool,
     /// Skip certificate-chain and signature verification (load generation only).
@@ -101,7 +107,10 @@ fn group(g: Group) -> &'static dyn rustls::crypto::SupportedKxGroup {
 pub fn client_config(o: &TlsOptions) -> Result<Arc<ClientConfig>, TlsSetupError> {
     let provider = Arc::new(CryptoProvider {
         cipher_suites: suites(o.version),
-        kx_groups: vec![group(o.group)],
+        kx_groups: std::iter::once(o.group)
+            .chain(o.extra_groups.iter().copied().filter(|&g| g != o.group))
+            .map(group)
+            .collect(),
         ..provider::default_provider()
     });
     let versions: &[&rustls::SupportedProtocolVersion] = match o.version {
@@ -199,6 +208,7 @@ mod tests {
         TlsOptions {
             version,
             group,
+            extra_groups: Vec::new(),
             reuse: false,
             dangerous_no_verify: true,
             ca_file: None,

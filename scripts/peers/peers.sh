@@ -129,7 +129,9 @@ http {
     proxy_http_version 1.1;
     proxy_set_header Connection "";
     proxy_buffering on;
-    server { listen $vip:4431 ssl backlog=8192; ssl_certificate $dir/rsa2048.crt; ssl_certificate_key $dir/rsa2048.key; location / { proxy_pass http://pool; } }
+    server { listen $vip:4431 ssl backlog=8192; ssl_certificate $dir/rsa2048.crt; ssl_certificate_key $dir/rsa2048.key; location / { proxy_pass http://pool; }
+             # Rate-limited pages: the cross-check against h2load (neither client CPU-bound).
+             location /slow/ { limit_rate 8m; proxy_pass http://pool/; } }
     server { listen $vip:4432 ssl backlog=8192; ssl_certificate $dir/p256.crt; ssl_certificate_key $dir/p256.key; location / { proxy_pass http://pool; } }
     server { listen $vip:4433 ssl backlog=8192; ssl_certificate $dir/p384.crt; ssl_certificate_key $dir/p384.key; location / { proxy_pass http://pool; } }
     server { listen $vip:8001 backlog=8192; location / { proxy_pass http://pool; } }
