@@ -311,7 +311,13 @@ fn main() -> Result<()> {
             let out = scenario::run(name, &targets, &|kind, key| {
                 common.spec(kind, key).map_err(|e| format!("{e:#}"))
             })?;
-            print!("{out}");
+            let (md, results) = out;
+            print!("{md}");
+            if let Some(dir) = &common.out {
+                report::write_files(dir, &results, &[])?;
+                std::fs::write(dir.join("scenario.md"), &md)?;
+                eprintln!("reports written to {}", dir.display());
+            }
         }
     }
     Ok(())

@@ -197,9 +197,17 @@ impl TestSpec {
         };
         let tls = if self.use_tls {
             format!(
-                "TLS {:?} {:?} {}, session reuse {}, ",
-                self.tls.version,
-                self.tls.group,
+                "TLS {} {} {}, session reuse {}, ",
+                match self.tls.version {
+                    tls::TlsVersion::Tls12 => "1.2",
+                    tls::TlsVersion::Tls13 => "1.3",
+                },
+                match self.tls.group {
+                    tls::Group::X25519 => "X25519",
+                    tls::Group::P256 => "P-256",
+                    tls::Group::P384 => "P-384",
+                    tls::Group::X25519MlKem768 => "X25519MLKEM768",
+                },
                 self.key.name(),
                 if self.tls.reuse { "on" } else { "off" }
             )

@@ -116,11 +116,15 @@ fn spec_for(
     f(kind, key).map_err(ScenarioError)
 }
 
-/// Runs a scenario and returns its Markdown.
+/// Runs a scenario and returns its Markdown and every test result.
 ///
 /// # Errors
 /// [`ScenarioError`] when a spec cannot be built.
-pub fn run(name: Name, targets: &[Target], f: &SpecFn<'_>) -> Result<String, ScenarioError> {
+pub fn run(
+    name: Name,
+    targets: &[Target],
+    f: &SpecFn<'_>,
+) -> Result<(String, Vec<TestResult>), ScenarioError> {
     match name {
         Name::F5 => f5(targets, f),
         Name::Lbo => lbo(targets, f),
@@ -129,7 +133,7 @@ pub fn run(name: Name, targets: &[Target], f: &SpecFn<'_>) -> Result<String, Sce
     }
 }
 
-fn f5(targets: &[Target], f: &SpecFn<'_>) -> Result<String, ScenarioError> {
+fn f5(targets: &[Target], f: &SpecFn<'_>) -> Result<(String, Vec<TestResult>), ScenarioError> {
     let mut rows = Vec::new();
     let lines = [
         (
@@ -178,7 +182,7 @@ fn f5(targets: &[Target], f: &SpecFn<'_>) -> Result<String, ScenarioError> {
         }
     }
     let res = run_rows(&rows, targets);
-    Ok(table(
+    let md = table(
         "F5 VIPRION B4450 / Ixia CloudStorm: client SSL, server cleartext",
         "cipher and key",
         &rows,
@@ -189,15 +193,17 @@ fn f5(targets: &[Target], f: &SpecFn<'_>) -> Result<String, ScenarioError> {
             "Changed: the report's ECDHE-ECDSA-AES128-SHA256 (CBC) runs as ECDHE-ECDSA-AES128-GCM-SHA256; its AES128-GCM-SHA256 (RSA key exchange, no forward secrecy) runs as ECDHE-RSA-AES128-GCM-SHA256 over P-256. CBC and RSA key exchange are insecure and not offered.",
             "The report used two 100GE blades; we use one core of this machine.",
         ],
-    ))
+    );
+    Ok((md, res.into_iter().flatten().collect()))
 }
 
-fn lbo(targets: &[Target], f: &SpecFn<'_>) -> Result<String, ScenarioError> {
+fn lbo(targets: &[Target], f: &SpecFn<'_>) -> Result<(String, Vec<TestResult>), ScenarioError> {
     let mut spec = spec_for(f, TestKind::Tps, Some(KeyType::Rsa2048))?;
     spec.tls.version = TlsVersion::Tls12;
     let mut s = String::from(
         "\n## loadbalancer.org: SSL offload TPS (107 B page from backends rip-test-N, HTTPS in, cleartext to a weighted-least-connections pool)\n\n| target | cipher as run | certificate | run 1 | run 2 | run 3 | best | median | DUT µs/conn | saturated |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
+    let mut all = Vec::new();
     for t in targets {
         let r = run::run_repeated(&spec, t);
         let mut runs: Vec<String> = r
@@ -225,6 +231,7 @@ fn lbo(targets: &[Target], f: &SpecFn<'_>) -> Result<String, ScenarioError> {
             best.and_then(|x| x.dut_us_per_conn).map_or("-".into(), fmt_num),
             best.map_or("-", |x| x.saturated),
         );
+        all.push(r);
     }
     s.push_str(
         "\nReport (stunnel 4.55 + HAProxy 1.5-dev18, OpenSSL 1.0.1e, ECDHE-RSA-AES256-SHA, 1024-bit RSA, runs 1/2/3):\n\n\
@@ -241,10 +248,10 @@ fn lbo(targets: &[Target], f: &SpecFn<'_>) -> Result<String, ScenarioError> {
          The report used all cores of each machine; we use one DUT core. Session reuse off, every connection closed.\n",
     );
     let _ = writeln!(s, "\nTest as run: {}", spec.describe());
-    Ok(s)
+    Ok((s, all))
 }
 
-fn abs(targets: &[Target], f: &SpecFn<'_>) -> Result<String, ScenarioError> {
+fn abs(targets: &[Target], f: &SpecFn<'_>) -> Result<(String, Vec<TestResult>), ScenarioError> {
     let mut spec = spec_for(f, TestKind::Cps, Some(KeyType::Rsa2048))?;
     spec.tls.version = TlsVersion::Tls12;
     if let Load::Closed { concurrency } = &mut spec.load {
@@ -255,6 +262,7 @@ fn abs(targets: &[Target], f: &SpecFn<'_>) -> Result<String, ScenarioError> {
     let mut s = String::from(
         "\n## NetScaler VPX with abs (`abs -n 50000 -c 100 -f TLS1.2 https://host/samplefile.htm`)\n\n| target | key | concurrency | transactions/s best (median) | handshake p50 / p99 ms | failed | DUT core | saturated |\n|---|---|---|---|---|---|---|---|\n",
     );
+    let mut all = Vec::new();
     for t in targets {
         let r = run::run_repeated(&spec, t);
         let best = r.best_run();
@@ -278,6 +286,7 @@ fn abs(targets: &[Target], f: &SpecFn<'_>) -> Result<String, ScenarioError> {
                 .map_or("-".into(), |b| format!("{:.0} %", b * 100.0)),
             best.map_or("-", |x| x.saturated),
         );
+        all.push(r);
     }
     s.push_str(
         "\nReport (NetScaler VPX 1000, one packet-engine vCPU): 512-bit key ≈ 1600 SSL transactions/s; 2048-bit key ≈ 170/s \
@@ -285,10 +294,10 @@ fn abs(targets: &[Target], f: &SpecFn<'_>) -> Result<String, ScenarioError> {
          Changed: a time-bounded run (phases) instead of `-n 50000`; 512-bit RSA is not offered. TLS 1.2, ECDHE-RSA-AES128-GCM-SHA256, HTTP/1.0, session reuse off.\n",
     );
     let _ = writeln!(s, "\nTest as run: {}", spec.describe());
-    Ok(s)
+    Ok((s, all))
 }
 
-fn sp(targets: &[Target], f: &SpecFn<'_>) -> Result<String, ScenarioError> {
+fn sp(targets: &[Target], f: &SpecFn<'_>) -> Result<(String, Vec<TestResult>), ScenarioError> {
     let mut rows = Vec::new();
     // Number of simultaneous TCP connections (L4, HTTP, 64 B).
     let mut c = spec_for(f, TestKind::Concurrency, None)?;
@@ -338,7 +347,7 @@ fn sp(targets: &[Target], f: &SpecFn<'_>) -> Result<String, ScenarioError> {
         spec: ssl,
     });
     let res = run_rows(&rows, targets);
-    Ok(table(
+    let md = table(
         "NetScaler VPX, service provider's measurement (3000 Mbps plan, 4 CPU)",
         "measurement item",
         &rows,
@@ -349,5 +358,6 @@ fn sp(targets: &[Target], f: &SpecFn<'_>) -> Result<String, ScenarioError> {
             "Changed: the report offered fixed new-connection rates (3000, 200, 4000 cps) and measured what passed; we run closed loop (or, for held connections, a fixed opening rate) so the DUT sets the rate. Held connections are bounded by this machine's 20000-descriptor limit.",
             "Not run: L7 Throughput 3 and New SSL transactions 2 (TLS1-AES-128-CBC-SHA): TLS 1.0 and CBC are insecure and not offered. ECDHE-RSA-AES-128-SHA256 (CBC) runs as ECDHE-RSA-AES128-GCM-SHA256.",
         ],
-    ))
+    );
+    Ok((md, res.into_iter().flatten().collect()))
 }
