@@ -142,6 +142,12 @@ fn parse_sockstat_mem(s: &str) -> Option<u64> {
     f.get(i + 1)?.parse().ok()
 }
 
+/// CPU seconds (user + system, all threads) this process has used.
+#[must_use]
+pub fn own_cpu_s() -> Option<f64> {
+    proc_stat(std::process::id()).map(|s| s.ticks as f64 / USER_HZ)
+}
+
 /// CPU times of one core from /proc/stat.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct CoreTimes {

@@ -57,7 +57,7 @@ pub fn runs_markdown(results: &[TestResult]) -> String {
             let h = run.latency.handshake;
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {:.2}/{:.2}/{:.2} | {:.2} | {} ({:.3} %) | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {:.2}/{:.2}/{:.2} | {:.2} | {} ({:.3} %) | {} | {} | {} | {} | {} | {} |",
                 run.run,
                 fmt_num(run.headline(r.test)),
                 fmt_num(run.transactions_per_s),
@@ -71,6 +71,7 @@ pub fn runs_markdown(results: &[TestResult]) -> String {
                 run.errors,
                 run.error_rate * 100.0,
                 pct(run.client_core_busy),
+                run.client_us_per_conn.map_or("-".into(), fmt_num),
                 run.dut_core_busy.map_or("-".into(), pct),
                 run.dut_us_per_conn.map_or("-".into(), fmt_num),
                 run.saturated,
@@ -247,14 +248,14 @@ fn csv_field(s: &str) -> String {
 #[must_use]
 pub fn runs_csv(results: &[TestResult]) -> String {
     let mut s = String::from(
-        "test,target,spec,run,headline,unit,conns_per_s,handshakes_per_s,requests_per_s,gbit_per_s,errors,error_rate,rejected,hs_p50_us,hs_p99_us,hs_p999_us,ttfb_p50_us,ttfb_p99_us,ttfb_p999_us,client_core_busy,dut_core_busy,dut_us_per_conn,saturated,max_held,dut_mem_bytes\n",
+        "test,target,spec,run,headline,unit,conns_per_s,handshakes_per_s,requests_per_s,gbit_per_s,errors,error_rate,rejected,hs_p50_us,hs_p99_us,hs_p999_us,ttfb_p50_us,ttfb_p99_us,ttfb_p999_us,client_core_busy,client_us_per_conn,dut_core_busy,dut_us_per_conn,saturated,max_held,dut_mem_bytes\n",
     );
     for r in results {
         for run in &r.runs {
             let l = run.latency;
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.4},{},{:.6},{},{},{},{},{},{},{},{:.3},{},{},{},{},{}",
+                "{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.4},{},{:.6},{},{},{},{},{},{},{},{:.3},{},{},{},{},{},{}",
                 r.test.name(),
                 csv_field(&r.target),
                 csv_field(&r.spec),
@@ -275,6 +276,7 @@ pub fn runs_csv(results: &[TestResult]) -> String {
                 l.ttfb.p99,
                 l.ttfb.p999,
                 run.client_core_busy,
+                run.client_us_per_conn.map_or(String::new(), |v| format!("{v:.2}")),
                 run.dut_core_busy.map_or(String::new(), |v| format!("{v:.3}")),
                 run.dut_us_per_conn.map_or(String::new(), |v| format!("{v:.2}")),
                 run.saturated,

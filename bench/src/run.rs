@@ -300,6 +300,8 @@ pub struct RunResult {
     /// request for `rps` and `throughput`).
     pub dut_us_per_conn: Option<f64>,
     pub client_core_busy: f64,
+    /// dpbench's own CPU (all threads) per transaction in the sustain phase, µs.
+    pub client_us_per_conn: Option<f64>,
     pub dut_core_busy: Option<f64>,
     pub saturated: &'static str,
     /// DUT memory growth (RSS + kernel TCP memory) at the most connections held.
@@ -456,6 +458,7 @@ pub fn run_once(
         .map(|_| Arc::new(Counters::default()))
         .collect();
     let mem0 = target.busy.sample().ok();
+    let own_start = dut::own_cpu_s().unwrap_or(0.0);
     // Give workers a moment to start before second 0.
     let start = Instant::now() + Duration::from_millis(50);
     let mut handles = Vec::new();
@@ -489,11 +492,13 @@ pub fn run_once(
     let mut mem_peak: Option<i64> = None;
     let mut max_held = 0;
     let tty = std::io::stderr().is_terminal();
+    let (mut own0, mut own1) = (None, None);
     let sample_busy = |s: &mut Option<f64>| {
         *s = target.busy.sample().ok().and_then(|x| x.busy_s);
     };
     if p.ramp_up == 0 {
         sample_busy(&mut busy0);
+        own0 = dut::own_cpu_s();
     }
     let mut t = 0u64;
     let sustain_start = start + Duration::from_secs(p.ramp_up);
@@ -550,12 +555,14 @@ pub fn run_once(
         if t == p.ramp_up {
             snap_sustain0 = snap;
             sample_busy(&mut busy0);
+            own0 = dut::own_cpu_s();
             cl0.clone_from(&cl);
             dc0 = du;
         }
         if t == p.ramp_up + p.sustain {
             snap_sustain1 = snap;
             sample_busy(&mut busy1);
+            own1 = dut::own_cpu_s();
             cl1.clone_from(&cl);
             dc1 = du;
             if spec.hold {
@@ -571,10 +578,12 @@ pub fn run_once(
                 .max(1e-3);
             if t <= p.ramp_up {
                 snap_sustain0 = Snapshot::default();
+                own0 = Some(own_start);
                 sustain_secs = now.saturating_duration_since(start).as_secs_f64().max(1e-3);
             }
             snap_sustain1 = snap;
             sample_busy(&mut busy1);
+            own1 = dut::own_cpu_s();
             cl1.clone_from(&cl);
             dc1 = du;
         }
@@ -682,6 +691,10 @@ pub fn run_once(
         dut_busy_s,
         dut_us_per_conn: dut_busy_s.map(|b| b * 1e6 / per),
         client_core_busy,
+        client_us_per_conn: match (own0, own1) {
+            (Some(a), Some(b)) => Some((b - a) * 1e6 / per),
+            _ => None,
+        },
         dut_core_busy,
         saturated,
         dut_mem_bytes: match (mem_peak, mem0.as_ref().and_then(mem_of)) {
@@ -778,6 +791,7 @@ mod tests {
             dut_busy_s: None,
             dut_us_per_conn: None,
             client_core_busy: 0.0,
+            client_us_per_conn: None,
             dut_core_busy: None,
             saturated: "neither",
             dut_mem_bytes: None,

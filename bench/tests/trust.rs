@@ -48,6 +48,10 @@ struct Lab {
 
 impl Lab {
     fn up(name: &str) -> Lab {
+        Lab::with_peers(name, &["nginx"])
+    }
+
+    fn with_peers(name: &str, peers: &[&str]) -> Lab {
         for t in ["ip", "nginx", "openssl", "taskset"] {
             require(t);
         }
@@ -68,7 +72,7 @@ impl Lab {
         sh(Command::new(repo().join("scripts/peers/peers.sh"))
             .args(["start", name])
             .arg(&lab.dir)
-            .arg("nginx")
+            .args(peers)
             .env("PEER_ACCESS_LOG", "1"));
         lab
     }
@@ -354,6 +358,32 @@ fn a_run_with_errors_is_rejected_and_says_why() {
         assert!(
             why.contains("connect_errors") || why.contains("resets"),
             "{why}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root, nginx, haproxy and stunnel4: run scripts/bench-test.sh"]
+fn peers_send_no_session_tickets() {
+    for t in ["haproxy", "stunnel4"] {
+        require(t);
+    }
+    let lab = Lab::with_peers("dpbt5", &["nginx", "haproxy", "stunnel"]);
+    let _ = &lab.dir;
+    // OpenSSL 3 sends two TLS 1.3 tickets unless NumTickets = 0: count the
+    // NewSessionTicket messages each peer sends after a full handshake.
+    for port in ["4431", "4441", "4451"] {
+        let out = sh(Command::new("sh").arg("-c").arg(format!(
+            "(sleep 1; echo) | ip netns exec dpbt5-cli openssl s_client -connect 10.77.0.1:{port} -tls1_3 -msg 2>&1"
+        )));
+        assert!(
+            out.contains("ServerHello"),
+            "no TLS 1.3 handshake on {port}:\n{out}"
+        );
+        assert_eq!(
+            out.matches("NewSessionTicket").count(),
+            0,
+            "port {port} sent session tickets"
         );
     }
 }
