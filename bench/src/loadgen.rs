@@ -439,7 +439,14 @@ impl Worker {
                     if may_start {
                         let level = p.level(t);
                         let target = (self.share(f64::from(concurrency)) * level).ceil() as usize;
-                        while self.inflight < target && max_conns.is_none_or(|m| self.started < m) {
+                        // Bounded per iteration: a connect that fails at once
+                        // (no route, no port) must not spin here forever.
+                        let mut budget = 256;
+                        while budget > 0
+                            && self.inflight < target
+                            && max_conns.is_none_or(|m| self.started < m)
+                        {
+                            budget -= 1;
                             self.start_conn(&poll, now, now);
                         }
                     }
