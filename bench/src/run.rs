@@ -689,10 +689,11 @@ pub fn run_once(
             response: Pcts::of(&lat.response),
         },
         dut_busy_s,
-        dut_us_per_conn: dut_busy_s.map(|b| b * 1e6 / per),
+        // Holding connections has no per-connection rate in the sustain phase.
+        dut_us_per_conn: dut_busy_s.filter(|_| !spec.hold).map(|b| b * 1e6 / per),
         client_core_busy,
         client_us_per_conn: match (own0, own1) {
-            (Some(a), Some(b)) => Some((b - a) * 1e6 / per),
+            (Some(a), Some(b)) if !spec.hold => Some((b - a) * 1e6 / per),
             _ => None,
         },
         dut_core_busy,
