@@ -208,10 +208,12 @@ impl Common {
             sustain: self.sustain.unwrap_or(s.phases.sustain).max(1),
             ramp_down: self.ramp_down.unwrap_or(s.phases.ramp_down),
         };
-        if kind == TestKind::Concurrency && self.ramp_up.is_none() {
-            // Ramp long enough to open them all at the offered rate.
+        if kind == TestKind::Concurrency {
+            // Ramp long enough to open them all at the offered rate (the
+            // ramp's average rate is half the offered one).
             if let (Load::Open { rate, .. }, Some(n)) = (s.load, s.max_conns) {
-                s.phases.ramp_up = ((n as f64 / rate) * 2.0).ceil() as u64 + 1;
+                let need = ((n as f64 / rate) * 2.0).ceil() as u64 + 1;
+                s.phases.ramp_up = s.phases.ramp_up.max(need);
             }
         }
         s.repeat = self.repeat;

@@ -355,6 +355,7 @@ fn sp(targets: &[Target], f: &SpecFn<'_>) -> Result<(String, Vec<TestResult>), S
         &res,
         &[
             "Units: connections held, conn/s, Gbit/s (report: Mbps), req/s, trans/s.",
+            "stunnel speaks only TLS: its cleartext rows measure the HAProxy behind it (the target's http= port).",
             "Changed: the report offered fixed new-connection rates (3000, 200, 4000 cps) and measured what passed; we run closed loop (or, for held connections, a fixed opening rate) so the DUT sets the rate. Held connections are bounded by this machine's 20000-descriptor limit.",
             "Not run: L7 Throughput 3 and New SSL transactions 2 (TLS1-AES-128-CBC-SHA): TLS 1.0 and CBC are insecure and not offered. ECDHE-RSA-AES-128-SHA256 (CBC) runs as ECDHE-RSA-AES128-GCM-SHA256.",
         ],
