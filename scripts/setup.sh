@@ -18,8 +18,10 @@ PACKAGES=(
     build-essential pkg-config libdpdk-dev dpdk libclang-dev clang libbpf-dev libxdp-dev libpcap-dev
     # lab and end-to-end tests: namespaces, veth, ARP/ICMP clients, drops
     iproute2 iputils-ping iputils-arping ethtool nftables tcpdump procps psmisc
-    # TCP tests: real kernel clients and a SYN flooder
-    curl apache2-utils hping3
+    # TCP tests: a SYN flooder (curl and ab come with dpbench's list below)
+    hping3
+    # dpbench: peer terminators, cleartext backend, cross-check clients, certificates
+    nginx haproxy stunnel4 nghttp2-client apache2-utils wrk openssl curl util-linux
 )
 
 if [ "${TLSDP_SKIP_APT:-0}" != 1 ]; then

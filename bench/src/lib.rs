@@ -1,3 +1,18 @@
-//! `dpbench`, tlsdp's lab benchmarking harness (BENCH.md). Built in its own
-//! issue; nothing is exported yet.
+//! dpbench: tlsdp's lab benchmarking harness — a software Ixia for TLS
+//! offload. A non-blocking rustls (aws-lc-rs) load generator on kernel
+//! sockets, the tests of BENCH.md (CPS, TPS, throughput, concurrency, L4 CPS,
+//! RPS, latency, crypto ceiling) with their method (phases, repeats, best and
+//! median, the 0.1 % error rule), side-by-side runs against peer terminators,
+//! and reports (Markdown, CSV, JSON, SVG).
 #![forbid(unsafe_code)]
+
+pub mod ceiling;
+pub mod dut;
+pub mod http;
+pub mod loadgen;
+pub mod report;
+pub mod run;
+pub mod scenario;
+pub mod svg;
+pub mod target;
+pub mod tls;

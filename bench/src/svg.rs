@@ -8,7 +8,7 @@ use crate::run::{TestKind, TestResult};
 const W: f64 = 720.0;
 const H: f64 = 360.0;
 const L: f64 = 70.0;
-const R: f64 = 170.0;
+const R: f64 = 190.0;
 const T: f64 = 40.0;
 const B: f64 = 50.0;
 const COLORS: [&str; 8] = [
@@ -16,7 +16,9 @@ const COLORS: [&str; 8] = [
 ];
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 fn header(title: &str) -> String {
@@ -86,12 +88,22 @@ fn legend(s: &mut String, i: usize, label: &str) {
     );
 }
 
-/// Line chart of one metric per second, one line per (target, test) best run.
+/// Line chart of one metric per second, one line per labelled series.
 #[must_use]
 pub fn time_series(title: &str, ylabel: &str, lines: &[(String, Vec<(u64, f64)>)]) -> String {
     let mut s = header(title);
-    let ymax = nice_max(lines.iter().flat_map(|l| l.1.iter().map(|p| p.1)).fold(0.0, f64::max));
-    let xmax = lines.iter().flat_map(|l| l.1.iter().map(|p| p.0)).max().unwrap_or(1).max(1) as f64;
+    let ymax = nice_max(
+        lines
+            .iter()
+            .flat_map(|l| l.1.iter().map(|p| p.1))
+            .fold(0.0, f64::max),
+    );
+    let xmax = lines
+        .iter()
+        .flat_map(|l| l.1.iter().map(|p| p.0))
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
     axes(&mut s, ymax, ylabel, "seconds");
     for (i, (label, pts)) in lines.iter().enumerate() {
         let path: Vec<String> = pts
@@ -118,9 +130,19 @@ pub fn time_series(title: &str, ylabel: &str, lines: &[(String, Vec<(u64, f64)>)
 
 /// Grouped bars: groups along x, one bar per series within a group.
 #[must_use]
-pub fn bars(title: &str, ylabel: &str, groups: &[String], series: &[(String, Vec<Option<f64>>)]) -> String {
+pub fn bars(
+    title: &str,
+    ylabel: &str,
+    groups: &[String],
+    series: &[(String, Vec<Option<f64>>)],
+) -> String {
     let mut s = header(title);
-    let ymax = nice_max(series.iter().flat_map(|x| x.1.iter().flatten().copied()).fold(0.0, f64::max));
+    let ymax = nice_max(
+        series
+            .iter()
+            .flat_map(|x| x.1.iter().flatten().copied())
+            .fold(0.0, f64::max),
+    );
     axes(&mut s, ymax, ylabel, "");
     let gw = (W - R - L) / groups.len().max(1) as f64;
     let bw = gw * 0.8 / series.len().max(1) as f64;
@@ -163,32 +185,57 @@ fn label(r: &TestResult) -> String {
     }
 }
 
+fn group_of(r: &TestResult) -> String {
+    r.key
+        .map_or_else(|| r.test.name().to_string(), |k| k.name().to_string())
+}
+
 /// Charts for a set of results, as (file name, SVG text).
 #[must_use]
 pub fn charts(results: &[TestResult]) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    // CPS over time (best run of each connection-rate test).
+    // CPS over time (best run of each connection-rate test, all phases).
     let lines: Vec<(String, Vec<(u64, f64)>)> = results
         .iter()
         .filter(|r| matches!(r.test, TestKind::Cps | TestKind::Tps | TestKind::L4cps))
         .filter_map(|r| {
             let run = r.best_run().or(r.runs.first())?;
-            Some((label(r), run.series.iter().map(|p| (p.t, p.conns_per_s as f64)).collect()))
+            Some((
+                label(r),
+                run.series
+                    .iter()
+                    .map(|p| (p.t, p.conns_per_s as f64))
+                    .collect(),
+            ))
         })
         .collect();
     if !lines.is_empty() {
         out.push((
             "cps-over-time.svg".into(),
-            time_series("Connections per second (best run, all phases)", "conn/s", &lines),
+            time_series(
+                "Connections per second (best run, all phases)",
+                "conn/s",
+                &lines,
+            ),
         ));
     }
-    // Latency percentiles (handshake and TTFB of latency tests).
-    let lat: Vec<&TestResult> = results.iter().filter(|r| r.test == TestKind::Latency).collect();
+    // Latency percentiles (handshake and time to first byte).
+    let lat: Vec<&TestResult> = results
+        .iter()
+        .filter(|r| r.test == TestKind::Latency)
+        .collect();
     if !lat.is_empty() {
-        let groups: Vec<String> = ["hs p50", "hs p99", "hs p99.9", "ttfb p50", "ttfb p99", "ttfb p99.9"]
-            .iter()
-            .map(|s| (*s).to_string())
-            .collect();
+        let groups: Vec<String> = [
+            "hs p50",
+            "hs p99",
+            "hs p99.9",
+            "ttfb p50",
+            "ttfb p99",
+            "ttfb p99.9",
+        ]
+        .iter()
+        .map(|s| (*s).to_string())
+        .collect();
         let series: Vec<(String, Vec<Option<f64>>)> = lat
             .iter()
             .filter_map(|r| {
@@ -209,10 +256,15 @@ pub fn charts(results: &[TestResult]) -> Vec<(String, String)> {
             .collect();
         out.push((
             "latency-percentiles.svg".into(),
-            bars("Latency at fixed offered rate (ms, from scheduled start)", "ms", &groups, &series),
+            bars(
+                "Latency at a fixed offered rate (ms from scheduled start)",
+                "ms",
+                &groups,
+                &series,
+            ),
         ));
     }
-    // Comparison bars: one chart per test kind, targets side by side.
+    // Comparison bars: one chart per test, targets side by side.
     let mut kinds: Vec<TestKind> = results.iter().map(|r| r.test).collect();
     kinds.sort();
     kinds.dedup();
@@ -221,7 +273,7 @@ pub fn charts(results: &[TestResult]) -> Vec<(String, String)> {
         let mut groups: Vec<String> = Vec::new();
         let mut targets: Vec<String> = Vec::new();
         for r in &rs {
-            let g = r.key.map_or_else(|| kind.name().to_string(), |k| k.name().to_string());
+            let g = group_of(r);
             if !groups.contains(&g) {
                 groups.push(g);
             }
@@ -236,10 +288,7 @@ pub fn charts(results: &[TestResult]) -> Vec<(String, String)> {
                     .iter()
                     .map(|g| {
                         rs.iter()
-                            .find(|r| {
-                                r.target == *t
-                                    && r.key.map_or_else(|| kind.name().to_string(), |k| k.name().to_string()) == *g
-                            })
+                            .find(|r| r.target == *t && group_of(r) == *g)
                             .and_then(|r| r.best_value)
                     })
                     .collect();
@@ -248,7 +297,12 @@ pub fn charts(results: &[TestResult]) -> Vec<(String, String)> {
             .collect();
         out.push((
             format!("compare-{}.svg", kind.name()),
-            bars(&format!("{} — best of accepted runs", kind.name()), kind.unit(), &groups, &series),
+            bars(
+                &format!("{}: best of accepted runs", kind.name()),
+                kind.unit(),
+                &groups,
+                &series,
+            ),
         ));
     }
     out
@@ -270,7 +324,13 @@ mod tests {
         let s = time_series("t <x>", "y", &[("a".into(), vec![(1, 1.0), (2, 3.0)])]);
         assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
         assert!(s.contains("t &lt;x&gt;"));
-        let b = bars("b", "y", &["g".into()], &[("s".into(), vec![Some(2.0)]), ("n".into(), vec![None])]);
-        assert_eq!(b.matches("<rect x=").count(), 1 + 2); // one bar + two legend boxes
+        let b = bars(
+            "b",
+            "y",
+            &["g".into()],
+            &[("s".into(), vec![Some(2.0)]), ("n".into(), vec![None])],
+        );
+        // One bar plus two legend boxes (and the background).
+        assert_eq!(b.matches("<rect x=").count(), 3);
     }
 }

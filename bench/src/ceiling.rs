@@ -1,0 +1,213 @@
+//! The per-core crypto ceiling (BENCH.md): what one core can do in server
+//! handshakes, from the cost of the server's public-key operations measured
+//! with aws-lc-rs on the machine at hand.
+//!
+//! One ECDHE handshake costs the server one signature (RSA-2048 PKCS#1/PSS or
+//! ECDSA) plus one key-exchange key generation and one shared-secret
+//! computation (for X25519MLKEM768 also one ML-KEM-768 encapsulation).
+//! Symmetric crypto, hashing and TCP are left out: the ceiling is an upper
+//! bound.
+
+use std::time::{Duration, Instant};
+
+use aws_lc_rs::{agreement, kem, rand, rsa, signature};
+
+/// Cost of one operation.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct OpCost {
+    pub op: &'static str,
+    pub us: f64,
+}
+
+/// Ceiling for one handshake type.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Ceiling {
+    pub handshake: String,
+    pub us_per_handshake: f64,
+    pub handshakes_per_s: f64,
+}
+
+/// Error setting up the measurement.
+#[derive(Debug)]
+pub struct CeilingError(pub &'static str);
+
+impl std::fmt::Display for CeilingError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ceiling: {}", self.0)
+    }
+}
+impl std::error::Error for CeilingError {}
+
+fn time_op(budget: Duration, mut f: impl FnMut()) -> f64 {
+    // Warm up, then run for the budget.
+    for _ in 0..3 {
+        f();
+    }
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < budget {
+        for _ in 0..8 {
+            f();
+        }
+        n += 8;
+    }
+    start.elapsed().as_secs_f64() * 1e6 / n as f64
+}
+
+fn kx_cost(
+    alg: &'static agreement::Algorithm,
+    budget: Duration,
+) -> Result<(f64, f64), CeilingError> {
+    let rng = rand::SystemRandom::new();
+    let peer = agreement::EphemeralPrivateKey::generate(alg, &rng)
+        .map_err(|_| CeilingError("kx keygen"))?;
+    let peer_pub = peer
+        .compute_public_key()
+        .map_err(|_| CeilingError("kx public key"))?;
+    let peer_bytes = peer_pub.as_ref().to_vec();
+    let keygen = time_op(budget, || {
+        let k = agreement::EphemeralPrivateKey::generate(alg, &rng);
+        let _ = k.map(|k| k.compute_public_key().map(|p| p.as_ref().len()));
+    });
+    let agree = time_op(budget, || {
+        // A fresh key each time (an ephemeral key agrees once); subtract the
+        // keygen cost measured above.
+        if let Ok(k) = agreement::EphemeralPrivateKey::generate(alg, &rng) {
+            let _ = agreement::agree_ephemeral(
+                k,
+                agreement::UnparsedPublicKey::new(alg, &peer_bytes),
+                (),
+                |s| Ok(s.len()),
+            );
+        }
+    });
+    Ok((keygen, (agree - keygen).max(0.0)))
+}
+
+/// Measures the operations and the ceilings; `budget` per operation.
+///
+/// # Errors
+/// [`CeilingError`] when a key cannot be generated (should not happen).
+pub fn measure(budget: Duration) -> Result<(Vec<OpCost>, Vec<Ceiling>), CeilingError> {
+    let rng = rand::SystemRandom::new();
+    let msg = [0x5au8; 64];
+    let rsa_key =
+        rsa::KeyPair::generate(rsa::KeySize::Rsa2048).map_err(|_| CeilingError("RSA keygen"))?;
+    let mut sig = vec![0u8; rsa_key.public_modulus_len()];
+    let rsa_pss = time_op(budget, || {
+        let _ = rsa_key.sign(&signature::RSA_PSS_SHA256, &rng, &msg, &mut sig);
+    });
+    let p256 = signature::EcdsaKeyPair::generate(&signature::ECDSA_P256_SHA256_ASN1_SIGNING)
+        .map_err(|_| CeilingError("P-256 keygen"))?;
+    let p256_sign = time_op(budget, || {
+        let _ = p256.sign(&rng, &msg);
+    });
+    let p384 = signature::EcdsaKeyPair::generate(&signature::ECDSA_P384_SHA384_ASN1_SIGNING)
+        .map_err(|_| CeilingError("P-384 keygen"))?;
+    let p384_sign = time_op(budget, || {
+        let _ = p384.sign(&rng, &msg);
+    });
+    let (x_gen, x_agree) = kx_cost(&agreement::X25519, budget)?;
+    let (p256_gen, p256_agree) = kx_cost(&agreement::ECDH_P256, budget)?;
+    let (p384_gen, p384_agree) = kx_cost(&agreement::ECDH_P384, budget)?;
+    let dk = kem::DecapsulationKey::generate(&kem::ML_KEM_768)
+        .map_err(|_| CeilingError("ML-KEM keygen"))?;
+    let ek = dk
+        .encapsulation_key()
+        .map_err(|_| CeilingError("ML-KEM key"))?;
+    let mlkem_encap = time_op(budget, || {
+        let _ = ek.encapsulate();
+    });
+    let ops = vec![
+        OpCost {
+            op: "RSA-2048 sign (PSS-SHA256)",
+            us: rsa_pss,
+        },
+        OpCost {
+            op: "ECDSA P-256 sign",
+            us: p256_sign,
+        },
+        OpCost {
+            op: "ECDSA P-384 sign",
+            us: p384_sign,
+        },
+        OpCost {
+            op: "X25519 keygen",
+            us: x_gen,
+        },
+        OpCost {
+            op: "X25519 shared secret",
+            us: x_agree,
+        },
+        OpCost {
+            op: "P-256 ECDH keygen",
+            us: p256_gen,
+        },
+        OpCost {
+            op: "P-256 ECDH shared secret",
+            us: p256_agree,
+        },
+        OpCost {
+            op: "P-384 ECDH keygen",
+            us: p384_gen,
+        },
+        OpCost {
+            op: "P-384 ECDH shared secret",
+            us: p384_agree,
+        },
+        OpCost {
+            op: "ML-KEM-768 encapsulate",
+            us: mlkem_encap,
+        },
+    ];
+    let kx = [
+        ("X25519", x_gen + x_agree),
+        ("P-256", p256_gen + p256_agree),
+        ("X25519MLKEM768", x_gen + x_agree + mlkem_encap),
+    ];
+    let sigs = [
+        ("RSA-2048", rsa_pss),
+        ("ECDSA P-256", p256_sign),
+        ("ECDSA P-384", p384_sign),
+    ];
+    let mut ceilings = Vec::new();
+    for (sname, s) in sigs {
+        for (kname, k) in kx {
+            let us = s + k;
+            ceilings.push(Ceiling {
+                handshake: format!("ECDHE {kname} + {sname}"),
+                us_per_handshake: us,
+                handshakes_per_s: 1e6 / us,
+            });
+        }
+    }
+    ceilings.push(Ceiling {
+        handshake: "ECDHE P-384 + ECDSA P-384".into(),
+        us_per_handshake: p384_sign + p384_gen + p384_agree,
+        handshakes_per_s: 1e6 / (p384_sign + p384_gen + p384_agree),
+    });
+    Ok((ops, ceilings))
+}
+
+/// The ceiling (handshakes/s) for a key type with X25519.
+#[must_use]
+pub fn for_key(ceilings: &[Ceiling], key: crate::target::KeyType) -> Option<f64> {
+    let want = format!("ECDHE X25519 + {}", key.name());
+    ceilings
+        .iter()
+        .find(|c| c.handshake == want)
+        .map(|c| c.handshakes_per_s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measures_something_plausible() {
+        let (ops, c) = measure(Duration::from_millis(20)).unwrap();
+        assert_eq!(ops.len(), 10);
+        assert!(ops.iter().all(|o| o.us > 0.0 || o.op.contains("shared")));
+        assert!(for_key(&c, crate::target::KeyType::Rsa2048).unwrap() > 0.0);
+    }
+}

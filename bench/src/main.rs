@@ -1,0 +1,326 @@
+//! `dpbench`: see `docs/bench.md`.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use bench::loadgen::{Load, Phases};
+use bench::run::{self, TestKind, TestSpec};
+use bench::target::{KeyType, Target};
+use bench::tls::{Group, TlsVersion};
+use bench::{ceiling, report, scenario};
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "dpbench",
+    version,
+    about = "tlsdp's lab benchmarking harness (software Ixia for TLS offload)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run one test against one or more targets.
+    Test {
+        #[arg(value_enum)]
+        kind: TestKind,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Run a set of tests on each target in turn and print one comparison table.
+    Suite {
+        /// Tests to run, comma separated.
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "cps,throughput,l4cps,rps,latency"
+        )]
+        tests: Vec<TestKind>,
+        /// Key types for the TLS tests, comma separated.
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "rsa2048,p256"
+        )]
+        keys: Vec<KeyType>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Measure the per-core crypto ceiling with aws-lc-rs.
+    Ceiling {
+        /// Milliseconds spent timing each operation.
+        #[arg(long, default_value_t = 500)]
+        ms: u64,
+        /// Core to pin to (the DUT core, so the ceiling is that core's).
+        #[arg(long, default_value_t = 1)]
+        core: usize,
+    },
+    /// Reproduce a reference report's table: f5, lbo, abs, sp.
+    Scenario {
+        #[arg(value_enum)]
+        name: scenario::Name,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+struct Common {
+    /// Target: name=N,host=IP,rsa2048=PORT,p256=PORT,p384=PORT,http=PORT,pidfile=A[+B],core=C[,busy=cmd:..|file:..]. Repeatable.
+    #[arg(long = "target", required = true)]
+    targets: Vec<String>,
+    /// Certificate key type (selects the target's port).
+    #[arg(long, value_enum)]
+    key: Option<KeyType>,
+    #[arg(long = "tls", value_enum, default_value = "1.3")]
+    tls_version: TlsVersion,
+    #[arg(long, value_enum, default_value = "x25519")]
+    group: Group,
+    /// Offer session resumption (off by default: every handshake is full).
+    #[arg(long)]
+    reuse: bool,
+    /// DANGEROUS, load generation only: skip certificate-chain and signature verification.
+    #[arg(long)]
+    dangerous_no_verify: bool,
+    /// CA certificate (PEM) for verification.
+    #[arg(long)]
+    ca: Option<String>,
+    /// Server name (SNI and certificate check).
+    #[arg(long, default_value = "bench.test")]
+    sni: String,
+    /// Connections in flight (closed-loop tests).
+    #[arg(short = 'c', long)]
+    concurrency: Option<u32>,
+    /// Offered connections/s (latency, concurrency).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Connections to open and hold (concurrency).
+    #[arg(long)]
+    conns: Option<u64>,
+    /// Path to GET (overrides the test's page).
+    #[arg(long)]
+    path: Option<String>,
+    /// Body size every response must have (with --path).
+    #[arg(long)]
+    size: Option<u64>,
+    /// Requests per connection (0 = until the run ends).
+    #[arg(long)]
+    reqs_per_conn: Option<u32>,
+    #[arg(long)]
+    ramp_up: Option<u64>,
+    #[arg(long)]
+    sustain: Option<u64>,
+    #[arg(long)]
+    ramp_down: Option<u64>,
+    /// Runs per test (best and median are reported).
+    #[arg(long, default_value_t = 3)]
+    repeat: u32,
+    /// Seconds without progress that count as a timeout.
+    #[arg(long, default_value_t = 5.0)]
+    timeout: f64,
+    /// Worker threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Cores for the workers (comma separated).
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    cores: Vec<usize>,
+    /// Source addresses (comma separated; A.B.C.D-E for a range).
+    #[arg(long, default_value = "")]
+    src: String,
+    /// Error fraction above which a run is rejected.
+    #[arg(long, default_value_t = 0.001)]
+    tolerance: f64,
+    /// Directory for CSV, JSON and SVG reports.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Crypto ceiling measurement time per operation (ms), 0 to skip.
+    #[arg(long, default_value_t = 300)]
+    ceiling_ms: u64,
+}
+
+fn parse_sources(s: &str) -> Result<Vec<IpAddr>> {
+    let mut v = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        if let Some((a, b)) = part.split_once('-') {
+            let base: std::net::Ipv4Addr = a.parse().with_context(|| format!("--src {part}"))?;
+            let o = base.octets();
+            let last: u8 = b.parse().with_context(|| format!("--src {part}"))?;
+            for x in o[3]..=last {
+                v.push(IpAddr::from([o[0], o[1], o[2], x]));
+            }
+        } else {
+            v.push(part.parse().with_context(|| format!("--src {part}"))?);
+        }
+    }
+    Ok(v)
+}
+
+impl Common {
+    fn spec(&self, kind: TestKind, key: Option<KeyType>) -> Result<TestSpec> {
+        let mut s = TestSpec::defaults(kind);
+        if let Some(k) = key.or(self.key) {
+            s.key = k;
+        }
+        s.tls.version = self.tls_version;
+        s.tls.group = self.group;
+        s.tls.reuse = self.reuse;
+        s.tls.dangerous_no_verify = self.dangerous_no_verify;
+        s.tls.ca_file.clone_from(&self.ca);
+        s.tls.server_name.clone_from(&self.sni);
+        if let Some(c) = self.concurrency {
+            match &mut s.load {
+                Load::Closed { concurrency } => *concurrency = c,
+                Load::Open { max_inflight, .. } => *max_inflight = c,
+            }
+        }
+        if let Some(r) = self.rate {
+            match &mut s.load {
+                Load::Open { rate, .. } => *rate = r,
+                Load::Closed { .. } => {
+                    bail!("--rate applies to latency and concurrency (open-loop) tests")
+                }
+            }
+        }
+        if let Some(n) = self.conns {
+            s.max_conns = Some(n);
+            if let Load::Open { max_inflight, .. } = &mut s.load {
+                *max_inflight = (*max_inflight).max(u32::try_from(n).unwrap_or(u32::MAX));
+            }
+        }
+        if let Some(p) = &self.path {
+            s.path.clone_from(p);
+            s.expect_body = self.size;
+        } else if self.size.is_some() {
+            s.expect_body = self.size;
+        }
+        if let Some(n) = self.reqs_per_conn {
+            s.reqs_per_conn = n;
+        }
+        s.phases = Phases {
+            ramp_up: self.ramp_up.unwrap_or(s.phases.ramp_up),
+            sustain: self.sustain.unwrap_or(s.phases.sustain).max(1),
+            ramp_down: self.ramp_down.unwrap_or(s.phases.ramp_down),
+        };
+        if kind == TestKind::Concurrency {
+            // Ramp long enough to open them all at the offered rate (the
+            // ramp's average rate is half the offered one).
+            if let (Load::Open { rate, .. }, Some(n)) = (s.load, s.max_conns) {
+                let need = ((n as f64 / rate) * 2.0).ceil() as u64 + 1;
+                s.phases.ramp_up = s.phases.ramp_up.max(need);
+            }
+        }
+        s.repeat = self.repeat;
+        s.timeout_s = self.timeout;
+        s.threads = self.threads;
+        s.cores.clone_from(&self.cores);
+        s.sources = parse_sources(&self.src)?;
+        s.tolerance = self.tolerance;
+        Ok(s)
+    }
+
+    fn targets(&self) -> Result<Vec<Target>> {
+        self.targets.iter().map(|t| Ok(Target::parse(t)?)).collect()
+    }
+
+    fn ceilings(&self) -> Vec<ceiling::Ceiling> {
+        if self.ceiling_ms == 0 {
+            return Vec::new();
+        }
+        ceiling_on(1, self.ceiling_ms)
+            .map(|c| c.1)
+            .unwrap_or_default()
+    }
+}
+
+fn ceiling_on(core: usize, ms: u64) -> Result<(Vec<ceiling::OpCost>, Vec<ceiling::Ceiling>)> {
+    let h = std::thread::spawn(move || {
+        core_affinity::set_for_current(core_affinity::CoreId { id: core });
+        ceiling::measure(Duration::from_millis(ms))
+    });
+    Ok(h.join()
+        .map_err(|_| anyhow::anyhow!("ceiling thread panicked"))??)
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Test { kind, common } => {
+            let targets = common.targets()?;
+            let spec = common.spec(kind, None)?;
+            let ceilings = if kind.uses_tls() {
+                common.ceilings()
+            } else {
+                Vec::new()
+            };
+            let mut results = Vec::new();
+            for t in &targets {
+                results.push(run::run_repeated(&spec, t));
+            }
+            print!("{}", report::runs_markdown(&results));
+            print!(
+                "{}",
+                report::comparison_markdown(&results, &targets, &ceilings)
+            );
+            if let Some(dir) = &common.out {
+                report::write_files(dir, &results, &ceilings)?;
+                eprintln!("reports written to {}", dir.display());
+            }
+        }
+        Cmd::Suite {
+            tests,
+            keys,
+            common,
+        } => {
+            let targets = common.targets()?;
+            let ceilings = common.ceilings();
+            let mut results = Vec::new();
+            for t in &targets {
+                for &kind in &tests {
+                    let ks: Vec<Option<KeyType>> = if kind.uses_tls() {
+                        keys.iter().copied().map(Some).collect()
+                    } else {
+                        vec![None]
+                    };
+                    for k in ks {
+                        let spec = common.spec(kind, k)?;
+                        results.push(run::run_repeated(&spec, t));
+                    }
+                }
+            }
+            print!("{}", report::runs_markdown(&results));
+            print!(
+                "{}",
+                report::comparison_markdown(&results, &targets, &ceilings)
+            );
+            if let Some(dir) = &common.out {
+                report::write_files(dir, &results, &ceilings)?;
+                eprintln!("reports written to {}", dir.display());
+            }
+        }
+        Cmd::Ceiling { ms, core } => {
+            let (ops, c) = ceiling_on(core, ms)?;
+            print!("{}", report::ceiling_markdown(&ops, &c, core));
+        }
+        Cmd::Scenario { name, common } => {
+            let targets = common.targets()?;
+            let out = scenario::run(name, &targets, &|kind, key| {
+                common.spec(kind, key).map_err(|e| format!("{e:#}"))
+            })?;
+            let (md, results) = out;
+            print!("{md}");
+            if let Some(dir) = &common.out {
+                report::write_files(dir, &results, &[])?;
+                std::fs::write(dir.join("scenario.md"), &md)?;
+                eprintln!("reports written to {}", dir.display());
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,389 @@
+//! End-to-end trust tests: dpbench against a real nginx in a lab network
+//! namespace. They need root, iproute2, nginx, haproxy (not used here) and
+//! h2load, so they are `#[ignore]`d in the normal `cargo test` and run by
+//! `scripts/bench-test.sh` (`cargo test -p bench --test trust -- --ignored`).
+//! A missing tool fails the test with a clear message; nothing passes
+//! silently.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn require(tool: &str) {
+    let ok = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok,
+        "{tool} is not installed: run scripts/setup.sh (trust tests need it)"
+    );
+}
+
+fn sh(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A lab with nginx (access log on) and the backend pool; torn down on drop.
+struct Lab {
+    name: String,
+    dir: PathBuf,
+}
+
+impl Lab {
+    fn up(name: &str) -> Lab {
+        Lab::with_peers(name, &["nginx"])
+    }
+
+    fn with_peers(name: &str, peers: &[&str]) -> Lab {
+        for t in ["ip", "nginx", "openssl", "taskset"] {
+            require(t);
+        }
+        assert!(
+            Command::new("id")
+                .arg("-u")
+                .output()
+                .is_ok_and(|o| o.stdout.starts_with(b"0")),
+            "trust tests must run as root (network namespaces)"
+        );
+        let dir = std::env::temp_dir().join(format!("dpbench-trust-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        sh(Command::new(repo().join("scripts/bench-lab.sh")).args(["up", name]));
+        let lab = Lab {
+            name: name.to_string(),
+            dir,
+        };
+        sh(Command::new(repo().join("scripts/peers/peers.sh"))
+            .args(["start", name])
+            .arg(&lab.dir)
+            .args(peers)
+            .env("PEER_ACCESS_LOG", "1"));
+        lab
+    }
+
+    fn target(&self) -> String {
+        sh(Command::new(repo().join("scripts/peers/peers.sh"))
+            .args(["targets", &self.name])
+            .arg(&self.dir)
+            .arg("nginx"))
+        .trim()
+        .to_string()
+    }
+
+    /// Runs dpbench in the client namespace; returns results.json.
+    fn dpbench(&self, out: &str, args: &[&str]) -> Value {
+        let out = self.dir.join(out);
+        sh(Command::new("ip")
+            .args(["netns", "exec", &format!("{}-cli", self.name)])
+            .arg(env!("CARGO_BIN_EXE_dpbench"))
+            .args(args)
+            .args(["--ceiling-ms", "0", "--src", "10.77.0.10-25", "--out"])
+            .arg(&out));
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap()
+    }
+
+    /// nginx's access log lines (stops nginx first, so all is flushed), then
+    /// truncates it and starts nginx again.
+    fn access_log(&self) -> Vec<Vec<String>> {
+        let log = self.dir.join("log/nginx.access.log");
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let _ = std::fs::write(&log, "");
+        text.lines()
+            .map(|l| l.split_whitespace().map(str::to_string).collect())
+            .collect()
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = Command::new(repo().join("scripts/peers/peers.sh"))
+            .args(["stop", &self.name])
+            .arg(&self.dir)
+            .output();
+        let _ = Command::new(repo().join("scripts/bench-lab.sh"))
+            .args(["down", &self.name])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn run0(v: &Value) -> &Value {
+    &v["results"][0]["runs"][0]
+}
+
+fn total(v: &Value, name: &str) -> u64 {
+    run0(v)["totals"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no total {name}: {v}"))
+}
+
+/// Log fields: connection, connection_requests, ssl_protocol,
+/// ssl_session_reused, status, body_bytes_sent, request_uri.
+#[test]
+#[ignore = "needs root and nginx: run scripts/bench-test.sh"]
+fn counts_agree_with_nginx_and_no_session_is_reused() {
+    let lab = Lab::up("dpbt1");
+    let ca = lab.dir.join("ca.pem");
+    let t = lab.target();
+    // Certificate verification on (the CA made by certs.sh), 400 connections.
+    let v = lab.dpbench(
+        "cps",
+        &[
+            "test",
+            "cps",
+            "--target",
+            &t,
+            "--ca",
+            ca.to_str().unwrap(),
+            "--repeat",
+            "1",
+            "--ramp-up",
+            "0",
+            "--sustain",
+            "30",
+            "--ramp-down",
+            "0",
+            "-c",
+            "8",
+            "--conns",
+            "400",
+        ],
+    );
+    assert_eq!(total(&v, "started"), 400, "{v}");
+    assert_eq!(total(&v, "transactions"), 400);
+    assert_eq!(total(&v, "requests"), 400);
+    assert_eq!(total(&v, "body_bytes"), 400 * 1024);
+    assert!(run0(&v)["rejected"].is_null(), "{v}");
+    assert_eq!(run0(&v)["negotiated"]["resumed_seen"], 0);
+    let log = lab.access_log();
+    let ours: Vec<&Vec<String>> = log
+        .iter()
+        .filter(|f| f.get(6).is_some_and(|u| u == "/1k"))
+        .collect();
+    assert_eq!(
+        ours.len(),
+        400,
+        "nginx logged {} requests, dpbench counted 400",
+        ours.len()
+    );
+    let conns: std::collections::HashSet<&String> = ours.iter().map(|f| &f[0]).collect();
+    assert_eq!(conns.len(), 400, "one connection per transaction");
+    for f in &ours {
+        assert_eq!(f[2], "TLSv1.3");
+        assert_eq!(f[3], ".", "session reused although reuse is off: {f:?}");
+        assert_eq!(f[4], "200");
+        assert_eq!(f[5], "1024");
+    }
+}
+
+#[test]
+#[ignore = "needs root and nginx: run scripts/bench-test.sh"]
+fn reuse_shows_when_on_and_not_when_off() {
+    let lab = Lab::up("dpbt2");
+    // Port 4439: TLS 1.2 with a session cache: the server would resume.
+    let t = "name=nginx-cache,host=10.77.0.1,p256=4439".to_string();
+    let args = |reuse: bool| {
+        let mut a = vec![
+            "test",
+            "cps",
+            "--target",
+            &t,
+            "--key",
+            "p256",
+            "--tls",
+            "1.2",
+            "--dangerous-no-verify",
+            "--repeat",
+            "1",
+            "--ramp-up",
+            "0",
+            "--sustain",
+            "30",
+            "--ramp-down",
+            "0",
+            "-c",
+            "4",
+            "--conns",
+            "200",
+        ];
+        if reuse {
+            a.push("--reuse");
+        }
+        a.into_iter().map(str::to_string).collect::<Vec<_>>()
+    };
+    let off = args(false);
+    let v = lab.dpbench("off", &off.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(total(&v, "transactions"), 200);
+    let log = lab.access_log();
+    assert_eq!(log.len(), 200);
+    assert!(
+        log.iter().all(|f| f[3] == "."),
+        "a session was reused with reuse off"
+    );
+    let on = args(true);
+    let v = lab.dpbench("on", &on.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(total(&v, "transactions"), 200);
+    let resumed = run0(&v)["negotiated"]["resumed_seen"].as_u64().unwrap();
+    let log = lab.access_log();
+    let reused = log.iter().filter(|f| f[3] == "r").count() as u64;
+    assert!(
+        reused >= 150,
+        "with reuse on nginx saw only {reused} of 200 resumed"
+    );
+    assert_eq!(
+        resumed, reused,
+        "dpbench's resumed count must match nginx's"
+    );
+}
+
+#[test]
+#[ignore = "needs root, nginx and h2load: run scripts/bench-test.sh"]
+fn agrees_with_h2load_within_ten_percent() {
+    require("h2load");
+    let lab = Lab::up("dpbt3");
+    let t = lab.target();
+    // Rate-limited 1 MB pages (8 MB/s per response): neither client is
+    // CPU-bound, so both must measure the same request rate.
+    let v = lab.dpbench(
+        "tput",
+        &[
+            "test",
+            "throughput",
+            "--target",
+            &t,
+            "--dangerous-no-verify",
+            "--repeat",
+            "1",
+            "--ramp-up",
+            "1",
+            "--sustain",
+            "4",
+            "--ramp-down",
+            "0",
+            "-c",
+            "4",
+            "--path",
+            "/slow/1m",
+            "--size",
+            "1048576",
+        ],
+    );
+    assert!(run0(&v)["rejected"].is_null(), "{v}");
+    let ours = run0(&v)["requests_per_s"].as_f64().unwrap();
+    let out = sh(Command::new("ip").args([
+        "netns",
+        "exec",
+        "dpbt3-cli",
+        "timeout",
+        "60",
+        "h2load",
+        "--h1",
+        "-n",
+        "128",
+        "-c",
+        "4",
+        "https://10.77.0.1:4431/slow/1m",
+    ]));
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("finished in"))
+        .unwrap_or_else(|| panic!("no result line from h2load:\n{out}"));
+    let theirs: f64 = line
+        .split(", ")
+        .find_map(|p| p.strip_suffix(" req/s"))
+        .and_then(|x| x.trim().parse().ok())
+        .unwrap_or_else(|| panic!("cannot parse h2load: {line}"));
+    assert!(out.contains("128 succeeded"), "h2load had failures:\n{out}");
+    let diff = (ours - theirs).abs() / theirs;
+    eprintln!(
+        "dpbench {ours:.2} req/s, h2load {theirs:.2} req/s, diff {:.1} %",
+        diff * 100.0
+    );
+    assert!(
+        diff <= 0.10,
+        "dpbench {ours:.2} req/s vs h2load {theirs:.2} req/s differ by {:.1} %",
+        diff * 100.0
+    );
+}
+
+#[test]
+#[ignore = "needs root and nginx: run scripts/bench-test.sh"]
+fn a_run_with_errors_is_rejected_and_says_why() {
+    let lab = Lab::up("dpbt4");
+    // Nothing listens on port 9: every connection is refused.
+    let v = lab.dpbench(
+        "refused",
+        &[
+            "test",
+            "l4cps",
+            "--target",
+            "name=nothing,host=10.77.0.1,http=9",
+            "--repeat",
+            "2",
+            "--ramp-up",
+            "0",
+            "--sustain",
+            "1",
+            "--ramp-down",
+            "0",
+            "-c",
+            "2",
+        ],
+    );
+    let r = &v["results"][0];
+    assert!(
+        r["best_value"].is_null(),
+        "a failing test must have no best value: {r}"
+    );
+    for run in r["runs"].as_array().unwrap() {
+        let why = run["rejected"]
+            .as_str()
+            .unwrap_or_else(|| panic!("run not rejected: {run}"));
+        assert!(
+            why.contains("connect_errors") || why.contains("resets"),
+            "{why}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root, nginx, haproxy and stunnel4: run scripts/bench-test.sh"]
+fn peers_send_no_session_tickets() {
+    for t in ["haproxy", "stunnel4"] {
+        require(t);
+    }
+    let lab = Lab::with_peers("dpbt5", &["nginx", "haproxy", "stunnel"]);
+    let _ = &lab.dir;
+    // OpenSSL 3 sends two TLS 1.3 tickets unless NumTickets = 0: count the
+    // NewSessionTicket messages each peer sends after a full handshake.
+    for port in ["4431", "4441", "4451"] {
+        let out = sh(Command::new("sh").arg("-c").arg(format!(
+            "(sleep 1; echo) | ip netns exec dpbt5-cli openssl s_client -connect 10.77.0.1:{port} -tls1_3 -msg 2>&1"
+        )));
+        assert!(
+            out.contains("ServerHello"),
+            "no TLS 1.3 handshake on {port}:\n{out}"
+        );
+        assert_eq!(
+            out.matches("NewSessionTicket").count(),
+            0,
+            "port {port} sent session tickets"
+        );
+    }
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One command from a fresh clone to a comparison: builds dpbench, brings up
+# the bench lab, starts nginx, HAProxy and stunnel (+ the cleartext pool) in
+# the DUT namespace pinned to the DUT core, runs dpbench in the client
+# namespace pinned to the client core, writes CSV/JSON/SVG, and tears
+# everything down (also on failure or Ctrl-C).
+#
+#   scripts/bench-suite.sh                          # dpbench suite, defaults
+#   scripts/bench-suite.sh suite --tests cps --keys rsa2048,p256 --repeat 3
+#   scripts/bench-suite.sh test latency --rate 300
+#   scripts/bench-suite.sh scenario f5 --sustain 5
+#
+#   NAME=bench  LAB_NET=10.77.0  DUT_CORE=1  CLIENT_CORE=0
+#   PEERS="nginx haproxy stunnel"   (add "backend" for the cleartext pool alone)
+#   OUT=/tmp/dpbench-results/<date>  WORK=/tmp/dpbench-<NAME> (certs, configs, logs)
+#   VERIFY=1   verify certificates (default: --dangerous-no-verify, the
+#              cheapest client, so the DUT saturates first)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+name=${NAME:-bench}
+net=${LAB_NET:-10.77.0}
+cli_core=${CLIENT_CORE:-0}
+work=${WORK:-/tmp/dpbench-$name}
+out=${OUT:-/tmp/dpbench-results/$(date -u +%Y%m%d-%H%M%S)}
+read -r -a peers <<< "${PEERS:-nginx haproxy stunnel}"
+[ "$(id -u)" -eq 0 ] || { echo "bench-suite: must run as root (network namespaces)" >&2; exit 1; }
+
+sub=suite
+case "${1:-}" in suite|test|scenario) sub=$1; shift ;; esac
+
+target_dir=${CARGO_TARGET_DIR:-$root/target}
+if [ -z "${DPBENCH:-}" ]; then
+    (cd "$root" && cargo build --release -p bench --bin dpbench)
+    DPBENCH=$target_dir/release/dpbench
+fi
+
+cleanup() {
+    "$root/scripts/peers/peers.sh" stop "$name" "$work" >/dev/null 2>&1 || true
+    "$root/scripts/bench-lab.sh" down "$name" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT INT TERM
+"$root/scripts/bench-lab.sh" up "$name"
+"$root/scripts/peers/peers.sh" start "$name" "$work" "${peers[@]}"
+targets=()
+while read -r t; do targets+=(--target "$t"); done < <("$root/scripts/peers/peers.sh" targets "$name" "$work" "${peers[@]}")
+verify=(--dangerous-no-verify)
+[ "${VERIFY:-0}" = 1 ] && verify=(--ca "$work/ca.pem")
+mkdir -p "$out"
+cmd=("$DPBENCH" "$sub")
+[ "$sub" = suite ] || { cmd+=("$1"); shift; }
+cmd+=("${targets[@]}" "${verify[@]}" --cores "$cli_core" --src "$net.10-25" --out "$out" "$@")
+echo "+ ${cmd[*]}" | tee "$out/command.txt"
+ip netns exec "$name-cli" "${cmd[@]}" | tee "$out/report.md"
+echo "reports in $out"
