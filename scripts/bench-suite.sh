@@ -11,7 +11,8 @@
 #   scripts/bench-suite.sh scenario f5 --sustain 5
 #
 #   NAME=bench  LAB_NET=10.77.0  DUT_CORE=1  CLIENT_CORE=0
-#   PEERS="nginx haproxy stunnel"   (add "backend" for the cleartext pool alone)
+#   PEERS="nginx haproxy stunnel"   (add "backend" for the cleartext pool alone,
+#                                    "dpd" for tlsdp's dataplane: plain HTTP tests)
 #   OUT=/tmp/dpbench-results/<date>  WORK=/tmp/dpbench-<NAME> (certs, configs, logs)
 #   VERIFY=1   verify certificates (default: --dangerous-no-verify, the
 #              cheapest client, so the DUT saturates first)
@@ -33,6 +34,9 @@ if [ -z "${DPBENCH:-}" ]; then
     (cd "$root" && cargo build --release -p bench --bin dpbench)
     DPBENCH=$target_dir/release/dpbench
 fi
+case " ${peers[*]} " in
+    *" dpd "*) (cd "$root" && cargo build --release -p dataplane -p control --bins) ;;
+esac
 
 cleanup() {
     "$root/scripts/peers/peers.sh" stop "$name" "$work" >/dev/null 2>&1 || true

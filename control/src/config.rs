@@ -37,6 +37,8 @@ pub struct Tcp {
     /// `"when_full"` (answer SYNs with cookies once `max_half_open` is
     /// reached), `"always"` or `"off"` (drop SYNs over the limit).
     pub syn_cookies: SynCookieMode,
+    /// Seconds a connection we closed first stays in TIME-WAIT (2 MSL).
+    pub time_wait_s: u32,
 }
 
 impl Default for Tcp {
@@ -45,6 +47,7 @@ impl Default for Tcp {
             max_connections: 65536,
             max_half_open: 4096,
             syn_cookies: SynCookieMode::WhenFull,
+            time_wait_s: 30,
         }
     }
 }
@@ -113,6 +116,11 @@ pub struct Eal {
     /// Packet buffers (mbufs) per NUMA socket in use.
     #[serde(default = "default_mbufs")]
     pub mbufs: u32,
+    /// Sleep this long (µs) after an engine finds nothing to do 256 times in
+    /// a row; 0 (the default) polls without pause, as a dataplane core
+    /// should. For labs and machines where the dataplane shares its cores.
+    #[serde(default)]
+    pub idle_sleep_us: u32,
 }
 
 fn default_mbufs() -> u32 {
@@ -459,6 +467,12 @@ impl Config {
                 self.tcp.max_connections,
                 "must be 1 to 16000000",
             ));
+        }
+        if !(1..=240).contains(&self.tcp.time_wait_s) {
+            return Err(ConfigError::new("tcp.time_wait_s", self.tcp.time_wait_s, "must be 1 to 240 seconds"));
+        }
+        if self.eal.idle_sleep_us > 100_000 {
+            return Err(ConfigError::new("eal.idle_sleep_us", self.eal.idle_sleep_us, "at most 100000 (0.1 s)"));
         }
         if self.tcp.max_half_open > self.tcp.max_connections {
             return Err(ConfigError::new(

@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant as WallClock;
+use std::time::{Duration, Instant as WallClock};
 
 use control::api::{Body, ControlSocket, CoreStats, PortStatus, Reply, Request, Stats, Status};
 use control::config::{Config, ConfigError, DeviceKind, HugepagePolicy, SynCookieMode};
@@ -347,7 +347,11 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
     for (q, &lcore) in cfg.eal.lcores.iter().enumerate() {
         let counters = Arc::new(SharedCounters::default());
         shared.push((lcore, counters.clone()));
-        let mut engine_cfg = EngineConfig::default();
+        let mut engine_cfg = EngineConfig {
+            idle_sleep: (cfg.eal.idle_sleep_us > 0).then(|| Duration::from_micros(u64::from(cfg.eal.idle_sleep_us))),
+            ..EngineConfig::default()
+        };
+        engine_cfg.tcp.time_wait = Duration::from_secs(u64::from(cfg.tcp.time_wait_s));
         engine_cfg.tcp.max_conns = cfg.tcp.max_connections as usize;
         engine_cfg.tcp.max_half_open = cfg.tcp.max_half_open as usize;
         engine_cfg.tcp.syn_cookies = match cfg.tcp.syn_cookies {

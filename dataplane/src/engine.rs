@@ -34,6 +34,9 @@ pub struct EngineConfig {
     /// one (always, outside tests and fuzzing: predictable ISNs are an
     /// attack surface).
     pub isn_key: Option<u64>,
+    /// Pause after 256 idle iterations in a row (`None`: never; the
+    /// production setting — a dataplane core polls).
+    pub idle_sleep: Option<Duration>,
 }
 
 impl Default for EngineConfig {
@@ -44,6 +47,7 @@ impl Default for EngineConfig {
             tick: Duration::from_millis(1),
             tcp: TcpConfig::default(),
             isn_key: None,
+            idle_sleep: None,
         }
     }
 }
@@ -265,6 +269,7 @@ impl<P: Port> Engine<P> {
     /// busy and idle TSC cycles. Transmits what is buffered before returning.
     pub fn run(&mut self, clock: &TscClock, stop: &AtomicBool) {
         let mut next_stop_check = Instant::ZERO;
+        let mut idle_streak = 0u32;
         loop {
             let start = clock.ticks();
             let now = clock.at(start);
@@ -272,8 +277,14 @@ impl<P: Port> Engine<P> {
             let spent = clock.ticks().wrapping_sub(start);
             if work > 0 {
                 self.counters.busy_cycles += spent;
+                idle_streak = 0;
             } else {
                 self.counters.idle_cycles += spent;
+                idle_streak += 1;
+                if let Some(pause) = self.cfg.idle_sleep.filter(|_| idle_streak >= 256) {
+                    // Only when configured and idle: never on a busy path.
+                    std::thread::sleep(pause);
+                }
             }
             self.counters.loops += 1;
             if now >= next_stop_check {

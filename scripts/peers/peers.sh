@@ -18,6 +18,10 @@
 #
 #   scripts/peers/peers.sh start NAME DIR [nginx haproxy stunnel]
 #   scripts/peers/peers.sh stop NAME DIR
+#   peer "dpd": tlsdp's own dataplane on the same veth through AF_PACKET, at
+#   NET.100 (the kernel keeps NET.1 for the other peers), with the built-in
+#   responder on :80 (plain HTTP; it serves the same /64b ... /2m pages).
+#   DPD_BIN and DPCTL_BIN name the binaries (default target/release/).
 #   scripts/peers/peers.sh targets NAME DIR     print dpbench --target specs
 #
 # DIR holds certificates (made if missing), configs, pages, logs and pidfiles.
@@ -40,6 +44,11 @@ run=$dir/run
 conf=$dir/conf
 www=$dir/www
 log=$dir/log
+
+dpd_ip=$net.100
+root=$(cd "$here/../.." && pwd)
+dpd_bin=${DPD_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/dpd}
+dpctl_bin=${DPCTL_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/dpctl}
 
 die() { echo "peers: $*" >&2; exit 1; }
 in_ns() { ip netns exec "$ns" "$@"; }
@@ -270,6 +279,36 @@ start() {
             stunnel_conf
             in_ns taskset -c "$dut_core" stunnel4 "$conf/stunnel.conf" 2>>"$log/start.log" || die "stunnel failed (see $log)"
             wait_pid "$run/stunnel.pid" stunnel ;;
+        dpd)
+            [ -x "$dpd_bin" ] || die "dpd not built ($dpd_bin): cargo build --release -p dataplane -p control"
+            cat > "$conf/dpd.toml" <<EOT
+# tlsdp on the bench lab: the DUT core, AF_PACKET on veth-dut beside the
+# kernel peers, an idle pause so it leaves the core to them between its runs.
+[eal]
+lcores = [$dut_core]
+idle_sleep_us = 50
+
+[[port]]
+name = "lab"
+device = "net_af_packet0,iface=veth-dut"
+address = "$dpd_ip/24"
+
+[[vip]]
+name = "http"
+listen = "$dpd_ip:80"
+respond = "builtin"
+
+[tcp]
+max_connections = 1000000
+max_half_open = 65536
+
+[control]
+socket = "$run/dpd.sock"
+EOT
+            in_ns "$dpd_bin" --config "$conf/dpd.toml" >"$log/dpd.log" 2>&1 &
+            echo $! > "$run/dpd.pid"
+            for _ in $(seq 100); do [ -S "$run/dpd.sock" ] && break; sleep 0.1; done
+            [ -S "$run/dpd.sock" ] || die "dpd did not start (see $log/dpd.log)" ;;
         *) die "unknown peer $p" ;;
         esac
     done
@@ -277,7 +316,7 @@ start() {
 }
 
 stop() {
-    for f in stunnel haproxy-clear haproxy nginx backend; do
+    for f in dpd stunnel haproxy-clear haproxy nginx backend; do
         stop_pidfile "$run/$f.pid"
     done
     echo "peers down"
@@ -290,6 +329,7 @@ targets() {
         haproxy) echo "name=haproxy,host=$vip,rsa2048=4441,p256=4442,p384=4443,http=8002,pidfile=$run/haproxy.pid,core=$dut_core" ;;
         stunnel) echo "name=stunnel,host=$vip,rsa2048=4451,p256=4452,p384=4453,http=8003,pidfile=$run/stunnel.pid+$run/haproxy-clear.pid,core=$dut_core" ;;
         backend) echo "name=backend,host=$vip,http=8090,pidfile=$run/backend.pid,core=$cli_core" ;;
+        dpd) echo "name=dpd,host=$dpd_ip,http=80,core=$dut_core,busy=cmd:$dpctl_bin --socket $run/dpd.sock stats --busy-seconds" ;;
         esac
     done
 }

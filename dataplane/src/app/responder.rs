@@ -4,6 +4,9 @@
 //!   [`PATTERN`], streamed into the send buffer as it drains, never held
 //!   whole;
 //! - `GET /` answers a small HTML page;
+//! - `GET /64b`, `/1k`, `/250k`, `/1m`, `/2m`: the pages the benchmark
+//!   peers serve (64, 1024, 256 000, 1 MiB, 2 MiB bytes of the pattern), so
+//!   dpbench asks every device under test for the same thing;
 //! - anything else: 404 (unknown path), 405 (other methods), 400 (malformed),
 //!   431 (headers over 8 KiB, then close).
 //!
@@ -315,8 +318,18 @@ fn parse_request(a: &[u8], b: &[u8]) -> Option<Request> {
     }
     let head_only = method == "HEAD";
     let path = target.split('?').next().unwrap_or_default();
+    let bench_page = match path {
+        "/64b" => Some(64),
+        "/1k" => Some(1024),
+        "/250k" => Some(256_000),
+        "/1m" => Some(1 << 20),
+        "/2m" => Some(2 << 20),
+        _ => None,
+    };
     let (status, body) = if path == "/" {
         (200, Body::Fixed(INDEX))
+    } else if let Some(n) = bench_page {
+        (200, Body::Pattern(n))
     } else if let Some(n) = path.strip_prefix("/bytes/") {
         match n.parse::<u64>() {
             Ok(n) if n <= MAX_BODY => (200, Body::Pattern(n)),
@@ -369,6 +382,11 @@ mod tests {
                 .unwrap()
                 .close
         );
+        // The benchmark peers' pages.
+        let r = parse("GET /1m HTTP/1.1\r\n\r\n").unwrap();
+        assert!(matches!(r.body, Body::Pattern(1_048_576)));
+        let r = parse("GET /64b HTTP/1.0\r\n\r\n").unwrap();
+        assert!(matches!(r.body, Body::Pattern(64)) && r.close);
     }
 
     #[test]
