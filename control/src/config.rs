@@ -469,10 +469,18 @@ impl Config {
             ));
         }
         if !(1..=240).contains(&self.tcp.time_wait_s) {
-            return Err(ConfigError::new("tcp.time_wait_s", self.tcp.time_wait_s, "must be 1 to 240 seconds"));
+            return Err(ConfigError::new(
+                "tcp.time_wait_s",
+                self.tcp.time_wait_s,
+                "must be 1 to 240 seconds",
+            ));
         }
         if self.eal.idle_sleep_us > 100_000 {
-            return Err(ConfigError::new("eal.idle_sleep_us", self.eal.idle_sleep_us, "at most 100000 (0.1 s)"));
+            return Err(ConfigError::new(
+                "eal.idle_sleep_us",
+                self.eal.idle_sleep_us,
+                "at most 100000 (0.1 s)",
+            ));
         }
         if self.tcp.max_half_open > self.tcp.max_connections {
             return Err(ConfigError::new(

@@ -348,7 +348,8 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
         let counters = Arc::new(SharedCounters::default());
         shared.push((lcore, counters.clone()));
         let mut engine_cfg = EngineConfig {
-            idle_sleep: (cfg.eal.idle_sleep_us > 0).then(|| Duration::from_micros(u64::from(cfg.eal.idle_sleep_us))),
+            idle_sleep: (cfg.eal.idle_sleep_us > 0)
+                .then(|| Duration::from_micros(u64::from(cfg.eal.idle_sleep_us))),
             ..EngineConfig::default()
         };
         engine_cfg.tcp.time_wait = Duration::from_secs(u64::from(cfg.tcp.time_wait_s));

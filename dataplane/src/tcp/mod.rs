@@ -917,3 +917,79 @@ mod size_tests {
         assert!(n <= 1024, "{n}");
     }
 }
+
+#[cfg(test)]
+mod listen_tests {
+    use super::*;
+    use smoltcp::wire::TcpSeqNumber;
+
+    fn syn(port: u16) -> Vec<u8> {
+        let repr = TcpRepr {
+            src_port: port,
+            dst_port: 80,
+            control: TcpControl::Syn,
+            seq_number: TcpSeqNumber(1000),
+            ack_number: None,
+            window_len: 65535,
+            window_scale: Some(7),
+            max_seg_size: Some(1460),
+            sack_permitted: true,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload: &[],
+        };
+        let mut buf = vec![0u8; repr.buffer_len()];
+        let (src, dst) = (
+            IpAddress::Ipv4(Ipv4Addr::new(10, 0, 0, 2)),
+            IpAddress::Ipv4(Ipv4Addr::new(10, 0, 0, 1)),
+        );
+        repr.emit(
+            &mut TcpPacket::new_unchecked(&mut buf[..]),
+            &src,
+            &dst,
+            &ChecksumCapabilities::default(),
+        );
+        buf
+    }
+
+    #[test]
+    fn cookies_engage_when_the_half_open_budget_is_spent() {
+        let cfg = TcpConfig {
+            max_half_open: 2,
+            ..TcpConfig::default()
+        };
+        let mut tcp: TcpEngine<()> = TcpEngine::new(cfg, Instant::ZERO, 7);
+        tcp.listen(Ipv4Addr::new(10, 0, 0, 1), 80);
+        for port in 1000..1005 {
+            tcp.input(
+                Instant::from_millis(1),
+                Ipv4Addr::new(10, 0, 0, 2),
+                Ipv4Addr::new(10, 0, 0, 1),
+                &syn(port),
+            )
+            .unwrap();
+        }
+        let c = tcp.counters();
+        assert_eq!((c.half_open, c.syn_cookies_sent), (2, 3), "{c:?}");
+        let off = TcpConfig {
+            max_half_open: 2,
+            syn_cookies: SynCookies::Off,
+            ..TcpConfig::default()
+        };
+        let mut tcp: TcpEngine<()> = TcpEngine::new(off, Instant::ZERO, 7);
+        tcp.listen(Ipv4Addr::new(10, 0, 0, 1), 80);
+        let mut refused = 0;
+        for port in 1000..1005 {
+            if tcp.input(
+                Instant::from_millis(1),
+                Ipv4Addr::new(10, 0, 0, 2),
+                Ipv4Addr::new(10, 0, 0, 1),
+                &syn(port),
+            ) == Err(DropReason::ListenOverflow)
+            {
+                refused += 1;
+            }
+        }
+        assert_eq!((tcp.counters().half_open, refused), (2, 3));
+    }
+}
