@@ -305,7 +305,9 @@ max_half_open = 65536
 [control]
 socket = "$run/dpd.sock"
 EOT
-            in_ns "$dpd_bin" --config "$conf/dpd.toml" >"$log/dpd.log" 2>&1 &
+            # Not through in_ns: $! must be dpd itself (ip netns exec execs it),
+            # not a subshell, so that stop can end it.
+            ip netns exec "$ns" "$dpd_bin" --config "$conf/dpd.toml" >"$log/dpd.log" 2>&1 &
             echo $! > "$run/dpd.pid"
             for _ in $(seq 100); do [ -S "$run/dpd.sock" ] && break; sleep 0.1; done
             [ -S "$run/dpd.sock" ] || die "dpd did not start (see $log/dpd.log)" ;;
