@@ -39,6 +39,13 @@ pub struct Tcp {
     pub syn_cookies: SynCookieMode,
     /// Seconds a connection we closed first stays in TIME-WAIT (2 MSL).
     pub time_wait_s: u32,
+    /// Seconds without a segment before a connection is reset.
+    pub idle_timeout_s: u32,
+    /// Seconds a handshake may take.
+    pub handshake_timeout_s: u32,
+    /// Seconds of idleness before keepalive probes (0: off); then every
+    /// 75 s, 9 probes (Linux's defaults).
+    pub keepalive_s: u32,
 }
 
 impl Default for Tcp {
@@ -48,6 +55,9 @@ impl Default for Tcp {
             max_half_open: 4096,
             syn_cookies: SynCookieMode::WhenFull,
             time_wait_s: 30,
+            idle_timeout_s: 300,
+            handshake_timeout_s: 10,
+            keepalive_s: 0,
         }
     }
 }
@@ -466,6 +476,20 @@ impl Config {
                 "tcp.max_connections",
                 self.tcp.max_connections,
                 "must be 1 to 16000000",
+            ));
+        }
+        if !(1..=86_400).contains(&self.tcp.idle_timeout_s) {
+            return Err(ConfigError::new(
+                "tcp.idle_timeout_s",
+                self.tcp.idle_timeout_s,
+                "must be 1 to 86400 seconds",
+            ));
+        }
+        if !(1..=120).contains(&self.tcp.handshake_timeout_s) {
+            return Err(ConfigError::new(
+                "tcp.handshake_timeout_s",
+                self.tcp.handshake_timeout_s,
+                "must be 1 to 120 seconds",
             ));
         }
         if !(1..=240).contains(&self.tcp.time_wait_s) {

@@ -353,6 +353,11 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
             ..EngineConfig::default()
         };
         engine_cfg.tcp.time_wait = Duration::from_secs(u64::from(cfg.tcp.time_wait_s));
+        engine_cfg.tcp.idle_timeout = Duration::from_secs(u64::from(cfg.tcp.idle_timeout_s));
+        engine_cfg.tcp.handshake_timeout =
+            Duration::from_secs(u64::from(cfg.tcp.handshake_timeout_s));
+        engine_cfg.tcp.keepalive =
+            (cfg.tcp.keepalive_s > 0).then(|| Duration::from_secs(u64::from(cfg.tcp.keepalive_s)));
         engine_cfg.tcp.max_conns = cfg.tcp.max_connections as usize;
         engine_cfg.tcp.max_half_open = cfg.tcp.max_half_open as usize;
         engine_cfg.tcp.syn_cookies = match cfg.tcp.syn_cookies {

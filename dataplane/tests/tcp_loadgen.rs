@@ -268,3 +268,55 @@ fn idle_connections_time_out_with_a_reset() {
     assert_eq!(client.lost_after_completion(), 10);
     assert_eq!(client.tcp().counters().active, 0);
 }
+
+#[test]
+fn keepalive_keeps_live_peers_and_drops_dead_ones() {
+    let load = LoadConfig {
+        server: SRV,
+        port: 80,
+        body: 0,
+        requests_per_conn: 0,
+        concurrency: 5,
+        total_conns: 5,
+        sources: 1,
+    };
+    let (a, b) = link(
+        EthernetAddress([2, 0, 0, 0, 1, 1]),
+        EthernetAddress([2, 0, 0, 0, 1, 2]),
+        1024,
+        4096,
+    );
+    let tcp = TcpConfig {
+        keepalive: Some(Duration::from_secs(2)),
+        keepalive_interval: Duration::from_secs(1),
+        keepalive_probes: 3,
+        ..TcpConfig::default()
+    };
+    let mut server = Engine::new(
+        EngineConfig {
+            tcp,
+            ..EngineConfig::default()
+        },
+        Arc::new(SharedCounters::default()),
+    );
+    server.add_port(a, iface(SRV));
+    server.listen(SRV, 80);
+    let mut client = LoadGen::new(b, iface(CLI), TcpConfig::default(), load);
+    let mut now = Instant::from_millis(1);
+    // 20 s with the client alive: probes are answered, nothing closes.
+    for _ in 0..20_000 {
+        now = now + Duration::from_millis(1);
+        client.poll(now);
+        server.poll(now);
+    }
+    let t = server.tcp().counters();
+    assert_eq!(t.active, 5, "{t:?}");
+    assert!(t.keepalive_probes >= 5 * 5, "probes every ~2 s: {t:?}");
+    // The client dies (no more polling): 2 s idle + 3 probes 1 s apart.
+    for _ in 0..10_000 {
+        now = now + Duration::from_millis(1);
+        server.poll(now);
+    }
+    let t = server.tcp().counters();
+    assert_eq!((t.active, t.timeouts), (0, 5), "{t:?}");
+}

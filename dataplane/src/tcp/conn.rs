@@ -125,6 +125,10 @@ pub(super) struct Conn<A> {
     last_activity: Instant,
     /// Send one byte past a zero window (persist probe).
     probe: bool,
+    /// Keepalive probes sent since the peer was last heard.
+    ka_sent: u8,
+    /// Send a keepalive probe with the next transmit.
+    ka_probe: bool,
 
     // Congestion control (RFC 5681, NewReno RFC 6582).
     cwnd: u32,
@@ -278,6 +282,8 @@ impl<A: Default> Conn<A> {
             timewait_until: None,
             last_activity: now,
             probe: false,
+            ka_sent: 0,
+            ka_probe: false,
             cwnd: 10 * seg_size,
             ssthresh: u32::MAX / 2,
             dupacks: 0,
@@ -554,6 +560,7 @@ impl<A: Default> Conn<A> {
         counters: &mut TcpCounters,
     ) -> Input {
         self.last_activity = now;
+        self.ka_sent = 0;
         if self.state == State::SynSent {
             return self.input_syn_sent(now, seg, cfg);
         }
@@ -905,9 +912,19 @@ impl<A: Default> Conn<A> {
         match self.state {
             State::SynSent | State::SynReceived => consider(Some(self.handshake_until)),
             State::TimeWait => {}
-            _ => consider(Some(self.last_activity + cfg.idle_timeout)),
+            _ => {
+                consider(Some(self.last_activity + cfg.idle_timeout));
+                consider(self.keepalive_due(cfg));
+            }
         }
         at
+    }
+
+    /// When the next keepalive probe is due (established, nothing in flight).
+    fn keepalive_due(&self, cfg: &TcpConfig) -> Option<Instant> {
+        let idle = cfg.keepalive?;
+        (self.state == State::Established && self.snd_una == self.snd_max)
+            .then(|| self.last_activity + idle + cfg.keepalive_interval * u32::from(self.ka_sent))
     }
 
     pub fn on_timer(&mut self, now: Instant, cfg: &TcpConfig, counters: &mut TcpCounters) -> Input {
@@ -927,6 +944,16 @@ impl<A: Default> Conn<A> {
         {
             out.closed = Some(CloseReason::TimedOut);
             return out;
+        }
+        if self.keepalive_due(cfg).is_some_and(|t| now >= t) {
+            if self.ka_sent >= cfg.keepalive_probes {
+                out.closed = Some(CloseReason::TimedOut);
+                return out;
+            }
+            self.ka_sent += 1;
+            self.ka_probe = true;
+            counters.keepalive_probes += 1;
+            out.send = true;
         }
         if self.ack_at.is_some_and(|t| now >= t) {
             self.ack_at = None;
@@ -1202,6 +1229,16 @@ impl<A: Default> Conn<A> {
                 self.sent_ack(cfg);
             }
             break;
+        }
+        if self.ka_probe {
+            // RFC 9293 §3.8.4: SEG.SEQ = SND.NXT − 1, no data: the peer
+            // answers with an ACK if it is there.
+            let repr = self.repr(cfg, now, TcpControl::None, self.snd_nxt + u32::MAX, &[]);
+            if !emit(&Outgoing { src, dst, repr }) {
+                return false;
+            }
+            counters.segments_out += 1;
+            self.ka_probe = false;
         }
         if self.snd_wnd == 0 && self.snd_nxt.diff(data_end) < 0 && self.rto_at.is_none() {
             // Persist timer (RFC 9293 §3.8.6.1).

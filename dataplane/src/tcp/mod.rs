@@ -130,6 +130,12 @@ pub struct TcpConfig {
     pub handshake_timeout: Duration,
     pub idle_timeout: Duration,
     pub time_wait: Duration,
+    /// Keepalive (RFC 9293 §3.8.4): probe an idle established connection
+    /// after this long (`None`: off), every `keepalive_interval`, and give up
+    /// after `keepalive_probes` unanswered probes.
+    pub keepalive: Option<Duration>,
+    pub keepalive_interval: Duration,
+    pub keepalive_probes: u8,
 }
 
 impl Default for TcpConfig {
@@ -149,6 +155,9 @@ impl Default for TcpConfig {
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
             time_wait: Duration::from_secs(30),
+            keepalive: None,
+            keepalive_interval: Duration::from_secs(75),
+            keepalive_probes: 9,
         }
     }
 }
@@ -177,6 +186,7 @@ pub struct TcpCounters {
     /// Retransmission timer expiries (RFC 6298 §5.4).
     pub rto_expiries: u64,
     pub timeouts: u64,
+    pub keepalive_probes: u64,
     pub challenge_acks: u64,
     pub syn_dropped: u64,
     pub syn_cookies_sent: u64,
