@@ -79,8 +79,8 @@ fn downloads_survive_two_percent_drops() {
     let t0 = Instant::now();
     let (text, _) = curl_download(&lab, 1024, 30);
     assert!(text.starts_with("200 1024"), "{text}");
-    let (text, _) = curl_download(&lab, 20_000_000, 120);
-    eprintln!("20 MB with 2 % drops: {text} in {:?}", t0.elapsed());
+    let (text, _) = curl_download(&lab, 200_000_000, 240);
+    eprintln!("200 MB with 2 % drops: {text} in {:?}", t0.elapsed());
     std::thread::sleep(Duration::from_millis(50));
     let stats = dpd.stats();
     assert!(
