@@ -1085,6 +1085,15 @@ impl<A: Default> Conn<A> {
                 self.snd_max = self.snd_max.max(self.snd_nxt);
                 self.rto_at = Some(now + self.rto);
                 self.sent_ack(cfg);
+            } else if self.ack_now {
+                // An unacceptable segment (e.g. the peer's SYN-ACK crossing
+                // ours in a simultaneous open) is answered with an ACK.
+                let repr = self.repr(cfg, now, TcpControl::None, self.snd_nxt, &[]);
+                if !emit(&Outgoing { src, dst, repr }) {
+                    return false;
+                }
+                counters.segments_out += 1;
+                self.sent_ack(cfg);
             }
             return true;
         }

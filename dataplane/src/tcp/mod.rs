@@ -1003,3 +1003,164 @@ mod listen_tests {
         assert_eq!((tcp.counters().half_open, refused), (2, 3));
     }
 }
+
+#[cfg(test)]
+mod pair_tests {
+    //! Two TCP engines wired back to back (segments handed over directly),
+    //! for the transitions a client/server exchange never reaches.
+    use super::*;
+
+    const A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+    const B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+
+    struct Pair {
+        a: TcpEngine<()>,
+        b: TcpEngine<()>,
+        now: Instant,
+    }
+
+    impl Pair {
+        fn new(cfg: TcpConfig) -> Self {
+            Self {
+                a: TcpEngine::new(cfg, Instant::ZERO, 1),
+                b: TcpEngine::new(cfg, Instant::ZERO, 2),
+                now: Instant::from_millis(1),
+            }
+        }
+
+        /// Advances `ms` milliseconds `rounds` times; in each round both
+        /// sides transmit first, then both receive (segments cross).
+        fn run(&mut self, ms: u64, rounds: usize) {
+            for _ in 0..rounds {
+                self.now = self.now + Duration::from_millis(ms);
+                let now = self.now;
+                let out_a = Self::output(&mut self.a, now);
+                let out_b = Self::output(&mut self.b, now);
+                for (s, d, bytes) in out_a {
+                    let _ = self.b.input(now, s, d, &bytes);
+                }
+                for (s, d, bytes) in out_b {
+                    let _ = self.a.input(now, s, d, &bytes);
+                }
+            }
+        }
+
+        fn output(tcp: &mut TcpEngine<()>, now: Instant) -> Vec<(Ipv4Addr, Ipv4Addr, Vec<u8>)> {
+            let mut segs = Vec::new();
+            tcp.poll_timers(now);
+            tcp.transmit(now, |o| {
+                let mut buf = vec![0u8; o.repr.buffer_len()];
+                o.repr.emit(
+                    &mut TcpPacket::new_unchecked(&mut buf[..]),
+                    &IpAddress::Ipv4(o.src),
+                    &IpAddress::Ipv4(o.dst),
+                    &ChecksumCapabilities::default(),
+                );
+                segs.push((o.src, o.dst, buf));
+                true
+            });
+            segs
+        }
+    }
+
+    fn key(local: Ipv4Addr, lp: u16, remote: Ipv4Addr, rp: u16) -> FlowKey {
+        FlowKey {
+            local,
+            local_port: lp,
+            remote,
+            remote_port: rp,
+        }
+    }
+
+    fn established(cfg: TcpConfig) -> (Pair, ConnId, ConnId) {
+        let mut p = Pair::new(cfg);
+        p.a.listen(A, 80);
+        let cb = p.b.connect(p.now, key(B, 5000, A, 80)).unwrap();
+        p.run(1, 5);
+        let mut ev = Vec::new();
+        p.a.drain_events(&mut ev);
+        let ca = ev
+            .iter()
+            .find_map(|e| {
+                if let Event::Accepted(id) = e {
+                    Some(*id)
+                } else {
+                    None
+                }
+            })
+            .expect("accepted");
+        assert_eq!(p.b.state(cb), Some(State::Established));
+        (p, ca, cb)
+    }
+
+    #[test]
+    fn simultaneous_open() {
+        // RFC 9293 §3.5, figure 7: both sides send SYN; both pass through
+        // SYN-RECEIVED to ESTABLISHED.
+        let mut p = Pair::new(TcpConfig::default());
+        let ca = p.a.connect(p.now, key(A, 1000, B, 2000)).unwrap();
+        let cb = p.b.connect(p.now, key(B, 2000, A, 1000)).unwrap();
+        p.run(1, 10);
+        assert_eq!(p.a.state(ca), Some(State::Established));
+        assert_eq!(p.b.state(cb), Some(State::Established));
+        assert_eq!(p.a.send(ca, b"hello"), 5);
+        p.run(1, 5);
+        let mut buf = [0u8; 16];
+        assert_eq!(p.b.recv(cb, &mut buf), 5);
+        assert_eq!(&buf[..5], b"hello");
+    }
+
+    #[test]
+    fn simultaneous_close_goes_through_closing() {
+        // RFC 9293 §3.6, figure 13: FINs cross; both sides pass CLOSING to
+        // TIME-WAIT.
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        p.a.close(ca);
+        p.b.close(cb);
+        p.run(1, 1);
+        assert_eq!(p.a.state(ca), Some(State::Closing));
+        assert_eq!(p.b.state(cb), Some(State::Closing));
+        p.run(1, 3);
+        assert_eq!(p.a.state(ca), Some(State::TimeWait));
+        assert_eq!(p.b.state(cb), Some(State::TimeWait));
+        // 2 MSL later both are gone.
+        p.run(1000, 31);
+        assert_eq!((p.a.state(ca), p.b.state(cb)), (None, None));
+    }
+
+    #[test]
+    fn zero_window_is_probed_and_reopened() {
+        let cfg = TcpConfig {
+            buffer_size: 16 * 1024,
+            ..TcpConfig::default()
+        };
+        let (mut p, ca, cb) = established(cfg);
+        let data: Vec<u8> = (0..40_000u32).map(|i| i as u8).collect();
+        let mut sent = 0;
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        // B does not read for 5 s: its window closes, A probes it.
+        for _ in 0..50 {
+            sent += p.a.send(ca, &data[sent..]);
+            p.run(100, 1);
+        }
+        assert!(sent < data.len(), "A blocked by the closed window");
+        assert!(p.a.counters().retransmits > 0, "persist probes went out");
+        assert_eq!(
+            p.a.state(ca),
+            Some(State::Established),
+            "probes do not kill the connection"
+        );
+        // B reads: the window reopens and everything arrives in order.
+        for _ in 0..200 {
+            sent += p.a.send(ca, &data[sent..]);
+            let n = p.b.recv(cb, &mut buf);
+            got.extend_from_slice(&buf[..n]);
+            p.run(10, 1);
+            if got.len() == data.len() {
+                break;
+            }
+        }
+        assert_eq!(got, data);
+    }
+}
