@@ -27,34 +27,47 @@ fn iface(addr: Ipv4Addr) -> InterfaceConfig {
     }
 }
 
-fn run(
+type Server = Engine<Impaired<MemPort>>;
+type Client = LoadGen<Impaired<MemPort>>;
+
+/// The engine (listening on SRV:80) and the load generator over one
+/// in-memory link; `impair` on the client's side, the same with
+/// `server_seed` on the server's.
+fn setup(
+    server_cfg: EngineConfig,
     load: LoadConfig,
     impair: ImpairConfig,
-) -> (Engine<Impaired<MemPort>>, LoadGen<Impaired<MemPort>>) {
+    server_seed: u64,
+) -> (Server, Client) {
     let (a, b) = link(
         EthernetAddress([2, 0, 0, 0, 1, 1]),
         EthernetAddress([2, 0, 0, 0, 1, 2]),
         8192,
         32768,
     );
-    let mut server = Engine::new(EngineConfig::default(), Arc::new(SharedCounters::default()));
+    let mut server = Engine::new(server_cfg, Arc::new(SharedCounters::default()));
     server.add_port(
         Impaired::new(
             a,
             ImpairConfig {
-                seed: impair.seed + 1,
+                seed: server_seed,
                 ..impair
             },
         ),
         iface(SRV),
     );
     server.listen(SRV, 80);
-    let mut client = LoadGen::new(
+    let client = LoadGen::new(
         Impaired::new(b, impair),
         iface(CLI),
         TcpConfig::default(),
         load,
     );
+    (server, client)
+}
+
+fn run(load: LoadConfig, impair: ImpairConfig) -> (Server, Client) {
+    let (mut server, mut client) = setup(EngineConfig::default(), load, impair, impair.seed + 1);
     let mut now = Instant::from_millis(1);
     let limit = now + Duration::from_secs(3600);
     while !client.done() {
@@ -160,30 +173,11 @@ fn goodput_by_loss_snapshot() {
             delay: Duration::from_millis(1),
             ..ImpairConfig::default()
         };
-        let (a, b) = link(
-            EthernetAddress([2, 0, 0, 0, 1, 1]),
-            EthernetAddress([2, 0, 0, 0, 1, 2]),
-            8192,
-            32768,
-        );
-        let mut server = Engine::new(
-            EngineConfig {
-                isn_key: Some(1),
-                ..EngineConfig::default()
-            },
-            Arc::new(SharedCounters::default()),
-        );
-        server.add_port(
-            Impaired::new(a, ImpairConfig { seed: 6, ..impair }),
-            iface(SRV),
-        );
-        server.listen(SRV, 80);
-        let mut client = LoadGen::new(
-            Impaired::new(b, impair),
-            iface(CLI),
-            TcpConfig::default(),
-            load,
-        );
+        let cfg = EngineConfig {
+            isn_key: Some(1),
+            ..EngineConfig::default()
+        };
+        let (mut server, mut client) = setup(cfg, load, impair, 6);
         let start = Instant::from_millis(1);
         let mut now = start;
         while !client.done() {
@@ -227,26 +221,19 @@ fn idle_connections_time_out_with_a_reset() {
         total_conns: 10,
         sources: 1,
     };
-    let (a, b) = link(
-        EthernetAddress([2, 0, 0, 0, 1, 1]),
-        EthernetAddress([2, 0, 0, 0, 1, 2]),
-        1024,
-        4096,
-    );
     let tcp = TcpConfig {
         idle_timeout: Duration::from_secs(5),
         ..TcpConfig::default()
     };
-    let mut server = Engine::new(
+    let (mut server, mut client) = setup(
         EngineConfig {
             tcp,
             ..EngineConfig::default()
         },
-        Arc::new(SharedCounters::default()),
+        load,
+        ImpairConfig::default(),
+        2,
     );
-    server.add_port(a, iface(SRV));
-    server.listen(SRV, 80);
-    let mut client = LoadGen::new(b, iface(CLI), TcpConfig::default(), load);
     let mut now = Instant::from_millis(1);
     for _ in 0..10_000 {
         now = now + Duration::from_millis(1);
@@ -280,28 +267,21 @@ fn keepalive_keeps_live_peers_and_drops_dead_ones() {
         total_conns: 5,
         sources: 1,
     };
-    let (a, b) = link(
-        EthernetAddress([2, 0, 0, 0, 1, 1]),
-        EthernetAddress([2, 0, 0, 0, 1, 2]),
-        1024,
-        4096,
-    );
     let tcp = TcpConfig {
         keepalive: Some(Duration::from_secs(2)),
         keepalive_interval: Duration::from_secs(1),
         keepalive_probes: 3,
         ..TcpConfig::default()
     };
-    let mut server = Engine::new(
+    let (mut server, mut client) = setup(
         EngineConfig {
             tcp,
             ..EngineConfig::default()
         },
-        Arc::new(SharedCounters::default()),
+        load,
+        ImpairConfig::default(),
+        2,
     );
-    server.add_port(a, iface(SRV));
-    server.listen(SRV, 80);
-    let mut client = LoadGen::new(b, iface(CLI), TcpConfig::default(), load);
     let mut now = Instant::from_millis(1);
     // 20 s with the client alive: probes are answered, nothing closes.
     for _ in 0..20_000 {

@@ -1088,25 +1088,14 @@ impl<A: Default> Conn<A> {
             } else if self.ack_now {
                 // An unacceptable segment (e.g. the peer's SYN-ACK crossing
                 // ours in a simultaneous open) is answered with an ACK.
-                let repr = self.repr(cfg, now, TcpControl::None, self.snd_nxt, &[]);
-                if !emit(&Outgoing { src, dst, repr }) {
+                if !self.emit_ack(now, cfg, counters, emit) {
                     return false;
                 }
-                counters.segments_out += 1;
-                self.sent_ack(cfg);
             }
             return true;
         }
         if self.state == State::TimeWait {
-            if self.ack_now {
-                let repr = self.repr(cfg, now, TcpControl::None, self.snd_nxt, &[]);
-                if !emit(&Outgoing { src, dst, repr }) {
-                    return false;
-                }
-                counters.segments_out += 1;
-                self.sent_ack(cfg);
-            }
-            return true;
+            return !self.ack_now || self.emit_ack(now, cfg, counters, emit);
         }
 
         let data_len = self.send.as_ref().map_or(0, RingBuf::len) as u32;
@@ -1254,13 +1243,29 @@ impl<A: Default> Conn<A> {
             self.rto_at = Some(now + self.rto);
         }
         if self.ack_now {
-            let repr = self.repr(cfg, now, TcpControl::None, self.snd_nxt, &[]);
-            if !emit(&Outgoing { src, dst, repr }) {
-                return false;
-            }
-            counters.segments_out += 1;
-            self.sent_ack(cfg);
+            return self.emit_ack(now, cfg, counters, emit);
         }
+        true
+    }
+
+    /// Sends a pure ACK (<SEQ=SND.NXT><ACK=RCV.NXT>, window, SACK blocks).
+    fn emit_ack(
+        &mut self,
+        now: Instant,
+        cfg: &TcpConfig,
+        counters: &mut TcpCounters,
+        emit: &mut impl FnMut(&Outgoing<'_>) -> bool,
+    ) -> bool {
+        let repr = self.repr(cfg, now, TcpControl::None, self.snd_nxt, &[]);
+        if !emit(&Outgoing {
+            src: self.key.local,
+            dst: self.key.remote,
+            repr,
+        }) {
+            return false;
+        }
+        counters.segments_out += 1;
+        self.sent_ack(cfg);
         true
     }
 
