@@ -1,7 +1,9 @@
 //! Everything TLS for tlsdp (DESIGN.md, `crypto/`): the certificate store,
 //! TLS policies, the per-connection `Session` (handshake through rustls'
-//! unbuffered API, record layer on AWS-LC) and ticket keys.
+//! unbuffered API, record layer on AWS-LC) and ticket keys. No other crate
+//! names a rustls type.
 //!
-//! Empty until the TLS termination issue fills it: no other crate may name a
-//! rustls type, so nothing here is exported yet.
+//! Built so far: the certificate store ([`certs`]).
 #![forbid(unsafe_code)]
+
+pub mod certs;

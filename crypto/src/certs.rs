@@ -1,0 +1,591 @@
+//! Certificates: PEM chains and keys (RSA 2048–4096, ECDSA P-256 and P-384),
+//! checked when loaded (key matches certificate, dates, key strength), and a
+//! store that picks one per handshake by SNI (exact name, then wildcard,
+//! then the default) and by the client's signature algorithms (RSA and
+//! ECDSA may serve the same name).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::crypto::aws_lc_rs::sign::any_supported_type;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls::{SignatureAlgorithm, SignatureScheme};
+use x509_parser::extensions::GeneralName;
+use x509_parser::public_key::PublicKey;
+
+/// A certificate's key type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KeyType {
+    Rsa { bits: u32 },
+    EcdsaP256,
+    EcdsaP384,
+}
+
+impl fmt::Display for KeyType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Rsa { bits } => write!(f, "RSA-{bits}"),
+            Self::EcdsaP256 => f.write_str("ECDSA P-256"),
+            Self::EcdsaP384 => f.write_str("ECDSA P-384"),
+        }
+    }
+}
+
+/// Why a certificate and key were refused.
+#[derive(Debug)]
+pub enum CertErrorKind {
+    Read(io::Error),
+    /// No `CERTIFICATE` block in the file.
+    NoCertificate,
+    /// No private key block in the file.
+    NoKey,
+    /// A block is not valid PEM/DER.
+    Malformed(String),
+    /// The key type or size is not one we serve.
+    Unsupported(String),
+    /// The private key does not belong to the certificate.
+    KeyMismatch,
+    /// Past `notAfter` (Unix seconds).
+    Expired {
+        not_after: i64,
+    },
+    /// Before `notBefore` (Unix seconds).
+    NotYetValid {
+        not_before: i64,
+    },
+}
+
+/// A refused certificate: which file and why.
+#[derive(Debug)]
+pub struct CertError {
+    pub file: PathBuf,
+    pub kind: CertErrorKind,
+}
+
+impl fmt::Display for CertError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let file = self.file.display();
+        match &self.kind {
+            CertErrorKind::Read(e) => write!(f, "{file}: cannot read: {e}"),
+            CertErrorKind::NoCertificate => write!(f, "{file}: no PEM CERTIFICATE block"),
+            CertErrorKind::NoKey => write!(f, "{file}: no PEM private key block"),
+            CertErrorKind::Malformed(m) => write!(f, "{file}: malformed: {m}"),
+            CertErrorKind::Unsupported(m) => write!(f, "{file}: unsupported: {m}"),
+            CertErrorKind::KeyMismatch => {
+                write!(f, "{file}: the private key does not match the certificate")
+            }
+            CertErrorKind::Expired { not_after } => write!(
+                f,
+                "{file}: certificate expired (notAfter {not_after}, Unix seconds)"
+            ),
+            CertErrorKind::NotYetValid { not_before } => {
+                write!(
+                    f,
+                    "{file}: certificate not valid yet (notBefore {not_before}, Unix seconds)"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for CertError {}
+
+/// A loaded certificate chain with its key, ready to serve.
+#[derive(Debug, Clone)]
+pub struct Cert {
+    /// DNS names it serves (subjectAltName, else the subject CN), lowercase.
+    pub names: Vec<String>,
+    pub key_type: KeyType,
+    pub not_before: i64,
+    pub not_after: i64,
+    /// Certificates in the chain (leaf first).
+    pub chain_len: usize,
+    certified: Arc<CertifiedKey>,
+}
+
+impl Cert {
+    /// Loads a PEM chain (leaf first) and its PEM private key, and checks
+    /// them at time `now` (Unix seconds).
+    ///
+    /// # Errors
+    /// A [`CertError`] naming the file at fault.
+    pub fn load(cert_file: &Path, key_file: &Path, now: i64) -> Result<Self, CertError> {
+        let cert_err = |kind| CertError {
+            file: cert_file.to_path_buf(),
+            kind,
+        };
+        let key_err = |kind| CertError {
+            file: key_file.to_path_buf(),
+            kind,
+        };
+        let cert_pem = fs::read(cert_file).map_err(|e| cert_err(CertErrorKind::Read(e)))?;
+        let key_pem = fs::read(key_file).map_err(|e| key_err(CertErrorKind::Read(e)))?;
+
+        let chain: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut &cert_pem[..])
+            .collect::<Result<_, _>>()
+            .map_err(|e| cert_err(CertErrorKind::Malformed(e.to_string())))?;
+        if chain.is_empty() {
+            return Err(cert_err(CertErrorKind::NoCertificate));
+        }
+        let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut &key_pem[..])
+            .map_err(|e| key_err(CertErrorKind::Malformed(e.to_string())))?
+            .ok_or_else(|| key_err(CertErrorKind::NoKey))?;
+
+        let (_, x509) = x509_parser::parse_x509_certificate(&chain[0])
+            .map_err(|e| cert_err(CertErrorKind::Malformed(e.to_string())))?;
+        let key_type = match x509.public_key().parsed() {
+            Ok(PublicKey::RSA(rsa)) => {
+                let bits = rsa.key_size() as u32;
+                if !(2048..=4096).contains(&bits) {
+                    return Err(cert_err(CertErrorKind::Unsupported(format!(
+                        "RSA-{bits} (2048 to 4096 bits are served)"
+                    ))));
+                }
+                KeyType::Rsa { bits }
+            }
+            Ok(PublicKey::EC(point)) => match point.key_size() {
+                256 => KeyType::EcdsaP256,
+                384 => KeyType::EcdsaP384,
+                n => {
+                    return Err(cert_err(CertErrorKind::Unsupported(format!(
+                        "EC key of {n} bits (P-256 and P-384 are served)"
+                    ))))
+                }
+            },
+            Ok(_) => {
+                return Err(cert_err(CertErrorKind::Unsupported(
+                    "key type (RSA and ECDSA are served)".into(),
+                )))
+            }
+            Err(e) => return Err(cert_err(CertErrorKind::Malformed(e.to_string()))),
+        };
+        let validity = x509.validity();
+        let (not_before, not_after) = (
+            validity.not_before.timestamp(),
+            validity.not_after.timestamp(),
+        );
+        if now < not_before {
+            return Err(cert_err(CertErrorKind::NotYetValid { not_before }));
+        }
+        if now > not_after {
+            return Err(cert_err(CertErrorKind::Expired { not_after }));
+        }
+        let mut names: Vec<String> = match x509.subject_alternative_name() {
+            Ok(Some(san)) => san
+                .value
+                .general_names
+                .iter()
+                .filter_map(|n| match n {
+                    GeneralName::DNSName(d) => Some(d.to_ascii_lowercase()),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        if names.is_empty() {
+            names.extend(
+                x509.subject()
+                    .iter_common_name()
+                    .filter_map(|cn| cn.as_str().ok())
+                    .map(str::to_ascii_lowercase),
+            );
+        }
+
+        let signing = any_supported_type(&key)
+            .map_err(|e| key_err(CertErrorKind::Unsupported(e.to_string())))?;
+        let chain_len = chain.len();
+        let certified = CertifiedKey::new(chain, signing);
+        match certified.keys_match() {
+            Ok(()) => {}
+            Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
+                return Err(key_err(CertErrorKind::KeyMismatch))
+            }
+            Err(e) => return Err(key_err(CertErrorKind::Malformed(e.to_string()))),
+        }
+        Ok(Self {
+            names,
+            key_type,
+            not_before,
+            not_after,
+            chain_len,
+            certified: Arc::new(certified),
+        })
+    }
+
+    fn algorithm(&self) -> SignatureAlgorithm {
+        self.certified.key.algorithm()
+    }
+
+    /// Whether the client's signature schemes let this key sign.
+    fn signable(&self, schemes: &[SignatureScheme]) -> bool {
+        self.certified.key.choose_scheme(schemes).is_some()
+    }
+}
+
+/// Certificates of one VIP, chosen per handshake.
+#[derive(Debug, Default)]
+pub struct CertStore {
+    exact: HashMap<String, Vec<Cert>>,
+    /// Keyed by the parent domain of `*.parent`.
+    wildcard: HashMap<String, Vec<Cert>>,
+    /// The certificates of the first name added (RSA and ECDSA, if both
+    /// were given): for clients that send no SNI or a name none carries.
+    default: Vec<Cert>,
+    default_name: Option<String>,
+}
+
+impl CertStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a certificate under every name it carries.
+    pub fn add(&mut self, cert: Cert) {
+        for name in &cert.names {
+            match name.strip_prefix("*.") {
+                Some(parent) => self
+                    .wildcard
+                    .entry(parent.to_string())
+                    .or_default()
+                    .push(cert.clone()),
+                None => self
+                    .exact
+                    .entry(name.clone())
+                    .or_default()
+                    .push(cert.clone()),
+            }
+        }
+        let first = self
+            .default_name
+            .get_or_insert_with(|| cert.names.first().cloned().unwrap_or_default());
+        if cert.names.first() == Some(first) {
+            self.default.push(cert);
+        }
+    }
+
+    /// The certificate for a handshake: by name (exact, then one-label
+    /// wildcard, then default), then the first one whose key can sign with
+    /// one of the client's schemes (ECDSA is preferred when both can).
+    pub fn select(&self, sni: Option<&str>, schemes: &[SignatureScheme]) -> Option<&Cert> {
+        let name = sni.map(str::to_ascii_lowercase);
+        let by_name = name.as_deref().and_then(|n| {
+            self.exact.get(n).or_else(|| {
+                n.split_once('.')
+                    .and_then(|(_, parent)| self.wildcard.get(parent))
+            })
+        });
+        let candidates = by_name.unwrap_or(&self.default);
+        let pick = |alg| {
+            candidates
+                .iter()
+                .find(|c| c.algorithm() == alg && c.signable(schemes))
+        };
+        pick(SignatureAlgorithm::ECDSA).or_else(|| pick(SignatureAlgorithm::RSA))
+    }
+}
+
+impl ResolvesServerCert for CertStore {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.select(hello.server_name(), hello.signature_schemes())
+            .map(|c| c.certified.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    const NOW: i64 = 1_700_000_000 + 10 * 365 * 86_400; // well inside the test certificates' life
+
+    fn openssl(args: &[&str]) {
+        let out = Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl (apt-get install openssl)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// A test CA in `dir` (made once): `ca.pem`, `ca.key`.
+    fn ca(dir: &Path) -> PathBuf {
+        let ca = dir.join("ca.pem");
+        if !ca.exists() {
+            let key = dir.join("ca.key");
+            openssl(&[
+                "req",
+                "-x509",
+                "-nodes",
+                "-days",
+                "36500",
+                "-subj",
+                "/CN=tlsdp test CA",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-keyout",
+                key.to_str().unwrap(),
+                "-out",
+                ca.to_str().unwrap(),
+            ]);
+        }
+        ca
+    }
+
+    /// Makes a leaf certificate signed by the test CA with openssl (the
+    /// tool operators use); the PEM holds leaf then CA. Returns (chain, key).
+    fn make(dir: &Path, name: &str, key_args: &[&str], sans: &str) -> (PathBuf, PathBuf) {
+        let ca = ca(dir);
+        let p = |ext: &str| dir.join(format!("{name}.{ext}"));
+        let (key, csr, leaf, ext, chain) = (p("key"), p("csr"), p("leaf"), p("ext"), p("pem"));
+        let mut req = vec!["req", "-new", "-nodes", "-subj"];
+        let subj = format!("/CN={name}");
+        req.push(&subj);
+        req.extend_from_slice(key_args);
+        req.extend_from_slice(&[
+            "-keyout",
+            key.to_str().unwrap(),
+            "-out",
+            csr.to_str().unwrap(),
+        ]);
+        openssl(&req);
+        fs::write(
+            &ext,
+            format!("subjectAltName={sans}\nbasicConstraints=critical,CA:FALSE\n"),
+        )
+        .unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            csr.to_str().unwrap(),
+            "-CA",
+            ca.to_str().unwrap(),
+            "-CAkey",
+            dir.join("ca.key").to_str().unwrap(),
+            "-CAcreateserial",
+            "-days",
+            "36500",
+            "-extfile",
+            ext.to_str().unwrap(),
+            "-out",
+            leaf.to_str().unwrap(),
+        ]);
+        let mut pem = fs::read(&leaf).unwrap();
+        pem.extend(fs::read(&ca).unwrap());
+        fs::write(&chain, pem).unwrap();
+        (chain, key)
+    }
+
+    const RSA: &[&str] = &["-newkey", "rsa:2048"];
+    const P256: &[&str] = &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
+    const P384: &[&str] = &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"];
+
+    fn now() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+    }
+
+    #[test]
+    fn loads_rsa_and_ecdsa() {
+        let dir = tempfile::tempdir().unwrap();
+        for (args, want) in [
+            (RSA, KeyType::Rsa { bits: 2048 }),
+            (P256, KeyType::EcdsaP256),
+            (P384, KeyType::EcdsaP384),
+        ] {
+            let (c, k) = make(dir.path(), "a", args, "DNS:a.test,DNS:*.b.test");
+            let cert = Cert::load(&c, &k, now()).unwrap();
+            assert_eq!(cert.key_type, want);
+            assert_eq!(cert.names, ["a.test", "*.b.test"]);
+            assert_eq!(cert.chain_len, 2, "leaf and CA");
+        }
+    }
+
+    #[test]
+    fn refusals_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (c1, k1) = make(dir.path(), "one", P256, "DNS:one.test");
+        let (_c2, k2) = make(dir.path(), "two", P256, "DNS:two.test");
+        let e = Cert::load(&c1, &k2, now()).unwrap_err();
+        assert!(matches!(e.kind, CertErrorKind::KeyMismatch), "{e}");
+        assert_eq!(e.file, k2);
+        assert!(e.to_string().contains("two.key"), "{e}");
+
+        let e = Cert::load(&c1, &k1, NOW * 10).unwrap_err();
+        assert!(matches!(e.kind, CertErrorKind::Expired { .. }), "{e}");
+        assert!(
+            e.to_string().contains("one.pem") && e.to_string().contains("expired"),
+            "{e}"
+        );
+        let e = Cert::load(&c1, &k1, 0).unwrap_err();
+        assert!(matches!(e.kind, CertErrorKind::NotYetValid { .. }), "{e}");
+
+        let garbage = dir.path().join("garbage.pem");
+        fs::write(
+            &garbage,
+            "-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let e = Cert::load(&garbage, &k1, now()).unwrap_err();
+        assert!(matches!(e.kind, CertErrorKind::Malformed(_)), "{e}");
+        let empty = dir.path().join("empty.pem");
+        fs::write(&empty, "nothing here\n").unwrap();
+        assert!(matches!(
+            Cert::load(&empty, &k1, now()).unwrap_err().kind,
+            CertErrorKind::NoCertificate
+        ));
+        assert!(matches!(
+            Cert::load(&c1, &empty, now()).unwrap_err().kind,
+            CertErrorKind::NoKey
+        ));
+        let e = Cert::load(&dir.path().join("missing.pem"), &k1, now()).unwrap_err();
+        assert!(
+            matches!(e.kind, CertErrorKind::Read(_)) && e.to_string().contains("missing.pem"),
+            "{e}"
+        );
+
+        let (c, k) = make(
+            dir.path(),
+            "weak",
+            &["-newkey", "rsa:1024"],
+            "DNS:weak.test",
+        );
+        let e = Cert::load(&c, &k, now()).unwrap_err();
+        assert!(
+            matches!(e.kind, CertErrorKind::Unsupported(_)) && e.to_string().contains("RSA-1024"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn selection_by_sni_and_signature_schemes() {
+        let dir = tempfile::tempdir().unwrap();
+        let load = |name: &str, args, sans: &str| {
+            let (c, k) = make(dir.path(), name, args, sans);
+            Cert::load(&c, &k, now()).unwrap()
+        };
+        let mut store = CertStore::new();
+        store.add(load("default-rsa", RSA, "DNS:default.test"));
+        store.add(load("www-rsa", RSA, "DNS:www.example.test"));
+        store.add(load("www-ec", P256, "DNS:www.example.test"));
+        store.add(load("wild", P384, "DNS:*.example.test"));
+
+        let all = [
+            SignatureScheme::ECDSA_NISTP256_SHA256,
+            SignatureScheme::ECDSA_NISTP384_SHA384,
+            SignatureScheme::RSA_PSS_SHA256,
+        ];
+        let rsa_only = [
+            SignatureScheme::RSA_PSS_SHA256,
+            SignatureScheme::RSA_PKCS1_SHA256,
+        ];
+        let pick =
+            |sni, schemes: &[SignatureScheme]| store.select(sni, schemes).map(|c| c.names.clone());
+
+        // Exact name; ECDSA preferred, RSA for RSA-only clients.
+        let c = store.select(Some("WWW.Example.Test"), &all).unwrap();
+        assert_eq!(c.key_type, KeyType::EcdsaP256);
+        assert_eq!(
+            store
+                .select(Some("www.example.test"), &rsa_only)
+                .unwrap()
+                .key_type,
+            KeyType::Rsa { bits: 2048 }
+        );
+        // One-label wildcard only.
+        assert_eq!(
+            pick(Some("api.example.test"), &all),
+            Some(vec!["*.example.test".to_string()])
+        );
+        assert_eq!(
+            pick(Some("a.b.example.test"), &all),
+            Some(vec!["default.test".to_string()]),
+            "two labels: default"
+        );
+        // The wildcard is P-384 only: an RSA-only client gets nothing there.
+        assert_eq!(pick(Some("api.example.test"), &rsa_only), None);
+        // No SNI or an unknown name: the default.
+        assert_eq!(pick(None, &all), Some(vec!["default.test".to_string()]));
+        assert_eq!(
+            pick(Some("unknown.test"), &rsa_only),
+            Some(vec!["default.test".to_string()])
+        );
+    }
+
+    /// A real rustls handshake (buffered API, in memory) with the store as
+    /// the server's certificate resolver: the client, trusting only the
+    /// expected certificate, must get it for each SNI.
+    #[test]
+    fn rustls_handshakes_get_the_selected_certificate() {
+        use rustls::{
+            ClientConfig, ClientConnection, RootCertStore, ServerConfig, ServerConnection,
+        };
+
+        let dir = tempfile::tempdir().unwrap();
+        let (c_rsa, k_rsa) = make(dir.path(), "rsa", RSA, "DNS:rsa.test");
+        let (c_ec, k_ec) = make(dir.path(), "ec", P256, "DNS:ec.test");
+        let mut store = CertStore::new();
+        store.add(Cert::load(&c_rsa, &k_rsa, now()).unwrap());
+        store.add(Cert::load(&c_ec, &k_ec, now()).unwrap());
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let server = Arc::new(
+            ServerConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_cert_resolver(Arc::new(store)),
+        );
+        let ca_der = rustls_pemfile::certs(&mut &fs::read(dir.path().join("ca.pem")).unwrap()[..])
+            .next()
+            .unwrap()
+            .unwrap();
+        for (sni, pem) in [("rsa.test", &c_rsa), ("ec.test", &c_ec)] {
+            let der = rustls_pemfile::certs(&mut &fs::read(pem).unwrap()[..])
+                .next()
+                .unwrap()
+                .unwrap();
+            let mut roots = RootCertStore::empty();
+            roots.add(ca_der.clone()).unwrap();
+            let client = Arc::new(
+                ClientConfig::builder_with_provider(provider.clone())
+                    .with_safe_default_protocol_versions()
+                    .unwrap()
+                    .with_root_certificates(roots)
+                    .with_no_client_auth(),
+            );
+            let mut c = ClientConnection::new(client, sni.to_string().try_into().unwrap()).unwrap();
+            let mut s = ServerConnection::new(server.clone()).unwrap();
+            for _ in 0..10 {
+                let mut buf = Vec::new();
+                c.write_tls(&mut buf).unwrap();
+                s.read_tls(&mut &buf[..]).unwrap();
+                s.process_new_packets().unwrap();
+                let mut buf = Vec::new();
+                s.write_tls(&mut buf).unwrap();
+                c.read_tls(&mut &buf[..]).unwrap();
+                c.process_new_packets()
+                    .unwrap_or_else(|e| panic!("{sni}: {e}"));
+            }
+            assert!(!c.is_handshaking() && !s.is_handshaking(), "{sni}");
+            assert_eq!(c.peer_certificates().unwrap()[0], der, "{sni}");
+            assert_eq!(
+                c.peer_certificates().unwrap().len(),
+                2,
+                "the chain is sent whole"
+            );
+        }
+    }
+}
