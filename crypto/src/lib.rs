@@ -3,7 +3,11 @@
 //! unbuffered API, record layer on AWS-LC) and ticket keys. No other crate
 //! names a rustls type.
 //!
-//! Built so far: the certificate store ([`certs`]).
+//! Built so far: the certificate store ([`certs`]) and a first server
+//! session on rustls' unbuffered API ([`session`]).
 #![forbid(unsafe_code)]
 
 pub mod certs;
+pub mod session;
+#[cfg(test)]
+mod testutil;

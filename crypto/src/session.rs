@@ -1,0 +1,400 @@
+//! A server-side TLS session, sans-IO, on rustls' unbuffered API: the caller
+//! owns every buffer. Fed the TLS bytes TCP received, it returns how many it
+//! consumed, appends the TLS bytes to send and the application data it
+//! decrypted; it encrypts application data on request.
+//!
+//! This first version runs both the handshake and the record layer in
+//! rustls. Moving the record layer onto AWS-LC directly (after
+//! `dangerous_into_kernel_connection`) is the next step (DESIGN.md).
+
+use std::fmt;
+use std::sync::Arc;
+
+use rustls::server::UnbufferedServerConnection;
+use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
+use rustls::ServerConfig;
+
+/// A TLS failure: the connection must be closed (any alert to send is
+/// already in the outgoing bytes).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TlsError(pub rustls::Error);
+
+impl fmt::Display for TlsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TLS: {}", self.0)
+    }
+}
+
+impl std::error::Error for TlsError {}
+
+/// What one [`ServerSession::process`] call did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Bytes of the input consumed (the caller drops them).
+    pub consumed: usize,
+    /// The handshake completed during this call.
+    pub handshake_done: bool,
+    /// The peer sent close_notify.
+    pub peer_closed: bool,
+}
+
+/// One server-side TLS connection.
+pub struct ServerSession {
+    conn: UnbufferedServerConnection,
+    handshaking: bool,
+    peer_closed: bool,
+}
+
+impl fmt::Debug for ServerSession {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerSession")
+            .field("handshaking", &self.handshaking)
+            .field("peer_closed", &self.peer_closed)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Appends what `write` produces to `out`, growing it as asked.
+fn append<E>(
+    out: &mut Vec<u8>,
+    mut write: impl FnMut(&mut [u8]) -> Result<usize, E>,
+    required: impl Fn(&E) -> Option<usize>,
+) -> Result<(), E> {
+    let start = out.len();
+    let mut room = 2048;
+    loop {
+        out.resize(start + room, 0);
+        match write(&mut out[start..]) {
+            Ok(n) => {
+                out.truncate(start + n);
+                return Ok(());
+            }
+            Err(e) => match required(&e) {
+                Some(size) if size > room => room = size,
+                _ => {
+                    out.truncate(start);
+                    return Err(e);
+                }
+            },
+        }
+    }
+}
+
+impl ServerSession {
+    /// A new session for `config` (certificates, versions, suites).
+    ///
+    /// # Errors
+    /// When rustls refuses the configuration.
+    pub fn new(config: Arc<ServerConfig>) -> Result<Self, TlsError> {
+        Ok(Self {
+            conn: UnbufferedServerConnection::new(config).map_err(TlsError)?,
+            handshaking: true,
+            peer_closed: false,
+        })
+    }
+
+    pub fn is_handshaking(&self) -> bool {
+        self.handshaking
+    }
+
+    /// The negotiated protocol version and cipher suite, once known.
+    pub fn negotiated(&self) -> Option<(rustls::ProtocolVersion, rustls::SupportedCipherSuite)> {
+        Some((
+            self.conn.protocol_version()?,
+            self.conn.negotiated_cipher_suite()?,
+        ))
+    }
+
+    /// Processes received TLS bytes (`incoming`, in order, possibly a partial
+    /// record at the end). Appends TLS bytes to send to `outgoing` and
+    /// decrypted application data to `plaintext`.
+    ///
+    /// # Errors
+    /// A fatal TLS error; an alert for the peer may have been appended to
+    /// `outgoing` and should still be sent before closing.
+    pub fn process(
+        &mut self,
+        incoming: &mut [u8],
+        outgoing: &mut Vec<u8>,
+        plaintext: &mut Vec<u8>,
+    ) -> Result<Progress, TlsError> {
+        let mut progress = Progress::default();
+        let was_handshaking = self.handshaking;
+        loop {
+            let UnbufferedStatus { discard, state } = self
+                .conn
+                .process_tls_records(&mut incoming[progress.consumed..]);
+            let mut extra = 0;
+            let state = match state {
+                Ok(s) => s,
+                Err(e) => {
+                    // Give rustls the chance to emit the alert.
+                    self.drain_alert(outgoing);
+                    return Err(TlsError(e));
+                }
+            };
+            let mut stop = false;
+            match state {
+                ConnectionState::ReadTraffic(mut r) => {
+                    while let Some(rec) = r.next_record() {
+                        let rec = rec.map_err(TlsError)?;
+                        extra += rec.discard;
+                        plaintext.extend_from_slice(rec.payload);
+                    }
+                }
+                ConnectionState::EncodeTlsData(mut e) => {
+                    append(
+                        outgoing,
+                        |b| e.encode(b),
+                        |err| match err {
+                            EncodeError::InsufficientSize(s) => Some(s.required_size),
+                            _ => None,
+                        },
+                    )
+                    .map_err(|e| TlsError(rustls::Error::General(e.to_string())))?;
+                }
+                ConnectionState::TransmitTlsData(t) => {
+                    // The bytes are in `outgoing`; the caller sends them.
+                    t.done();
+                }
+                ConnectionState::BlockedHandshake => stop = true,
+                ConnectionState::WriteTraffic(_) => {
+                    self.handshaking = false;
+                    stop = true;
+                }
+                ConnectionState::PeerClosed => {
+                    self.peer_closed = true;
+                    progress.peer_closed = true;
+                }
+                ConnectionState::Closed => stop = true,
+                // 0-RTT is not enabled; anything new in rustls: stop here.
+                _ => stop = true,
+            }
+            progress.consumed += discard + extra;
+            if stop {
+                break;
+            }
+        }
+        progress.handshake_done = was_handshaking && !self.handshaking;
+        Ok(progress)
+    }
+
+    fn drain_alert(&mut self, outgoing: &mut Vec<u8>) {
+        if let UnbufferedStatus {
+            state: Ok(ConnectionState::EncodeTlsData(mut e)),
+            ..
+        } = self.conn.process_tls_records(&mut [])
+        {
+            let _ = append(
+                outgoing,
+                |b| e.encode(b),
+                |err| match err {
+                    EncodeError::InsufficientSize(s) => Some(s.required_size),
+                    _ => None,
+                },
+            );
+        }
+    }
+
+    /// Encrypts application data into TLS records appended to `outgoing`.
+    ///
+    /// # Errors
+    /// Before the handshake completes, or when the connection is closed.
+    pub fn encrypt(&mut self, data: &[u8], outgoing: &mut Vec<u8>) -> Result<(), TlsError> {
+        self.with_write(outgoing, |w, b| w.encrypt(data, b))
+    }
+
+    /// Appends a close_notify alert to `outgoing`.
+    ///
+    /// # Errors
+    /// Before the handshake completes, or when already closed.
+    pub fn close_notify(&mut self, outgoing: &mut Vec<u8>) -> Result<(), TlsError> {
+        self.with_write(outgoing, |w, b| w.queue_close_notify(b))
+    }
+
+    fn with_write(
+        &mut self,
+        outgoing: &mut Vec<u8>,
+        mut op: impl FnMut(
+            &mut rustls::unbuffered::WriteTraffic<'_, rustls::server::ServerConnectionData>,
+            &mut [u8],
+        ) -> Result<usize, EncryptError>,
+    ) -> Result<(), TlsError> {
+        match self.conn.process_tls_records(&mut []).state {
+            Ok(ConnectionState::WriteTraffic(mut w)) => append(
+                outgoing,
+                |b| op(&mut w, b),
+                |err| match err {
+                    EncryptError::InsufficientSize(s) => Some(s.required_size),
+                    _ => None,
+                },
+            )
+            .map_err(|e| TlsError(rustls::Error::General(e.to_string()))),
+            Ok(_) => Err(TlsError(rustls::Error::General(
+                "not ready to write application data".into(),
+            ))),
+            Err(e) => Err(TlsError(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::certs::{Cert, CertStore};
+    use crate::testutil::{make, now, P256, P384, RSA};
+    use rustls::pki_types::ServerName;
+    use rustls::{ClientConfig, ClientConnection, RootCertStore};
+    use std::io::{Read, Write};
+
+    fn server_config(
+        dir: &std::path::Path,
+        versions: &[&'static rustls::SupportedProtocolVersion],
+    ) -> Arc<ServerConfig> {
+        let mut store = CertStore::new();
+        for (name, args) in [("rsa", RSA), ("p256", P256), ("p384", P384)] {
+            let (c, k) = make(dir, name, args, &format!("DNS:{name}.test"));
+            store.add(Cert::load(&c, &k, now()).unwrap());
+        }
+        Arc::new(
+            ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::aws_lc_rs::default_provider(),
+            ))
+            .with_protocol_versions(versions)
+            .unwrap()
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(store)),
+        )
+    }
+
+    fn client(
+        dir: &std::path::Path,
+        sni: &str,
+        versions: &[&'static rustls::SupportedProtocolVersion],
+    ) -> ClientConnection {
+        let ca = rustls_pemfile::certs(&mut &std::fs::read(dir.join("ca.pem")).unwrap()[..])
+            .next()
+            .unwrap()
+            .unwrap();
+        let mut roots = RootCertStore::empty();
+        roots.add(ca).unwrap();
+        let cfg = ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_protocol_versions(versions)
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        ClientConnection::new(
+            Arc::new(cfg),
+            ServerName::try_from(sni.to_string()).unwrap(),
+        )
+        .unwrap()
+    }
+
+    /// Moves bytes both ways: client → `wire_in` (the server's TCP receive
+    /// buffer, consumed as the session reports) and server → client.
+    fn pump(
+        c: &mut ClientConnection,
+        s: &mut ServerSession,
+        wire_in: &mut Vec<u8>,
+        plain: &mut Vec<u8>,
+    ) {
+        for _ in 0..10 {
+            c.write_tls(wire_in).unwrap();
+            let mut out = Vec::new();
+            let p = s.process(wire_in, &mut out, plain).unwrap();
+            wire_in.drain(..p.consumed);
+            c.read_tls(&mut &out[..]).unwrap();
+            c.process_new_packets().unwrap();
+        }
+    }
+
+    #[test]
+    fn handshake_and_data_both_ways_for_each_key_and_version() {
+        let dir = tempfile::tempdir().unwrap();
+        for versions in [
+            &[&rustls::version::TLS13][..],
+            &[&rustls::version::TLS12][..],
+        ] {
+            let cfg = server_config(dir.path(), versions);
+            for sni in ["rsa.test", "p256.test", "p384.test"] {
+                let mut c = client(dir.path(), sni, versions);
+                let mut s = ServerSession::new(cfg.clone()).unwrap();
+                let (mut wire, mut plain) = (Vec::new(), Vec::new());
+                pump(&mut c, &mut s, &mut wire, &mut plain);
+                assert!(!s.is_handshaking() && !c.is_handshaking(), "{sni}");
+                assert_eq!(s.negotiated().unwrap().0, c.protocol_version().unwrap());
+
+                // Client → server, across several records.
+                let request: Vec<u8> = (0..40_000u32).map(|i| i as u8).collect();
+                c.writer().write_all(&request).unwrap();
+                pump(&mut c, &mut s, &mut wire, &mut plain);
+                assert_eq!(plain, request, "{sni}");
+
+                // Server → client.
+                let response = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec();
+                let mut out = Vec::new();
+                s.encrypt(&response, &mut out).unwrap();
+                c.read_tls(&mut &out[..]).unwrap();
+                c.process_new_packets().unwrap();
+                let mut got = vec![0u8; response.len()];
+                c.reader().read_exact(&mut got).unwrap();
+                assert_eq!(got, response);
+
+                // close_notify both ways.
+                c.send_close_notify();
+                let mut w = Vec::new();
+                c.write_tls(&mut w).unwrap();
+                let p = s.process(&mut w, &mut Vec::new(), &mut plain).unwrap();
+                assert!(p.peer_closed, "{sni}");
+                let mut out = Vec::new();
+                s.close_notify(&mut out).unwrap();
+                c.read_tls(&mut &out[..]).unwrap();
+                let state = c.process_new_packets().unwrap();
+                assert!(state.peer_has_closed());
+            }
+        }
+    }
+
+    #[test]
+    fn byte_at_a_time_input_works() {
+        // TCP may deliver a record in pieces: the session must wait for
+        // the rest and consume nothing it cannot use.
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = server_config(dir.path(), &[&rustls::version::TLS13]);
+        let mut c = client(dir.path(), "p256.test", &[&rustls::version::TLS13]);
+        let mut s = ServerSession::new(cfg).unwrap();
+        let (mut wire, mut plain) = (Vec::new(), Vec::new());
+        for _ in 0..10 {
+            let mut from_client = Vec::new();
+            c.write_tls(&mut from_client).unwrap();
+            let mut out = Vec::new();
+            for b in from_client {
+                wire.push(b);
+                let p = s.process(&mut wire, &mut out, &mut plain).unwrap();
+                wire.drain(..p.consumed);
+            }
+            c.read_tls(&mut &out[..]).unwrap();
+            c.process_new_packets().unwrap();
+        }
+        assert!(!s.is_handshaking());
+        assert!(wire.is_empty());
+    }
+
+    #[test]
+    fn garbage_is_a_clean_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = server_config(dir.path(), &[&rustls::version::TLS13]);
+        let mut s = ServerSession::new(cfg).unwrap();
+        let mut junk = b"GET / HTTP/1.1\r\nHost: plain-http-to-a-tls-port\r\n\r\n".to_vec();
+        let mut out = Vec::new();
+        let err = s.process(&mut junk, &mut out, &mut Vec::new()).unwrap_err();
+        assert!(err.to_string().starts_with("TLS: "), "{err}");
+        assert!(!out.is_empty(), "an alert is sent before closing");
+        assert!(
+            s.encrypt(b"x", &mut Vec::new()).is_err(),
+            "no data after a failed handshake"
+        );
+    }
+}
