@@ -81,6 +81,19 @@ pub struct Vip {
     pub listen: String,
     /// What answers: `"builtin"`, the HTTP/1.x responder (`GET /bytes/N`).
     pub respond: Respond,
+    /// Certificates (PEM chain and key files): when given, the VIP
+    /// terminates TLS (1.2 and 1.3) and picks one per handshake by SNI and
+    /// the client's signature algorithms; the first is the default.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certs: Vec<CertFiles>,
+}
+
+/// A certificate chain and its private key, as PEM files.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 /// The application behind a VIP.
@@ -462,6 +475,13 @@ impl Config {
                     &vip.listen,
                     "the address must be on one of the ports' subnets",
                 ));
+            }
+            for (j, c) in vip.certs.iter().enumerate() {
+                for (f, path) in [("cert", &c.cert), ("key", &c.key)] {
+                    if path.as_os_str().is_empty() {
+                        return Err(ConfigError::new(format!("vip[{i}].certs[{j}].{f}"), "", "must be a file path"));
+                    }
+                }
             }
             if !listens.insert(addr) {
                 return Err(ConfigError::new(

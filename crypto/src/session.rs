@@ -10,9 +10,33 @@
 use std::fmt;
 use std::sync::Arc;
 
-use rustls::server::UnbufferedServerConnection;
+use rustls::server::{NoServerSessionStorage, UnbufferedServerConnection};
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
 use rustls::ServerConfig;
+
+/// A VIP's TLS configuration: its certificates and protocol settings. Cheap
+/// to clone (shared).
+#[derive(Debug, Clone)]
+pub struct TlsConfig(Arc<ServerConfig>);
+
+impl TlsConfig {
+    /// TLS 1.2 and 1.3 with aws-lc-rs's default (AEAD-only) suites and
+    /// groups, certificates from `store`, no session resumption (no cache,
+    /// no tickets): each handshake is a full one.
+    ///
+    /// # Errors
+    /// When rustls refuses the protocol settings.
+    pub fn new(store: crate::certs::CertStore) -> Result<Self, TlsError> {
+        let mut cfg = ServerConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map_err(TlsError)?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(store));
+        cfg.session_storage = Arc::new(NoServerSessionStorage {});
+        cfg.send_tls13_tickets = 0;
+        Ok(Self(Arc::new(cfg)))
+    }
+}
 
 /// A TLS failure: the connection must be closed (any alert to send is
 /// already in the outgoing bytes).
@@ -81,13 +105,13 @@ fn append<E>(
 }
 
 impl ServerSession {
-    /// A new session for `config` (certificates, versions, suites).
+    /// A new session for a VIP's configuration.
     ///
     /// # Errors
     /// When rustls refuses the configuration.
-    pub fn new(config: Arc<ServerConfig>) -> Result<Self, TlsError> {
+    pub fn new(config: &TlsConfig) -> Result<Self, TlsError> {
         Ok(Self {
-            conn: UnbufferedServerConnection::new(config).map_err(TlsError)?,
+            conn: UnbufferedServerConnection::new(config.0.clone()).map_err(TlsError)?,
             handshaking: true,
             peer_closed: false,
         })
@@ -250,13 +274,13 @@ mod tests {
     fn server_config(
         dir: &std::path::Path,
         versions: &[&'static rustls::SupportedProtocolVersion],
-    ) -> Arc<ServerConfig> {
+    ) -> TlsConfig {
         let mut store = CertStore::new();
         for (name, args) in [("rsa", RSA), ("p256", P256), ("p384", P384)] {
             let (c, k) = make(dir, name, args, &format!("DNS:{name}.test"));
             store.add(Cert::load(&c, &k, now()).unwrap());
         }
-        Arc::new(
+        TlsConfig(Arc::new(
             ServerConfig::builder_with_provider(Arc::new(
                 rustls::crypto::aws_lc_rs::default_provider(),
             ))
@@ -264,7 +288,7 @@ mod tests {
             .unwrap()
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(store)),
-        )
+        ))
     }
 
     fn client(
@@ -320,7 +344,7 @@ mod tests {
             let cfg = server_config(dir.path(), versions);
             for sni in ["rsa.test", "p256.test", "p384.test"] {
                 let mut c = client(dir.path(), sni, versions);
-                let mut s = ServerSession::new(cfg.clone()).unwrap();
+                let mut s = ServerSession::new(&cfg).unwrap();
                 let (mut wire, mut plain) = (Vec::new(), Vec::new());
                 pump(&mut c, &mut s, &mut wire, &mut plain);
                 assert!(!s.is_handshaking() && !c.is_handshaking(), "{sni}");
@@ -362,9 +386,13 @@ mod tests {
         // TCP may deliver a record in pieces: the session must wait for
         // the rest and consume nothing it cannot use.
         let dir = tempfile::tempdir().unwrap();
-        let cfg = server_config(dir.path(), &[&rustls::version::TLS13]);
+        // The configuration dpd uses (TLS 1.2 and 1.3, no resumption).
+        let mut store = CertStore::new();
+        let (cert, key) = make(dir.path(), "p256", P256, "DNS:p256.test");
+        store.add(Cert::load(&cert, &key, now()).unwrap());
+        let cfg = TlsConfig::new(store).unwrap();
         let mut c = client(dir.path(), "p256.test", &[&rustls::version::TLS13]);
-        let mut s = ServerSession::new(cfg).unwrap();
+        let mut s = ServerSession::new(&cfg).unwrap();
         let (mut wire, mut plain) = (Vec::new(), Vec::new());
         for _ in 0..10 {
             let mut from_client = Vec::new();
@@ -386,7 +414,7 @@ mod tests {
     fn garbage_is_a_clean_error() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = server_config(dir.path(), &[&rustls::version::TLS13]);
-        let mut s = ServerSession::new(cfg).unwrap();
+        let mut s = ServerSession::new(&cfg).unwrap();
         let mut junk = b"GET / HTTP/1.1\r\nHost: plain-http-to-a-tls-port\r\n\r\n".to_vec();
         let mut out = Vec::new();
         let err = s.process(&mut junk, &mut out, &mut Vec::new()).unwrap_err();

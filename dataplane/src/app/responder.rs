@@ -70,6 +70,65 @@ enum Body {
     Fixed(&'static [u8]),
 }
 
+/// A byte stream the responder reads requests from and writes responses
+/// to: a TCP connection directly, or the plaintext side of a TLS session.
+pub trait Stream {
+    /// The responder's state of this connection (`None` once it is gone).
+    fn http(&mut self) -> Option<&mut Session>;
+    /// Received bytes not consumed yet (up to two slices).
+    fn peek(&self) -> (&[u8], &[u8]);
+    fn consume(&mut self, n: usize);
+    /// Bytes `send` would take now.
+    fn send_space(&self) -> usize;
+    fn send(&mut self, data: &[u8]) -> usize;
+    /// Lets `fill` write up to `max` bytes in place; returns how many.
+    fn send_with(&mut self, max: usize, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> usize;
+    /// Ends our side once everything sent has been delivered.
+    fn close(&mut self);
+}
+
+/// A plain TCP connection as a [`Stream`].
+#[derive(Debug)]
+pub struct TcpStream<'a, A: HasHttp> {
+    pub tcp: &'a mut TcpEngine<A>,
+    pub id: ConnId,
+}
+
+/// Per-connection application state that holds a responder [`Session`].
+pub trait HasHttp: Default {
+    fn http(&mut self) -> &mut Session;
+}
+
+impl HasHttp for Session {
+    fn http(&mut self) -> &mut Session {
+        self
+    }
+}
+
+impl<A: HasHttp> Stream for TcpStream<'_, A> {
+    fn http(&mut self) -> Option<&mut Session> {
+        self.tcp.app(self.id).map(HasHttp::http)
+    }
+    fn peek(&self) -> (&[u8], &[u8]) {
+        self.tcp.peek(self.id)
+    }
+    fn consume(&mut self, n: usize) {
+        self.tcp.consume(self.id, n);
+    }
+    fn send_space(&self) -> usize {
+        self.tcp.send_space(self.id)
+    }
+    fn send(&mut self, data: &[u8]) -> usize {
+        self.tcp.send(self.id, data)
+    }
+    fn send_with(&mut self, max: usize, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> usize {
+        self.tcp.send_with(self.id, max, fill)
+    }
+    fn close(&mut self) {
+        self.tcp.close(self.id);
+    }
+}
+
 impl Responder {
     pub fn new() -> Self {
         Self {
@@ -78,15 +137,18 @@ impl Responder {
         }
     }
 
-    /// Reacts to one TCP event.
-    pub fn on_event(&mut self, tcp: &mut TcpEngine<Session>, event: Event) {
+    /// Reacts to one TCP event of a plain (cleartext) connection.
+    pub fn on_event<A: HasHttp>(&mut self, tcp: &mut TcpEngine<A>, event: Event) {
         match event {
-            Event::Accepted(id) | Event::Readable(id) | Event::Writable(id) => self.pump(tcp, id),
+            Event::Accepted(id) | Event::Readable(id) | Event::Writable(id) => {
+                self.pump(&mut TcpStream { tcp, id })
+            }
             Event::PeerClosed(id) => {
-                if let Some(s) = tcp.app(id) {
-                    s.peer_closed = true;
+                let mut s = TcpStream { tcp, id };
+                if let Some(h) = s.http() {
+                    h.peer_closed = true;
                 }
-                self.pump(tcp, id);
+                self.pump(&mut s);
             }
             Event::Closed(..) | Event::Connected(_) => {}
         }
@@ -94,59 +156,63 @@ impl Responder {
 
     /// Moves a connection forward as far as buffers allow: finish the body
     /// in progress, then parse and answer the next request.
-    fn pump(&mut self, tcp: &mut TcpEngine<Session>, id: ConnId) {
+    pub fn pump(&mut self, s: &mut impl Stream) {
         loop {
-            if !self.fill_body(tcp, id) {
+            if !self.fill_body(s) {
                 return; // send buffer full: wait for Writable
             }
-            let Some(s) = tcp.app(id) else { return };
-            if s.closing {
+            let Some(h) = s.http() else { return };
+            if h.closing {
                 return;
             }
-            if s.close_after {
-                s.closing = true;
-                tcp.close(id);
+            if h.close_after {
+                h.closing = true;
+                s.close();
                 return;
             }
-            let peer_closed = s.peer_closed;
-            let (a, b) = tcp.peek(id);
-            let parsed = parse_request(a, b);
-            match parsed {
+            let peer_closed = h.peer_closed;
+            let (a, b) = s.peek();
+            let pending = a.len() + b.len();
+            match parse_request(a, b) {
                 None => {
-                    if a.len() + b.len() >= MAX_HEAD {
-                        self.respond(
-                            tcp,
-                            id,
-                            Request {
-                                status: 431,
-                                body: Body::Fixed(b"request head too large\n"),
-                                close: true,
-                                head_len: a.len() + b.len(),
-                            },
-                        );
+                    if pending >= MAX_HEAD {
+                        let req = Request {
+                            status: 431,
+                            body: Body::Fixed(b"request head too large\n"),
+                            close: true,
+                            head_len: pending,
+                        };
+                        if !self.respond(s, req) {
+                            return;
+                        }
                         continue;
                     }
                     if peer_closed {
                         // Nothing more will come: finish our side.
-                        if let Some(s) = tcp.app(id) {
-                            s.closing = true;
+                        if let Some(h) = s.http() {
+                            h.closing = true;
                         }
-                        tcp.close(id);
+                        s.close();
                     }
                     return;
                 }
-                Some(req) => self.respond(tcp, id, req),
+                Some(req) => {
+                    if !self.respond(s, req) {
+                        return;
+                    }
+                }
             }
         }
     }
 
-    fn respond(&mut self, tcp: &mut TcpEngine<Session>, id: ConnId, req: Request) {
+    /// Starts a response; false when there is no room for its head yet.
+    fn respond(&mut self, s: &mut impl Stream, req: Request) -> bool {
         // The head always fits: a response head is < 256 bytes and we only
         // start one when the previous body is fully queued.
-        if tcp.send_space(id) < 256 {
-            return;
+        if s.send_space() < 256 {
+            return false;
         }
-        tcp.consume(id, req.head_len);
+        s.consume(req.head_len);
         self.counters.requests += 1;
         let (len, ctype) = match req.body {
             Body::Pattern(n) => (n, "application/octet-stream"),
@@ -176,49 +242,50 @@ impl Responder {
             len,
             if req.close { "close" } else { "keep-alive" }
         );
-        tcp.send(id, &self.head);
-        if let Some(s) = tcp.app(id) {
-            s.close_after = req.close;
+        s.send(&self.head);
+        if let Some(h) = s.http() {
+            h.close_after = req.close;
             match req.body {
                 Body::Pattern(n) => {
-                    s.body_left = n;
-                    s.body_pos = 0;
+                    h.body_left = n;
+                    h.body_pos = 0;
                 }
-                Body::Fixed(b) => s.fixed = Some((b, 0)),
+                Body::Fixed(b) => h.fixed = Some((b, 0)),
             }
         }
+        true
     }
 
     /// Queues as much of the current body as fits. True when it is done.
-    fn fill_body(&mut self, tcp: &mut TcpEngine<Session>, id: ConnId) -> bool {
-        let Some(s) = tcp.app(id) else { return false };
-        if let Some((bytes, off)) = s.fixed {
-            let n = tcp.send(id, &bytes[off..]);
-            let s = tcp.app(id).expect("live");
+    fn fill_body(&mut self, s: &mut impl Stream) -> bool {
+        let Some(h) = s.http() else { return false };
+        if let Some((bytes, off)) = h.fixed {
+            let n = s.send(&bytes[off..]);
+            let h = s.http().expect("live");
             if off + n < bytes.len() {
-                s.fixed = Some((bytes, off + n));
+                h.fixed = Some((bytes, off + n));
                 return false;
             }
-            s.fixed = None;
+            h.fixed = None;
             self.counters.body_bytes += bytes.len() as u64;
         }
         loop {
-            let Some(s) = tcp.app(id) else { return false };
-            let (left, pos) = (s.body_left, s.body_pos);
+            let Some(h) = s.http() else { return false };
+            let (left, pos) = (h.body_left, h.body_pos);
             if left == 0 {
                 return true;
             }
             let max = left.min(usize::MAX as u64) as usize;
-            let n = tcp.send_with(id, max, |room| {
+            let n = s.send_with(max, &mut |room| {
                 fill_pattern(room, pos);
                 room.len()
             });
             if n == 0 {
                 return false;
             }
-            let s = tcp.app(id).expect("live");
-            s.body_left -= n as u64;
-            s.body_pos += n as u64;
+            let h = s.http().expect("live");
+            h.body_left -= n as u64;
+            h.body_pos += n as u64;
             self.counters.body_bytes += n as u64;
         }
     }
