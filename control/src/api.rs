@@ -118,6 +118,11 @@ pub struct CoreStats {
     pub tcp_syn_cookies_sent: u64,
     #[serde(default)]
     pub tcp_syn_cookies_accepted: u64,
+    /// TLS handshakes completed and TLS connections failed.
+    #[serde(default)]
+    pub tls_handshakes: u64,
+    #[serde(default)]
+    pub tls_failures: u64,
     /// Requests answered by the built-in HTTP responder.
     #[serde(default)]
     pub http_requests: u64,

@@ -18,6 +18,8 @@ use crate::engine::{Engine, EngineConfig};
 use crate::net::InterfaceConfig;
 use crate::stats::{Counters, DropReason, SharedCounters};
 use crate::tcp::SynCookies;
+use crypto::certs::{Cert, CertStore};
+use crypto::session::TlsConfig;
 use crate::time::TscClock;
 
 /// Why `dpd` could not start.
@@ -232,6 +234,8 @@ pub fn core_stats(lcore: Option<u32>, c: &Counters) -> CoreStats {
         tcp_timeouts: c.tcp_timeouts,
         tcp_syn_cookies_sent: c.tcp_syn_cookies_sent,
         tcp_syn_cookies_accepted: c.tcp_syn_cookies_accepted,
+        tls_handshakes: c.tls_handshakes,
+        tls_failures: c.tls_failures,
         http_requests: c.http_requests,
         drops: DropReason::ALL
             .iter()
@@ -267,6 +271,7 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
         }
     }
     log::info!("EAL arguments: {}", plan.eal_args.join(" "));
+    let tls_configs = load_tls(cfg)?;
     let eal = Eal::init(&plan.eal_args)?;
     log::info!(
         "DPDK {} up; control thread on core {}",
@@ -384,11 +389,14 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
                 },
             );
         }
-        for vip in &cfg.vips {
+        for (vip, tls) in cfg.vips.iter().zip(&tls_configs) {
             let addr = vip
                 .listen_addr()
                 .map_err(|r| ConfigError::new("vip.listen", &vip.listen, r))?;
-            engine.listen(*addr.ip(), addr.port());
+            match tls {
+                Some(t) => engine.listen_tls(*addr.ip(), addr.port(), t.clone()),
+                None => engine.listen(*addr.ip(), addr.port()),
+            }
         }
         let stop = engine_stop.clone();
         let handle = eal.launch(LcoreId(lcore), move || {
@@ -399,7 +407,8 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
         log::info!("engine {q} running on core {lcore}");
         if q == 0 {
             for vip in &cfg.vips {
-                log::info!("vip {}: {} → built-in responder", vip.name, vip.listen);
+                let tls = if vip.certs.is_empty() { "" } else { "TLS, " };
+                log::info!("vip {}: {} → {tls}built-in responder", vip.name, vip.listen);
             }
         }
         launched.push(handle);
@@ -468,6 +477,38 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
     drop(eal);
     log::info!("stopped");
     result
+}
+
+/// Loads every TLS VIP's certificates (before DPDK starts, so a bad file
+/// fails fast); `None` for plain VIPs.
+fn load_tls(cfg: &Config) -> Result<Vec<Option<TlsConfig>>, ConfigError> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let mut out = Vec::new();
+    for (i, vip) in cfg.vips.iter().enumerate() {
+        if vip.certs.is_empty() {
+            out.push(None);
+            continue;
+        }
+        let mut store = CertStore::new();
+        for (j, files) in vip.certs.iter().enumerate() {
+            let cert = Cert::load(&files.cert, &files.key, now).map_err(|e| {
+                ConfigError::new(format!("vip[{i}].certs[{j}]"), e.file.display(), e.to_string())
+            })?;
+            log::info!(
+                "vip {}: certificate {} ({}, names {})",
+                vip.name,
+                files.cert.display(),
+                cert.key_type,
+                cert.names.join(", ")
+            );
+            store.add(cert);
+        }
+        let tls = TlsConfig::new(store).map_err(|e| ConfigError::new(format!("vip[{i}].certs"), "", e.to_string()))?;
+        out.push(Some(tls));
+    }
+    Ok(out)
 }
 
 fn collect_stats(shared: &[(u32, Arc<SharedCounters>)]) -> Stats {

@@ -11,7 +11,9 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::net::Ipv4Addr;
 
-use crate::app::responder::{Responder, Session};
+use crate::app::responder::Responder;
+use crate::app::tls::{self, ConnApp, TlsConn};
+use crypto::session::TlsConfig;
 use crate::net::{set_destination, Interface, InterfaceConfig, Verdict};
 use crate::port::{PacketBuf, Port};
 use crate::stats::{Counters, DropReason, SharedCounters};
@@ -84,8 +86,12 @@ pub struct Engine<P: Port> {
     counters: Counters,
     shared: Arc<SharedCounters>,
     next_tick: Instant,
-    tcp: TcpEngine<Session>,
+    tcp: TcpEngine<ConnApp>,
     responder: Responder,
+    /// TLS VIPs: address, port and configuration.
+    tls_vips: Vec<(Ipv4Addr, u16, TlsConfig)>,
+    /// Reused buffer for ciphertext taken from TCP.
+    scratch: Vec<u8>,
     events: Vec<Event>,
 }
 
@@ -105,6 +111,8 @@ impl<P: Port> Engine<P> {
                     .unwrap_or_else(|| RandomState::new().build_hasher().finish()),
             ),
             responder: Responder::new(),
+            tls_vips: Vec::new(),
+            scratch: Vec::with_capacity(64 * 1024),
             events: Vec::with_capacity(256),
         }
     }
@@ -126,7 +134,13 @@ impl<P: Port> Engine<P> {
     }
 
     /// The TCP engine (counters, connection states).
-    pub fn tcp(&self) -> &TcpEngine<Session> {
+    /// Serves the responder behind TLS on `addr:port`.
+    pub fn listen_tls(&mut self, addr: Ipv4Addr, port: u16, config: TlsConfig) {
+        self.listen(addr, port);
+        self.tls_vips.push((addr, port, config));
+    }
+
+    pub fn tcp(&self) -> &TcpEngine<ConnApp> {
         &self.tcp
     }
 
@@ -209,7 +223,32 @@ impl<P: Port> Engine<P> {
         self.tcp.poll_timers(now);
         self.tcp.drain_events(&mut self.events);
         for ev in self.events.drain(..) {
-            self.responder.on_event(&mut self.tcp, ev);
+            let id = match ev {
+                Event::Accepted(id) | Event::Readable(id) | Event::Writable(id) | Event::PeerClosed(id) => id,
+                Event::Closed(..) | Event::Connected(_) => continue,
+            };
+            if let Event::Accepted(id) = ev {
+                let key = self.tcp.key(id).expect("accepted connections exist");
+                let vip = self.tls_vips.iter().find(|(a, p, _)| *a == key.local && *p == key.local_port);
+                if let Some((_, _, cfg)) = vip {
+                    match TlsConn::new(cfg) {
+                        Ok(t) => self.tcp.app(id).expect("live").tls = Some(Box::new(t)),
+                        Err(_) => {
+                            self.counters.tls_failures += 1;
+                            self.tcp.abort(id);
+                            continue;
+                        }
+                    }
+                }
+            }
+            if self.tcp.app(id).is_some_and(|a| a.tls.is_some()) {
+                let peer_closed = matches!(ev, Event::PeerClosed(_));
+                let o = tls::drive(&mut self.tcp, id, &mut self.responder, &mut self.scratch, peer_closed);
+                self.counters.tls_handshakes += u64::from(o.handshake_done);
+                self.counters.tls_failures += u64::from(o.failed);
+            } else {
+                self.responder.on_event(&mut self.tcp, ev);
+            }
         }
         let (ports, counters) = (&mut self.ports, &mut self.counters);
         self.tcp.transmit(now, |seg| {

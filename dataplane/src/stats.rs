@@ -104,6 +104,8 @@ pub struct Counters {
     pub tcp_syn_cookies_sent: u64,
     pub tcp_syn_cookies_accepted: u64,
     pub http_requests: u64,
+    pub tls_handshakes: u64,
+    pub tls_failures: u64,
     pub drops: [u64; DropReason::COUNT],
     /// TSC cycles spent in loop iterations that did work.
     pub busy_cycles: u64,
@@ -142,6 +144,8 @@ impl Counters {
         self.tcp_timeouts += o.tcp_timeouts;
         self.tcp_syn_cookies_sent += o.tcp_syn_cookies_sent;
         self.tcp_syn_cookies_accepted += o.tcp_syn_cookies_accepted;
+        self.tls_handshakes += o.tls_handshakes;
+        self.tls_failures += o.tls_failures;
         self.http_requests += o.http_requests;
         for (d, s) in self.drops.iter_mut().zip(o.drops) {
             *d += s;
@@ -152,7 +156,7 @@ impl Counters {
     }
 }
 
-const SCALARS: usize = 18;
+const SCALARS: usize = 20;
 const FIELDS: usize = SCALARS + DropReason::COUNT;
 
 /// The published copy of one engine's [`Counters`].
@@ -203,6 +207,8 @@ impl SharedCounters {
             http_requests: v[15],
             tcp_syn_cookies_sent: v[16],
             tcp_syn_cookies_accepted: v[17],
+            tls_handshakes: v[18],
+            tls_failures: v[19],
             ..Counters::default()
         };
         c.drops.copy_from_slice(&v[SCALARS..]);
@@ -230,6 +236,8 @@ impl SharedCounters {
             c.http_requests,
             c.tcp_syn_cookies_sent,
             c.tcp_syn_cookies_accepted,
+            c.tls_handshakes,
+            c.tls_failures,
         ]);
         v[SCALARS..].copy_from_slice(&c.drops);
         v
@@ -261,6 +269,8 @@ mod tests {
             http_requests: 16,
             tcp_syn_cookies_sent: 17,
             tcp_syn_cookies_accepted: 18,
+            tls_handshakes: 19,
+            tls_failures: 20,
             ..Default::default()
         };
         for (i, r) in DropReason::ALL.iter().enumerate() {

@@ -153,6 +153,9 @@ fn print_stats(c: &CoreStats) {
         "  tcp accepted {}, active {}, retransmits {}, resets sent {}, timeouts {}; http requests {}",
         c.tcp_accepted, c.tcp_active, c.tcp_retransmits, c.tcp_resets_sent, c.tcp_timeouts, c.http_requests
     );
+    if c.tls_handshakes + c.tls_failures > 0 {
+        println!("  tls handshakes {}, failures {}", c.tls_handshakes, c.tls_failures);
+    }
     if c.tcp_syn_cookies_sent > 0 {
         println!(
             "  syn cookies sent {}, accepted {}",

@@ -1,4 +1,5 @@
-//! Applications run by the engine on top of TCP: for now the built-in
-//! HTTP/1.x responder used by benchmarks and tests.
+//! Applications run by the engine on top of TCP: the built-in HTTP/1.x
+//! responder, in clear or behind TLS.
 
 pub mod responder;
+pub mod tls;

@@ -37,7 +37,7 @@ pub struct Session {
     /// Close after the current response.
     close_after: bool,
     /// The peer closed its side.
-    peer_closed: bool,
+    pub(crate) peer_closed: bool,
     /// We called close.
     closing: bool,
 }
