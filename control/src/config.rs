@@ -479,7 +479,11 @@ impl Config {
             for (j, c) in vip.certs.iter().enumerate() {
                 for (f, path) in [("cert", &c.cert), ("key", &c.key)] {
                     if path.as_os_str().is_empty() {
-                        return Err(ConfigError::new(format!("vip[{i}].certs[{j}].{f}"), "", "must be a file path"));
+                        return Err(ConfigError::new(
+                            format!("vip[{i}].certs[{j}].{f}"),
+                            "",
+                            "must be a file path",
+                        ));
                     }
                 }
             }

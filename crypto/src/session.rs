@@ -27,11 +27,13 @@ impl TlsConfig {
     /// # Errors
     /// When rustls refuses the protocol settings.
     pub fn new(store: crate::certs::CertStore) -> Result<Self, TlsError> {
-        let mut cfg = ServerConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .map_err(TlsError)?
-            .with_no_client_auth()
-            .with_cert_resolver(Arc::new(store));
+        let mut cfg = ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(TlsError)?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(store));
         cfg.session_storage = Arc::new(NoServerSessionStorage {});
         cfg.send_tls13_tickets = 0;
         Ok(Self(Arc::new(cfg)))

@@ -18,9 +18,9 @@ use crate::engine::{Engine, EngineConfig};
 use crate::net::InterfaceConfig;
 use crate::stats::{Counters, DropReason, SharedCounters};
 use crate::tcp::SynCookies;
+use crate::time::TscClock;
 use crypto::certs::{Cert, CertStore};
 use crypto::session::TlsConfig;
-use crate::time::TscClock;
 
 /// Why `dpd` could not start.
 #[derive(Debug)]
@@ -494,7 +494,11 @@ fn load_tls(cfg: &Config) -> Result<Vec<Option<TlsConfig>>, ConfigError> {
         let mut store = CertStore::new();
         for (j, files) in vip.certs.iter().enumerate() {
             let cert = Cert::load(&files.cert, &files.key, now).map_err(|e| {
-                ConfigError::new(format!("vip[{i}].certs[{j}]"), e.file.display(), e.to_string())
+                ConfigError::new(
+                    format!("vip[{i}].certs[{j}]"),
+                    e.file.display(),
+                    e.to_string(),
+                )
             })?;
             log::info!(
                 "vip {}: certificate {} ({}, names {})",
@@ -505,7 +509,8 @@ fn load_tls(cfg: &Config) -> Result<Vec<Option<TlsConfig>>, ConfigError> {
             );
             store.add(cert);
         }
-        let tls = TlsConfig::new(store).map_err(|e| ConfigError::new(format!("vip[{i}].certs"), "", e.to_string()))?;
+        let tls = TlsConfig::new(store)
+            .map_err(|e| ConfigError::new(format!("vip[{i}].certs"), "", e.to_string()))?;
         out.push(Some(tls));
     }
     Ok(out)

@@ -13,12 +13,12 @@ use std::net::Ipv4Addr;
 
 use crate::app::responder::Responder;
 use crate::app::tls::{self, ConnApp, TlsConn};
-use crypto::session::TlsConfig;
 use crate::net::{set_destination, Interface, InterfaceConfig, Verdict};
 use crate::port::{PacketBuf, Port};
 use crate::stats::{Counters, DropReason, SharedCounters};
 use crate::tcp::{Event, TcpConfig, TcpEngine};
 use crate::time::{Instant, TscClock};
+use crypto::session::TlsConfig;
 
 /// Tuning of the loop.
 #[derive(Debug, Clone, Copy)]
@@ -224,12 +224,18 @@ impl<P: Port> Engine<P> {
         self.tcp.drain_events(&mut self.events);
         for ev in self.events.drain(..) {
             let id = match ev {
-                Event::Accepted(id) | Event::Readable(id) | Event::Writable(id) | Event::PeerClosed(id) => id,
+                Event::Accepted(id)
+                | Event::Readable(id)
+                | Event::Writable(id)
+                | Event::PeerClosed(id) => id,
                 Event::Closed(..) | Event::Connected(_) => continue,
             };
             if let Event::Accepted(id) = ev {
                 let key = self.tcp.key(id).expect("accepted connections exist");
-                let vip = self.tls_vips.iter().find(|(a, p, _)| *a == key.local && *p == key.local_port);
+                let vip = self
+                    .tls_vips
+                    .iter()
+                    .find(|(a, p, _)| *a == key.local && *p == key.local_port);
                 if let Some((_, _, cfg)) = vip {
                     match TlsConn::new(cfg) {
                         Ok(t) => self.tcp.app(id).expect("live").tls = Some(Box::new(t)),
@@ -243,7 +249,13 @@ impl<P: Port> Engine<P> {
             }
             if self.tcp.app(id).is_some_and(|a| a.tls.is_some()) {
                 let peer_closed = matches!(ev, Event::PeerClosed(_));
-                let o = tls::drive(&mut self.tcp, id, &mut self.responder, &mut self.scratch, peer_closed);
+                let o = tls::drive(
+                    &mut self.tcp,
+                    id,
+                    &mut self.responder,
+                    &mut self.scratch,
+                    peer_closed,
+                );
                 self.counters.tls_handshakes += u64::from(o.handshake_done);
                 self.counters.tls_failures += u64::from(o.failed);
             } else {

@@ -282,6 +282,33 @@ impl Drop for Dpd {
     }
 }
 
+/// Test certificates made with openssl in `dir`: a CA (`ca.pem`) and leaf
+/// chains (`NAME.pem`, leaf then CA) with keys (`NAME.key`) for
+/// `rsa.test` (RSA-2048), `p256.test` and `p384.test` (ECDSA).
+pub fn make_certs(dir: &Path) {
+    let sh = format!(
+        r#"set -e; cd {dir}
+openssl req -x509 -nodes -days 365 -subj /CN=tlsdp-test-ca -newkey ec -pkeyopt ec_paramgen_curve:P-256 -keyout ca.key -out ca.pem
+for spec in rsa:rsa:2048 p256:ec:P-256 p384:ec:P-384; do
+  name=${{spec%%:*}}; rest=${{spec#*:}}; kind=${{rest%%:*}}; param=${{rest#*:}}
+  if [ $kind = rsa ]; then newkey="-newkey rsa:$param"; else newkey="-newkey ec -pkeyopt ec_paramgen_curve:$param"; fi
+  openssl req -new -nodes -subj /CN=$name.test $newkey -keyout $name.key -out $name.csr
+  printf 'subjectAltName=DNS:%s.test
+basicConstraints=critical,CA:FALSE
+' $name > $name.ext
+  openssl x509 -req -in $name.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 365 -extfile $name.ext -out $name.crt
+  cat $name.crt ca.pem > $name.pem
+done"#,
+        dir = dir.display()
+    );
+    let out = run(Command::new("sh").arg("-c").arg(sh));
+    assert!(
+        out.status.success(),
+        "making certificates: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Checks that `path` holds exactly `len` bytes of the responder's pattern.
 pub fn verify_pattern_file(path: &Path, len: u64) {
     use std::io::Read;

@@ -154,7 +154,10 @@ fn print_stats(c: &CoreStats) {
         c.tcp_accepted, c.tcp_active, c.tcp_retransmits, c.tcp_resets_sent, c.tcp_timeouts, c.http_requests
     );
     if c.tls_handshakes + c.tls_failures > 0 {
-        println!("  tls handshakes {}, failures {}", c.tls_handshakes, c.tls_failures);
+        println!(
+            "  tls handshakes {}, failures {}",
+            c.tls_handshakes, c.tls_failures
+        );
     }
     if c.tcp_syn_cookies_sent > 0 {
         println!(

@@ -108,10 +108,20 @@ pub struct TlsOutcome {
 
 /// Moves a TLS connection forward: ciphertext in, responder, ciphertext out,
 /// close_notify and TCP close at the end. `scratch` is a reusable buffer.
-pub fn drive(tcp: &mut TcpEngine<ConnApp>, id: ConnId, responder: &mut Responder, scratch: &mut Vec<u8>, peer_closed: bool) -> TlsOutcome {
+pub fn drive(
+    tcp: &mut TcpEngine<ConnApp>,
+    id: ConnId,
+    responder: &mut Responder,
+    scratch: &mut Vec<u8>,
+    peer_closed: bool,
+) -> TlsOutcome {
     let mut outcome = TlsOutcome::default();
-    let Some(app) = tcp.app(id) else { return outcome };
-    let Some(mut tls) = app.tls.take() else { return outcome };
+    let Some(app) = tcp.app(id) else {
+        return outcome;
+    };
+    let Some(mut tls) = app.tls.take() else {
+        return outcome;
+    };
     let mut http = std::mem::take(&mut app.http);
     if peer_closed {
         http.peer_closed = true;
@@ -127,7 +137,10 @@ pub fn drive(tcp: &mut TcpEngine<ConnApp>, id: ConnId, responder: &mut Responder
             scratch.clear();
             scratch.extend_from_slice(a);
             scratch.extend_from_slice(b);
-            match tls.session.process(scratch, &mut tls.cipher_out, &mut tls.plain_in) {
+            match tls
+                .session
+                .process(scratch, &mut tls.cipher_out, &mut tls.plain_in)
+            {
                 Ok(p) => {
                     tcp.consume(id, p.consumed);
                     progressed |= p.consumed > 0;
@@ -148,7 +161,10 @@ pub fn drive(tcp: &mut TcpEngine<ConnApp>, id: ConnId, responder: &mut Responder
         }
         // The application, once the handshake is done.
         if !tls.session.is_handshaking() && !tls.close_sent {
-            responder.pump(&mut TlsStream { http: &mut http, tls: &mut tls });
+            responder.pump(&mut TlsStream {
+                http: &mut http,
+                tls: &mut tls,
+            });
         }
         // Encrypt what it wrote, as TCP room allows.
         let mut at = 0;

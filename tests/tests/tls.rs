@@ -1,0 +1,174 @@
+//! TLS VIPs against real clients over veth: curl and openssl s_client, TLS
+//! 1.2 and 1.3, RSA-2048, P-256 and P-384 certificates chosen by SNI,
+//! verified against the test CA; byte-exact downloads; refusals.
+
+use std::time::Duration;
+
+use e2e::{make_certs, verify_pattern_file, Dpd, Lab};
+
+fn tls_config(lab: &Lab, socket: &std::path::Path, certs: &std::path::Path) -> String {
+    let list: Vec<String> = ["p256", "rsa", "p384"]
+        .iter()
+        .map(|n| {
+            format!(
+                "{{ cert = \"{0}/{n}.pem\", key = \"{0}/{n}.key\" }}",
+                certs.display()
+            )
+        })
+        .collect();
+    format!(
+        "{}\n[[vip]]\nname = \"tls\"\nlisten = \"{}:443\"\nrespond = \"builtin\"\ncerts = [{}]\n",
+        lab.config("net_af_packet", socket, ""),
+        lab.dut_ip(),
+        list.join(", ")
+    )
+}
+
+fn curl(
+    lab: &Lab,
+    certs: &std::path::Path,
+    name: &str,
+    tls: &[&str],
+    path: &str,
+    out: &std::path::Path,
+) -> (bool, String) {
+    let resolve = format!("{name}:443:{}", lab.dut_ip());
+    let url = format!("https://{name}{path}");
+    let ca = certs.join("ca.pem");
+    let mut args = vec![
+        "curl",
+        "-sS",
+        "--max-time",
+        "60",
+        "--cacert",
+        ca.to_str().unwrap(),
+        "--resolve",
+        &resolve,
+    ];
+    args.extend_from_slice(tls);
+    let fmt = "%{http_code} %{size_download} %{ssl_verify_result}";
+    args.extend_from_slice(&["-o", out.to_str().unwrap(), "-w", fmt, &url]);
+    let o = lab.client(&args);
+    (
+        o.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+    )
+}
+
+#[test]
+fn curl_over_tls_12_and_13_with_each_key_type() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up("tls");
+    let dpd = Dpd::start(&lab, |s| tls_config(&lab, s, certs.path()));
+    let out = certs.path().join("body");
+    let mut n = 0;
+    for tls in [&["--tlsv1.3"][..], &["--tlsv1.2", "--tls-max", "1.2"][..]] {
+        for name in ["rsa.test", "p256.test", "p384.test"] {
+            let (ok, text) = curl(&lab, certs.path(), name, tls, "/bytes/100000", &out);
+            assert!(ok, "{name} {tls:?}: {text}\n{}", dpd.log_text());
+            assert_eq!(text, "200 100000 0", "{name} {tls:?}");
+            verify_pattern_file(&out, 100_000);
+            n += 1;
+        }
+    }
+    // A bigger transfer, byte-exact.
+    let (ok, text) = curl(
+        &lab,
+        certs.path(),
+        "p256.test",
+        &[],
+        "/bytes/20000000",
+        &out,
+    );
+    assert!(ok && text.starts_with("200 20000000"), "{text}");
+    verify_pattern_file(&out, 20_000_000);
+    std::thread::sleep(Duration::from_millis(50));
+    let stats = dpd.stats();
+    assert_eq!(stats.tls_handshakes, n + 1, "{stats:?}");
+    assert_eq!(stats.tls_failures, 0);
+}
+
+#[test]
+fn openssl_s_client_verifies_the_chain() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up("sc");
+    let _dpd = Dpd::start(&lab, |s| tls_config(&lab, s, certs.path()));
+    let connect = format!("{}:443", lab.dut_ip());
+    let ca = certs.path().join("ca.pem");
+    let o = lab.client(&[
+        "sh",
+        "-c",
+        &format!(
+            "printf 'GET /bytes/10 HTTP/1.0\\r\\n\\r\\n' | timeout 10 openssl s_client -connect {connect} -servername p384.test -CAfile {} -verify_return_error -ign_eof 2>&1",
+            ca.display()
+        ),
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+    assert!(
+        text.contains("CN = p384.test"),
+        "SNI picked the P-384 certificate: {text}"
+    );
+    assert!(text.contains("0123456789"), "the response body: {text}");
+}
+
+#[test]
+fn old_protocols_and_plain_http_are_refused_and_counted() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up("old");
+    let dpd = Dpd::start(&lab, |s| tls_config(&lab, s, certs.path()));
+    let out = certs.path().join("body");
+    let (ok, text) = curl(
+        &lab,
+        certs.path(),
+        "p256.test",
+        &["--tlsv1.1", "--tls-max", "1.1"],
+        "/",
+        &out,
+    );
+    assert!(!ok, "TLS 1.1 must be refused: {text}");
+    // Cleartext HTTP to the TLS port: an alert, the connection closed.
+    let o = lab.client(&[
+        "curl",
+        "-sS",
+        "--max-time",
+        "5",
+        &format!("http://{}:443/", lab.dut_ip()),
+    ]);
+    assert!(!o.status.success());
+    std::thread::sleep(Duration::from_millis(50));
+    let stats = dpd.stats();
+    assert!(stats.tls_failures >= 2, "{stats:?}");
+    // Still serving.
+    let (ok, text) = curl(&lab, certs.path(), "p256.test", &[], "/bytes/10", &out);
+    assert!(ok, "{text}");
+}
+
+#[test]
+fn bad_certificates_are_refused_at_start_naming_the_file() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let dir = certs.path().display();
+    let config = format!(
+        "[eal]\nlcores = [1]\n[[port]]\nname = \"p0\"\ndevice = \"net_ring0\"\naddress = \"10.97.0.1/24\"\n[[vip]]\nname = \"tls\"\nlisten = \"10.97.0.1:443\"\nrespond = \"builtin\"\ncerts = [{{ cert = \"{dir}/p256.pem\", key = \"{dir}/rsa.key\" }}]\n"
+    );
+    let (status, stderr) = e2e::dpd_refuses(&config);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("vip[0].certs[0]")
+            && stderr.contains("rsa.key")
+            && stderr.contains("does not match"),
+        "{stderr}"
+    );
+    let missing = config.replace("p256.pem", "nope.pem");
+    let (status, stderr) = e2e::dpd_refuses(&missing);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("nope.pem"), "{stderr}");
+}
