@@ -2,8 +2,9 @@
 # The tlsdp demo: builds dpd, makes the lab network (two namespaces and a
 # veth link), starts dpd on the DUT side through DPDK's AF_PACKET device,
 # pings and ARPs it from the client namespace, downloads from its built-in
-# HTTP responder over dpd's own TCP stack with curl, shows dpd's counters
-# with dpctl, then stops dpd and tears the lab down. Run as root.
+# HTTP responder over dpd's own TCP stack with curl, then over HTTPS (dpd
+# terminates TLS with a throwaway certificate made here), shows dpd's
+# counters with dpctl, then stops dpd and tears the lab down. Run as root.
 #
 #   QUICKSTART_DRIVER=net_af_xdp scripts/quickstart.sh   use AF_XDP instead
 set -euo pipefail
@@ -44,6 +45,19 @@ DPCTL=target/release/dpctl
 step "lab: $LAB-cli ($NET.2) <-> $LAB-dut (dpd owns $NET.1)"
 LAB_NET=$NET scripts/lab.sh up "$LAB"
 
+step "a throwaway CA and certificate for demo.tlsdp (keys stay in $WORK)"
+(
+    cd "$WORK"
+    openssl req -x509 -nodes -days 2 -subj /CN=tlsdp-demo-ca -newkey ec -pkeyopt ec_paramgen_curve:P-256 \
+        -keyout ca.key -out ca.pem 2>/dev/null
+    openssl req -new -nodes -subj /CN=demo.tlsdp -newkey ec -pkeyopt ec_paramgen_curve:P-256 \
+        -keyout demo.key -out demo.csr 2>/dev/null
+    printf 'subjectAltName=DNS:demo.tlsdp\nbasicConstraints=critical,CA:FALSE\n' > demo.ext
+    openssl x509 -req -in demo.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile demo.ext \
+        -out demo.crt 2>/dev/null
+    cat demo.crt ca.pem > demo.pem
+)
+
 cat > "$WORK/dpd.toml" <<TOML
 [eal]
 lcores = [1]
@@ -58,6 +72,12 @@ address = "$NET.1/24"
 name = "plain"
 listen = "$NET.1:80"
 respond = "builtin"
+
+[[vip]]
+name = "https"
+listen = "$NET.1:443"
+respond = "builtin"
+certs = [{ cert = "$WORK/demo.pem", key = "$WORK/demo.key" }]
 
 [control]
 socket = "$SOCK"
@@ -87,6 +107,13 @@ echo
 ip netns exec "$LAB-cli" curl -sS --max-time 60 -o /dev/null \
     -w 'GET /bytes/100000000: HTTP %{http_code}, %{size_download} bytes in %{time_total} s (%{speed_download} bytes/s)\n' \
     "http://$NET.1/bytes/100000000"
+
+step "HTTPS: dpd terminates TLS (certificate verified against the demo CA)"
+ip netns exec "$LAB-cli" curl -sS --max-time 10 --cacert "$WORK/ca.pem" --resolve "demo.tlsdp:443:$NET.1" \
+    -w '\n%{http_version} %{http_code}, TLS verify result %{ssl_verify_result}\n' "https://demo.tlsdp/bytes/64"
+ip netns exec "$LAB-cli" curl -sS --max-time 60 --cacert "$WORK/ca.pem" --resolve "demo.tlsdp:443:$NET.1" -o /dev/null \
+    -w 'GET https://demo.tlsdp/bytes/100000000: HTTP %{http_code}, %{size_download} bytes in %{time_total} s\n' \
+    "https://demo.tlsdp/bytes/100000000"
 
 step "dpd's counters"
 sleep 0.1
