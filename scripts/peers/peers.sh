@@ -20,7 +20,8 @@
 #   scripts/peers/peers.sh stop NAME DIR
 #   peer "dpd": tlsdp's own dataplane on the same veth through AF_PACKET, at
 #   NET.100 (the kernel keeps NET.1 for the other peers), with the built-in
-#   responder on :80 (plain HTTP; it serves the same /64b ... /2m pages).
+#   responder on :80 (plain HTTP) and :4461-4463 (TLS, one key type each);
+#   it serves the same /64b ... /2m pages.
 #   DPD_BIN and DPCTL_BIN name the binaries (default target/release/).
 #   scripts/peers/peers.sh targets NAME DIR     print dpbench --target specs
 #
@@ -298,6 +299,25 @@ name = "http"
 listen = "$dpd_ip:80"
 respond = "builtin"
 
+# One TLS VIP per key type, as the other peers have one port per key type.
+[[vip]]
+name = "tls-rsa2048"
+listen = "$dpd_ip:4461"
+respond = "builtin"
+certs = [{ cert = "$dir/rsa2048.crt", key = "$dir/rsa2048.key" }]
+
+[[vip]]
+name = "tls-p256"
+listen = "$dpd_ip:4462"
+respond = "builtin"
+certs = [{ cert = "$dir/p256.crt", key = "$dir/p256.key" }]
+
+[[vip]]
+name = "tls-p384"
+listen = "$dpd_ip:4463"
+respond = "builtin"
+certs = [{ cert = "$dir/p384.crt", key = "$dir/p384.key" }]
+
 [tcp]
 max_connections = 1000000
 max_half_open = 65536
@@ -331,7 +351,7 @@ targets() {
         haproxy) echo "name=haproxy,host=$vip,rsa2048=4441,p256=4442,p384=4443,http=8002,pidfile=$run/haproxy.pid,core=$dut_core" ;;
         stunnel) echo "name=stunnel,host=$vip,rsa2048=4451,p256=4452,p384=4453,http=8003,pidfile=$run/stunnel.pid+$run/haproxy-clear.pid,core=$dut_core" ;;
         backend) echo "name=backend,host=$vip,http=8090,pidfile=$run/backend.pid,core=$cli_core" ;;
-        dpd) echo "name=dpd,host=$dpd_ip,http=80,core=$dut_core,busy=cmd:$dpctl_bin --socket $run/dpd.sock stats --busy-seconds" ;;
+        dpd) echo "name=dpd,host=$dpd_ip,rsa2048=4461,p256=4462,p384=4463,http=80,core=$dut_core,busy=cmd:$dpctl_bin --socket $run/dpd.sock stats --busy-seconds" ;;
         esac
     done
 }
