@@ -172,3 +172,29 @@ fn bad_certificates_are_refused_at_start_naming_the_file() {
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("nope.pem"), "{stderr}");
 }
+
+#[test]
+fn gnutls_cli_interoperates() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up("gnu");
+    let _dpd = Dpd::start(&lab, |s| tls_config(&lab, s, certs.path()));
+    let ca = certs.path().join("ca.pem");
+    for (name, prio) in [
+        ("rsa.test", "NORMAL:-VERS-ALL:+VERS-TLS1.3"),
+        ("p384.test", "NORMAL:-VERS-ALL:+VERS-TLS1.2"),
+    ] {
+        let cmd = format!(
+            "printf 'GET /bytes/32 HTTP/1.0\\r\\n\\r\\n' | timeout 10 gnutls-cli --x509cafile {} --sni-hostname {name} --verify-hostname {name} --priority {prio} --port 443 {} 2>&1",
+            ca.display(),
+            lab.dut_ip()
+        );
+        let o = lab.client(&["sh", "-c", &cmd]);
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains("Handshake was completed"), "{name}: {text}");
+        assert!(
+            text.contains("0123456789abcdefghijklmnopqrstuv"),
+            "{name}: the body: {text}"
+        );
+    }
+}
