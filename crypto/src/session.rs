@@ -56,8 +56,6 @@ impl std::error::Error for TlsError {}
 /// What one [`ServerSession::process`] call did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Progress {
-    /// Bytes of the input consumed (the caller drops them).
-    pub consumed: usize,
     /// The handshake completed during this call.
     pub handshake_done: bool,
     /// The peer sent close_notify.
@@ -67,6 +65,12 @@ pub struct Progress {
 /// One server-side TLS connection.
 pub struct ServerSession {
     conn: UnbufferedServerConnection,
+    /// Received TLS bytes not yet discarded by rustls. The unbuffered API
+    /// requires every call to see them again (it may have processed part of
+    /// a handshake message spanning records), so the session keeps them.
+    incoming: Vec<u8>,
+    /// A fatal error happened: the session takes no more input or output.
+    failed: bool,
     handshaking: bool,
     peer_closed: bool,
 }
@@ -77,6 +81,13 @@ impl fmt::Debug for ServerSession {
             .field("handshaking", &self.handshaking)
             .field("peer_closed", &self.peer_closed)
             .finish_non_exhaustive()
+    }
+}
+
+fn encode_room(err: &EncodeError) -> Option<usize> {
+    match err {
+        EncodeError::InsufficientSize(s) => Some(s.required_size),
+        _ => None,
     }
 }
 
@@ -114,6 +125,8 @@ impl ServerSession {
     pub fn new(config: &TlsConfig) -> Result<Self, TlsError> {
         Ok(Self {
             conn: UnbufferedServerConnection::new(config.0.clone()).map_err(TlsError)?,
+            incoming: Vec::new(),
+            failed: false,
             handshaking: true,
             peer_closed: false,
         })
@@ -131,72 +144,80 @@ impl ServerSession {
         ))
     }
 
-    /// Processes received TLS bytes (`incoming`, in order, possibly a partial
-    /// record at the end). Appends TLS bytes to send to `outgoing` and
-    /// decrypted application data to `plaintext`.
+    /// Takes received TLS bytes (`data`, in order; any split) and processes
+    /// all complete records. Appends TLS bytes to send to `outgoing` and
+    /// decrypted application data to `plaintext`. Every byte of `data` is
+    /// taken (a partial record waits inside the session).
     ///
     /// # Errors
     /// A fatal TLS error; an alert for the peer may have been appended to
     /// `outgoing` and should still be sent before closing.
     pub fn process(
         &mut self,
-        incoming: &mut [u8],
+        data: &[u8],
         outgoing: &mut Vec<u8>,
         plaintext: &mut Vec<u8>,
     ) -> Result<Progress, TlsError> {
+        if self.failed {
+            return Err(TlsError(rustls::Error::General(
+                "session already failed".into(),
+            )));
+        }
+        self.incoming.extend_from_slice(data);
         let mut progress = Progress::default();
         let was_handshaking = self.handshaking;
         loop {
-            let UnbufferedStatus { discard, state } = self
-                .conn
-                .process_tls_records(&mut incoming[progress.consumed..]);
+            let UnbufferedStatus { discard, state } =
+                self.conn.process_tls_records(&mut self.incoming);
             let mut extra = 0;
-            let state = match state {
-                Ok(s) => s,
-                Err(e) => {
-                    // Give rustls the chance to emit the alert.
-                    self.drain_alert(outgoing);
-                    return Err(TlsError(e));
-                }
-            };
             let mut stop = false;
+            let mut failure = None;
             match state {
-                ConnectionState::ReadTraffic(mut r) => {
+                Err(e) => failure = Some(e),
+                Ok(ConnectionState::ReadTraffic(mut r)) => {
                     while let Some(rec) = r.next_record() {
-                        let rec = rec.map_err(TlsError)?;
-                        extra += rec.discard;
-                        plaintext.extend_from_slice(rec.payload);
+                        match rec {
+                            Ok(rec) => {
+                                extra += rec.discard;
+                                plaintext.extend_from_slice(rec.payload);
+                            }
+                            Err(e) => {
+                                failure = Some(e);
+                                break;
+                            }
+                        }
                     }
                 }
-                ConnectionState::EncodeTlsData(mut e) => {
-                    append(
-                        outgoing,
-                        |b| e.encode(b),
-                        |err| match err {
-                            EncodeError::InsufficientSize(s) => Some(s.required_size),
-                            _ => None,
-                        },
-                    )
-                    .map_err(|e| TlsError(rustls::Error::General(e.to_string())))?;
+                Ok(ConnectionState::EncodeTlsData(mut e)) => {
+                    if let Err(err) = append(outgoing, |b| e.encode(b), encode_room) {
+                        failure = Some(rustls::Error::General(err.to_string()));
+                    }
                 }
-                ConnectionState::TransmitTlsData(t) => {
-                    // The bytes are in `outgoing`; the caller sends them.
-                    t.done();
-                }
-                ConnectionState::BlockedHandshake => stop = true,
-                ConnectionState::WriteTraffic(_) => {
+                // The bytes are in `outgoing`; the caller sends them.
+                Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
+                Ok(ConnectionState::BlockedHandshake) => stop = true,
+                Ok(ConnectionState::WriteTraffic(_)) => {
                     self.handshaking = false;
                     stop = true;
                 }
-                ConnectionState::PeerClosed => {
+                Ok(ConnectionState::PeerClosed) => {
                     self.peer_closed = true;
                     progress.peer_closed = true;
                 }
-                ConnectionState::Closed => stop = true,
+                Ok(ConnectionState::Closed) => stop = true,
                 // 0-RTT is not enabled; anything new in rustls: stop here.
-                _ => stop = true,
+                Ok(_) => stop = true,
             }
-            progress.consumed += discard + extra;
+            self.incoming
+                .drain(..(discard + extra).min(self.incoming.len()));
+            if let Some(e) = failure {
+                // The alert rustls queued comes out before any more input is
+                // looked at; then the session is dead.
+                self.drain_alert(outgoing);
+                self.failed = true;
+                self.incoming.clear();
+                return Err(TlsError(e));
+            }
             if stop {
                 break;
             }
@@ -206,20 +227,11 @@ impl ServerSession {
     }
 
     fn drain_alert(&mut self, outgoing: &mut Vec<u8>) {
-        if let UnbufferedStatus {
-            state: Ok(ConnectionState::EncodeTlsData(mut e)),
-            ..
-        } = self.conn.process_tls_records(&mut [])
-        {
-            let _ = append(
-                outgoing,
-                |b| e.encode(b),
-                |err| match err {
-                    EncodeError::InsufficientSize(s) => Some(s.required_size),
-                    _ => None,
-                },
-            );
+        let UnbufferedStatus { discard, state } = self.conn.process_tls_records(&mut self.incoming);
+        if let Ok(ConnectionState::EncodeTlsData(mut e)) = state {
+            let _ = append(outgoing, |b| e.encode(b), encode_room);
         }
+        self.incoming.drain(..discard.min(self.incoming.len()));
     }
 
     /// Encrypts application data into TLS records appended to `outgoing`.
@@ -246,7 +258,14 @@ impl ServerSession {
             &mut [u8],
         ) -> Result<usize, EncryptError>,
     ) -> Result<(), TlsError> {
-        match self.conn.process_tls_records(&mut []).state {
+        if self.failed {
+            return Err(TlsError(rustls::Error::General(
+                "session already failed".into(),
+            )));
+        }
+        // The retained input goes along: rustls must see it on every call.
+        let UnbufferedStatus { discard, state } = self.conn.process_tls_records(&mut self.incoming);
+        let result = match state {
             Ok(ConnectionState::WriteTraffic(mut w)) => append(
                 outgoing,
                 |b| op(&mut w, b),
@@ -260,6 +279,30 @@ impl ServerSession {
                 "not ready to write application data".into(),
             ))),
             Err(e) => Err(TlsError(e)),
+        };
+        self.incoming.drain(..discard.min(self.incoming.len()));
+        result
+    }
+}
+
+/// Fuzz entry point for the TLS input path (handshake and records): feeds
+/// `data` to a fresh session in chunks whose sizes come from the data
+/// itself. Must never panic; errors are fine.
+pub fn fuzz_server_input(config: &TlsConfig, data: &[u8]) {
+    let Some((&chunk, rest)) = data.split_first() else {
+        return;
+    };
+    let chunk = usize::from(chunk).max(1);
+    let Ok(mut session) = ServerSession::new(config) else {
+        return;
+    };
+    let (mut out, mut plain) = (Vec::new(), Vec::new());
+    for piece in rest.chunks(chunk) {
+        if session.process(piece, &mut out, &mut plain).is_err() {
+            return;
+        }
+        if !session.is_handshaking() {
+            let _ = session.encrypt(b"x", &mut out);
         }
     }
 }
@@ -329,8 +372,8 @@ mod tests {
         for _ in 0..10 {
             c.write_tls(wire_in).unwrap();
             let mut out = Vec::new();
-            let p = s.process(wire_in, &mut out, plain).unwrap();
-            wire_in.drain(..p.consumed);
+            s.process(wire_in, &mut out, plain).unwrap();
+            wire_in.clear();
             c.read_tls(&mut &out[..]).unwrap();
             c.process_new_packets().unwrap();
         }
@@ -372,7 +415,7 @@ mod tests {
                 c.send_close_notify();
                 let mut w = Vec::new();
                 c.write_tls(&mut w).unwrap();
-                let p = s.process(&mut w, &mut Vec::new(), &mut plain).unwrap();
+                let p = s.process(&w, &mut Vec::new(), &mut plain).unwrap();
                 assert!(p.peer_closed, "{sni}");
                 let mut out = Vec::new();
                 s.close_notify(&mut out).unwrap();
@@ -395,21 +438,18 @@ mod tests {
         let cfg = TlsConfig::new(store).unwrap();
         let mut c = client(dir.path(), "p256.test", &[&rustls::version::TLS13]);
         let mut s = ServerSession::new(&cfg).unwrap();
-        let (mut wire, mut plain) = (Vec::new(), Vec::new());
+        let mut plain = Vec::new();
         for _ in 0..10 {
             let mut from_client = Vec::new();
             c.write_tls(&mut from_client).unwrap();
             let mut out = Vec::new();
             for b in from_client {
-                wire.push(b);
-                let p = s.process(&mut wire, &mut out, &mut plain).unwrap();
-                wire.drain(..p.consumed);
+                s.process(&[b], &mut out, &mut plain).unwrap();
             }
             c.read_tls(&mut &out[..]).unwrap();
             c.process_new_packets().unwrap();
         }
         assert!(!s.is_handshaking());
-        assert!(wire.is_empty());
     }
 
     #[test]
@@ -417,9 +457,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cfg = server_config(dir.path(), &[&rustls::version::TLS13]);
         let mut s = ServerSession::new(&cfg).unwrap();
-        let mut junk = b"GET / HTTP/1.1\r\nHost: plain-http-to-a-tls-port\r\n\r\n".to_vec();
+        let junk = b"GET / HTTP/1.1\r\nHost: plain-http-to-a-tls-port\r\n\r\n".to_vec();
         let mut out = Vec::new();
-        let err = s.process(&mut junk, &mut out, &mut Vec::new()).unwrap_err();
+        let err = s.process(&junk, &mut out, &mut Vec::new()).unwrap_err();
         assert!(err.to_string().starts_with("TLS: "), "{err}");
         assert!(!out.is_empty(), "an alert is sent before closing");
         assert!(

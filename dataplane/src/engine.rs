@@ -90,8 +90,6 @@ pub struct Engine<P: Port> {
     responder: Responder,
     /// TLS VIPs: address, port and configuration.
     tls_vips: Vec<(Ipv4Addr, u16, TlsConfig)>,
-    /// Reused buffer for ciphertext taken from TCP.
-    scratch: Vec<u8>,
     events: Vec<Event>,
 }
 
@@ -112,7 +110,6 @@ impl<P: Port> Engine<P> {
             ),
             responder: Responder::new(),
             tls_vips: Vec::new(),
-            scratch: Vec::with_capacity(64 * 1024),
             events: Vec::with_capacity(256),
         }
     }
@@ -249,13 +246,7 @@ impl<P: Port> Engine<P> {
             }
             if self.tcp.app(id).is_some_and(|a| a.tls.is_some()) {
                 let peer_closed = matches!(ev, Event::PeerClosed(_));
-                let o = tls::drive(
-                    &mut self.tcp,
-                    id,
-                    &mut self.responder,
-                    &mut self.scratch,
-                    peer_closed,
-                );
+                let o = tls::drive(&mut self.tcp, id, &mut self.responder, peer_closed);
                 self.counters.tls_handshakes += u64::from(o.handshake_done);
                 self.counters.tls_failures += u64::from(o.failed);
             } else {

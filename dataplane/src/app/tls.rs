@@ -2,8 +2,8 @@
 //! TCP carries ciphertext; the session turns it into plaintext for the
 //! responder and encrypts what the responder writes.
 //!
-//! This first version copies: ciphertext out of the TCP receive ring into a
-//! scratch buffer, plaintext through per-connection vectors. The in-place
+//! This first version copies: ciphertext out of the TCP receive ring into
+//! the session's input buffer, plaintext through per-connection vectors. The in-place
 //! record layer on AWS-LC (DESIGN.md) replaces those copies.
 
 use crypto::session::{ServerSession, TlsConfig};
@@ -107,12 +107,11 @@ pub struct TlsOutcome {
 }
 
 /// Moves a TLS connection forward: ciphertext in, responder, ciphertext out,
-/// close_notify and TCP close at the end. `scratch` is a reusable buffer.
+/// close_notify and TCP close at the end.
 pub fn drive(
     tcp: &mut TcpEngine<ConnApp>,
     id: ConnId,
     responder: &mut Responder,
-    scratch: &mut Vec<u8>,
     peer_closed: bool,
 ) -> TlsOutcome {
     let mut outcome = TlsOutcome::default();
@@ -130,22 +129,30 @@ pub fn drive(
         if tls.failed {
             break;
         }
-        // Ciphertext from TCP.
+        // Ciphertext from TCP: the session takes all of it (a partial
+        // record waits inside the session).
         let (a, b) = tcp.peek(id);
+        let taken = a.len() + b.len();
         let mut progressed = false;
-        if !a.is_empty() || !b.is_empty() {
-            scratch.clear();
-            scratch.extend_from_slice(a);
-            scratch.extend_from_slice(b);
-            match tls
+        if taken > 0 {
+            let result = tls
                 .session
-                .process(scratch, &mut tls.cipher_out, &mut tls.plain_in)
-            {
-                Ok(p) => {
-                    tcp.consume(id, p.consumed);
-                    progressed |= p.consumed > 0;
-                    outcome.handshake_done |= p.handshake_done;
-                    if p.peer_closed {
+                .process(a, &mut tls.cipher_out, &mut tls.plain_in)
+                .and_then(|p1| {
+                    let p2 = tls
+                        .session
+                        .process(b, &mut tls.cipher_out, &mut tls.plain_in)?;
+                    Ok((
+                        p1.handshake_done || p2.handshake_done,
+                        p1.peer_closed || p2.peer_closed,
+                    ))
+                });
+            tcp.consume(id, taken);
+            progressed = true;
+            match result {
+                Ok((handshake_done, closed)) => {
+                    outcome.handshake_done |= handshake_done;
+                    if closed {
                         http.peer_closed = true;
                     }
                 }

@@ -1,0 +1,111 @@
+//! Replays the TLS fuzz corpus (`dataplane/fuzz/corpus/tls_input`) through
+//! `fuzz_server_input`, and (ignored) records seeds from real rustls
+//! clients: `cargo test -p crypto --test fuzz_corpus -- --ignored`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use crypto::certs::{Cert, CertStore};
+use crypto::session::{fuzz_server_input, ServerSession, TlsConfig};
+
+fn corpus_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../dataplane/fuzz/corpus/tls_input")
+}
+
+/// A TLS configuration with a fresh P-256 certificate (openssl), for the
+/// names `fuzz.test`.
+pub fn config(dir: &Path) -> TlsConfig {
+    let (cert, key) = (dir.join("c.pem"), dir.join("k.pem"));
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-nodes",
+            "-days",
+            "30",
+            "-subj",
+            "/CN=fuzz.test",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args([
+            "-addext",
+            "subjectAltName=DNS:fuzz.test",
+            "-addext",
+            "basicConstraints=critical,CA:FALSE",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let mut store = CertStore::new();
+    store.add(Cert::load(&cert, &key, now).unwrap());
+    TlsConfig::new(store).unwrap()
+}
+
+#[test]
+fn tls_input_corpus_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let mut files: Vec<PathBuf> = fs::read_dir(corpus_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert!(
+        files.iter().any(|f| f.ends_with("client-hello-tls13")),
+        "seed missing"
+    );
+    for f in files {
+        eprintln!("replaying {}", f.display());
+        fuzz_server_input(&cfg, &fs::read(&f).unwrap());
+    }
+}
+
+/// Records the first flights of real rustls clients (TLS 1.3 and 1.2) as
+/// seeds: a chunk-size byte, then the client's bytes.
+#[test]
+#[ignore]
+fn make_seeds() {
+    use rustls::{ClientConfig, ClientConnection, RootCertStore};
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    fs::create_dir_all(corpus_dir()).unwrap();
+    let roots = RootCertStore::empty();
+    for (name, versions) in [
+        ("client-hello-tls13", &[&rustls::version::TLS13][..]),
+        ("client-hello-tls12", &[&rustls::version::TLS12][..]),
+    ] {
+        let client = ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_protocol_versions(versions)
+        .unwrap()
+        .with_root_certificates(roots.clone())
+        .with_no_client_auth();
+        let mut c =
+            ClientConnection::new(Arc::new(client), "fuzz.test".try_into().unwrap()).unwrap();
+        let mut seed = vec![200u8];
+        c.write_tls(&mut seed).unwrap();
+        // Sanity: the server session accepts it.
+        let mut s = ServerSession::new(&cfg).unwrap();
+        s.process(&seed[1..], &mut Vec::new(), &mut Vec::new())
+            .unwrap();
+        fs::write(corpus_dir().join(name), seed).unwrap();
+    }
+}
