@@ -123,6 +123,14 @@ pub struct CoreStats {
     pub tls_handshakes: u64,
     #[serde(default)]
     pub tls_failures: u64,
+    /// Handshakes by protocol version, cipher suite and key-exchange group
+    /// (names with a count above zero).
+    #[serde(default)]
+    pub tls_versions: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub tls_suites: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub tls_groups: BTreeMap<String, u64>,
     /// Requests answered by the built-in HTTP responder.
     #[serde(default)]
     pub http_requests: u64,

@@ -40,6 +40,45 @@ impl TlsConfig {
     }
 }
 
+/// TLS versions counted, by [`Negotiated::version`].
+pub const VERSIONS: [&str; 2] = ["TLSv1.2", "TLSv1.3"];
+/// Cipher suites counted, by [`Negotiated::suite`] (the last: anything else).
+pub const SUITES: [&str; 10] = [
+    "TLS13_AES_128_GCM_SHA256",
+    "TLS13_AES_256_GCM_SHA384",
+    "TLS13_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+    "other",
+];
+/// Key-exchange groups counted, by [`Negotiated::group`].
+pub const GROUPS: [&str; 5] = [
+    "X25519MLKEM768",
+    "X25519",
+    "secp256r1",
+    "secp384r1",
+    "other",
+];
+
+fn index_of(list: &[&str], name: &str) -> usize {
+    list.iter()
+        .position(|n| *n == name)
+        .unwrap_or(list.len() - 1)
+}
+
+/// What a completed handshake negotiated, as indices into [`VERSIONS`],
+/// [`SUITES`] and [`GROUPS`] (counters stay fixed arrays).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Negotiated {
+    pub version: usize,
+    pub suite: usize,
+    pub group: usize,
+}
+
 /// A TLS failure: the connection must be closed (any alert to send is
 /// already in the outgoing bytes).
 #[derive(Debug, Clone, PartialEq)]
@@ -137,11 +176,27 @@ impl ServerSession {
     }
 
     /// The negotiated protocol version and cipher suite, once known.
-    pub fn negotiated(&self) -> Option<(rustls::ProtocolVersion, rustls::SupportedCipherSuite)> {
-        Some((
-            self.conn.protocol_version()?,
-            self.conn.negotiated_cipher_suite()?,
-        ))
+    pub fn negotiated(&self) -> Option<Negotiated> {
+        let version = match self.conn.protocol_version()? {
+            rustls::ProtocolVersion::TLSv1_3 => 1,
+            _ => 0,
+        };
+        let suite = self
+            .conn
+            .negotiated_cipher_suite()?
+            .suite()
+            .as_str()
+            .unwrap_or("other");
+        let group = self
+            .conn
+            .negotiated_key_exchange_group()
+            .and_then(|g| g.name().as_str())
+            .unwrap_or("other");
+        Some(Negotiated {
+            version,
+            suite: index_of(&SUITES, suite),
+            group: index_of(&GROUPS, group),
+        })
     }
 
     /// Takes received TLS bytes (`data`, in order; any split) and processes
@@ -393,7 +448,22 @@ mod tests {
                 let (mut wire, mut plain) = (Vec::new(), Vec::new());
                 pump(&mut c, &mut s, &mut wire, &mut plain);
                 assert!(!s.is_handshaking() && !c.is_handshaking(), "{sni}");
-                assert_eq!(s.negotiated().unwrap().0, c.protocol_version().unwrap());
+                let n = s.negotiated().unwrap();
+                let want = if c.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3) {
+                    1
+                } else {
+                    0
+                };
+                assert_eq!(n.version, want);
+                assert_eq!(
+                    SUITES[n.suite],
+                    c.negotiated_cipher_suite()
+                        .unwrap()
+                        .suite()
+                        .as_str()
+                        .unwrap()
+                );
+                assert_ne!(GROUPS[n.group], "other", "{sni}");
 
                 // Client → server, across several records.
                 let request: Vec<u8> = (0..40_000u32).map(|i| i as u8).collect();

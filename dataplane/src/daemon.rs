@@ -236,6 +236,9 @@ pub fn core_stats(lcore: Option<u32>, c: &Counters) -> CoreStats {
         tcp_syn_cookies_accepted: c.tcp_syn_cookies_accepted,
         tls_handshakes: c.tls_handshakes,
         tls_failures: c.tls_failures,
+        tls_versions: named(&crypto::session::VERSIONS, &c.tls_versions),
+        tls_suites: named(&crypto::session::SUITES, &c.tls_suites),
+        tls_groups: named(&crypto::session::GROUPS, &c.tls_groups),
         http_requests: c.http_requests,
         drops: DropReason::ALL
             .iter()
@@ -244,6 +247,16 @@ pub fn core_stats(lcore: Option<u32>, c: &Counters) -> CoreStats {
         busy_cycles: c.busy_cycles,
         idle_cycles: c.idle_cycles,
     }
+}
+
+/// Non-zero counts by name.
+fn named(names: &[&str], counts: &[u64]) -> std::collections::BTreeMap<String, u64> {
+    names
+        .iter()
+        .zip(counts)
+        .filter(|(_, &n)| n > 0)
+        .map(|(k, &n)| (k.to_string(), n))
+        .collect()
 }
 
 fn mac_string(m: [u8; 6]) -> String {

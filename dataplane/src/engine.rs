@@ -248,6 +248,11 @@ impl<P: Port> Engine<P> {
                 let peer_closed = matches!(ev, Event::PeerClosed(_));
                 let o = tls::drive(&mut self.tcp, id, &mut self.responder, peer_closed);
                 self.counters.tls_handshakes += u64::from(o.handshake_done);
+                if let Some(n) = o.negotiated {
+                    self.counters.tls_versions[n.version] += 1;
+                    self.counters.tls_suites[n.suite] += 1;
+                    self.counters.tls_groups[n.group] += 1;
+                }
                 self.counters.tls_failures += u64::from(o.failed);
             } else {
                 self.responder.on_event(&mut self.tcp, ev);

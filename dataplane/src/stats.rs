@@ -106,6 +106,11 @@ pub struct Counters {
     pub http_requests: u64,
     pub tls_handshakes: u64,
     pub tls_failures: u64,
+    /// Handshakes by version, suite and group (indices of
+    /// `crypto::session::{VERSIONS, SUITES, GROUPS}`).
+    pub tls_versions: [u64; 2],
+    pub tls_suites: [u64; 10],
+    pub tls_groups: [u64; 5],
     pub drops: [u64; DropReason::COUNT],
     /// TSC cycles spent in loop iterations that did work.
     pub busy_cycles: u64,
@@ -146,6 +151,15 @@ impl Counters {
         self.tcp_syn_cookies_accepted += o.tcp_syn_cookies_accepted;
         self.tls_handshakes += o.tls_handshakes;
         self.tls_failures += o.tls_failures;
+        for (d, s) in self.tls_versions.iter_mut().zip(o.tls_versions) {
+            *d += s;
+        }
+        for (d, s) in self.tls_suites.iter_mut().zip(o.tls_suites) {
+            *d += s;
+        }
+        for (d, s) in self.tls_groups.iter_mut().zip(o.tls_groups) {
+            *d += s;
+        }
         self.http_requests += o.http_requests;
         for (d, s) in self.drops.iter_mut().zip(o.drops) {
             *d += s;
@@ -157,7 +171,8 @@ impl Counters {
 }
 
 const SCALARS: usize = 20;
-const FIELDS: usize = SCALARS + DropReason::COUNT;
+const TLS_FIELDS: usize = 2 + 10 + 5;
+const FIELDS: usize = SCALARS + DropReason::COUNT + TLS_FIELDS;
 
 /// The published copy of one engine's [`Counters`].
 #[derive(Debug)]
@@ -211,7 +226,11 @@ impl SharedCounters {
             tls_failures: v[19],
             ..Counters::default()
         };
-        c.drops.copy_from_slice(&v[SCALARS..]);
+        let d = SCALARS + DropReason::COUNT;
+        c.drops.copy_from_slice(&v[SCALARS..d]);
+        c.tls_versions.copy_from_slice(&v[d..d + 2]);
+        c.tls_suites.copy_from_slice(&v[d + 2..d + 12]);
+        c.tls_groups.copy_from_slice(&v[d + 12..d + 17]);
         c
     }
 
@@ -239,7 +258,11 @@ impl SharedCounters {
             c.tls_handshakes,
             c.tls_failures,
         ]);
-        v[SCALARS..].copy_from_slice(&c.drops);
+        let d = SCALARS + DropReason::COUNT;
+        v[SCALARS..d].copy_from_slice(&c.drops);
+        v[d..d + 2].copy_from_slice(&c.tls_versions);
+        v[d + 2..d + 12].copy_from_slice(&c.tls_suites);
+        v[d + 12..d + 17].copy_from_slice(&c.tls_groups);
         v
     }
 }
@@ -277,6 +300,9 @@ mod tests {
             assert_eq!(*r as usize, i, "ALL is in discriminant order");
             c.drops[i] = 100 + i as u64;
         }
+        c.tls_versions = [201, 202];
+        c.tls_suites[9] = 309;
+        c.tls_groups[4] = 404;
         let s = SharedCounters::default();
         s.publish(&c);
         assert_eq!(s.read(), c);

@@ -91,6 +91,23 @@ fn curl_over_tls_12_and_13_with_each_key_type() {
     let stats = dpd.stats();
     assert_eq!(stats.tls_handshakes, n + 1, "{stats:?}");
     assert_eq!(stats.tls_failures, 0);
+    // Counted by what was negotiated: 3 TLS 1.2 handshakes, 4 TLS 1.3.
+    assert_eq!(stats.tls_versions.get("TLSv1.2"), Some(&3), "{stats:?}");
+    assert_eq!(stats.tls_versions.get("TLSv1.3"), Some(&4), "{stats:?}");
+    assert_eq!(stats.tls_suites.values().sum::<u64>(), n + 1, "{stats:?}");
+    assert_eq!(stats.tls_groups.values().sum::<u64>(), n + 1, "{stats:?}");
+    assert!(
+        !stats.tls_suites.contains_key("other") && !stats.tls_groups.contains_key("other"),
+        "{stats:?}"
+    );
+    // TLS 1.2 with an RSA certificate is an ECDHE_RSA suite.
+    assert!(
+        stats
+            .tls_suites
+            .keys()
+            .any(|k| k.starts_with("TLS_ECDHE_RSA_")),
+        "{stats:?}"
+    );
 }
 
 #[test]

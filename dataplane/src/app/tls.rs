@@ -104,6 +104,8 @@ impl Stream for TlsStream<'_> {
 pub struct TlsOutcome {
     pub handshake_done: bool,
     pub failed: bool,
+    /// What the handshake negotiated, when it completed in this call.
+    pub negotiated: Option<crypto::session::Negotiated>,
 }
 
 /// Moves a TLS connection forward: ciphertext in, responder, ciphertext out,
@@ -205,6 +207,9 @@ pub fn drive(
         if !progressed {
             break;
         }
+    }
+    if outcome.handshake_done {
+        outcome.negotiated = tls.session.negotiated();
     }
     if let Some(app) = tcp.app(id) {
         app.http = http;
