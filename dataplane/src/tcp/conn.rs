@@ -1048,43 +1048,13 @@ impl<A: Default> Conn<A> {
     ) -> bool {
         let (src, dst) = (self.key.local, self.key.remote);
         if self.state == State::SynSent {
-            if self.synack_needed {
-                let mut repr = self.repr(cfg, now, TcpControl::Syn, self.iss, &[]);
-                repr.ack_number = None;
-                repr.window_len = cfg.buffer_size.min(65535) as u16;
-                repr.max_seg_size = Some(cfg.mss);
-                repr.window_scale = Some(cfg.window_scale);
-                repr.timestamp = Some(TcpTimestampRepr::new(ts_now(now), 0));
-                repr.sack_permitted = true;
-                if !emit(&Outgoing { src, dst, repr }) {
-                    return false;
-                }
-                counters.segments_out += 1;
-                self.synack_needed = false;
-                self.snd_nxt = self.iss + 1;
-                self.snd_max = self.snd_max.max(self.snd_nxt);
-                self.rto_at = Some(now + self.rto);
-            }
-            return true;
+            return !self.synack_needed || self.emit_syn(now, cfg, counters, emit);
         }
         if self.state == State::SynReceived {
             if self.synack_needed {
-                let (window, _) = self.window_field(cfg);
-                let mut repr = self.repr(cfg, now, TcpControl::Syn, self.iss, &[]);
-                // The SYN-ACK's window is never scaled (RFC 7323 §2.2).
-                repr.window_len = window.max(cfg.buffer_size.min(65535) as u16);
-                repr.max_seg_size = Some(cfg.mss);
-                repr.window_scale = (self.rcv_shift > 0).then_some(self.rcv_shift);
-                repr.sack_permitted = self.sack_ok;
-                if !emit(&Outgoing { src, dst, repr }) {
+                if !self.emit_syn(now, cfg, counters, emit) {
                     return false;
                 }
-                counters.segments_out += 1;
-                self.synack_needed = false;
-                self.snd_nxt = self.iss + 1;
-                self.snd_max = self.snd_max.max(self.snd_nxt);
-                self.rto_at = Some(now + self.rto);
-                self.sent_ack(cfg);
             } else if self.ack_now {
                 // An unacceptable segment (e.g. the peer's SYN-ACK crossing
                 // ours in a simultaneous open) is answered with an ACK.
@@ -1244,6 +1214,49 @@ impl<A: Default> Conn<A> {
         }
         if self.ack_now {
             return self.emit_ack(now, cfg, counters, emit);
+        }
+        true
+    }
+
+    /// Sends our SYN (SYN-SENT) or SYN-ACK (SYN-RECEIVED) with its options
+    /// and starts the retransmission timer.
+    fn emit_syn(
+        &mut self,
+        now: Instant,
+        cfg: &TcpConfig,
+        counters: &mut TcpCounters,
+        emit: &mut impl FnMut(&Outgoing<'_>) -> bool,
+    ) -> bool {
+        let active = self.state == State::SynSent;
+        let mut repr = self.repr(cfg, now, TcpControl::Syn, self.iss, &[]);
+        repr.max_seg_size = Some(cfg.mss);
+        // The window of a SYN or SYN-ACK is never scaled (RFC 7323 §2.2).
+        let unscaled = cfg.buffer_size.min(65535) as u16;
+        if active {
+            repr.ack_number = None;
+            repr.window_len = unscaled;
+            repr.window_scale = Some(cfg.window_scale);
+            repr.timestamp = Some(TcpTimestampRepr::new(ts_now(now), 0));
+            repr.sack_permitted = true;
+        } else {
+            repr.window_len = repr.window_len.max(unscaled);
+            repr.window_scale = (self.rcv_shift > 0).then_some(self.rcv_shift);
+            repr.sack_permitted = self.sack_ok;
+        }
+        if !emit(&Outgoing {
+            src: self.key.local,
+            dst: self.key.remote,
+            repr,
+        }) {
+            return false;
+        }
+        counters.segments_out += 1;
+        self.synack_needed = false;
+        self.snd_nxt = self.iss + 1;
+        self.snd_max = self.snd_max.max(self.snd_nxt);
+        self.rto_at = Some(now + self.rto);
+        if !active {
+            self.sent_ack(cfg);
         }
         true
     }
