@@ -11,7 +11,7 @@ use std::sync::Arc;
 use dataplane::engine::{Engine, EngineConfig};
 use dataplane::loadgen::{LoadConfig, LoadGen};
 use dataplane::net::InterfaceConfig;
-use dataplane::port::link;
+use dataplane::port::{link, MemPort};
 use dataplane::stats::SharedCounters;
 use dataplane::tcp::TcpConfig;
 use dataplane::time::TscClock;
@@ -29,11 +29,14 @@ struct Result {
     wall_s: f64,
 }
 
-fn run(load: LoadConfig) -> Result {
+/// The engine (responder on SRV:80) and the load generator over one
+/// in-memory link; both allow `max_conns` connections. A /8 subnet leaves
+/// room for many generator source addresses.
+fn setup(load: LoadConfig, max_conns: usize) -> (Engine<MemPort>, LoadGen<MemPort>) {
     let iface = |addr| InterfaceConfig {
         mac: EthernetAddress([0; 6]),
         addr,
-        prefix_len: 24,
+        prefix_len: 8,
         gateway: None,
     };
     let (a, b) = link(
@@ -42,14 +45,25 @@ fn run(load: LoadConfig) -> Result {
         8192,
         65536,
     );
-    let mut server = Engine::new(EngineConfig::default(), Arc::new(SharedCounters::default()));
-    server.add_port(a, iface(SRV));
-    server.listen(SRV, 80);
     let tcp = TcpConfig {
-        max_conns: 1 << 20,
+        max_conns,
         ..TcpConfig::default()
     };
-    let mut client = LoadGen::new(b, iface(CLI), tcp, load);
+    let mut server = Engine::new(
+        EngineConfig {
+            tcp,
+            ..EngineConfig::default()
+        },
+        Arc::new(SharedCounters::default()),
+    );
+    server.add_port(a, iface(SRV));
+    server.listen(SRV, 80);
+    let client = LoadGen::new(b, iface(CLI), tcp, load);
+    (server, client)
+}
+
+fn run(load: LoadConfig) -> Result {
+    let (mut server, mut client) = setup(load, 1 << 20);
     let clock = TscClock::new();
     let (mut srv_ticks, mut cli_ticks) = (0u64, 0u64);
     let start = clock.ticks();
@@ -101,31 +115,6 @@ fn run(load: LoadConfig) -> Result {
 /// Opens `conns` connections and holds them idle; reports the server
 /// engine's connection state per connection.
 fn hold(conns: u64) {
-    let iface = |addr| InterfaceConfig {
-        mac: EthernetAddress([0; 6]),
-        addr,
-        prefix_len: 8,
-        gateway: None,
-    };
-    let (a, b) = link(
-        EthernetAddress([2, 0, 0, 0, 1, 1]),
-        EthernetAddress([2, 0, 0, 0, 1, 2]),
-        8192,
-        65536,
-    );
-    let tcp = TcpConfig {
-        max_conns: conns as usize + 1024,
-        ..TcpConfig::default()
-    };
-    let mut server = Engine::new(
-        EngineConfig {
-            tcp,
-            ..EngineConfig::default()
-        },
-        Arc::new(SharedCounters::default()),
-    );
-    server.add_port(a, iface(SRV));
-    server.listen(SRV, 80);
     let sources = conns.div_ceil(50_000).max(1) as u16;
     let load = LoadConfig {
         server: SRV,
@@ -136,7 +125,7 @@ fn hold(conns: u64) {
         total_conns: conns,
         sources,
     };
-    let mut client = LoadGen::new(b, iface(CLI), tcp, load);
+    let (mut server, mut client) = setup(load, conns as usize + 1024);
     let clock = TscClock::new();
     let start = clock.ticks();
     while !client.done() {

@@ -66,6 +66,21 @@ fn setup(
     (server, client)
 }
 
+/// Polls both sides for `steps` steps of `step` each, from `now`.
+fn step_both(
+    server: &mut Server,
+    client: &mut Client,
+    now: &mut Instant,
+    steps: usize,
+    step: Duration,
+) {
+    for _ in 0..steps {
+        *now = *now + step;
+        client.poll(*now);
+        server.poll(*now);
+    }
+}
+
 fn run(load: LoadConfig, impair: ImpairConfig) -> (Server, Client) {
     let (mut server, mut client) = setup(EngineConfig::default(), load, impair, impair.seed + 1);
     let mut now = Instant::from_millis(1);
@@ -77,11 +92,13 @@ fn run(load: LoadConfig, impair: ImpairConfig) -> (Server, Client) {
         server.poll(now);
     }
     // Let the last closing handshakes finish.
-    for _ in 0..1000 {
-        now = now + Duration::from_micros(20);
-        client.poll(now);
-        server.poll(now);
-    }
+    step_both(
+        &mut server,
+        &mut client,
+        &mut now,
+        1000,
+        Duration::from_micros(20),
+    );
     (server, client)
 }
 
@@ -235,11 +252,13 @@ fn idle_connections_time_out_with_a_reset() {
         2,
     );
     let mut now = Instant::from_millis(1);
-    for _ in 0..10_000 {
-        now = now + Duration::from_millis(1);
-        client.poll(now);
-        server.poll(now);
-    }
+    step_both(
+        &mut server,
+        &mut client,
+        &mut now,
+        10_000,
+        Duration::from_millis(1),
+    );
     assert_eq!(client.held(), 10);
     assert_eq!(
         server.tcp().counters().active,
@@ -284,11 +303,13 @@ fn keepalive_keeps_live_peers_and_drops_dead_ones() {
     );
     let mut now = Instant::from_millis(1);
     // 20 s with the client alive: probes are answered, nothing closes.
-    for _ in 0..20_000 {
-        now = now + Duration::from_millis(1);
-        client.poll(now);
-        server.poll(now);
-    }
+    step_both(
+        &mut server,
+        &mut client,
+        &mut now,
+        20_000,
+        Duration::from_millis(1),
+    );
     let t = server.tcp().counters();
     assert_eq!(t.active, 5, "{t:?}");
     assert!(t.keepalive_probes >= 5 * 5, "probes every ~2 s: {t:?}");
