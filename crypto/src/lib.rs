@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod certs;
+pub mod record;
 pub mod session;
 #[cfg(test)]
 mod testutil;

@@ -99,3 +99,40 @@ pub fn now() -> i64 {
         .unwrap()
         .as_secs() as i64
 }
+
+/// A store with RSA-2048, P-256 and P-384 certificates for `rsa.test`,
+/// `p256.test` and `p384.test` (made in `dir` on first use).
+pub fn test_store(dir: &Path) -> crate::certs::CertStore {
+    let mut store = crate::certs::CertStore::new();
+    for (name, args) in [("rsa", RSA), ("p256", P256), ("p384", P384)] {
+        let (c, k) = if dir.join(format!("{name}.key")).exists() {
+            (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")))
+        } else {
+            make(dir, name, args, &format!("DNS:{name}.test"))
+        };
+        store.add(crate::certs::Cert::load(&c, &k, now()).unwrap());
+    }
+    store
+}
+
+/// A rustls client trusting the test CA in `dir`.
+pub fn client_config(
+    dir: &Path,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> std::sync::Arc<rustls::ClientConfig> {
+    let ca = rustls_pemfile::certs(&mut &fs::read(dir.join("ca.pem")).unwrap()[..])
+        .next()
+        .unwrap()
+        .unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca).unwrap();
+    std::sync::Arc::new(
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_protocol_versions(versions)
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    )
+}
