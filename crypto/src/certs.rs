@@ -290,10 +290,39 @@ impl CertStore {
     }
 }
 
+thread_local! {
+    /// The key type of the certificate this thread's last handshake chose.
+    /// rustls resolves certificates inside the session's processing call,
+    /// on the engine's own thread; the session reads this right after
+    /// ([`take_last_selected`]) to count handshakes by key type.
+    static LAST_SELECTED: std::cell::Cell<Option<KeyType>> = const { std::cell::Cell::new(None) };
+}
+
+/// The key type [`CertStore`] chose last on this thread, if any since the
+/// previous call.
+pub fn take_last_selected() -> Option<KeyType> {
+    LAST_SELECTED.with(std::cell::Cell::take)
+}
+
+impl KeyType {
+    /// The name handshakes are counted under.
+    pub fn counter_name(self) -> &'static str {
+        match self {
+            Self::Rsa { bits: 2048 } => "RSA-2048",
+            Self::Rsa { bits: 3072 } => "RSA-3072",
+            Self::Rsa { bits: 4096 } => "RSA-4096",
+            Self::Rsa { .. } => "other",
+            Self::EcdsaP256 => "ECDSA-P256",
+            Self::EcdsaP384 => "ECDSA-P384",
+        }
+    }
+}
+
 impl ResolvesServerCert for CertStore {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.select(hello.server_name(), hello.signature_schemes())
-            .map(|c| c.certified.clone())
+        let cert = self.select(hello.server_name(), hello.signature_schemes())?;
+        LAST_SELECTED.with(|c| c.set(Some(cert.key_type)));
+        Some(cert.certified.clone())
     }
 }
 

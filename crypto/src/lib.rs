@@ -3,12 +3,17 @@
 //! unbuffered API, record layer on AWS-LC) and ticket keys. No other crate
 //! names a rustls type.
 //!
-//! Built so far: the certificate store ([`certs`]) and a first server
-//! session on rustls' unbuffered API ([`session`]).
+//! - [`certs`]: certificates and keys, chosen by SNI and signature scheme;
+//! - [`policy`]: a VIP's versions, suites, groups, ALPN and resumption;
+//! - [`session`]: one connection, handshake on rustls' unbuffered API;
+//! - [`record`]: the record layer on AWS-LC after the handshake;
+//! - [`tickets`]: stateless ticket keys rotated without shared state.
 #![forbid(unsafe_code)]
 
 pub mod certs;
+pub mod policy;
 pub mod record;
 pub mod session;
 #[cfg(test)]
 mod testutil;
+pub mod tickets;

@@ -401,11 +401,9 @@ mod tests {
         let mut ccfg = (*client_config(dir, &[version])).clone();
         ccfg.enable_secret_extraction = true;
         let mut s = ServerConnection::new(Arc::new(scfg)).unwrap();
-        let mut c = ClientConnection::new(
-            Arc::new(ccfg),
-            ServerName::try_from("p256.test").unwrap(),
-        )
-        .unwrap();
+        let mut c =
+            ClientConnection::new(Arc::new(ccfg), ServerName::try_from("p256.test").unwrap())
+                .unwrap();
         while s.is_handshaking() || c.is_handshaking() {
             let mut buf = Vec::new();
             c.write_tls(&mut buf).unwrap();
@@ -453,7 +451,11 @@ mod tests {
         Option<Box<dyn MessageDecrypter>>,
     );
 
-    fn rustls_side(suite: SupportedCipherSuite, secrets: ConnectionTrafficSecrets, enc: bool) -> Sides {
+    fn rustls_side(
+        suite: SupportedCipherSuite,
+        secrets: ConnectionTrafficSecrets,
+        enc: bool,
+    ) -> Sides {
         let (key, iv) = match secrets {
             ConnectionTrafficSecrets::Aes128Gcm { key, iv }
             | ConnectionTrafficSecrets::Aes256Gcm { key, iv }
@@ -472,7 +474,10 @@ mod tests {
                 let iv = iv.as_ref();
                 let fixed = s.aead_alg.key_block_shape().fixed_iv_len;
                 if enc {
-                    (Some(s.aead_alg.encrypter(key, &iv[..fixed], &iv[fixed..])), None)
+                    (
+                        Some(s.aead_alg.encrypter(key, &iv[..fixed], &iv[fixed..])),
+                        None,
+                    )
                 } else {
                     (None, Some(s.aead_alg.decrypter(key, &iv[..fixed])))
                 }
@@ -481,7 +486,19 @@ mod tests {
     }
 
     fn lengths() -> Vec<usize> {
-        let mut v = vec![0, 1, 2, 15, 16, 17, 255, 1000, 4096, MAX_PLAINTEXT - 1, MAX_PLAINTEXT];
+        let mut v = vec![
+            0,
+            1,
+            2,
+            15,
+            16,
+            17,
+            255,
+            1000,
+            4096,
+            MAX_PLAINTEXT - 1,
+            MAX_PLAINTEXT,
+        ];
         let mut x = 0x9e37_79b9_u32;
         for _ in 0..40 {
             x ^= x << 13;
@@ -500,7 +517,11 @@ mod tests {
             let name = format!("{:?}", suite.suite());
             for (i, len) in lengths().into_iter().enumerate() {
                 let plain: Vec<u8> = (0..len).map(|j| (i * 31 + j * 7) as u8).collect();
-                let typ = if i % 5 == 4 { content::ALERT } else { content::APPLICATION_DATA };
+                let typ = if i % 5 == 4 {
+                    content::ALERT
+                } else {
+                    content::APPLICATION_DATA
+                };
                 let seq = p.seal.seq();
 
                 // Ours, in place.
@@ -546,7 +567,10 @@ mod tests {
                 let header: [u8; HEADER_LEN] = theirs[..HEADER_LEN].try_into().unwrap();
                 let (t, got) = if i % 2 == 0 {
                     let mut out = vec![0u8; theirs.len()];
-                    let (t, n) = p.open.open(&header, &theirs[HEADER_LEN..], &mut out).unwrap();
+                    let (t, n) = p
+                        .open
+                        .open(&header, &theirs[HEADER_LEN..], &mut out)
+                        .unwrap();
                     out.truncate(n);
                     (t, out)
                 } else {
@@ -568,7 +592,9 @@ mod tests {
             let pre = p.seal.prefix_len();
             let mut rec = vec![0u8; 100 + p.seal.overhead()];
             rec[pre..pre + 100].fill(b'a');
-            let n = p.seal.seal_in_place(content::APPLICATION_DATA, &mut rec, 100);
+            let n = p
+                .seal
+                .seal_in_place(content::APPLICATION_DATA, &mut rec, 100);
             for at in [HEADER_LEN, pre, n / 2, n - 1] {
                 let mut bad = rec.clone();
                 bad[at] ^= 1;
@@ -582,7 +608,10 @@ mod tests {
             }
             let h: [u8; HEADER_LEN] = rec[..HEADER_LEN].try_into().unwrap();
             let mut out = vec![0u8; n];
-            assert_eq!(p.open.open(&h, &rec[HEADER_LEN..], &mut out), Ok((content::APPLICATION_DATA, 100)));
+            assert_eq!(
+                p.open.open(&h, &rec[HEADER_LEN..], &mut out),
+                Ok((content::APPLICATION_DATA, 100))
+            );
             // A replayed record (old sequence number) fails too.
             assert_eq!(
                 p.open.open(&h, &rec[HEADER_LEN..], &mut out),
@@ -611,7 +640,13 @@ mod tests {
     #[test]
     fn headers_split_only_when_whole_and_sane() {
         assert_eq!(split_header(&[23, 3, 3]), Ok(None));
-        assert_eq!(split_header(&[23, 3, 3, 0, 20]), Ok(Some(([23, 3, 3, 0, 20], 25))));
-        assert_eq!(split_header(&[23, 3, 3, 0xff, 0xff]), Err(RecordError::Overflow));
+        assert_eq!(
+            split_header(&[23, 3, 3, 0, 20]),
+            Ok(Some(([23, 3, 3, 0, 20], 25)))
+        );
+        assert_eq!(
+            split_header(&[23, 3, 3, 0xff, 0xff]),
+            Err(RecordError::Overflow)
+        );
     }
 }

@@ -1,44 +1,23 @@
-//! A server-side TLS session, sans-IO, on rustls' unbuffered API: the caller
-//! owns every buffer. Fed the TLS bytes TCP received, it returns how many it
-//! consumed, appends the TLS bytes to send and the application data it
-//! decrypted; it encrypts application data on request.
-//!
-//! This first version runs both the handshake and the record layer in
-//! rustls. Moving the record layer onto AWS-LC directly (after
-//! `dangerous_into_kernel_connection`) is the next step (DESIGN.md).
+//! A server-side TLS session, sans-IO: the caller owns the buffers. The
+//! handshake runs on rustls' unbuffered API; once it completes, rustls hands
+//! over the traffic secrets (`dangerous_into_kernel_connection`) and the
+//! record layer runs on AWS-LC directly ([`crate::record`]): records are
+//! opened from the caller's receive buffer into its plaintext buffer in one
+//! pass and sealed in place in its send buffer. Post-handshake messages are
+//! handled here: TLS 1.3 KeyUpdate both ways, alerts, close_notify;
+//! TLS 1.2 renegotiation is refused; keys are updated (TLS 1.3) or the
+//! connection closed (TLS 1.2) before AES-GCM's record limit.
 
 use std::fmt;
-use std::sync::Arc;
 
-use rustls::server::{NoServerSessionStorage, UnbufferedServerConnection};
-use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
-use rustls::ServerConfig;
+use rustls::kernel::KernelConnection;
+use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
+use rustls::unbuffered::{ConnectionState, EncodeError, UnbufferedStatus};
+use rustls::SupportedCipherSuite;
 
-/// A VIP's TLS configuration: its certificates and protocol settings. Cheap
-/// to clone (shared).
-#[derive(Debug, Clone)]
-pub struct TlsConfig(Arc<ServerConfig>);
+use crate::record::{self, content, Protocol, RecordError, RecordKey, HEADER_LEN};
 
-impl TlsConfig {
-    /// TLS 1.2 and 1.3 with aws-lc-rs's default (AEAD-only) suites and
-    /// groups, certificates from `store`, no session resumption (no cache,
-    /// no tickets): each handshake is a full one.
-    ///
-    /// # Errors
-    /// When rustls refuses the protocol settings.
-    pub fn new(store: crate::certs::CertStore) -> Result<Self, TlsError> {
-        let mut cfg = ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::aws_lc_rs::default_provider(),
-        ))
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(TlsError)?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(store));
-        cfg.session_storage = Arc::new(NoServerSessionStorage {});
-        cfg.send_tls13_tickets = 0;
-        Ok(Self(Arc::new(cfg)))
-    }
-}
+pub use crate::policy::TlsConfig;
 
 /// TLS versions counted, by [`Negotiated::version`].
 pub const VERSIONS: [&str; 2] = ["TLSv1.2", "TLSv1.3"];
@@ -63,6 +42,15 @@ pub const GROUPS: [&str; 5] = [
     "secp384r1",
     "other",
 ];
+/// Certificate key types counted, by [`Negotiated::key`].
+pub const KEY_TYPES: [&str; 6] = [
+    "RSA-2048",
+    "RSA-3072",
+    "RSA-4096",
+    "ECDSA-P256",
+    "ECDSA-P384",
+    "other",
+];
 
 fn index_of(list: &[&str], name: &str) -> usize {
     list.iter()
@@ -71,53 +59,187 @@ fn index_of(list: &[&str], name: &str) -> usize {
 }
 
 /// What a completed handshake negotiated, as indices into [`VERSIONS`],
-/// [`SUITES`] and [`GROUPS`] (counters stay fixed arrays).
+/// [`SUITES`], [`GROUPS`] and [`KEY_TYPES`] (counters stay fixed arrays).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Negotiated {
     pub version: usize,
     pub suite: usize,
     pub group: usize,
+    pub key: usize,
+    /// The handshake resumed a session (ticket).
+    pub resumed: bool,
+}
+
+/// Why a TLS connection failed, by [`Failure::index`] into [`FAILURES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The client offered only versions we refuse (SSLv3, TLS 1.0/1.1).
+    ProtocolVersion,
+    /// No cipher suite, group or signature scheme in common.
+    NoSharedParameters,
+    /// No certificate for the name asked, and no default.
+    NoCertificate,
+    /// ALPN offered, none of ours in it.
+    NoApplicationProtocol,
+    /// Bytes that are not TLS, or a malformed message.
+    DecodeError,
+    /// A message or record not allowed at this point.
+    UnexpectedMessage,
+    /// A record failed authentication.
+    BadRecordMac,
+    RecordOverflow,
+    /// The client sent a fatal alert (e.g. it rejected our certificate).
+    PeerAlert,
+    /// TLS 1.2 reached the cipher's record limit (it cannot rekey).
+    RecordLimit,
+    Other,
+}
+
+/// Failure reasons counted, by [`Failure::index`].
+pub const FAILURES: [&str; 11] = [
+    "protocol_version",
+    "no_shared_parameters",
+    "no_certificate",
+    "no_application_protocol",
+    "decode_error",
+    "unexpected_message",
+    "bad_record_mac",
+    "record_overflow",
+    "peer_alert",
+    "record_limit",
+    "other",
+];
+
+impl Failure {
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    pub fn name(self) -> &'static str {
+        FAILURES[self.index()]
+    }
+
+    fn of(e: &rustls::Error) -> Self {
+        use rustls::{Error as E, PeerIncompatible as P};
+        match e {
+            E::PeerIncompatible(
+                P::SupportedVersionsExtensionRequired
+                | P::Tls12NotOffered
+                | P::Tls12NotOfferedOrEnabled
+                | P::ServerDoesNotSupportTls12Or13,
+            ) => Self::ProtocolVersion,
+            E::PeerIncompatible(_) => Self::NoSharedParameters,
+            E::NoApplicationProtocol => Self::NoApplicationProtocol,
+            E::InvalidMessage(_) => Self::DecodeError,
+            E::InappropriateMessage { .. } | E::InappropriateHandshakeMessage { .. } => {
+                Self::UnexpectedMessage
+            }
+            E::DecryptError => Self::BadRecordMac,
+            E::AlertReceived(_) => Self::PeerAlert,
+            E::General(m) if m.contains("certificate") => Self::NoCertificate,
+            _ => Self::Other,
+        }
+    }
+
+    fn of_record(e: RecordError) -> Self {
+        match e {
+            RecordError::BadRecordMac => Self::BadRecordMac,
+            RecordError::Overflow => Self::RecordOverflow,
+            RecordError::Unexpected => Self::UnexpectedMessage,
+            RecordError::Malformed => Self::DecodeError,
+        }
+    }
 }
 
 /// A TLS failure: the connection must be closed (any alert to send is
 /// already in the outgoing bytes).
 #[derive(Debug, Clone, PartialEq)]
-pub struct TlsError(pub rustls::Error);
+pub struct TlsError {
+    pub reason: Failure,
+    pub detail: String,
+}
+
+impl TlsError {
+    fn new(reason: Failure, detail: impl Into<String>) -> Self {
+        Self {
+            reason,
+            detail: detail.into(),
+        }
+    }
+
+    fn rustls(e: rustls::Error) -> Self {
+        Self::new(Failure::of(&e), e.to_string())
+    }
+}
 
 impl fmt::Display for TlsError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "TLS: {}", self.0)
+        write!(f, "TLS: {} ({})", self.detail, self.reason.name())
     }
 }
 
 impl std::error::Error for TlsError {}
 
-/// What one [`ServerSession::process`] call did.
+/// What one [`ServerSession::read`] call did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Progress {
+    /// Input bytes taken (whole records once established; everything
+    /// during the handshake).
+    pub consumed: usize,
     /// The handshake completed during this call.
     pub handshake_done: bool,
     /// The peer sent close_notify.
     pub peer_closed: bool,
+    /// TLS 1.3 KeyUpdates received and sent.
+    pub key_updates_received: u32,
+    pub key_updates_sent: u32,
+    /// TLS 1.2 renegotiation attempts refused.
+    pub renegotiations_refused: u32,
+}
+
+/// Fraction of a suite's confidentiality limit after which TLS 1.3 keys
+/// are updated (TLS 1.2 closes at the limit less a margin).
+const REKEY_FRACTION: u64 = 2;
+const TLS12_LIMIT_MARGIN: u64 = 1 << 16;
+
+struct Handshake {
+    conn: UnbufferedServerConnection,
+    /// Received TLS bytes not yet discarded by rustls: the unbuffered API
+    /// must see them again on every call.
+    incoming: Vec<u8>,
+}
+
+struct Established {
+    kernel: KernelConnection<ServerConnectionData>,
+    tx: RecordKey,
+    rx: RecordKey,
+    /// Bytes taken but not yet opened (left over from the handshake, or a
+    /// partial record given to [`ServerSession::process`]); empty, with no
+    /// capacity, in the steady state.
+    leftover: Vec<u8>,
+    /// Sequence number at which the send key must change (TLS 1.3) or the
+    /// connection close (TLS 1.2).
+    tx_limit: u64,
+}
+
+enum State {
+    Handshake(Box<Handshake>),
+    Established(Box<Established>),
+    Failed,
 }
 
 /// One server-side TLS connection.
 pub struct ServerSession {
-    conn: UnbufferedServerConnection,
-    /// Received TLS bytes not yet discarded by rustls. The unbuffered API
-    /// requires every call to see them again (it may have processed part of
-    /// a handshake message spanning records), so the session keeps them.
-    incoming: Vec<u8>,
-    /// A fatal error happened: the session takes no more input or output.
-    failed: bool,
-    handshaking: bool,
+    state: State,
+    negotiated: Option<Negotiated>,
     peer_closed: bool,
 }
 
 impl fmt::Debug for ServerSession {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ServerSession")
-            .field("handshaking", &self.handshaking)
+            .field("handshaking", &self.is_handshaking())
+            .field("negotiated", &self.negotiated)
             .field("peer_closed", &self.peer_closed)
             .finish_non_exhaustive()
     }
@@ -156,6 +278,235 @@ fn append<E>(
     }
 }
 
+/// Seals a short control record (alert, KeyUpdate) onto `out`.
+fn seal_small(tx: &mut RecordKey, typ: u8, body: &[u8], out: &mut Vec<u8>) {
+    let mut rec = [0u8; 64];
+    let pre = tx.prefix_len();
+    rec[pre..pre + body.len()].copy_from_slice(body);
+    let n = tx.seal_in_place(typ, &mut rec, body.len());
+    out.extend_from_slice(&rec[..n]);
+}
+
+/// The `n`th byte of the concatenation of `a` and `b`.
+fn byte_at(a: &[u8], b: &[u8], n: usize) -> u8 {
+    if n < a.len() {
+        a[n]
+    } else {
+        b[n - a.len()]
+    }
+}
+
+/// A contiguous view of `a ++ b` over `range`, when it has one.
+fn contiguous<'a>(a: &'a [u8], b: &'a [u8], r: std::ops::Range<usize>) -> Option<&'a [u8]> {
+    if r.end <= a.len() {
+        Some(&a[r])
+    } else if r.start >= a.len() {
+        Some(&b[r.start - a.len()..r.end - a.len()])
+    } else {
+        None
+    }
+}
+
+impl Established {
+    fn new(conn: UnbufferedServerConnection, leftover: Vec<u8>) -> Result<Self, TlsError> {
+        let (secrets, kernel) = conn
+            .dangerous_into_kernel_connection()
+            .map_err(TlsError::rustls)?;
+        let protocol = match kernel.protocol_version() {
+            rustls::ProtocolVersion::TLSv1_3 => Protocol::Tls13,
+            _ => Protocol::Tls12,
+        };
+        let limit = match kernel.negotiated_cipher_suite() {
+            SupportedCipherSuite::Tls12(s) => s
+                .common
+                .confidentiality_limit
+                .saturating_sub(TLS12_LIMIT_MARGIN),
+            SupportedCipherSuite::Tls13(s) => s.common.confidentiality_limit / REKEY_FRACTION,
+        };
+        Ok(Self {
+            tx: RecordKey::new(protocol, &secrets.tx.1, secrets.tx.0),
+            rx: RecordKey::new(protocol, &secrets.rx.1, secrets.rx.0),
+            kernel,
+            leftover,
+            tx_limit: limit,
+        })
+    }
+
+    /// Sends a TLS 1.3 KeyUpdate (not requesting one back) with the
+    /// current key, then switches to the next send key.
+    fn update_tx(&mut self, out: &mut Vec<u8>) -> Result<(), TlsError> {
+        seal_small(&mut self.tx, content::HANDSHAKE, &[24, 0, 0, 1, 0], out);
+        let (seq, secrets) = self.kernel.update_tx_secret().map_err(TlsError::rustls)?;
+        self.tx = RecordKey::new(Protocol::Tls13, &secrets, seq);
+        self.tx_limit = self.tx.seq() + self.tx_limit.max(1);
+        Ok(())
+    }
+
+    fn alert(&mut self, description: u8, out: &mut Vec<u8>) {
+        seal_small(&mut self.tx, content::ALERT, &[2, description], out);
+    }
+
+    /// Acts on one opened non-application record (`body` is its
+    /// plaintext).
+    fn control(
+        &mut self,
+        typ: u8,
+        body: &[u8],
+        out: &mut Vec<u8>,
+        progress: &mut Progress,
+    ) -> Result<(), TlsError> {
+        match typ {
+            content::ALERT => match body {
+                [_, 0] => {
+                    progress.peer_closed = true;
+                    Ok(())
+                }
+                // TLS 1.2 warnings other than close_notify are ignored;
+                // TLS 1.3 ignores user_canceled; anything else is fatal.
+                [1, d] if self.rx.protocol() == Protocol::Tls12 || *d == 90 => Ok(()),
+                [_, d] => Err(TlsError::new(
+                    Failure::PeerAlert,
+                    format!("alert {d} received"),
+                )),
+                _ => Err(TlsError::new(Failure::DecodeError, "malformed alert")),
+            },
+            content::HANDSHAKE => {
+                let mut msgs = body;
+                while !msgs.is_empty() {
+                    let [t, a, b, c, rest @ ..] = msgs else {
+                        return Err(TlsError::new(
+                            Failure::DecodeError,
+                            "fragmented post-handshake message",
+                        ));
+                    };
+                    let len = usize::from(*a) << 16 | usize::from(*b) << 8 | usize::from(*c);
+                    if rest.len() < len {
+                        return Err(TlsError::new(
+                            Failure::DecodeError,
+                            "fragmented post-handshake message",
+                        ));
+                    }
+                    let (msg, next) = rest.split_at(len);
+                    msgs = next;
+                    match (self.rx.protocol(), *t, msg) {
+                        // KeyUpdate: the peer's next records use its next key;
+                        // update_requested asks us to move ours too.
+                        (Protocol::Tls13, 24, [request @ (0 | 1)]) => {
+                            let (seq, secrets) =
+                                self.kernel.update_rx_secret().map_err(TlsError::rustls)?;
+                            self.rx = RecordKey::new(Protocol::Tls13, &secrets, seq);
+                            progress.key_updates_received += 1;
+                            if *request == 1 {
+                                self.update_tx(out)?;
+                                progress.key_updates_sent += 1;
+                            }
+                        }
+                        (Protocol::Tls13, 24, _) => {
+                            return Err(TlsError::new(Failure::DecodeError, "malformed KeyUpdate"))
+                        }
+                        // A TLS 1.2 ClientHello: renegotiation, refused with a
+                        // warning (RFC 5246 §7.2.2); the connection goes on.
+                        (Protocol::Tls12, 1, _) => {
+                            self.alert_warning(100, out);
+                            progress.renegotiations_refused += 1;
+                        }
+                        (_, t, _) => {
+                            return Err(TlsError::new(
+                                Failure::UnexpectedMessage,
+                                format!("handshake message {t} after the handshake"),
+                            ))
+                        }
+                    }
+                }
+                Ok(())
+            }
+            t => Err(TlsError::new(
+                Failure::UnexpectedMessage,
+                format!("record type {t} after the handshake"),
+            )),
+        }
+    }
+
+    fn alert_warning(&mut self, description: u8, out: &mut Vec<u8>) {
+        seal_small(&mut self.tx, content::ALERT, &[1, description], out);
+    }
+
+    /// Opens whole records of `a ++ b` from the start, appending
+    /// application data to `plaintext` until it holds `plain_limit` bytes.
+    /// Returns the bytes of the records opened.
+    fn open_records(
+        &mut self,
+        a: &[u8],
+        b: &[u8],
+        out: &mut Vec<u8>,
+        plaintext: &mut Vec<u8>,
+        plain_limit: usize,
+        progress: &mut Progress,
+    ) -> Result<usize, TlsError> {
+        let total = a.len() + b.len();
+        let mut at = 0;
+        while total - at >= HEADER_LEN && plaintext.len() < plain_limit && !progress.peer_closed {
+            let mut header = [0u8; HEADER_LEN];
+            for (i, h) in header.iter_mut().enumerate() {
+                *h = byte_at(a, b, at + i);
+            }
+            let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
+            if len > record::MAX_CIPHERTEXT {
+                return Err(TlsError::new(Failure::RecordOverflow, "record too long"));
+            }
+            if total - at < HEADER_LEN + len {
+                break;
+            }
+            let body = at + HEADER_LEN..at + HEADER_LEN + len;
+            let start = plaintext.len();
+            plaintext.resize(start + len, 0);
+            let opened = match contiguous(a, b, body.clone()) {
+                // One pass: from the receive buffer into the plaintext.
+                Some(ct) => self.rx.open(&header, ct, &mut plaintext[start..]),
+                // The record wraps around the ring: gather, open in place.
+                None => {
+                    let split = a.len() - body.start;
+                    plaintext[start..start + split].copy_from_slice(&a[body.start..]);
+                    plaintext[start + split..].copy_from_slice(&b[..len - split]);
+                    self.rx
+                        .open_in_place(&header, &mut plaintext[start..])
+                        .map(|(t, r)| {
+                            plaintext.copy_within(start + r.start..start + r.end, start);
+                            (t, r.len())
+                        })
+                }
+            };
+            let (typ, n) = match opened {
+                Ok(x) => x,
+                Err(e) => {
+                    plaintext.truncate(start);
+                    self.alert(e.alert(), out);
+                    return Err(TlsError::new(Failure::of_record(e), e.to_string()));
+                }
+            };
+            at = body.end;
+            if typ == content::APPLICATION_DATA {
+                plaintext.truncate(start + n);
+                continue;
+            }
+            let result = self.control(typ, &plaintext[start..start + n], out, progress);
+            plaintext.truncate(start);
+            if let Err(e) = result {
+                let alert = match e.reason {
+                    Failure::DecodeError => 50,
+                    Failure::PeerAlert => 0,
+                    _ => 10,
+                };
+                if alert != 0 {
+                    self.alert(alert, out);
+                }
+                return Err(e);
+            }
+        }
+        Ok(at)
+    }
+}
+
 impl ServerSession {
     /// A new session for a VIP's configuration.
     ///
@@ -163,180 +514,330 @@ impl ServerSession {
     /// When rustls refuses the configuration.
     pub fn new(config: &TlsConfig) -> Result<Self, TlsError> {
         Ok(Self {
-            conn: UnbufferedServerConnection::new(config.0.clone()).map_err(TlsError)?,
-            incoming: Vec::new(),
-            failed: false,
-            handshaking: true,
+            state: State::Handshake(Box::new(Handshake {
+                conn: UnbufferedServerConnection::new(config.rustls().clone())
+                    .map_err(TlsError::rustls)?,
+                incoming: Vec::new(),
+            })),
+            negotiated: None,
             peer_closed: false,
         })
     }
 
     pub fn is_handshaking(&self) -> bool {
-        self.handshaking
+        matches!(self.state, State::Handshake(_))
     }
 
-    /// The negotiated protocol version and cipher suite, once known.
+    /// What the handshake negotiated, once it completed.
     pub fn negotiated(&self) -> Option<Negotiated> {
-        let version = match self.conn.protocol_version()? {
-            rustls::ProtocolVersion::TLSv1_3 => 1,
-            _ => 0,
-        };
-        let suite = self
-            .conn
-            .negotiated_cipher_suite()?
-            .suite()
-            .as_str()
-            .unwrap_or("other");
-        let group = self
-            .conn
-            .negotiated_key_exchange_group()
-            .and_then(|g| g.name().as_str())
-            .unwrap_or("other");
-        Some(Negotiated {
-            version,
-            suite: index_of(&SUITES, suite),
-            group: index_of(&GROUPS, group),
-        })
+        self.negotiated
     }
 
-    /// Takes received TLS bytes (`data`, in order; any split) and processes
-    /// all complete records. Appends TLS bytes to send to `outgoing` and
-    /// decrypted application data to `plaintext`. Every byte of `data` is
-    /// taken (a partial record waits inside the session).
+    /// Bytes of received data the session holds (partial input), for
+    /// memory accounting.
+    pub fn buffered(&self) -> usize {
+        match &self.state {
+            State::Handshake(h) => h.incoming.capacity(),
+            State::Established(e) => e.leftover.capacity(),
+            State::Failed => 0,
+        }
+    }
+
+    /// Takes received TLS bytes (`input`: the receive buffer's two slices,
+    /// in order) and processes them: appends TLS bytes to send to
+    /// `outgoing` and decrypted application data to `plaintext`, stopping
+    /// once `plaintext` holds `plain_limit` bytes. During the handshake all
+    /// input is taken; afterwards only whole records are, and the rest
+    /// stays in the caller's buffer. [`Progress::consumed`] says how much.
     ///
     /// # Errors
     /// A fatal TLS error; an alert for the peer may have been appended to
-    /// `outgoing` and should still be sent before closing.
+    /// `outgoing` and should still be sent before closing. Input is then
+    /// taken whole.
+    pub fn read(
+        &mut self,
+        input: (&[u8], &[u8]),
+        outgoing: &mut Vec<u8>,
+        plaintext: &mut Vec<u8>,
+        plain_limit: usize,
+    ) -> Result<Progress, TlsError> {
+        let (a, b) = input;
+        let mut progress = Progress::default();
+        let result = self.read_inner(a, b, outgoing, plaintext, plain_limit, &mut progress);
+        if progress.peer_closed {
+            self.peer_closed = true;
+        }
+        match result {
+            Ok(()) => Ok(progress),
+            Err(e) => {
+                self.state = State::Failed;
+                Err(e)
+            }
+        }
+    }
+
+    fn read_inner(
+        &mut self,
+        a: &[u8],
+        b: &[u8],
+        outgoing: &mut Vec<u8>,
+        plaintext: &mut Vec<u8>,
+        plain_limit: usize,
+        progress: &mut Progress,
+    ) -> Result<(), TlsError> {
+        if self.peer_closed {
+            // Nothing after close_notify counts.
+            progress.consumed = a.len() + b.len();
+            return Ok(());
+        }
+        match &mut self.state {
+            State::Failed => Err(TlsError::new(Failure::Other, "session already failed")),
+            State::Handshake(h) => {
+                h.incoming.extend_from_slice(a);
+                h.incoming.extend_from_slice(b);
+                progress.consumed = a.len() + b.len();
+                if !handshake(h, outgoing, plaintext, progress)? {
+                    return Ok(());
+                }
+                // Done: rustls hands over the secrets; input it has not
+                // read yet is opened by our record layer.
+                let State::Handshake(h) = std::mem::replace(&mut self.state, State::Failed) else {
+                    unreachable!()
+                };
+                let Handshake { conn, incoming } = *h;
+                self.negotiated = Some(negotiated(&conn));
+                let mut est = Established::new(conn, incoming)?;
+                progress.handshake_done = true;
+                let leftover = std::mem::take(&mut est.leftover);
+                let n =
+                    est.open_records(&leftover, &[], outgoing, plaintext, plain_limit, progress);
+                if let Ok(n) = n {
+                    est.leftover = keep_rest(leftover, n);
+                }
+                self.state = State::Established(Box::new(est));
+                n.map(|_| ())
+            }
+            State::Established(est) => {
+                if est.leftover.is_empty() {
+                    progress.consumed =
+                        est.open_records(a, b, outgoing, plaintext, plain_limit, progress)?;
+                    return Ok(());
+                }
+                let mut buf = std::mem::take(&mut est.leftover);
+                buf.extend_from_slice(a);
+                buf.extend_from_slice(b);
+                progress.consumed = a.len() + b.len();
+                let n = est.open_records(&buf, &[], outgoing, plaintext, plain_limit, progress)?;
+                est.leftover = keep_rest(buf, n);
+                Ok(())
+            }
+        }
+    }
+
+    /// Like [`ServerSession::read`] with no plaintext limit, taking all of
+    /// `data` (a partial record waits inside the session).
+    ///
+    /// # Errors
+    /// As [`ServerSession::read`].
     pub fn process(
         &mut self,
         data: &[u8],
         outgoing: &mut Vec<u8>,
         plaintext: &mut Vec<u8>,
     ) -> Result<Progress, TlsError> {
-        if self.failed {
-            return Err(TlsError(rustls::Error::General(
-                "session already failed".into(),
-            )));
+        let mut p = self.read((data, &[]), outgoing, plaintext, usize::MAX)?;
+        if p.consumed < data.len() {
+            if let State::Established(est) = &mut self.state {
+                est.leftover.extend_from_slice(&data[p.consumed..]);
+            }
+            p.consumed = data.len();
         }
-        self.incoming.extend_from_slice(data);
-        let mut progress = Progress::default();
-        let was_handshaking = self.handshaking;
-        loop {
-            let UnbufferedStatus { discard, state } =
-                self.conn.process_tls_records(&mut self.incoming);
-            let mut extra = 0;
-            let mut stop = false;
-            let mut failure = None;
-            match state {
-                Err(e) => failure = Some(e),
-                Ok(ConnectionState::ReadTraffic(mut r)) => {
-                    while let Some(rec) = r.next_record() {
-                        match rec {
-                            Ok(rec) => {
-                                extra += rec.discard;
-                                plaintext.extend_from_slice(rec.payload);
-                            }
-                            Err(e) => {
-                                failure = Some(e);
-                                break;
-                            }
-                        }
-                    }
-                }
-                Ok(ConnectionState::EncodeTlsData(mut e)) => {
-                    if let Err(err) = append(outgoing, |b| e.encode(b), encode_room) {
-                        failure = Some(rustls::Error::General(err.to_string()));
-                    }
-                }
-                // The bytes are in `outgoing`; the caller sends them.
-                Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
-                Ok(ConnectionState::BlockedHandshake) => stop = true,
-                Ok(ConnectionState::WriteTraffic(_)) => {
-                    self.handshaking = false;
-                    stop = true;
-                }
-                Ok(ConnectionState::PeerClosed) => {
-                    self.peer_closed = true;
-                    progress.peer_closed = true;
-                }
-                Ok(ConnectionState::Closed) => stop = true,
-                // 0-RTT is not enabled; anything new in rustls: stop here.
-                Ok(_) => stop = true,
-            }
-            self.incoming
-                .drain(..(discard + extra).min(self.incoming.len()));
-            if let Some(e) = failure {
-                // The alert rustls queued comes out before any more input is
-                // looked at; then the session is dead.
-                self.drain_alert(outgoing);
-                self.failed = true;
-                self.incoming.clear();
-                return Err(TlsError(e));
-            }
-            if stop {
-                break;
-            }
-        }
-        progress.handshake_done = was_handshaking && !self.handshaking;
-        Ok(progress)
+        Ok(p)
     }
 
-    fn drain_alert(&mut self, outgoing: &mut Vec<u8>) {
-        let UnbufferedStatus { discard, state } = self.conn.process_tls_records(&mut self.incoming);
-        if let Ok(ConnectionState::EncodeTlsData(mut e)) = state {
-            let _ = append(outgoing, |b| e.encode(b), encode_room);
+    fn established(&mut self) -> Result<&mut Established, TlsError> {
+        match &mut self.state {
+            State::Established(e) => Ok(e),
+            _ => Err(TlsError::new(
+                Failure::Other,
+                "not ready to write application data",
+            )),
         }
-        self.incoming.drain(..discard.min(self.incoming.len()));
+    }
+
+    /// Bytes a record puts before its plaintext (header, explicit nonce)
+    /// and in all; `None` before the handshake completes.
+    pub fn record_layout(&self) -> Option<(usize, usize)> {
+        match &self.state {
+            State::Established(e) => Some((e.tx.prefix_len(), e.tx.overhead())),
+            _ => None,
+        }
+    }
+
+    /// Seals one application-data record in place: `record` holds the
+    /// plaintext after the prefix of [`ServerSession::record_layout`] and
+    /// room for the rest. Returns the record's length. Call
+    /// [`ServerSession::maintain`] first.
+    ///
+    /// # Errors
+    /// Before the handshake completes or after a failure.
+    pub fn seal_in_place(
+        &mut self,
+        record: &mut [u8],
+        plain_len: usize,
+    ) -> Result<usize, TlsError> {
+        let est = self.established()?;
+        Ok(est
+            .tx
+            .seal_in_place(content::APPLICATION_DATA, record, plain_len))
+    }
+
+    /// Keeps the send key within its limit: at the limit a TLS 1.3 session
+    /// appends a KeyUpdate to `outgoing` (true when it did); TLS 1.2 cannot
+    /// rekey and fails, to be closed.
+    ///
+    /// # Errors
+    /// TLS 1.2 at the record limit, or no established session.
+    pub fn maintain(&mut self, outgoing: &mut Vec<u8>) -> Result<bool, TlsError> {
+        let est = self.established()?;
+        if est.tx.seq() < est.tx_limit {
+            return Ok(false);
+        }
+        if est.tx.protocol() == Protocol::Tls12 {
+            est.alert(0, outgoing);
+            return Err(TlsError::new(Failure::RecordLimit, "record limit reached"));
+        }
+        est.update_tx(outgoing)?;
+        Ok(true)
+    }
+
+    /// Test hook: the send key changes after `records` more records.
+    #[doc(hidden)]
+    pub fn set_tx_record_limit(&mut self, records: u64) {
+        if let State::Established(e) = &mut self.state {
+            e.tx_limit = e.tx.seq() + records;
+        }
     }
 
     /// Encrypts application data into TLS records appended to `outgoing`.
     ///
     /// # Errors
-    /// Before the handshake completes, or when the connection is closed.
+    /// Before the handshake completes, or after a failure.
     pub fn encrypt(&mut self, data: &[u8], outgoing: &mut Vec<u8>) -> Result<(), TlsError> {
-        self.with_write(outgoing, |w, b| w.encrypt(data, b))
+        for chunk in data.chunks(record::MAX_PLAINTEXT) {
+            self.maintain(outgoing)?;
+            let est = self.established()?;
+            let (pre, over) = (est.tx.prefix_len(), est.tx.overhead());
+            let start = outgoing.len();
+            outgoing.resize(start + chunk.len() + over, 0);
+            outgoing[start + pre..start + pre + chunk.len()].copy_from_slice(chunk);
+            est.tx.seal_in_place(
+                content::APPLICATION_DATA,
+                &mut outgoing[start..],
+                chunk.len(),
+            );
+        }
+        Ok(())
     }
 
     /// Appends a close_notify alert to `outgoing`.
     ///
     /// # Errors
-    /// Before the handshake completes, or when already closed.
+    /// Before the handshake completes, or after a failure.
     pub fn close_notify(&mut self, outgoing: &mut Vec<u8>) -> Result<(), TlsError> {
-        self.with_write(outgoing, |w, b| w.queue_close_notify(b))
+        self.established()?.alert(0, outgoing);
+        Ok(())
     }
+}
 
-    fn with_write(
-        &mut self,
-        outgoing: &mut Vec<u8>,
-        mut op: impl FnMut(
-            &mut rustls::unbuffered::WriteTraffic<'_, rustls::server::ServerConnectionData>,
-            &mut [u8],
-        ) -> Result<usize, EncryptError>,
-    ) -> Result<(), TlsError> {
-        if self.failed {
-            return Err(TlsError(rustls::Error::General(
-                "session already failed".into(),
-            )));
+/// What remains of `buf` after its first `n` bytes; no allocation kept
+/// when nothing does.
+fn keep_rest(mut buf: Vec<u8>, n: usize) -> Vec<u8> {
+    if n >= buf.len() {
+        return Vec::new();
+    }
+    buf.drain(..n);
+    buf
+}
+
+fn negotiated(conn: &UnbufferedServerConnection) -> Negotiated {
+    let version = match conn.protocol_version() {
+        Some(rustls::ProtocolVersion::TLSv1_3) => 1,
+        _ => 0,
+    };
+    let suite = conn
+        .negotiated_cipher_suite()
+        .and_then(|s| s.suite().as_str())
+        .unwrap_or("other");
+    let group = conn
+        .negotiated_key_exchange_group()
+        .and_then(|g| g.name().as_str())
+        .unwrap_or("other");
+    let key = crate::certs::take_last_selected().map_or("other", |k| k.counter_name());
+    Negotiated {
+        version,
+        suite: index_of(&SUITES, suite),
+        group: index_of(&GROUPS, group),
+        key: index_of(&KEY_TYPES, key),
+        resumed: conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed),
+    }
+}
+
+/// Runs rustls over the buffered handshake input. True once the handshake
+/// is complete (rustls reached `WriteTraffic`).
+fn handshake(
+    h: &mut Handshake,
+    outgoing: &mut Vec<u8>,
+    plaintext: &mut Vec<u8>,
+    progress: &mut Progress,
+) -> Result<bool, TlsError> {
+    loop {
+        let UnbufferedStatus { discard, state } = h.conn.process_tls_records(&mut h.incoming);
+        let mut extra = 0;
+        let mut failure = None;
+        let mut result = None;
+        match state {
+            Err(e) => failure = Some(e),
+            Ok(ConnectionState::ReadTraffic(mut r)) => {
+                while let Some(rec) = r.next_record() {
+                    match rec {
+                        Ok(rec) => {
+                            extra += rec.discard;
+                            plaintext.extend_from_slice(rec.payload);
+                        }
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
+                    }
+                }
+            }
+            Ok(ConnectionState::EncodeTlsData(mut e)) => {
+                if let Err(err) = append(outgoing, |b| e.encode(b), encode_room) {
+                    failure = Some(rustls::Error::General(err.to_string()));
+                }
+            }
+            // The bytes are in `outgoing`; the caller sends them.
+            Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
+            Ok(ConnectionState::BlockedHandshake) => result = Some(false),
+            Ok(ConnectionState::WriteTraffic(_)) => result = Some(true),
+            Ok(ConnectionState::PeerClosed) => progress.peer_closed = true,
+            Ok(ConnectionState::Closed) => result = Some(false),
+            // 0-RTT is not enabled; anything new in rustls: stop here.
+            Ok(_) => result = Some(false),
         }
-        // The retained input goes along: rustls must see it on every call.
-        let UnbufferedStatus { discard, state } = self.conn.process_tls_records(&mut self.incoming);
-        let result = match state {
-            Ok(ConnectionState::WriteTraffic(mut w)) => append(
-                outgoing,
-                |b| op(&mut w, b),
-                |err| match err {
-                    EncryptError::InsufficientSize(s) => Some(s.required_size),
-                    _ => None,
-                },
-            )
-            .map_err(|e| TlsError(rustls::Error::General(e.to_string()))),
-            Ok(_) => Err(TlsError(rustls::Error::General(
-                "not ready to write application data".into(),
-            ))),
-            Err(e) => Err(TlsError(e)),
-        };
-        self.incoming.drain(..discard.min(self.incoming.len()));
-        result
+        h.incoming.drain(..(discard + extra).min(h.incoming.len()));
+        if let Some(e) = failure {
+            // The alert rustls queued comes out; then the session is dead.
+            let UnbufferedStatus { state, .. } = h.conn.process_tls_records(&mut h.incoming);
+            if let Ok(ConnectionState::EncodeTlsData(mut enc)) = state {
+                let _ = append(outgoing, |b| enc.encode(b), encode_room);
+            }
+            return Err(TlsError::rustls(e));
+        }
+        if let Some(done) = result {
+            return Ok(done);
+        }
     }
 }
 
@@ -365,96 +866,74 @@ pub fn fuzz_server_input(config: &TlsConfig, data: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::certs::{Cert, CertStore};
-    use crate::testutil::{make, now, P256, P384, RSA};
+    use crate::policy::{Resumption, TlsPolicy};
+    use crate::record::RecordKey;
+    use crate::testutil::{client_config, test_store};
     use rustls::pki_types::ServerName;
-    use rustls::{ClientConfig, ClientConnection, RootCertStore};
+    use rustls::{ClientConfig, ClientConnection};
     use std::io::{Read, Write};
+    use std::sync::Arc;
 
-    fn server_config(
-        dir: &std::path::Path,
-        versions: &[&'static rustls::SupportedProtocolVersion],
-    ) -> TlsConfig {
-        let mut store = CertStore::new();
-        for (name, args) in [("rsa", RSA), ("p256", P256), ("p384", P384)] {
-            let (c, k) = make(dir, name, args, &format!("DNS:{name}.test"));
-            store.add(Cert::load(&c, &k, now()).unwrap());
-        }
-        TlsConfig(Arc::new(
-            ServerConfig::builder_with_provider(Arc::new(
-                rustls::crypto::aws_lc_rs::default_provider(),
-            ))
-            .with_protocol_versions(versions)
-            .unwrap()
-            .with_no_client_auth()
-            .with_cert_resolver(Arc::new(store)),
-        ))
+    type Versions = &'static [&'static rustls::SupportedProtocolVersion];
+    const TLS13: Versions = &[&rustls::version::TLS13];
+    const TLS12: Versions = &[&rustls::version::TLS12];
+
+    fn server(dir: &std::path::Path, f: impl FnOnce(&mut TlsPolicy)) -> TlsConfig {
+        let mut p = TlsPolicy::default();
+        f(&mut p);
+        TlsConfig::with_policy(test_store(dir), &p).unwrap()
     }
 
-    fn client(
-        dir: &std::path::Path,
-        sni: &str,
-        versions: &[&'static rustls::SupportedProtocolVersion],
-    ) -> ClientConnection {
-        let ca = rustls_pemfile::certs(&mut &std::fs::read(dir.join("ca.pem")).unwrap()[..])
-            .next()
-            .unwrap()
-            .unwrap();
-        let mut roots = RootCertStore::empty();
-        roots.add(ca).unwrap();
-        let cfg = ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::aws_lc_rs::default_provider(),
-        ))
-        .with_protocol_versions(versions)
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        ClientConnection::new(
-            Arc::new(cfg),
-            ServerName::try_from(sni.to_string()).unwrap(),
-        )
-        .unwrap()
+    fn client_with(cfg: Arc<ClientConfig>, sni: &str) -> ClientConnection {
+        ClientConnection::new(cfg, ServerName::try_from(sni.to_string()).unwrap()).unwrap()
     }
 
-    /// Moves bytes both ways: client → `wire_in` (the server's TCP receive
-    /// buffer, consumed as the session reports) and server → client.
+    fn client(dir: &std::path::Path, sni: &str, versions: Versions) -> ClientConnection {
+        client_with(client_config(dir, versions), sni)
+    }
+
+    /// Moves bytes both ways until quiet; the server reads through
+    /// `read` (whole records, partial ones stay in `wire`).
     fn pump(
         c: &mut ClientConnection,
         s: &mut ServerSession,
-        wire_in: &mut Vec<u8>,
+        wire: &mut Vec<u8>,
         plain: &mut Vec<u8>,
     ) {
         for _ in 0..10 {
-            c.write_tls(wire_in).unwrap();
+            c.write_tls(wire).unwrap();
             let mut out = Vec::new();
-            s.process(wire_in, &mut out, plain).unwrap();
-            wire_in.clear();
+            let p = s.read((wire, &[]), &mut out, plain, usize::MAX).unwrap();
+            wire.drain(..p.consumed);
             c.read_tls(&mut &out[..]).unwrap();
             c.process_new_packets().unwrap();
         }
     }
 
+    fn read_all(c: &mut ClientConnection, n: usize) -> Vec<u8> {
+        let mut got = vec![0u8; n];
+        c.reader().read_exact(&mut got).unwrap();
+        got
+    }
+
     #[test]
     fn handshake_and_data_both_ways_for_each_key_and_version() {
         let dir = tempfile::tempdir().unwrap();
-        for versions in [
-            &[&rustls::version::TLS13][..],
-            &[&rustls::version::TLS12][..],
-        ] {
-            let cfg = server_config(dir.path(), versions);
-            for sni in ["rsa.test", "p256.test", "p384.test"] {
+        for versions in [TLS13, TLS12] {
+            let cfg = server(dir.path(), |p| p.versions = vec![]);
+            for (sni, key) in [
+                ("rsa.test", "RSA-2048"),
+                ("p256.test", "ECDSA-P256"),
+                ("p384.test", "ECDSA-P384"),
+            ] {
                 let mut c = client(dir.path(), sni, versions);
                 let mut s = ServerSession::new(&cfg).unwrap();
                 let (mut wire, mut plain) = (Vec::new(), Vec::new());
                 pump(&mut c, &mut s, &mut wire, &mut plain);
                 assert!(!s.is_handshaking() && !c.is_handshaking(), "{sni}");
                 let n = s.negotiated().unwrap();
-                let want = if c.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3) {
-                    1
-                } else {
-                    0
-                };
-                assert_eq!(n.version, want);
+                let tls13 = c.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3);
+                assert_eq!(n.version, usize::from(tls13));
                 assert_eq!(
                     SUITES[n.suite],
                     c.negotiated_cipher_suite()
@@ -464,6 +943,8 @@ mod tests {
                         .unwrap()
                 );
                 assert_ne!(GROUPS[n.group], "other", "{sni}");
+                assert_eq!(KEY_TYPES[n.key], key, "{sni}");
+                assert!(!n.resumed);
 
                 // Client → server, across several records.
                 let request: Vec<u8> = (0..40_000u32).map(|i| i as u8).collect();
@@ -471,15 +952,11 @@ mod tests {
                 pump(&mut c, &mut s, &mut wire, &mut plain);
                 assert_eq!(plain, request, "{sni}");
 
-                // Server → client.
-                let response = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec();
+                // Server → client, with our record layer.
+                let response: Vec<u8> = (0..50_000u32).map(|i| (i * 7) as u8).collect();
                 let mut out = Vec::new();
                 s.encrypt(&response, &mut out).unwrap();
-                c.read_tls(&mut &out[..]).unwrap();
-                c.process_new_packets().unwrap();
-                let mut got = vec![0u8; response.len()];
-                c.reader().read_exact(&mut got).unwrap();
-                assert_eq!(got, response);
+                assert_eq!(deliver(&mut c, &out), response);
 
                 // close_notify both ways.
                 c.send_close_notify();
@@ -501,14 +978,11 @@ mod tests {
         // TCP may deliver a record in pieces: the session must wait for
         // the rest and consume nothing it cannot use.
         let dir = tempfile::tempdir().unwrap();
-        // The configuration dpd uses (TLS 1.2 and 1.3, no resumption).
-        let mut store = CertStore::new();
-        let (cert, key) = make(dir.path(), "p256", P256, "DNS:p256.test");
-        store.add(Cert::load(&cert, &key, now()).unwrap());
-        let cfg = TlsConfig::new(store).unwrap();
-        let mut c = client(dir.path(), "p256.test", &[&rustls::version::TLS13]);
+        let cfg = TlsConfig::new(test_store(dir.path())).unwrap();
+        let mut c = client(dir.path(), "p256.test", TLS13);
         let mut s = ServerSession::new(&cfg).unwrap();
         let mut plain = Vec::new();
+        c.writer().write_all(b"early-ish request").unwrap();
         for _ in 0..10 {
             let mut from_client = Vec::new();
             c.write_tls(&mut from_client).unwrap();
@@ -520,21 +994,302 @@ mod tests {
             c.process_new_packets().unwrap();
         }
         assert!(!s.is_handshaking());
+        assert_eq!(plain, b"early-ish request");
+        assert_eq!(s.buffered(), 0, "nothing held once the records are whole");
     }
 
     #[test]
-    fn garbage_is_a_clean_error() {
+    fn records_are_read_from_two_slices_and_partial_ones_left_in_place() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = server_config(dir.path(), &[&rustls::version::TLS13]);
+        let cfg = TlsConfig::new(test_store(dir.path())).unwrap();
+        for versions in [TLS13, TLS12] {
+            let mut c = client(dir.path(), "p256.test", versions);
+            let mut s = ServerSession::new(&cfg).unwrap();
+            let (mut wire, mut plain) = (Vec::new(), Vec::new());
+            pump(&mut c, &mut s, &mut wire, &mut plain);
+            let data: Vec<u8> = (0..60_000u32).map(|i| (i % 251) as u8).collect();
+            c.writer().write_all(&data).unwrap();
+            let mut wire = Vec::new();
+            c.write_tls(&mut wire).unwrap();
+            // Split everywhere a ring might wrap, and feed a little at a
+            // time: whole records are taken, the rest stays.
+            let mut got = Vec::new();
+            let mut at = 0;
+            let mut step = 1;
+            while at < wire.len() {
+                let end = (at + 7000 + step * 13).min(wire.len());
+                let mid = at + (end - at) * step % 97 / 97;
+                let p = s
+                    .read(
+                        (&wire[at..mid], &wire[mid..end]),
+                        &mut Vec::new(),
+                        &mut got,
+                        usize::MAX,
+                    )
+                    .unwrap();
+                at += p.consumed;
+                if p.consumed == 0 {
+                    // A record longer than this window: widen it.
+                    let p = s
+                        .read((&wire[at..], &[]), &mut Vec::new(), &mut got, usize::MAX)
+                        .unwrap();
+                    at += p.consumed;
+                }
+                step += 1;
+            }
+            assert_eq!(got, data);
+            // The plaintext limit stops reading at a record boundary.
+            c.writer().write_all(&data).unwrap();
+            let mut wire = Vec::new();
+            c.write_tls(&mut wire).unwrap();
+            let mut got = Vec::new();
+            let p = s.read((&wire, &[]), &mut Vec::new(), &mut got, 10).unwrap();
+            assert!(
+                got.len() >= 10 && got.len() <= record::MAX_PLAINTEXT,
+                "{}",
+                got.len()
+            );
+            assert!(p.consumed < wire.len());
+            let p2 = s
+                .read(
+                    (&wire[p.consumed..], &[]),
+                    &mut Vec::new(),
+                    &mut got,
+                    usize::MAX,
+                )
+                .unwrap();
+            assert_eq!(p.consumed + p2.consumed, wire.len());
+            assert_eq!(got, data);
+        }
+    }
+
+    #[test]
+    fn key_updates_both_ways_and_before_the_record_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = TlsConfig::new(test_store(dir.path())).unwrap();
+        let mut c = client(dir.path(), "p256.test", TLS13);
+        let mut s = ServerSession::new(&cfg).unwrap();
+        let (mut wire, mut plain) = (Vec::new(), Vec::new());
+        pump(&mut c, &mut s, &mut wire, &mut plain);
+        // The client updates its keys and asks us to update ours.
+        c.refresh_traffic_keys().unwrap();
+        c.writer().write_all(b"after the client's update").unwrap();
+        let mut w = Vec::new();
+        c.write_tls(&mut w).unwrap();
+        let mut out = Vec::new();
+        let p = s.process(&w, &mut out, &mut plain).unwrap();
+        assert_eq!((p.key_updates_received, p.key_updates_sent), (1, 1));
+        assert_eq!(plain, b"after the client's update");
+        s.encrypt(b"after ours", &mut out).unwrap();
+        c.read_tls(&mut &out[..]).unwrap();
+        c.process_new_packets().unwrap();
+        assert_eq!(read_all(&mut c, 10), b"after ours");
+
+        // Our own update at the record limit, transparently to the client.
+        s.set_tx_record_limit(3);
+        let mut out = Vec::new();
+        let big = vec![b'z'; 10 * record::MAX_PLAINTEXT];
+        s.encrypt(&big, &mut out).unwrap();
+        assert_eq!(deliver(&mut c, &out), big);
+    }
+
+    /// Feeds all of `tls` to the client; returns the plaintext it yields.
+    fn deliver(c: &mut ClientConnection, tls: &[u8]) -> Vec<u8> {
+        let mut rd = tls;
+        let mut got = Vec::new();
+        while !rd.is_empty() {
+            c.read_tls(&mut rd).unwrap();
+            c.process_new_packets().unwrap();
+            let _ = c.reader().read_to_end(&mut got);
+        }
+        got
+    }
+
+    #[test]
+    fn tls12_stops_at_the_record_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = TlsConfig::new(test_store(dir.path())).unwrap();
+        let mut c = client(dir.path(), "p256.test", TLS12);
+        let mut s = ServerSession::new(&cfg).unwrap();
+        pump(&mut c, &mut s, &mut Vec::new(), &mut Vec::new());
+        s.set_tx_record_limit(2);
+        let mut out = Vec::new();
+        let e = s
+            .encrypt(&[0u8; 3 * record::MAX_PLAINTEXT], &mut out)
+            .unwrap_err();
+        assert_eq!(e.reason, Failure::RecordLimit);
+    }
+
+    /// A TLS 1.2 client that tries to renegotiate gets a no_renegotiation
+    /// warning and the connection carries on.
+    #[test]
+    #[allow(deprecated)] // dangerous_extract_secrets: to forge client records
+    fn tls12_renegotiation_is_refused_and_the_connection_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = TlsConfig::new(test_store(dir.path())).unwrap();
+        let mut ccfg = (*client_config(dir.path(), TLS12)).clone();
+        ccfg.enable_secret_extraction = true;
+        let mut c = client_with(Arc::new(ccfg), "p256.test");
+        let mut s = ServerSession::new(&cfg).unwrap();
+        pump(&mut c, &mut s, &mut Vec::new(), &mut Vec::new());
+        let tx = c.dangerous_extract_secrets().unwrap().tx;
+        let mut forge = RecordKey::new(crate::record::Protocol::Tls12, &tx.1, tx.0);
+        let mut rec = vec![0u8; 64];
+        let pre = forge.prefix_len();
+        // A (truncated) ClientHello handshake message.
+        rec[pre..pre + 8].copy_from_slice(&[1, 0, 0, 4, 3, 3, 0, 0]);
+        let n = forge.seal_in_place(content::HANDSHAKE, &mut rec, 8);
+        rec.truncate(n);
+        let mut rec2 = vec![0u8; 64];
+        rec2[pre..pre + 5].copy_from_slice(b"hello");
+        let n2 = forge.seal_in_place(content::APPLICATION_DATA, &mut rec2, 5);
+        rec.extend_from_slice(&rec2[..n2]);
+        let (mut out, mut plain) = (Vec::new(), Vec::new());
+        let p = s.process(&rec, &mut out, &mut plain).unwrap();
+        assert_eq!(p.renegotiations_refused, 1);
+        assert_eq!(plain, b"hello", "the connection goes on");
+        assert!(!out.is_empty(), "a warning alert went out");
+    }
+
+    #[test]
+    fn tickets_resume_when_on_and_never_when_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let on = server(dir.path(), |p| {
+            p.resumption = Resumption::Tickets {
+                rotate_s: 3600,
+                key_file: None,
+            }
+        });
+        let off = server(dir.path(), |_| {});
+        for versions in [TLS13, TLS12] {
+            for (cfg, want) in [(&on, true), (&off, false)] {
+                let ccfg = client_config(dir.path(), versions);
+                let mut resumed = Vec::new();
+                for _ in 0..2 {
+                    let mut c = client_with(ccfg.clone(), "p256.test");
+                    let mut s = ServerSession::new(cfg).unwrap();
+                    c.writer().write_all(b"x").unwrap();
+                    pump(&mut c, &mut s, &mut Vec::new(), &mut Vec::new());
+                    resumed.push(s.negotiated().unwrap().resumed);
+                }
+                assert_eq!(resumed, [false, want], "{versions:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn groups_follow_the_policy_and_alpn_is_enforced() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = TlsConfig::new(test_store(dir.path())).unwrap();
+        for (group, name) in [
+            (
+                rustls::crypto::aws_lc_rs::kx_group::X25519MLKEM768,
+                "X25519MLKEM768",
+            ),
+            (rustls::crypto::aws_lc_rs::kx_group::X25519, "X25519"),
+            (rustls::crypto::aws_lc_rs::kx_group::SECP256R1, "secp256r1"),
+            (rustls::crypto::aws_lc_rs::kx_group::SECP384R1, "secp384r1"),
+        ] {
+            let ccfg = (*client_config(dir.path(), TLS13)).clone();
+            let mut provider = (**ccfg.crypto_provider()).clone();
+            provider.kx_groups = vec![group];
+            let ccfg = ClientConfig::builder_with_provider(Arc::new(provider))
+                .with_protocol_versions(TLS13)
+                .unwrap()
+                .with_root_certificates(ccfg_roots(dir.path()))
+                .with_no_client_auth();
+            let mut c = client_with(Arc::new(ccfg), "p256.test");
+            let mut s = ServerSession::new(&cfg).unwrap();
+            pump(&mut c, &mut s, &mut Vec::new(), &mut Vec::new());
+            assert_eq!(GROUPS[s.negotiated().unwrap().group], name);
+        }
+        // The policy's list decides which groups may be used (rustls takes
+        // the client's order among them); a group the client sent no share
+        // for costs a HelloRetryRequest.
+        for (order, want) in [
+            (vec![], "X25519MLKEM768"),
+            (
+                vec!["X25519".to_string(), "secp256r1".to_string()],
+                "X25519",
+            ),
+            (vec!["P-384".to_string()], "secp384r1"),
+        ] {
+            let server_cfg = server(dir.path(), |p| p.groups = order.clone());
+            let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+            provider.kx_groups = vec![
+                rustls::crypto::aws_lc_rs::kx_group::X25519MLKEM768,
+                rustls::crypto::aws_lc_rs::kx_group::X25519,
+                rustls::crypto::aws_lc_rs::kx_group::SECP384R1,
+            ];
+            let ccfg = ClientConfig::builder_with_provider(Arc::new(provider))
+                .with_protocol_versions(TLS13)
+                .unwrap()
+                .with_root_certificates(ccfg_roots(dir.path()))
+                .with_no_client_auth();
+            let mut c = client_with(Arc::new(ccfg), "p256.test");
+            let mut s = ServerSession::new(&server_cfg).unwrap();
+            pump(&mut c, &mut s, &mut Vec::new(), &mut Vec::new());
+            assert_eq!(GROUPS[s.negotiated().unwrap().group], want, "{order:?}");
+        }
+
+        // ALPN: http/1.1 chosen; an h2-only client is refused.
+        let mut ccfg = (*client_config(dir.path(), TLS13)).clone();
+        ccfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let mut c = client_with(Arc::new(ccfg.clone()), "p256.test");
+        let mut s = ServerSession::new(&cfg).unwrap();
+        pump(&mut c, &mut s, &mut Vec::new(), &mut Vec::new());
+        assert_eq!(c.alpn_protocol(), Some(&b"http/1.1"[..]));
+        ccfg.alpn_protocols = vec![b"h2".to_vec()];
+        let mut c = client_with(Arc::new(ccfg), "p256.test");
+        let mut s = ServerSession::new(&cfg).unwrap();
+        let mut w = Vec::new();
+        c.write_tls(&mut w).unwrap();
+        let e = s.process(&w, &mut Vec::new(), &mut Vec::new()).unwrap_err();
+        assert_eq!(e.reason, Failure::NoApplicationProtocol);
+    }
+
+    fn ccfg_roots(dir: &std::path::Path) -> rustls::RootCertStore {
+        let ca = rustls_pemfile::certs(&mut &std::fs::read(dir.join("ca.pem")).unwrap()[..])
+            .next()
+            .unwrap()
+            .unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca).unwrap();
+        roots
+    }
+
+    #[test]
+    fn garbage_is_a_clean_error_with_a_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = TlsConfig::new(test_store(dir.path())).unwrap();
         let mut s = ServerSession::new(&cfg).unwrap();
         let junk = b"GET / HTTP/1.1\r\nHost: plain-http-to-a-tls-port\r\n\r\n".to_vec();
         let mut out = Vec::new();
         let err = s.process(&junk, &mut out, &mut Vec::new()).unwrap_err();
         assert!(err.to_string().starts_with("TLS: "), "{err}");
+        assert_eq!(err.reason, Failure::DecodeError, "{err}");
         assert!(!out.is_empty(), "an alert is sent before closing");
         assert!(
             s.encrypt(b"x", &mut Vec::new()).is_err(),
             "no data after a failed handshake"
+        );
+
+        // A record that fails authentication after the handshake.
+        let mut c = client(dir.path(), "p256.test", TLS13);
+        let mut s = ServerSession::new(&cfg).unwrap();
+        pump(&mut c, &mut s, &mut Vec::new(), &mut Vec::new());
+        c.writer().write_all(b"data").unwrap();
+        let mut w = Vec::new();
+        c.write_tls(&mut w).unwrap();
+        let last = w.len() - 1;
+        w[last] ^= 1;
+        let mut out = Vec::new();
+        let err = s.process(&w, &mut out, &mut Vec::new()).unwrap_err();
+        assert_eq!(err.reason, Failure::BadRecordMac);
+        c.read_tls(&mut &out[..]).unwrap();
+        assert!(
+            c.process_new_packets().is_err(),
+            "the client got a fatal alert"
         );
     }
 }

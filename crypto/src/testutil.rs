@@ -106,7 +106,10 @@ pub fn test_store(dir: &Path) -> crate::certs::CertStore {
     let mut store = crate::certs::CertStore::new();
     for (name, args) in [("rsa", RSA), ("p256", P256), ("p384", P384)] {
         let (c, k) = if dir.join(format!("{name}.key")).exists() {
-            (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")))
+            (
+                dir.join(format!("{name}.pem")),
+                dir.join(format!("{name}.key")),
+            )
         } else {
             make(dir, name, args, &format!("DNS:{name}.test"))
         };
