@@ -37,7 +37,7 @@ pub enum Request {
 #[serde(rename_all = "snake_case")]
 pub enum Body {
     Status(Status),
-    Stats(Stats),
+    Stats(Box<Stats>),
 }
 
 /// The reply to `status`.
@@ -131,6 +131,23 @@ pub struct CoreStats {
     pub tls_suites: BTreeMap<String, u64>,
     #[serde(default)]
     pub tls_groups: BTreeMap<String, u64>,
+    /// Handshakes by certificate key type (`RSA-2048`, `ECDSA-P256`, ...).
+    #[serde(default)]
+    pub tls_key_types: BTreeMap<String, u64>,
+    /// Failures by reason (`protocol_version`, `decode_error`, ...).
+    #[serde(default)]
+    pub tls_failure_reasons: BTreeMap<String, u64>,
+    /// Handshakes that resumed a session with a ticket.
+    #[serde(default)]
+    pub tls_resumed: u64,
+    /// TLS 1.3 KeyUpdates received; TLS 1.2 renegotiations refused.
+    #[serde(default)]
+    pub tls_key_updates: u64,
+    #[serde(default)]
+    pub tls_renegotiations_refused: u64,
+    /// Handshake work put off to the next loop iteration (budget spent).
+    #[serde(default)]
+    pub tls_handshakes_deferred: u64,
     /// Requests answered by the built-in HTTP responder.
     #[serde(default)]
     pub http_requests: u64,
@@ -385,11 +402,11 @@ mod tests {
         let stop2 = stop.clone();
         let server = std::thread::spawn(move || {
             sock.serve(&stop2, |req| match req {
-                Request::Stats => Reply::ok(Body::Stats(Stats {
+                Request::Stats => Reply::ok(Body::Stats(Box::new(Stats {
                     cores: vec![],
                     total: CoreStats::default(),
                     tsc_hz: 0,
-                })),
+                }))),
                 Request::Status => Reply::error("not in this test"),
             });
         });

@@ -86,6 +86,49 @@ pub struct Vip {
     /// the client's signature algorithms; the first is the default.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub certs: Vec<CertFiles>,
+    /// TLS policy of a VIP with certificates; defaults when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSettings>,
+}
+
+/// A VIP's TLS policy (`[vip.tls]`). Absent lists take the defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSettings {
+    /// `["TLSv1.3", "TLSv1.2"]` (default both; older ones are refused).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub versions: Vec<String>,
+    /// IANA suite names (default: all AEAD suites).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suites: Vec<String>,
+    /// Key-exchange groups enabled (default X25519MLKEM768, X25519,
+    /// secp256r1, secp384r1).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
+    /// ALPN protocols (default `["http/1.1"]`; `[]` turns ALPN off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alpn: Option<Vec<String>>,
+    /// Session resumption with stateless tickets (default off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tickets: Option<TicketSettings>,
+}
+
+/// Session tickets: `tickets = { rotate_s = 3600, key_file = "..." }`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TicketSettings {
+    /// Seconds between key rotations; a ticket lives one to two periods.
+    #[serde(default = "default_ticket_rotate_s")]
+    pub rotate_s: u64,
+    /// Secret (32 bytes or more, e.g. `openssl rand 80`) the keys derive
+    /// from; nodes with the same file accept each other's tickets. Absent:
+    /// a random secret per process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
+}
+
+fn default_ticket_rotate_s() -> u64 {
+    3600
 }
 
 /// A certificate chain and its private key, as PEM files.
@@ -487,6 +530,22 @@ impl Config {
                     }
                 }
             }
+            if vip.tls.is_some() && vip.certs.is_empty() {
+                return Err(ConfigError::new(
+                    at("tls"),
+                    "",
+                    "a TLS policy needs certificates (certs = [...])",
+                ));
+            }
+            if let Some(t) = vip.tls.as_ref().and_then(|t| t.tickets.as_ref()) {
+                if t.rotate_s == 0 || t.rotate_s > 7 * 86_400 {
+                    return Err(ConfigError::new(
+                        at("tls.tickets.rotate_s"),
+                        t.rotate_s,
+                        "must be 1 to 604800 seconds (tickets live at most 7 days, RFC 8446)",
+                    ));
+                }
+            }
             if !listens.insert(addr) {
                 return Err(ConfigError::new(
                     at("listen"),
@@ -691,6 +750,39 @@ mod tests {
             }
         }
         assert!(n > 0, "no examples in {}", dir.display());
+    }
+
+    #[test]
+    fn tls_settings_parse_and_are_checked() {
+        let vip = r#"
+        [[vip]]
+        name = "web"
+        listen = "10.77.0.1:443"
+        respond = "builtin"
+        certs = [{ cert = "a.pem", key = "a.key" }]
+        [vip.tls]
+        versions = ["TLSv1.3"]
+        groups = ["X25519MLKEM768", "X25519"]
+        alpn = ["http/1.1"]
+        tickets = { rotate_s = 600, key_file = "/etc/tlsdp/ticket.key" }
+        "#;
+        let c = Config::parse(&format!("{GOOD}{vip}")).unwrap();
+        let t = c.vips[0].tls.as_ref().unwrap();
+        assert_eq!(t.versions, ["TLSv1.3"]);
+        assert_eq!(t.tickets.as_ref().unwrap().rotate_s, 600);
+        assert!(t.suites.is_empty());
+        let e = err_of(&format!("{GOOD}{}", vip.replace("alpn", "alpnn")));
+        assert!(e.to_string().contains("unknown field `alpnn`"), "{e}");
+        let e = err_of(&format!(
+            "{GOOD}{}",
+            vip.replace("rotate_s = 600", "rotate_s = 0")
+        ));
+        assert_eq!(e.field, "vip[0].tls.tickets.rotate_s", "{e}");
+        let e = err_of(&format!(
+            "{GOOD}{}",
+            vip.replace(r#"certs = [{ cert = "a.pem", key = "a.key" }]"#, "")
+        ));
+        assert_eq!(e.field, "vip[0].tls", "{e}");
     }
 
     #[test]

@@ -239,6 +239,12 @@ pub fn core_stats(lcore: Option<u32>, c: &Counters) -> CoreStats {
         tls_versions: named(&crypto::session::VERSIONS, &c.tls_versions),
         tls_suites: named(&crypto::session::SUITES, &c.tls_suites),
         tls_groups: named(&crypto::session::GROUPS, &c.tls_groups),
+        tls_key_types: named(&crypto::session::KEY_TYPES, &c.tls_key_types),
+        tls_failure_reasons: named(&crypto::session::FAILURES, &c.tls_failure_reasons),
+        tls_resumed: c.tls_resumed,
+        tls_key_updates: c.tls_key_updates,
+        tls_renegotiations_refused: c.tls_renegotiations_refused,
+        tls_handshakes_deferred: c.tls_handshakes_deferred,
         http_requests: c.http_requests,
         drops: DropReason::ALL
             .iter()
@@ -465,7 +471,7 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
                         hugepages_in_use: plan.use_hugepages,
                     }))
                 }
-                Request::Stats => Reply::ok(Body::Stats(collect_stats(&shared))),
+                Request::Stats => Reply::ok(Body::Stats(Box::new(collect_stats(&shared)))),
             });
             Ok(())
         }
@@ -522,11 +528,31 @@ fn load_tls(cfg: &Config) -> Result<Vec<Option<TlsConfig>>, ConfigError> {
             );
             store.add(cert);
         }
-        let tls = TlsConfig::new(store)
-            .map_err(|e| ConfigError::new(format!("vip[{i}].certs"), "", e.to_string()))?;
+        let policy = tls_policy(vip.tls.as_ref());
+        let tls = TlsConfig::with_policy(store, &policy)
+            .map_err(|e| ConfigError::new(format!("vip[{i}].tls"), "", e.to_string()))?;
         out.push(Some(tls));
     }
     Ok(out)
+}
+
+/// The crypto policy for a VIP's `[vip.tls]` settings.
+fn tls_policy(t: Option<&control::config::TlsSettings>) -> crypto::policy::TlsPolicy {
+    let mut p = crypto::policy::TlsPolicy::default();
+    let Some(t) = t else { return p };
+    p.versions.clone_from(&t.versions);
+    p.suites.clone_from(&t.suites);
+    p.groups.clone_from(&t.groups);
+    if let Some(alpn) = &t.alpn {
+        p.alpn.clone_from(alpn);
+    }
+    if let Some(tk) = &t.tickets {
+        p.resumption = crypto::policy::Resumption::Tickets {
+            rotate_s: tk.rotate_s,
+            key_file: tk.key_file.clone(),
+        };
+    }
+    p
 }
 
 fn collect_stats(shared: &[(u32, Arc<SharedCounters>)]) -> Stats {

@@ -16,7 +16,7 @@ use crate::app::tls::{self, ConnApp, TlsConn};
 use crate::net::{set_destination, Interface, InterfaceConfig, Verdict};
 use crate::port::{PacketBuf, Port};
 use crate::stats::{Counters, DropReason, SharedCounters};
-use crate::tcp::{Event, TcpConfig, TcpEngine};
+use crate::tcp::{ConnId, Event, TcpConfig, TcpEngine};
 use crate::time::{Instant, TscClock};
 use crypto::session::TlsConfig;
 
@@ -39,6 +39,10 @@ pub struct EngineConfig {
     /// Pause after 256 idle iterations in a row (`None`: never; the
     /// production setting — a dataplane core polls).
     pub idle_sleep: Option<Duration>,
+    /// TLS handshake steps (each may cost a signature and a key exchange)
+    /// per loop iteration; connections beyond it wait for the next one, so
+    /// a burst of handshakes cannot starve established traffic.
+    pub handshakes_per_poll: u32,
 }
 
 impl Default for EngineConfig {
@@ -50,6 +54,7 @@ impl Default for EngineConfig {
             tcp: TcpConfig::default(),
             isn_key: None,
             idle_sleep: None,
+            handshakes_per_poll: 8,
         }
     }
 }
@@ -91,6 +96,10 @@ pub struct Engine<P: Port> {
     /// TLS VIPs: address, port and configuration.
     tls_vips: Vec<(Ipv4Addr, u16, TlsConfig)>,
     events: Vec<Event>,
+    /// TLS connections whose handshake input waits for the next iteration
+    /// (and the list being worked through).
+    deferred: Vec<ConnId>,
+    deferred_scratch: Vec<ConnId>,
 }
 
 impl<P: Port> Engine<P> {
@@ -111,6 +120,8 @@ impl<P: Port> Engine<P> {
             responder: Responder::new(),
             tls_vips: Vec::new(),
             events: Vec::with_capacity(256),
+            deferred: Vec::with_capacity(256),
+            deferred_scratch: Vec::with_capacity(256),
         }
     }
 
@@ -217,9 +228,20 @@ impl<P: Port> Engine<P> {
         }
 
         // Transport and application: timers, events, then what they send.
+        // Handshakes put off last time go first.
         self.tcp.poll_timers(now);
+        let mut budget = self.cfg.handshakes_per_poll;
+        std::mem::swap(&mut self.deferred, &mut self.deferred_scratch);
+        for i in 0..self.deferred_scratch.len() {
+            let id = self.deferred_scratch[i];
+            if self.tcp.app(id).is_some_and(|a| a.tls.is_some()) {
+                self.drive_tls(id, false, &mut budget);
+            }
+        }
+        self.deferred_scratch.clear();
         self.tcp.drain_events(&mut self.events);
-        for ev in self.events.drain(..) {
+        let mut events = std::mem::take(&mut self.events);
+        for ev in events.drain(..) {
             let id = match ev {
                 Event::Accepted(id)
                 | Event::Readable(id)
@@ -237,7 +259,7 @@ impl<P: Port> Engine<P> {
                     match TlsConn::new(cfg) {
                         Ok(t) => self.tcp.app(id).expect("live").tls = Some(Box::new(t)),
                         Err(_) => {
-                            self.counters.tls_failures += 1;
+                            self.count_failure(crypto::session::Failure::Other);
                             self.tcp.abort(id);
                             continue;
                         }
@@ -246,18 +268,14 @@ impl<P: Port> Engine<P> {
             }
             if self.tcp.app(id).is_some_and(|a| a.tls.is_some()) {
                 let peer_closed = matches!(ev, Event::PeerClosed(_));
-                let o = tls::drive(&mut self.tcp, id, &mut self.responder, peer_closed);
-                self.counters.tls_handshakes += u64::from(o.handshake_done);
-                if let Some(n) = o.negotiated {
-                    self.counters.tls_versions[n.version] += 1;
-                    self.counters.tls_suites[n.suite] += 1;
-                    self.counters.tls_groups[n.group] += 1;
-                }
-                self.counters.tls_failures += u64::from(o.failed);
+                self.drive_tls(id, peer_closed, &mut budget);
             } else {
                 self.responder.on_event(&mut self.tcp, ev);
             }
         }
+        self.events = events;
+        // Deferred handshakes keep the loop busy until they are done.
+        work += self.deferred.len();
         let (ports, counters) = (&mut self.ports, &mut self.counters);
         self.tcp.transmit(now, |seg| {
             let Some(ep) = ports.iter_mut().find(|ep| ep.iface.is_local(seg.src)) else {
@@ -295,6 +313,36 @@ impl<P: Port> Engine<P> {
             }
         }
         work
+    }
+
+    /// Drives one TLS connection and counts what happened.
+    fn drive_tls(&mut self, id: ConnId, peer_closed: bool, budget: &mut u32) {
+        let o = tls::drive(&mut self.tcp, id, &mut self.responder, peer_closed, budget);
+        let c = &mut self.counters;
+        if let Some(n) = o.negotiated {
+            c.tls_handshakes += 1;
+            c.tls_versions[n.version] += 1;
+            c.tls_suites[n.suite] += 1;
+            c.tls_groups[n.group] += 1;
+            c.tls_key_types[n.key] += 1;
+            c.tls_resumed += u64::from(n.resumed);
+        }
+        c.tls_key_updates += u64::from(o.key_updates);
+        c.tls_renegotiations_refused += u64::from(o.renegotiations_refused);
+        if let Some(f) = o.failure {
+            self.count_failure(f);
+        }
+        if o.deferred {
+            self.counters.tls_handshakes_deferred += 1;
+            if !self.deferred.contains(&id) {
+                self.deferred.push(id);
+            }
+        }
+    }
+
+    fn count_failure(&mut self, f: crypto::session::Failure) {
+        self.counters.tls_failures += 1;
+        self.counters.tls_failure_reasons[f.index()] += 1;
     }
 
     /// Publishes the counters for the control thread.

@@ -111,6 +111,18 @@ pub struct Counters {
     pub tls_versions: [u64; 2],
     pub tls_suites: [u64; 10],
     pub tls_groups: [u64; 5],
+    /// Handshakes by certificate key type (`crypto::session::KEY_TYPES`).
+    pub tls_key_types: [u64; 6],
+    /// Failures by reason (`crypto::session::FAILURES`).
+    pub tls_failure_reasons: [u64; 11],
+    /// Handshakes that resumed a session (tickets).
+    pub tls_resumed: u64,
+    /// TLS 1.3 KeyUpdates received from clients.
+    pub tls_key_updates: u64,
+    pub tls_renegotiations_refused: u64,
+    /// Times a connection's handshake work waited for the next loop
+    /// iteration (the per-iteration handshake budget was spent).
+    pub tls_handshakes_deferred: u64,
     pub drops: [u64; DropReason::COUNT],
     /// TSC cycles spent in loop iterations that did work.
     pub busy_cycles: u64,
@@ -160,6 +172,20 @@ impl Counters {
         for (d, s) in self.tls_groups.iter_mut().zip(o.tls_groups) {
             *d += s;
         }
+        for (d, s) in self.tls_key_types.iter_mut().zip(o.tls_key_types) {
+            *d += s;
+        }
+        for (d, s) in self
+            .tls_failure_reasons
+            .iter_mut()
+            .zip(o.tls_failure_reasons)
+        {
+            *d += s;
+        }
+        self.tls_resumed += o.tls_resumed;
+        self.tls_key_updates += o.tls_key_updates;
+        self.tls_renegotiations_refused += o.tls_renegotiations_refused;
+        self.tls_handshakes_deferred += o.tls_handshakes_deferred;
         self.http_requests += o.http_requests;
         for (d, s) in self.drops.iter_mut().zip(o.drops) {
             *d += s;
@@ -170,8 +196,8 @@ impl Counters {
     }
 }
 
-const SCALARS: usize = 20;
-const TLS_FIELDS: usize = 2 + 10 + 5;
+const SCALARS: usize = 24;
+const TLS_FIELDS: usize = 2 + 10 + 5 + 6 + 11;
 const FIELDS: usize = SCALARS + DropReason::COUNT + TLS_FIELDS;
 
 /// The published copy of one engine's [`Counters`].
@@ -224,6 +250,10 @@ impl SharedCounters {
             tcp_syn_cookies_accepted: v[17],
             tls_handshakes: v[18],
             tls_failures: v[19],
+            tls_resumed: v[20],
+            tls_key_updates: v[21],
+            tls_renegotiations_refused: v[22],
+            tls_handshakes_deferred: v[23],
             ..Counters::default()
         };
         let d = SCALARS + DropReason::COUNT;
@@ -231,6 +261,8 @@ impl SharedCounters {
         c.tls_versions.copy_from_slice(&v[d..d + 2]);
         c.tls_suites.copy_from_slice(&v[d + 2..d + 12]);
         c.tls_groups.copy_from_slice(&v[d + 12..d + 17]);
+        c.tls_key_types.copy_from_slice(&v[d + 17..d + 23]);
+        c.tls_failure_reasons.copy_from_slice(&v[d + 23..d + 34]);
         c
     }
 
@@ -257,12 +289,18 @@ impl SharedCounters {
             c.tcp_syn_cookies_accepted,
             c.tls_handshakes,
             c.tls_failures,
+            c.tls_resumed,
+            c.tls_key_updates,
+            c.tls_renegotiations_refused,
+            c.tls_handshakes_deferred,
         ]);
         let d = SCALARS + DropReason::COUNT;
         v[SCALARS..d].copy_from_slice(&c.drops);
         v[d..d + 2].copy_from_slice(&c.tls_versions);
         v[d + 2..d + 12].copy_from_slice(&c.tls_suites);
         v[d + 12..d + 17].copy_from_slice(&c.tls_groups);
+        v[d + 17..d + 23].copy_from_slice(&c.tls_key_types);
+        v[d + 23..d + 34].copy_from_slice(&c.tls_failure_reasons);
         v
     }
 }
@@ -294,6 +332,10 @@ mod tests {
             tcp_syn_cookies_accepted: 18,
             tls_handshakes: 19,
             tls_failures: 20,
+            tls_resumed: 21,
+            tls_key_updates: 22,
+            tls_renegotiations_refused: 23,
+            tls_handshakes_deferred: 24,
             ..Default::default()
         };
         for (i, r) in DropReason::ALL.iter().enumerate() {
@@ -303,6 +345,9 @@ mod tests {
         c.tls_versions = [201, 202];
         c.tls_suites[9] = 309;
         c.tls_groups[4] = 404;
+        c.tls_key_types = [501, 502, 503, 504, 505, 506];
+        c.tls_failure_reasons[10] = 610;
+        c.tls_failure_reasons[0] = 600;
         let s = SharedCounters::default();
         s.publish(&c);
         assert_eq!(s.read(), c);

@@ -155,9 +155,26 @@ fn print_stats(c: &CoreStats) {
     );
     if c.tls_handshakes + c.tls_failures > 0 {
         println!(
-            "  tls handshakes {}, failures {}",
-            c.tls_handshakes, c.tls_failures
+            "  tls handshakes {} (resumed {}), failures {}, key updates {}, renegotiations refused {}, deferred {}",
+            c.tls_handshakes,
+            c.tls_resumed,
+            c.tls_failures,
+            c.tls_key_updates,
+            c.tls_renegotiations_refused,
+            c.tls_handshakes_deferred
         );
+        for (what, counts) in [
+            ("versions", &c.tls_versions),
+            ("suites", &c.tls_suites),
+            ("groups", &c.tls_groups),
+            ("key types", &c.tls_key_types),
+            ("failures", &c.tls_failure_reasons),
+        ] {
+            if !counts.is_empty() {
+                let list: Vec<String> = counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
+                println!("    tls {what}: {}", list.join(", "));
+            }
+        }
     }
     if c.tcp_syn_cookies_sent > 0 {
         println!(

@@ -1,23 +1,30 @@
 //! TLS VIPs: the responder behind a [`ServerSession`] on each connection.
-//! TCP carries ciphertext; the session turns it into plaintext for the
-//! responder and encrypts what the responder writes.
 //!
-//! This first version copies: ciphertext out of the TCP receive ring into
-//! the session's input buffer, plaintext through per-connection vectors. The in-place
-//! record layer on AWS-LC (DESIGN.md) replaces those copies.
+//! Receive: the session opens whole records straight from the TCP receive
+//! ring into the connection's plaintext buffer (one pass; a record that
+//! wraps around the ring is gathered first) and the ring gives the bytes
+//! back. Send: the responder writes its plaintext straight into the TCP
+//! send ring, between room left for the record header and tag, and the
+//! session seals it there in place; small writes (response heads) are
+//! coalesced into the next record. Only where the ring's free space wraps
+//! is a record built aside and copied in. Buffers are dropped whenever
+//! they empty, so an idle connection holds none.
 
-use crypto::session::{ServerSession, TlsConfig};
+use crypto::session::{Failure, Negotiated, Progress, ServerSession, TlsConfig};
 
 use super::responder::{HasHttp, Responder, Session, Stream};
 use crate::tcp::{ConnId, TcpEngine};
 
-/// Plaintext queued for encryption, at most (the responder's window).
-const PLAIN_OUT_MAX: usize = 64 * 1024;
-/// Ciphertext waiting for TCP send-buffer room, at most, before encrypting
-/// more.
-const CIPHER_OUT_MAX: usize = 64 * 1024;
-/// Largest plaintext per TLS record.
-const RECORD: usize = 16 * 1024;
+/// Decrypted bytes waiting for the responder, at most; beyond it records
+/// stay in the TCP ring and its window closes (back-pressure).
+const PLAIN_IN_MAX: usize = 32 * 1024;
+/// Small writes coalesced into the next record, at most.
+const PENDING_MAX: usize = 16 * 1024;
+/// Largest plaintext per record.
+const RECORD: usize = crypto::record::MAX_PLAINTEXT;
+/// Least contiguous ring room worth sealing a record in place (below it
+/// the record is built aside and copied: the free space wraps).
+const MIN_IN_PLACE: usize = 512;
 
 /// A connection's application state: the responder's, and the TLS
 /// session's when the VIP terminates TLS.
@@ -37,8 +44,12 @@ impl HasHttp for ConnApp {
 #[derive(Debug)]
 pub struct TlsConn {
     session: ServerSession,
+    /// Decrypted application data not yet consumed by the responder.
     plain_in: Vec<u8>,
-    plain_out: Vec<u8>,
+    /// Small plaintext writes waiting to be sealed with the next record.
+    pending: Vec<u8>,
+    /// TLS bytes from the session (handshake flights, alerts, KeyUpdates)
+    /// not yet in the TCP send ring; always sent before new records.
     cipher_out: Vec<u8>,
     /// The responder asked to close: close_notify after the last data.
     closing: bool,
@@ -53,17 +64,113 @@ impl TlsConn {
         Ok(Self {
             session: ServerSession::new(config)?,
             plain_in: Vec::new(),
-            plain_out: Vec::new(),
+            pending: Vec::new(),
             cipher_out: Vec::new(),
             closing: false,
             close_sent: false,
             failed: false,
         })
     }
+
+    /// Heap bytes this connection's TLS state holds in buffers now.
+    pub fn buffered(&self) -> usize {
+        self.plain_in.capacity()
+            + self.pending.capacity()
+            + self.cipher_out.capacity()
+            + self.session.buffered()
+    }
+
+    pub fn is_handshaking(&self) -> bool {
+        self.session.is_handshaking()
+    }
+
+    /// Gives back buffers that emptied.
+    fn release_idle(&mut self) {
+        for v in [&mut self.plain_in, &mut self.pending, &mut self.cipher_out] {
+            if v.is_empty() && v.capacity() > 0 {
+                *v = Vec::new();
+            }
+        }
+    }
+
+    /// Moves `cipher_out` into the TCP send ring; true when it is empty.
+    fn flush_cipher(&mut self, tcp: &mut TcpEngine<ConnApp>, id: ConnId) -> bool {
+        if !self.cipher_out.is_empty() {
+            let sent = tcp.send(id, &self.cipher_out);
+            self.cipher_out.drain(..sent);
+        }
+        self.cipher_out.is_empty()
+    }
+
+    /// Seals one record of pending bytes followed by what `fill` writes
+    /// (at most `max`) into the TCP send ring. Returns the bytes `fill`
+    /// wrote (0: no room, or nothing to fill).
+    fn seal_record(
+        &mut self,
+        tcp: &mut TcpEngine<ConnApp>,
+        id: ConnId,
+        max: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> usize {
+        if self.failed {
+            return 0;
+        }
+        // The send key first: a KeyUpdate due goes out before the record.
+        if self.session.maintain(&mut self.cipher_out).is_err() {
+            self.failed = true;
+            self.closing = true;
+            return 0;
+        }
+        if !self.flush_cipher(tcp, id) {
+            return 0;
+        }
+        let Some((prefix, overhead)) = self.session.record_layout() else {
+            return 0;
+        };
+        let (session, pending) = (&mut self.session, &mut self.pending);
+        let (mut filled, mut taken) = (0, 0);
+        let mut seal = |room: &mut [u8]| -> usize {
+            let cap = (room.len() - overhead).min(RECORD);
+            taken = pending.len().min(cap);
+            room[prefix..prefix + taken].copy_from_slice(&pending[..taken]);
+            let want = (cap - taken).min(max);
+            if want > 0 {
+                filled = fill(&mut room[prefix + taken..prefix + taken + want]).min(want);
+            }
+            if taken + filled == 0 {
+                return 0;
+            }
+            session.seal_in_place(room, taken + filled).unwrap_or(0)
+        };
+        // In place, when the ring has contiguous room.
+        let room_needed = overhead + MIN_IN_PLACE.min(pending.len() + max);
+        let n = tcp.send_with(id, RECORD + overhead, |room| {
+            if room.len() < room_needed {
+                return 0;
+            }
+            seal(room)
+        });
+        if n == 0 {
+            // Free space that wraps: build the record aside, copy it in.
+            let space = tcp.send_space(id);
+            if space >= room_needed {
+                let mut buf = std::mem::take(&mut self.cipher_out);
+                buf.resize(space.min(RECORD + overhead), 0);
+                let len = seal(&mut buf);
+                buf.truncate(len);
+                self.cipher_out = buf;
+                self.flush_cipher(tcp, id);
+            }
+        }
+        self.pending.drain(..taken);
+        filled
+    }
 }
 
 /// The plaintext side of a TLS connection as the responder's [`Stream`].
 struct TlsStream<'a> {
+    tcp: &'a mut TcpEngine<ConnApp>,
+    id: ConnId,
     http: &'a mut Session,
     tls: &'a mut TlsConn,
 }
@@ -79,20 +186,24 @@ impl Stream for TlsStream<'_> {
         self.tls.plain_in.drain(..n.min(self.tls.plain_in.len()));
     }
     fn send_space(&self) -> usize {
-        PLAIN_OUT_MAX.saturating_sub(self.tls.plain_out.len())
+        let Some((_, overhead)) = self.tls.session.record_layout() else {
+            return 0;
+        };
+        let room = self
+            .tcp
+            .send_space(self.id)
+            .saturating_sub(self.tls.cipher_out.len() + self.tls.pending.len());
+        let records = room / (RECORD + overhead) + 1;
+        room.saturating_sub(records * overhead)
+            .min(PENDING_MAX - self.tls.pending.len())
     }
     fn send(&mut self, data: &[u8]) -> usize {
         let n = data.len().min(self.send_space());
-        self.tls.plain_out.extend_from_slice(&data[..n]);
+        self.tls.pending.extend_from_slice(&data[..n]);
         n
     }
     fn send_with(&mut self, max: usize, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> usize {
-        let room = max.min(self.send_space());
-        let start = self.tls.plain_out.len();
-        self.tls.plain_out.resize(start + room, 0);
-        let n = fill(&mut self.tls.plain_out[start..]).min(room);
-        self.tls.plain_out.truncate(start + n);
-        n
+        self.tls.seal_record(self.tcp, self.id, max, fill)
     }
     fn close(&mut self) {
         self.tls.closing = true;
@@ -102,19 +213,25 @@ impl Stream for TlsStream<'_> {
 /// What [`drive`] saw, for the engine's counters.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct TlsOutcome {
-    pub handshake_done: bool,
-    pub failed: bool,
     /// What the handshake negotiated, when it completed in this call.
-    pub negotiated: Option<crypto::session::Negotiated>,
+    pub negotiated: Option<Negotiated>,
+    /// Why the connection failed, when it did in this call.
+    pub failure: Option<Failure>,
+    pub key_updates: u32,
+    pub renegotiations_refused: u32,
+    /// Handshake input waits for the next iteration: the budget was spent.
+    pub deferred: bool,
 }
 
-/// Moves a TLS connection forward: ciphertext in, responder, ciphertext out,
-/// close_notify and TCP close at the end.
+/// Moves a TLS connection forward: ciphertext in, responder, ciphertext
+/// out, close_notify and TCP close at the end. Handshake work (the costly
+/// part) happens only while `handshake_budget` lasts; each use takes one.
 pub fn drive(
     tcp: &mut TcpEngine<ConnApp>,
     id: ConnId,
     responder: &mut Responder,
     peer_closed: bool,
+    handshake_budget: &mut u32,
 ) -> TlsOutcome {
     let mut outcome = TlsOutcome::default();
     let Some(app) = tcp.app(id) else {
@@ -131,75 +248,74 @@ pub fn drive(
         if tls.failed {
             break;
         }
-        // Ciphertext from TCP: the session takes all of it (a partial
-        // record waits inside the session).
-        let (a, b) = tcp.peek(id);
-        let taken = a.len() + b.len();
         let mut progressed = false;
-        if taken > 0 {
-            let result = tls
-                .session
-                .process(a, &mut tls.cipher_out, &mut tls.plain_in)
-                .and_then(|p1| {
-                    let p2 = tls
-                        .session
-                        .process(b, &mut tls.cipher_out, &mut tls.plain_in)?;
-                    Ok((
-                        p1.handshake_done || p2.handshake_done,
-                        p1.peer_closed || p2.peer_closed,
-                    ))
-                });
-            tcp.consume(id, taken);
-            progressed = true;
+        let (a, b) = tcp.peek(id);
+        let waiting = a.len() + b.len();
+        if waiting > 0 && tls.plain_in.len() < PLAIN_IN_MAX {
+            if tls.session.is_handshaking() {
+                if *handshake_budget == 0 {
+                    outcome.deferred = true;
+                    break;
+                }
+                *handshake_budget -= 1;
+            }
+            let tls_conn = &mut *tls;
+            let result = tls_conn.session.read(
+                (a, b),
+                &mut tls_conn.cipher_out,
+                &mut tls_conn.plain_in,
+                PLAIN_IN_MAX,
+            );
             match result {
-                Ok((handshake_done, closed)) => {
-                    outcome.handshake_done |= handshake_done;
-                    if closed {
+                Ok(p) => {
+                    tcp.consume(id, p.consumed);
+                    progressed = p.consumed > 0;
+                    note(&mut outcome, &p, &tls.session);
+                    if p.peer_closed {
                         http.peer_closed = true;
                     }
                 }
-                Err(_) => {
+                Err(e) => {
                     // The alert (if any) goes out, then the connection ends.
+                    tcp.consume(id, waiting);
                     tls.failed = true;
-                    outcome.failed = true;
-                    tcp.send(id, &tls.cipher_out);
+                    outcome.failure = Some(e.reason);
+                    tls.flush_cipher(tcp, id);
                     tcp.close(id);
                     break;
                 }
             }
         }
         // The application, once the handshake is done.
-        if !tls.session.is_handshaking() && !tls.close_sent {
+        if !tls.session.is_handshaking() && !tls.close_sent && !tls.failed {
+            let before = tcp.send_space(id);
             responder.pump(&mut TlsStream {
+                tcp,
+                id,
                 http: &mut http,
                 tls: &mut tls,
             });
-        }
-        // Encrypt what it wrote, as TCP room allows.
-        let mut at = 0;
-        while at < tls.plain_out.len() && tls.cipher_out.len() < CIPHER_OUT_MAX {
-            let n = (tls.plain_out.len() - at).min(RECORD);
-            let (plain, cipher) = (&tls.plain_out[at..at + n], &mut tls.cipher_out);
-            if tls.session.encrypt(plain, cipher).is_err() {
-                tls.failed = true;
-                break;
+            // Heads and small bodies still waiting: seal them now.
+            while !tls.pending.is_empty() && !tls.failed {
+                let left = tls.pending.len();
+                tls.seal_record(tcp, id, 0, &mut |_| 0);
+                if tls.pending.len() == left {
+                    break;
+                }
             }
-            at += n;
+            progressed |= tcp.send_space(id) != before;
         }
-        tls.plain_out.drain(..at);
-        progressed |= at > 0;
-        if tls.closing && tls.plain_out.is_empty() && !tls.close_sent {
-            let _ = tls.session.close_notify(&mut tls.cipher_out);
+        if tls.closing && tls.pending.is_empty() && !tls.close_sent {
+            let tls_conn = &mut *tls;
+            let _ = tls_conn.session.close_notify(&mut tls_conn.cipher_out);
             tls.close_sent = true;
         }
-        let sent = tcp.send(id, &tls.cipher_out);
-        tls.cipher_out.drain(..sent);
-        progressed |= sent > 0;
-        if tls.close_sent && tls.cipher_out.is_empty() {
+        let flushed = tls.flush_cipher(tcp, id);
+        if tls.close_sent && flushed {
             tcp.close(id);
             break;
         }
-        if http.peer_closed && tls.plain_in.is_empty() && tls.plain_out.is_empty() && !tls.closing {
+        if http.peer_closed && tls.plain_in.is_empty() && tls.pending.is_empty() && !tls.closing {
             // The client is done and nothing is in progress: close too.
             tls.closing = true;
             continue;
@@ -208,12 +324,18 @@ pub fn drive(
             break;
         }
     }
-    if outcome.handshake_done {
-        outcome.negotiated = tls.session.negotiated();
-    }
+    tls.release_idle();
     if let Some(app) = tcp.app(id) {
         app.http = http;
         app.tls = Some(tls);
     }
     outcome
+}
+
+fn note(outcome: &mut TlsOutcome, p: &Progress, session: &ServerSession) {
+    if p.handshake_done {
+        outcome.negotiated = session.negotiated();
+    }
+    outcome.key_updates += p.key_updates_received;
+    outcome.renegotiations_refused += p.renegotiations_refused;
 }
