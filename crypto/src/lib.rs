@@ -4,6 +4,7 @@
 //! names a rustls type.
 //!
 //! - [`certs`]: certificates and keys, chosen by SNI and signature scheme;
+//! - [`client`]: a non-verifying client for load generators and tests;
 //! - [`policy`]: a VIP's versions, suites, groups, ALPN and resumption;
 //! - [`session`]: one connection, handshake on rustls' unbuffered API;
 //! - [`record`]: the record layer on AWS-LC after the handshake;
@@ -11,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod certs;
+pub mod client;
 pub mod policy;
 pub mod record;
 pub mod session;

@@ -167,6 +167,10 @@ impl TlsError {
         }
     }
 
+    pub(crate) fn other(detail: impl Into<String>) -> Self {
+        Self::new(Failure::Other, detail)
+    }
+
     fn rustls(e: rustls::Error) -> Self {
         Self::new(Failure::of(&e), e.to_string())
     }
@@ -231,6 +235,8 @@ enum State {
 /// One server-side TLS connection.
 pub struct ServerSession {
     state: State,
+    /// The key type of the certificate chosen for this handshake.
+    key: Option<crate::certs::KeyType>,
     negotiated: Option<Negotiated>,
     peer_closed: bool,
 }
@@ -519,6 +525,7 @@ impl ServerSession {
                     .map_err(TlsError::rustls)?,
                 incoming: Vec::new(),
             })),
+            key: None,
             negotiated: None,
             peer_closed: false,
         })
@@ -596,7 +603,14 @@ impl ServerSession {
                 h.incoming.extend_from_slice(a);
                 h.incoming.extend_from_slice(b);
                 progress.consumed = a.len() + b.len();
-                if !handshake(h, outgoing, plaintext, progress)? {
+                let done = handshake(h, outgoing, plaintext, progress);
+                // rustls resolved the certificate (if it did) inside this
+                // call, on this thread: note its key type now, before
+                // another session's handshake runs.
+                if let Some(k) = crate::certs::take_last_selected() {
+                    self.key = Some(k);
+                }
+                if !done? {
                     return Ok(());
                 }
                 // Done: rustls hands over the secrets; input it has not
@@ -605,7 +619,7 @@ impl ServerSession {
                     unreachable!()
                 };
                 let Handshake { conn, incoming } = *h;
-                self.negotiated = Some(negotiated(&conn));
+                self.negotiated = Some(negotiated(&conn, self.key));
                 let mut est = Established::new(conn, incoming)?;
                 progress.handshake_done = true;
                 let leftover = std::mem::take(&mut est.leftover);
@@ -760,7 +774,7 @@ fn keep_rest(mut buf: Vec<u8>, n: usize) -> Vec<u8> {
     buf
 }
 
-fn negotiated(conn: &UnbufferedServerConnection) -> Negotiated {
+fn negotiated(conn: &UnbufferedServerConnection, key: Option<crate::certs::KeyType>) -> Negotiated {
     let version = match conn.protocol_version() {
         Some(rustls::ProtocolVersion::TLSv1_3) => 1,
         _ => 0,
@@ -773,7 +787,7 @@ fn negotiated(conn: &UnbufferedServerConnection) -> Negotiated {
         .negotiated_key_exchange_group()
         .and_then(|g| g.name().as_str())
         .unwrap_or("other");
-    let key = crate::certs::take_last_selected().map_or("other", |k| k.counter_name());
+    let key = key.map_or("other", crate::certs::KeyType::counter_name);
     Negotiated {
         version,
         suite: index_of(&SUITES, suite),

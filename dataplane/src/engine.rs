@@ -152,6 +152,15 @@ impl<P: Port> Engine<P> {
         &self.tcp
     }
 
+    /// TLS connections, and the bytes their buffers hold now (0 when all
+    /// are idle: buffers are given back as they empty).
+    pub fn tls_buffers(&self) -> (usize, usize) {
+        self.tcp
+            .apps()
+            .filter_map(|a| a.tls.as_ref())
+            .fold((0, 0), |(n, b), t| (n + 1, b + t.buffered()))
+    }
+
     /// The responder's counters.
     pub fn responder(&self) -> &Responder {
         &self.responder

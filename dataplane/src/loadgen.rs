@@ -11,6 +11,7 @@ use crate::port::{PacketBuf, Port};
 use crate::stats::Counters;
 use crate::tcp::{CloseReason, ConnId, Event, FlowKey, TcpConfig, TcpEngine};
 use crate::time::Instant;
+use crypto::client::{LoadClientConfig, LoadClientSession};
 
 /// What to ask for.
 #[derive(Debug, Clone, Copy)]
@@ -48,6 +49,8 @@ pub struct ClientConn {
     /// Bytes of the current response still expected (head unknown: None).
     body_left: Option<u64>,
     head: Vec<u8>,
+    /// TLS mode: the client session.
+    tls: Option<Box<LoadClientSession>>,
 }
 
 /// The load generator.
@@ -73,6 +76,10 @@ pub struct LoadGen<P: Port> {
     /// Connections (by slot) whose last response arrived: they count as
     /// completed at once, not when TIME-WAIT ends.
     finished: Vec<bool>,
+    /// TLS mode: client settings, and buffers shared by all connections.
+    tls: Option<LoadClientConfig>,
+    tls_out: Vec<u8>,
+    plain: Vec<u8>,
 }
 
 impl<P: Port> LoadGen<P> {
@@ -108,7 +115,17 @@ impl<P: Port> LoadGen<P> {
             in_flight: 0,
             request,
             finished: Vec::new(),
+            tls: None,
+            tls_out: Vec::new(),
+            plain: Vec::new(),
         }
+    }
+
+    /// Speaks TLS to the server (full handshake per connection).
+    pub fn with_tls(mut self, cfg: LoadClientConfig) -> Self {
+        self.tls = Some(cfg);
+        self.plain = vec![0; 64 * 1024];
+        self
     }
 
     pub fn stats(&self) -> LoadStats {
@@ -240,18 +257,143 @@ impl<P: Port> LoadGen<P> {
 
     fn send_request(&mut self, id: ConnId) {
         let req = std::mem::take(&mut self.request);
-        let n = self.tcp.send(id, &req);
-        debug_assert_eq!(n, req.len());
-        self.request = req;
         if let Some(c) = self.tcp.app(id) {
             c.body_left = None;
             c.head.clear();
+            if let Some(t) = &mut c.tls {
+                t.write_plain(&req);
+                self.request = req;
+                self.flush_tls(id);
+                return;
+            }
+        }
+        let n = self.tcp.send(id, &req);
+        debug_assert_eq!(n, req.len());
+        self.request = req;
+    }
+
+    /// Moves the session's TLS bytes into the send buffer (as they fit).
+    fn flush_tls(&mut self, id: ConnId) {
+        let mut out = std::mem::take(&mut self.tls_out);
+        if let Some(t) = self.tcp.app(id).and_then(|c| c.tls.as_mut()) {
+            t.take_tls(&mut out);
+        }
+        let n = self.tcp.send(id, &out);
+        out.drain(..n);
+        if !out.is_empty() {
+            // Does not happen with 256 KiB send buffers and one request.
+            self.tcp.abort(id);
+            out.clear();
+        }
+        self.tls_out = out;
+    }
+
+    /// TLS mode: ciphertext from TCP into the session, plaintext through
+    /// the response parser.
+    fn read_tls(&mut self, id: ConnId) {
+        loop {
+            let (a, b) = self.tcp.peek(id);
+            if a.is_empty() && b.is_empty() {
+                break;
+            }
+            let Some(c) = self.tcp.app(id) else { return };
+            let Some(mut t) = c.tls.take() else { return };
+            let (a, b) = self.tcp.peek(id);
+            let chunk = if a.is_empty() { b } else { a };
+            let taken = t.receive(chunk);
+            let Ok(taken) = taken else {
+                self.tcp.abort(id);
+                return;
+            };
+            self.tcp.consume(id, taken);
+            let mut plain = std::mem::take(&mut self.plain);
+            loop {
+                let n = t.read_plain(&mut plain);
+                if n == 0 {
+                    break;
+                }
+                if let Some(c) = self.tcp.app(id) {
+                    c.tls = Some(t);
+                }
+                self.feed(id, &plain[..n]);
+                let Some(back) = self.tcp.app(id).and_then(|c| c.tls.take()) else {
+                    self.plain = plain;
+                    return;
+                };
+                t = back;
+            }
+            self.plain = plain;
+            if let Some(c) = self.tcp.app(id) {
+                c.tls = Some(t);
+            }
+            if taken == 0 {
+                break;
+            }
+        }
+        self.flush_tls(id);
+    }
+
+    /// Runs the response parser over plaintext (all of it is taken).
+    fn feed(&mut self, id: ConnId, mut data: &[u8]) {
+        while !data.is_empty() {
+            let Some(c) = self.tcp.app(id) else { return };
+            match c.body_left {
+                None => {
+                    let mut used = data.len();
+                    for (i, &byte) in data.iter().enumerate() {
+                        c.head.push(byte);
+                        if c.head.ends_with(b"\r\n\r\n") {
+                            used = i + 1;
+                            c.body_left = Some(content_length(&c.head).unwrap_or(0));
+                            break;
+                        }
+                    }
+                    data = &data[used..];
+                    if c.body_left == Some(0) {
+                        self.response_done(id);
+                    }
+                }
+                Some(left) => {
+                    let n = (data.len() as u64).min(left);
+                    data = &data[n as usize..];
+                    self.stats.body_bytes += n;
+                    c.body_left = Some(left - n);
+                    if left == n {
+                        self.response_done(id);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The current response is complete: the next request, or close.
+    fn response_done(&mut self, id: ConnId) {
+        self.stats.responses += 1;
+        let Some(c) = self.tcp.app(id) else { return };
+        c.requests_left -= 1;
+        if c.requests_left == 0 {
+            self.tcp.close(id);
+            self.finish(id);
+        } else {
+            self.send_request(id);
         }
     }
 
     fn on_event(&mut self, ev: Event) {
         match ev {
             Event::Connected(id) => {
+                if let Some(cfg) = &self.tls {
+                    match LoadClientSession::new(cfg, "tlsdp.test") {
+                        Ok(t) => {
+                            if let Some(c) = self.tcp.app(id) {
+                                c.tls = Some(Box::new(t));
+                            }
+                        }
+                        Err(_) => self.tcp.abort(id),
+                    }
+                    // The ClientHello goes now (also when only holding).
+                    self.flush_tls(id);
+                }
                 if self.cfg.requests_per_conn == 0 {
                     // Hold mode: the connection counts once established.
                     self.finish(id);
@@ -260,6 +402,7 @@ impl<P: Port> LoadGen<P> {
                     self.send_request(id);
                 }
             }
+            Event::Readable(id) if self.tls.is_some() => self.read_tls(id),
             Event::Readable(id) => self.read(id),
             Event::PeerClosed(id) => self.tcp.close(id),
             Event::Closed(id, reason) => {

@@ -328,6 +328,11 @@ impl<A: Default> TcpEngine<A> {
             + self.buffers.in_use() * self.cfg.buffer_size
     }
 
+    /// The application state of every live connection.
+    pub fn apps(&self) -> impl Iterator<Item = &A> {
+        self.conns.iter().flatten().map(|c| &c.app)
+    }
+
     /// Connections in `state` now.
     pub fn in_state(&self, state: State) -> u64 {
         self.states[state as usize]

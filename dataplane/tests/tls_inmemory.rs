@@ -1,0 +1,244 @@
+//! TLS VIPs in the engine against the load generator's TLS client over
+//! the in-memory link, in simulated time: every version and key type,
+//! loss and reordering, the per-iteration handshake budget, and idle
+//! connections holding no buffers.
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crypto::certs::{Cert, CertStore};
+use crypto::client::LoadClientConfig;
+use crypto::policy::TlsPolicy;
+use crypto::session::TlsConfig;
+use dataplane::engine::{Engine, EngineConfig};
+use dataplane::loadgen::{LoadConfig, LoadGen};
+use dataplane::net::InterfaceConfig;
+use dataplane::port::{link, ImpairConfig, Impaired, MemPort};
+use dataplane::stats::SharedCounters;
+use dataplane::tcp::TcpConfig;
+use dataplane::time::Instant;
+use smoltcp::wire::EthernetAddress;
+
+const SRV: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
+const CLI: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 2);
+
+type Server = Engine<Impaired<MemPort>>;
+type Client = LoadGen<Impaired<MemPort>>;
+
+fn iface(addr: Ipv4Addr) -> InterfaceConfig {
+    InterfaceConfig {
+        mac: EthernetAddress([0; 6]),
+        addr,
+        prefix_len: 24,
+        gateway: None,
+    }
+}
+
+/// A self-signed certificate for `tlsdp.test` made with openssl.
+fn make_cert(dir: &Path, name: &str, key: &[&str]) -> Cert {
+    let (crt, k) = (
+        dir.join(format!("{name}.pem")),
+        dir.join(format!("{name}.key")),
+    );
+    let mut args = vec![
+        "req",
+        "-x509",
+        "-nodes",
+        "-days",
+        "30",
+        "-subj",
+        "/CN=tlsdp.test",
+    ];
+    args.extend_from_slice(key);
+    args.extend_from_slice(&[
+        "-keyout",
+        k.to_str().unwrap(),
+        "-out",
+        crt.to_str().unwrap(),
+    ]);
+    args.extend_from_slice(&["-addext", "subjectAltName=DNS:tlsdp.test"]);
+    let out = Command::new("openssl")
+        .args(&args)
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    Cert::load(&crt, &k, now).unwrap()
+}
+
+/// A TLS configuration with an RSA-2048 and a P-256 certificate.
+fn tls_config() -> TlsConfig {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = CertStore::new();
+    store.add(make_cert(dir.path(), "rsa", &["-newkey", "rsa:2048"]));
+    store.add(make_cert(
+        dir.path(),
+        "ec",
+        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
+    ));
+    TlsConfig::with_policy(store, &TlsPolicy::default()).unwrap()
+}
+
+fn setup(
+    engine: EngineConfig,
+    load: LoadConfig,
+    client: LoadClientConfig,
+    impair: ImpairConfig,
+) -> (Server, Client) {
+    let (a, b) = link(
+        EthernetAddress([2, 0, 0, 0, 1, 1]),
+        EthernetAddress([2, 0, 0, 0, 1, 2]),
+        8192,
+        32768,
+    );
+    let mut server = Engine::new(engine, Arc::new(SharedCounters::default()));
+    let server_impair = ImpairConfig {
+        seed: impair.seed + 1,
+        ..impair
+    };
+    server.add_port(Impaired::new(a, server_impair), iface(SRV));
+    server.listen_tls(SRV, 443, tls_config());
+    let gen = LoadGen::new(
+        Impaired::new(b, impair),
+        iface(CLI),
+        TcpConfig::default(),
+        load,
+    )
+    .with_tls(client);
+    (server, gen)
+}
+
+fn run(server: &mut Server, client: &mut Client) {
+    let mut now = Instant::from_millis(1);
+    let limit = now + Duration::from_secs(600);
+    while !client.done() {
+        now = now + Duration::from_micros(20);
+        assert!(now < limit, "stalled: {:?}", client.stats());
+        client.poll(now);
+        server.poll(now);
+    }
+    for _ in 0..1000 {
+        now = now + Duration::from_micros(20);
+        client.poll(now);
+        server.poll(now);
+    }
+}
+
+fn load(body: u64, requests: u32, conns: u64, concurrency: usize) -> LoadConfig {
+    LoadConfig {
+        server: SRV,
+        port: 443,
+        body,
+        requests_per_conn: requests,
+        concurrency,
+        total_conns: conns,
+        sources: 1,
+    }
+}
+
+#[test]
+fn every_version_and_key_type_serves_byte_counts_exactly() {
+    for (tls13, ecdsa, key) in [
+        (true, true, "ECDSA-P256"),
+        (true, false, "RSA-2048"),
+        (false, true, "ECDSA-P256"),
+        (false, false, "RSA-2048"),
+    ] {
+        let (mut server, mut client) = setup(
+            EngineConfig::default(),
+            load(20_000, 2, 20, 4),
+            LoadClientConfig::new(tls13, ecdsa),
+            ImpairConfig::default(),
+        );
+        run(&mut server, &mut client);
+        let s = client.stats();
+        assert_eq!((s.completed, s.failed, s.responses), (20, 0, 40), "{s:?}");
+        assert_eq!(s.body_bytes, 40 * 20_000);
+        let c = server.counters();
+        assert_eq!((c.tls_handshakes, c.tls_failures), (20, 0), "{c:?}");
+        assert_eq!(c.tls_versions[usize::from(tls13)], 20);
+        let k = crypto::session::KEY_TYPES
+            .iter()
+            .position(|n| *n == key)
+            .unwrap();
+        assert_eq!(c.tls_key_types[k], 20, "{key}");
+    }
+}
+
+#[test]
+fn megabytes_through_loss_and_reordering() {
+    let impair = ImpairConfig {
+        seed: 7,
+        loss: 0.02,
+        reorder: 0.02,
+        ..ImpairConfig::default()
+    };
+    let (mut server, mut client) = setup(
+        EngineConfig::default(),
+        load(3 << 20, 3, 4, 4),
+        LoadClientConfig::new(true, true),
+        impair,
+    );
+    run(&mut server, &mut client);
+    let s = client.stats();
+    assert_eq!((s.completed, s.failed, s.responses), (4, 0, 12), "{s:?}");
+    assert_eq!(s.body_bytes, 12 * (3 << 20));
+    assert!(server.tcp().counters().retransmits > 0, "loss happened");
+    assert_eq!(server.counters().tls_failures, 0);
+}
+
+#[test]
+fn handshake_work_waits_when_the_budget_is_spent() {
+    let tight = EngineConfig {
+        handshakes_per_poll: 1,
+        ..EngineConfig::default()
+    };
+    let (mut server, mut client) = setup(
+        tight,
+        load(100, 1, 64, 32),
+        LoadClientConfig::new(true, true),
+        ImpairConfig::default(),
+    );
+    run(&mut server, &mut client);
+    let s = client.stats();
+    assert_eq!((s.completed, s.failed), (64, 0), "{s:?}");
+    let c = server.counters();
+    assert_eq!(c.tls_handshakes, 64);
+    assert!(c.tls_handshakes_deferred > 0, "{c:?}");
+
+    // With room for all of them, nothing waits.
+    let (mut server, mut client) = setup(
+        EngineConfig::default(),
+        load(100, 1, 8, 4),
+        LoadClientConfig::new(true, true),
+        ImpairConfig::default(),
+    );
+    run(&mut server, &mut client);
+    assert_eq!(server.counters().tls_handshakes_deferred, 0);
+}
+
+#[test]
+fn idle_tls_connections_hold_no_buffers() {
+    // Hold mode: handshake, then nothing. Then requests on keep-alive,
+    // after which the connections are idle again.
+    let (mut server, mut client) = setup(
+        EngineConfig::default(),
+        load(0, 0, 50, 50),
+        LoadClientConfig::new(true, true),
+        ImpairConfig::default(),
+    );
+    run(&mut server, &mut client);
+    assert_eq!(server.counters().tls_handshakes, 50);
+    assert_eq!(server.tls_buffers(), (50, 0), "buffers given back");
+    assert_eq!(server.tcp().buffers().in_use(), 0, "TCP rings given back");
+}
