@@ -1,0 +1,152 @@
+//! `crypto::session` alone, on one core (not a test): full handshakes per
+//! second by key type and version with the server's time measured apart
+//! from the (non-verifying) client's, and the AWS-LC record layer's
+//! sealing rate for 16 KiB records.
+//!
+//!   cargo bench -p crypto --bench tls [-- SECONDS]
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crypto::certs::{Cert, CertStore};
+use crypto::client::{LoadClientConfig, LoadClientSession};
+use crypto::session::{ServerSession, TlsConfig};
+
+fn make_cert(dir: &Path, name: &str, key: &[&str]) -> Cert {
+    let (crt, k) = (
+        dir.join(format!("{name}.pem")),
+        dir.join(format!("{name}.key")),
+    );
+    let mut args = vec![
+        "req",
+        "-x509",
+        "-nodes",
+        "-days",
+        "30",
+        "-subj",
+        "/CN=tlsdp.test",
+    ];
+    args.extend_from_slice(key);
+    args.extend_from_slice(&["-keyout", k.to_str().unwrap(), "-out", crt.to_str().unwrap()]);
+    let out = Command::new("openssl").args(&args).output().expect("openssl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    Cert::load(&crt, &k, now).unwrap()
+}
+
+/// Feeds all of `tls` to the client.
+fn to_client(c: &mut LoadClientSession, tls: &[u8]) {
+    let mut at = 0;
+    while at < tls.len() {
+        at += c.receive(&tls[at..]).unwrap();
+    }
+}
+
+/// Handshakes for `secs`; returns (count, server seconds, client seconds).
+fn handshakes(cfg: &TlsConfig, client: &LoadClientConfig, secs: f64) -> (u64, f64, f64) {
+    let (mut n, mut server, mut client_t) = (0u64, Duration::ZERO, Duration::ZERO);
+    let start = Instant::now();
+    let (mut c_out, mut s_out, mut plain) = (Vec::new(), Vec::new(), Vec::new());
+    while start.elapsed().as_secs_f64() < secs {
+        let t = Instant::now();
+        let mut c = LoadClientSession::new(client, "tlsdp.test").unwrap();
+        c.take_tls(&mut c_out);
+        client_t += t.elapsed();
+        let t = Instant::now();
+        let mut s = ServerSession::new(cfg).unwrap();
+        server += t.elapsed();
+        while s.is_handshaking() {
+            let t = Instant::now();
+            s.process(&c_out, &mut s_out, &mut plain).unwrap();
+            server += t.elapsed();
+            c_out.clear();
+            let t = Instant::now();
+            to_client(&mut c, &s_out);
+            c.take_tls(&mut c_out);
+            client_t += t.elapsed();
+            s_out.clear();
+        }
+        assert!(!c.is_handshaking());
+        n += 1;
+        drop(s);
+    }
+    (n, server.as_secs_f64(), client_t.as_secs_f64())
+}
+
+fn main() {
+    let secs: f64 = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(2.0);
+    let dir = tempfile::tempdir().unwrap();
+    let keys: [(&str, &[&str]); 3] = [
+        ("RSA-2048", &["-newkey", "rsa:2048"]),
+        (
+            "ECDSA-P256",
+            &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
+        ),
+        (
+            "ECDSA-P384",
+            &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"],
+        ),
+    ];
+    println!("crypto::session alone, one core; server time measured apart from the client's\n");
+    for (name, args) in keys {
+        let mut store = CertStore::new();
+        store.add(make_cert(dir.path(), name, args));
+        let cfg = TlsConfig::new(store).unwrap();
+        for tls13 in [true, false] {
+            let client = LoadClientConfig::new(tls13, !name.starts_with("RSA"));
+            let (n, s, c) = handshakes(&cfg, &client, secs);
+            println!(
+                "HANDSHAKE {name:<10} {}  {n:>6} handshakes: server {:>7.1} µs = {:>6.0} handshakes/s per core; client {:>6.1} µs",
+                if tls13 { "TLS1.3" } else { "TLS1.2" },
+                s * 1e6 / n as f64,
+                n as f64 / s,
+                c * 1e6 / n as f64,
+            );
+        }
+    }
+
+    // The record layer: seal 16 KiB records in place.
+    let mut store = CertStore::new();
+    store.add(make_cert(dir.path(), "p256", keys[1].1));
+    let cfg = TlsConfig::new(store).unwrap();
+    for tls13 in [true, false] {
+        let client = LoadClientConfig::new(tls13, true);
+        let mut c = LoadClientSession::new(&client, "tlsdp.test").unwrap();
+        let mut s = ServerSession::new(&cfg).unwrap();
+        let (mut c_out, mut s_out, mut plain) = (Vec::new(), Vec::new(), Vec::new());
+        c.take_tls(&mut c_out);
+        while s.is_handshaking() {
+            s.process(&c_out, &mut s_out, &mut plain).unwrap();
+            c_out.clear();
+            to_client(&mut c, &s_out);
+            s_out.clear();
+            c.take_tls(&mut c_out);
+        }
+        let (prefix, overhead) = s.record_layout().unwrap();
+        let mut rec = vec![7u8; 16384 + overhead];
+        let n = 100_000;
+        let t = Instant::now();
+        for _ in 0..n {
+            s.seal_in_place(&mut rec, 16384).unwrap();
+            rec[prefix] ^= 1;
+        }
+        let e = t.elapsed().as_secs_f64();
+        println!(
+            "RECORD    {} AES-128-GCM 16 KiB records sealed in place: {:.2} µs each = {:.1} Gbit/s per core",
+            if tls13 { "TLS1.3" } else { "TLS1.2" },
+            e * 1e6 / n as f64,
+            n as f64 * 16384.0 * 8.0 / e / 1e9
+        );
+    }
+}
