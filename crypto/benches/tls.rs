@@ -28,8 +28,16 @@ fn make_cert(dir: &Path, name: &str, key: &[&str]) -> Cert {
         "/CN=tlsdp.test",
     ];
     args.extend_from_slice(key);
-    args.extend_from_slice(&["-keyout", k.to_str().unwrap(), "-out", crt.to_str().unwrap()]);
-    let out = Command::new("openssl").args(&args).output().expect("openssl");
+    args.extend_from_slice(&[
+        "-keyout",
+        k.to_str().unwrap(),
+        "-out",
+        crt.to_str().unwrap(),
+    ]);
+    let out = Command::new("openssl")
+        .args(&args)
+        .output()
+        .expect("openssl");
     assert!(
         out.status.success(),
         "{}",

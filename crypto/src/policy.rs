@@ -67,6 +67,11 @@ pub struct TlsPolicy {
     /// ALPN protocols, in preference order.
     pub alpn: Vec<String>,
     pub resumption: Resumption,
+    /// Choose cipher suites in the client's order instead of ours (off by
+    /// default, as in HAProxy: our order puts AES-128-GCM first, whose
+    /// SHA-256 schedule and cipher are the cheapest on AES-NI/SHA-NI
+    /// cores, while OpenSSL clients list AES-256-GCM-SHA384 first).
+    pub prefer_client_order: bool,
 }
 
 impl Default for TlsPolicy {
@@ -77,6 +82,7 @@ impl Default for TlsPolicy {
             groups: Vec::new(),
             alpn: vec!["http/1.1".into()],
             resumption: Resumption::Off,
+            prefer_client_order: false,
         }
     }
 }
@@ -211,6 +217,7 @@ impl TlsConfig {
         cfg.enable_secret_extraction = true;
         cfg.session_storage = Arc::new(NoServerSessionStorage {});
         cfg.alpn_protocols = policy.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+        cfg.ignore_client_order = !policy.prefer_client_order;
         match &policy.resumption {
             Resumption::Off => cfg.send_tls13_tickets = 0,
             Resumption::Tickets { rotate_s, key_file } => {

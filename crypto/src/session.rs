@@ -877,6 +877,144 @@ pub fn fuzz_server_input(config: &TlsConfig, data: &[u8]) {
     }
 }
 
+/// Fuzz entry point for the established record path: completes a real
+/// handshake (TLS 1.3 when `data[0]` is even, else 1.2) with a rustls
+/// client, then reads the rest of `data` as records `[type, len_hi,
+/// len_lo, payload...]`, sealed with the client's real key (a type with
+/// the top bit set goes in raw, unsealed), fed to the server in chunks of
+/// `data[1]` bytes. Reaches alerts, KeyUpdate, renegotiation, padding,
+/// framing and authentication failures. Must never panic.
+#[allow(deprecated)] // dangerous_extract_secrets: the fuzzer forges client records
+pub fn fuzz_established_input(config: &TlsConfig, data: &[u8]) {
+    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+    #[derive(Debug)]
+    struct Any;
+    impl ServerCertVerifier for Any {
+        fn verify_server_cert(
+            &self,
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &[rustls::pki_types::CertificateDer<'_>],
+            _: &rustls::pki_types::ServerName<'_>,
+            _: &[u8],
+            _: rustls::pki_types::UnixTime,
+        ) -> Result<ServerCertVerified, rustls::Error> {
+            Ok(ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            _: &[u8],
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &rustls::DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            Ok(HandshakeSignatureValid::assertion())
+        }
+        fn verify_tls13_signature(
+            &self,
+            _: &[u8],
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &rustls::DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            Ok(HandshakeSignatureValid::assertion())
+        }
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            rustls::crypto::aws_lc_rs::default_provider()
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    }
+    let [version, chunk, rest @ ..] = data else {
+        return;
+    };
+    let versions: &[&'static rustls::SupportedProtocolVersion] = if version % 2 == 0 {
+        &[&rustls::version::TLS13]
+    } else {
+        &[&rustls::version::TLS12]
+    };
+    let mut ccfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_protocol_versions(versions)
+    .expect("versions")
+    .dangerous()
+    .with_custom_certificate_verifier(std::sync::Arc::new(Any))
+    .with_no_client_auth();
+    ccfg.enable_secret_extraction = true;
+    let Ok(mut c) = rustls::ClientConnection::new(
+        std::sync::Arc::new(ccfg),
+        rustls::pki_types::ServerName::try_from("fuzz.test").expect("name"),
+    ) else {
+        return;
+    };
+    let Ok(mut s) = ServerSession::new(config) else {
+        return;
+    };
+    let (mut wire, mut out, mut plain) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..10 {
+        wire.clear();
+        let _ = c.write_tls(&mut wire);
+        out.clear();
+        if s.process(&wire, &mut out, &mut plain).is_err() {
+            return;
+        }
+        let mut rd = &out[..];
+        while !rd.is_empty() {
+            if c.read_tls(&mut rd).is_err() || c.process_new_packets().is_err() {
+                return;
+            }
+        }
+    }
+    if s.is_handshaking() {
+        return;
+    }
+    let Ok(secrets) = c.dangerous_extract_secrets() else {
+        return;
+    };
+    let protocol = if version % 2 == 0 {
+        Protocol::Tls13
+    } else {
+        Protocol::Tls12
+    };
+    let mut key = RecordKey::new(protocol, &secrets.tx.1, secrets.tx.0);
+    let mut stream = Vec::new();
+    let mut msgs = rest;
+    while let [typ, hi, lo, more @ ..] = msgs {
+        let len = (usize::from(*hi) << 8 | usize::from(*lo)).min(more.len());
+        let (payload, next) = more.split_at(len);
+        msgs = next;
+        if typ & 0x80 != 0 {
+            stream.extend_from_slice(payload);
+        } else if payload.len() <= record::MAX_PLAINTEXT {
+            let start = stream.len();
+            stream.resize(start + payload.len() + key.overhead(), 0);
+            let pre = key.prefix_len();
+            stream[start + pre..start + pre + payload.len()].copy_from_slice(payload);
+            key.seal_in_place(*typ, &mut stream[start..], payload.len());
+        }
+    }
+    let chunk = usize::from(*chunk).max(1) * 7;
+    let mut at = 0;
+    while at < stream.len() {
+        let end = (at + chunk).min(stream.len());
+        let mid = at + (end - at) / 2;
+        out.clear();
+        match s.read((&stream[at..mid], &stream[mid..end]), &mut out, &mut plain, 1 << 16) {
+            Ok(p) if p.consumed > 0 => at += p.consumed,
+            Ok(_) if end == stream.len() => break,
+            Ok(_) => {
+                // A record longer than the window: offer everything.
+                match s.read((&stream[at..], &[]), &mut out, &mut plain, usize::MAX) {
+                    Ok(p) if p.consumed > 0 => at += p.consumed,
+                    _ => break,
+                }
+            }
+            Err(_) => return,
+        }
+        plain.clear();
+        let _ = s.encrypt(b"response", &mut out);
+        let _ = s.maintain(&mut out);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

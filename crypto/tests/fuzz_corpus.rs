@@ -1,5 +1,5 @@
-//! Replays the TLS fuzz corpus (`dataplane/fuzz/corpus/tls_input`) through
-//! `fuzz_server_input`, and (ignored) records seeds from real rustls
+//! Replays the TLS fuzz corpora (`dataplane/fuzz/corpus/tls_input` through
+//! `fuzz_server_input`, `tls_records` through `fuzz_established_input`), and (ignored) records seeds from real rustls
 //! clients: `cargo test -p crypto --test fuzz_corpus -- --ignored`.
 
 use std::fs;
@@ -8,10 +8,16 @@ use std::process::Command;
 use std::sync::Arc;
 
 use crypto::certs::{Cert, CertStore};
-use crypto::session::{fuzz_server_input, ServerSession, TlsConfig};
+use crypto::session::{fuzz_established_input, fuzz_server_input, ServerSession, TlsConfig};
 
 fn corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../dataplane/fuzz/corpus/tls_input")
+    corpus("tls_input")
+}
+
+fn corpus(target: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../dataplane/fuzz/corpus")
+        .join(target)
 }
 
 /// A TLS configuration with a fresh P-256 certificate (openssl), for the
@@ -74,6 +80,24 @@ fn tls_input_corpus_replays() {
     for f in files {
         eprintln!("replaying {}", f.display());
         fuzz_server_input(&cfg, &fs::read(&f).unwrap());
+    }
+}
+
+#[test]
+fn tls_records_corpus_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let mut files: Vec<PathBuf> = fs::read_dir(corpus("tls_records"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    for seed in ["key-update-requested-tls13", "renegotiation-tls12", "padded-tls13"] {
+        assert!(files.iter().any(|f| f.ends_with(seed)), "seed {seed} missing");
+    }
+    for f in files {
+        eprintln!("replaying {}", f.display());
+        fuzz_established_input(&cfg, &fs::read(&f).unwrap());
     }
 }
 
