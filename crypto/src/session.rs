@@ -997,7 +997,12 @@ pub fn fuzz_established_input(config: &TlsConfig, data: &[u8]) {
         let end = (at + chunk).min(stream.len());
         let mid = at + (end - at) / 2;
         out.clear();
-        match s.read((&stream[at..mid], &stream[mid..end]), &mut out, &mut plain, 1 << 16) {
+        match s.read(
+            (&stream[at..mid], &stream[mid..end]),
+            &mut out,
+            &mut plain,
+            1 << 16,
+        ) {
             Ok(p) if p.consumed > 0 => at += p.consumed,
             Ok(_) if end == stream.len() => break,
             Ok(_) => {

@@ -92,8 +92,15 @@ fn tls_records_corpus_replays() {
         .map(|e| e.unwrap().path())
         .collect();
     files.sort();
-    for seed in ["key-update-requested-tls13", "renegotiation-tls12", "padded-tls13"] {
-        assert!(files.iter().any(|f| f.ends_with(seed)), "seed {seed} missing");
+    for seed in [
+        "key-update-requested-tls13",
+        "renegotiation-tls12",
+        "padded-tls13",
+    ] {
+        assert!(
+            files.iter().any(|f| f.ends_with(seed)),
+            "seed {seed} missing"
+        );
     }
     for f in files {
         eprintln!("replaying {}", f.display());

@@ -4,10 +4,14 @@
 //! generator's, so the figures are the server engine's cost per core.
 //!
 //!   cargo bench -p dataplane --bench inmemory [-- CONNS]
+//!   cargo bench -p dataplane --bench inmemory -- --tls [CONNS]
+//!   cargo bench -p dataplane --bench inmemory -- --hold [--tls] CONNS
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
+use crypto::client::LoadClientConfig;
+use crypto::session::TlsConfig;
 use dataplane::engine::{Engine, EngineConfig};
 use dataplane::loadgen::{LoadConfig, LoadGen};
 use dataplane::net::InterfaceConfig;
@@ -29,10 +33,62 @@ struct Result {
     wall_s: f64,
 }
 
+/// A self-signed certificate for `tlsdp.test`, made with openssl.
+fn make_cert(dir: &std::path::Path, name: &str, key: &[&str]) -> crypto::certs::Cert {
+    let (crt, k) = (
+        dir.join(format!("{name}.pem")),
+        dir.join(format!("{name}.key")),
+    );
+    let mut args = vec![
+        "req",
+        "-x509",
+        "-nodes",
+        "-days",
+        "30",
+        "-subj",
+        "/CN=tlsdp.test",
+    ];
+    args.extend_from_slice(key);
+    args.extend_from_slice(&[
+        "-keyout",
+        k.to_str().unwrap(),
+        "-out",
+        crt.to_str().unwrap(),
+    ]);
+    let out = std::process::Command::new("openssl")
+        .args(&args)
+        .output()
+        .expect("openssl");
+    assert!(out.status.success());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    crypto::certs::Cert::load(&crt, &k, now).unwrap()
+}
+
+/// RSA-2048 and ECDSA P-256 certificates, default policy.
+fn tls_config() -> TlsConfig {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = crypto::certs::CertStore::new();
+    store.add(make_cert(dir.path(), "rsa", &["-newkey", "rsa:2048"]));
+    store.add(make_cert(
+        dir.path(),
+        "ec",
+        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
+    ));
+    TlsConfig::new(store).unwrap()
+}
+
 /// The engine (responder on SRV:80) and the load generator over one
 /// in-memory link; both allow `max_conns` connections. A /8 subnet leaves
-/// room for many generator source addresses.
-fn setup(load: LoadConfig, max_conns: usize) -> (Engine<MemPort>, LoadGen<MemPort>) {
+/// room for many generator source addresses. With `tls`, SRV:443 is a TLS
+/// VIP and the generator speaks TLS with these settings.
+fn setup_with(
+    load: LoadConfig,
+    max_conns: usize,
+    tls: Option<LoadClientConfig>,
+) -> (Engine<MemPort>, LoadGen<MemPort>) {
     let iface = |addr| InterfaceConfig {
         mac: EthernetAddress([0; 6]),
         addr,
@@ -58,12 +114,20 @@ fn setup(load: LoadConfig, max_conns: usize) -> (Engine<MemPort>, LoadGen<MemPor
     );
     server.add_port(a, iface(SRV));
     server.listen(SRV, 80);
-    let client = LoadGen::new(b, iface(CLI), tcp, load);
+    let mut client = LoadGen::new(b, iface(CLI), tcp, load);
+    if let Some(t) = tls {
+        server.listen_tls(SRV, 443, tls_config());
+        client = client.with_tls(t);
+    }
     (server, client)
 }
 
 fn run(load: LoadConfig) -> Result {
-    let (mut server, mut client) = setup(load, 1 << 20);
+    run_with(load, None)
+}
+
+fn run_with(load: LoadConfig, tls: Option<LoadClientConfig>) -> Result {
+    let (mut server, mut client) = setup_with(load, 1 << 20, tls);
     let clock = TscClock::new();
     let (mut srv_ticks, mut cli_ticks) = (0u64, 0u64);
     let start = clock.ticks();
@@ -114,27 +178,42 @@ fn run(load: LoadConfig) -> Result {
 
 /// Opens `conns` connections and holds them idle; reports the server
 /// engine's connection state per connection.
-fn hold(conns: u64) {
+/// Bytes malloc has handed out and not taken back (Rust and C: AWS-LC
+/// allocates its key contexts with malloc).
+fn malloc_in_use() -> usize {
+    // SAFETY: mallinfo2 has no preconditions; it reads allocator totals.
+    unsafe { libc::mallinfo2() }.uordblks
+}
+
+fn hold(conns: u64, tls: bool) {
     let sources = conns.div_ceil(50_000).max(1) as u16;
     let load = LoadConfig {
         server: SRV,
-        port: 80,
+        port: if tls { 443 } else { 80 },
         body: 0,
         requests_per_conn: 0,
         concurrency: 512,
         total_conns: conns,
         sources,
     };
-    let (mut server, mut client) = setup(load, conns as usize + 1024);
+    let client_tls = tls.then(|| LoadClientConfig::new(true, true));
+    let (mut server, mut client) = setup_with(load, conns as usize + 1024, client_tls);
     let clock = TscClock::new();
     let start = clock.ticks();
-    while !client.done() {
+    // Heap growth during the server's polls only: its own state.
+    let mut server_heap: isize = 0;
+    let mut server_poll = |server: &mut Engine<MemPort>, now| {
+        let before = malloc_in_use() as isize;
+        server.poll(now);
+        server_heap += malloc_in_use() as isize - before;
+    };
+    while !client.done() || (tls && server.counters().tls_handshakes < conns) {
         client.poll(clock.now());
-        server.poll(clock.now());
+        server_poll(&mut server, clock.now());
     }
     for _ in 0..100 {
         client.poll(clock.now());
-        server.poll(clock.now());
+        server_poll(&mut server, clock.now());
     }
     let wall = (clock.ticks() - start) as f64 / clock.hz() as f64;
     let t = server.tcp().counters();
@@ -148,6 +227,14 @@ fn hold(conns: u64) {
         bytes / t.active.max(1) as usize,
         server.tcp().buffers().in_use()
     );
+    let (tls_conns, tls_buffered) = server.tls_buffers();
+    println!(
+        "HOLD  server heap grew {} MiB while holding = {} bytes per connection (malloc, Rust and AWS-LC); {} TLS connections with {} bytes in buffers",
+        server_heap >> 20,
+        server_heap / t.active.max(1) as isize,
+        tls_conns,
+        tls_buffered
+    );
 }
 
 fn main() {
@@ -156,9 +243,14 @@ fn main() {
         .find_map(|a| a.parse().ok())
         .unwrap_or(200_000);
     println!("in-memory engine benchmark (one thread; server engine time measured apart from the generator)\n");
+    let tls = std::env::args().any(|a| a == "--tls");
     if std::env::args().any(|a| a == "--hold") {
         // cargo bench -p dataplane --bench inmemory -- --hold 1000000
-        hold(conns);
+        hold(conns, tls);
+        return;
+    }
+    if tls {
+        tls_runs(conns);
         return;
     }
     let r = run(LoadConfig {
@@ -195,5 +287,58 @@ fn main() {
         r.bytes as f64 * 8.0 / r.server_s / 1e9,
         r.client_s * 1e6 / mb,
         r.wall_s
+    );
+}
+
+/// TLS through the engine: full handshakes (HTTP/1.0-style, 1 KB, close)
+/// per key type and version, and 1 MiB responses over keep-alive.
+fn tls_runs(conns: u64) {
+    let conns = conns.min(20_000);
+    for (name, tls13, ecdsa) in [
+        ("ECDSA-P256 TLS1.3", true, true),
+        ("ECDSA-P256 TLS1.2", false, true),
+        ("RSA-2048   TLS1.3", true, false),
+        ("RSA-2048   TLS1.2", false, false),
+    ] {
+        let n = if ecdsa { conns } else { conns / 4 };
+        let r = run_with(
+            LoadConfig {
+                server: SRV,
+                port: 443,
+                body: 1024,
+                requests_per_conn: 1,
+                concurrency: 64,
+                total_conns: n,
+                sources: 1,
+            },
+            Some(LoadClientConfig::new(tls13, ecdsa)),
+        );
+        println!(
+            "TLS CPS  {name} {} connections (handshake, GET 1 KB, close): server engine {:.1} µs/connection = {:.0} connections/s per core; generator {:.1} µs/connection",
+            r.conns,
+            r.server_s * 1e6 / r.conns as f64,
+            r.conns as f64 / r.server_s,
+            r.client_s * 1e6 / r.conns as f64,
+        );
+    }
+    let r = run_with(
+        LoadConfig {
+            server: SRV,
+            port: 443,
+            body: 1 << 20,
+            requests_per_conn: 50,
+            concurrency: 16,
+            total_conns: 16,
+            sources: 1,
+        },
+        Some(LoadClientConfig::new(true, true)),
+    );
+    let mb = r.bytes as f64 / (1 << 20) as f64;
+    println!(
+        "TLS BULK {} x 1 MiB responses over keep-alive (TLS 1.3, AES-128-GCM): server engine {:.0} µs/MiB = {:.2} Gbit/s per core; generator {:.0} µs/MiB",
+        r.responses,
+        r.server_s * 1e6 / mb,
+        r.bytes as f64 * 8.0 / r.server_s / 1e9,
+        r.client_s * 1e6 / mb,
     );
 }

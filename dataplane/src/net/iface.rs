@@ -219,12 +219,19 @@ impl Interface {
         self.next_ident = self.next_ident.wrapping_add(1);
         ip.set_dont_frag(true);
         ip.fill_checksum();
+        // smoltcp writes the segment; our checksum (much faster) fills it.
+        let mut no_tcp_sum = caps.clone();
+        no_tcp_sum.tcp = smoltcp::phy::Checksum::None;
+        let mut tcp = TcpPacket::new_unchecked(ip.payload_mut());
         seg.repr.emit(
-            &mut TcpPacket::new_unchecked(ip.payload_mut()),
+            &mut tcp,
             &IpAddress::Ipv4(seg.src),
             &IpAddress::Ipv4(seg.dst),
-            &caps,
+            &no_tcp_sum,
         );
+        tcp.set_checksum(0);
+        let sum = super::checksum::tcp(seg.src.octets(), seg.dst.octets(), tcp.into_inner());
+        TcpPacket::new_unchecked(ip.payload_mut()).set_checksum(sum);
         match self.resolve(hop, now) {
             Some(mac) => {
                 frame.set_dst_addr(mac);

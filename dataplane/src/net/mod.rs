@@ -4,6 +4,7 @@
 //! buffer, so answering costs no allocation.
 
 pub mod arp;
+pub mod checksum;
 mod iface;
 
 pub use arp::{ArpCache, ArpLookup};
