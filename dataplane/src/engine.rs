@@ -243,7 +243,13 @@ impl<P: Port> Engine<P> {
         std::mem::swap(&mut self.deferred, &mut self.deferred_scratch);
         for i in 0..self.deferred_scratch.len() {
             let id = self.deferred_scratch[i];
-            if self.tcp.app(id).is_some_and(|a| a.tls.is_some()) {
+            if budget == 0 {
+                // Still no room: the rest keep their place in the queue.
+                self.deferred.push(id);
+                continue;
+            }
+            if let Some(t) = self.tcp.app(id).and_then(|a| a.tls.as_mut()) {
+                t.queued = false;
                 self.drive_tls(id, false, &mut budget);
             }
         }
@@ -343,8 +349,11 @@ impl<P: Port> Engine<P> {
         }
         if o.deferred {
             self.counters.tls_handshakes_deferred += 1;
-            if !self.deferred.contains(&id) {
-                self.deferred.push(id);
+            if let Some(t) = self.tcp.app(id).and_then(|a| a.tls.as_mut()) {
+                if !t.queued {
+                    t.queued = true;
+                    self.deferred.push(id);
+                }
             }
         }
     }

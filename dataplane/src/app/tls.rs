@@ -55,6 +55,8 @@ pub struct TlsConn {
     closing: bool,
     close_sent: bool,
     failed: bool,
+    /// In the engine's queue of handshakes waiting for budget.
+    pub(crate) queued: bool,
 }
 
 impl TlsConn {
@@ -69,6 +71,7 @@ impl TlsConn {
             closing: false,
             close_sent: false,
             failed: false,
+            queued: false,
         })
     }
 
