@@ -12,6 +12,8 @@ for t in ip nginx haproxy stunnel4 h2load openssl taskset; do
     command -v "$t" >/dev/null 2>&1 || fail "$t is not installed: run scripts/setup.sh"
 done
 # Release profile for everything: one build of aws-lc serves tests and runs.
+# dpd and dpctl too: the trust tests run dpd as the benchmarks do.
+cargo build --release -p dataplane -p control --bins
 cargo test --release -p bench --lib --bins
 cargo test --release -p bench --test trust -- --ignored --test-threads=1
 echo "bench-test: all passed"

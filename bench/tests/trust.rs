@@ -78,10 +78,14 @@ impl Lab {
     }
 
     fn target(&self) -> String {
+        self.target_of("nginx")
+    }
+
+    fn target_of(&self, peer: &str) -> String {
         sh(Command::new(repo().join("scripts/peers/peers.sh"))
             .args(["targets", &self.name])
             .arg(&self.dir)
-            .arg("nginx"))
+            .arg(peer))
         .trim()
         .to_string()
     }
@@ -386,4 +390,71 @@ fn peers_send_no_session_tickets() {
             "port {port} sent session tickets"
         );
     }
+}
+
+/// dpd (release, as the benchmarks run it) against dpbench's rustls client
+/// over veth: every key-exchange group, X25519MLKEM768 included (Debian's
+/// OpenSSL clients lack it), in TLS 1.3 and 1.2, counted by dpd.
+#[test]
+#[ignore = "needs root and a release dpd: run scripts/bench-test.sh"]
+fn dpd_negotiates_every_group_with_a_rustls_client() {
+    let lab = Lab::with_peers("dpbt6", &["dpd"]);
+    let t = lab.target_of("dpd");
+    let runs = [
+        ("1.3", "x25519mlkem768"),
+        ("1.3", "x25519"),
+        ("1.3", "p256"),
+        ("1.3", "p384"),
+        ("1.2", "x25519"),
+        ("1.2", "p256"),
+        ("1.2", "p384"),
+    ];
+    for (i, (tls, group)) in runs.iter().enumerate() {
+        let v = lab.dpbench(
+            &format!("g{i}"),
+            &[
+                "test",
+                "cps",
+                "--target",
+                &t,
+                "--key",
+                "p256",
+                "--tls",
+                tls,
+                "--group",
+                group,
+                "--dangerous-no-verify",
+                "--repeat",
+                "1",
+                "--ramp-up",
+                "0",
+                "--sustain",
+                "20",
+                "--ramp-down",
+                "0",
+                "-c",
+                "2",
+                "--conns",
+                "20",
+            ],
+        );
+        assert_eq!(total(&v, "transactions"), 20, "TLS {tls} {group}: {v}");
+        assert!(run0(&v)["rejected"].is_null(), "{v}");
+    }
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
+    let stats = sh(Command::new(target.join("release/dpctl"))
+        .args(["--socket"])
+        .arg(lab.dir.join("run/dpd.sock"))
+        .args(["stats", "--json"]));
+    let v: Value = serde_json::from_str(&stats).unwrap();
+    let total = &v["stats"]["total"];
+    let groups = &total["tls_groups"];
+    assert_eq!(groups["X25519MLKEM768"], 20, "{v}");
+    assert_eq!(groups["X25519"], 40, "{groups}");
+    assert_eq!(groups["secp256r1"], 40, "{groups}");
+    assert_eq!(groups["secp384r1"], 40, "{groups}");
+    assert_eq!(total["tls_versions"]["TLSv1.2"], 60, "{total}");
+    assert_eq!(total["tls_key_types"]["ECDSA-P256"], 140, "{total}");
+    assert_eq!(total["tls_failures"], 0, "{total}");
 }
