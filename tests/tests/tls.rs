@@ -2,12 +2,17 @@
 //! 1.2 and 1.3, RSA-2048, P-256 and P-384 certificates chosen by SNI,
 //! verified against the test CA; byte-exact downloads; refusals.
 
+use std::io::Write;
+use std::path::Path;
+use std::process::Stdio;
 use std::time::Duration;
 
 use e2e::{make_certs, verify_pattern_file, Dpd, Lab};
 
-fn tls_config(lab: &Lab, socket: &std::path::Path, certs: &std::path::Path) -> String {
-    let list: Vec<String> = ["p256", "rsa", "p384"]
+/// A TLS VIP on port 443 with the certificates `files` (`FILE.pem` and
+/// `FILE.key` in `certs`); the first one's name is the default.
+fn tls_config_with(lab: &Lab, socket: &Path, certs: &Path, files: &[&str]) -> String {
+    let list: Vec<String> = files
         .iter()
         .map(|n| {
             format!(
@@ -24,13 +29,23 @@ fn tls_config(lab: &Lab, socket: &std::path::Path, certs: &std::path::Path) -> S
     )
 }
 
+/// The VIP with [`make_certs`]' three certificates (p256.test the default).
+fn tls_config(lab: &Lab, socket: &Path, certs: &Path) -> String {
+    tls_config_with(lab, socket, certs, &["p256", "rsa", "p384"])
+}
+
+/// curl from the client namespace to `https://NAME/PATH` on the VIP,
+/// verifying against the test CA, the body saved to `out`. `extra` are more
+/// curl arguments (TLS versions, groups; a later `--max-time` overrides the
+/// 60 s default). Returns success and "http_code size ssl_verify_result"
+/// (then stderr).
 fn curl(
     lab: &Lab,
-    certs: &std::path::Path,
+    certs: &Path,
     name: &str,
-    tls: &[&str],
+    extra: &[&str],
     path: &str,
-    out: &std::path::Path,
+    out: &Path,
 ) -> (bool, String) {
     let resolve = format!("{name}:443:{}", lab.dut_ip());
     let url = format!("https://{name}{path}");
@@ -45,7 +60,7 @@ fn curl(
         "--resolve",
         &resolve,
     ];
-    args.extend_from_slice(tls);
+    args.extend_from_slice(extra);
     let fmt = "%{http_code} %{size_download} %{ssl_verify_result}";
     args.extend_from_slice(&["-o", out.to_str().unwrap(), "-w", fmt, &url]);
     let o = lab.client(&args);
@@ -56,6 +71,46 @@ fn curl(
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         ),
+    )
+}
+
+/// `openssl s_client` to the VIP from the client namespace, verifying the
+/// chain against the test CA: sends `request`, waits for the server to close
+/// (at most 10 s) and returns stdout then stderr.
+fn s_client(lab: &Lab, certs: &Path, args: &[&str], request: &str) -> String {
+    let connect = format!("{}:443", lab.dut_ip());
+    let ca = certs.join("ca.pem");
+    let mut cmd_args = vec![
+        "timeout",
+        "10",
+        "openssl",
+        "s_client",
+        "-connect",
+        &connect,
+        "-CAfile",
+        ca.to_str().unwrap(),
+        "-verify_return_error",
+        "-ign_eof",
+    ];
+    cmd_args.extend_from_slice(args);
+    let mut child = lab
+        .client_command(&cmd_args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("openssl s_client");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(request.as_bytes())
+        .expect("request to s_client");
+    let o = child.wait_with_output().expect("s_client output");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
     )
 }
 
@@ -116,17 +171,12 @@ fn openssl_s_client_verifies_the_chain() {
     make_certs(certs.path());
     let lab = Lab::up("sc");
     let _dpd = Dpd::start(&lab, |s| tls_config(&lab, s, certs.path()));
-    let connect = format!("{}:443", lab.dut_ip());
-    let ca = certs.path().join("ca.pem");
-    let o = lab.client(&[
-        "sh",
-        "-c",
-        &format!(
-            "printf 'GET /bytes/10 HTTP/1.0\\r\\n\\r\\n' | timeout 10 openssl s_client -connect {connect} -servername p384.test -CAfile {} -verify_return_error -ign_eof 2>&1",
-            ca.display()
-        ),
-    ]);
-    let text = String::from_utf8_lossy(&o.stdout);
+    let text = s_client(
+        &lab,
+        certs.path(),
+        &["-servername", "p384.test"],
+        "GET /bytes/10 HTTP/1.0\r\n\r\n",
+    );
     assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
     assert!(
         text.contains("CN = p384.test"),
