@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use e2e::{make_certs, verify_pattern_file, Dpd, Lab};
+use e2e::{make_cert, make_certs, verify_pattern_file, Dpd, KeySpec, Lab};
 
 /// A TLS VIP on port 443 with the certificates `files` (`FILE.pem` and
 /// `FILE.key` in `certs`); the first one's name is the default.
@@ -264,4 +264,104 @@ fn gnutls_cli_interoperates() {
             "{name}: the body: {text}"
         );
     }
+}
+
+#[test]
+fn sni_and_signature_algorithms_pick_the_certificate() {
+    let certs = tempfile::tempdir().unwrap();
+    let dir = certs.path();
+    make_certs(dir);
+    // An RSA and an ECDSA certificate for each of: the default (listed
+    // first), an exact name and a wildcard; RSA listed before ECDSA, so that
+    // ECDSA winning when the client takes both is the store's preference,
+    // not the order.
+    for (file, key, name) in [
+        ("default-rsa", KeySpec::Rsa2048, "default.test"),
+        ("default-ec", KeySpec::P256, "default.test"),
+        ("both-rsa", KeySpec::Rsa2048, "both.test"),
+        ("both-ec", KeySpec::P256, "both.test"),
+        ("wild-rsa", KeySpec::Rsa2048, "*.wild.test"),
+        ("wild-ec", KeySpec::P256, "*.wild.test"),
+    ] {
+        make_cert(dir, file, key, &[name]);
+    }
+    let lab = Lab::up("sni");
+    let dpd = Dpd::start(&lab, |s| {
+        tls_config_with(
+            &lab,
+            s,
+            dir,
+            &[
+                "default-rsa",
+                "default-ec",
+                "both-rsa",
+                "both-ec",
+                "wild-rsa",
+                "wild-ec",
+                "p256",
+                "rsa",
+                "p384",
+            ],
+        )
+    });
+    // (SNI sent, the certificate's name expected, whether to check the
+    // hostname against it)
+    let names = [
+        (Some("both.test"), "both.test", true),
+        (Some("api.wild.test"), "*.wild.test", true),
+        (Some("unknown.test"), "default.test", false),
+        // A wildcard covers one label only.
+        (Some("a.b.wild.test"), "default.test", false),
+        (None, "default.test", false),
+    ];
+    // (-sigalgs, key bits, "Peer signature type")
+    let algs = [
+        (Some("rsa_pss_rsae_sha256"), 2048, "RSA-PSS"),
+        (Some("ECDSA+SHA256"), 256, "ECDSA"),
+        (None, 256, "ECDSA"),
+    ];
+    let mut n = 0;
+    for version in ["-tls1_3", "-tls1_2"] {
+        for (sni, cn, check_host) in names {
+            for (sigalgs, bits, sig_type) in algs {
+                let mut args = vec![version];
+                match sni {
+                    Some(sni) => args.extend(["-servername", sni]),
+                    None => args.push("-noservername"),
+                }
+                if check_host {
+                    args.extend(["-verify_hostname", sni.unwrap()]);
+                }
+                if let Some(sigalgs) = sigalgs {
+                    args.extend(["-sigalgs", sigalgs]);
+                }
+                let text = s_client(&lab, dir, &args, "GET /bytes/10 HTTP/1.0\r\n\r\n");
+                let case = format!("{args:?}");
+                assert!(
+                    text.contains("Verify return code: 0 (ok)"),
+                    "{case}: {text}"
+                );
+                assert!(
+                    text.contains(&format!("subject=CN = {cn}\n")),
+                    "{case}: want the certificate of {cn}: {text}"
+                );
+                assert!(
+                    text.contains(&format!("Server public key is {bits} bit")),
+                    "{case}: want a {bits}-bit key: {text}"
+                );
+                assert!(
+                    text.contains(&format!("Peer signature type: {sig_type}\n")),
+                    "{case}: want a {sig_type} signature: {text}"
+                );
+                assert!(
+                    text.contains("\r\n\r\n0123456789"),
+                    "{case}: the body: {text}"
+                );
+                n += 1;
+            }
+        }
+    }
+    let stats = dpd.stats_when(Duration::from_secs(2), |s| s.tls_handshakes >= n);
+    assert_eq!(stats.tls_handshakes, n, "{stats:?}");
+    assert_eq!(stats.tls_failures, 0, "{stats:?}");
 }
