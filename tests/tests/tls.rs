@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use e2e::{make_cert, make_certs, verify_pattern_file, Dpd, KeySpec, Lab};
 
@@ -461,4 +461,34 @@ fn tls12_client_without_the_ecdsa_curve_gets_the_rsa_certificate() {
         .map(|(_, n)| n)
         .sum();
     assert_eq!(rsa_suites, 2, "the RSA certificate served: {stats:?}");
+}
+
+#[test]
+fn a_100_mb_download_over_tls_is_byte_exact_with_2_percent_drops() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up("tdl");
+    let dpd = Dpd::start(&lab, |s| tls_config(&lab, s, certs.path()));
+    lab.drop_tcp_port(443, 2);
+    let out = certs.path().join("body");
+    let t0 = Instant::now();
+    let (ok, text) = curl(
+        &lab,
+        certs.path(),
+        "p256.test",
+        &["--max-time", "240"],
+        "/bytes/100000000",
+        &out,
+    );
+    assert!(ok, "{text}\n{}", dpd.log_text());
+    assert_eq!(text, "200 100000000 0");
+    verify_pattern_file(&out, 100_000_000);
+    eprintln!("100 MB over TLS with 2 % drops in {:?}", t0.elapsed());
+    let stats = dpd.stats_when(Duration::from_secs(2), |s| s.tls_handshakes >= 1);
+    assert!(
+        stats.tcp_retransmits > 0,
+        "drops must have caused retransmissions: {stats:?}"
+    );
+    assert_eq!(stats.tls_handshakes, 1, "{stats:?}");
+    assert_eq!(stats.tls_failures, 0, "{stats:?}");
 }
