@@ -3,7 +3,7 @@
 //! verified against the test CA; byte-exact downloads; refusals.
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -491,4 +491,298 @@ fn a_100_mb_download_over_tls_is_byte_exact_with_2_percent_drops() {
     );
     assert_eq!(stats.tls_handshakes, 1, "{stats:?}");
     assert_eq!(stats.tls_failures, 0, "{stats:?}");
+}
+
+/// An interactive `openssl s_client` (commands on: no `-quiet`, no
+/// `-ign_eof`) whose stdin the test writes and whose stdout it reads at its
+/// own pace: while the test does not read, s_client blocks on its stdout,
+/// TCP's window closes, and s_client acts on stdin (its `K`/`k` commands).
+struct Interactive {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::process::ChildStdout,
+    /// Everything read from stdout, less s_client's `read R BLOCK` lines.
+    out: Vec<u8>,
+}
+
+impl Interactive {
+    /// s_client prints this to stdout (amid the data) when a read consumed
+    /// only non-data records (a KeyUpdate, a close_notify).
+    const NOISE: &'static [u8] = b"read R BLOCK\n";
+
+    fn send(&mut self, text: &str) {
+        self.stdin
+            .write_all(text.as_bytes())
+            .and_then(|()| self.stdin.flush())
+            .expect("write to s_client");
+    }
+
+    /// Reads until `done(out)`; false at end of file first.
+    fn read_until(&mut self, done: impl Fn(&[u8]) -> bool) -> bool {
+        let mut chunk = vec![0u8; 1 << 16];
+        while !done(&self.out) {
+            let n = self.stdout.read(&mut chunk).expect("read s_client");
+            if n == 0 {
+                return false;
+            }
+            let from = self.out.len().saturating_sub(Self::NOISE.len());
+            self.out.extend_from_slice(&chunk[..n]);
+            let mut at = from;
+            while let Some(i) = self.out[at..]
+                .windows(Self::NOISE.len())
+                .position(|w| w == Self::NOISE)
+            {
+                self.out.drain(at + i..at + i + Self::NOISE.len());
+                at += i;
+            }
+        }
+        true
+    }
+}
+
+/// Where the body of the first response in `out` starts (the head must be
+/// complete).
+fn body_start(out: &[u8]) -> Option<usize> {
+    let head = out.windows(9).position(|w| w == b"HTTP/1.1 ")?;
+    let end = out[head..].windows(4).position(|w| w == b"\r\n\r\n")?;
+    Some(head + end + 4)
+}
+
+/// One line of `s_client -msg` output: direction and what it was.
+#[derive(Debug, PartialEq)]
+enum Msg {
+    Record { sent: bool },
+    KeyUpdate { sent: bool, requested: bool },
+    Alert { sent: bool, what: String },
+}
+
+/// Parses `s_client -msg` output ("<<< TLS 1.3, Handshake [length 0005],
+/// KeyUpdate" followed by its bytes "18 00 00 01 01").
+fn parse_msgs(text: &str) -> Vec<Msg> {
+    let mut msgs = Vec::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let sent = line.starts_with(">>> ");
+        if !sent && !line.starts_with("<<< ") {
+            continue;
+        }
+        if line.contains("RecordHeader") {
+            msgs.push(Msg::Record { sent });
+        } else if line.ends_with(", KeyUpdate") {
+            let bytes = lines.peek().map(|l| l.trim()).unwrap_or_default();
+            assert!(bytes.starts_with("18 00 00 01 "), "{line}: {bytes}");
+            msgs.push(Msg::KeyUpdate {
+                sent,
+                requested: bytes.ends_with("01"),
+            });
+        } else if line.contains(" Alert ") {
+            let what = line.rsplit("], ").next().unwrap_or(line).to_string();
+            msgs.push(Msg::Alert { sent, what });
+        }
+    }
+    msgs
+}
+
+#[test]
+fn openssl_key_update_mid_transfer() {
+    const N: usize = 30_000_000;
+    const MB: usize = 1_000_000;
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up("ku");
+    let dpd = Dpd::start(&lab, |s| tls_config(&lab, s, certs.path()));
+    let connect = format!("{}:443", lab.dut_ip());
+    let ca = certs.path().join("ca.pem");
+    let msg_file = certs.path().join("msgs");
+    let err_file = certs.path().join("stderr");
+    let mut child = lab
+        .client_command(&[
+            "timeout",
+            "60",
+            "openssl",
+            "s_client",
+            "-connect",
+            &connect,
+            "-servername",
+            "p256.test",
+            "-CAfile",
+            ca.to_str().unwrap(),
+            "-verify_return_error",
+            "-tls1_3",
+            "-crlf",
+            "-msg",
+            "-msgfile",
+            msg_file.to_str().unwrap(),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&err_file).unwrap())
+        .spawn()
+        .expect("openssl s_client");
+    let mut sc = Interactive {
+        stdin: child.stdin.take().unwrap(),
+        stdout: child.stdout.take().unwrap(),
+        child,
+        out: Vec::new(),
+    };
+    let report = |sc: &Interactive, what: &str| -> String {
+        format!(
+            "{what}; {} bytes read; stderr:\n{}\nstdout head:\n{}\ndpd:\n{}",
+            sc.out.len(),
+            std::fs::read_to_string(&err_file).unwrap_or_default(),
+            String::from_utf8_lossy(&sc.out[..sc.out.len().min(3000)]),
+            dpd.log_text()
+        )
+    };
+    // -crlf: s_client sends each "\n" as "\r\n".
+    sc.send(&format!("GET /bytes/{N} HTTP/1.1\nHost: x\n\n"));
+    let body_at =
+        |at: usize| move |out: &[u8]| body_start(out).is_some_and(|b| out.len() >= b + at);
+    // Key update, update_requested, 5 MB into the body; key update without
+    // request at 15 MB (the test pauses reading, so both go out mid-body).
+    for (at, command) in [(5 * MB, "K\n"), (15 * MB, "k\n")] {
+        assert!(sc.read_until(body_at(at)), "{}", report(&sc, "ended early"));
+        sc.send(command);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(sc.read_until(body_at(N)), "{}", report(&sc, "ended early"));
+    // A second request on the same connection, under the client's third
+    // keys, answered under the server's second.
+    sc.send("GET /bytes/1000 HTTP/1.1\nHost: x\nConnection: close\n\n");
+    sc.read_until(|_| false);
+    let status = sc.child.wait().expect("s_client exit");
+    assert!(
+        status.success(),
+        "{}",
+        report(&sc, &format!("s_client {status}"))
+    );
+
+    // stdout: s_client's summary, then exactly the two responses.
+    let out = &sc.out;
+    let summary = String::from_utf8_lossy(&out[..body_start(out).unwrap()]);
+    assert!(summary.contains("Verify return code: 0 (ok)"), "{summary}");
+    assert!(summary.contains("New, TLSv1.3"), "{summary}");
+    assert!(
+        summary.contains(&format!("Content-Length: {N}\r\n")),
+        "{summary}"
+    );
+    let b1 = body_start(out).unwrap();
+    e2e::verify_pattern(&out[b1..b1 + N], N as u64);
+    let rest = &out[b1 + N..];
+    let b2 = body_start(rest).expect("a second response");
+    let head2 = String::from_utf8_lossy(&rest[..b2]);
+    assert!(
+        head2.starts_with("HTTP/1.1 200 OK\r\n")
+            && head2.contains("Content-Length: 1000\r\n")
+            && head2.contains("Connection: close\r\n"),
+        "{head2}"
+    );
+    e2e::verify_pattern(&rest[b2..(b2 + 1000).min(rest.len())], 1000);
+    assert_eq!(
+        String::from_utf8_lossy(&rest[b2 + 1000..]),
+        "closed\n",
+        "after the second response: the server's close_notify"
+    );
+    // stderr: the verification and one KEYUPDATE per command, nothing else.
+    let stderr = std::fs::read_to_string(&err_file).unwrap();
+    for line in stderr.lines() {
+        assert!(
+            line.starts_with("depth=") || line == "verify return:1" || line == "KEYUPDATE",
+            "unexpected s_client stderr line {line:?}:\n{stderr}"
+        );
+    }
+    assert_eq!(stderr.matches("KEYUPDATE").count(), 2, "{stderr}");
+
+    // The records, in order: our KeyUpdate (update_requested) after some
+    // of the body; the server's KeyUpdate (update_not_requested) in answer,
+    // and most of the body after it, under its new keys; our second
+    // KeyUpdate mid-body; then our second request; alerts only close_notify.
+    let msgs = parse_msgs(&std::fs::read_to_string(&msg_file).unwrap());
+    let pos = |m: &Msg| msgs.iter().position(|x| x == m);
+    let received_between = |a: usize, b: usize| {
+        msgs[a..b]
+            .iter()
+            .filter(|m| **m == Msg::Record { sent: false })
+            .count()
+    };
+    let ours: Vec<usize> = msgs
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| matches!(m, Msg::KeyUpdate { sent: true, .. }))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(
+        ours.iter().map(|&i| &msgs[i]).collect::<Vec<_>>(),
+        [
+            &Msg::KeyUpdate {
+                sent: true,
+                requested: true
+            },
+            &Msg::KeyUpdate {
+                sent: true,
+                requested: false
+            }
+        ],
+        "our key updates"
+    );
+    let answer = pos(&Msg::KeyUpdate {
+        sent: false,
+        requested: false,
+    })
+    .expect("the server answers update_requested with a KeyUpdate of its own");
+    assert!(
+        pos(&Msg::KeyUpdate {
+            sent: false,
+            requested: true
+        })
+        .is_none(),
+        "the server must not request an update back"
+    );
+    // 16 KB records: 5 MB are ~300 of them, the body ~1830. What was in
+    // flight when a command went out (the client's receive window, at most
+    // a few MB) still comes under the old keys; the bounds leave room.
+    let records = msgs.len();
+    assert!(
+        received_between(0, ours[0]) >= 100,
+        "K mid-body: {}",
+        received_between(0, ours[0])
+    );
+    assert!(ours[0] < answer, "the server's KeyUpdate answers ours");
+    assert!(
+        received_between(answer, records) >= 500,
+        "the rest of the body after the server's KeyUpdate: {}",
+        received_between(answer, records)
+    );
+    assert!(
+        received_between(ours[1], records) >= 200,
+        "k mid-body: {}",
+        received_between(ours[1], records)
+    );
+    assert!(
+        msgs[ours[1]..].contains(&Msg::Record { sent: true }),
+        "the second request went out after the second key update"
+    );
+    let alerts: Vec<&Msg> = msgs
+        .iter()
+        .filter(|m| matches!(m, Msg::Alert { .. }))
+        .collect();
+    assert_eq!(
+        alerts,
+        [
+            &Msg::Alert {
+                sent: false,
+                what: "warning close_notify".into()
+            },
+            &Msg::Alert {
+                sent: true,
+                what: "warning close_notify".into()
+            }
+        ],
+        "alerts"
+    );
+
+    let stats = dpd.stats_when(Duration::from_secs(2), |s| s.http_requests >= 2);
+    assert_eq!(stats.tls_handshakes, 1, "{stats:?}");
+    assert_eq!(stats.tls_failures, 0, "{stats:?}");
+    assert_eq!(stats.http_requests, 2, "{stats:?}");
 }
