@@ -1,6 +1,8 @@
-//! TLS VIPs against real clients over veth: curl and openssl s_client, TLS
-//! 1.2 and 1.3, RSA-2048, P-256 and P-384 certificates chosen by SNI,
-//! verified against the test CA; byte-exact downloads; refusals.
+//! TLS VIPs against real clients over veth: curl, openssl s_client,
+//! gnutls-cli and testssl.sh; TLS 1.2 and 1.3, each key-exchange group,
+//! RSA-2048, P-256 and P-384 certificates chosen by SNI and signature
+//! algorithms, verified against the test CA; byte-exact downloads (also
+//! with drops), key updates mid-transfer; refusals.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -785,4 +787,117 @@ fn openssl_key_update_mid_transfer() {
     assert_eq!(stats.tls_handshakes, 1, "{stats:?}");
     assert_eq!(stats.tls_failures, 0, "{stats:?}");
     assert_eq!(stats.http_requests, 2, "{stats:?}");
+}
+
+#[test]
+fn testssl_finds_no_weak_protocol_or_cipher() {
+    let certs = tempfile::tempdir().unwrap();
+    let dir = certs.path();
+    make_certs(dir);
+    // The default name with an ECDSA and an RSA certificate, so that the
+    // scan (no SNI) meets both families of suites.
+    make_cert(dir, "p256-rsa", KeySpec::Rsa2048, &["p256.test"]);
+    let lab = Lab::up("ssl");
+    let _dpd = Dpd::start(&lab, |s| {
+        tls_config_with(&lab, s, dir, &["p256", "p256-rsa", "rsa", "p384"])
+    });
+    let json = dir.join("testssl.json");
+    let target = format!("{}:443", lab.dut_ip());
+    let t0 = Instant::now();
+    // Protocols, cipher categories and forward secrecy only: the checks
+    // that matter here, in ~30 s.
+    let o = lab.client(&[
+        "timeout",
+        "150",
+        "testssl",
+        "--protocols",
+        "--std",
+        "--fs",
+        "--warnings",
+        "off",
+        "--quiet",
+        "--color",
+        "0",
+        "--nodns",
+        "none",
+        "--connect-timeout",
+        "5",
+        "--openssl-timeout",
+        "5",
+        "--jsonfile",
+        json.to_str().unwrap(),
+        &target,
+    ]);
+    let elapsed = t0.elapsed();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_ne!(
+        o.status.code(),
+        Some(127),
+        "testssl not found: apt-get install testssl.sh (scripts/setup.sh does)"
+    );
+    assert!(o.status.success(), "testssl {}: {text}", o.status);
+    let findings: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(&json).expect("testssl's JSON")).expect("JSON");
+    let by_id: BTreeMap<&str, (&str, &str)> = findings
+        .iter()
+        .map(|f| {
+            (
+                f["id"].as_str().unwrap_or_default(),
+                (
+                    f["severity"].as_str().unwrap_or_default(),
+                    f["finding"].as_str().unwrap_or_default(),
+                ),
+            )
+        })
+        .collect();
+    let finding = |id: &str| {
+        by_id
+            .get(id)
+            .unwrap_or_else(|| panic!("no {id} in testssl's findings: {text}"))
+            .1
+    };
+    for id in [
+        "SSLv2",
+        "SSLv3",
+        "TLS1",
+        "TLS1_1",
+        // cipher categories
+        "cipherlist_NULL",
+        "cipherlist_aNULL",
+        "cipherlist_EXPORT",
+        "cipherlist_LOW",
+        "cipherlist_3DES_IDEA",
+        "cipherlist_AVERAGE",
+    ] {
+        assert_eq!(finding(id), "not offered", "{id}: {text}");
+    }
+    assert_eq!(finding("TLS1_2"), "offered", "{text}");
+    assert!(finding("TLS1_3").starts_with("offered"), "{text}");
+    assert_eq!(finding("cipherlist_STRONG"), "offered", "{text}");
+    assert_eq!(finding("PFS"), "offered", "{text}");
+    // Every suite has forward secrecy and is an AEAD, for both key types.
+    let fs = finding("PFS_ciphers");
+    for suite in fs.split_whitespace() {
+        assert!(
+            suite.contains("GCM") || suite.contains("CHACHA20"),
+            "{suite} in {fs}"
+        );
+    }
+    assert!(
+        fs.contains("ECDHE-ECDSA-") && fs.contains("ECDHE-RSA-"),
+        "{fs}"
+    );
+    let bad: Vec<_> = by_id
+        .iter()
+        .filter(|(_, (severity, _))| ["LOW", "MEDIUM", "HIGH", "CRITICAL"].contains(severity))
+        .collect();
+    assert!(bad.is_empty(), "{bad:?}");
+    eprintln!(
+        "testssl: {elapsed:?} (its scanTime: {} s)",
+        by_id.get("scanTime").map_or("?", |f| f.1)
+    );
 }
