@@ -18,9 +18,9 @@ PACKAGES=(
     build-essential pkg-config libdpdk-dev dpdk libclang-dev clang libbpf-dev libxdp-dev libpcap-dev
     # lab and end-to-end tests: namespaces, veth, ARP/ICMP clients, drops
     iproute2 iputils-ping iputils-arping ethtool nftables tcpdump procps psmisc
-    # TCP and TLS tests: a SYN flooder, a second TLS client (curl, openssl
-    # and ab come with dpbench's list below)
-    hping3 gnutls-bin
+    # TCP and TLS tests: a SYN flooder, a second TLS client, a TLS scanner
+    # (curl, openssl and ab come with dpbench's list below)
+    hping3 gnutls-bin testssl.sh
     # dpbench: peer terminators, cleartext backend, cross-check clients, certificates
     nginx haproxy stunnel4 nghttp2-client apache2-utils wrk openssl curl util-linux
 )

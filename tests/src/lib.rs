@@ -98,9 +98,16 @@ impl Lab {
 
     /// Runs a command inside the client namespace.
     pub fn client(&self, args: &[&str]) -> Output {
-        run(Command::new("ip")
-            .args(["netns", "exec", &format!("{}-cli", self.name)])
-            .args(args))
+        run(&mut self.client_command(args))
+    }
+
+    /// A command that runs inside the client namespace, for callers that set
+    /// up its stdio themselves (interactive clients, background processes).
+    pub fn client_command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &format!("{}-cli", self.name)])
+            .args(args);
+        cmd
     }
 
     /// A dpd configuration for this lab's DUT side on the given device kind
@@ -131,8 +138,13 @@ impl Lab {
     /// Drops `percent` % of TCP segments to and from port 80 in the client
     /// namespace, both directions (nftables `numgen random`).
     pub fn drop_tcp(&self, percent: u32) {
+        self.drop_tcp_port(80, percent);
+    }
+
+    /// Like [`Lab::drop_tcp`], for the VIP port `port`.
+    pub fn drop_tcp_port(&self, port: u16, percent: u32) {
         let rules = format!(
-            "table inet tlsdp_loss {{\n chain in {{ type filter hook input priority 0; policy accept; tcp sport 80 numgen random mod 100 < {percent} drop; }}\n chain out {{ type filter hook output priority 0; policy accept; tcp dport 80 numgen random mod 100 < {percent} drop; }}\n}}\n"
+            "table inet tlsdp_loss {{\n chain in {{ type filter hook input priority 0; policy accept; tcp sport {port} numgen random mod 100 < {percent} drop; }}\n chain out {{ type filter hook output priority 0; policy accept; tcp dport {port} numgen random mod 100 < {percent} drop; }}\n}}\n"
         );
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("loss.nft");
@@ -236,6 +248,20 @@ impl Dpd {
         }
     }
 
+    /// The total counters once `ready` holds for them (engines publish their
+    /// counters a moment after the event), or after `limit`: the caller's
+    /// assertions then report what was seen.
+    pub fn stats_when(&self, limit: Duration, ready: impl Fn(&CoreStats) -> bool) -> CoreStats {
+        let t0 = Instant::now();
+        loop {
+            let stats = self.stats();
+            if ready(&stats) || t0.elapsed() > limit {
+                return stats;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Sends `signal` and waits for exit.
     pub fn stop_with(&mut self, signal: i32, limit: Duration) -> ExitStatus {
         let mut child = self.child.take().expect("running");
@@ -282,29 +308,60 @@ impl Drop for Dpd {
     }
 }
 
-/// Test certificates made with openssl in `dir`: a CA (`ca.pem`) and leaf
-/// chains (`NAME.pem`, leaf then CA) with keys (`NAME.key`) for
-/// `rsa.test` (RSA-2048), `p256.test` and `p384.test` (ECDSA).
+/// Test certificates made with openssl in `dir`: a CA (`ca.pem`, `ca.key`)
+/// and leaf chains (`NAME.pem`, leaf then CA) with keys (`NAME.key`) for
+/// `rsa.test` (RSA-2048), `p256.test` and `p384.test` (ECDSA). More leaves
+/// from the same CA: [`make_cert`].
 pub fn make_certs(dir: &Path) {
     let sh = format!(
-        r#"set -e; cd {dir}
-openssl req -x509 -nodes -days 365 -subj /CN=tlsdp-test-ca -newkey ec -pkeyopt ec_paramgen_curve:P-256 -keyout ca.key -out ca.pem
-for spec in rsa:rsa:2048 p256:ec:P-256 p384:ec:P-384; do
-  name=${{spec%%:*}}; rest=${{spec#*:}}; kind=${{rest%%:*}}; param=${{rest#*:}}
-  if [ $kind = rsa ]; then newkey="-newkey rsa:$param"; else newkey="-newkey ec -pkeyopt ec_paramgen_curve:$param"; fi
-  openssl req -new -nodes -subj /CN=$name.test $newkey -keyout $name.key -out $name.csr
-  printf 'subjectAltName=DNS:%s.test
-basicConstraints=critical,CA:FALSE
-' $name > $name.ext
-  openssl x509 -req -in $name.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 365 -extfile $name.ext -out $name.crt
-  cat $name.crt ca.pem > $name.pem
-done"#,
-        dir = dir.display()
+        "set -e; cd {}\nopenssl req -x509 -nodes -days 365 -subj /CN=tlsdp-test-ca -newkey ec -pkeyopt ec_paramgen_curve:P-256 -keyout ca.key -out ca.pem",
+        dir.display()
     );
     let out = run(Command::new("sh").arg("-c").arg(sh));
     assert!(
         out.status.success(),
-        "making certificates: {}",
+        "making the CA: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    make_cert(dir, "rsa", KeySpec::Rsa2048, &["rsa.test"]);
+    make_cert(dir, "p256", KeySpec::P256, &["p256.test"]);
+    make_cert(dir, "p384", KeySpec::P384, &["p384.test"]);
+}
+
+/// A test certificate's key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySpec {
+    Rsa2048,
+    P256,
+    P384,
+}
+
+/// One more leaf from the CA [`make_certs`] made in `dir`: `FILE.pem` (leaf
+/// then CA) and `FILE.key`, for the DNS names `names` (subjectAltName; the
+/// subject CN is the first name, so `*.x.test` works too).
+pub fn make_cert(dir: &Path, file: &str, key: KeySpec, names: &[&str]) {
+    let newkey = match key {
+        KeySpec::Rsa2048 => "-newkey rsa:2048",
+        KeySpec::P256 => "-newkey ec -pkeyopt ec_paramgen_curve:P-256",
+        KeySpec::P384 => "-newkey ec -pkeyopt ec_paramgen_curve:P-384",
+    };
+    let cn = names.first().expect("at least one name");
+    let san: Vec<String> = names.iter().map(|n| format!("DNS:{n}")).collect();
+    // The file names and DNS names are the tests' own (no shell quoting
+    // beyond single quotes is needed for `*`).
+    let sh = format!(
+        r#"set -e; cd {dir}
+openssl req -new -nodes -subj '/CN={cn}' {newkey} -keyout {file}.key -out {file}.csr
+printf 'subjectAltName=%s\nbasicConstraints=critical,CA:FALSE\n' '{san}' > {file}.ext
+openssl x509 -req -in {file}.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 365 -extfile {file}.ext -out {file}.crt
+cat {file}.crt ca.pem > {file}.pem"#,
+        dir = dir.display(),
+        san = san.join(",")
+    );
+    let out = run(Command::new("sh").arg("-c").arg(sh));
+    assert!(
+        out.status.success(),
+        "making certificate {file}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
 }
@@ -314,22 +371,38 @@ pub fn verify_pattern_file(path: &Path, len: u64) {
     use std::io::Read;
     let mut f = fs::File::open(path).expect("downloaded file");
     let mut got = vec![0u8; 1 << 20];
-    let mut want = vec![0u8; 1 << 20];
     let mut pos = 0u64;
     loop {
         let n = f.read(&mut got).expect("read");
         if n == 0 {
             break;
         }
-        dataplane::app::responder::fill_pattern(&mut want[..n], pos);
-        assert!(
-            got[..n] == want[..n],
-            "content differs within bytes {pos}..{}",
-            pos + n as u64
-        );
+        verify_pattern_at(&got[..n], pos);
         pos += n as u64;
     }
     assert_eq!(pos, len, "length");
+}
+
+/// Checks that `data` is exactly `len` bytes of the responder's pattern.
+pub fn verify_pattern(data: &[u8], len: u64) {
+    assert_eq!(data.len() as u64, len, "length");
+    for (i, chunk) in data.chunks(1 << 20).enumerate() {
+        verify_pattern_at(chunk, (i as u64) << 20);
+    }
+}
+
+/// Checks that `data` is the responder's pattern from body offset `pos`.
+fn verify_pattern_at(data: &[u8], pos: u64) {
+    let mut want = vec![0u8; data.len()];
+    dataplane::app::responder::fill_pattern(&mut want, pos);
+    if let Some(i) = data.iter().zip(&want).position(|(a, b)| a != b) {
+        let at = pos + i as u64;
+        let end = (i + 32).min(data.len());
+        panic!(
+            "content differs at byte {at}: {:?}",
+            String::from_utf8_lossy(&data[i..end])
+        );
+    }
 }
 
 /// Runs `dpd --config` with `config` (outside any namespace) and returns its
