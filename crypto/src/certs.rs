@@ -15,6 +15,7 @@ use rustls::crypto::aws_lc_rs::sign::any_supported_type;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+use rustls::NamedGroup;
 use rustls::{SignatureAlgorithm, SignatureScheme};
 use x509_parser::extensions::GeneralName;
 use x509_parser::public_key::PublicKey;
@@ -238,6 +239,10 @@ pub struct CertStore {
     /// were given): for clients that send no SNI or a name none carries.
     default: Vec<Cert>,
     default_name: Option<String>,
+    /// TLS 1.2 only on this VIP: every ECDSA certificate's curve must be
+    /// one of the client's groups (in TLS 1.3 the signature scheme names
+    /// the curve instead).
+    tls12_only: bool,
 }
 
 impl CertStore {
@@ -269,10 +274,23 @@ impl CertStore {
         }
     }
 
+    /// Whether the VIP offers only TLS 1.2 (set from its policy).
+    pub fn set_tls12_only(&mut self, only: bool) {
+        self.tls12_only = only;
+    }
+
     /// The certificate for a handshake: by name (exact, then one-label
     /// wildcard, then default), then the first one whose key can sign with
     /// one of the client's schemes (ECDSA is preferred when both can).
-    pub fn select(&self, sni: Option<&str>, schemes: &[SignatureScheme]) -> Option<&Cert> {
+    /// `tls12_groups`: when the handshake will be TLS 1.2, the client's
+    /// supported groups; an ECDSA certificate on a curve not among them is
+    /// passed over (RFC 8422 §5.1) unless nothing else is left.
+    pub fn select(
+        &self,
+        sni: Option<&str>,
+        schemes: &[SignatureScheme],
+        tls12_groups: Option<&[NamedGroup]>,
+    ) -> Option<&Cert> {
         let name = sni.map(str::to_ascii_lowercase);
         let by_name = name.as_deref().and_then(|n| {
             self.exact.get(n).or_else(|| {
@@ -281,12 +299,18 @@ impl CertStore {
             })
         });
         let candidates = by_name.unwrap_or(&self.default);
-        let pick = |alg| {
+        let pick = |alg, curve_ok: &dyn Fn(&Cert) -> bool| {
             candidates
                 .iter()
-                .find(|c| c.algorithm() == alg && c.signable(schemes))
+                .find(|c| c.algorithm() == alg && c.signable(schemes) && curve_ok(c))
         };
-        pick(SignatureAlgorithm::ECDSA).or_else(|| pick(SignatureAlgorithm::RSA))
+        let client_has_curve = |c: &Cert| match (tls12_groups, c.key_type.curve()) {
+            (Some(groups), Some(curve)) => groups.contains(&curve),
+            _ => true,
+        };
+        pick(SignatureAlgorithm::ECDSA, &client_has_curve)
+            .or_else(|| pick(SignatureAlgorithm::RSA, &|_| true))
+            .or_else(|| pick(SignatureAlgorithm::ECDSA, &|_| true))
     }
 }
 
@@ -305,6 +329,15 @@ pub fn take_last_selected() -> Option<KeyType> {
 }
 
 impl KeyType {
+    /// The curve of an ECDSA key.
+    pub fn curve(self) -> Option<NamedGroup> {
+        match self {
+            Self::Rsa { .. } => None,
+            Self::EcdsaP256 => Some(NamedGroup::secp256r1),
+            Self::EcdsaP384 => Some(NamedGroup::secp384r1),
+        }
+    }
+
     /// The name handshakes are counted under.
     pub fn counter_name(self) -> &'static str {
         match self {
@@ -320,7 +353,18 @@ impl KeyType {
 
 impl ResolvesServerCert for CertStore {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let cert = self.select(hello.server_name(), hello.signature_schemes())?;
+        // TLS 1.2 when the client offers no TLS 1.3 suite or the VIP
+        // offers only 1.2 (TLS 1.3 suites are 0x13xx).
+        let client_tls13 = hello
+            .cipher_suites()
+            .iter()
+            .any(|s| u16::from(*s) >> 8 == 0x13);
+        let tls12_groups = if self.tls12_only || !client_tls13 {
+            hello.named_groups()
+        } else {
+            None
+        };
+        let cert = self.select(hello.server_name(), hello.signature_schemes(), tls12_groups)?;
         LAST_SELECTED.with(|c| c.set(Some(cert.key_type)));
         Some(cert.certified.clone())
     }
@@ -427,19 +471,41 @@ mod tests {
             SignatureScheme::RSA_PSS_SHA256,
             SignatureScheme::RSA_PKCS1_SHA256,
         ];
-        let pick =
-            |sni, schemes: &[SignatureScheme]| store.select(sni, schemes).map(|c| c.names.clone());
+        let pick = |sni, schemes: &[SignatureScheme]| {
+            store.select(sni, schemes, None).map(|c| c.names.clone())
+        };
 
         // Exact name; ECDSA preferred, RSA for RSA-only clients.
-        let c = store.select(Some("WWW.Example.Test"), &all).unwrap();
+        let c = store.select(Some("WWW.Example.Test"), &all, None).unwrap();
         assert_eq!(c.key_type, KeyType::EcdsaP256);
         assert_eq!(
             store
-                .select(Some("www.example.test"), &rsa_only)
+                .select(Some("www.example.test"), &rsa_only, None)
                 .unwrap()
                 .key_type,
             KeyType::Rsa { bits: 2048 }
         );
+        // TLS 1.2 without P-256 among the client's groups: RSA (RFC 8422
+        // §5.1); with it, ECDSA; with no RSA left, the ECDSA one anyway.
+        let x25519 = [rustls::NamedGroup::X25519];
+        let tls12 = |sni, groups: &[rustls::NamedGroup]| {
+            store
+                .select(Some(sni), &all, Some(groups))
+                .unwrap()
+                .key_type
+        };
+        assert_eq!(
+            tls12("www.example.test", &x25519),
+            KeyType::Rsa { bits: 2048 }
+        );
+        assert_eq!(
+            tls12(
+                "www.example.test",
+                &[rustls::NamedGroup::X25519, rustls::NamedGroup::secp256r1]
+            ),
+            KeyType::EcdsaP256
+        );
+        assert_eq!(tls12("api.example.test", &x25519), KeyType::EcdsaP384);
         // One-label wildcard only.
         assert_eq!(
             pick(Some("api.example.test"), &all),

@@ -153,7 +153,7 @@ impl TlsConfig {
     /// # Errors
     /// An unknown, refused or duplicate name; a policy whose versions and
     /// suites have nothing in common; a bad ticket key file.
-    pub fn with_policy(store: CertStore, policy: &TlsPolicy) -> Result<Self, PolicyError> {
+    pub fn with_policy(mut store: CertStore, policy: &TlsPolicy) -> Result<Self, PolicyError> {
         let versions = pick(
             "TLS version",
             &policy.versions,
@@ -203,6 +203,7 @@ impl TlsConfig {
                 "ALPN protocol names must be 1 to 255 bytes".into(),
             ));
         }
+        store.set_tls12_only(!versions.contains(&&rustls::version::TLS13));
         let provider = rustls::crypto::CryptoProvider {
             cipher_suites: suites,
             kx_groups: groups,

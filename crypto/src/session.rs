@@ -348,6 +348,7 @@ impl Established {
         Ok(())
     }
 
+    /// A fatal alert.
     fn alert(&mut self, description: u8, out: &mut Vec<u8>) {
         seal_small(&mut self.tx, content::ALERT, &[2, description], out);
     }
@@ -433,6 +434,7 @@ impl Established {
         }
     }
 
+    /// A warning-level alert (close_notify, no_renegotiation).
     fn alert_warning(&mut self, description: u8, out: &mut Vec<u8>) {
         seal_small(&mut self.tx, content::ALERT, &[1, description], out);
     }
@@ -718,7 +720,7 @@ impl ServerSession {
             return Ok(false);
         }
         if est.tx.protocol() == Protocol::Tls12 {
-            est.alert(0, outgoing);
+            est.alert_warning(0, outgoing);
             return Err(TlsError::new(Failure::RecordLimit, "record limit reached"));
         }
         est.update_tx(outgoing)?;
@@ -759,7 +761,7 @@ impl ServerSession {
     /// # Errors
     /// Before the handshake completes, or after a failure.
     pub fn close_notify(&mut self, outgoing: &mut Vec<u8>) -> Result<(), TlsError> {
-        self.established()?.alert(0, outgoing);
+        self.established()?.alert_warning(0, outgoing); // close_notify is a warning
         Ok(())
     }
 }
