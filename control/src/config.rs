@@ -111,6 +111,10 @@ pub struct TlsSettings {
     /// Session resumption with stateless tickets (default off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tickets: Option<TicketSettings>,
+    /// Take cipher suites in the client's order (default: ours, AES-128-GCM
+    /// first).
+    #[serde(default)]
+    pub prefer_client_order: bool,
 }
 
 /// Session tickets: `tickets = { rotate_s = 3600, key_file = "..." }`.

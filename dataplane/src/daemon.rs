@@ -546,6 +546,7 @@ fn tls_policy(t: Option<&control::config::TlsSettings>) -> crypto::policy::TlsPo
     if let Some(alpn) = &t.alpn {
         p.alpn.clone_from(alpn);
     }
+    p.prefer_client_order = t.prefer_client_order;
     if let Some(tk) = &t.tickets {
         p.resumption = crypto::policy::Resumption::Tickets {
             rotate_s: tk.rotate_s,
