@@ -148,6 +148,14 @@ pub struct CoreStats {
     /// Handshake work put off to the next loop iteration (budget spent).
     #[serde(default)]
     pub tls_handshakes_deferred: u64,
+    /// Backend connections opened, failed to establish (retried on another
+    /// member), and clients ended for want of a member.
+    #[serde(default)]
+    pub proxy_backend_connects: u64,
+    #[serde(default)]
+    pub proxy_backend_failures: u64,
+    #[serde(default)]
+    pub proxy_no_member: u64,
     /// Requests answered by the built-in HTTP responder.
     #[serde(default)]
     pub http_requests: u64,

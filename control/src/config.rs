@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -20,6 +20,9 @@ pub struct Config {
     /// Virtual IPs served.
     #[serde(default, rename = "vip", skip_serializing_if = "Vec::is_empty")]
     pub vips: Vec<Vip>,
+    /// Backend pools VIPs forward to.
+    #[serde(default, rename = "pool", skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<Pool>,
     #[serde(default)]
     pub tcp: Tcp,
     #[serde(default)]
@@ -80,7 +83,12 @@ pub struct Vip {
     /// port's subnet (dpd then answers ARP and ICMP for it too).
     pub listen: String,
     /// What answers: `"builtin"`, the HTTP/1.x responder (`GET /bytes/N`).
-    pub respond: Respond,
+    /// Either this or `pool`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub respond: Option<Respond>,
+    /// The backend pool each connection's (decrypted) bytes go to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
     /// Certificates (PEM chain and key files): when given, the VIP
     /// terminates TLS (1.2 and 1.3) and picks one per handshake by SNI and
     /// the client's signature algorithms; the first is the default.
@@ -89,6 +97,73 @@ pub struct Vip {
     /// TLS policy of a VIP with certificates; defaults when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSettings>,
+}
+
+/// A pool of backend servers (`[[pool]]`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pool {
+    pub name: String,
+    #[serde(default)]
+    pub balance: Balance,
+    pub members: Vec<Member>,
+}
+
+/// How a pool picks a member for a new connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balance {
+    #[default]
+    RoundRobin,
+    WeightedRoundRobin,
+    LeastConn,
+    WeightedLeastConn,
+    /// Consistent (rendezvous) hashing on the client's address.
+    SourceHash,
+}
+
+/// A pool member: `{ addr = "10.77.1.2:80", weight = 2, state = "up" }`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Member {
+    pub addr: String,
+    /// 1 to 256 (default 1).
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    #[serde(default)]
+    pub state: MemberState,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+/// A member's administrative state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemberState {
+    #[default]
+    Up,
+    /// Takes no new connections; existing ones go on.
+    Drain,
+    Down,
+}
+
+impl Member {
+    /// The member's address.
+    ///
+    /// # Errors
+    /// When `addr` is not `a.b.c.d:port` with a port above 0.
+    pub fn socket_addr(&self) -> Result<SocketAddrV4, String> {
+        let a: SocketAddrV4 = self
+            .addr
+            .parse()
+            .map_err(|_| "expected IPv4 address:port".to_string())?;
+        if a.port() == 0 {
+            return Err("port must be 1 to 65535".into());
+        }
+        Ok(a)
+    }
 }
 
 /// A VIP's TLS policy (`[vip.tls]`). Absent lists take the defaults.
@@ -500,8 +575,64 @@ impl Config {
         }
         let mut vip_names = HashSet::new();
         let mut listens = HashSet::new();
+        let mut pool_names = HashSet::new();
+        for (i, pool) in self.pools.iter().enumerate() {
+            let at = |f: &str| format!("pool[{i}].{f}");
+            if pool.name.is_empty() || !pool_names.insert(pool.name.as_str()) {
+                return Err(ConfigError::new(
+                    at("name"),
+                    &pool.name,
+                    "pool names must be unique and not empty",
+                ));
+            }
+            if pool.members.is_empty() || pool.members.len() > 64 {
+                return Err(ConfigError::new(
+                    at("members"),
+                    pool.members.len(),
+                    "a pool has 1 to 64 members",
+                ));
+            }
+            let mut addrs = HashSet::new();
+            for (j, m) in pool.members.iter().enumerate() {
+                let at = |f: &str| format!("pool[{i}].members[{j}].{f}");
+                let a = m
+                    .socket_addr()
+                    .map_err(|r| ConfigError::new(at("addr"), &m.addr, r))?;
+                if !addrs.insert(a) {
+                    return Err(ConfigError::new(at("addr"), &m.addr, "listed twice"));
+                }
+                let reachable = self
+                    .ports
+                    .iter()
+                    .any(|p| p.gateway.is_some() || p.cidr().is_ok_and(|c| c.contains(*a.ip())));
+                if !reachable {
+                    return Err(ConfigError::new(
+                        at("addr"),
+                        &m.addr,
+                        "not on a port's subnet, and no port has a gateway",
+                    ));
+                }
+                if !(1..=256).contains(&m.weight) {
+                    return Err(ConfigError::new(at("weight"), m.weight, "must be 1 to 256"));
+                }
+            }
+        }
         for (i, vip) in self.vips.iter().enumerate() {
             let at = |f: &str| format!("vip[{i}].{f}");
+            match (&vip.respond, &vip.pool) {
+                (Some(_), None) => {}
+                (None, Some(p)) if pool_names.contains(p.as_str()) => {}
+                (None, Some(p)) => {
+                    return Err(ConfigError::new(at("pool"), p, "no [[pool]] has this name"))
+                }
+                _ => {
+                    return Err(ConfigError::new(
+                        at("respond"),
+                        "",
+                        "give either respond = \"builtin\" or pool = \"NAME\"",
+                    ))
+                }
+            }
             if vip.name.is_empty() || !vip_names.insert(vip.name.as_str()) {
                 return Err(ConfigError::new(
                     at("name"),

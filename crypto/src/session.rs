@@ -756,6 +756,16 @@ impl ServerSession {
         Ok(())
     }
 
+    /// Appends a fatal internal_error alert to `outgoing` and ends the
+    /// session (the service behind it failed). Before the handshake
+    /// completes there are no keys: nothing is appended.
+    pub fn abort_with_alert(&mut self, outgoing: &mut Vec<u8>) {
+        if let State::Established(e) = &mut self.state {
+            e.alert(80, outgoing);
+        }
+        self.state = State::Failed;
+    }
+
     /// Appends a close_notify alert to `outgoing`.
     ///
     /// # Errors

@@ -13,6 +13,7 @@ use control::api::{Body, ControlSocket, CoreStats, PortStatus, Reply, Request, S
 use control::config::{Config, ConfigError, DeviceKind, HugepagePolicy, SynCookieMode};
 use smoltcp::wire::EthernetAddress;
 
+use crate::app::pool as dataplane_pool;
 use crate::dpdk::{self, Eal, EthPort, EthPortConfig, LcoreId, Mempool, QueueId};
 use crate::engine::{Engine, EngineConfig};
 use crate::net::InterfaceConfig;
@@ -245,6 +246,9 @@ pub fn core_stats(lcore: Option<u32>, c: &Counters) -> CoreStats {
         tls_key_updates: c.tls_key_updates,
         tls_renegotiations_refused: c.tls_renegotiations_refused,
         tls_handshakes_deferred: c.tls_handshakes_deferred,
+        proxy_backend_connects: c.proxy_backend_connects,
+        proxy_backend_failures: c.proxy_backend_failures,
+        proxy_no_member: c.proxy_no_member,
         http_requests: c.http_requests,
         drops: DropReason::ALL
             .iter()
@@ -408,13 +412,21 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
                 },
             );
         }
+        for pool in &cfg.pools {
+            engine.add_pool(engine_pool(pool));
+        }
         for (vip, tls) in cfg.vips.iter().zip(&tls_configs) {
             let addr = vip
                 .listen_addr()
                 .map_err(|r| ConfigError::new("vip.listen", &vip.listen, r))?;
-            match tls {
-                Some(t) => engine.listen_tls(*addr.ip(), addr.port(), t.clone()),
-                None => engine.listen(*addr.ip(), addr.port()),
+            let pool = vip
+                .pool
+                .as_ref()
+                .and_then(|name| cfg.pools.iter().position(|p| &p.name == name));
+            match (tls, pool) {
+                (tls, Some(p)) => engine.listen_pool(*addr.ip(), addr.port(), tls.clone(), p),
+                (Some(t), None) => engine.listen_tls(*addr.ip(), addr.port(), t.clone()),
+                (None, None) => engine.listen(*addr.ip(), addr.port()),
             }
         }
         let stop = engine_stop.clone();
@@ -427,7 +439,20 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
         if q == 0 {
             for vip in &cfg.vips {
                 let tls = if vip.certs.is_empty() { "" } else { "TLS, " };
-                log::info!("vip {}: {} → {tls}built-in responder", vip.name, vip.listen);
+                match &vip.pool {
+                    Some(p) => log::info!("vip {}: {} → {tls}pool {p}", vip.name, vip.listen),
+                    None => {
+                        log::info!("vip {}: {} → {tls}built-in responder", vip.name, vip.listen)
+                    }
+                }
+            }
+            for p in &cfg.pools {
+                let members: Vec<String> = p
+                    .members
+                    .iter()
+                    .map(|m| format!("{} (weight {}, {:?})", m.addr, m.weight, m.state))
+                    .collect();
+                log::info!("pool {}: {:?}, {}", p.name, p.balance, members.join(", "));
             }
         }
         launched.push(handle);
@@ -534,6 +559,19 @@ fn load_tls(cfg: &Config) -> Result<Vec<Option<TlsConfig>>, ConfigError> {
         out.push(Some(tls));
     }
     Ok(out)
+}
+
+/// An engine's copy of a configured pool.
+fn engine_pool(p: &control::config::Pool) -> dataplane_pool::Pool {
+    let members = p
+        .members
+        .iter()
+        .filter_map(|m| {
+            let addr = m.socket_addr().ok()?;
+            Some(dataplane_pool::Member::new(addr, m.weight, m.state))
+        })
+        .collect();
+    dataplane_pool::Pool::new(p.name.clone(), p.balance, members)
 }
 
 /// The crypto policy for a VIP's `[vip.tls]` settings.

@@ -11,12 +11,14 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::net::Ipv4Addr;
 
+use crate::app::pool::Pool;
+use crate::app::proxy::{self, ProxyLink, Side};
 use crate::app::responder::Responder;
 use crate::app::tls::{self, ConnApp, TlsConn};
 use crate::net::{set_destination, Interface, InterfaceConfig, Verdict};
 use crate::port::{PacketBuf, Port};
 use crate::stats::{Counters, DropReason, SharedCounters};
-use crate::tcp::{ConnId, Event, TcpConfig, TcpEngine};
+use crate::tcp::{CloseReason, ConnId, Event, FlowKey, TcpConfig, TcpEngine};
 use crate::time::{Instant, TscClock};
 use crypto::session::TlsConfig;
 
@@ -82,6 +84,18 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_secs(3);
 /// dropped as `tx_full`.
 const MAX_TX_PENDING: usize = 256;
 
+/// Source ports of backend connections (Linux's default ephemeral range).
+const EPHEMERAL: std::ops::Range<u16> = 32_768..61_000;
+
+/// A VIP that is not a plain responder one.
+#[derive(Debug)]
+struct VipEntry {
+    addr: Ipv4Addr,
+    port: u16,
+    tls: Option<TlsConfig>,
+    pool: Option<u16>,
+}
+
 /// One core's engine over its queues.
 #[derive(Debug)]
 pub struct Engine<P: Port> {
@@ -93,8 +107,14 @@ pub struct Engine<P: Port> {
     next_tick: Instant,
     tcp: TcpEngine<ConnApp>,
     responder: Responder,
-    /// TLS VIPs: address, port and configuration.
-    tls_vips: Vec<(Ipv4Addr, u16, TlsConfig)>,
+    /// VIPs other than plain responder ones: TLS, pool, or both.
+    vips: Vec<VipEntry>,
+    /// Backend pools (this engine's view: its own counts).
+    pools: Vec<Pool>,
+    /// Next source port tried for a backend connection.
+    next_port: u16,
+    /// Backend bytes on their way into a TLS record.
+    proxy_scratch: Vec<u8>,
     events: Vec<Event>,
     /// TLS connections whose handshake input waits for the next iteration
     /// (and the list being worked through).
@@ -118,7 +138,10 @@ impl<P: Port> Engine<P> {
                     .unwrap_or_else(|| RandomState::new().build_hasher().finish()),
             ),
             responder: Responder::new(),
-            tls_vips: Vec::new(),
+            vips: Vec::new(),
+            pools: Vec::new(),
+            next_port: EPHEMERAL.start,
+            proxy_scratch: vec![0; crypto::record::MAX_PLAINTEXT],
             events: Vec::with_capacity(256),
             deferred: Vec::with_capacity(256),
             deferred_scratch: Vec::with_capacity(256),
@@ -141,11 +164,38 @@ impl<P: Port> Engine<P> {
         self.tcp.listen(addr, port);
     }
 
-    /// The TCP engine (counters, connection states).
     /// Serves the responder behind TLS on `addr:port`.
     pub fn listen_tls(&mut self, addr: Ipv4Addr, port: u16, config: TlsConfig) {
         self.listen(addr, port);
-        self.tls_vips.push((addr, port, config));
+        self.vips.push(VipEntry {
+            addr,
+            port,
+            tls: Some(config),
+            pool: None,
+        });
+    }
+
+    /// Adds a backend pool; returns its index for [`Engine::listen_pool`].
+    pub fn add_pool(&mut self, pool: Pool) -> usize {
+        self.pools.push(pool);
+        self.pools.len() - 1
+    }
+
+    /// Forwards connections to `addr:port` (decrypted first when `tls`) to
+    /// members of pool `pool`.
+    pub fn listen_pool(&mut self, addr: Ipv4Addr, port: u16, tls: Option<TlsConfig>, pool: usize) {
+        self.listen(addr, port);
+        self.vips.push(VipEntry {
+            addr,
+            port,
+            tls,
+            pool: Some(pool as u16),
+        });
+    }
+
+    /// The pools, with this engine's counts.
+    pub fn pools(&self) -> &[Pool] {
+        &self.pools
     }
 
     pub fn tcp(&self) -> &TcpEngine<ConnApp> {
@@ -250,7 +300,7 @@ impl<P: Port> Engine<P> {
             }
             if let Some(t) = self.tcp.app(id).and_then(|a| a.tls.as_mut()) {
                 t.queued = false;
-                self.drive_tls(id, false, &mut budget);
+                self.drive_tls(now, id, false, &mut budget);
             }
         }
         self.deferred_scratch.clear();
@@ -261,31 +311,56 @@ impl<P: Port> Engine<P> {
                 Event::Accepted(id)
                 | Event::Readable(id)
                 | Event::Writable(id)
-                | Event::PeerClosed(id) => id,
-                Event::Closed(..) | Event::Connected(_) => continue,
-            };
-            if let Event::Accepted(id) = ev {
-                let key = self.tcp.key(id).expect("accepted connections exist");
-                let vip = self
-                    .tls_vips
-                    .iter()
-                    .find(|(a, p, _)| *a == key.local && *p == key.local_port);
-                if let Some((_, _, cfg)) = vip {
-                    match TlsConn::new(cfg) {
-                        Ok(t) => self.tcp.app(id).expect("live").tls = Some(Box::new(t)),
-                        Err(_) => {
-                            self.count_failure(crypto::session::Failure::Other);
-                            self.tcp.abort(id);
-                            continue;
+                | Event::PeerClosed(id)
+                | Event::Connected(id) => id,
+                Event::Closed(_, reason) => {
+                    // One app per Closed event, in order.
+                    if let Some(app) = self.tcp.take_closed_app() {
+                        if let Some(link) = app.proxy {
+                            self.proxy_closed(now, &link, reason);
                         }
                     }
+                    continue;
+                }
+            };
+            if let Event::Accepted(id) = ev {
+                if !self.accept(now, id) {
+                    continue;
                 }
             }
-            if self.tcp.app(id).is_some_and(|a| a.tls.is_some()) {
-                let peer_closed = matches!(ev, Event::PeerClosed(_));
-                self.drive_tls(id, peer_closed, &mut budget);
-            } else {
-                self.responder.on_event(&mut self.tcp, ev);
+            let Some(app) = self.tcp.app(id) else {
+                continue;
+            };
+            let peer_closed = matches!(ev, Event::PeerClosed(_));
+            match (app.tls.is_some(), app.proxy.as_deref_mut()) {
+                (true, _) => self.drive_tls(now, id, peer_closed, &mut budget),
+                (false, Some(link)) => {
+                    if peer_closed {
+                        link.fin_received = true;
+                    }
+                    if matches!(ev, Event::Connected(_)) {
+                        link.connected = true;
+                    }
+                    let backend_of_tls = link.side == Side::Backend;
+                    if let Event::Connected(b) = ev {
+                        if let Some(c) = proxy::peer(&mut self.tcp, b) {
+                            if let Some(l) = self.tcp.app(c).and_then(|a| a.proxy.as_deref_mut()) {
+                                l.connected = true;
+                            }
+                        }
+                    }
+                    // A backend whose client speaks TLS: the client's side
+                    // does the moving.
+                    let tls_client = backend_of_tls
+                        .then(|| proxy::peer(&mut self.tcp, id))
+                        .flatten()
+                        .filter(|&c| self.tcp.app(c).is_some_and(|a| a.tls.is_some()));
+                    match tls_client {
+                        Some(c) => self.drive_tls(now, c, false, &mut budget),
+                        None => proxy::pump_plain(&mut self.tcp, id),
+                    }
+                }
+                (false, None) => self.responder.on_event(&mut self.tcp, ev),
             }
         }
         self.events = events;
@@ -331,8 +406,25 @@ impl<P: Port> Engine<P> {
     }
 
     /// Drives one TLS connection and counts what happened.
-    fn drive_tls(&mut self, id: ConnId, peer_closed: bool, budget: &mut u32) {
-        let o = tls::drive(&mut self.tcp, id, &mut self.responder, peer_closed, budget);
+    fn drive_tls(&mut self, now: Instant, id: ConnId, peer_closed: bool, budget: &mut u32) {
+        let o = tls::drive(
+            &mut self.tcp,
+            id,
+            &mut self.responder,
+            peer_closed,
+            budget,
+            &mut self.proxy_scratch,
+        );
+        // A TLS VIP with a pool: its backend connection opens once the
+        // handshake is done.
+        if o.negotiated.is_some()
+            && self
+                .tcp
+                .app(id)
+                .is_some_and(|a| a.proxy.as_ref().is_some_and(|l| l.peer.is_none()))
+        {
+            self.connect_backend(now, id);
+        }
         let c = &mut self.counters;
         if let Some(n) = o.negotiated {
             c.tls_handshakes += 1;
@@ -353,6 +445,159 @@ impl<P: Port> Engine<P> {
                 if !t.queued {
                     t.queued = true;
                     self.deferred.push(id);
+                }
+            }
+        }
+    }
+
+    /// Sets up an accepted connection for its VIP; false when it was
+    /// refused.
+    fn accept(&mut self, now: Instant, id: ConnId) -> bool {
+        let key = self.tcp.key(id).expect("accepted connections exist");
+        let Some(vip) = self
+            .vips
+            .iter()
+            .find(|v| v.addr == key.local && v.port == key.local_port)
+        else {
+            return true; // a plain responder VIP
+        };
+        let (tls, pool) = (vip.tls.clone(), vip.pool);
+        if let Some(cfg) = tls {
+            match TlsConn::new(&cfg) {
+                Ok(t) => self.tcp.app(id).expect("live").tls = Some(Box::new(t)),
+                Err(_) => {
+                    self.count_failure(crypto::session::Failure::Other);
+                    self.tcp.abort(id);
+                    return false;
+                }
+            }
+        }
+        if let Some(p) = pool {
+            let app = self.tcp.app(id).expect("live");
+            let tls = app.tls.is_some();
+            app.proxy = Some(Box::new(ProxyLink::new(Side::Client, p)));
+            if !tls {
+                self.connect_backend(now, id);
+            }
+        }
+        true
+    }
+
+    /// Opens a backend connection for `client` to a member of its pool not
+    /// tried yet; with none left, ends the client connection.
+    fn connect_backend(&mut self, now: Instant, client: ConnId) {
+        let Some(ckey) = self.tcp.key(client) else {
+            return;
+        };
+        let Some(link) = self.tcp.app(client).and_then(|a| a.proxy.as_deref()) else {
+            return;
+        };
+        let (p, tried) = (usize::from(link.pool), link.tried);
+        let Some(m) = self.pools[p].pick(ckey.remote, tried) else {
+            self.counters.proxy_no_member += 1;
+            self.fail_client(client);
+            return;
+        };
+        let addr = self.pools[p].members[m].addr;
+        let Some(src) = self
+            .ports
+            .iter()
+            .find(|ep| ep.iface.next_hop(*addr.ip()).is_some())
+            .map(|ep| ep.iface.config().addr)
+        else {
+            self.counters.proxy_no_member += 1;
+            self.fail_client(client);
+            return;
+        };
+        // A free source port (a 4-tuple in use is skipped).
+        let mut backend = None;
+        for _ in 0..64 {
+            let port = self.next_port;
+            self.next_port = if port + 1 >= EPHEMERAL.end {
+                EPHEMERAL.start
+            } else {
+                port + 1
+            };
+            let key = FlowKey {
+                local: src,
+                local_port: port,
+                remote: *addr.ip(),
+                remote_port: addr.port(),
+            };
+            if let Ok(b) = self.tcp.connect(now, key) {
+                backend = Some((b, key));
+                break;
+            }
+        }
+        let Some((b, bkey)) = backend else {
+            self.counters.proxy_no_member += 1;
+            self.fail_client(client);
+            return;
+        };
+        self.counters.proxy_backend_connects += 1;
+        self.pools[p].members[m].active += 1;
+        let mut blink = ProxyLink::new(Side::Backend, p as u16);
+        blink.member = Some(m as u16);
+        blink.peer = Some((client, ckey));
+        self.tcp.app(b).expect("just opened").proxy = Some(Box::new(blink));
+        if let Some(l) = self.tcp.app(client).and_then(|a| a.proxy.as_deref_mut()) {
+            l.member = Some(m as u16);
+            l.peer = Some((b, bkey));
+            l.tried |= 1 << m;
+            l.connected = false;
+        }
+    }
+
+    /// No backend for this client: a TLS alert (internal_error) or a reset.
+    fn fail_client(&mut self, client: ConnId) {
+        if let Some(t) = self.tcp.app(client).and_then(|a| a.tls.as_deref_mut()) {
+            t.abort_with_alert();
+            let mut t = self
+                .tcp
+                .app(client)
+                .and_then(|a| a.tls.take())
+                .expect("tls");
+            t.flush_alert(&mut self.tcp, client);
+            if let Some(a) = self.tcp.app(client) {
+                a.tls = Some(t);
+            }
+            self.tcp.close(client);
+        } else {
+            self.tcp.abort(client);
+        }
+    }
+
+    /// A proxied connection is gone: the member's count, a retry when a
+    /// backend could not be reached, or the end of the other side.
+    fn proxy_closed(&mut self, now: Instant, link: &ProxyLink, reason: CloseReason) {
+        let other = link
+            .peer
+            .and_then(|(id, key)| (self.tcp.key(id) == Some(key)).then_some(id));
+        match link.side {
+            Side::Backend => {
+                if let (Some(m), Some(pool)) =
+                    (link.member, self.pools.get_mut(usize::from(link.pool)))
+                {
+                    let member = &mut pool.members[usize::from(m)];
+                    member.active = member.active.saturating_sub(1);
+                    if !link.connected {
+                        member.failed += 1;
+                    }
+                }
+                let Some(client) = other else { return };
+                if !link.connected {
+                    // Nothing was sent to it yet: another member.
+                    self.counters.proxy_backend_failures += 1;
+                    self.connect_backend(now, client);
+                } else if reason != CloseReason::Normal {
+                    self.tcp.abort(client);
+                }
+            }
+            Side::Client => {
+                if let Some(b) = other {
+                    if reason != CloseReason::Normal || !link.connected {
+                        self.tcp.abort(b);
+                    }
                 }
             }
         }

@@ -123,6 +123,12 @@ pub struct Counters {
     /// Times a connection's handshake work waited for the next loop
     /// iteration (the per-iteration handshake budget was spent).
     pub tls_handshakes_deferred: u64,
+    /// Backend connections opened for proxied VIPs; those that could not
+    /// be established (each retried on another member); clients ended for
+    /// want of a member.
+    pub proxy_backend_connects: u64,
+    pub proxy_backend_failures: u64,
+    pub proxy_no_member: u64,
     pub drops: [u64; DropReason::COUNT],
     /// TSC cycles spent in loop iterations that did work.
     pub busy_cycles: u64,
@@ -186,6 +192,9 @@ impl Counters {
         self.tls_key_updates += o.tls_key_updates;
         self.tls_renegotiations_refused += o.tls_renegotiations_refused;
         self.tls_handshakes_deferred += o.tls_handshakes_deferred;
+        self.proxy_backend_connects += o.proxy_backend_connects;
+        self.proxy_backend_failures += o.proxy_backend_failures;
+        self.proxy_no_member += o.proxy_no_member;
         self.http_requests += o.http_requests;
         for (d, s) in self.drops.iter_mut().zip(o.drops) {
             *d += s;
@@ -196,7 +205,7 @@ impl Counters {
     }
 }
 
-const SCALARS: usize = 24;
+const SCALARS: usize = 27;
 const TLS_FIELDS: usize = 2 + 10 + 5 + 6 + 11;
 const FIELDS: usize = SCALARS + DropReason::COUNT + TLS_FIELDS;
 
@@ -254,6 +263,9 @@ impl SharedCounters {
             tls_key_updates: v[21],
             tls_renegotiations_refused: v[22],
             tls_handshakes_deferred: v[23],
+            proxy_backend_connects: v[24],
+            proxy_backend_failures: v[25],
+            proxy_no_member: v[26],
             ..Counters::default()
         };
         let d = SCALARS + DropReason::COUNT;
@@ -293,6 +305,9 @@ impl SharedCounters {
             c.tls_key_updates,
             c.tls_renegotiations_refused,
             c.tls_handshakes_deferred,
+            c.proxy_backend_connects,
+            c.proxy_backend_failures,
+            c.proxy_no_member,
         ]);
         let d = SCALARS + DropReason::COUNT;
         v[SCALARS..d].copy_from_slice(&c.drops);
@@ -336,6 +351,9 @@ mod tests {
             tls_key_updates: 22,
             tls_renegotiations_refused: 23,
             tls_handshakes_deferred: 24,
+            proxy_backend_connects: 25,
+            proxy_backend_failures: 26,
+            proxy_no_member: 27,
             ..Default::default()
         };
         for (i, r) in DropReason::ALL.iter().enumerate() {

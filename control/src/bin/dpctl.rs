@@ -176,6 +176,12 @@ fn print_stats(c: &CoreStats) {
             }
         }
     }
+    if c.proxy_backend_connects + c.proxy_no_member > 0 {
+        println!(
+            "  proxy backend connects {}, failed {}, clients without a member {}",
+            c.proxy_backend_connects, c.proxy_backend_failures, c.proxy_no_member
+        );
+    }
     if c.tcp_syn_cookies_sent > 0 {
         println!(
             "  syn cookies sent {}, accepted {}",

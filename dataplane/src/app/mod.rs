@@ -1,5 +1,7 @@
 //! Applications run by the engine on top of TCP: the built-in HTTP/1.x
 //! responder, in clear or behind TLS.
 
+pub mod pool;
+pub mod proxy;
 pub mod responder;
 pub mod tls;

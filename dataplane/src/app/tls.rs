@@ -32,6 +32,8 @@ const MIN_IN_PLACE: usize = 512;
 pub struct ConnApp {
     pub http: Session,
     pub tls: Option<Box<TlsConn>>,
+    /// Set on connections of a VIP with a pool, and on their backends.
+    pub proxy: Option<Box<super::proxy::ProxyLink>>,
 }
 
 impl HasHttp for ConnApp {
@@ -45,14 +47,14 @@ impl HasHttp for ConnApp {
 pub struct TlsConn {
     session: ServerSession,
     /// Decrypted application data not yet consumed by the responder.
-    plain_in: Vec<u8>,
+    pub(crate) plain_in: Vec<u8>,
     /// Small plaintext writes waiting to be sealed with the next record.
     pending: Vec<u8>,
     /// TLS bytes from the session (handshake flights, alerts, KeyUpdates)
     /// not yet in the TCP send ring; always sent before new records.
     cipher_out: Vec<u8>,
     /// The responder asked to close: close_notify after the last data.
-    closing: bool,
+    pub(crate) closing: bool,
     close_sent: bool,
     failed: bool,
     /// In the engine's queue of handshakes waiting for budget.
@@ -87,6 +89,18 @@ impl TlsConn {
         self.session.is_handshaking()
     }
 
+    /// Ends the session with a fatal alert (queued; see
+    /// [`TlsConn::flush_alert`]).
+    pub fn abort_with_alert(&mut self) {
+        self.session.abort_with_alert(&mut self.cipher_out);
+        self.failed = true;
+    }
+
+    /// Sends what the session queued (an alert) as TCP room allows.
+    pub fn flush_alert(&mut self, tcp: &mut TcpEngine<ConnApp>, id: ConnId) {
+        self.flush_cipher(tcp, id);
+    }
+
     /// Gives back buffers that emptied.
     fn release_idle(&mut self) {
         for v in [&mut self.plain_in, &mut self.pending, &mut self.cipher_out] {
@@ -108,7 +122,7 @@ impl TlsConn {
     /// Seals one record of pending bytes followed by what `fill` writes
     /// (at most `max`) into the TCP send ring. Returns the bytes `fill`
     /// wrote (0: no room, or nothing to fill).
-    fn seal_record(
+    pub(crate) fn seal_record(
         &mut self,
         tcp: &mut TcpEngine<ConnApp>,
         id: ConnId,
@@ -229,17 +243,22 @@ pub struct TlsOutcome {
 /// Moves a TLS connection forward: ciphertext in, responder, ciphertext
 /// out, close_notify and TCP close at the end. Handshake work (the costly
 /// part) happens only while `handshake_budget` lasts; each use takes one.
+///
+/// A proxied connection (a VIP with a pool) has its plaintext forwarded
+/// to its backend instead of the responder (through `scratch`).
 pub fn drive(
     tcp: &mut TcpEngine<ConnApp>,
     id: ConnId,
     responder: &mut Responder,
     peer_closed: bool,
     handshake_budget: &mut u32,
+    scratch: &mut [u8],
 ) -> TlsOutcome {
     let mut outcome = TlsOutcome::default();
     let Some(app) = tcp.app(id) else {
         return outcome;
     };
+    let proxied = app.proxy.is_some();
     let Some(mut tls) = app.tls.take() else {
         return outcome;
     };
@@ -289,8 +308,20 @@ pub fn drive(
                 }
             }
         }
+        if proxied {
+            if http.peer_closed {
+                if let Some(l) = tcp.app(id).and_then(|a| a.proxy.as_deref_mut()) {
+                    l.fin_received = true;
+                }
+            }
+            if !tls.session.is_handshaking() && !tls.close_sent && !tls.failed {
+                let before = tcp.send_space(id);
+                super::proxy::pump_tls(tcp, id, &mut tls, scratch);
+                progressed |= tcp.send_space(id) != before;
+            }
+        }
         // The application, once the handshake is done.
-        if !tls.session.is_handshaking() && !tls.close_sent && !tls.failed {
+        if !proxied && !tls.session.is_handshaking() && !tls.close_sent && !tls.failed {
             let before = tcp.send_space(id);
             responder.pump(&mut TlsStream {
                 tcp,
@@ -318,7 +349,12 @@ pub fn drive(
             tcp.close(id);
             break;
         }
-        if http.peer_closed && tls.plain_in.is_empty() && tls.pending.is_empty() && !tls.closing {
+        if !proxied
+            && http.peer_closed
+            && tls.plain_in.is_empty()
+            && tls.pending.is_empty()
+            && !tls.closing
+        {
             // The client is done and nothing is in progress: close too.
             tls.closing = true;
             continue;

@@ -263,6 +263,10 @@ pub struct TcpEngine<A> {
     timers: TimerWheel,
     buffers: BufferPool,
     events: Vec<Event>,
+    /// Apps of released connections, in the order of their Closed events:
+    /// pending (not yet drained) and the batch of the last drain.
+    closed_apps: std::collections::VecDeque<A>,
+    closed_batch: std::collections::VecDeque<A>,
     /// Connections with something to send.
     dirty: Vec<ConnId>,
     resets: Vec<Reset>,
@@ -286,6 +290,8 @@ impl<A: Default> TcpEngine<A> {
             timers: TimerWheel::new(now),
             buffers: BufferPool::new(cfg.buffer_size),
             events: Vec::with_capacity(256),
+            closed_apps: std::collections::VecDeque::with_capacity(256),
+            closed_batch: std::collections::VecDeque::with_capacity(256),
             dirty: Vec::with_capacity(256),
             resets: Vec::with_capacity(MAX_RESETS),
             cookie_synacks: Vec::with_capacity(MAX_COOKIE_SYNACKS),
@@ -358,6 +364,61 @@ impl<A: Default> TcpEngine<A> {
     /// Takes the queued events.
     pub fn drain_events(&mut self, out: &mut Vec<Event>) {
         out.append(&mut self.events);
+        // The apps of connections closed in these events, in order; those
+        // the caller did not take are dropped now.
+        self.closed_batch.clear();
+        std::mem::swap(&mut self.closed_batch, &mut self.closed_apps);
+    }
+
+    /// The application state of the next connection whose
+    /// `Event::Closed` the last [`TcpEngine::drain_events`] returned (one
+    /// per such event, in order): what the app kept about a connection
+    /// that is gone. Valid until the next `drain_events`.
+    pub fn take_closed_app(&mut self) -> Option<A> {
+        self.closed_batch.pop_front()
+    }
+
+    /// Moves up to `max` received bytes of `from` into the send buffer of
+    /// `to` (ring to ring, no other copy) and consumes them; returns how
+    /// many. A proxy's data path.
+    pub fn splice(&mut self, from: ConnId, to: ConnId, max: usize) -> usize {
+        let (f, t) = (from.0 as usize, to.0 as usize);
+        if f == t || f >= self.conns.len() || t >= self.conns.len() {
+            return 0;
+        }
+        let size = self.cfg.buffer_size;
+        let (src, dst) = if f < t {
+            let (lo, hi) = self.conns.split_at_mut(t);
+            (&mut lo[f], &mut hi[0])
+        } else {
+            let (lo, hi) = self.conns.split_at_mut(f);
+            (&mut hi[0], &mut lo[t])
+        };
+        let (Some(src), Some(dst)) = (src.as_mut(), dst.as_mut()) else {
+            return 0;
+        };
+        let mut moved = 0;
+        loop {
+            let (a, b) = src.peek();
+            let chunk = if a.is_empty() { b } else { a };
+            let want = chunk.len().min(max - moved);
+            if want == 0 {
+                break;
+            }
+            let n = dst.send(&chunk[..want], size, &mut self.buffers);
+            if n == 0 {
+                break;
+            }
+            src.consume(n, &mut self.buffers);
+            moved += n;
+        }
+        if moved > 0 {
+            mark_dirty(&mut self.dirty, dst, to);
+            if src.window_update_due(&self.cfg) {
+                mark_dirty(&mut self.dirty, src, from);
+            }
+        }
+        moved
     }
 
     /// The application state of a connection.
@@ -804,6 +865,7 @@ impl<A: Default> TcpEngine<A> {
         // A connection never accepted is invisible to the application.
         if c.accepted {
             self.events.push(Event::Closed(id, reason));
+            self.closed_apps.push_back(c.app);
         }
     }
 

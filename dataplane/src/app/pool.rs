@@ -1,0 +1,245 @@
+//! Backend pools: members with weights and states, and the choice of a
+//! member for each new connection. Each engine keeps its own copy (its own
+//! connection counts and cursors): share-nothing, as everything per core.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+pub use control::config::{Balance, MemberState};
+
+/// One backend server of a pool.
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub addr: SocketAddrV4,
+    pub weight: u32,
+    pub state: MemberState,
+    /// Connections to it open now (from this engine).
+    pub active: u32,
+    /// Connections it was given, and connects that failed.
+    pub picked: u64,
+    pub failed: u64,
+    /// Smooth weighted round robin's running weight.
+    current: i64,
+}
+
+impl Member {
+    pub fn new(addr: SocketAddrV4, weight: u32, state: MemberState) -> Self {
+        Self {
+            addr,
+            weight: weight.max(1),
+            state,
+            active: 0,
+            picked: 0,
+            failed: 0,
+            current: 0,
+        }
+    }
+}
+
+/// A pool as one engine sees it.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    pub name: String,
+    pub balance: Balance,
+    pub members: Vec<Member>,
+    cursor: usize,
+}
+
+/// A set of member indices (pools have at most 64 members).
+pub type Tried = u64;
+
+impl Pool {
+    pub fn new(name: String, balance: Balance, members: Vec<Member>) -> Self {
+        Self {
+            name,
+            balance,
+            members,
+            cursor: 0,
+        }
+    }
+
+    /// The member for a new connection from `client`, other than those in
+    /// `tried`; `None` when no member is up. Counts it as picked.
+    pub fn pick(&mut self, client: Ipv4Addr, tried: Tried) -> Option<usize> {
+        let usable = |i: usize, m: &Member| m.state == MemberState::Up && tried & (1 << i) == 0;
+        let n = self.members.len();
+        let chosen = match self.balance {
+            Balance::RoundRobin => (0..n)
+                .map(|k| (self.cursor + k) % n)
+                .find(|&i| usable(i, &self.members[i])),
+            Balance::WeightedRoundRobin => {
+                // nginx's smooth weighted round robin: spreads a member's
+                // turns evenly instead of in bursts.
+                let mut total = 0i64;
+                let mut best: Option<(usize, i64)> = None;
+                for (i, m) in self.members.iter_mut().enumerate() {
+                    if m.state != MemberState::Up || tried & (1 << i) != 0 {
+                        continue;
+                    }
+                    m.current += i64::from(m.weight);
+                    total += i64::from(m.weight);
+                    if best.is_none_or(|(_, c)| m.current > c) {
+                        best = Some((i, m.current));
+                    }
+                }
+                let best = best.map(|(i, _)| i);
+                if let Some(b) = best {
+                    self.members[b].current -= total;
+                }
+                best
+            }
+            Balance::LeastConn | Balance::WeightedLeastConn => {
+                let weighted = self.balance == Balance::WeightedLeastConn;
+                // Fewest active (per weight); ties go round robin.
+                (0..n)
+                    .map(|k| (self.cursor + k) % n)
+                    .filter(|&i| usable(i, &self.members[i]))
+                    .min_by(|&a, &b| {
+                        let (ma, mb) = (&self.members[a], &self.members[b]);
+                        let (wa, wb) = if weighted {
+                            (u64::from(ma.weight), u64::from(mb.weight))
+                        } else {
+                            (1, 1)
+                        };
+                        (u64::from(ma.active) * wb).cmp(&(u64::from(mb.active) * wa))
+                    })
+            }
+            Balance::SourceHash => {
+                // Rendezvous hashing, weighted (score = w / -ln(u)): a
+                // client keeps its member while that member is up, and only
+                // the clients of a member that goes away move.
+                (0..n)
+                    .filter(|&i| usable(i, &self.members[i]))
+                    .map(|i| {
+                        let h = mix(u64::from(u32::from(client)) << 8 | i as u64);
+                        let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+                        (i, f64::from(self.members[i].weight) / -u.ln())
+                    })
+                    .max_by(|a, b| a.1.total_cmp(&b.1))
+                    .map(|(i, _)| i)
+            }
+        };
+        if let Some(i) = chosen {
+            self.cursor = (i + 1) % n;
+            self.members[i].picked += 1;
+        }
+        chosen
+    }
+}
+
+/// A 64-bit mixer (splitmix64's finaliser).
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(balance: Balance, weights: &[u32]) -> Pool {
+        Pool::new(
+            "p".into(),
+            balance,
+            weights
+                .iter()
+                .enumerate()
+                .map(|(i, &w)| {
+                    Member::new(
+                        SocketAddrV4::new(Ipv4Addr::new(10, 0, 1, i as u8 + 2), 80),
+                        w,
+                        MemberState::Up,
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    fn shares(p: &mut Pool, n: usize) -> Vec<usize> {
+        let mut count = vec![0; p.members.len()];
+        for k in 0..n {
+            let client = Ipv4Addr::from(0x0a00_0000 + k as u32);
+            if let Some(i) = p.pick(client, 0) {
+                count[i] += 1;
+            }
+        }
+        count
+    }
+
+    #[test]
+    fn round_robin_and_weights() {
+        assert_eq!(
+            shares(&mut pool(Balance::RoundRobin, &[1, 5, 1]), 300),
+            [100, 100, 100]
+        );
+        let mut p = pool(Balance::WeightedRoundRobin, &[2, 1, 1]);
+        assert_eq!(shares(&mut p, 400), [200, 100, 100]);
+        // Smooth: the heavy member never gets more than its share in a row.
+        let seq: Vec<_> = (0..8)
+            .map(|_| p.pick(Ipv4Addr::LOCALHOST, 0).unwrap())
+            .collect();
+        assert!(
+            seq.windows(3)
+                .all(|w| !(w[0] == 0 && w[1] == 0 && w[2] == 0)),
+            "{seq:?}"
+        );
+    }
+
+    #[test]
+    fn least_connections_follow_active_counts() {
+        let mut p = pool(Balance::LeastConn, &[1, 1, 1]);
+        p.members[0].active = 5;
+        p.members[1].active = 2;
+        p.members[2].active = 3;
+        assert_eq!(p.pick(Ipv4Addr::LOCALHOST, 0), Some(1));
+        let mut p = pool(Balance::WeightedLeastConn, &[4, 1, 1]);
+        p.members[0].active = 6; // 6/4 = 1.5 per weight
+        p.members[1].active = 2; // 2
+        p.members[2].active = 1; // 1
+        assert_eq!(p.pick(Ipv4Addr::LOCALHOST, 0), Some(2));
+        p.members[2].active = 3;
+        assert_eq!(p.pick(Ipv4Addr::LOCALHOST, 0), Some(0));
+    }
+
+    #[test]
+    fn drained_down_and_tried_members_are_passed_over() {
+        for balance in [
+            Balance::RoundRobin,
+            Balance::WeightedRoundRobin,
+            Balance::LeastConn,
+            Balance::WeightedLeastConn,
+            Balance::SourceHash,
+        ] {
+            let mut p = pool(balance, &[1, 1, 1]);
+            p.members[0].state = MemberState::Drain;
+            p.members[1].state = MemberState::Down;
+            assert_eq!(shares(&mut p, 50), [0, 0, 50], "{balance:?}");
+            assert_eq!(p.pick(Ipv4Addr::LOCALHOST, 1 << 2), None, "{balance:?}");
+        }
+    }
+
+    #[test]
+    fn source_hash_is_sticky_and_moves_only_the_lost_members_clients() {
+        let mut p = pool(Balance::SourceHash, &[1, 1, 1, 1]);
+        let clients: Vec<Ipv4Addr> = (0..1000).map(|k| Ipv4Addr::from(0xc0a8_0000 + k)).collect();
+        let before: Vec<_> = clients.iter().map(|&c| p.pick(c, 0).unwrap()).collect();
+        let again: Vec<_> = clients.iter().map(|&c| p.pick(c, 0).unwrap()).collect();
+        assert_eq!(before, again, "sticky");
+        let count = |v: &[usize], m| v.iter().filter(|&&x| x == m).count();
+        for m in 0..4 {
+            assert!(
+                (180..320).contains(&count(&before, m)),
+                "{m}: {}",
+                count(&before, m)
+            );
+        }
+        p.members[3].state = MemberState::Down;
+        let after: Vec<_> = clients.iter().map(|&c| p.pick(c, 0).unwrap()).collect();
+        for (b, a) in before.iter().zip(&after) {
+            if *b != 3 {
+                assert_eq!(a, b, "only member 3's clients move");
+            }
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! SSL offload to a backend pool: clients speak TLS (or plain TCP) to a VIP
+//! on dpd, which forwards the cleartext to real nginx backends ("You are
+//! viewing rip-test-N", as in the loadbalancer.org reports) over its own
+//! TCP connections. The backends live in the client namespace on extra
+//! addresses of the same subnet (a one-arm topology).
+
+use std::path::Path;
+use std::process::{Child, Stdio};
+
+use e2e::{make_certs, verify_pattern_file, Dpd, Lab};
+
+/// Three nginx servers on `.11`, `.12`, `.13` port 80, in the lab's client
+/// namespace; `/` answers "You are viewing rip-test-N", `/big` a file of
+/// `big` pattern bytes. Stopped on drop.
+struct Backends {
+    nginx: Child,
+}
+
+impl Backends {
+    fn start(lab: &Lab, dir: &Path, big: u64) -> Self {
+        for n in 11..=13 {
+            let o = lab.client(&[
+                "ip",
+                "addr",
+                "add",
+                &format!("{}.{n}/24", lab.net),
+                "dev",
+                "veth-cli",
+            ]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        }
+        let body: Vec<u8> = (0..big)
+            .map(|i| dataplane_pattern()[(i % 64) as usize])
+            .collect();
+        std::fs::write(dir.join("big"), body).unwrap();
+        let servers: String = (11..=13)
+            .map(|n| {
+                format!(
+                    "server {{ listen {net}.{n}:80; location / {{ return 200 \"You are viewing rip-test-{k}\\n\"; }} location = /big {{ alias {d}/big; }} }}\n",
+                    net = lab.net,
+                    k = n - 10,
+                    d = dir.display()
+                )
+            })
+            .collect();
+        let d = dir.display();
+        let conf = format!(
+            "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/nginx.err;\n\
+             events {{ worker_connections 1024; }}\n\
+             http {{ access_log off; client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f; uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;\n{servers}}}\n"
+        );
+        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+        let nginx = lab
+            .client_command(&[
+                "nginx",
+                "-p",
+                &d.to_string(),
+                "-c",
+                &format!("{d}/nginx.conf"),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx (scripts/setup.sh installs it)");
+        // Listening?
+        for _ in 0..100 {
+            let o = lab.client(&["curl", "-s", &format!("http://{}.11/", lab.net)]);
+            if o.status.success() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Self { nginx }
+    }
+}
+
+impl Drop for Backends {
+    fn drop(&mut self) {
+        let _ = self.nginx.kill();
+        let _ = self.nginx.wait();
+    }
+}
+
+fn dataplane_pattern() -> &'static [u8; 64] {
+    b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ+/"
+}
+
+/// dpd with a TLS VIP on :443 and a plain VIP on :8080 over pool `web`
+/// (`balance`, members .11–.13 with `weights`), plus VIPs :8443 over pool
+/// `half` (.11:81, where nothing listens, and .12:80) and :9443 over pool
+/// `dead` (.11:81 only).
+fn config(lab: &Lab, socket: &Path, certs: &Path, balance: &str, weights: [u32; 3]) -> String {
+    let c = certs.display();
+    let tls = format!("certs = [{{ cert = \"{c}/p256.pem\", key = \"{c}/p256.key\" }}]");
+    let ip = lab.dut_ip();
+    let net = &lab.net;
+    format!(
+        "{base}\n\
+         [[vip]]\nname = \"web-tls\"\nlisten = \"{ip}:443\"\npool = \"web\"\n{tls}\n\
+         [[vip]]\nname = \"web-plain\"\nlisten = \"{ip}:8080\"\npool = \"web\"\n\
+         [[vip]]\nname = \"half\"\nlisten = \"{ip}:8443\"\npool = \"half\"\n{tls}\n\
+         [[vip]]\nname = \"dead\"\nlisten = \"{ip}:9443\"\npool = \"dead\"\n{tls}\n\
+         [[pool]]\nname = \"web\"\nbalance = \"{balance}\"\nmembers = [{{ addr = \"{net}.11:80\", weight = {} }}, {{ addr = \"{net}.12:80\", weight = {} }}, {{ addr = \"{net}.13:80\", weight = {} }}]\n\
+         [[pool]]\nname = \"half\"\nmembers = [{{ addr = \"{net}.11:81\" }}, {{ addr = \"{net}.12:80\" }}]\n\
+         [[pool]]\nname = \"dead\"\nmembers = [{{ addr = \"{net}.11:81\" }}]\n",
+        weights[0],
+        weights[1],
+        weights[2],
+        base = lab.config("net_af_packet", socket, ""),
+    )
+}
+
+/// `n` requests to `url` (one connection each); the backends named in the
+/// answers, counted as [rip-test-1, -2, -3], and the failures.
+fn spread(lab: &Lab, certs: &Path, url: &str, n: usize) -> ([usize; 3], usize) {
+    let cmd = format!(
+        "for i in $(seq {n}); do curl -s --max-time 10 --cacert {}/ca.pem --resolve p256.test:443:{ip} --resolve p256.test:8443:{ip} --resolve p256.test:9443:{ip} {url} || echo FAILED; done",
+        certs.display(),
+        ip = lab.dut_ip()
+    );
+    let o = lab.client(&["sh", "-c", &cmd]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut counts = [0; 3];
+    for (k, c) in counts.iter_mut().enumerate() {
+        *c = text.matches(&format!("rip-test-{}\n", k + 1)).count();
+    }
+    (counts, text.matches("FAILED").count())
+}
+
+#[test]
+fn requests_are_shared_by_weight_over_tls_and_plain_tcp() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up("px");
+    let _backends = Backends::start(&lab, certs.path(), 1);
+    let dpd = Dpd::start(&lab, |s| {
+        config(&lab, s, certs.path(), "weighted_round_robin", [2, 1, 1])
+    });
+    let (tls, failed) = spread(&lab, certs.path(), "https://p256.test/", 40);
+    assert_eq!((tls, failed), ([20, 10, 10], 0), "{}", dpd.log_text());
+    let plain_url = format!("http://{}:8080/", lab.dut_ip());
+    let (plain, failed) = spread(&lab, certs.path(), &plain_url, 20);
+    assert_eq!((plain, failed), ([10, 5, 5], 0));
+    let stats = dpd.stats_when(std::time::Duration::from_secs(5), |s| {
+        s.proxy_backend_connects >= 60
+    });
+    assert_eq!(stats.proxy_backend_connects, 60, "{stats:?}");
+    assert_eq!(stats.proxy_backend_failures, 0);
+    assert_eq!(stats.tls_handshakes, 40);
+}
+
+#[test]
+fn round_robin_and_least_connections_spread_evenly() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up("pr");
+    let _backends = Backends::start(&lab, certs.path(), 1);
+    for balance in ["round_robin", "least_conn"] {
+        let mut dpd = Dpd::start(&lab, |s| config(&lab, s, certs.path(), balance, [1, 1, 1]));
+        let (got, failed) = spread(&lab, certs.path(), "https://p256.test/", 30);
+        assert_eq!((got, failed), ([10, 10, 10], 0), "{balance}");
+        dpd.stop_with(libc::SIGTERM, std::time::Duration::from_secs(10));
+    }
+}
+
+#[test]
+fn a_100_mb_download_through_the_tls_proxy_is_byte_exact() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up("pd");
+    let size = 100_000_000;
+    let _backends = Backends::start(&lab, certs.path(), size);
+    let dpd = Dpd::start(&lab, |s| {
+        config(&lab, s, certs.path(), "round_robin", [1, 1, 1])
+    });
+    let out = certs.path().join("got");
+    let o = lab.client(&[
+        "curl",
+        "-sS",
+        "--max-time",
+        "120",
+        "--cacert",
+        &format!("{}/ca.pem", certs.path().display()),
+        "--resolve",
+        &format!("p256.test:443:{}", lab.dut_ip()),
+        "-o",
+        out.to_str().unwrap(),
+        "-w",
+        "%{http_code} %{size_download}",
+        "https://p256.test/big",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(text, format!("200 {size}"), "{}", dpd.log_text());
+    verify_pattern_file(&out, size);
+}
+
+#[test]
+fn unreachable_members_are_skipped_and_no_member_ends_with_an_alert() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up("pf");
+    let _backends = Backends::start(&lab, certs.path(), 1);
+    let dpd = Dpd::start(&lab, |s| {
+        config(&lab, s, certs.path(), "round_robin", [1, 1, 1])
+    });
+    // Pool `half`: .11:81 refuses (RST); every request still lands on .12.
+    let (got, failed) = spread(&lab, certs.path(), "https://p256.test:8443/", 10);
+    assert_eq!((got, failed), ([0, 10, 0], 0), "{}", dpd.log_text());
+    let stats = dpd.stats_when(std::time::Duration::from_secs(5), |s| {
+        s.proxy_backend_failures >= 5
+    });
+    assert!(stats.proxy_backend_failures >= 5, "{stats:?}");
+    // Pool `dead`: the client gets a TLS alert at once, not a hang.
+    let start = std::time::Instant::now();
+    let o = lab.client(&[
+        "curl",
+        "-sS",
+        "--max-time",
+        "10",
+        "--cacert",
+        &format!("{}/ca.pem", certs.path().display()),
+        "--resolve",
+        &format!("p256.test:9443:{}", lab.dut_ip()),
+        "https://p256.test:9443/",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(start.elapsed().as_secs() < 5, "the client hung: {err}");
+    assert!(
+        err.contains("alert") || err.contains("internal error"),
+        "{err}"
+    );
+    let stats = dpd.stats_when(std::time::Duration::from_secs(5), |s| {
+        s.proxy_no_member >= 1
+    });
+    assert_eq!(stats.proxy_no_member, 1, "{stats:?}");
+    // Still serving.
+    let (got, failed) = spread(&lab, certs.path(), "https://p256.test/", 3);
+    assert_eq!((got, failed), ([1, 1, 1], 0));
+}
