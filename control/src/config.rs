@@ -921,6 +921,56 @@ mod tests {
     }
 
     #[test]
+    fn pools_parse_and_are_checked() {
+        let text = r#"
+        [[vip]]
+        name = "web"
+        listen = "10.77.0.1:443"
+        pool = "web"
+        [[pool]]
+        name = "web"
+        balance = "weighted_least_conn"
+        members = [{ addr = "10.77.0.12:80", weight = 2 }, { addr = "10.77.0.13:80", state = "drain" }]
+        "#;
+        let c = Config::parse(&format!("{GOOD}{text}")).unwrap();
+        assert_eq!(c.pools[0].balance, Balance::WeightedLeastConn);
+        assert_eq!(c.pools[0].members[1].weight, 1);
+        assert_eq!(c.pools[0].members[1].state, MemberState::Drain);
+        let bad = |from: &str, to: &str| err_of(&format!("{GOOD}{}", text.replace(from, to)));
+        assert_eq!(
+            bad("pool = \"web\"", "pool = \"nope\"").field,
+            "vip[0].pool"
+        );
+        assert_eq!(
+            bad("weight = 2", "weight = 0").field,
+            "pool[0].members[0].weight"
+        );
+        assert_eq!(
+            bad("weight = 2", "weight = 257").field,
+            "pool[0].members[0].weight"
+        );
+        assert_eq!(
+            bad("10.77.0.12:80", "10.77.0.12").field,
+            "pool[0].members[0].addr"
+        );
+        assert_eq!(
+            bad("10.77.0.13:80", "10.77.0.12:80").field,
+            "pool[0].members[1].addr"
+        );
+        let e = bad("balance = \"weighted_least_conn\"", "balance = \"random\"");
+        assert!(e.to_string().contains("random"), "{e}");
+        let e = bad("pool = \"web\"", "pool = \"web\"\nrespond = \"builtin\"");
+        assert_eq!(e.field, "vip[0].respond", "{e}");
+        // A member off every subnet, with no gateway to reach it.
+        let no_gw = GOOD.replace("gateway = \"10.77.0.254\"", "");
+        let e = err_of(&format!(
+            "{no_gw}{}",
+            text.replace("10.77.0.12:80", "10.99.0.12:80")
+        ));
+        assert_eq!(e.field, "pool[0].members[0].addr", "{e}");
+    }
+
+    #[test]
     fn unknown_key_is_named() {
         let e = err_of(&GOOD.replace("gateway =", "gatewy ="));
         assert!(e.to_string().contains("unknown field `gatewy`"), "{e}");
