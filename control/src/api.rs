@@ -156,6 +156,13 @@ pub struct CoreStats {
     pub proxy_backend_failures: u64,
     #[serde(default)]
     pub proxy_no_member: u64,
+    /// Health checks run, failed, and members' up/down changes.
+    #[serde(default)]
+    pub health_checks: u64,
+    #[serde(default)]
+    pub health_failures: u64,
+    #[serde(default)]
+    pub health_changes: u64,
     /// Requests answered by the built-in HTTP responder.
     #[serde(default)]
     pub http_requests: u64,

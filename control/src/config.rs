@@ -107,6 +107,62 @@ pub struct Pool {
     #[serde(default)]
     pub balance: Balance,
     pub members: Vec<Member>,
+    /// Health checks of every member (none: members are taken as up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<Health>,
+}
+
+/// `health = { kind = "http", path = "/", expect = 200, interval_ms = 1000,
+/// timeout_ms = 500, rise = 2, fall = 3 }`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Health {
+    pub kind: HealthKind,
+    /// HTTP: the path asked (`GET path HTTP/1.0`).
+    #[serde(default = "default_health_path")]
+    pub path: String,
+    /// HTTP: the status that means healthy.
+    #[serde(default = "default_health_expect")]
+    pub expect: u16,
+    #[serde(default = "default_health_interval")]
+    pub interval_ms: u32,
+    #[serde(default = "default_health_timeout")]
+    pub timeout_ms: u32,
+    /// Successes in a row that bring a down member back.
+    #[serde(default = "default_rise")]
+    pub rise: u32,
+    /// Failures in a row that take an up member out.
+    #[serde(default = "default_fall")]
+    pub fall: u32,
+}
+
+/// What a health check does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthKind {
+    /// The TCP handshake completes.
+    Tcp,
+    /// `GET path` answers the expected status.
+    Http,
+}
+
+fn default_health_path() -> String {
+    "/".into()
+}
+fn default_health_expect() -> u16 {
+    200
+}
+fn default_health_interval() -> u32 {
+    1000
+}
+fn default_health_timeout() -> u32 {
+    500
+}
+fn default_rise() -> u32 {
+    2
+}
+fn default_fall() -> u32 {
+    3
 }
 
 /// How a pool picks a member for a new connection.
@@ -592,6 +648,46 @@ impl Config {
                     "a pool has 1 to 64 members",
                 ));
             }
+            if let Some(h) = &pool.health {
+                if !(10..=3_600_000).contains(&h.interval_ms) {
+                    return Err(ConfigError::new(
+                        at("health.interval_ms"),
+                        h.interval_ms,
+                        "must be 10 to 3600000",
+                    ));
+                }
+                if h.timeout_ms == 0 || h.timeout_ms > h.interval_ms {
+                    return Err(ConfigError::new(
+                        at("health.timeout_ms"),
+                        h.timeout_ms,
+                        "must be 1 to interval_ms",
+                    ));
+                }
+                if !(1..=100).contains(&h.rise) || !(1..=100).contains(&h.fall) {
+                    return Err(ConfigError::new(
+                        at("health.rise"),
+                        format!("{}/{}", h.rise, h.fall),
+                        "rise and fall must be 1 to 100",
+                    ));
+                }
+                if !h.path.starts_with('/')
+                    || h.path.len() > 1024
+                    || h.path.bytes().any(|b| b <= b' ' || b == 0x7f)
+                {
+                    return Err(ConfigError::new(
+                        at("health.path"),
+                        &h.path,
+                        "an absolute path without spaces or control bytes",
+                    ));
+                }
+                if !(100..=599).contains(&h.expect) {
+                    return Err(ConfigError::new(
+                        at("health.expect"),
+                        h.expect,
+                        "an HTTP status, 100 to 599",
+                    ));
+                }
+            }
             let mut addrs = HashSet::new();
             for (j, m) in pool.members.iter().enumerate() {
                 let at = |f: &str| format!("pool[{i}].members[{j}].{f}");
@@ -961,6 +1057,42 @@ mod tests {
         assert!(e.to_string().contains("random"), "{e}");
         let e = bad("pool = \"web\"", "pool = \"web\"\nrespond = \"builtin\"");
         assert_eq!(e.field, "vip[0].respond", "{e}");
+        // Health checks.
+        let hc = "members = [{ addr = \"10.77.0.12:80\", weight = 2 }";
+        let with = |h: &str| {
+            Config::parse(&format!(
+                "{GOOD}{}",
+                text.replace(hc, &format!("health = {h}\n{hc}"))
+            ))
+        };
+        let c = with("{ kind = \"http\", path = \"/health\" }").unwrap();
+        let h = c.pools[0].health.as_ref().unwrap();
+        assert_eq!(
+            (h.interval_ms, h.timeout_ms, h.rise, h.fall, h.expect),
+            (1000, 500, 2, 3, 200)
+        );
+        let field = |h: &str| with(h).unwrap_err().field;
+        assert_eq!(
+            field("{ kind = \"tcp\", timeout_ms = 2000 }"),
+            "pool[0].health.timeout_ms"
+        );
+        assert_eq!(
+            field("{ kind = \"tcp\", interval_ms = 1 }"),
+            "pool[0].health.interval_ms"
+        );
+        assert_eq!(
+            field("{ kind = \"http\", path = \"no slash\" }"),
+            "pool[0].health.path"
+        );
+        assert_eq!(
+            field("{ kind = \"http\", expect = 99 }"),
+            "pool[0].health.expect"
+        );
+        assert_eq!(field("{ kind = \"tcp\", fall = 0 }"), "pool[0].health.rise");
+        assert!(with("{ kind = \"icmp\" }")
+            .unwrap_err()
+            .to_string()
+            .contains("icmp"));
         // A member off every subnet, with no gateway to reach it.
         let no_gw = GOOD.replace("gateway = \"10.77.0.254\"", "");
         let e = err_of(&format!(

@@ -249,6 +249,9 @@ pub fn core_stats(lcore: Option<u32>, c: &Counters) -> CoreStats {
         proxy_backend_connects: c.proxy_backend_connects,
         proxy_backend_failures: c.proxy_backend_failures,
         proxy_no_member: c.proxy_no_member,
+        health_checks: c.health_checks,
+        health_failures: c.health_failures,
+        health_changes: c.health_changes,
         http_requests: c.http_requests,
         drops: DropReason::ALL
             .iter()
@@ -571,7 +574,12 @@ fn engine_pool(p: &control::config::Pool) -> dataplane_pool::Pool {
             Some(dataplane_pool::Member::new(addr, m.weight, m.state))
         })
         .collect();
-    dataplane_pool::Pool::new(p.name.clone(), p.balance, members)
+    let mut pool = dataplane_pool::Pool::new(p.name.clone(), p.balance, members);
+    pool.check = p
+        .health
+        .as_ref()
+        .map(crate::app::health::HealthCheck::from_config);
+    pool
 }
 
 /// The crypto policy for a VIP's `[vip.tls]` settings.

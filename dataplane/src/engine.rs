@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 
+use crate::app::health::{HealthKind, Probe};
 use crate::app::pool::Pool;
 use crate::app::proxy::{self, ProxyLink, Side};
 use crate::app::responder::Responder;
@@ -83,6 +84,18 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_secs(3);
 /// producing (back-pressure, no self-inflicted loss) and other frames are
 /// dropped as `tx_full`.
 const MAX_TX_PENDING: usize = 256;
+
+/// The connection an event is about.
+fn ev_id(ev: Event) -> ConnId {
+    match ev {
+        Event::Accepted(id)
+        | Event::Connected(id)
+        | Event::Readable(id)
+        | Event::Writable(id)
+        | Event::PeerClosed(id)
+        | Event::Closed(id, _) => id,
+    }
+}
 
 /// Source ports of backend connections (Linux's default ephemeral range).
 const EPHEMERAL: std::ops::Range<u16> = 32_768..61_000;
@@ -256,6 +269,7 @@ impl<P: Port> Engine<P> {
             for ep in &mut self.ports {
                 ep.iface.on_timer(now);
             }
+            self.run_health(now);
             self.publish();
         }
         for ep in &mut self.ports {
@@ -319,6 +333,16 @@ impl<P: Port> Engine<P> {
                         if let Some(link) = app.proxy {
                             self.proxy_closed(now, &link, reason);
                         }
+                        if let Some(probe) = app.probe {
+                            let (p, m) = (usize::from(probe.pool), usize::from(probe.member));
+                            let open = self.pools[p].members[m]
+                                .health
+                                .probe
+                                .is_some_and(|(pid, _, _)| pid == ev_id(ev));
+                            if open {
+                                self.health_result(p, m, false, "connection failed");
+                            }
+                        }
                     }
                     continue;
                 }
@@ -331,6 +355,10 @@ impl<P: Port> Engine<P> {
             let Some(app) = self.tcp.app(id) else {
                 continue;
             };
+            if let Some(probe) = app.probe {
+                self.on_probe(id, probe, ev);
+                continue;
+            }
             let peer_closed = matches!(ev, Event::PeerClosed(_));
             match (app.tls.is_some(), app.proxy.as_deref_mut()) {
                 (true, _) => self.drive_tls(now, id, peer_closed, &mut budget),
@@ -499,37 +527,7 @@ impl<P: Port> Engine<P> {
             return;
         };
         let addr = self.pools[p].members[m].addr;
-        let Some(src) = self
-            .ports
-            .iter()
-            .find(|ep| ep.iface.next_hop(*addr.ip()).is_some())
-            .map(|ep| ep.iface.config().addr)
-        else {
-            self.counters.proxy_no_member += 1;
-            self.fail_client(client);
-            return;
-        };
-        // A free source port (a 4-tuple in use is skipped).
-        let mut backend = None;
-        for _ in 0..64 {
-            let port = self.next_port;
-            self.next_port = if port + 1 >= EPHEMERAL.end {
-                EPHEMERAL.start
-            } else {
-                port + 1
-            };
-            let key = FlowKey {
-                local: src,
-                local_port: port,
-                remote: *addr.ip(),
-                remote_port: addr.port(),
-            };
-            if let Ok(b) = self.tcp.connect(now, key) {
-                backend = Some((b, key));
-                break;
-            }
-        }
-        let Some((b, bkey)) = backend else {
+        let Some((b, bkey)) = self.open_to(now, addr) else {
             self.counters.proxy_no_member += 1;
             self.fail_client(client);
             return;
@@ -545,6 +543,153 @@ impl<P: Port> Engine<P> {
             l.peer = Some((b, bkey));
             l.tried |= 1 << m;
             l.connected = false;
+        }
+    }
+
+    /// Opens a connection to `addr` from the address of the port that
+    /// reaches it and a free source port (4-tuples in use are skipped).
+    fn open_to(&mut self, now: Instant, addr: SocketAddrV4) -> Option<(ConnId, FlowKey)> {
+        let src = self
+            .ports
+            .iter()
+            .find(|ep| ep.iface.next_hop(*addr.ip()).is_some())
+            .map(|ep| ep.iface.config().addr)?;
+        for _ in 0..64 {
+            let port = self.next_port;
+            self.next_port = if port + 1 >= EPHEMERAL.end {
+                EPHEMERAL.start
+            } else {
+                port + 1
+            };
+            let key = FlowKey {
+                local: src,
+                local_port: port,
+                remote: *addr.ip(),
+                remote_port: addr.port(),
+            };
+            if let Ok(id) = self.tcp.connect(now, key) {
+                return Some((id, key));
+            }
+        }
+        None
+    }
+
+    /// Starts due health checks and fails those past their timeout.
+    fn run_health(&mut self, now: Instant) {
+        for p in 0..self.pools.len() {
+            let Some(check) = self.pools[p].check.as_ref() else {
+                continue;
+            };
+            let (interval, timeout) = (check.interval, check.timeout);
+            for m in 0..self.pools[p].members.len() {
+                let h = &self.pools[p].members[m].health;
+                match h.probe {
+                    Some((id, key, deadline)) if now >= deadline => {
+                        self.health_result(p, m, false, "timed out");
+                        if self.tcp.key(id) == Some(key) {
+                            self.tcp.abort(id);
+                        }
+                    }
+                    Some(_) => {}
+                    None if now >= h.next_at => {
+                        let addr = self.pools[p].members[m].addr;
+                        self.pools[p].members[m].health.next_at = now + interval;
+                        match self.open_to(now, addr) {
+                            Some((id, key)) => {
+                                self.tcp.app(id).expect("just opened").probe = Some(Probe {
+                                    pool: p as u16,
+                                    member: m as u16,
+                                });
+                                self.pools[p].members[m].health.probe =
+                                    Some((id, key, now + timeout));
+                            }
+                            None => self.health_result(p, m, false, "no source port"),
+                        }
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+
+    /// A health-check connection's event.
+    fn on_probe(&mut self, id: ConnId, probe: Probe, ev: Event) {
+        let (p, m) = (usize::from(probe.pool), usize::from(probe.member));
+        let Some(pool) = self.pools.get(p) else {
+            return;
+        };
+        let Some(check) = &pool.check else { return };
+        let (kind, expect) = (check.kind, check.expect);
+        let current = pool.members[m]
+            .health
+            .probe
+            .is_some_and(|(pid, key, _)| pid == id && self.tcp.key(id) == Some(key));
+        if !current {
+            return;
+        }
+        match (kind, ev) {
+            (HealthKind::Tcp, Event::Connected(_)) => {
+                self.health_result(p, m, true, "");
+                self.tcp.close(id);
+            }
+            (HealthKind::Http, Event::Connected(_)) => {
+                if let Some(check) = &self.pools[p].check {
+                    self.tcp.send(id, &check.request);
+                }
+            }
+            (HealthKind::Http, Event::Readable(_) | Event::PeerClosed(_)) => {
+                let (a, b) = self.tcp.peek(id);
+                let mut head = [0u8; 64];
+                let n = (a.len() + b.len()).min(head.len());
+                let first = a.len().min(n);
+                head[..first].copy_from_slice(&a[..first]);
+                head[first..n].copy_from_slice(&b[..n - first]);
+                match crate::app::health::status(&head[..n]) {
+                    Some(s) => {
+                        let why = if s == expect {
+                            String::new()
+                        } else {
+                            format!("status {s}")
+                        };
+                        self.health_result(p, m, s == expect, &why);
+                        self.tcp.abort(id);
+                    }
+                    None if matches!(ev, Event::PeerClosed(_)) => {
+                        self.health_result(p, m, false, "closed before a status line");
+                        self.tcp.abort(id);
+                    }
+                    None => {}
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Counts a check's result; logs and counts a member's state change.
+    fn health_result(&mut self, p: usize, m: usize, ok: bool, why: &str) {
+        let pool = &mut self.pools[p];
+        let Some(check) = &pool.check else { return };
+        self.counters.health_checks += 1;
+        if !ok {
+            self.counters.health_failures += 1;
+        }
+        let member = &mut pool.members[m];
+        if let Some(up) = member.health.record(ok, check) {
+            self.counters.health_changes += 1;
+            // Rare (a state change), never per packet.
+            if up {
+                log::info!(
+                    "pool {}: member {} is up (health checks pass)",
+                    pool.name,
+                    member.addr
+                );
+            } else {
+                log::warn!(
+                    "pool {}: member {} is down (health checks fail: {why})",
+                    pool.name,
+                    member.addr
+                );
+            }
         }
     }
 

@@ -129,6 +129,10 @@ pub struct Counters {
     pub proxy_backend_connects: u64,
     pub proxy_backend_failures: u64,
     pub proxy_no_member: u64,
+    /// Health checks run, failed, and members' state changes.
+    pub health_checks: u64,
+    pub health_failures: u64,
+    pub health_changes: u64,
     pub drops: [u64; DropReason::COUNT],
     /// TSC cycles spent in loop iterations that did work.
     pub busy_cycles: u64,
@@ -195,6 +199,9 @@ impl Counters {
         self.proxy_backend_connects += o.proxy_backend_connects;
         self.proxy_backend_failures += o.proxy_backend_failures;
         self.proxy_no_member += o.proxy_no_member;
+        self.health_checks += o.health_checks;
+        self.health_failures += o.health_failures;
+        self.health_changes += o.health_changes;
         self.http_requests += o.http_requests;
         for (d, s) in self.drops.iter_mut().zip(o.drops) {
             *d += s;
@@ -205,7 +212,7 @@ impl Counters {
     }
 }
 
-const SCALARS: usize = 27;
+const SCALARS: usize = 30;
 const TLS_FIELDS: usize = 2 + 10 + 5 + 6 + 11;
 const FIELDS: usize = SCALARS + DropReason::COUNT + TLS_FIELDS;
 
@@ -266,6 +273,9 @@ impl SharedCounters {
             proxy_backend_connects: v[24],
             proxy_backend_failures: v[25],
             proxy_no_member: v[26],
+            health_checks: v[27],
+            health_failures: v[28],
+            health_changes: v[29],
             ..Counters::default()
         };
         let d = SCALARS + DropReason::COUNT;
@@ -308,6 +318,9 @@ impl SharedCounters {
             c.proxy_backend_connects,
             c.proxy_backend_failures,
             c.proxy_no_member,
+            c.health_checks,
+            c.health_failures,
+            c.health_changes,
         ]);
         let d = SCALARS + DropReason::COUNT;
         v[SCALARS..d].copy_from_slice(&c.drops);
@@ -354,6 +367,9 @@ mod tests {
             proxy_backend_connects: 25,
             proxy_backend_failures: 26,
             proxy_no_member: 27,
+            health_checks: 28,
+            health_failures: 29,
+            health_changes: 30,
             ..Default::default()
         };
         for (i, r) in DropReason::ALL.iter().enumerate() {

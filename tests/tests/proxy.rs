@@ -11,7 +11,7 @@ use e2e::{make_certs, verify_pattern_file, Dpd, Lab};
 
 /// Three nginx servers on `.11`, `.12`, `.13` port 80, in the lab's client
 /// namespace; `/` answers "You are viewing rip-test-N", `/big` a file of
-/// `big` pattern bytes. Stopped on drop.
+/// `big` pattern bytes, `/health` 200 (503 on `.13`). Stopped on drop.
 struct Backends {
     nginx: Child,
 }
@@ -36,10 +36,12 @@ impl Backends {
         let servers: String = (11..=13)
             .map(|n| {
                 format!(
-                    "server {{ listen {net}.{n}:80; location / {{ return 200 \"You are viewing rip-test-{k}\\n\"; }} location = /big {{ alias {d}/big; }} }}\n",
+                    "server {{ listen {net}.{n}:80; location / {{ return 200 \"You are viewing rip-test-{k}\\n\"; }} location = /big {{ alias {d}/big; }} location = /health {{ return {h}; }} }}\n",
                     net = lab.net,
                     k = n - 10,
-                    d = dir.display()
+                    d = dir.display(),
+                    // rip-test-3 reports itself unwell.
+                    h = if n == 13 { 503 } else { 200 }
                 )
             })
             .collect();
@@ -238,4 +240,73 @@ fn unreachable_members_are_skipped_and_no_member_ends_with_an_alert() {
     // Still serving.
     let (got, failed) = spread(&lab, certs.path(), "https://p256.test/", 3);
     assert_eq!((got, failed), ([1, 1, 1], 0));
+}
+
+#[test]
+fn health_checks_take_members_out_and_bring_them_back() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up("ph");
+    let _backends = Backends::start(&lab, certs.path(), 1);
+    let dpd = Dpd::start(&lab, |s| {
+        config(&lab, s, certs.path(), "round_robin", [1, 1, 1]).replace(
+            "[[pool]]\nname = \"half\"",
+            "health = { kind = \"http\", path = \"/health\", interval_ms = 100, timeout_ms = 80, rise = 2, fall = 2 }\n[[pool]]\nname = \"half\"",
+        )
+    });
+    let wait = std::time::Duration::from_secs(10);
+    // rip-test-3 answers 503: out after two checks.
+    let s = dpd.stats_when(wait, |s| s.health_changes >= 1);
+    assert_eq!(s.health_changes, 1, "{s:?}\n{}", dpd.log_text());
+    assert!(dpd
+        .log_text()
+        .contains("is down (health checks fail: status 503)"));
+    let (got, failed) = spread(&lab, certs.path(), "https://p256.test/", 20);
+    assert_eq!((got, failed), ([10, 10, 0], 0));
+    // rip-test-2 disappears from the network: its checks time out.
+    let del = lab.client(&[
+        "ip",
+        "addr",
+        "del",
+        &format!("{}.12/24", lab.net),
+        "dev",
+        "veth-cli",
+    ]);
+    assert!(del.status.success());
+    let s = dpd.stats_when(wait, |s| s.health_changes >= 2);
+    assert_eq!(s.health_changes, 2, "{s:?}");
+    let (got, failed) = spread(&lab, certs.path(), "https://p256.test/", 10);
+    assert_eq!((got, failed), ([10, 0, 0], 0));
+    // Back on the network: back in the choice after two good checks.
+    let add = lab.client(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{}.12/24", lab.net),
+        "dev",
+        "veth-cli",
+    ]);
+    assert!(add.status.success());
+    let s = dpd.stats_when(wait, |s| s.health_changes >= 3);
+    assert_eq!(s.health_changes, 3, "{s:?}");
+    assert!(dpd.log_text().contains("is up (health checks pass)"));
+    let (got, failed) = spread(&lab, certs.path(), "https://p256.test/", 20);
+    assert_eq!((got, failed), ([10, 10, 0], 0));
+}
+
+#[test]
+fn a_drained_member_takes_no_new_connections() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up("pn");
+    let _backends = Backends::start(&lab, certs.path(), 1);
+    let net = lab.net.clone();
+    let dpd = Dpd::start(&lab, |s| {
+        config(&lab, s, certs.path(), "round_robin", [1, 1, 1]).replace(
+            &format!("{{ addr = \"{net}.12:80\", weight = 1 }}"),
+            &format!("{{ addr = \"{net}.12:80\", weight = 1, state = \"drain\" }}"),
+        )
+    });
+    let (got, failed) = spread(&lab, certs.path(), "https://p256.test/", 20);
+    assert_eq!((got, failed), ([10, 0, 10], 0), "{}", dpd.log_text());
 }

@@ -182,6 +182,12 @@ fn print_stats(c: &CoreStats) {
             c.proxy_backend_connects, c.proxy_backend_failures, c.proxy_no_member
         );
     }
+    if c.health_checks > 0 {
+        println!(
+            "  health checks {}, failed {}, member state changes {}",
+            c.health_checks, c.health_failures, c.health_changes
+        );
+    }
     if c.tcp_syn_cookies_sent > 0 {
         println!(
             "  syn cookies sent {}, accepted {}",

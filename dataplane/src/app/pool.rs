@@ -17,6 +17,8 @@ pub struct Member {
     /// Connections it was given, and connects that failed.
     pub picked: u64,
     pub failed: u64,
+    /// Health as checked by this engine.
+    pub health: super::health::MemberHealth,
     /// Smooth weighted round robin's running weight.
     current: i64,
 }
@@ -30,6 +32,7 @@ impl Member {
             active: 0,
             picked: 0,
             failed: 0,
+            health: super::health::MemberHealth::default(),
             current: 0,
         }
     }
@@ -41,6 +44,8 @@ pub struct Pool {
     pub name: String,
     pub balance: Balance,
     pub members: Vec<Member>,
+    /// Health checks, when configured (members' results in `Member::health`).
+    pub check: Option<super::health::HealthCheck>,
     cursor: usize,
 }
 
@@ -53,6 +58,7 @@ impl Pool {
             name,
             balance,
             members,
+            check: None,
             cursor: 0,
         }
     }
@@ -60,7 +66,9 @@ impl Pool {
     /// The member for a new connection from `client`, other than those in
     /// `tried`; `None` when no member is up. Counts it as picked.
     pub fn pick(&mut self, client: Ipv4Addr, tried: Tried) -> Option<usize> {
-        let usable = |i: usize, m: &Member| m.state == MemberState::Up && tried & (1 << i) == 0;
+        let usable = |i: usize, m: &Member| {
+            m.state == MemberState::Up && m.health.healthy && tried & (1 << i) == 0
+        };
         let n = self.members.len();
         let chosen = match self.balance {
             Balance::RoundRobin => (0..n)
@@ -72,7 +80,7 @@ impl Pool {
                 let mut total = 0i64;
                 let mut best: Option<(usize, i64)> = None;
                 for (i, m) in self.members.iter_mut().enumerate() {
-                    if m.state != MemberState::Up || tried & (1 << i) != 0 {
+                    if m.state != MemberState::Up || !m.health.healthy || tried & (1 << i) != 0 {
                         continue;
                     }
                     m.current += i64::from(m.weight);

@@ -34,6 +34,8 @@ pub struct ConnApp {
     pub tls: Option<Box<TlsConn>>,
     /// Set on connections of a VIP with a pool, and on their backends.
     pub proxy: Option<Box<super::proxy::ProxyLink>>,
+    /// Set on health-check connections.
+    pub probe: Option<super::health::Probe>,
 }
 
 impl HasHttp for ConnApp {
