@@ -110,6 +110,10 @@ pub struct Pool {
     /// Health checks of every member (none: members are taken as up).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<Health>,
+    /// Send a PROXY protocol v2 header first on each backend connection
+    /// (client address; TLS version, cipher and SNI for TLS VIPs).
+    #[serde(default)]
+    pub proxy_protocol: bool,
 }
 
 /// `health = { kind = "http", path = "/", expect = 200, interval_ms = 1000,

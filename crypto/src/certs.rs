@@ -319,12 +319,20 @@ thread_local! {
     /// rustls resolves certificates inside the session's processing call,
     /// on the engine's own thread; the session reads this right after
     /// ([`take_last_selected`]) to count handshakes by key type.
-    static LAST_SELECTED: std::cell::Cell<Option<KeyType>> = const { std::cell::Cell::new(None) };
+    static LAST_SELECTED: std::cell::Cell<Option<Selected>> = const { std::cell::Cell::new(None) };
 }
 
-/// The key type [`CertStore`] chose last on this thread, if any since the
+/// What [`CertStore`] chose for a handshake, and the name asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selected {
+    pub key: KeyType,
+    /// The client's SNI, when it sent one.
+    pub sni: Option<Box<str>>,
+}
+
+/// What [`CertStore`] chose last on this thread, if anything since the
 /// previous call.
-pub fn take_last_selected() -> Option<KeyType> {
+pub fn take_last_selected() -> Option<Selected> {
     LAST_SELECTED.with(std::cell::Cell::take)
 }
 
@@ -365,7 +373,13 @@ impl ResolvesServerCert for CertStore {
             None
         };
         let cert = self.select(hello.server_name(), hello.signature_schemes(), tls12_groups)?;
-        LAST_SELECTED.with(|c| c.set(Some(cert.key_type)));
+        let sni = hello.server_name().map(Box::from);
+        LAST_SELECTED.with(|c| {
+            c.set(Some(Selected {
+                key: cert.key_type,
+                sni,
+            }))
+        });
         Some(cert.certified.clone())
     }
 }

@@ -237,6 +237,8 @@ pub struct ServerSession {
     state: State,
     /// The key type of the certificate chosen for this handshake.
     key: Option<crate::certs::KeyType>,
+    /// The name the client asked for (SNI).
+    sni: Option<Box<str>>,
     negotiated: Option<Negotiated>,
     peer_closed: bool,
 }
@@ -528,6 +530,7 @@ impl ServerSession {
                 incoming: Vec::new(),
             })),
             key: None,
+            sni: None,
             negotiated: None,
             peer_closed: false,
         })
@@ -535,6 +538,11 @@ impl ServerSession {
 
     pub fn is_handshaking(&self) -> bool {
         matches!(self.state, State::Handshake(_))
+    }
+
+    /// The server name the client sent (SNI), once the handshake is done.
+    pub fn server_name(&self) -> Option<&str> {
+        self.sni.as_deref()
     }
 
     /// What the handshake negotiated, once it completed.
@@ -609,8 +617,9 @@ impl ServerSession {
                 // rustls resolved the certificate (if it did) inside this
                 // call, on this thread: note its key type now, before
                 // another session's handshake runs.
-                if let Some(k) = crate::certs::take_last_selected() {
-                    self.key = Some(k);
+                if let Some(sel) = crate::certs::take_last_selected() {
+                    self.key = Some(sel.key);
+                    self.sni = sel.sni;
                 }
                 if !done? {
                     return Ok(());

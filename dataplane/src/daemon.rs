@@ -579,6 +579,7 @@ fn engine_pool(p: &control::config::Pool) -> dataplane_pool::Pool {
         .health
         .as_ref()
         .map(crate::app::health::HealthCheck::from_config);
+    pool.proxy_protocol = p.proxy_protocol;
     pool
 }
 

@@ -14,6 +14,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use crate::app::health::{HealthKind, Probe};
 use crate::app::pool::Pool;
 use crate::app::proxy::{self, ProxyLink, Side};
+use crate::app::proxy_protocol;
 use crate::app::responder::Responder;
 use crate::app::tls::{self, ConnApp, TlsConn};
 use crate::net::{set_destination, Interface, InterfaceConfig, Verdict};
@@ -371,11 +372,7 @@ impl<P: Port> Engine<P> {
                     }
                     let backend_of_tls = link.side == Side::Backend;
                     if let Event::Connected(b) = ev {
-                        if let Some(c) = proxy::peer(&mut self.tcp, b) {
-                            if let Some(l) = self.tcp.app(c).and_then(|a| a.proxy.as_deref_mut()) {
-                                l.connected = true;
-                            }
-                        }
+                        self.backend_connected(b);
                     }
                     // A backend whose client speaks TLS: the client's side
                     // does the moving.
@@ -544,6 +541,40 @@ impl<P: Port> Engine<P> {
             l.tried |= 1 << m;
             l.connected = false;
         }
+    }
+
+    /// A backend connection is up: its client learns it, and the PROXY
+    /// protocol header goes first when the pool asks for it.
+    fn backend_connected(&mut self, b: ConnId) {
+        let Some(c) = proxy::peer(&mut self.tcp, b) else {
+            return;
+        };
+        let pool = self
+            .tcp
+            .app(c)
+            .and_then(|a| a.proxy.as_deref_mut())
+            .map(|l| {
+                l.connected = true;
+                usize::from(l.pool)
+            });
+        if !pool.is_some_and(|p| self.pools[p].proxy_protocol) {
+            return;
+        }
+        let Some(key) = self.tcp.key(c) else { return };
+        let client = SocketAddrV4::new(key.remote, key.remote_port);
+        let vip = SocketAddrV4::new(key.local, key.local_port);
+        let mut header = Vec::with_capacity(128);
+        let app = self.tcp.app(c).expect("live");
+        let tls = app.tls.as_deref().and_then(|t| {
+            let n = t.session().negotiated()?;
+            Some(proxy_protocol::TlsFacts {
+                version: crypto::session::VERSIONS[n.version],
+                cipher: crypto::session::SUITES[n.suite],
+                sni: t.session().server_name(),
+            })
+        });
+        proxy_protocol::header_v2(client, vip, tls, &mut header);
+        self.tcp.send(b, &header);
     }
 
     /// Opens a connection to `addr` from the address of the port that

@@ -51,6 +51,15 @@ impl Backends {
              events {{ worker_connections 1024; }}\n\
              http {{ access_log off; client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f; uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;\n{servers}}}\n"
         );
+        // A PROXY-protocol backend on .11:8081 that answers with the client
+        // address and port it was told.
+        let conf = conf.replace(
+            "\n}\n",
+            &format!(
+                "server {{ listen {}.11:8081 proxy_protocol; location / {{ return 200 \"$proxy_protocol_addr $proxy_protocol_port\\n\"; }} }}\n}}\n",
+                lab.net
+            ),
+        );
         std::fs::write(dir.join("nginx.conf"), conf).unwrap();
         let nginx = lab
             .client_command(&[
@@ -105,7 +114,9 @@ fn config(lab: &Lab, socket: &Path, certs: &Path, balance: &str, weights: [u32; 
          [[vip]]\nname = \"dead\"\nlisten = \"{ip}:9443\"\npool = \"dead\"\n{tls}\n\
          [[pool]]\nname = \"web\"\nbalance = \"{balance}\"\nmembers = [{{ addr = \"{net}.11:80\", weight = {} }}, {{ addr = \"{net}.12:80\", weight = {} }}, {{ addr = \"{net}.13:80\", weight = {} }}]\n\
          [[pool]]\nname = \"half\"\nmembers = [{{ addr = \"{net}.11:81\" }}, {{ addr = \"{net}.12:80\" }}]\n\
-         [[pool]]\nname = \"dead\"\nmembers = [{{ addr = \"{net}.11:81\" }}]\n",
+         [[pool]]\nname = \"dead\"\nmembers = [{{ addr = \"{net}.11:81\" }}]\n\
+         [[vip]]\nname = \"pp\"\nlisten = \"{ip}:7443\"\npool = \"pp\"\n{tls}\n\
+         [[pool]]\nname = \"pp\"\nproxy_protocol = true\nmembers = [{{ addr = \"{net}.11:8081\" }}]\n",
         weights[0],
         weights[1],
         weights[2],
@@ -309,4 +320,36 @@ fn a_drained_member_takes_no_new_connections() {
     });
     let (got, failed) = spread(&lab, certs.path(), "https://p256.test/", 20);
     assert_eq!((got, failed), ([10, 0, 10], 0), "{}", dpd.log_text());
+}
+
+#[test]
+fn proxy_protocol_v2_tells_the_backend_who_the_client_is() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up("pp");
+    let _backends = Backends::start(&lab, certs.path(), 1);
+    let dpd = Dpd::start(&lab, |s| config(&lab, s, certs.path(), "round_robin", [1, 1, 1]));
+    // nginx parses the v2 header (with its TLVs) and answers with what it
+    // says: the client's own address and source port.
+    let o = lab.client(&[
+        "curl",
+        "-sS",
+        "--max-time",
+        "10",
+        "--local-port",
+        "45678",
+        "--cacert",
+        &format!("{}/ca.pem", certs.path().display()),
+        "--resolve",
+        &format!("p256.test:7443:{}", lab.dut_ip()),
+        "https://p256.test:7443/",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        text,
+        format!("{}.2 45678\n", lab.net),
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        dpd.log_text()
+    );
 }

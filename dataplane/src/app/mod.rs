@@ -4,5 +4,6 @@
 pub mod health;
 pub mod pool;
 pub mod proxy;
+pub mod proxy_protocol;
 pub mod responder;
 pub mod tls;

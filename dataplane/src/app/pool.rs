@@ -46,6 +46,8 @@ pub struct Pool {
     pub members: Vec<Member>,
     /// Health checks, when configured (members' results in `Member::health`).
     pub check: Option<super::health::HealthCheck>,
+    /// Backend connections start with a PROXY protocol v2 header.
+    pub proxy_protocol: bool,
     cursor: usize,
 }
 
@@ -59,6 +61,7 @@ impl Pool {
             balance,
             members,
             check: None,
+            proxy_protocol: false,
             cursor: 0,
         }
     }

@@ -91,6 +91,11 @@ impl TlsConn {
         self.session.is_handshaking()
     }
 
+    /// The TLS session (what it negotiated).
+    pub fn session(&self) -> &ServerSession {
+        &self.session
+    }
+
     /// Ends the session with a fatal alert (queued; see
     /// [`TlsConn::flush_alert`]).
     pub fn abort_with_alert(&mut self) {

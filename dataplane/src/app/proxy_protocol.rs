@@ -1,0 +1,92 @@
+//! The PROXY protocol v2 header (haproxy.org's proxy-protocol.txt §2.2)
+//! sent first on a backend connection, so the backend sees the client's
+//! address and, for TLS VIPs, the TLS facts: an SSL TLV with the version
+//! and cipher, and the SNI as the authority TLV.
+
+use std::net::SocketAddrV4;
+
+const SIGNATURE: [u8; 12] = *b"\r\n\r\n\0\r\nQUIT\n";
+const PP2_TYPE_AUTHORITY: u8 = 0x02;
+const PP2_TYPE_SSL: u8 = 0x20;
+const PP2_SUBTYPE_SSL_VERSION: u8 = 0x21;
+const PP2_SUBTYPE_SSL_CIPHER: u8 = 0x23;
+const PP2_CLIENT_SSL: u8 = 0x01;
+
+/// What the backend is told about a TLS client.
+#[derive(Debug, Clone, Copy)]
+pub struct TlsFacts<'a> {
+    pub version: &'a str,
+    pub cipher: &'a str,
+    pub sni: Option<&'a str>,
+}
+
+fn tlv(out: &mut Vec<u8>, typ: u8, value: &[u8]) {
+    out.push(typ);
+    out.extend_from_slice(&(value.len() as u16).to_be_bytes());
+    out.extend_from_slice(value);
+}
+
+/// Appends the header for a TCP/IPv4 connection from `client` to `vip`.
+pub fn header_v2(client: SocketAddrV4, vip: SocketAddrV4, tls: Option<TlsFacts<'_>>, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&SIGNATURE);
+    out.push(0x21); // version 2, PROXY
+    out.push(0x11); // AF_INET, STREAM
+    out.extend_from_slice(&[0, 0]); // length, filled below
+    out.extend_from_slice(&client.ip().octets());
+    out.extend_from_slice(&vip.ip().octets());
+    out.extend_from_slice(&client.port().to_be_bytes());
+    out.extend_from_slice(&vip.port().to_be_bytes());
+    if let Some(t) = tls {
+        if let Some(sni) = t.sni {
+            tlv(out, PP2_TYPE_AUTHORITY, sni.as_bytes());
+        }
+        let mut ssl = vec![PP2_CLIENT_SSL];
+        // verify: non-zero, no client certificate was verified.
+        ssl.extend_from_slice(&1u32.to_be_bytes());
+        tlv(&mut ssl, PP2_SUBTYPE_SSL_VERSION, t.version.as_bytes());
+        tlv(&mut ssl, PP2_SUBTYPE_SSL_CIPHER, t.cipher.as_bytes());
+        tlv(out, PP2_TYPE_SSL, &ssl);
+    }
+    let len = (out.len() - start - 16) as u16;
+    out[start + 14..start + 16].copy_from_slice(&len.to_be_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn layout_matches_the_spec() {
+        let c = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 7), 40_000);
+        let v = SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 1), 443);
+        let mut h = Vec::new();
+        header_v2(c, v, None, &mut h);
+        assert_eq!(h.len(), 28);
+        assert_eq!(&h[..12], b"\x0d\x0a\x0d\x0a\x00\x0d\x0a\x51\x55\x49\x54\x0a");
+        assert_eq!(&h[12..16], &[0x21, 0x11, 0, 12]);
+        assert_eq!(&h[16..20], &[192, 0, 2, 7]);
+        assert_eq!(&h[20..24], &[10, 77, 0, 1]);
+        assert_eq!(&h[24..28], &[0x9c, 0x40, 0x01, 0xbb]);
+
+        let mut h = Vec::new();
+        let facts = TlsFacts { version: "TLSv1.3", cipher: "TLS13_AES_128_GCM_SHA256", sni: Some("www.test") };
+        header_v2(c, v, Some(facts), &mut h);
+        let len = usize::from(u16::from_be_bytes([h[14], h[15]]));
+        assert_eq!(h.len(), 16 + len);
+        // Authority TLV, then the SSL TLV with its two sub-TLVs.
+        let tlvs = &h[28..];
+        assert_eq!(&tlvs[..3], &[0x02, 0, 8]);
+        assert_eq!(&tlvs[3..11], b"www.test");
+        let ssl = &tlvs[11..];
+        assert_eq!(ssl[0], 0x20);
+        let ssl_len = usize::from(u16::from_be_bytes([ssl[1], ssl[2]]));
+        assert_eq!(ssl.len(), 3 + ssl_len);
+        assert_eq!(ssl[3], 0x01, "client used SSL");
+        assert_eq!(&ssl[8..11], &[0x21, 0, 7]);
+        assert_eq!(&ssl[11..18], b"TLSv1.3");
+        assert_eq!(&ssl[18..21], &[0x23, 0, 24]);
+        assert_eq!(&ssl[21..], b"TLS13_AES_128_GCM_SHA256");
+    }
+}
