@@ -116,7 +116,9 @@ fn config(lab: &Lab, socket: &Path, certs: &Path, balance: &str, weights: [u32; 
          [[pool]]\nname = \"half\"\nmembers = [{{ addr = \"{net}.11:81\" }}, {{ addr = \"{net}.12:80\" }}]\n\
          [[pool]]\nname = \"dead\"\nmembers = [{{ addr = \"{net}.11:81\" }}]\n\
          [[vip]]\nname = \"pp\"\nlisten = \"{ip}:7443\"\npool = \"pp\"\n{tls}\n\
-         [[pool]]\nname = \"pp\"\nproxy_protocol = true\nmembers = [{{ addr = \"{net}.11:8081\" }}]\n",
+         [[pool]]\nname = \"pp\"\nproxy_protocol = true\nmembers = [{{ addr = \"{net}.11:8081\" }}]\n\
+         [[vip]]\nname = \"up\"\nlisten = \"{ip}:6443\"\npool = \"up\"\n{tls}\n\
+         [[pool]]\nname = \"up\"\nmembers = [{{ addr = \"{net}.13:8082\" }}]\n",
         weights[0],
         weights[1],
         weights[2],
@@ -328,7 +330,9 @@ fn proxy_protocol_v2_tells_the_backend_who_the_client_is() {
     make_certs(certs.path());
     let lab = Lab::up("pp");
     let _backends = Backends::start(&lab, certs.path(), 1);
-    let dpd = Dpd::start(&lab, |s| config(&lab, s, certs.path(), "round_robin", [1, 1, 1]));
+    let dpd = Dpd::start(&lab, |s| {
+        config(&lab, s, certs.path(), "round_robin", [1, 1, 1])
+    });
     // nginx parses the v2 header (with its TLVs) and answers with what it
     // says: the client's own address and source port.
     let o = lab.client(&[
@@ -352,4 +356,145 @@ fn proxy_protocol_v2_tells_the_backend_who_the_client_is() {
         String::from_utf8_lossy(&o.stderr),
         dpd.log_text()
     );
+}
+
+/// An upload sink on `.13:8082`: answers each POST with the body's length
+/// and SHA-256.
+struct UploadSink(Child);
+
+impl UploadSink {
+    fn start(lab: &Lab) -> Self {
+        let script = r#"
+import hashlib, http.server, sys
+
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        n = int(self.headers['Content-Length'])
+        h = hashlib.sha256()
+        left = n
+        while left > 0:
+            b = self.rfile.read(min(left, 1 << 20))
+            if not b:
+                break
+            h.update(b)
+            left -= len(b)
+        body = ('%d %s\n' % (n - left, h.hexdigest())).encode()
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+http.server.HTTPServer((sys.argv[1], int(sys.argv[2])), H).serve_forever()
+"#;
+        let ip = format!("{}.13", lab.net);
+        let child = lab
+            .client_command(&["python3", "-c", script, &ip, "8082"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3");
+        for _ in 0..100 {
+            if lab
+                .client(&["sh", "-c", &format!("exec 3<>/dev/tcp/{ip}/8082")])
+                .status
+                .success()
+            {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Self(child)
+    }
+}
+
+impl Drop for UploadSink {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_100_mb_upload_and_download_through_the_proxy_with_2_percent_drops_both_sides() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up("pu");
+    let size = 100_000_000u64;
+    let _backends = Backends::start(&lab, certs.path(), size);
+    let _sink = UploadSink::start(&lab);
+    let dpd = Dpd::start(&lab, |s| {
+        config(&lab, s, certs.path(), "round_robin", [1, 1, 1])
+    });
+    // 2 % of the client's and of the backends' segments dropped, both ways.
+    let rules = "table inet tlsdp_px_loss {\n\
+        chain in { type filter hook input priority 0; policy accept; tcp sport { 443, 6443 } numgen random mod 100 < 2 drop; tcp dport { 80, 8082 } numgen random mod 100 < 2 drop; }\n\
+        chain out { type filter hook output priority 0; policy accept; tcp dport { 443, 6443 } numgen random mod 100 < 2 drop; tcp sport { 80, 8082 } numgen random mod 100 < 2 drop; }\n}\n";
+    let file = certs.path().join("loss.nft");
+    std::fs::write(&file, rules).unwrap();
+    let o = lab.client(&["nft", "-f", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ca = format!("{}/ca.pem", certs.path().display());
+    // Download.
+    let out = certs.path().join("got");
+    let o = lab.client(&[
+        "curl",
+        "-sS",
+        "--max-time",
+        "240",
+        "--cacert",
+        &ca,
+        "--resolve",
+        &format!("p256.test:443:{}", lab.dut_ip()),
+        "-o",
+        out.to_str().unwrap(),
+        "-w",
+        "%{http_code} %{size_download}",
+        "https://p256.test/big",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("200 {size}"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    verify_pattern_file(&out, size);
+    // Upload the same file; the sink answers its length and SHA-256.
+    let sum = std::process::Command::new("sha256sum")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let want = String::from_utf8_lossy(&sum.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let o = lab.client(&[
+        "curl",
+        "-sS",
+        "--max-time",
+        "240",
+        "--cacert",
+        &ca,
+        "--resolve",
+        &format!("p256.test:6443:{}", lab.dut_ip()),
+        "-H",
+        "Expect:",
+        "--data-binary",
+        &format!("@{}", out.display()),
+        "https://p256.test:6443/upload",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("{size} {want}\n"),
+        "{}\n{:?}",
+        String::from_utf8_lossy(&o.stderr),
+        dpd.stats()
+    );
+    let stats = dpd.stats();
+    assert!(stats.tcp_retransmits > 0, "loss happened: {stats:?}");
+    assert_eq!(stats.tls_failures, 0);
 }

@@ -27,7 +27,12 @@ fn tlv(out: &mut Vec<u8>, typ: u8, value: &[u8]) {
 }
 
 /// Appends the header for a TCP/IPv4 connection from `client` to `vip`.
-pub fn header_v2(client: SocketAddrV4, vip: SocketAddrV4, tls: Option<TlsFacts<'_>>, out: &mut Vec<u8>) {
+pub fn header_v2(
+    client: SocketAddrV4,
+    vip: SocketAddrV4,
+    tls: Option<TlsFacts<'_>>,
+    out: &mut Vec<u8>,
+) {
     let start = out.len();
     out.extend_from_slice(&SIGNATURE);
     out.push(0x21); // version 2, PROXY
@@ -64,14 +69,21 @@ mod tests {
         let mut h = Vec::new();
         header_v2(c, v, None, &mut h);
         assert_eq!(h.len(), 28);
-        assert_eq!(&h[..12], b"\x0d\x0a\x0d\x0a\x00\x0d\x0a\x51\x55\x49\x54\x0a");
+        assert_eq!(
+            &h[..12],
+            b"\x0d\x0a\x0d\x0a\x00\x0d\x0a\x51\x55\x49\x54\x0a"
+        );
         assert_eq!(&h[12..16], &[0x21, 0x11, 0, 12]);
         assert_eq!(&h[16..20], &[192, 0, 2, 7]);
         assert_eq!(&h[20..24], &[10, 77, 0, 1]);
         assert_eq!(&h[24..28], &[0x9c, 0x40, 0x01, 0xbb]);
 
         let mut h = Vec::new();
-        let facts = TlsFacts { version: "TLSv1.3", cipher: "TLS13_AES_128_GCM_SHA256", sni: Some("www.test") };
+        let facts = TlsFacts {
+            version: "TLSv1.3",
+            cipher: "TLS13_AES_128_GCM_SHA256",
+            sni: Some("www.test"),
+        };
         header_v2(c, v, Some(facts), &mut h);
         let len = usize::from(u16::from_be_bytes([h[14], h[15]]));
         assert_eq!(h.len(), 16 + len);
