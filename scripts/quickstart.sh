@@ -3,8 +3,11 @@
 # veth link), starts dpd on the DUT side through DPDK's AF_PACKET device,
 # pings and ARPs it from the client namespace, downloads from its built-in
 # HTTP responder over dpd's own TCP stack with curl, then over HTTPS (dpd
-# terminates TLS with a throwaway certificate made here), shows dpd's
-# counters with dpctl, then stops dpd and tears the lab down. Run as root.
+# terminates TLS with a throwaway certificate made here), then SSL offload:
+# HTTPS to a VIP whose cleartext dpd forwards to a pool of three nginx
+# backends ("You are viewing rip-test-N"), health-checked; a short dpbench
+# run prints CPS and throughput through it; dpd's counters with dpctl; then
+# it stops dpd and tears the lab down. Run as root.
 #
 #   QUICKSTART_DRIVER=net_af_xdp scripts/quickstart.sh   use AF_XDP instead
 set -euo pipefail
@@ -21,10 +24,12 @@ DRIVER=${QUICKSTART_DRIVER:-net_af_packet}
 WORK=$(mktemp -d /tmp/tlsdp-quickstart.XXXXXX)
 SOCK=$WORK/control.sock
 DPD_PID=
+BACKEND_PID=
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 cleanup() {
+    if [ -n "$BACKEND_PID" ]; then kill "$BACKEND_PID" 2>/dev/null || true; fi
     if [ -n "$DPD_PID" ] && kill -0 "$DPD_PID" 2>/dev/null; then
         kill -TERM "$DPD_PID" 2>/dev/null || true
         for _ in $(seq 50); do kill -0 "$DPD_PID" 2>/dev/null || break; sleep 0.1; done
@@ -38,9 +43,10 @@ step "setup (packages, hugepages)"
 scripts/setup.sh
 
 step "build"
-cargo build --release -p dataplane -p control --bins
+cargo build --release -p dataplane -p control -p bench --bins
 DPD=target/release/dpd
 DPCTL=target/release/dpctl
+DPBENCH=target/release/dpbench
 
 step "lab: $LAB-cli ($NET.2) <-> $LAB-dut (dpd owns $NET.1)"
 LAB_NET=$NET scripts/lab.sh up "$LAB"
@@ -79,9 +85,39 @@ listen = "$NET.1:443"
 respond = "builtin"
 certs = [{ cert = "$WORK/demo.pem", key = "$WORK/demo.key" }]
 
+# SSL offload: TLS from clients, cleartext to the pool.
+[[vip]]
+name = "offload"
+listen = "$NET.1:8443"
+pool = "web"
+certs = [{ cert = "$WORK/demo.pem", key = "$WORK/demo.key" }]
+
+[[pool]]
+name = "web"
+balance = "weighted_least_conn"
+members = [{ addr = "$NET.11:80", weight = 2 }, { addr = "$NET.12:80" }, { addr = "$NET.13:80" }]
+health = { kind = "http", path = "/", interval_ms = 500, timeout_ms = 300, rise = 2, fall = 2 }
+
 [control]
 socket = "$SOCK"
 TOML
+
+step "three backends (nginx) in the client namespace: $NET.11-13, pages 'You are viewing rip-test-N'"
+for n in 1 2 3; do
+    ip -n "$LAB-cli" addr add "$NET.1$n/24" dev veth-cli
+    mkdir -p "$WORK/www$n" && printf 'You are viewing rip-test-%s\n' "$n" > "$WORK/www$n/index.html"
+    head -c 1048576 /dev/zero > "$WORK/www$n/1m"
+    printf '%s\n' "$(head -c 1000 /dev/zero | tr '\0' x)" > "$WORK/www$n/1k"
+done
+cat > "$WORK/backend.conf" <<EOC
+daemon off; master_process off; worker_processes 1; pid $WORK/backend.pid; error_log $WORK/backend.err;
+events { worker_connections 4096; }
+http { access_log off; default_type text/plain; client_body_temp_path $WORK/b; proxy_temp_path $WORK/p;
+  fastcgi_temp_path $WORK/f; uwsgi_temp_path $WORK/u; scgi_temp_path $WORK/s; keepalive_requests 100000;
+  server { listen $NET.11:80; root $WORK/www1; } server { listen $NET.12:80; root $WORK/www2; } server { listen $NET.13:80; root $WORK/www3; } }
+EOC
+ip netns exec "$LAB-cli" nginx -p "$WORK" -c "$WORK/backend.conf" &
+BACKEND_PID=$!
 
 step "start dpd ($DRIVER)"
 ip netns exec "$LAB-dut" "$DPD" --config "$WORK/dpd.toml" >"$WORK/dpd.log" 2>&1 &
@@ -114,6 +150,21 @@ ip netns exec "$LAB-cli" curl -sS --max-time 10 --cacert "$WORK/ca.pem" --resolv
 ip netns exec "$LAB-cli" curl -sS --max-time 60 --cacert "$WORK/ca.pem" --resolve "demo.tlsdp:443:$NET.1" -o /dev/null \
     -w 'GET https://demo.tlsdp/bytes/100000000: HTTP %{http_code}, %{size_download} bytes in %{time_total} s\n' \
     "https://demo.tlsdp/bytes/100000000"
+
+step "SSL offload: HTTPS to $NET.1:8443, cleartext to the pool (weights 2:1:1)"
+sleep 1.5   # two health checks
+for _ in $(seq 8); do
+    ip netns exec "$LAB-cli" curl -sS --max-time 10 --cacert "$WORK/ca.pem" --resolve "demo.tlsdp:8443:$NET.1" \
+        "https://demo.tlsdp:8443/"
+done
+
+step "dpbench through the pool: new TLS connections/s (1 KB) and 1 MB keep-alive throughput, 3 s each"
+for t in cps throughput; do
+    path=/1k; size=1001; [ "$t" = throughput ] && { path=/1m; size=1048576; }
+    ip netns exec "$LAB-cli" "$DPBENCH" test "$t" --target "name=dpd,host=$NET.1,p256=8443" --key p256 \
+        --dangerous-no-verify --path "$path" --size "$size" --repeat 1 --ramp-up 0 --sustain 3 --ramp-down 0 \
+        --ceiling-ms 0 --out "$WORK/bench-$t" 2>/dev/null | grep -E '^(best|negotiated)' || true
+done
 
 step "dpd's counters"
 sleep 0.1

@@ -770,10 +770,19 @@ impl<P: Port> Engine<P> {
                 }
             }
             Side::Client => {
-                if let Some(b) = other {
-                    if reason != CloseReason::Normal || !link.connected {
-                        self.tcp.abort(b);
-                    }
+                let Some(b) = other else { return };
+                let backend_done = self
+                    .tcp
+                    .app(b)
+                    .and_then(|a| a.proxy.as_deref())
+                    .is_some_and(|l| l.fin_passed);
+                if link.fin_passed && backend_done {
+                    // Both directions finished: the backend connection is
+                    // closing (or in TIME-WAIT) on its own.
+                } else if reason != CloseReason::Normal || !link.connected {
+                    self.tcp.abort(b);
+                } else {
+                    self.tcp.close(b);
                 }
             }
         }

@@ -22,6 +22,11 @@
 #   NET.100 (the kernel keeps NET.1 for the other peers), with the built-in
 #   responder on :80 (plain HTTP) and :4461-4463 (TLS, one key type each);
 #   it serves the same /64b ... /2m pages.
+#   peer "dpd-proxy": the same dpd's pool VIPs, :8071 (plain) and :4471-4473
+#   (TLS), forwarding the cleartext to the rip-test pool (weighted least
+#   connections) served by a second backend nginx in the client namespace on
+#   NET.2:8081-8084, pinned to the client core: SSL offload, as the kernel
+#   peers do it (they reach their pool over the DUT's loopback).
 #   DPD_BIN and DPCTL_BIN name the binaries (default target/release/).
 #   scripts/peers/peers.sh targets NAME DIR     print dpbench --target specs
 #
@@ -280,7 +285,18 @@ start() {
             stunnel_conf
             in_ns taskset -c "$dut_core" stunnel4 "$conf/stunnel.conf" 2>>"$log/start.log" || die "stunnel failed (see $log)"
             wait_pid "$run/stunnel.pid" stunnel ;;
-        dpd)
+        dpd|dpd-proxy)
+            if [ "$p" = dpd-proxy ]; then
+                # dpd reaches its pool over the veth: a backend nginx like the
+                # kernel peers' one, in the client namespace on NET.2, pinned to
+                # the client core (it stands for other machines).
+                sed -e "s/127.0.0.1:/$net.2:/" -e "s/ reuseport//" -e "/:8090/d" \
+                    -e "s#$run/backend.pid#$run/backend-cli.pid#" "$conf/backend.conf" > "$conf/backend-cli.conf"
+                ip netns exec "$name-cli" taskset -c "$cli_core" nginx -c "$conf/backend-cli.conf" 2>>"$log/start.log" \
+                    || die "client-side backend nginx failed (see $log)"
+                wait_pid "$run/backend-cli.pid" backend-cli
+            fi
+            [ -s "$run/dpd.pid" ] && continue
             [ -x "$dpd_bin" ] || die "dpd not built ($dpd_bin): cargo build --release -p dataplane -p control"
             cat > "$conf/dpd.toml" <<EOT
 # tlsdp on the bench lab: the DUT core, AF_PACKET on veth-dut beside the
@@ -318,6 +334,36 @@ listen = "$dpd_ip:4463"
 respond = "builtin"
 certs = [{ cert = "$dir/p384.crt", key = "$dir/p384.key" }]
 
+# Peer "dpd-proxy": the same TLS termination with the cleartext forwarded to
+# the rip-test pool (SSL offload, as the kernel peers do), on 4471-4473/8071.
+[[pool]]
+name = "rip"
+balance = "weighted_least_conn"
+members = [{ addr = "$net.2:8081" }, { addr = "$net.2:8082" }, { addr = "$net.2:8083" }, { addr = "$net.2:8084" }]
+
+[[vip]]
+name = "proxy-http"
+listen = "$dpd_ip:8071"
+pool = "rip"
+
+[[vip]]
+name = "proxy-rsa2048"
+listen = "$dpd_ip:4471"
+pool = "rip"
+certs = [{ cert = "$dir/rsa2048.crt", key = "$dir/rsa2048.key" }]
+
+[[vip]]
+name = "proxy-p256"
+listen = "$dpd_ip:4472"
+pool = "rip"
+certs = [{ cert = "$dir/p256.crt", key = "$dir/p256.key" }]
+
+[[vip]]
+name = "proxy-p384"
+listen = "$dpd_ip:4473"
+pool = "rip"
+certs = [{ cert = "$dir/p384.crt", key = "$dir/p384.key" }]
+
 [tcp]
 max_connections = 1000000
 max_half_open = 65536
@@ -338,7 +384,7 @@ EOT
 }
 
 stop() {
-    for f in dpd stunnel haproxy-clear haproxy nginx backend; do
+    for f in dpd stunnel haproxy-clear haproxy nginx backend backend-cli; do
         stop_pidfile "$run/$f.pid"
     done
     echo "peers down"
@@ -352,6 +398,7 @@ targets() {
         stunnel) echo "name=stunnel,host=$vip,rsa2048=4451,p256=4452,p384=4453,http=8003,pidfile=$run/stunnel.pid+$run/haproxy-clear.pid,core=$dut_core" ;;
         backend) echo "name=backend,host=$vip,http=8090,pidfile=$run/backend.pid,core=$cli_core" ;;
         dpd) echo "name=dpd,host=$dpd_ip,rsa2048=4461,p256=4462,p384=4463,http=80,core=$dut_core,busy=cmd:$dpctl_bin --socket $run/dpd.sock stats --busy-seconds" ;;
+        dpd-proxy) echo "name=dpd-proxy,host=$dpd_ip,rsa2048=4471,p256=4472,p384=4473,http=8071,core=$dut_core,busy=cmd:$dpctl_bin --socket $run/dpd.sock stats --busy-seconds" ;;
         esac
     done
 }

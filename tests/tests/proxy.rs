@@ -126,11 +126,12 @@ fn config(lab: &Lab, socket: &Path, certs: &Path, balance: &str, weights: [u32; 
     )
 }
 
-/// `n` requests to `url` (one connection each); the backends named in the
-/// answers, counted as [rip-test-1, -2, -3], and the failures.
+/// `n` requests to `url` (one connection each, `Connection: close`: the
+/// backend closes first, as in the TPS benchmark); the backends named in
+/// the answers, counted as [rip-test-1, -2, -3], and the failures.
 fn spread(lab: &Lab, certs: &Path, url: &str, n: usize) -> ([usize; 3], usize) {
     let cmd = format!(
-        "for i in $(seq {n}); do curl -s --max-time 10 --cacert {}/ca.pem --resolve p256.test:443:{ip} --resolve p256.test:8443:{ip} --resolve p256.test:9443:{ip} {url} || echo FAILED; done",
+        "for i in $(seq {n}); do curl -s --max-time 10 -H 'Connection: close' --cacert {}/ca.pem --resolve p256.test:443:{ip} --resolve p256.test:8443:{ip} --resolve p256.test:9443:{ip} {url} || echo FAILED; done",
         certs.display(),
         ip = lab.dut_ip()
     );
@@ -151,6 +152,7 @@ fn requests_are_shared_by_weight_over_tls_and_plain_tcp() {
     let _backends = Backends::start(&lab, certs.path(), 1);
     let dpd = Dpd::start(&lab, |s| {
         config(&lab, s, certs.path(), "weighted_round_robin", [2, 1, 1])
+            + "[tcp]\ntime_wait_s = 1\n"
     });
     let (tls, failed) = spread(&lab, certs.path(), "https://p256.test/", 40);
     assert_eq!((tls, failed), ([20, 10, 10], 0), "{}", dpd.log_text());
@@ -163,6 +165,16 @@ fn requests_are_shared_by_weight_over_tls_and_plain_tcp() {
     assert_eq!(stats.proxy_backend_connects, 60, "{stats:?}");
     assert_eq!(stats.proxy_backend_failures, 0);
     assert_eq!(stats.tls_handshakes, 40);
+    // Every connection of both sides ends once the clients are done: with a
+    // 1 s TIME-WAIT nothing is left after a few seconds. (A backend left in
+    // CLOSE-WAIT would hold its 4-tuple until the idle timeout, and the
+    // source ports would run out under load.)
+    let stats = dpd.stats_when(std::time::Duration::from_secs(6), |s| s.tcp_active == 0);
+    assert_eq!(stats.tcp_active, 0, "{stats:?}");
+    assert_eq!(
+        stats.tcp_resets_sent, 0,
+        "no reset to backends that closed cleanly: {stats:?}"
+    );
 }
 
 #[test]

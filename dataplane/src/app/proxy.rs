@@ -103,11 +103,15 @@ fn pass_fin(tcp: &mut TcpEngine<ConnApp>, from: ConnId, to: ConnId) {
 /// backend, backend bytes sealed into records to the client (through
 /// `scratch`, one record at a time), FINs passed on (close_notify and FIN
 /// towards the client).
+///
+/// `can_send`: records may still go to the client (not after our
+/// close_notify).
 pub fn pump_tls(
     tcp: &mut TcpEngine<ConnApp>,
     client: ConnId,
     tls: &mut TlsConn,
     scratch: &mut [u8],
+    can_send: bool,
 ) {
     let Some(backend) = peer(tcp, client) else {
         return;
@@ -125,6 +129,9 @@ pub fn pump_tls(
     }
     if tls.plain_in.is_empty() {
         pass_fin(tcp, client, backend);
+    }
+    if !can_send {
+        return;
     }
     // Backend → client, a record at a time while there is room.
     loop {

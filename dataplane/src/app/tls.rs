@@ -321,9 +321,12 @@ pub fn drive(
                     l.fin_received = true;
                 }
             }
-            if !tls.session.is_handshaking() && !tls.close_sent && !tls.failed {
+            // After our close_notify the client may still send (TLS
+            // half-close): its bytes and its FIN still go on.
+            if !tls.session.is_handshaking() && !tls.failed {
                 let before = tcp.send_space(id);
-                super::proxy::pump_tls(tcp, id, &mut tls, scratch);
+                let can_send = !tls.close_sent;
+                super::proxy::pump_tls(tcp, id, &mut tls, scratch, can_send);
                 progressed |= tcp.send_space(id) != before;
             }
         }
