@@ -151,7 +151,7 @@ ip netns exec "$LAB-cli" curl -sS --max-time 60 --cacert "$WORK/ca.pem" --resolv
     -w 'GET https://demo.tlsdp/bytes/100000000: HTTP %{http_code}, %{size_download} bytes in %{time_total} s\n' \
     "https://demo.tlsdp/bytes/100000000"
 
-step "SSL offload: HTTPS to $NET.1:8443, cleartext to the pool (weights 2:1:1)"
+step "SSL offload: HTTPS to $NET.1:8443, cleartext to the pool (weighted least connections; one request at a time, so each member in turn)"
 sleep 1.5   # two health checks
 for _ in $(seq 8); do
     ip netns exec "$LAB-cli" curl -sS --max-time 10 --cacert "$WORK/ca.pem" --resolve "demo.tlsdp:8443:$NET.1" \

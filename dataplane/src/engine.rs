@@ -579,19 +579,30 @@ impl<P: Port> Engine<P> {
 
     /// Opens a connection to `addr` from the address of the port that
     /// reaches it and a free source port (4-tuples in use are skipped).
+    ///
+    /// With RSS over several queues, only source ports whose replies hash
+    /// (software Toeplitz, the NIC's key and table) to this engine's queue
+    /// are used; without, any.
     fn open_to(&mut self, now: Instant, addr: SocketAddrV4) -> Option<(ConnId, FlowKey)> {
-        let src = self
+        let (src, steering) = self
             .ports
             .iter()
             .find(|ep| ep.iface.next_hop(*addr.ip()).is_some())
-            .map(|ep| ep.iface.config().addr)?;
-        for _ in 0..64 {
+            .map(|ep| (ep.iface.config().addr, ep.port.rss_steering()))?;
+        let tries = 64 * steering.map_or(1, |s| usize::from(s.queues));
+        for _ in 0..tries {
             let port = self.next_port;
             self.next_port = if port + 1 >= EPHEMERAL.end {
                 EPHEMERAL.start
             } else {
                 port + 1
             };
+            if let Some(s) = steering {
+                let h = crate::net::toeplitz::tcp4(s.key, *addr.ip(), src, addr.port(), port);
+                if s.queue_of(h) != s.queue {
+                    continue; // the replies would reach another engine
+                }
+            }
             let key = FlowKey {
                 local: src,
                 local_port: port,

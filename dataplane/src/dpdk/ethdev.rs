@@ -283,6 +283,7 @@ impl EthPort {
             mempool: self.mempool,
             mac: self.mac,
             offloads: self.offloads,
+            rss_spread: (self.rss && self.queues > 1).then_some((self.queues, self.info.reta_size)),
         }
     }
 }
@@ -308,12 +309,25 @@ pub struct EthQueue {
     mempool: Mempool,
     mac: [u8; 6],
     offloads: Offloads,
+    /// With RSS over several queues: the queue count and RETA size.
+    rss_spread: Option<(u16, u16)>,
 }
 
 /// Most mbufs moved by one burst call.
 pub const MAX_BURST: usize = 64;
 
 impl EthQueue {
+    /// This queue's index on its port.
+    pub fn queue_id(&self) -> QueueId {
+        self.queue
+    }
+
+    /// With RSS over several queues (the symmetric key, the default
+    /// redirection table): the queue count and RETA size.
+    pub fn rss_spread(&self) -> Option<(u16, u16)> {
+        self.rss_spread
+    }
+
     pub fn mac(&self) -> [u8; 6] {
         self.mac
     }

@@ -6,6 +6,7 @@
 pub mod arp;
 pub mod checksum;
 mod iface;
+pub mod toeplitz;
 
 pub use arp::{ArpCache, ArpLookup};
 pub use iface::{set_destination, Interface, InterfaceConfig, Verdict};

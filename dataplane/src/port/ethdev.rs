@@ -47,6 +47,16 @@ impl Port for EthQueue {
         self.mempool().alloc()
     }
 
+    fn rss_steering(&self) -> Option<crate::net::toeplitz::RssSteering> {
+        let (queues, reta_size) = self.rss_spread()?;
+        Some(crate::net::toeplitz::RssSteering {
+            key: &crate::dpdk::SYMMETRIC_RSS_KEY,
+            queues,
+            reta_size,
+            queue: self.queue_id().0,
+        })
+    }
+
     fn checksum_offload(&self) -> ChecksumOffload {
         let o = self.offloads();
         ChecksumOffload {

@@ -160,6 +160,10 @@ impl<P: Port> Port for Impaired<P> {
     fn checksum_offload(&self) -> ChecksumOffload {
         self.inner.checksum_offload()
     }
+
+    fn rss_steering(&self) -> Option<crate::net::toeplitz::RssSteering> {
+        self.inner.rss_steering()
+    }
 }
 
 /// Inserts a frame in release-time order (after frames due at the same time).

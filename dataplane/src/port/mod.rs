@@ -68,4 +68,10 @@ pub trait Port {
     fn checksum_offload(&self) -> ChecksumOffload {
         ChecksumOffload::default()
     }
+
+    /// How the port's RSS spreads received flows, when it has several
+    /// queues with RSS (`None`: every flow comes to this queue).
+    fn rss_steering(&self) -> Option<crate::net::toeplitz::RssSteering> {
+        None
+    }
 }

@@ -146,6 +146,10 @@ impl<P: Port> Port for PcapTap<P> {
     fn checksum_offload(&self) -> ChecksumOffload {
         self.inner.checksum_offload()
     }
+
+    fn rss_steering(&self) -> Option<crate::net::toeplitz::RssSteering> {
+        self.inner.rss_steering()
+    }
 }
 
 #[cfg(test)]
