@@ -114,6 +114,14 @@ pub struct Pool {
     /// (client address; TLS version, cipher and SNI for TLS VIPs).
     #[serde(default)]
     pub proxy_protocol: bool,
+    /// A backend connection not established after this long is given up
+    /// and the next member tried (1 to 60000; default 3000).
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_ms: u32,
+}
+
+fn default_connect_timeout() -> u32 {
+    3000
 }
 
 /// `health = { kind = "http", path = "/", expect = 200, interval_ms = 1000,
@@ -652,6 +660,13 @@ impl Config {
                     "a pool has 1 to 64 members",
                 ));
             }
+            if !(1..=60_000).contains(&pool.connect_timeout_ms) {
+                return Err(ConfigError::new(
+                    at("connect_timeout_ms"),
+                    pool.connect_timeout_ms,
+                    "must be 1 to 60000",
+                ));
+            }
             if let Some(h) = &pool.health {
                 if !(10..=3_600_000).contains(&h.interval_ms) {
                     return Err(ConfigError::new(
@@ -1097,6 +1112,8 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("icmp"));
+        let e = bad("balance = \"weighted_least_conn\"", "connect_timeout_ms = 0");
+        assert_eq!(e.field, "pool[0].connect_timeout_ms", "{e}");
         // A member off every subnet, with no gateway to reach it.
         let no_gw = GOOD.replace("gateway = \"10.77.0.254\"", "");
         let e = err_of(&format!(

@@ -580,6 +580,7 @@ fn engine_pool(p: &control::config::Pool) -> dataplane_pool::Pool {
         .as_ref()
         .map(crate::app::health::HealthCheck::from_config);
     pool.proxy_protocol = p.proxy_protocol;
+    pool.connect_timeout = std::time::Duration::from_millis(u64::from(p.connect_timeout_ms));
     pool
 }
 

@@ -129,6 +129,8 @@ pub struct Engine<P: Port> {
     next_port: u16,
     /// Backend bytes on their way into a TLS record.
     proxy_scratch: Vec<u8>,
+    /// Backend connects in progress and when each is given up.
+    connecting: Vec<(ConnId, FlowKey, Instant)>,
     events: Vec<Event>,
     /// TLS connections whose handshake input waits for the next iteration
     /// (and the list being worked through).
@@ -156,6 +158,7 @@ impl<P: Port> Engine<P> {
             pools: Vec::new(),
             next_port: EPHEMERAL.start,
             proxy_scratch: vec![0; crypto::record::MAX_PLAINTEXT],
+            connecting: Vec::with_capacity(256),
             events: Vec::with_capacity(256),
             deferred: Vec::with_capacity(256),
             deferred_scratch: Vec::with_capacity(256),
@@ -271,6 +274,7 @@ impl<P: Port> Engine<P> {
                 ep.iface.on_timer(now);
             }
             self.run_health(now);
+            self.expire_connects(now);
             self.publish();
         }
         for ep in &mut self.ports {
@@ -531,6 +535,8 @@ impl<P: Port> Engine<P> {
         };
         self.counters.proxy_backend_connects += 1;
         self.pools[p].members[m].active += 1;
+        self.connecting
+            .push((b, bkey, now + self.pools[p].connect_timeout));
         let mut blink = ProxyLink::new(Side::Backend, p as u16);
         blink.member = Some(m as u16);
         blink.peer = Some((client, ckey));
@@ -614,6 +620,31 @@ impl<P: Port> Engine<P> {
             }
         }
         None
+    }
+
+    /// Gives up backend connects past their pool's timeout: the connection
+    /// is dropped and its client tries the next member (see
+    /// [`Engine::proxy_closed`]). Established ones leave the list.
+    fn expire_connects(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.connecting.len() {
+            let (id, key, deadline) = self.connecting[i];
+            let live = self.tcp.key(id) == Some(key);
+            let established = live
+                && self
+                    .tcp
+                    .app(id)
+                    .and_then(|a| a.proxy.as_deref())
+                    .is_some_and(|l| l.connected);
+            if !live || established {
+                self.connecting.swap_remove(i);
+            } else if now >= deadline {
+                self.connecting.swap_remove(i);
+                self.tcp.abort(id);
+            } else {
+                i += 1;
+            }
+        }
     }
 
     /// Starts due health checks and fails those past their timeout.

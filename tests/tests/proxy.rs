@@ -510,3 +510,49 @@ fn a_100_mb_upload_and_download_through_the_proxy_with_2_percent_drops_both_side
     assert!(stats.tcp_retransmits > 0, "loss happened: {stats:?}");
     assert_eq!(stats.tls_failures, 0);
 }
+
+#[test]
+fn a_backend_lost_mid_run_leaves_no_client_hanging() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up("pk");
+    let _backends = Backends::start(&lab, certs.path(), 1);
+    let dpd = Dpd::start(&lab, |s| {
+        config(&lab, s, certs.path(), "round_robin", [1, 1, 1]).replace(
+            "[[pool]]\nname = \"half\"",
+            "connect_timeout_ms = 500\nhealth = { kind = \"tcp\", interval_ms = 100, timeout_ms = 80, rise = 2, fall = 2 }\n[[pool]]\nname = \"half\"",
+        )
+    });
+    // rip-test-3 answers 503 on /health, but these checks are TCP ones:
+    // all three are up.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let start = std::time::Instant::now();
+    std::thread::scope(|scope| {
+        let run = scope.spawn(|| spread(&lab, certs.path(), "https://p256.test/", 60));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        // rip-test-2 vanishes from the network while requests go on.
+        let del = lab.client(&[
+            "ip",
+            "addr",
+            "del",
+            &format!("{}.12/24", lab.net),
+            "dev",
+            "veth-cli",
+        ]);
+        assert!(del.status.success());
+        let (got, failed) = run.join().unwrap();
+        assert_eq!(failed, 0, "{got:?}\n{}", dpd.log_text());
+        assert_eq!(got.iter().sum::<usize>(), 60, "{got:?}");
+    });
+    // Each request waited at most a connect timeout (0.5 s) for the lost
+    // member before the next one took it.
+    assert!(start.elapsed().as_secs() < 30, "took {:?}", start.elapsed());
+    let s = dpd.stats_when(std::time::Duration::from_secs(5), |s| s.health_changes >= 1);
+    assert_eq!(s.health_changes, 1, "marked down: {s:?}");
+    let (got, failed) = spread(&lab, certs.path(), "https://p256.test/", 10);
+    assert_eq!(
+        (got[1], failed),
+        (0, 0),
+        "new connections avoid it: {got:?}"
+    );
+}

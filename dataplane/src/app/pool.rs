@@ -48,6 +48,8 @@ pub struct Pool {
     pub check: Option<super::health::HealthCheck>,
     /// Backend connections start with a PROXY protocol v2 header.
     pub proxy_protocol: bool,
+    /// How long a backend connect may take before the next member is tried.
+    pub connect_timeout: std::time::Duration,
     cursor: usize,
 }
 
@@ -62,6 +64,7 @@ impl Pool {
             members,
             check: None,
             proxy_protocol: false,
+            connect_timeout: std::time::Duration::from_secs(3),
             cursor: 0,
         }
     }
