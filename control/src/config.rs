@@ -1112,7 +1112,10 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("icmp"));
-        let e = bad("balance = \"weighted_least_conn\"", "connect_timeout_ms = 0");
+        let e = bad(
+            "balance = \"weighted_least_conn\"",
+            "connect_timeout_ms = 0",
+        );
         assert_eq!(e.field, "pool[0].connect_timeout_ms", "{e}");
         // A member off every subnet, with no gateway to reach it.
         let no_gw = GOOD.replace("gateway = \"10.77.0.254\"", "");
