@@ -5,50 +5,12 @@
 //!
 //!   cargo bench -p crypto --bench tls [-- SECONDS]
 
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crypto::certs::{Cert, CertStore};
+use crypto::certs::CertStore;
 use crypto::client::{LoadClientConfig, LoadClientSession};
 use crypto::session::{ServerSession, TlsConfig};
-
-fn make_cert(dir: &Path, name: &str, key: &[&str]) -> Cert {
-    let (crt, k) = (
-        dir.join(format!("{name}.pem")),
-        dir.join(format!("{name}.key")),
-    );
-    let mut args = vec![
-        "req",
-        "-x509",
-        "-nodes",
-        "-days",
-        "30",
-        "-subj",
-        "/CN=tlsdp.test",
-    ];
-    args.extend_from_slice(key);
-    args.extend_from_slice(&[
-        "-keyout",
-        k.to_str().unwrap(),
-        "-out",
-        crt.to_str().unwrap(),
-    ]);
-    let out = Command::new("openssl")
-        .args(&args)
-        .output()
-        .expect("openssl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    Cert::load(&crt, &k, now).unwrap()
-}
+use crypto::testcert::{self_signed, P256, P384, RSA2048};
 
 /// Feeds all of `tls` to the client.
 fn to_client(c: &mut LoadClientSession, tls: &[u8]) {
@@ -96,20 +58,14 @@ fn main() {
         .unwrap_or(2.0);
     let dir = tempfile::tempdir().unwrap();
     let keys: [(&str, &[&str]); 3] = [
-        ("RSA-2048", &["-newkey", "rsa:2048"]),
-        (
-            "ECDSA-P256",
-            &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
-        ),
-        (
-            "ECDSA-P384",
-            &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"],
-        ),
+        ("RSA-2048", RSA2048),
+        ("ECDSA-P256", P256),
+        ("ECDSA-P384", P384),
     ];
     println!("crypto::session alone, one core; server time measured apart from the client's\n");
     for (name, args) in keys {
         let mut store = CertStore::new();
-        store.add(make_cert(dir.path(), name, args));
+        store.add(self_signed(dir.path(), name, args, "tlsdp.test"));
         let cfg = TlsConfig::new(store).unwrap();
         for tls13 in [true, false] {
             let client = LoadClientConfig::new(tls13, !name.starts_with("RSA"));
@@ -126,7 +82,7 @@ fn main() {
 
     // The record layer: seal 16 KiB records in place.
     let mut store = CertStore::new();
-    store.add(make_cert(dir.path(), "p256", keys[1].1));
+    store.add(self_signed(dir.path(), "p256", P256, "tlsdp.test"));
     let cfg = TlsConfig::new(store).unwrap();
     for tls13 in [true, false] {
         let client = LoadClientConfig::new(tls13, true);

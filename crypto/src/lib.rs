@@ -16,6 +16,8 @@ pub mod client;
 pub mod policy;
 pub mod record;
 pub mod session;
+#[doc(hidden)]
+pub mod testcert;
 #[cfg(test)]
 mod testutil;
 pub mod tickets;

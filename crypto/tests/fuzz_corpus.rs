@@ -4,10 +4,9 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
-use crypto::certs::{Cert, CertStore};
+use crypto::certs::CertStore;
 use crypto::session::{fuzz_established_input, fuzz_server_input, ServerSession, TlsConfig};
 
 fn corpus_dir() -> PathBuf {
@@ -21,46 +20,15 @@ fn corpus(target: &str) -> PathBuf {
 }
 
 /// A TLS configuration with a fresh P-256 certificate (openssl), for the
-/// names `fuzz.test`.
+/// name `fuzz.test`.
 pub fn config(dir: &Path) -> TlsConfig {
-    let (cert, key) = (dir.join("c.pem"), dir.join("k.pem"));
-    let out = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-nodes",
-            "-days",
-            "30",
-            "-subj",
-            "/CN=fuzz.test",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-        ])
-        .args([
-            "-addext",
-            "subjectAltName=DNS:fuzz.test",
-            "-addext",
-            "basicConstraints=critical,CA:FALSE",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
     let mut store = CertStore::new();
-    store.add(Cert::load(&cert, &key, now).unwrap());
+    store.add(crypto::testcert::self_signed(
+        dir,
+        "c",
+        crypto::testcert::P256,
+        "fuzz.test",
+    ));
     TlsConfig::new(store).unwrap()
 }
 

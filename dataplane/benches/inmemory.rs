@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use crypto::client::LoadClientConfig;
 use crypto::session::TlsConfig;
+use crypto::testcert::{self_signed, P256, RSA2048};
 use dataplane::engine::{Engine, EngineConfig};
 use dataplane::loadgen::{LoadConfig, LoadGen};
 use dataplane::net::InterfaceConfig;
@@ -33,50 +34,12 @@ struct Result {
     wall_s: f64,
 }
 
-/// A self-signed certificate for `tlsdp.test`, made with openssl.
-fn make_cert(dir: &std::path::Path, name: &str, key: &[&str]) -> crypto::certs::Cert {
-    let (crt, k) = (
-        dir.join(format!("{name}.pem")),
-        dir.join(format!("{name}.key")),
-    );
-    let mut args = vec![
-        "req",
-        "-x509",
-        "-nodes",
-        "-days",
-        "30",
-        "-subj",
-        "/CN=tlsdp.test",
-    ];
-    args.extend_from_slice(key);
-    args.extend_from_slice(&[
-        "-keyout",
-        k.to_str().unwrap(),
-        "-out",
-        crt.to_str().unwrap(),
-    ]);
-    let out = std::process::Command::new("openssl")
-        .args(&args)
-        .output()
-        .expect("openssl");
-    assert!(out.status.success());
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    crypto::certs::Cert::load(&crt, &k, now).unwrap()
-}
-
 /// RSA-2048 and ECDSA P-256 certificates, default policy.
 fn tls_config() -> TlsConfig {
     let dir = tempfile::tempdir().unwrap();
     let mut store = crypto::certs::CertStore::new();
-    store.add(make_cert(dir.path(), "rsa", &["-newkey", "rsa:2048"]));
-    store.add(make_cert(
-        dir.path(),
-        "ec",
-        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
-    ));
+    store.add(self_signed(dir.path(), "rsa", RSA2048, "tlsdp.test"));
+    store.add(self_signed(dir.path(), "ec", P256, "tlsdp.test"));
     TlsConfig::new(store).unwrap()
 }
 

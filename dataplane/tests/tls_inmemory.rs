@@ -4,15 +4,14 @@
 //! connections holding no buffers.
 
 use std::net::Ipv4Addr;
-use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crypto::certs::{Cert, CertStore};
+use crypto::certs::CertStore;
 use crypto::client::LoadClientConfig;
 use crypto::policy::TlsPolicy;
 use crypto::session::TlsConfig;
+use crypto::testcert::{self_signed, P256, RSA2048};
 use dataplane::engine::{Engine, EngineConfig};
 use dataplane::loadgen::{LoadConfig, LoadGen};
 use dataplane::net::InterfaceConfig;
@@ -37,55 +36,12 @@ fn iface(addr: Ipv4Addr) -> InterfaceConfig {
     }
 }
 
-/// A self-signed certificate for `tlsdp.test` made with openssl.
-fn make_cert(dir: &Path, name: &str, key: &[&str]) -> Cert {
-    let (crt, k) = (
-        dir.join(format!("{name}.pem")),
-        dir.join(format!("{name}.key")),
-    );
-    let mut args = vec![
-        "req",
-        "-x509",
-        "-nodes",
-        "-days",
-        "30",
-        "-subj",
-        "/CN=tlsdp.test",
-    ];
-    args.extend_from_slice(key);
-    args.extend_from_slice(&[
-        "-keyout",
-        k.to_str().unwrap(),
-        "-out",
-        crt.to_str().unwrap(),
-    ]);
-    args.extend_from_slice(&["-addext", "subjectAltName=DNS:tlsdp.test"]);
-    let out = Command::new("openssl")
-        .args(&args)
-        .output()
-        .expect("openssl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    Cert::load(&crt, &k, now).unwrap()
-}
-
 /// A TLS configuration with an RSA-2048 and a P-256 certificate.
 fn tls_config() -> TlsConfig {
     let dir = tempfile::tempdir().unwrap();
     let mut store = CertStore::new();
-    store.add(make_cert(dir.path(), "rsa", &["-newkey", "rsa:2048"]));
-    store.add(make_cert(
-        dir.path(),
-        "ec",
-        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
-    ));
+    store.add(self_signed(dir.path(), "rsa", RSA2048, "tlsdp.test"));
+    store.add(self_signed(dir.path(), "ec", P256, "tlsdp.test"));
     TlsConfig::with_policy(store, &TlsPolicy::default()).unwrap()
 }
 
