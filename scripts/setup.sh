@@ -20,7 +20,7 @@ PACKAGES=(
     iproute2 iputils-ping iputils-arping ethtool nftables tcpdump procps psmisc
     # TCP and TLS tests: a SYN flooder, a second TLS client, a TLS scanner
     # (curl, openssl and ab come with dpbench's list below)
-    hping3 gnutls-bin testssl.sh
+    hping3 gnutls-bin testssl.sh python3-prometheus-client
     # dpbench: peer terminators, cleartext backend, cross-check clients, certificates
     nginx haproxy stunnel4 nghttp2-client apache2-utils wrk openssl curl util-linux
 )

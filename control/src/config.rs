@@ -385,13 +385,38 @@ pub struct Control {
     /// Unix socket path, created with mode 0600.
     #[serde(default = "default_socket")]
     pub socket: PathBuf,
+    /// `address:port` of the Prometheus endpoint (`GET /metrics`); `""`
+    /// turns it off. Local by default: expose it further on purpose.
+    #[serde(default = "default_metrics")]
+    pub metrics: String,
+}
+
+fn default_metrics() -> String {
+    "127.0.0.1:9464".into()
 }
 
 impl Default for Control {
     fn default() -> Self {
         Self {
             socket: default_socket(),
+            metrics: default_metrics(),
         }
+    }
+}
+
+impl Control {
+    /// The metrics address, or `None` when turned off.
+    ///
+    /// # Errors
+    /// When `metrics` is not `address:port`.
+    pub fn metrics_addr(&self) -> Result<Option<std::net::SocketAddr>, String> {
+        if self.metrics.is_empty() {
+            return Ok(None);
+        }
+        self.metrics
+            .parse()
+            .map(Some)
+            .map_err(|_| "expected address:port, e.g. 127.0.0.1:9464, or \"\" for none".into())
     }
 }
 
@@ -643,6 +668,9 @@ impl Config {
         }
         let mut vip_names = HashSet::new();
         let mut listens = HashSet::new();
+        self.control
+            .metrics_addr()
+            .map_err(|r| ConfigError::new("control.metrics", &self.control.metrics, r))?;
         let mut pool_names = HashSet::new();
         for (i, pool) in self.pools.iter().enumerate() {
             let at = |f: &str| format!("pool[{i}].{f}");
@@ -1124,6 +1152,21 @@ mod tests {
             text.replace("10.77.0.12:80", "10.99.0.12:80")
         ));
         assert_eq!(e.field, "pool[0].members[0].addr", "{e}");
+    }
+
+    #[test]
+    fn metrics_address_is_checked() {
+        assert_eq!(
+            Config::parse(GOOD).unwrap().control.metrics_addr(),
+            Ok(Some("127.0.0.1:9464".parse().unwrap()))
+        );
+        let off = GOOD.replace("socket = ", "metrics = \"\"\nsocket = ");
+        assert_eq!(
+            Config::parse(&off).unwrap().control.metrics_addr(),
+            Ok(None)
+        );
+        let bad = GOOD.replace("socket = ", "metrics = \"localhost\"\nsocket = ");
+        assert_eq!(err_of(&bad).field, "control.metrics");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! tlsdp's control plane: the configuration model (`dpd.toml`, validated as a
 //! whole) and the control API spoken over `dpd`'s Unix socket, with `dpctl`
-//! as its client.
+//! as its client, and the Prometheus exposition of the counters.
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod config;
+pub mod metrics;

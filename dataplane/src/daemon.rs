@@ -461,6 +461,35 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
         launched.push(handle);
     }
 
+    let metrics_stop = Arc::new(AtomicBool::new(false));
+    let metrics = match cfg.control.metrics_addr() {
+        Ok(Some(addr)) => {
+            let listener = std::net::TcpListener::bind(addr).map_err(|e| {
+                StartError::Control(std::io::Error::new(
+                    e.kind(),
+                    format!("metrics endpoint {addr} ([control] metrics): {e}"),
+                ))
+            });
+            match listener {
+                Ok(l) => {
+                    log::info!("metrics on http://{addr}/metrics");
+                    let shared = shared.clone();
+                    let stop = metrics_stop.clone();
+                    Some(std::thread::spawn(move || {
+                        serve_metrics(&l, &stop, || collect_stats(&shared));
+                    }))
+                }
+                Err(e) => {
+                    engine_stop.store(true, Ordering::Relaxed);
+                    for h in launched {
+                        h.wait();
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        _ => None,
+    };
     let socket = ControlSocket::bind(&cfg.control.socket).map_err(StartError::Control);
     let result = match socket {
         Ok(socket) => {
@@ -507,6 +536,10 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
     };
 
     log::info!("stopping engines");
+    metrics_stop.store(true, Ordering::Relaxed);
+    if let Some(m) = metrics {
+        let _ = m.join();
+    }
     engine_stop.store(true, Ordering::Relaxed);
     for h in launched {
         h.wait();
@@ -602,6 +635,46 @@ fn tls_policy(t: Option<&control::config::TlsSettings>) -> crypto::policy::TlsPo
         };
     }
     p
+}
+
+/// Serves `GET /metrics` (Prometheus text format) on `listener` until
+/// `stop`; one short request at a time (scrapes are seconds apart).
+fn serve_metrics(listener: &std::net::TcpListener, stop: &AtomicBool, stats: impl Fn() -> Stats) {
+    use std::io::{Read, Write};
+    if listener.set_nonblocking(true).is_err() {
+        return;
+    }
+    while !stop.load(Ordering::Relaxed) {
+        let mut conn = match listener.accept() {
+            Ok((c, _)) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                continue;
+            }
+            Err(_) => continue,
+        };
+        let _ = conn.set_nonblocking(false);
+        let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+        let mut head = Vec::with_capacity(1024);
+        let mut buf = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+            match conn.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+        let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
+        let (status, body) = if line.starts_with(b"GET /metrics ") || line == b"GET /metrics" {
+            ("200 OK", control::metrics::render(&stats()))
+        } else {
+            ("404 Not Found", "try GET /metrics\n".to_string())
+        };
+        let _ = write!(
+            conn,
+            "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    }
 }
 
 fn collect_stats(shared: &[(u32, Arc<SharedCounters>)]) -> Stats {

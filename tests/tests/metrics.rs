@@ -1,0 +1,173 @@
+//! The Prometheus endpoint of a running dpd: parsed by the official Python
+//! client's parser, its numbers agree with `dpctl stats`; bad requests get
+//! a 404 and leave it serving.
+
+use std::process::Command;
+use std::time::Duration;
+
+use e2e::{make_certs, Dpd, Lab};
+
+fn in_dut(lab: &Lab, args: &[&str]) -> String {
+    let o = Command::new("ip")
+        .args(["netns", "exec", &format!("{}-dut", lab.name)])
+        .args(args)
+        .output()
+        .expect("ip netns exec");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Samples as `name{labels as sorted JSON}` → value, by prometheus_client.
+fn parse(text: &str) -> serde_json::Value {
+    let script = r#"
+import sys, json
+from prometheus_client.parser import text_string_to_metric_families as families
+out = {}
+for f in families(sys.stdin.read()):
+    for s in f.samples:
+        out[s.name + json.dumps(s.labels, sort_keys=True)] = s.value
+print(json.dumps(out))
+"#;
+    // Debian's python3 with python3-prometheus-client (scripts/setup.sh).
+    let mut child = Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "the parser refused the exposition: {}\n{text}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn metrics_parse_and_agree_with_dpctl() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up("mx");
+    let c = certs.path().display();
+    let dpd = Dpd::start(&lab, |s| {
+        format!(
+            "{}\n[[vip]]\nname = \"tls\"\nlisten = \"{}:443\"\nrespond = \"builtin\"\ncerts = [{{ cert = \"{c}/p256.pem\", key = \"{c}/p256.key\" }}]\n",
+            lab.config_with_vip("net_af_packet", s),
+            lab.dut_ip()
+        )
+    });
+    for _ in 0..3 {
+        let o = lab.client(&[
+            "curl",
+            "-sS",
+            "--max-time",
+            "10",
+            "--cacert",
+            &format!("{c}/ca.pem"),
+            "--resolve",
+            &format!("p256.test:443:{}", lab.dut_ip()),
+            "https://p256.test/bytes/10",
+        ]);
+        assert!(o.status.success());
+    }
+    for _ in 0..2 {
+        let o = lab.client(&[
+            "curl",
+            "-sS",
+            "--max-time",
+            "10",
+            &format!("http://{}/bytes/10", lab.dut_ip()),
+        ]);
+        assert!(o.status.success());
+    }
+    let stats = dpd.stats_when(Duration::from_secs(5), |s| s.http_requests >= 5);
+    let text = in_dut(
+        &lab,
+        &[
+            "curl",
+            "-sS",
+            "--max-time",
+            "5",
+            "http://127.0.0.1:9464/metrics",
+        ],
+    );
+    let m = parse(&text);
+    let core = r#"{"core": "1"}"#;
+    let get = |name: &str, labels: &str| {
+        m[format!("{name}{labels}")]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no {name}{labels} in\n{text}"))
+    };
+    assert_eq!(
+        get("tlsdp_tls_handshakes_total", core),
+        stats.tls_handshakes as f64
+    );
+    assert_eq!(stats.tls_handshakes, 3);
+    assert_eq!(
+        get("tlsdp_http_requests_total", core),
+        stats.http_requests as f64
+    );
+    assert_eq!(
+        get("tlsdp_tcp_accepted_total", core),
+        stats.tcp_accepted as f64
+    );
+    assert_eq!(
+        get(
+            "tlsdp_tls_handshakes_by_version_total",
+            r#"{"core": "1", "version": "TLSv1.3"}"#
+        ),
+        3.0
+    );
+    assert_eq!(
+        get(
+            "tlsdp_tls_handshakes_by_key_type_total",
+            r#"{"core": "1", "key_type": "ECDSA-P256"}"#
+        ),
+        3.0
+    );
+    assert!(get("tlsdp_busy_seconds_total", core) > 0.0);
+    // Anything else: 404, and the endpoint goes on serving.
+    let other = in_dut(
+        &lab,
+        &[
+            "curl",
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "http://127.0.0.1:9464/",
+        ],
+    );
+    assert_eq!(other, "404");
+    in_dut(
+        &lab,
+        &[
+            "bash",
+            "-c",
+            "exec 3<>/dev/tcp/127.0.0.1/9464; printf 'garbage\\r\\n\\r\\n' >&3; cat <&3 >/dev/null",
+        ],
+    );
+    let again = in_dut(
+        &lab,
+        &[
+            "curl",
+            "-sS",
+            "--max-time",
+            "5",
+            "http://127.0.0.1:9464/metrics",
+        ],
+    );
+    assert!(
+        again.contains("tlsdp_tls_handshakes_total{core=\"1\"} 3"),
+        "{again}"
+    );
+}
