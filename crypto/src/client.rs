@@ -47,6 +47,16 @@ impl ServerCertVerifier for NoVerification {
     }
 }
 
+/// A verifier that accepts any certificate and signature offering every
+/// scheme the provider has (fuzzing and tests).
+pub(crate) fn accept_anything() -> Arc<dyn ServerCertVerifier> {
+    Arc::new(NoVerification(
+        rustls::crypto::aws_lc_rs::default_provider()
+            .signature_verification_algorithms
+            .supported_schemes(),
+    ))
+}
+
 /// Client settings for load generation. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct LoadClientConfig(Arc<ClientConfig>);

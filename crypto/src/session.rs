@@ -907,42 +907,6 @@ pub fn fuzz_server_input(config: &TlsConfig, data: &[u8]) {
 /// framing and authentication failures. Must never panic.
 #[allow(deprecated)] // dangerous_extract_secrets: the fuzzer forges client records
 pub fn fuzz_established_input(config: &TlsConfig, data: &[u8]) {
-    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-    #[derive(Debug)]
-    struct Any;
-    impl ServerCertVerifier for Any {
-        fn verify_server_cert(
-            &self,
-            _: &rustls::pki_types::CertificateDer<'_>,
-            _: &[rustls::pki_types::CertificateDer<'_>],
-            _: &rustls::pki_types::ServerName<'_>,
-            _: &[u8],
-            _: rustls::pki_types::UnixTime,
-        ) -> Result<ServerCertVerified, rustls::Error> {
-            Ok(ServerCertVerified::assertion())
-        }
-        fn verify_tls12_signature(
-            &self,
-            _: &[u8],
-            _: &rustls::pki_types::CertificateDer<'_>,
-            _: &rustls::DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            Ok(HandshakeSignatureValid::assertion())
-        }
-        fn verify_tls13_signature(
-            &self,
-            _: &[u8],
-            _: &rustls::pki_types::CertificateDer<'_>,
-            _: &rustls::DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            Ok(HandshakeSignatureValid::assertion())
-        }
-        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-            rustls::crypto::aws_lc_rs::default_provider()
-                .signature_verification_algorithms
-                .supported_schemes()
-        }
-    }
     let [version, chunk, rest @ ..] = data else {
         return;
     };
@@ -957,7 +921,7 @@ pub fn fuzz_established_input(config: &TlsConfig, data: &[u8]) {
     .with_protocol_versions(versions)
     .expect("versions")
     .dangerous()
-    .with_custom_certificate_verifier(std::sync::Arc::new(Any))
+    .with_custom_certificate_verifier(crate::client::accept_anything())
     .with_no_client_auth();
     ccfg.enable_secret_extraction = true;
     let Ok(mut c) = rustls::ClientConnection::new(

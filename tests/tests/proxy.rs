@@ -19,15 +19,7 @@ struct Backends {
 impl Backends {
     fn start(lab: &Lab, dir: &Path, big: u64) -> Self {
         for n in 11..=13 {
-            let o = lab.client(&[
-                "ip",
-                "addr",
-                "add",
-                &format!("{}.{n}/24", lab.net),
-                "dev",
-                "veth-cli",
-            ]);
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            backend_addr(lab, n, "add");
         }
         let body: Vec<u8> = (0..big)
             .map(|i| dataplane_pattern()[(i % 64) as usize])
@@ -91,6 +83,24 @@ impl Drop for Backends {
         let _ = self.nginx.kill();
         let _ = self.nginx.wait();
     }
+}
+
+/// Adds or removes (`op` = "add" | "del") backend address `.n` on the
+/// client side of the lab: a backend joining or leaving the network.
+fn backend_addr(lab: &Lab, n: u8, op: &str) {
+    let o = lab.client(&[
+        "ip",
+        "addr",
+        op,
+        &format!("{}.{n}/24", lab.net),
+        "dev",
+        "veth-cli",
+    ]);
+    assert!(
+        o.status.success(),
+        "ip addr {op}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 fn dataplane_pattern() -> &'static [u8; 64] {
@@ -289,29 +299,13 @@ fn health_checks_take_members_out_and_bring_them_back() {
     let (got, failed) = spread(&lab, certs.path(), "https://p256.test/", 20);
     assert_eq!((got, failed), ([10, 10, 0], 0));
     // rip-test-2 disappears from the network: its checks time out.
-    let del = lab.client(&[
-        "ip",
-        "addr",
-        "del",
-        &format!("{}.12/24", lab.net),
-        "dev",
-        "veth-cli",
-    ]);
-    assert!(del.status.success());
+    backend_addr(&lab, 12, "del");
     let s = dpd.stats_when(wait, |s| s.health_changes >= 2);
     assert_eq!(s.health_changes, 2, "{s:?}");
     let (got, failed) = spread(&lab, certs.path(), "https://p256.test/", 10);
     assert_eq!((got, failed), ([10, 0, 0], 0));
     // Back on the network: back in the choice after two good checks.
-    let add = lab.client(&[
-        "ip",
-        "addr",
-        "add",
-        &format!("{}.12/24", lab.net),
-        "dev",
-        "veth-cli",
-    ]);
-    assert!(add.status.success());
+    backend_addr(&lab, 12, "add");
     let s = dpd.stats_when(wait, |s| s.health_changes >= 3);
     assert_eq!(s.health_changes, 3, "{s:?}");
     assert!(dpd.log_text().contains("is up (health checks pass)"));
@@ -531,15 +525,7 @@ fn a_backend_lost_mid_run_leaves_no_client_hanging() {
         let run = scope.spawn(|| spread(&lab, certs.path(), "https://p256.test/", 60));
         std::thread::sleep(std::time::Duration::from_millis(300));
         // rip-test-2 vanishes from the network while requests go on.
-        let del = lab.client(&[
-            "ip",
-            "addr",
-            "del",
-            &format!("{}.12/24", lab.net),
-            "dev",
-            "veth-cli",
-        ]);
-        assert!(del.status.success());
+        backend_addr(&lab, 12, "del");
         let (got, failed) = run.join().unwrap();
         assert_eq!(failed, 0, "{got:?}\n{}", dpd.log_text());
         assert_eq!(got.iter().sum::<usize>(), 60, "{got:?}");
