@@ -30,6 +30,8 @@ pub enum Request {
     Status,
     /// Counters per core and in total.
     Stats,
+    /// Stop taking new connections on every VIP; existing ones go on.
+    Drain,
 }
 
 /// A successful reply's body.
@@ -38,6 +40,14 @@ pub enum Request {
 pub enum Body {
     Status(Status),
     Stats(Box<Stats>),
+    Drain(DrainState),
+}
+
+/// The reply to `drain`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainState {
+    /// Connections still open (not counting TIME-WAIT).
+    pub open_connections: u64,
 }
 
 /// The reply to `status`.
@@ -163,6 +173,9 @@ pub struct CoreStats {
     pub health_failures: u64,
     #[serde(default)]
     pub health_changes: u64,
+    /// TCP connections in TIME-WAIT now (part of `tcp_active`).
+    #[serde(default)]
+    pub tcp_time_wait: u64,
     /// Requests answered by the built-in HTTP responder.
     #[serde(default)]
     pub http_requests: u64,
@@ -422,7 +435,7 @@ mod tests {
                     total: CoreStats::default(),
                     tsc_hz: 0,
                 }))),
-                Request::Status => Reply::error("not in this test"),
+                Request::Status | Request::Drain => Reply::error("not in this test"),
             });
         });
         let mut c = Client::connect(&path).unwrap();

@@ -389,6 +389,14 @@ pub struct Control {
     /// turns it off. Local by default: expose it further on purpose.
     #[serde(default = "default_metrics")]
     pub metrics: String,
+    /// On SIGTERM, how long open connections may take to finish before
+    /// dpd stops anyway (seconds).
+    #[serde(default = "default_drain_timeout")]
+    pub drain_timeout_s: u32,
+}
+
+fn default_drain_timeout() -> u32 {
+    30
 }
 
 fn default_metrics() -> String {
@@ -400,6 +408,7 @@ impl Default for Control {
         Self {
             socket: default_socket(),
             metrics: default_metrics(),
+            drain_timeout_s: default_drain_timeout(),
         }
     }
 }

@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant as WallClock};
 
-use control::api::{Body, ControlSocket, CoreStats, PortStatus, Reply, Request, Stats, Status};
+use control::api::{
+    Body, ControlSocket, CoreStats, DrainState, PortStatus, Reply, Request, Stats, Status,
+};
 use control::config::{Config, ConfigError, DeviceKind, HugepagePolicy, SynCookieMode};
 use smoltcp::wire::EthernetAddress;
 
@@ -252,6 +254,7 @@ pub fn core_stats(lcore: Option<u32>, c: &Counters) -> CoreStats {
         health_checks: c.health_checks,
         health_failures: c.health_failures,
         health_changes: c.health_changes,
+        tcp_time_wait: c.tcp_time_wait,
         http_requests: c.http_requests,
         drops: DropReason::ALL
             .iter()
@@ -283,7 +286,11 @@ fn mac_string(m: [u8; 6]) -> String {
 ///
 /// # Errors
 /// When anything fails to start; everything started is stopped again.
-pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
+///
+/// `stop` ends it at once; `term` drains first: listeners stop taking new
+/// connections, and it stops when the open ones have finished (TIME-WAIT
+/// aside) or after `[control] drain_timeout_s`.
+pub fn run(cfg: &Config, stop: Arc<AtomicBool>, term: Arc<AtomicBool>) -> Result<(), StartError> {
     let started = WallClock::now();
     let machine = Machine::probe();
     log::info!("hugepages: {}", machine.hugepages.join("; "));
@@ -373,6 +380,7 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
     }
 
     let engine_stop = Arc::new(AtomicBool::new(false));
+    let drain = Arc::new(AtomicBool::new(false));
     let mut shared = Vec::new();
     let mut launched = Vec::new();
     for (q, &lcore) in cfg.eal.lcores.iter().enumerate() {
@@ -433,9 +441,10 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
             }
         }
         let stop = engine_stop.clone();
+        let engine_drain = drain.clone();
         let handle = eal.launch(LcoreId(lcore), move || {
             let clock = TscClock::new();
-            engine.run(&clock, &stop);
+            engine.run(&clock, &stop, &engine_drain);
             0
         })?;
         log::info!("engine {q} running on core {lcore}");
@@ -490,6 +499,33 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
         }
         _ => None,
     };
+    // SIGTERM: drain, then stop once the open connections are done.
+    let drainer = {
+        let (shared, stop, drain) = (shared.clone(), stop.clone(), drain.clone());
+        let deadline = std::time::Duration::from_secs(u64::from(cfg.control.drain_timeout_s));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) && !term.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            log::info!("SIGTERM: draining (no new connections; at most {deadline:?})");
+            drain.store(true, Ordering::Relaxed);
+            let t0 = std::time::Instant::now();
+            // Let every engine see the flag and publish once.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            loop {
+                let open = open_connections(&collect_stats(&shared).total);
+                if open == 0 || t0.elapsed() >= deadline || stop.load(Ordering::Relaxed) {
+                    log::info!("drained ({open} connections still open)");
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            stop.store(true, Ordering::Relaxed);
+        })
+    };
     let socket = ControlSocket::bind(&cfg.control.socket).map_err(StartError::Control);
     let result = match socket {
         Ok(socket) => {
@@ -529,12 +565,22 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), StartError> {
                     }))
                 }
                 Request::Stats => Reply::ok(Body::Stats(Box::new(collect_stats(&shared)))),
+                Request::Drain => {
+                    if !drain.swap(true, Ordering::Relaxed) {
+                        log::info!("drain requested: no new connections on any VIP");
+                    }
+                    Reply::ok(Body::Drain(DrainState {
+                        open_connections: open_connections(&collect_stats(&shared).total),
+                    }))
+                }
             });
             Ok(())
         }
         Err(e) => Err(e),
     };
 
+    stop.store(true, Ordering::Relaxed);
+    let _ = drainer.join();
     log::info!("stopping engines");
     metrics_stop.store(true, Ordering::Relaxed);
     if let Some(m) = metrics {
@@ -635,6 +681,11 @@ fn tls_policy(t: Option<&control::config::TlsSettings>) -> crypto::policy::TlsPo
         };
     }
     p
+}
+
+/// Connections open and not yet in TIME-WAIT.
+fn open_connections(total: &CoreStats) -> u64 {
+    total.tcp_active.saturating_sub(total.tcp_time_wait)
 }
 
 /// Serves `GET /metrics` (Prometheus text format) on `listener` until

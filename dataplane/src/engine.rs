@@ -841,6 +841,7 @@ impl<P: Port> Engine<P> {
         let c = &mut self.counters;
         c.tcp_accepted = t.accepted;
         c.tcp_active = t.active;
+        c.tcp_time_wait = self.tcp.in_state(crate::tcp::State::TimeWait);
         c.tcp_retransmits = t.retransmits;
         c.tcp_resets_sent = t.resets_sent;
         c.tcp_timeouts = t.timeouts;
@@ -852,7 +853,11 @@ impl<P: Port> Engine<P> {
 
     /// Runs the loop until `stop` is set (checked once per tick), counting
     /// busy and idle TSC cycles. Transmits what is buffered before returning.
-    pub fn run(&mut self, clock: &TscClock, stop: &AtomicBool) {
+    ///
+    /// While `drain` is set, listeners take no new connections (SYNs get a
+    /// reset); existing connections go on.
+    pub fn run(&mut self, clock: &TscClock, stop: &AtomicBool, drain: &AtomicBool) {
+        let mut draining = false;
         let mut next_stop_check = Instant::ZERO;
         let mut idle_streak = 0u32;
         loop {
@@ -876,6 +881,11 @@ impl<P: Port> Engine<P> {
                 next_stop_check = now + self.cfg.tick;
                 if stop.load(Ordering::Relaxed) {
                     break;
+                }
+                let d = drain.load(Ordering::Relaxed);
+                if d != draining {
+                    draining = d;
+                    self.tcp.set_accepting(!d);
                 }
             }
         }

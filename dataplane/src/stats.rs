@@ -129,6 +129,8 @@ pub struct Counters {
     pub proxy_backend_connects: u64,
     pub proxy_backend_failures: u64,
     pub proxy_no_member: u64,
+    /// TCP connections in TIME-WAIT now (part of `tcp_active`).
+    pub tcp_time_wait: u64,
     /// Health checks run, failed, and members' state changes.
     pub health_checks: u64,
     pub health_failures: u64,
@@ -199,6 +201,7 @@ impl Counters {
         self.proxy_backend_connects += o.proxy_backend_connects;
         self.proxy_backend_failures += o.proxy_backend_failures;
         self.proxy_no_member += o.proxy_no_member;
+        self.tcp_time_wait += o.tcp_time_wait;
         self.health_checks += o.health_checks;
         self.health_failures += o.health_failures;
         self.health_changes += o.health_changes;
@@ -212,7 +215,7 @@ impl Counters {
     }
 }
 
-const SCALARS: usize = 30;
+const SCALARS: usize = 31;
 const TLS_FIELDS: usize = 2 + 10 + 5 + 6 + 11;
 const FIELDS: usize = SCALARS + DropReason::COUNT + TLS_FIELDS;
 
@@ -276,6 +279,7 @@ impl SharedCounters {
             health_checks: v[27],
             health_failures: v[28],
             health_changes: v[29],
+            tcp_time_wait: v[30],
             ..Counters::default()
         };
         let d = SCALARS + DropReason::COUNT;
@@ -321,6 +325,7 @@ impl SharedCounters {
             c.health_checks,
             c.health_failures,
             c.health_changes,
+            c.tcp_time_wait,
         ]);
         let d = SCALARS + DropReason::COUNT;
         v[SCALARS..d].copy_from_slice(&c.drops);
@@ -370,6 +375,7 @@ mod tests {
             health_checks: 28,
             health_failures: 29,
             health_changes: 30,
+            tcp_time_wait: 31,
             ..Default::default()
         };
         for (i, r) in DropReason::ALL.iter().enumerate() {

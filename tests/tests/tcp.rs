@@ -248,3 +248,114 @@ fn vip_on_a_secondary_address_answers_arp_icmp_and_http() {
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(dpd.stats().http_requests, 1);
 }
+
+/// Draining: `dpctl drain` (the control API) stops new connections at
+/// once while an open download goes on to the last byte; SIGTERM then
+/// stops dpd with nothing left open, exit 0.
+#[test]
+fn drain_refuses_new_connections_and_lets_open_ones_finish() {
+    let lab = Lab::up("dr");
+    let mut dpd = Dpd::start(&lab, |s| lab.config_with_vip("net_af_packet", s));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("body");
+    let url = format!("http://{}/bytes/20000000", lab.dut_ip());
+    // About 4 s at 5 MB/s.
+    let download = lab
+        .client_command(&[
+            "curl",
+            "-sS",
+            "--max-time",
+            "30",
+            "--limit-rate",
+            "5M",
+            "-o",
+            out.to_str().unwrap(),
+            "-w",
+            "%{http_code} %{size_download}",
+            &url,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let reply = control::api::Client::connect(&dpd.socket)
+        .and_then(|mut c| c.call(&control::api::Request::Drain))
+        .unwrap();
+    match reply.body {
+        Some(control::api::Body::Drain(d)) => assert_eq!(d.open_connections, 1, "{reply:?}"),
+        other => panic!("{other:?}"),
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let o = lab.client(&[
+        "curl",
+        "-sS",
+        "--max-time",
+        "5",
+        &format!("http://{}/bytes/10", lab.dut_ip()),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    // Refused at once: the SYN gets a reset (curl: "Couldn't connect").
+    assert!(
+        !o.status.success() && err.contains("Couldn't connect"),
+        "a new connection while draining: {err}"
+    );
+    let got = download.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout),
+        "200 20000000",
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    verify_pattern_file(&out, 20_000_000);
+    // Nothing open now: SIGTERM stops it at once.
+    let t0 = std::time::Instant::now();
+    let status = dpd.stop_with(libc::SIGTERM, Duration::from_secs(10));
+    assert!(status.success(), "{status:?}");
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    assert!(
+        dpd.log_text()
+            .contains("drained (0 connections still open)"),
+        "{}",
+        dpd.log_text()
+    );
+}
+
+/// SIGTERM alone drains: an open download completes before dpd exits 0.
+#[test]
+fn sigterm_waits_for_open_connections() {
+    let lab = Lab::up("st");
+    let mut dpd = Dpd::start(&lab, |s| lab.config_with_vip("net_af_packet", s));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("body");
+    let url = format!("http://{}/bytes/10000000", lab.dut_ip());
+    let download = lab
+        .client_command(&[
+            "curl",
+            "-sS",
+            "--max-time",
+            "30",
+            "--limit-rate",
+            "5M",
+            "-o",
+            out.to_str().unwrap(),
+            "-w",
+            "%{http_code} %{size_download}",
+            &url,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let status = dpd.stop_with(libc::SIGTERM, Duration::from_secs(20));
+    assert!(status.success(), "{status:?}");
+    let got = download.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout),
+        "200 10000000",
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    verify_pattern_file(&out, 10_000_000);
+}

@@ -42,6 +42,9 @@ enum Cmd {
         #[arg(long, conflicts_with = "per_core")]
         busy_seconds: bool,
     },
+    /// Stop taking new connections on every VIP; existing ones go on (then
+    /// stop dpd with SIGTERM or SIGINT).
+    Drain,
 }
 
 fn main() -> ExitCode {
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
     let req = match cli.cmd {
         Cmd::Status => Request::Status,
         Cmd::Stats { .. } => Request::Stats,
+        Cmd::Drain => Request::Drain,
     };
     let reply = Client::connect(&cli.socket).and_then(|mut c| c.call(&req));
     let reply = match reply {
@@ -77,6 +81,12 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     match (reply.body, cli.cmd) {
+        (Some(Body::Drain(d)), _) => {
+            println!(
+                "draining: no new connections; {} still open",
+                d.open_connections
+            );
+        }
         (Some(Body::Status(s)), _) => {
             println!(
                 "dpd {} (DPDK {}), pid {}, up {:.0} s",

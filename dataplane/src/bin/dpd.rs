@@ -1,8 +1,10 @@
 //! `dpd`: the tlsdp dataplane daemon.
 //!
 //! `dpd --config dpd.toml` starts one engine per configured core on the
-//! configured ports and serves the control socket until SIGINT or SIGTERM,
-//! then stops the engines, frees the ports and exits 0. A bad configuration
+//! configured ports and serves the control socket until SIGINT (stop now) or
+//! SIGTERM (drain: no new connections, stop when the open ones are done or
+//! after `[control] drain_timeout_s`), then stops the engines, frees the
+//! ports and exits 0. A bad configuration
 //! exits 2 with a message naming the field and value; a DPDK failure exits 1.
 
 use std::path::PathBuf;
@@ -40,13 +42,17 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        if let Err(e) = signal_hook::flag::register(sig, stop.clone()) {
+    let term = Arc::new(AtomicBool::new(false));
+    for (sig, flag) in [
+        (signal_hook::consts::SIGINT, &stop),
+        (signal_hook::consts::SIGTERM, &term),
+    ] {
+        if let Err(e) = signal_hook::flag::register(sig, flag.clone()) {
             eprintln!("dpd: cannot install signal handler: {e}");
             return ExitCode::FAILURE;
         }
     }
-    match daemon::run(&cfg, stop) {
+    match daemon::run(&cfg, stop, term) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e @ StartError::Config(_)) => {
             eprintln!("dpd: {e}");

@@ -267,6 +267,9 @@ pub struct TcpEngine<A> {
     /// pending (not yet drained) and the batch of the last drain.
     closed_apps: std::collections::VecDeque<A>,
     closed_batch: std::collections::VecDeque<A>,
+    /// Listeners take new connections (false while draining: SYNs are
+    /// answered with a reset).
+    accepting: bool,
     /// Connections with something to send.
     dirty: Vec<ConnId>,
     resets: Vec<Reset>,
@@ -292,6 +295,7 @@ impl<A: Default> TcpEngine<A> {
             events: Vec::with_capacity(256),
             closed_apps: std::collections::VecDeque::with_capacity(256),
             closed_batch: std::collections::VecDeque::with_capacity(256),
+            accepting: true,
             dirty: Vec::with_capacity(256),
             resets: Vec::with_capacity(MAX_RESETS),
             cookie_synacks: Vec::with_capacity(MAX_COOKIE_SYNACKS),
@@ -300,6 +304,12 @@ impl<A: Default> TcpEngine<A> {
             fired: Vec::new(),
             states: [0; State::COUNT],
         }
+    }
+
+    /// Whether listeners take new connections; while not (draining), a SYN
+    /// to a listener gets a reset and existing connections go on.
+    pub fn set_accepting(&mut self, accepting: bool) {
+        self.accepting = accepting;
     }
 
     pub fn config(&self) -> &TcpConfig {
@@ -629,6 +639,11 @@ impl<A: Default> TcpEngine<A> {
         key: FlowKey,
         repr: &TcpRepr<'_>,
     ) -> Result<(), DropReason> {
+        if !self.accepting {
+            // Draining: no new connection (a reset tells the client at once).
+            self.reset_for(&key, repr);
+            return Err(DropReason::NoConnection);
+        }
         match (repr.control, repr.ack_number) {
             (TcpControl::Rst, _) => return Err(DropReason::NoConnection),
             (TcpControl::Syn, Some(_)) => {
