@@ -249,6 +249,28 @@ fn vip_on_a_secondary_address_answers_arp_icmp_and_http() {
     assert_eq!(dpd.stats().http_requests, 1);
 }
 
+/// curl downloading `url` to `out` at 5 MB/s in the client namespace; its
+/// stdout says `code size`.
+fn slow_download(lab: &Lab, url: &str, out: &std::path::Path) -> std::process::Child {
+    lab.client_command(&[
+        "curl",
+        "-sS",
+        "--max-time",
+        "30",
+        "--limit-rate",
+        "5M",
+        "-o",
+        out.to_str().unwrap(),
+        "-w",
+        "%{http_code} %{size_download}",
+        url,
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap()
+}
+
 /// Draining: `dpctl drain` (the control API) stops new connections at
 /// once while an open download goes on to the last byte; SIGTERM then
 /// stops dpd with nothing left open, exit 0.
@@ -260,24 +282,7 @@ fn drain_refuses_new_connections_and_lets_open_ones_finish() {
     let out = dir.path().join("body");
     let url = format!("http://{}/bytes/20000000", lab.dut_ip());
     // About 4 s at 5 MB/s.
-    let download = lab
-        .client_command(&[
-            "curl",
-            "-sS",
-            "--max-time",
-            "30",
-            "--limit-rate",
-            "5M",
-            "-o",
-            out.to_str().unwrap(),
-            "-w",
-            "%{http_code} %{size_download}",
-            &url,
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let download = slow_download(&lab, &url, &out);
     std::thread::sleep(Duration::from_millis(800));
     let reply = control::api::Client::connect(&dpd.socket)
         .and_then(|mut c| c.call(&control::api::Request::Drain))
@@ -329,24 +334,7 @@ fn sigterm_waits_for_open_connections() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("body");
     let url = format!("http://{}/bytes/10000000", lab.dut_ip());
-    let download = lab
-        .client_command(&[
-            "curl",
-            "-sS",
-            "--max-time",
-            "30",
-            "--limit-rate",
-            "5M",
-            "-o",
-            out.to_str().unwrap(),
-            "-w",
-            "%{http_code} %{size_download}",
-            &url,
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let download = slow_download(&lab, &url, &out);
     std::thread::sleep(Duration::from_millis(500));
     let status = dpd.stop_with(libc::SIGTERM, Duration::from_secs(20));
     assert!(status.success(), "{status:?}");
