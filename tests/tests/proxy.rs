@@ -78,6 +78,16 @@ impl Backends {
     }
 }
 
+/// Test certificates, a lab and its three backends (dropped in reverse:
+/// backends, lab, certificates).
+fn lab_with_backends(tag: &str, big: u64) -> (tempfile::TempDir, Lab, Backends) {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up(tag);
+    let backends = Backends::start(&lab, certs.path(), big);
+    (certs, lab, backends)
+}
+
 impl Drop for Backends {
     fn drop(&mut self) {
         let _ = self.nginx.kill();
@@ -156,10 +166,7 @@ fn spread(lab: &Lab, certs: &Path, url: &str, n: usize) -> ([usize; 3], usize) {
 
 #[test]
 fn requests_are_shared_by_weight_over_tls_and_plain_tcp() {
-    let certs = tempfile::tempdir().unwrap();
-    make_certs(certs.path());
-    let lab = Lab::up("px");
-    let _backends = Backends::start(&lab, certs.path(), 1);
+    let (certs, lab, _backends) = lab_with_backends("px", 1);
     let dpd = Dpd::start(&lab, |s| {
         config(&lab, s, certs.path(), "weighted_round_robin", [2, 1, 1])
             + "[tcp]\ntime_wait_s = 1\n"
@@ -189,10 +196,7 @@ fn requests_are_shared_by_weight_over_tls_and_plain_tcp() {
 
 #[test]
 fn round_robin_and_least_connections_spread_evenly() {
-    let certs = tempfile::tempdir().unwrap();
-    make_certs(certs.path());
-    let lab = Lab::up("pr");
-    let _backends = Backends::start(&lab, certs.path(), 1);
+    let (certs, lab, _backends) = lab_with_backends("pr", 1);
     for balance in ["round_robin", "least_conn"] {
         let mut dpd = Dpd::start(&lab, |s| config(&lab, s, certs.path(), balance, [1, 1, 1]));
         let (got, failed) = spread(&lab, certs.path(), "https://p256.test/", 30);
@@ -203,11 +207,8 @@ fn round_robin_and_least_connections_spread_evenly() {
 
 #[test]
 fn a_100_mb_download_through_the_tls_proxy_is_byte_exact() {
-    let certs = tempfile::tempdir().unwrap();
-    make_certs(certs.path());
-    let lab = Lab::up("pd");
     let size = 100_000_000;
-    let _backends = Backends::start(&lab, certs.path(), size);
+    let (certs, lab, _backends) = lab_with_backends("pd", size);
     let dpd = Dpd::start(&lab, |s| {
         config(&lab, s, certs.path(), "round_robin", [1, 1, 1])
     });
@@ -234,10 +235,7 @@ fn a_100_mb_download_through_the_tls_proxy_is_byte_exact() {
 
 #[test]
 fn unreachable_members_are_skipped_and_no_member_ends_with_an_alert() {
-    let certs = tempfile::tempdir().unwrap();
-    make_certs(certs.path());
-    let lab = Lab::up("pf");
-    let _backends = Backends::start(&lab, certs.path(), 1);
+    let (certs, lab, _backends) = lab_with_backends("pf", 1);
     let dpd = Dpd::start(&lab, |s| {
         config(&lab, s, certs.path(), "round_robin", [1, 1, 1])
     });
@@ -279,10 +277,7 @@ fn unreachable_members_are_skipped_and_no_member_ends_with_an_alert() {
 
 #[test]
 fn health_checks_take_members_out_and_bring_them_back() {
-    let certs = tempfile::tempdir().unwrap();
-    make_certs(certs.path());
-    let lab = Lab::up("ph");
-    let _backends = Backends::start(&lab, certs.path(), 1);
+    let (certs, lab, _backends) = lab_with_backends("ph", 1);
     let dpd = Dpd::start(&lab, |s| {
         config(&lab, s, certs.path(), "round_robin", [1, 1, 1]).replace(
             "[[pool]]\nname = \"half\"",
@@ -315,10 +310,7 @@ fn health_checks_take_members_out_and_bring_them_back() {
 
 #[test]
 fn a_drained_member_takes_no_new_connections() {
-    let certs = tempfile::tempdir().unwrap();
-    make_certs(certs.path());
-    let lab = Lab::up("pn");
-    let _backends = Backends::start(&lab, certs.path(), 1);
+    let (certs, lab, _backends) = lab_with_backends("pn", 1);
     let net = lab.net.clone();
     let dpd = Dpd::start(&lab, |s| {
         config(&lab, s, certs.path(), "round_robin", [1, 1, 1]).replace(
@@ -332,10 +324,7 @@ fn a_drained_member_takes_no_new_connections() {
 
 #[test]
 fn proxy_protocol_v2_tells_the_backend_who_the_client_is() {
-    let certs = tempfile::tempdir().unwrap();
-    make_certs(certs.path());
-    let lab = Lab::up("pp");
-    let _backends = Backends::start(&lab, certs.path(), 1);
+    let (certs, lab, _backends) = lab_with_backends("pp", 1);
     let dpd = Dpd::start(&lab, |s| {
         config(&lab, s, certs.path(), "round_robin", [1, 1, 1])
     });
@@ -426,11 +415,8 @@ impl Drop for UploadSink {
 
 #[test]
 fn a_100_mb_upload_and_download_through_the_proxy_with_2_percent_drops_both_sides() {
-    let certs = tempfile::tempdir().unwrap();
-    make_certs(certs.path());
-    let lab = Lab::up("pu");
     let size = 100_000_000u64;
-    let _backends = Backends::start(&lab, certs.path(), size);
+    let (certs, lab, _backends) = lab_with_backends("pu", size);
     let _sink = UploadSink::start(&lab);
     let dpd = Dpd::start(&lab, |s| {
         config(&lab, s, certs.path(), "round_robin", [1, 1, 1])
@@ -507,10 +493,7 @@ fn a_100_mb_upload_and_download_through_the_proxy_with_2_percent_drops_both_side
 
 #[test]
 fn a_backend_lost_mid_run_leaves_no_client_hanging() {
-    let certs = tempfile::tempdir().unwrap();
-    make_certs(certs.path());
-    let lab = Lab::up("pk");
-    let _backends = Backends::start(&lab, certs.path(), 1);
+    let (certs, lab, _backends) = lab_with_backends("pk", 1);
     let dpd = Dpd::start(&lab, |s| {
         config(&lab, s, certs.path(), "round_robin", [1, 1, 1]).replace(
             "[[pool]]\nname = \"half\"",
