@@ -16,13 +16,19 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::{Member, NamedCert, Pool, Vip};
+
 /// Version of the request and reply shapes; bumped on incompatible change.
 pub const API_VERSION: u32 = 1;
 
 /// Longest request line accepted.
 pub const MAX_REQUEST: usize = 64 * 1024;
 
-/// A request.
+/// A request. Changes (`vip_add` ... `member_enable`) are applied to a copy
+/// of the running configuration, validated as a whole, and pushed to every
+/// engine as one snapshot; the reply comes once all engines use it
+/// ([`Body::Applied`]), or says why the change was refused (nothing
+/// changed then).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
@@ -32,6 +38,100 @@ pub enum Request {
     Stats,
     /// Stop taking new connections on every VIP; existing ones go on.
     Drain,
+    VipList,
+    VipShow {
+        name: String,
+    },
+    /// A new VIP (`[[vip]]` as in the configuration file).
+    VipAdd {
+        vip: Vip,
+    },
+    /// Stops taking connections on the VIP; open ones go on.
+    VipRemove {
+        name: String,
+    },
+    VipEnable {
+        name: String,
+    },
+    /// As remove, but the VIP stays configured (`enabled = false`).
+    VipDisable {
+        name: String,
+    },
+    CertList,
+    CertShow {
+        name: String,
+    },
+    /// A new named certificate (files read by `dpd`).
+    CertAdd {
+        cert: NamedCert,
+    },
+    /// New chain and key under an existing name: handshakes that started
+    /// before keep the old one, new ones get the new one.
+    CertRotate {
+        cert: NamedCert,
+    },
+    CertRemove {
+        name: String,
+    },
+    PoolList,
+    PoolShow {
+        name: String,
+    },
+    PoolAdd {
+        pool: Pool,
+    },
+    PoolRemove {
+        name: String,
+    },
+    MemberAdd {
+        pool: String,
+        member: Member,
+    },
+    /// Takes the member out; connections to it go on.
+    MemberRemove {
+        pool: String,
+        addr: String,
+    },
+    MemberWeight {
+        pool: String,
+        addr: String,
+        weight: u32,
+    },
+    /// No new connections to the member; open ones go on.
+    MemberDrain {
+        pool: String,
+        addr: String,
+    },
+    /// Back to `up`.
+    MemberEnable {
+        pool: String,
+        addr: String,
+    },
+    /// New session-ticket keys on every VIP with tickets (the key file is
+    /// read again; a random secret is drawn again): tickets issued before
+    /// no longer resume.
+    TicketsRotate,
+    /// The running configuration as TOML.
+    ConfigShow,
+    /// Writes the running configuration as TOML to `path` (default: the
+    /// file `dpd` was started with).
+    ConfigSave {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        path: Option<PathBuf>,
+    },
+    /// Writes up to `count` frames received or sent on dataplane port
+    /// `port` (by name) to `file` (pcap), waiting at most `timeout_ms`.
+    Capture {
+        port: String,
+        count: u32,
+        #[serde(default = "default_capture_timeout")]
+        timeout_ms: u32,
+        file: PathBuf,
+    },
+}
+
+fn default_capture_timeout() -> u32 {
+    10_000
 }
 
 /// A successful reply's body.
@@ -41,6 +141,116 @@ pub enum Body {
     Status(Status),
     Stats(Box<Stats>),
     Drain(DrainState),
+    /// A change is in use by every engine.
+    Applied(Applied),
+    Vips(Vec<VipInfo>),
+    Certs(Vec<CertInfo>),
+    Pools(Vec<PoolInfo>),
+    /// The running configuration (TOML).
+    Config(String),
+    /// Where `config save` wrote it.
+    Saved(PathBuf),
+    Captured(Captured),
+}
+
+/// The reply to a change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Applied {
+    /// Number of the configuration snapshot now in use (1 at start).
+    pub version: u64,
+    /// What changed, in words.
+    pub change: String,
+}
+
+/// A VIP: its configuration and counters summed over the engines.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VipInfo {
+    pub name: String,
+    pub listen: String,
+    pub enabled: bool,
+    /// Certificate names (empty: plain TCP).
+    pub certs: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    pub counters: VipCounters,
+}
+
+/// Counters of one VIP.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VipCounters {
+    /// Connections accepted, and open now.
+    pub connections: u64,
+    pub active: u64,
+    pub tls_handshakes: u64,
+    pub tls_failures: u64,
+    /// Clients ended because no pool member could take them.
+    pub proxy_no_member: u64,
+}
+
+impl VipCounters {
+    pub fn add(&mut self, o: &VipCounters) {
+        self.connections += o.connections;
+        self.active += o.active;
+        self.tls_handshakes += o.tls_handshakes;
+        self.tls_failures += o.tls_failures;
+        self.proxy_no_member += o.proxy_no_member;
+    }
+}
+
+/// A named certificate as loaded by `dpd`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CertInfo {
+    pub name: String,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// `RSA-2048`, `ECDSA-P256`, ...
+    pub key_type: String,
+    /// DNS names it serves.
+    pub names: Vec<String>,
+    /// Validity, Unix seconds.
+    pub not_before: i64,
+    pub not_after: i64,
+    /// Certificates in the chain, leaf first.
+    pub chain_len: usize,
+    /// SHA-256 of the leaf certificate (DER), hex.
+    pub sha256: String,
+    /// VIPs serving it.
+    pub used_by: Vec<String>,
+}
+
+/// A pool: its configuration and its members as the engines see them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolInfo {
+    pub name: String,
+    pub balance: String,
+    /// `http GET / expects 200 every 1000 ms`, or none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
+    pub proxy_protocol: bool,
+    pub members: Vec<MemberInfo>,
+    /// VIPs forwarding to it.
+    pub used_by: Vec<String>,
+}
+
+/// A pool member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberInfo {
+    pub addr: String,
+    pub weight: u32,
+    /// `up`, `drain` or `down` (administrative).
+    pub state: String,
+    /// Engines whose health checks find it up, out of `engines`.
+    pub healthy_engines: u32,
+    pub engines: u32,
+    /// Backend connections open to it (all engines).
+    pub active: u64,
+}
+
+/// The reply to `capture`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Captured {
+    pub file: PathBuf,
+    pub packets: u32,
 }
 
 /// The reply to `drain`.
@@ -64,6 +274,10 @@ pub struct Status {
     pub hugepages: Vec<String>,
     /// Whether DPDK's memory is on hugepages.
     pub hugepages_in_use: bool,
+    /// Version of the configuration all engines use (1 at start, one up
+    /// per applied change).
+    #[serde(default)]
+    pub config_version: u64,
 }
 
 /// One port in `status`.
@@ -179,6 +393,12 @@ pub struct CoreStats {
     /// Requests answered by the built-in HTTP responder.
     #[serde(default)]
     pub http_requests: u64,
+    /// Counters by VIP name.
+    #[serde(default)]
+    pub vips: BTreeMap<String, VipCounters>,
+    /// Configuration version the engine uses (in the total: the oldest).
+    #[serde(default)]
+    pub config_version: u64,
     /// Dropped frames by reason (every reason listed, zeros included).
     pub drops: BTreeMap<String, u64>,
     pub busy_cycles: u64,
@@ -435,7 +655,7 @@ mod tests {
                     total: CoreStats::default(),
                     tsc_hz: 0,
                 }))),
-                Request::Status | Request::Drain => Reply::error("not in this test"),
+                _ => Reply::error("not in this test"),
             });
         });
         let mut c = Client::connect(&path).unwrap();

@@ -23,6 +23,11 @@ pub struct Config {
     /// Backend pools VIPs forward to.
     #[serde(default, rename = "pool", skip_serializing_if = "Vec::is_empty")]
     pub pools: Vec<Pool>,
+    /// Named certificates VIPs list by name (`[[cert]]`).
+    #[serde(default, rename = "cert", skip_serializing_if = "Vec::is_empty")]
+    pub certs: Vec<NamedCert>,
+    #[serde(default)]
+    pub log: Log,
     #[serde(default)]
     pub tcp: Tcp,
     #[serde(default)]
@@ -89,11 +94,17 @@ pub struct Vip {
     /// The backend pool each connection's (decrypted) bytes go to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<String>,
-    /// Certificates (PEM chain and key files): when given, the VIP
-    /// terminates TLS (1.2 and 1.3) and picks one per handshake by SNI and
-    /// the client's signature algorithms; the first is the default.
+    /// Certificates, by `[[cert]]` name or as `{ cert, key }` files in
+    /// place: when given, the VIP terminates TLS (1.2 and 1.3) and picks one
+    /// per handshake by SNI and the client's signature algorithms; the
+    /// first is the default. [`Config::parse`] turns files in place into
+    /// `[[cert]]` entries named `VIP-N`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub certs: Vec<CertFiles>,
+    pub certs: Vec<CertRef>,
+    /// Whether the VIP takes new connections (`dpctl vip disable` clears
+    /// it; existing connections go on).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub enabled: bool,
     /// TLS policy of a VIP with certificates; defaults when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSettings>,
@@ -284,6 +295,78 @@ fn default_ticket_rotate_s() -> u64 {
 pub struct CertFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
+}
+
+/// `[[cert]]`: a certificate chain and key under a name VIPs refer to;
+/// `dpctl cert rotate NAME` swaps the files behind the name.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedCert {
+    pub name: String,
+    /// PEM chain, leaf first.
+    pub cert: PathBuf,
+    /// PEM private key.
+    pub key: PathBuf,
+    /// Where the entry came from when it was written in place in a VIP
+    /// (`vip[0].certs[1]`), for error messages.
+    #[serde(skip)]
+    pub origin: Option<String>,
+}
+
+/// A VIP's certificate: a `[[cert]]` name, or files written in place.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum CertRef {
+    Name(String),
+    Files(CertFiles),
+}
+
+impl CertRef {
+    /// The `[[cert]]` name (after [`Config::parse`], always there).
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            Self::Name(n) => Some(n),
+            Self::Files(_) => None,
+        }
+    }
+}
+
+/// `[log]`: what `dpd` logs on stderr.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Log {
+    /// `error`, `warn`, `info`, `debug` or `trace`, or a filter such as
+    /// `info,dataplane::engine=debug`; `RUST_LOG` overrides it.
+    pub level: String,
+    /// `text` (`time level target: message`) or `json` (one object per
+    /// line: `ts`, `level`, `target`, `msg`).
+    pub format: LogFormat,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Self {
+            level: "info".into(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+/// How log lines look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// The application behind a VIP.
@@ -542,8 +625,41 @@ impl Config {
                 format!("invalid config: {}", e.to_string().trim_end()),
             )
         })?;
+        let mut config = config;
+        config.name_certs_in_place();
         config.validate()?;
         Ok(config)
+    }
+
+    /// Turns certificate files written in place in a VIP into `[[cert]]`
+    /// entries named `VIP-N` (N from 0), so every certificate has a name.
+    pub fn name_certs_in_place(&mut self) {
+        for i in 0..self.vips.len() {
+            for j in 0..self.vips[i].certs.len() {
+                let CertRef::Files(files) = &self.vips[i].certs[j] else {
+                    continue;
+                };
+                let base = format!("{}-{j}", self.vips[i].name);
+                let mut name = base.clone();
+                let mut n = 1;
+                while self.certs.iter().any(|c| c.name == name) {
+                    name = format!("{base}.{n}");
+                    n += 1;
+                }
+                self.certs.push(NamedCert {
+                    name: name.clone(),
+                    cert: files.cert.clone(),
+                    key: files.key.clone(),
+                    origin: Some(format!("vip[{i}].certs[{j}]")),
+                });
+                self.vips[i].certs[j] = CertRef::Name(name);
+            }
+        }
+    }
+
+    /// The `[[cert]]` entry named `name`.
+    pub fn cert(&self, name: &str) -> Option<&NamedCert> {
+        self.certs.iter().find(|c| c.name == name)
     }
 
     /// Checks the configuration as a whole (addresses, names, cores,
@@ -680,14 +796,41 @@ impl Config {
         self.control
             .metrics_addr()
             .map_err(|r| ConfigError::new("control.metrics", &self.control.metrics, r))?;
+        let mut cert_names = HashSet::new();
+        for (k, c) in self.certs.iter().enumerate() {
+            let at = c.origin.clone().unwrap_or_else(|| format!("cert[{k}]"));
+            check_name(&format!("{at}.name"), &c.name)?;
+            if !cert_names.insert(c.name.as_str()) {
+                return Err(ConfigError::new(
+                    format!("{at}.name"),
+                    &c.name,
+                    "another [[cert]] has this name",
+                ));
+            }
+            check_cert_paths(
+                &at,
+                &CertFiles {
+                    cert: c.cert.clone(),
+                    key: c.key.clone(),
+                },
+            )?;
+        }
+        if self.log.level.trim().is_empty() {
+            return Err(ConfigError::new(
+                "log.level",
+                "",
+                "e.g. \"info\" or \"warn\"",
+            ));
+        }
         let mut pool_names = HashSet::new();
         for (i, pool) in self.pools.iter().enumerate() {
             let at = |f: &str| format!("pool[{i}].{f}");
-            if pool.name.is_empty() || !pool_names.insert(pool.name.as_str()) {
+            check_name(&at("name"), &pool.name)?;
+            if !pool_names.insert(pool.name.as_str()) {
                 return Err(ConfigError::new(
                     at("name"),
                     &pool.name,
-                    "pool names must be unique and not empty",
+                    "another pool has this name",
                 ));
             }
             if pool.members.is_empty() || pool.members.len() > 64 {
@@ -785,11 +928,12 @@ impl Config {
                     ))
                 }
             }
-            if vip.name.is_empty() || !vip_names.insert(vip.name.as_str()) {
+            check_name(&at("name"), &vip.name)?;
+            if !vip_names.insert(vip.name.as_str()) {
                 return Err(ConfigError::new(
                     at("name"),
                     &vip.name,
-                    "VIP names must be unique and not empty",
+                    "another VIP has this name",
                 ));
             }
             let addr = vip
@@ -807,14 +951,16 @@ impl Config {
                 ));
             }
             for (j, c) in vip.certs.iter().enumerate() {
-                for (f, path) in [("cert", &c.cert), ("key", &c.key)] {
-                    if path.as_os_str().is_empty() {
+                match c {
+                    CertRef::Name(n) if cert_names.contains(n.as_str()) => {}
+                    CertRef::Name(n) => {
                         return Err(ConfigError::new(
-                            format!("vip[{i}].certs[{j}].{f}"),
-                            "",
-                            "must be a file path",
-                        ));
+                            format!("vip[{i}].certs[{j}]"),
+                            n,
+                            "no [[cert]] has this name",
+                        ))
                     }
+                    CertRef::Files(f) => check_cert_paths(&format!("vip[{i}].certs[{j}]"), f)?,
                 }
             }
             if vip.tls.is_some() && vip.certs.is_empty() {
@@ -887,6 +1033,12 @@ impl Config {
             return Err(ConfigError::new("control.socket", "", "must be a path"));
         }
         Ok(())
+    }
+
+    /// The configuration as TOML (what `dpctl config save` writes); it
+    /// parses back to an equal configuration.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("the configuration serialises")
     }
 
     /// Whether any port is a PCI device (else EAL gets `--no-pci`).
@@ -982,6 +1134,37 @@ fn parse_pci(s: &str) -> Option<String> {
             func
         )
     })
+}
+
+/// Names of VIPs, pools and certificates: what an operator types.
+fn check_name(field: &str, name: &str) -> Result<(), ConfigError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            field,
+            name,
+            "1 to 64 letters, digits, '-', '_' or '.'",
+        ))
+    }
+}
+
+fn check_cert_paths(at: &str, f: &CertFiles) -> Result<(), ConfigError> {
+    for (what, path) in [("cert", &f.cert), ("key", &f.key)] {
+        if path.as_os_str().is_empty() {
+            return Err(ConfigError::new(
+                format!("{at}.{what}"),
+                "",
+                "must be a file path",
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

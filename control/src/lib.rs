@@ -4,5 +4,6 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod change;
 pub mod config;
 pub mod metrics;

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::api::{CoreStats, Stats};
+use crate::api::{CoreStats, Stats, VipCounters};
 
 /// Counters and gauges with one value per core.
 type Scalar = (&'static str, &'static str, bool, fn(&CoreStats) -> u64);
@@ -158,6 +158,48 @@ const SCALARS: &[Scalar] = &[
         true,
         |c| c.health_changes,
     ),
+    (
+        "tlsdp_config_version",
+        "Version of the configuration the engine uses (1 at start, one up per change).",
+        false,
+        |c| c.config_version,
+    ),
+];
+
+/// Per-VIP families: (name, help, is_counter, value).
+type PerVip = (&'static str, &'static str, bool, fn(&VipCounters) -> u64);
+
+const PER_VIP: &[PerVip] = &[
+    (
+        "tlsdp_vip_connections_total",
+        "Connections accepted on the VIP.",
+        true,
+        |v| v.connections,
+    ),
+    (
+        "tlsdp_vip_connections",
+        "Connections of the VIP open now.",
+        false,
+        |v| v.active,
+    ),
+    (
+        "tlsdp_vip_tls_handshakes_total",
+        "TLS handshakes completed on the VIP.",
+        true,
+        |v| v.tls_handshakes,
+    ),
+    (
+        "tlsdp_vip_tls_failures_total",
+        "TLS connections of the VIP failed.",
+        true,
+        |v| v.tls_failures,
+    ),
+    (
+        "tlsdp_vip_no_member_total",
+        "Clients of the VIP ended for want of a pool member.",
+        true,
+        |v| v.proxy_no_member,
+    ),
 ];
 
 /// Counters with one value per core and label value.
@@ -245,6 +287,21 @@ pub fn render(stats: &Stats) -> String {
             );
         }
     }
+    for &(name, help, counter, value) in PER_VIP {
+        let kind = if counter { "counter" } else { "gauge" };
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for c in &stats.cores {
+            for (vip, v) in &c.vips {
+                let _ = writeln!(
+                    out,
+                    "{name}{{core=\"{}\",vip=\"{}\"}} {}",
+                    core_label(c),
+                    escape(vip),
+                    value(v)
+                );
+            }
+        }
+    }
     for &(name, help, label, values) in LABELED {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
         for c in &stats.cores {
@@ -283,6 +340,14 @@ mod tests {
         };
         c.tls_versions.insert("TLSv1.3".into(), 3);
         c.drops.insert("malformed".into(), 2);
+        c.vips.insert(
+            "web".into(),
+            VipCounters {
+                connections: 5,
+                active: 1,
+                ..VipCounters::default()
+            },
+        );
         let stats = Stats {
             cores: vec![
                 c.clone(),
@@ -302,6 +367,8 @@ mod tests {
         assert!(text.contains("tlsdp_drops_total{core=\"2\",reason=\"malformed\"} 2\n"));
         assert!(text.contains("tlsdp_busy_seconds_total{core=\"1\"} 2\n"));
         assert!(text.contains("# TYPE tlsdp_tcp_connections gauge\n"));
+        assert!(text.contains("tlsdp_vip_connections_total{core=\"2\",vip=\"web\"} 5\n"));
+        assert!(text.contains("tlsdp_vip_connections{core=\"1\",vip=\"web\"} 1\n"));
         assert_eq!(text.matches("# TYPE tlsdp_rx_packets_total ").count(), 1);
         assert_eq!(escape("a\"b\\c"), "a\\\"b\\\\c");
     }

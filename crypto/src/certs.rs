@@ -219,6 +219,13 @@ impl Cert {
         })
     }
 
+    /// SHA-256 of the leaf certificate (DER), lowercase hex: what
+    /// `openssl x509 -fingerprint -sha256` prints, without colons.
+    pub fn sha256_hex(&self) -> String {
+        let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &self.certified.cert[0]);
+        d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     fn algorithm(&self) -> SignatureAlgorithm {
         self.certified.key.algorithm()
     }

@@ -10,20 +10,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant as WallClock};
 
 use control::api::{
-    Body, ControlSocket, CoreStats, DrainState, PortStatus, Reply, Request, Stats, Status,
+    Body, ControlSocket, CoreStats, DrainState, PortStatus, Reply, Request, Status,
 };
 use control::config::{Config, ConfigError, DeviceKind, HugepagePolicy, SynCookieMode};
 use smoltcp::wire::EthernetAddress;
 
-use crate::app::pool as dataplane_pool;
+use crate::controller::{collect_stats, Controller};
 use crate::dpdk::{self, Eal, EthPort, EthPortConfig, LcoreId, Mempool, QueueId};
 use crate::engine::{Engine, EngineConfig};
 use crate::net::InterfaceConfig;
+use crate::snapshot::ControlLink;
 use crate::stats::{Counters, DropReason, SharedCounters};
 use crate::tcp::SynCookies;
 use crate::time::TscClock;
-use crypto::certs::{Cert, CertStore};
-use crypto::session::TlsConfig;
 
 /// Why `dpd` could not start.
 #[derive(Debug)]
@@ -256,6 +255,8 @@ pub fn core_stats(lcore: Option<u32>, c: &Counters) -> CoreStats {
         health_changes: c.health_changes,
         tcp_time_wait: c.tcp_time_wait,
         http_requests: c.http_requests,
+        vips: std::collections::BTreeMap::new(),
+        config_version: c.snapshot_version,
         drops: DropReason::ALL
             .iter()
             .map(|r| (r.name().to_string(), c.dropped(*r)))
@@ -290,7 +291,12 @@ fn mac_string(m: [u8; 6]) -> String {
 /// `stop` ends it at once; `term` drains first: listeners stop taking new
 /// connections, and it stops when the open ones have finished (TIME-WAIT
 /// aside) or after `[control] drain_timeout_s`.
-pub fn run(cfg: &Config, stop: Arc<AtomicBool>, term: Arc<AtomicBool>) -> Result<(), StartError> {
+pub fn run(
+    cfg: &Config,
+    config_path: Option<&Path>,
+    stop: Arc<AtomicBool>,
+    term: Arc<AtomicBool>,
+) -> Result<(), StartError> {
     let started = WallClock::now();
     let machine = Machine::probe();
     log::info!("hugepages: {}", machine.hugepages.join("; "));
@@ -304,7 +310,22 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>, term: Arc<AtomicBool>) -> Result
         }
     }
     log::info!("EAL arguments: {}", plan.eal_args.join(" "));
-    let tls_configs = load_tls(cfg)?;
+    // Certificates load before DPDK starts, so a bad file fails fast.
+    let links = ControlLink::new_set(cfg.eal.lcores.len());
+    let shared: Vec<(u32, Arc<SharedCounters>)> = cfg
+        .eal
+        .lcores
+        .iter()
+        .map(|&l| (l, Arc::new(SharedCounters::default())))
+        .collect();
+    let (mut controller, first) = Controller::start(
+        cfg.clone(),
+        config_path.map(Path::to_path_buf),
+        links.clone(),
+        shared.clone(),
+        dpdk::tsc_hz(),
+    )?;
+    let slot_names = controller.slot_names();
     let eal = Eal::init(&plan.eal_args)?;
     log::info!(
         "DPDK {} up; control thread on core {}",
@@ -381,11 +402,9 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>, term: Arc<AtomicBool>) -> Result
 
     let engine_stop = Arc::new(AtomicBool::new(false));
     let drain = Arc::new(AtomicBool::new(false));
-    let mut shared = Vec::new();
     let mut launched = Vec::new();
     for (q, &lcore) in cfg.eal.lcores.iter().enumerate() {
-        let counters = Arc::new(SharedCounters::default());
-        shared.push((lcore, counters.clone()));
+        let counters = shared[q].1.clone();
         let mut engine_cfg = EngineConfig {
             idle_sleep: (cfg.eal.idle_sleep_us > 0)
                 .then(|| Duration::from_micros(u64::from(cfg.eal.idle_sleep_us))),
@@ -423,23 +442,8 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>, term: Arc<AtomicBool>) -> Result
                 },
             );
         }
-        for pool in &cfg.pools {
-            engine.add_pool(engine_pool(pool));
-        }
-        for (vip, tls) in cfg.vips.iter().zip(&tls_configs) {
-            let addr = vip
-                .listen_addr()
-                .map_err(|r| ConfigError::new("vip.listen", &vip.listen, r))?;
-            let pool = vip
-                .pool
-                .as_ref()
-                .and_then(|name| cfg.pools.iter().position(|p| &p.name == name));
-            match (tls, pool) {
-                (tls, Some(p)) => engine.listen_pool(*addr.ip(), addr.port(), tls.clone(), p),
-                (Some(t), None) => engine.listen_tls(*addr.ip(), addr.port(), t.clone()),
-                (None, None) => engine.listen(*addr.ip(), addr.port()),
-            }
-        }
+        engine.apply(&first);
+        engine.set_control(links[q].clone());
         let stop = engine_stop.clone();
         let engine_drain = drain.clone();
         let handle = eal.launch(LcoreId(lcore), move || {
@@ -470,6 +474,7 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>, term: Arc<AtomicBool>) -> Result
         launched.push(handle);
     }
 
+    let tsc_hz = dpdk::tsc_hz();
     let metrics_stop = Arc::new(AtomicBool::new(false));
     let metrics = match cfg.control.metrics_addr() {
         Ok(Some(addr)) => {
@@ -482,10 +487,10 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>, term: Arc<AtomicBool>) -> Result
             match listener {
                 Ok(l) => {
                     log::info!("metrics on http://{addr}/metrics");
-                    let shared = shared.clone();
+                    let (shared, slot_names) = (shared.clone(), slot_names.clone());
                     let stop = metrics_stop.clone();
                     Some(std::thread::spawn(move || {
-                        serve_metrics(&l, &stop, || collect_stats(&shared));
+                        serve_metrics(&l, &stop, || collect_stats(&shared, &slot_names, tsc_hz));
                     }))
                 }
                 Err(e) => {
@@ -502,6 +507,7 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>, term: Arc<AtomicBool>) -> Result
     // SIGTERM: drain, then stop once the open connections are done.
     let drainer = {
         let (shared, stop, drain) = (shared.clone(), stop.clone(), drain.clone());
+        let slot_names = slot_names.clone();
         let deadline = std::time::Duration::from_secs(u64::from(cfg.control.drain_timeout_s));
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) && !term.load(Ordering::Relaxed) {
@@ -516,7 +522,7 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>, term: Arc<AtomicBool>) -> Result
             // Let every engine see the flag and publish once.
             std::thread::sleep(std::time::Duration::from_millis(20));
             loop {
-                let open = open_connections(&collect_stats(&shared).total);
+                let open = open_connections(&collect_stats(&shared, &slot_names, tsc_hz).total);
                 if open == 0 || t0.elapsed() >= deadline || stop.load(Ordering::Relaxed) {
                     log::info!("drained ({open} connections still open)");
                     break;
@@ -562,17 +568,18 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>, term: Arc<AtomicBool>) -> Result
                         ports: ports_now,
                         hugepages: machine.hugepages.clone(),
                         hugepages_in_use: plan.use_hugepages,
+                        config_version: controller.stats().total.config_version,
                     }))
                 }
-                Request::Stats => Reply::ok(Body::Stats(Box::new(collect_stats(&shared)))),
                 Request::Drain => {
                     if !drain.swap(true, Ordering::Relaxed) {
                         log::info!("drain requested: no new connections on any VIP");
                     }
                     Reply::ok(Body::Drain(DrainState {
-                        open_connections: open_connections(&collect_stats(&shared).total),
+                        open_connections: open_connections(&controller.stats().total),
                     }))
                 }
+                other => controller.handle(&other),
             });
             Ok(())
         }
@@ -590,7 +597,7 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>, term: Arc<AtomicBool>) -> Result
     for h in launched {
         h.wait();
     }
-    let total = collect_stats(&shared).total;
+    let total = collect_stats(&shared, &slot_names, tsc_hz).total;
     log::info!(
         "final counters: rx {} tx {} arp replies {} icmp echo replies {} drops {}",
         total.rx_packets,
@@ -605,84 +612,6 @@ pub fn run(cfg: &Config, stop: Arc<AtomicBool>, term: Arc<AtomicBool>) -> Result
     result
 }
 
-/// Loads every TLS VIP's certificates (before DPDK starts, so a bad file
-/// fails fast); `None` for plain VIPs.
-fn load_tls(cfg: &Config) -> Result<Vec<Option<TlsConfig>>, ConfigError> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    let mut out = Vec::new();
-    for (i, vip) in cfg.vips.iter().enumerate() {
-        if vip.certs.is_empty() {
-            out.push(None);
-            continue;
-        }
-        let mut store = CertStore::new();
-        for (j, files) in vip.certs.iter().enumerate() {
-            let cert = Cert::load(&files.cert, &files.key, now).map_err(|e| {
-                ConfigError::new(
-                    format!("vip[{i}].certs[{j}]"),
-                    e.file.display(),
-                    e.to_string(),
-                )
-            })?;
-            log::info!(
-                "vip {}: certificate {} ({}, names {})",
-                vip.name,
-                files.cert.display(),
-                cert.key_type,
-                cert.names.join(", ")
-            );
-            store.add(cert);
-        }
-        let policy = tls_policy(vip.tls.as_ref());
-        let tls = TlsConfig::with_policy(store, &policy)
-            .map_err(|e| ConfigError::new(format!("vip[{i}].tls"), "", e.to_string()))?;
-        out.push(Some(tls));
-    }
-    Ok(out)
-}
-
-/// An engine's copy of a configured pool.
-fn engine_pool(p: &control::config::Pool) -> dataplane_pool::Pool {
-    let members = p
-        .members
-        .iter()
-        .filter_map(|m| {
-            let addr = m.socket_addr().ok()?;
-            Some(dataplane_pool::Member::new(addr, m.weight, m.state))
-        })
-        .collect();
-    let mut pool = dataplane_pool::Pool::new(p.name.clone(), p.balance, members);
-    pool.check = p
-        .health
-        .as_ref()
-        .map(crate::app::health::HealthCheck::from_config);
-    pool.proxy_protocol = p.proxy_protocol;
-    pool.connect_timeout = std::time::Duration::from_millis(u64::from(p.connect_timeout_ms));
-    pool
-}
-
-/// The crypto policy for a VIP's `[vip.tls]` settings.
-fn tls_policy(t: Option<&control::config::TlsSettings>) -> crypto::policy::TlsPolicy {
-    let mut p = crypto::policy::TlsPolicy::default();
-    let Some(t) = t else { return p };
-    p.versions.clone_from(&t.versions);
-    p.suites.clone_from(&t.suites);
-    p.groups.clone_from(&t.groups);
-    if let Some(alpn) = &t.alpn {
-        p.alpn.clone_from(alpn);
-    }
-    p.prefer_client_order = t.prefer_client_order;
-    if let Some(tk) = &t.tickets {
-        p.resumption = crypto::policy::Resumption::Tickets {
-            rotate_s: tk.rotate_s,
-            key_file: tk.key_file.clone(),
-        };
-    }
-    p
-}
-
 /// Connections open and not yet in TIME-WAIT.
 fn open_connections(total: &CoreStats) -> u64 {
     total.tcp_active.saturating_sub(total.tcp_time_wait)
@@ -690,7 +619,11 @@ fn open_connections(total: &CoreStats) -> u64 {
 
 /// Serves `GET /metrics` (Prometheus text format) on `listener` until
 /// `stop`; one short request at a time (scrapes are seconds apart).
-fn serve_metrics(listener: &std::net::TcpListener, stop: &AtomicBool, stats: impl Fn() -> Stats) {
+fn serve_metrics(
+    listener: &std::net::TcpListener,
+    stop: &AtomicBool,
+    stats: impl Fn() -> control::api::Stats,
+) {
     use std::io::{Read, Write};
     if listener.set_nonblocking(true).is_err() {
         return;
@@ -725,21 +658,6 @@ fn serve_metrics(listener: &std::net::TcpListener, stop: &AtomicBool, stats: imp
             "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         );
-    }
-}
-
-fn collect_stats(shared: &[(u32, Arc<SharedCounters>)]) -> Stats {
-    let mut total = Counters::default();
-    let mut cores = Vec::new();
-    for (lcore, s) in shared {
-        let c = s.read();
-        total.add(&c);
-        cores.push(core_stats(Some(*lcore), &c));
-    }
-    Stats {
-        cores,
-        total: core_stats(None, &total),
-        tsc_hz: dpdk::tsc_hz(),
     }
 }
 

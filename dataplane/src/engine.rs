@@ -19,7 +19,10 @@ use crate::app::responder::Responder;
 use crate::app::tls::{self, ConnApp, TlsConn};
 use crate::net::{set_destination, Interface, InterfaceConfig, Verdict};
 use crate::port::{PacketBuf, Port};
-use crate::stats::{Counters, DropReason, SharedCounters};
+use crate::snapshot::{
+    Capture, ControlLink, FromEngine, MemberView, PoolView, Snapshot, ToEngine, MAX_VIPS,
+};
+use crate::stats::{Counters, DropReason, SharedCounters, VipCounters};
 use crate::tcp::{CloseReason, ConnId, Event, FlowKey, TcpConfig, TcpEngine};
 use crate::time::{Instant, TscClock};
 use crypto::session::TlsConfig;
@@ -74,6 +77,10 @@ struct EnginePort<P: Port> {
     unresolved: Vec<(Ipv4Addr, P::Buf, Instant)>,
     /// The last receive burst came back short: the queue is drained.
     rx_drained: bool,
+    /// A capture asked for by the control thread (`dpctl capture`).
+    capture: Option<Capture>,
+    /// Frames at the head of `tx` already captured (left by a short burst).
+    tx_captured: usize,
 }
 
 /// Most frames held per port while their next hop is resolved (Linux keeps
@@ -101,12 +108,16 @@ fn ev_id(ev: Event) -> ConnId {
 /// Source ports of backend connections (Linux's default ephemeral range).
 const EPHEMERAL: std::ops::Range<u16> = 32_768..61_000;
 
-/// A VIP that is not a plain responder one.
+/// A VIP as the engine serves it (from the current snapshot).
 #[derive(Debug)]
 struct VipEntry {
+    /// Index of its counters.
+    slot: u16,
     addr: Ipv4Addr,
     port: u16,
+    enabled: bool,
     tls: Option<TlsConfig>,
+    /// Index in the engine's pools; `None`: the built-in responder.
     pool: Option<u16>,
 }
 
@@ -121,8 +132,17 @@ pub struct Engine<P: Port> {
     next_tick: Instant,
     tcp: TcpEngine<ConnApp>,
     responder: Responder,
-    /// VIPs other than plain responder ones: TLS, pool, or both.
+    /// The VIPs served.
     vips: Vec<VipEntry>,
+    /// Counters per VIP slot (published with the others).
+    vip_counters: Vec<VipCounters>,
+    /// Rings to and from the control thread.
+    control: Option<ControlLink>,
+    /// Version of the snapshot in use (0: set up by calls, not snapshots).
+    snapshot_version: u64,
+    /// VIP counter slots ever used (all are published: a removed VIP's
+    /// open connections still count).
+    vip_slots_used: usize,
     /// Backend pools (this engine's view: its own counts).
     pools: Vec<Pool>,
     /// Next source port tried for a backend connection.
@@ -155,6 +175,10 @@ impl<P: Port> Engine<P> {
             ),
             responder: Responder::new(),
             vips: Vec::new(),
+            vip_counters: vec![VipCounters::default(); MAX_VIPS],
+            control: None,
+            snapshot_version: 0,
+            vip_slots_used: 0,
             pools: Vec::new(),
             next_port: EPHEMERAL.start,
             proxy_scratch: vec![0; crypto::record::MAX_PLAINTEXT],
@@ -169,6 +193,26 @@ impl<P: Port> Engine<P> {
     /// address that is not a port's own becomes an extra address of the port
     /// whose subnet holds it (answered in ARP and ICMP).
     pub fn listen(&mut self, addr: Ipv4Addr, port: u16) {
+        self.add_vip(addr, port, None, None);
+    }
+
+    fn add_vip(&mut self, addr: Ipv4Addr, port: u16, tls: Option<TlsConfig>, pool: Option<u16>) {
+        self.claim_address(addr);
+        self.tcp.listen(addr, port);
+        let slot = self.vips.len().min(MAX_VIPS - 1) as u16;
+        self.vip_slots_used = self.vip_slots_used.max(usize::from(slot) + 1);
+        self.vips.push(VipEntry {
+            slot,
+            addr,
+            port,
+            enabled: true,
+            tls,
+            pool,
+        });
+    }
+
+    /// Makes `addr` an extra address of the port whose subnet holds it.
+    fn claim_address(&mut self, addr: Ipv4Addr) {
         if !self.ports.iter().any(|ep| ep.iface.is_local(addr)) {
             if let Some(ep) = self
                 .ports
@@ -178,18 +222,11 @@ impl<P: Port> Engine<P> {
                 ep.iface.add_address(addr);
             }
         }
-        self.tcp.listen(addr, port);
     }
 
     /// Serves the responder behind TLS on `addr:port`.
     pub fn listen_tls(&mut self, addr: Ipv4Addr, port: u16, config: TlsConfig) {
-        self.listen(addr, port);
-        self.vips.push(VipEntry {
-            addr,
-            port,
-            tls: Some(config),
-            pool: None,
-        });
+        self.add_vip(addr, port, Some(config), None);
     }
 
     /// Adds a backend pool; returns its index for [`Engine::listen_pool`].
@@ -201,13 +238,134 @@ impl<P: Port> Engine<P> {
     /// Forwards connections to `addr:port` (decrypted first when `tls`) to
     /// members of pool `pool`.
     pub fn listen_pool(&mut self, addr: Ipv4Addr, port: u16, tls: Option<TlsConfig>, pool: usize) {
-        self.listen(addr, port);
-        self.vips.push(VipEntry {
-            addr,
-            port,
-            tls,
-            pool: Some(pool as u16),
-        });
+        self.add_vip(addr, port, tls, Some(pool as u16));
+    }
+
+    /// Rings to the control thread, read at every tick.
+    pub fn set_control(&mut self, link: ControlLink) {
+        self.control = Some(link);
+    }
+
+    /// Version of the snapshot in use.
+    pub fn snapshot_version(&self) -> u64 {
+        self.snapshot_version
+    }
+
+    /// Counters of VIP slot `slot`.
+    pub fn vip_counters(&self, slot: u16) -> VipCounters {
+        self.vip_counters[usize::from(slot)]
+    }
+
+    /// Switches to `snap` between packets. Listeners, VIP addresses and
+    /// pools follow it; open connections keep what they started with (their
+    /// TLS configuration; their pool and member, which stay in the engine
+    /// marked retired or removed while used).
+    pub fn apply(&mut self, snap: &Snapshot) {
+        for p in &mut self.pools {
+            p.retired = true;
+        }
+        for next in &snap.pools {
+            match self.pools.iter().position(|p| p.name == next.name) {
+                Some(i) => {
+                    if !self.pools[i].update_from(next) {
+                        log::warn!(
+                            "pool {}: 64 members with open connections; a new member waits",
+                            next.name
+                        );
+                    }
+                }
+                None => self.pools.push(next.clone()),
+            }
+        }
+        self.vips = snap
+            .vips
+            .iter()
+            .map(|v| VipEntry {
+                slot: v.slot.min(MAX_VIPS as u16 - 1),
+                addr: v.addr,
+                port: v.port,
+                enabled: v.enabled,
+                tls: v.tls.clone(),
+                pool: v.pool.as_ref().and_then(|name| {
+                    self.pools
+                        .iter()
+                        .position(|p| !p.retired && &p.name == name)
+                        .map(|i| i as u16)
+                }),
+            })
+            .collect();
+        let vips = &self.vips;
+        self.tcp
+            .retain_listeners(|a, p| vips.iter().any(|v| v.enabled && v.addr == a && v.port == p));
+        for ep in &mut self.ports {
+            ep.iface
+                .retain_addresses(|a| vips.iter().any(|v| v.addr == *a));
+        }
+        for i in 0..self.vips.len() {
+            let (addr, port, enabled) =
+                (self.vips[i].addr, self.vips[i].port, self.vips[i].enabled);
+            // Disabled VIPs keep their address (ARP, ICMP) and reset SYNs.
+            self.claim_address(addr);
+            if enabled {
+                self.tcp.listen(addr, port);
+            }
+        }
+        let used = self.vips.iter().map(|v| usize::from(v.slot) + 1).max();
+        self.vip_slots_used = self.vip_slots_used.max(used.unwrap_or(0));
+        self.snapshot_version = snap.version;
+    }
+
+    /// Handles the control thread's messages (at a tick, between packets).
+    fn control_messages(&mut self) {
+        let Some(link) = self.control.clone() else {
+            return;
+        };
+        while let Some(msg) = link.to_engine.pop() {
+            let reply = match msg {
+                ToEngine::Apply(snap) => {
+                    self.apply(&snap);
+                    FromEngine::Applied {
+                        engine: link.engine,
+                        version: snap.version,
+                    }
+                }
+                ToEngine::Pools => FromEngine::Pools {
+                    engine: link.engine,
+                    pools: self.pool_views(),
+                },
+                ToEngine::Capture { port, capture } => {
+                    if let Some(ep) = self.ports.get_mut(port) {
+                        ep.capture = Some(capture);
+                        ep.tx_captured = 0;
+                    }
+                    continue;
+                }
+            };
+            // The control thread waits for replies one request at a time:
+            // the ring has room.
+            let _ = link.from_engines.push(reply);
+        }
+    }
+
+    /// The pools as this engine sees them.
+    pub fn pool_views(&self) -> Vec<PoolView> {
+        self.pools
+            .iter()
+            .map(|p| PoolView {
+                name: p.name.clone(),
+                retired: p.retired,
+                members: p
+                    .members
+                    .iter()
+                    .map(|m| MemberView {
+                        addr: m.addr,
+                        removed: m.removed,
+                        healthy: m.health.healthy,
+                        active: m.active,
+                    })
+                    .collect(),
+            })
+            .collect()
     }
 
     /// The pools, with this engine's counts.
@@ -244,6 +402,8 @@ impl<P: Port> Engine<P> {
             tx_since: None,
             unresolved: Vec::with_capacity(MAX_UNRESOLVED),
             rx_drained: true,
+            capture: None,
+            tx_captured: 0,
         });
     }
 
@@ -273,6 +433,7 @@ impl<P: Port> Engine<P> {
             for ep in &mut self.ports {
                 ep.iface.on_timer(now);
             }
+            self.control_messages();
             self.run_health(now);
             self.expire_connects(now);
             self.publish();
@@ -282,6 +443,11 @@ impl<P: Port> Engine<P> {
             work += n;
             ep.rx_drained = n < burst;
             for mut buf in self.rx.drain(..) {
+                if let Some(c) = &ep.capture {
+                    if !c.take(buf.data()) {
+                        ep.capture = None;
+                    }
+                }
                 self.counters.rx_packets += 1;
                 self.counters.rx_bytes += buf.data().len() as u64;
                 let verdict = ep.iface.process(now, &mut buf, &mut self.counters);
@@ -335,6 +501,10 @@ impl<P: Port> Engine<P> {
                 Event::Closed(_, reason) => {
                     // One app per Closed event, in order.
                     if let Some(app) = self.tcp.take_closed_app() {
+                        if let Some(slot) = app.vip {
+                            let vc = &mut self.vip_counters[usize::from(slot)];
+                            vc.active = vc.active.saturating_sub(1);
+                        }
                         if let Some(link) = app.proxy {
                             self.proxy_closed(now, &link, reason);
                         }
@@ -436,6 +606,7 @@ impl<P: Port> Engine<P> {
 
     /// Drives one TLS connection and counts what happened.
     fn drive_tls(&mut self, now: Instant, id: ConnId, peer_closed: bool, budget: &mut u32) {
+        let slot = self.tcp.app(id).and_then(|a| a.vip);
         let o = tls::drive(
             &mut self.tcp,
             id,
@@ -453,6 +624,11 @@ impl<P: Port> Engine<P> {
                 .is_some_and(|a| a.proxy.as_ref().is_some_and(|l| l.peer.is_none()))
         {
             self.connect_backend(now, id);
+        }
+        if let Some(slot) = slot {
+            let vc = &mut self.vip_counters[usize::from(slot)];
+            vc.tls_handshakes += u64::from(o.negotiated.is_some());
+            vc.tls_failures += u64::from(o.failure.is_some());
         }
         let c = &mut self.counters;
         if let Some(n) = o.negotiated {
@@ -488,13 +664,20 @@ impl<P: Port> Engine<P> {
             .iter()
             .find(|v| v.addr == key.local && v.port == key.local_port)
         else {
-            return true; // a plain responder VIP
+            // Its VIP went away between the SYN and the handshake's end.
+            self.tcp.abort(id);
+            return false;
         };
-        let (tls, pool) = (vip.tls.clone(), vip.pool);
+        let (tls, pool, slot) = (vip.tls.clone(), vip.pool, vip.slot);
+        let vc = &mut self.vip_counters[usize::from(slot)];
+        vc.connections += 1;
+        vc.active += 1;
+        self.tcp.app(id).expect("live").vip = Some(slot);
         if let Some(cfg) = tls {
             match TlsConn::new(&cfg) {
                 Ok(t) => self.tcp.app(id).expect("live").tls = Some(Box::new(t)),
                 Err(_) => {
+                    self.vip_counters[usize::from(slot)].tls_failures += 1;
                     self.count_failure(crypto::session::Failure::Other);
                     self.tcp.abort(id);
                     return false;
@@ -523,14 +706,12 @@ impl<P: Port> Engine<P> {
         };
         let (p, tried) = (usize::from(link.pool), link.tried);
         let Some(m) = self.pools[p].pick(ckey.remote, tried) else {
-            self.counters.proxy_no_member += 1;
-            self.fail_client(client);
+            self.no_member(client);
             return;
         };
         let addr = self.pools[p].members[m].addr;
         let Some((b, bkey)) = self.open_to(now, addr) else {
-            self.counters.proxy_no_member += 1;
-            self.fail_client(client);
+            self.no_member(client);
             return;
         };
         self.counters.proxy_backend_connects += 1;
@@ -650,6 +831,9 @@ impl<P: Port> Engine<P> {
     /// Starts due health checks and fails those past their timeout.
     fn run_health(&mut self, now: Instant) {
         for p in 0..self.pools.len() {
+            if self.pools[p].retired {
+                continue;
+            }
             let Some(check) = self.pools[p].check.as_ref() else {
                 continue;
             };
@@ -664,7 +848,7 @@ impl<P: Port> Engine<P> {
                         }
                     }
                     Some(_) => {}
-                    None if now >= h.next_at => {
+                    None if now >= h.next_at && !self.pools[p].members[m].removed => {
                         let addr = self.pools[p].members[m].addr;
                         self.pools[p].members[m].health.next_at = now + interval;
                         match self.open_to(now, addr) {
@@ -766,6 +950,15 @@ impl<P: Port> Engine<P> {
         }
     }
 
+    /// No member can take `client`: counted, and the client ended.
+    fn no_member(&mut self, client: ConnId) {
+        self.counters.proxy_no_member += 1;
+        if let Some(slot) = self.tcp.app(client).and_then(|a| a.vip) {
+            self.vip_counters[usize::from(slot)].proxy_no_member += 1;
+        }
+        self.fail_client(client);
+    }
+
     /// No backend for this client: a TLS alert (internal_error) or a reset.
     fn fail_client(&mut self, client: ConnId) {
         if let Some(t) = self.tcp.app(client).and_then(|a| a.tls.as_deref_mut()) {
@@ -848,7 +1041,10 @@ impl<P: Port> Engine<P> {
         c.tcp_syn_cookies_sent = t.syn_cookies_sent;
         c.tcp_syn_cookies_accepted = t.syn_cookies_accepted;
         c.http_requests = self.responder.counters.requests;
+        c.snapshot_version = self.snapshot_version;
         self.shared.publish(&self.counters);
+        self.shared
+            .publish_vips(&self.vip_counters[..self.vip_slots_used]);
     }
 
     /// Runs the loop until `stop` is set (checked once per tick), counting
@@ -958,6 +1154,15 @@ fn release_resolved<P: Port>(ep: &mut EnginePort<P>, now: Instant, counters: &mu
 /// Sends a port's buffered frames. Frames the queue does not take stay
 /// buffered for the next iteration (bounded by [`MAX_TX_PENDING`]).
 fn flush<P: Port>(ep: &mut EnginePort<P>, now: Instant, counters: &mut Counters) {
+    if let Some(c) = &ep.capture {
+        let mut on = true;
+        for b in ep.tx.iter().skip(ep.tx_captured) {
+            on = on && c.take(b.data());
+        }
+        if !on {
+            ep.capture = None;
+        }
+    }
     let offered: u64 = ep.tx.iter().map(|b| b.data().len() as u64).sum();
     let mut sent = 0;
     while !ep.tx.is_empty() {
@@ -970,5 +1175,6 @@ fn flush<P: Port>(ep: &mut EnginePort<P>, now: Instant, counters: &mut Counters)
     let unsent: u64 = ep.tx.iter().map(|b| b.data().len() as u64).sum();
     counters.tx_packets += sent as u64;
     counters.tx_bytes += offered - unsent;
+    ep.tx_captured = ep.tx.len();
     ep.tx_since = if ep.tx.is_empty() { None } else { Some(now) };
 }

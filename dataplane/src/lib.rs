@@ -3,6 +3,7 @@
 #![deny(unsafe_code)]
 
 pub mod app;
+pub mod controller;
 pub mod daemon;
 #[allow(unsafe_code)]
 pub mod dpdk;
@@ -11,6 +12,7 @@ pub mod fuzzing;
 pub mod loadgen;
 pub mod net;
 pub mod port;
+pub mod snapshot;
 pub mod stats;
 pub mod tcp;
 pub mod time;

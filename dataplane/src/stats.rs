@@ -7,6 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 
+pub use control::api::VipCounters;
+
+/// Fields of [`VipCounters`].
+const VIP_FIELDS: usize = 5;
+
 /// Why a received frame was dropped, or a frame to send was not sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(usize)]
@@ -135,6 +140,8 @@ pub struct Counters {
     pub health_checks: u64,
     pub health_failures: u64,
     pub health_changes: u64,
+    /// Version of the configuration snapshot the engine uses.
+    pub snapshot_version: u64,
     pub drops: [u64; DropReason::COUNT],
     /// TSC cycles spent in loop iterations that did work.
     pub busy_cycles: u64,
@@ -205,6 +212,12 @@ impl Counters {
         self.health_checks += o.health_checks;
         self.health_failures += o.health_failures;
         self.health_changes += o.health_changes;
+        // The oldest version in use: all engines use it or a newer one.
+        self.snapshot_version = if self.loops == 0 {
+            o.snapshot_version
+        } else {
+            self.snapshot_version.min(o.snapshot_version)
+        };
         self.http_requests += o.http_requests;
         for (d, s) in self.drops.iter_mut().zip(o.drops) {
             *d += s;
@@ -215,7 +228,7 @@ impl Counters {
     }
 }
 
-const SCALARS: usize = 31;
+const SCALARS: usize = 32;
 const TLS_FIELDS: usize = 2 + 10 + 5 + 6 + 11;
 const FIELDS: usize = SCALARS + DropReason::COUNT + TLS_FIELDS;
 
@@ -223,12 +236,19 @@ const FIELDS: usize = SCALARS + DropReason::COUNT + TLS_FIELDS;
 #[derive(Debug)]
 pub struct SharedCounters {
     slots: CachePadded<[AtomicU64; FIELDS]>,
+    /// Per-VIP counters by slot, and how many slots are published.
+    vips: Box<[AtomicU64]>,
+    vip_slots: AtomicU64,
 }
 
 impl Default for SharedCounters {
     fn default() -> Self {
         Self {
             slots: CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))),
+            vips: (0..crate::snapshot::MAX_VIPS * VIP_FIELDS)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            vip_slots: AtomicU64::new(0),
         }
     }
 }
@@ -240,6 +260,42 @@ impl SharedCounters {
         for (slot, v) in self.slots.iter().zip(vals) {
             slot.store(v, Ordering::Relaxed);
         }
+    }
+
+    /// Publishes the per-VIP counters (slots `0..vips.len()`).
+    pub fn publish_vips(&self, vips: &[VipCounters]) {
+        for (v, slots) in vips.iter().zip(self.vips.chunks(VIP_FIELDS)) {
+            let vals = [
+                v.connections,
+                v.active,
+                v.tls_handshakes,
+                v.tls_failures,
+                v.proxy_no_member,
+            ];
+            for (slot, x) in slots.iter().zip(vals) {
+                slot.store(x, Ordering::Relaxed);
+            }
+        }
+        self.vip_slots.store(vips.len() as u64, Ordering::Release);
+    }
+
+    /// The last published per-VIP counters, by slot.
+    pub fn read_vips(&self) -> Vec<VipCounters> {
+        let n = self.vip_slots.load(Ordering::Acquire) as usize;
+        self.vips
+            .chunks(VIP_FIELDS)
+            .take(n)
+            .map(|s| {
+                let v = |i: usize| s[i].load(Ordering::Relaxed);
+                VipCounters {
+                    connections: v(0),
+                    active: v(1),
+                    tls_handshakes: v(2),
+                    tls_failures: v(3),
+                    proxy_no_member: v(4),
+                }
+            })
+            .collect()
     }
 
     /// The last published counters.
@@ -280,6 +336,7 @@ impl SharedCounters {
             health_failures: v[28],
             health_changes: v[29],
             tcp_time_wait: v[30],
+            snapshot_version: v[31],
             ..Counters::default()
         };
         let d = SCALARS + DropReason::COUNT;
@@ -326,6 +383,7 @@ impl SharedCounters {
             c.health_failures,
             c.health_changes,
             c.tcp_time_wait,
+            c.snapshot_version,
         ]);
         let d = SCALARS + DropReason::COUNT;
         v[SCALARS..d].copy_from_slice(&c.drops);

@@ -1,10 +1,18 @@
 //! `dpctl`: the operator's CLI for a running `dpd`, over its control socket.
+//!
+//! Every command prints a human table, or with `--json` the raw reply.
+//! Exit status: 0 done, 1 refused by dpd (the reason on stderr), 2 dpd not
+//! reachable or bad arguments.
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
-use clap::{Parser, Subcommand};
-use control::api::{Body, Client, CoreStats, Request};
+use clap::{CommandFactory, Parser, Subcommand};
+use control::api::{Body, CertInfo, Client, CoreStats, PoolInfo, Reply, Request, Stats, VipInfo};
+use control::config::{CertRef, Member, MemberState, NamedCert, Vip};
+use serde_json::json;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -30,40 +38,381 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Version, uptime, cores, ports and hugepages.
+    /// Version, uptime, configuration version, cores, ports and hugepages.
     Status,
-    /// Packet counters per core and in total.
+    /// Counters: connections, handshakes, failures, bytes, drops, busy.
     Stats {
         /// Show every core, not only the total.
         #[arg(long)]
         per_core: bool,
+        /// Print rates every SECS seconds (one line each) until interrupted.
+        #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "1")]
+        watch: Option<f64>,
+        /// With --watch: stop after this many lines.
+        #[arg(long, requires = "watch")]
+        count: Option<u64>,
         /// Print only the engines' busy core-seconds since start (for
         /// benchmark harnesses: dpbench's `busy=cmd:` source).
-        #[arg(long, conflicts_with = "per_core")]
+        #[arg(long, conflicts_with_all = ["per_core", "watch"])]
         busy_seconds: bool,
     },
     /// Stop taking new connections on every VIP; existing ones go on (then
     /// stop dpd with SIGTERM or SIGINT).
     Drain,
+    /// Virtual IPs.
+    #[command(subcommand)]
+    Vip(VipCmd),
+    /// Named certificates.
+    #[command(subcommand)]
+    Cert(CertCmd),
+    /// Backend pools.
+    #[command(subcommand)]
+    Pool(PoolCmd),
+    /// Members of a backend pool.
+    #[command(subcommand)]
+    Member(MemberCmd),
+    /// Session-ticket keys.
+    #[command(subcommand)]
+    Tickets(TicketsCmd),
+    /// The running configuration.
+    #[command(subcommand)]
+    Config(ConfigCmd),
+    /// Write frames received and sent on a dataplane port to a pcap file.
+    Capture {
+        /// Port name (`[[port]] name`).
+        #[arg(long)]
+        port: String,
+        /// Frames to capture.
+        #[arg(long, default_value_t = 100)]
+        count: u32,
+        /// Output file (pcap; written by dpd).
+        #[arg(long)]
+        file: PathBuf,
+        /// Give up waiting after this many seconds.
+        #[arg(long, default_value_t = 10)]
+        timeout: u32,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish,
+    /// powershell).
+    Completions { shell: clap_complete::Shell },
+}
+
+#[derive(Subcommand, Debug)]
+enum VipCmd {
+    List,
+    Show {
+        name: String,
+    },
+    /// Add a VIP: TLS when certificates are given.
+    Add {
+        name: String,
+        /// address:port.
+        #[arg(long)]
+        listen: String,
+        /// Forward to this pool ...
+        #[arg(long, conflicts_with = "builtin", required_unless_present = "builtin")]
+        pool: Option<String>,
+        /// ... or answer with the built-in HTTP responder.
+        #[arg(long)]
+        builtin: bool,
+        /// Certificate name (repeat for several; the first is the default).
+        #[arg(long = "cert")]
+        certs: Vec<String>,
+        /// Configure it, but take no connections yet.
+        #[arg(long)]
+        disabled: bool,
+    },
+    /// Remove a VIP: no new connections; open ones go on.
+    Remove {
+        name: String,
+    },
+    Enable {
+        name: String,
+    },
+    /// Take no new connections (SYNs get a reset); open ones go on.
+    Disable {
+        name: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum CertCmd {
+    List,
+    Show {
+        name: String,
+    },
+    /// Add a named certificate (PEM chain, leaf first, and PEM key).
+    Add {
+        name: String,
+        #[arg(long)]
+        cert: PathBuf,
+        #[arg(long)]
+        key: PathBuf,
+    },
+    /// New chain and key for a name: new handshakes get them, none fails.
+    Rotate {
+        name: String,
+        #[arg(long)]
+        cert: PathBuf,
+        #[arg(long)]
+        key: PathBuf,
+    },
+    /// Remove a certificate no VIP serves.
+    Remove {
+        name: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum PoolCmd {
+    List,
+    Show {
+        name: String,
+    },
+    /// Add a pool.
+    Add {
+        name: String,
+        /// Member `address:port` or `address:port@weight` (repeat).
+        #[arg(long = "member", required = true)]
+        members: Vec<String>,
+        /// round_robin, weighted_round_robin, least_conn,
+        /// weighted_least_conn or source_hash.
+        #[arg(long, default_value = "round_robin")]
+        balance: String,
+        /// Health check: tcp or http.
+        #[arg(long)]
+        health: Option<String>,
+        /// HTTP health check: path asked.
+        #[arg(long, default_value = "/")]
+        health_path: String,
+        /// HTTP health check: status that means up.
+        #[arg(long, default_value_t = 200)]
+        health_expect: u16,
+        /// Milliseconds between checks.
+        #[arg(long, default_value_t = 1000)]
+        health_interval_ms: u32,
+        /// Send a PROXY protocol v2 header to members.
+        #[arg(long)]
+        proxy_protocol: bool,
+    },
+    /// Remove a pool no VIP forwards to.
+    Remove {
+        name: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum MemberCmd {
+    Add {
+        pool: String,
+        /// address:port.
+        addr: String,
+        #[arg(long, default_value_t = 1)]
+        weight: u32,
+    },
+    /// Take a member out; connections to it go on.
+    Remove { pool: String, addr: String },
+    /// Set a member's weight (1 to 256).
+    Weight {
+        pool: String,
+        addr: String,
+        weight: u32,
+    },
+    /// No new connections to the member; open ones go on.
+    Drain { pool: String, addr: String },
+    /// Back in service.
+    Enable { pool: String, addr: String },
+}
+
+#[derive(Subcommand, Debug)]
+enum TicketsCmd {
+    /// New ticket keys on every VIP with tickets (the key file is read
+    /// again): earlier tickets no longer resume.
+    Rotate,
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigCmd {
+    /// Print the running configuration (TOML).
+    Show,
+    /// Write the running configuration as TOML (default: the file dpd was
+    /// started with).
+    Save { file: Option<PathBuf> },
+}
+
+/// Paths go to dpd, whose working folder is not ours.
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+fn request(cmd: &Cmd) -> Result<Request, String> {
+    Ok(match cmd {
+        Cmd::Status => Request::Status,
+        Cmd::Stats { .. } => Request::Stats,
+        Cmd::Drain => Request::Drain,
+        Cmd::Vip(v) => match v {
+            VipCmd::List => Request::VipList,
+            VipCmd::Show { name } => Request::VipShow { name: name.clone() },
+            VipCmd::Add {
+                name,
+                listen,
+                pool,
+                builtin,
+                certs,
+                disabled,
+            } => Request::VipAdd {
+                vip: Vip {
+                    name: name.clone(),
+                    listen: listen.clone(),
+                    respond: builtin.then_some(control::config::Respond::Builtin),
+                    pool: pool.clone(),
+                    certs: certs.iter().map(|c| CertRef::Name(c.clone())).collect(),
+                    tls: None,
+                    enabled: !disabled,
+                },
+            },
+            VipCmd::Remove { name } => Request::VipRemove { name: name.clone() },
+            VipCmd::Enable { name } => Request::VipEnable { name: name.clone() },
+            VipCmd::Disable { name } => Request::VipDisable { name: name.clone() },
+        },
+        Cmd::Cert(c) => match c {
+            CertCmd::List => Request::CertList,
+            CertCmd::Show { name } => Request::CertShow { name: name.clone() },
+            CertCmd::Add { name, cert, key } | CertCmd::Rotate { name, cert, key } => {
+                let cert = NamedCert {
+                    name: name.clone(),
+                    cert: absolute(cert),
+                    key: absolute(key),
+                    origin: None,
+                };
+                if matches!(c, CertCmd::Add { .. }) {
+                    Request::CertAdd { cert }
+                } else {
+                    Request::CertRotate { cert }
+                }
+            }
+            CertCmd::Remove { name } => Request::CertRemove { name: name.clone() },
+        },
+        Cmd::Pool(p) => match p {
+            PoolCmd::List => Request::PoolList,
+            PoolCmd::Show { name } => Request::PoolShow { name: name.clone() },
+            PoolCmd::Add {
+                name,
+                members,
+                balance,
+                health,
+                health_path,
+                health_expect,
+                health_interval_ms,
+                proxy_protocol,
+            } => {
+                let members: Vec<serde_json::Value> = members
+                    .iter()
+                    .map(|m| match m.split_once('@') {
+                        Some((addr, w)) => w
+                            .parse::<u32>()
+                            .map(|w| json!({"addr": addr, "weight": w}))
+                            .map_err(|_| format!("member {m:?}: weight after @ is a number")),
+                        None => Ok(json!({ "addr": m })),
+                    })
+                    .collect::<Result<_, _>>()?;
+                let mut pool = json!({
+                    "name": name,
+                    "balance": balance,
+                    "members": members,
+                    "proxy_protocol": proxy_protocol,
+                });
+                if let Some(kind) = health {
+                    pool["health"] = json!({
+                        "kind": kind,
+                        "path": health_path,
+                        "expect": health_expect,
+                        "interval_ms": health_interval_ms,
+                        "timeout_ms": (*health_interval_ms / 2).max(1),
+                    });
+                }
+                // serde fills in the defaults and checks the names.
+                let pool = serde_json::from_value(pool).map_err(|e| format!("pool: {e}"))?;
+                Request::PoolAdd { pool }
+            }
+            PoolCmd::Remove { name } => Request::PoolRemove { name: name.clone() },
+        },
+        Cmd::Member(m) => match m {
+            MemberCmd::Add { pool, addr, weight } => Request::MemberAdd {
+                pool: pool.clone(),
+                member: Member {
+                    addr: addr.clone(),
+                    weight: *weight,
+                    state: MemberState::Up,
+                },
+            },
+            MemberCmd::Remove { pool, addr } => Request::MemberRemove {
+                pool: pool.clone(),
+                addr: addr.clone(),
+            },
+            MemberCmd::Weight { pool, addr, weight } => Request::MemberWeight {
+                pool: pool.clone(),
+                addr: addr.clone(),
+                weight: *weight,
+            },
+            MemberCmd::Drain { pool, addr } => Request::MemberDrain {
+                pool: pool.clone(),
+                addr: addr.clone(),
+            },
+            MemberCmd::Enable { pool, addr } => Request::MemberEnable {
+                pool: pool.clone(),
+                addr: addr.clone(),
+            },
+        },
+        Cmd::Tickets(TicketsCmd::Rotate) => Request::TicketsRotate,
+        Cmd::Config(ConfigCmd::Show) => Request::ConfigShow,
+        Cmd::Config(ConfigCmd::Save { file }) => Request::ConfigSave {
+            path: file.as_deref().map(absolute),
+        },
+        Cmd::Capture {
+            port,
+            count,
+            file,
+            timeout,
+        } => Request::Capture {
+            port: port.clone(),
+            count: *count,
+            timeout_ms: timeout.saturating_mul(1000),
+            file: absolute(file),
+        },
+        Cmd::Completions { .. } => unreachable!("answered without dpd"),
+    })
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let req = match cli.cmd {
-        Cmd::Status => Request::Status,
-        Cmd::Stats { .. } => Request::Stats,
-        Cmd::Drain => Request::Drain,
-    };
-    let reply = Client::connect(&cli.socket).and_then(|mut c| c.call(&req));
-    let reply = match reply {
+    if let Cmd::Completions { shell } = cli.cmd {
+        clap_complete::generate(shell, &mut Cli::command(), "dpctl", &mut std::io::stdout());
+        return ExitCode::SUCCESS;
+    }
+    let req = match request(&cli.cmd) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!(
-                "dpctl: cannot talk to dpd at {}: {e} (is dpd running? are you root?)",
-                cli.socket.display()
-            );
+            eprintln!("dpctl: {e}");
             return ExitCode::from(2);
         }
+    };
+    let mut client = match Client::connect(&cli.socket) {
+        Ok(c) => c,
+        Err(e) => return unreachable_dpd(&cli.socket, &e),
+    };
+    if let Cmd::Stats {
+        watch: Some(secs),
+        count,
+        per_core,
+        ..
+    } = cli.cmd
+    {
+        return watch(&mut client, &cli.socket, secs, count, per_core, cli.json);
+    }
+    let reply = match client.call(&req) {
+        Ok(r) => r,
+        Err(e) => return unreachable_dpd(&cli.socket, &e),
     };
     if cli.json {
         println!(
@@ -80,7 +429,24 @@ fn main() -> ExitCode {
         eprintln!("dpctl: dpd refused: {}", reply.error.unwrap_or_default());
         return ExitCode::FAILURE;
     }
-    match (reply.body, cli.cmd) {
+    print_reply(reply, &cli.cmd)
+}
+
+fn unreachable_dpd(socket: &Path, e: &std::io::Error) -> ExitCode {
+    let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+        "the control socket is root's only: run dpctl as root"
+    } else {
+        "is dpd running? is --socket (or DPCTL_SOCKET) right?"
+    };
+    eprintln!(
+        "dpctl: cannot talk to dpd at {}: {e} ({hint})",
+        socket.display()
+    );
+    ExitCode::from(2)
+}
+
+fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
+    match (reply.body, cmd) {
         (Some(Body::Drain(d)), _) => {
             println!(
                 "draining: no new connections; {} still open",
@@ -89,8 +455,8 @@ fn main() -> ExitCode {
         }
         (Some(Body::Status(s)), _) => {
             println!(
-                "dpd {} (DPDK {}), pid {}, up {:.0} s",
-                s.version, s.dpdk, s.pid, s.uptime_s
+                "dpd {} (DPDK {}), pid {}, up {:.0} s, configuration {}",
+                s.version, s.dpdk, s.pid, s.uptime_s, s.config_version
             );
             println!("dataplane cores: {:?}", s.lcores);
             println!(
@@ -128,12 +494,25 @@ fn main() -> ExitCode {
             println!("{:.6}", s.busy_seconds());
         }
         (Some(Body::Stats(s)), Cmd::Stats { per_core, .. }) => {
-            if per_core {
+            if *per_core {
                 for c in &s.cores {
                     print_stats(c);
                 }
             }
             print_stats(&s.total);
+        }
+        (Some(Body::Applied(a)), _) => {
+            println!("applied: {} (configuration {})", a.change, a.version);
+        }
+        (Some(Body::Vips(v)), Cmd::Vip(VipCmd::Show { .. })) => v.iter().for_each(print_vip),
+        (Some(Body::Vips(v)), _) => print_vips(&v),
+        (Some(Body::Certs(c)), Cmd::Cert(CertCmd::Show { .. })) => c.iter().for_each(print_cert),
+        (Some(Body::Certs(c)), _) => print_certs(&c),
+        (Some(Body::Pools(p)), _) => p.iter().for_each(print_pool),
+        (Some(Body::Config(text)), _) => print!("{text}"),
+        (Some(Body::Saved(path)), _) => println!("saved to {}", path.display()),
+        (Some(Body::Captured(c)), _) => {
+            println!("{} frames written to {}", c.packets, c.file.display());
         }
         _ => {
             eprintln!("dpctl: unexpected reply from dpd");
@@ -143,9 +522,160 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+fn print_vips(vips: &[VipInfo]) {
+    println!(
+        "{:<16} {:<22} {:<8} {:<24} {:<12} {:>10} {:>8} {:>10} {:>8}",
+        "VIP", "LISTEN", "STATE", "CERTS", "POOL", "CONNS", "ACTIVE", "HANDSHAKES", "FAILED"
+    );
+    for v in vips {
+        let c = &v.counters;
+        println!(
+            "{:<16} {:<22} {:<8} {:<24} {:<12} {:>10} {:>8} {:>10} {:>8}",
+            v.name,
+            v.listen,
+            if v.enabled { "enabled" } else { "disabled" },
+            if v.certs.is_empty() {
+                "-".to_string()
+            } else {
+                v.certs.join(",")
+            },
+            v.pool.as_deref().unwrap_or("(builtin)"),
+            c.connections,
+            c.active,
+            c.tls_handshakes,
+            c.tls_failures
+        );
+    }
+}
+
+fn print_vip(v: &VipInfo) {
+    let c = &v.counters;
+    println!("vip {}", v.name);
+    println!("  listen       {}", v.listen);
+    println!(
+        "  state        {}",
+        if v.enabled { "enabled" } else { "disabled" }
+    );
+    println!(
+        "  tls          {}",
+        if v.certs.is_empty() {
+            "no (plain TCP)".to_string()
+        } else {
+            format!("certificates {}", v.certs.join(", "))
+        }
+    );
+    println!(
+        "  serves       {}",
+        v.pool
+            .as_ref()
+            .map_or("built-in responder".to_string(), |p| format!("pool {p}"))
+    );
+    println!(
+        "  connections  {} accepted, {} open",
+        c.connections, c.active
+    );
+    println!(
+        "  tls          {} handshakes, {} failures; {} clients without a member",
+        c.tls_handshakes, c.tls_failures, c.proxy_no_member
+    );
+}
+
+fn days_left(not_after: i64) -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    (not_after - now) / 86_400
+}
+
+fn print_certs(certs: &[CertInfo]) {
+    println!(
+        "{:<16} {:<11} {:<32} {:>9} {:<20}",
+        "CERT", "KEY", "NAMES", "DAYS LEFT", "USED BY"
+    );
+    for c in certs {
+        println!(
+            "{:<16} {:<11} {:<32} {:>9} {:<20}",
+            c.name,
+            c.key_type,
+            c.names.join(","),
+            days_left(c.not_after),
+            if c.used_by.is_empty() {
+                "-".to_string()
+            } else {
+                c.used_by.join(",")
+            }
+        );
+    }
+}
+
+fn print_cert(c: &CertInfo) {
+    println!("cert {}", c.name);
+    println!(
+        "  chain        {} ({} certificates)",
+        c.cert.display(),
+        c.chain_len
+    );
+    println!("  key          {} ({})", c.key.display(), c.key_type);
+    println!("  names        {}", c.names.join(", "));
+    println!(
+        "  valid        {} to {} (Unix seconds; {} days left)",
+        c.not_before,
+        c.not_after,
+        days_left(c.not_after)
+    );
+    println!("  sha256       {}", c.sha256);
+    println!(
+        "  used by      {}",
+        if c.used_by.is_empty() {
+            "no VIP".to_string()
+        } else {
+            c.used_by.join(", ")
+        }
+    );
+}
+
+fn print_pool(p: &PoolInfo) {
+    println!(
+        "pool {} ({}{}){}",
+        p.name,
+        p.balance,
+        if p.proxy_protocol {
+            ", PROXY protocol v2"
+        } else {
+            ""
+        },
+        if p.used_by.is_empty() {
+            String::new()
+        } else {
+            format!(" for {}", p.used_by.join(", "))
+        }
+    );
+    println!(
+        "  health: {}",
+        p.health.as_deref().unwrap_or("none (members taken as up)")
+    );
+    println!(
+        "  {:<22} {:>6} {:<6} {:<16} {:>8}",
+        "MEMBER", "WEIGHT", "STATE", "HEALTH", "ACTIVE"
+    );
+    for m in &p.members {
+        let health = if m.healthy_engines == m.engines {
+            "up".to_string()
+        } else if m.healthy_engines == 0 {
+            "down".to_string()
+        } else {
+            format!("up on {}/{} cores", m.healthy_engines, m.engines)
+        };
+        println!(
+            "  {:<22} {:>6} {:<6} {:<16} {:>8}",
+            m.addr, m.weight, m.state, health, m.active
+        );
+    }
+}
+
 fn print_stats(c: &CoreStats) {
     match c.lcore {
-        Some(l) => println!("core {l}:"),
+        Some(l) => println!("core {l} (configuration {}):", c.config_version),
         None => println!("total:"),
     }
     println!(
@@ -204,6 +734,14 @@ fn print_stats(c: &CoreStats) {
             c.tcp_syn_cookies_sent, c.tcp_syn_cookies_accepted
         );
     }
+    for (name, v) in &c.vips {
+        if v.connections > 0 {
+            println!(
+                "  vip {name}: connections {}, open {}, handshakes {}, failures {}",
+                v.connections, v.active, v.tls_handshakes, v.tls_failures
+            );
+        }
+    }
     let drops: Vec<String> = c
         .drops
         .iter()
@@ -218,4 +756,118 @@ fn print_stats(c: &CoreStats) {
             drops.join(", ")
         }
     );
+}
+
+/// `stats --watch`: a line of rates per interval.
+fn watch(
+    client: &mut Client,
+    socket: &Path,
+    secs: f64,
+    count: Option<u64>,
+    per_core: bool,
+    json: bool,
+) -> ExitCode {
+    let interval = Duration::from_secs_f64(secs.clamp(0.1, 3600.0));
+    let fetch = |c: &mut Client| -> Result<Stats, String> {
+        match c.call(&Request::Stats) {
+            Ok(Reply {
+                body: Some(Body::Stats(s)),
+                ..
+            }) => Ok(*s),
+            Ok(r) => Err(r.error.unwrap_or_else(|| "unexpected reply".into())),
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    let mut prev = match fetch(client) {
+        Ok(s) => s,
+        Err(e) => return unreachable_dpd(socket, &std::io::Error::other(e)),
+    };
+    let mut at = Instant::now();
+    let mut lines = 0u64;
+    if !json {
+        println!(
+            "{:<8} {:>6} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10} {:>8} {:>6}",
+            "TIME",
+            "CORE",
+            "CONN/S",
+            "ACTIVE",
+            "HS/S",
+            "FAIL/S",
+            "RX MBIT/S",
+            "TX MBIT/S",
+            "DROP/S",
+            "BUSY%"
+        );
+    }
+    while count.is_none_or(|n| lines < n) {
+        std::thread::sleep(interval.saturating_sub(at.elapsed()));
+        let now = match fetch(client) {
+            Ok(s) => s,
+            Err(e) => return unreachable_dpd(socket, &std::io::Error::other(e)),
+        };
+        let dt = at.elapsed().as_secs_f64();
+        at = Instant::now();
+        let clock = clock_now();
+        let mut rows: Vec<(&CoreStats, &CoreStats)> = vec![(&now.total, &prev.total)];
+        if per_core {
+            rows.extend(now.cores.iter().zip(&prev.cores));
+        }
+        for (n, p) in rows {
+            let rate = |a: u64, b: u64| a.saturating_sub(b) as f64 / dt;
+            let busy = {
+                let (b, i) = (
+                    n.busy_cycles.saturating_sub(p.busy_cycles),
+                    n.idle_cycles.saturating_sub(p.idle_cycles),
+                );
+                if b + i == 0 {
+                    0.0
+                } else {
+                    100.0 * b as f64 / (b + i) as f64
+                }
+            };
+            let drops = |c: &CoreStats| c.drops.values().sum::<u64>();
+            let core = n.lcore.map_or("all".to_string(), |l| l.to_string());
+            let row = json!({
+                "time": clock,
+                "core": core,
+                "connections_per_s": rate(n.tcp_accepted, p.tcp_accepted),
+                "active": n.tcp_active,
+                "handshakes_per_s": rate(n.tls_handshakes, p.tls_handshakes),
+                "tls_failures_per_s": rate(n.tls_failures, p.tls_failures),
+                "rx_mbit_per_s": rate(n.rx_bytes, p.rx_bytes) * 8e-6,
+                "tx_mbit_per_s": rate(n.tx_bytes, p.tx_bytes) * 8e-6,
+                "drops_per_s": rate(drops(n), drops(p)),
+                "busy_percent": busy,
+            });
+            if json {
+                println!("{row}");
+            } else {
+                println!(
+                    "{:<8} {:>6} {:>9.0} {:>9} {:>9.0} {:>8.0} {:>10.1} {:>10.1} {:>8.0} {:>6.1}",
+                    clock,
+                    core,
+                    row["connections_per_s"].as_f64().unwrap_or(0.0),
+                    n.tcp_active,
+                    row["handshakes_per_s"].as_f64().unwrap_or(0.0),
+                    row["tls_failures_per_s"].as_f64().unwrap_or(0.0),
+                    row["rx_mbit_per_s"].as_f64().unwrap_or(0.0),
+                    row["tx_mbit_per_s"].as_f64().unwrap_or(0.0),
+                    row["drops_per_s"].as_f64().unwrap_or(0.0),
+                    busy
+                );
+            }
+        }
+        let _ = std::io::stdout().flush();
+        prev = now;
+        lines += 1;
+    }
+    ExitCode::SUCCESS
+}
+
+/// UTC time of day, `HH:MM:SS`.
+fn clock_now() -> String {
+    let s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!("{:02}:{:02}:{:02}", s / 3600 % 24, s / 60 % 60, s % 60)
 }

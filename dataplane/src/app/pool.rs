@@ -19,6 +19,9 @@ pub struct Member {
     pub failed: u64,
     /// Health as checked by this engine.
     pub health: super::health::MemberHealth,
+    /// Taken out of the configuration; kept (down) while connections to it
+    /// are open, so their counts stay right.
+    pub removed: bool,
     /// Smooth weighted round robin's running weight.
     current: i64,
 }
@@ -33,6 +36,7 @@ impl Member {
             picked: 0,
             failed: 0,
             health: super::health::MemberHealth::default(),
+            removed: false,
             current: 0,
         }
     }
@@ -50,6 +54,9 @@ pub struct Pool {
     pub proxy_protocol: bool,
     /// How long a backend connect may take before the next member is tried.
     pub connect_timeout: std::time::Duration,
+    /// Taken out of the configuration; kept while connections use it
+    /// (those that started before still get members), never health checked.
+    pub retired: bool,
     cursor: usize,
 }
 
@@ -65,8 +72,49 @@ impl Pool {
             check: None,
             proxy_protocol: false,
             connect_timeout: std::time::Duration::from_secs(3),
+            retired: false,
             cursor: 0,
         }
+    }
+
+    /// Takes the settings and members of `next` (the same pool in a new
+    /// configuration snapshot), keeping each remaining member's state
+    /// (connections, health, turns) by address. Members not in `next` are
+    /// marked removed and kept while connections to them are open; a new
+    /// member takes the place of a removed one without connections when
+    /// the pool is full (64). False when a member found no place.
+    pub fn update_from(&mut self, next: &Pool) -> bool {
+        self.balance = next.balance;
+        self.check.clone_from(&next.check);
+        self.proxy_protocol = next.proxy_protocol;
+        self.connect_timeout = next.connect_timeout;
+        self.retired = false;
+        for m in &mut self.members {
+            m.removed = true;
+        }
+        let mut placed = true;
+        for nm in &next.members {
+            if let Some(m) = self.members.iter_mut().find(|m| m.addr == nm.addr) {
+                m.weight = nm.weight;
+                m.state = nm.state;
+                m.removed = false;
+            } else if self.members.len() < 64 {
+                self.members.push(nm.clone());
+            } else if let Some(m) = self
+                .members
+                .iter_mut()
+                .find(|m| m.removed && m.active == 0 && m.addr != nm.addr)
+            {
+                *m = nm.clone();
+            } else {
+                placed = false;
+            }
+        }
+        for m in self.members.iter_mut().filter(|m| m.removed) {
+            m.state = MemberState::Down;
+            m.health.probe = None;
+        }
+        placed
     }
 
     /// The member for a new connection from `client`, other than those in

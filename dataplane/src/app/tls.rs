@@ -36,6 +36,8 @@ pub struct ConnApp {
     pub proxy: Option<Box<super::proxy::ProxyLink>>,
     /// Set on health-check connections.
     pub probe: Option<super::health::Probe>,
+    /// Counter slot of the VIP an accepted connection came in on.
+    pub vip: Option<u16>,
 }
 
 impl HasHttp for ConnApp {

@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use clap::Parser;
-use control::config::Config;
+use control::config::{Config, LogFormat};
 use dataplane::daemon::{self, StartError};
 
 #[derive(Parser, Debug)]
@@ -28,7 +28,6 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let args = Args::parse();
     let cfg = match Config::load(&args.config) {
         Ok(c) => c,
@@ -37,6 +36,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    init_logging(&cfg.log);
     if args.check {
         println!("{}: ok", args.config.display());
         return ExitCode::SUCCESS;
@@ -52,7 +52,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    match daemon::run(&cfg, stop, term) {
+    match daemon::run(&cfg, Some(&args.config), stop, term) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e @ StartError::Config(_)) => {
             eprintln!("dpd: {e}");
@@ -63,4 +63,39 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Logs on stderr: the level from `RUST_LOG` or `[log] level`, one line per
+/// record as text (`2026-11-30T18:01:10.123Z INFO dataplane::daemon: ...`)
+/// or JSON (`{"ts":..., "level":..., "target":..., "msg":...}`).
+fn init_logging(cfg: &control::config::Log) {
+    use std::io::Write;
+    let env = env_logger::Env::default().default_filter_or(cfg.level.as_str());
+    let mut b = env_logger::Builder::from_env(env);
+    match cfg.format {
+        LogFormat::Text => {
+            b.format(|f, r| {
+                writeln!(
+                    f,
+                    "{} {:<5} {}: {}",
+                    f.timestamp_millis(),
+                    r.level(),
+                    r.target(),
+                    r.args()
+                )
+            });
+        }
+        LogFormat::Json => {
+            b.format(|f, r| {
+                let line = serde_json::json!({
+                    "ts": f.timestamp_millis().to_string(),
+                    "level": r.level().as_str(),
+                    "target": r.target(),
+                    "msg": r.args().to_string(),
+                });
+                writeln!(f, "{line}")
+            });
+        }
+    }
+    b.init();
 }

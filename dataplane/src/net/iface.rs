@@ -112,6 +112,12 @@ impl Interface {
         &self.cfg
     }
 
+    /// Keeps the extra addresses `keep` holds true for (the port's own
+    /// address stays).
+    pub fn retain_addresses(&mut self, keep: impl FnMut(&Ipv4Addr) -> bool) {
+        self.extra.retain(keep);
+    }
+
     /// Adds a local address (on the port's subnet or routed to it).
     pub fn add_address(&mut self, ip: Ipv4Addr) {
         if ip != self.cfg.addr && !self.extra.contains(&ip) {

@@ -316,6 +316,12 @@ impl<A: Default> TcpEngine<A> {
         &self.cfg
     }
 
+    /// Keeps the listeners `keep(addr, port)` holds true for; SYNs to the
+    /// others get a reset. Open connections are not touched.
+    pub fn retain_listeners(&mut self, mut keep: impl FnMut(Ipv4Addr, u16) -> bool) {
+        self.listeners.retain(|&(a, p)| keep(a, p));
+    }
+
     /// Accepts connections to `addr:port`.
     pub fn listen(&mut self, addr: Ipv4Addr, port: u16) {
         if !self.listeners.contains(&(addr, port)) {

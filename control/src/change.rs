@@ -1,0 +1,383 @@
+//! Run-time changes to the configuration (`dpctl vip add`, `cert rotate`,
+//! `member weight`, ...): each one is applied to a copy of the running
+//! configuration, which is then validated as a whole. `dpd` builds the new
+//! engines' snapshot from the result, or refuses the change and keeps the
+//! running configuration as it was.
+
+use crate::api::Request;
+use crate::config::{CertRef, Config, ConfigError, MemberState};
+
+/// The configuration after `req`, or `None` when `req` changes nothing
+/// (a query).
+///
+/// # Errors
+/// Unknown names, duplicates, things still in use, and anything
+/// [`Config::validate`] refuses in the result; the error names the field.
+pub fn apply(cfg: &Config, req: &Request) -> Option<Result<Config, ConfigError>> {
+    let mut next = cfg.clone();
+    let result = match req {
+        Request::VipAdd { vip } => {
+            if cfg.vips.iter().any(|v| v.name == vip.name) {
+                Err(exists("vip", &vip.name, "a VIP"))
+            } else {
+                next.vips.push(vip.clone());
+                next.name_certs_in_place();
+                Ok(())
+            }
+        }
+        Request::VipRemove { name } => vip_index(cfg, name).map(|i| {
+            next.vips.remove(i);
+        }),
+        Request::VipEnable { name } => vip_index(cfg, name).map(|i| next.vips[i].enabled = true),
+        Request::VipDisable { name } => vip_index(cfg, name).map(|i| next.vips[i].enabled = false),
+        Request::CertAdd { cert } => {
+            if cfg.cert(&cert.name).is_some() {
+                Err(exists(
+                    "cert",
+                    &cert.name,
+                    "a certificate (replace it with cert rotate)",
+                ))
+            } else {
+                next.certs.push(cert.clone());
+                Ok(())
+            }
+        }
+        Request::CertRotate { cert } => match next.certs.iter_mut().find(|c| c.name == cert.name) {
+            Some(c) => {
+                c.cert.clone_from(&cert.cert);
+                c.key.clone_from(&cert.key);
+                Ok(())
+            }
+            None => Err(unknown("cert", &cert.name, "certificate")),
+        },
+        Request::CertRemove { name } => {
+            if cfg.cert(name).is_none() {
+                Err(unknown("cert", name, "certificate"))
+            } else if let Some(v) = cfg
+                .vips
+                .iter()
+                .find(|v| v.certs.iter().any(|c| c.name() == Some(name.as_str())))
+            {
+                Err(ConfigError::new(
+                    "cert",
+                    name,
+                    format!(
+                        "VIP {} serves it: remove the VIP or give it another certificate first",
+                        v.name
+                    ),
+                ))
+            } else {
+                next.certs.retain(|c| &c.name != name);
+                Ok(())
+            }
+        }
+        Request::PoolAdd { pool } => {
+            if cfg.pools.iter().any(|p| p.name == pool.name) {
+                Err(exists("pool", &pool.name, "a pool"))
+            } else {
+                next.pools.push(pool.clone());
+                Ok(())
+            }
+        }
+        Request::PoolRemove { name } => pool_index(cfg, name).and_then(|i| {
+            match cfg.vips.iter().find(|v| v.pool.as_deref() == Some(name)) {
+                Some(v) => Err(ConfigError::new(
+                    "pool",
+                    name,
+                    format!("VIP {} forwards to it: remove the VIP first", v.name),
+                )),
+                None => {
+                    next.pools.remove(i);
+                    Ok(())
+                }
+            }
+        }),
+        Request::MemberAdd { pool, member } => pool_index(cfg, pool).and_then(|i| {
+            if cfg.pools[i].members.iter().any(|m| m.addr == member.addr) {
+                Err(exists("member", &member.addr, "a member of this pool"))
+            } else {
+                next.pools[i].members.push(member.clone());
+                Ok(())
+            }
+        }),
+        Request::MemberRemove { pool, addr } => member_index(cfg, pool, addr).map(|(i, j)| {
+            next.pools[i].members.remove(j);
+        }),
+        Request::MemberWeight { pool, addr, weight } => {
+            member_index(cfg, pool, addr).map(|(i, j)| next.pools[i].members[j].weight = *weight)
+        }
+        Request::MemberDrain { pool, addr } => member_index(cfg, pool, addr)
+            .map(|(i, j)| next.pools[i].members[j].state = MemberState::Drain),
+        Request::MemberEnable { pool, addr } => member_index(cfg, pool, addr)
+            .map(|(i, j)| next.pools[i].members[j].state = MemberState::Up),
+        Request::Status
+        | Request::Stats
+        | Request::Drain
+        | Request::VipList
+        | Request::VipShow { .. }
+        | Request::CertList
+        | Request::CertShow { .. }
+        | Request::PoolList
+        | Request::PoolShow { .. }
+        | Request::TicketsRotate
+        | Request::ConfigShow
+        | Request::ConfigSave { .. }
+        | Request::Capture { .. } => return None,
+    };
+    Some(result.and_then(|()| next.validate().map(|()| next)))
+}
+
+/// Certificates no VIP serves (kept so that they can be given to a VIP
+/// later; listed by `dpctl cert list`).
+pub fn unused_certs(cfg: &Config) -> impl Iterator<Item = &str> {
+    cfg.certs.iter().map(|c| c.name.as_str()).filter(|n| {
+        !cfg.vips
+            .iter()
+            .any(|v| v.certs.contains(&CertRef::Name((*n).to_string())))
+    })
+}
+
+fn vip_index(cfg: &Config, name: &str) -> Result<usize, ConfigError> {
+    cfg.vips
+        .iter()
+        .position(|v| v.name == name)
+        .ok_or_else(|| unknown("vip", name, "VIP"))
+}
+
+fn pool_index(cfg: &Config, name: &str) -> Result<usize, ConfigError> {
+    cfg.pools
+        .iter()
+        .position(|p| p.name == name)
+        .ok_or_else(|| unknown("pool", name, "pool"))
+}
+
+fn member_index(cfg: &Config, pool: &str, addr: &str) -> Result<(usize, usize), ConfigError> {
+    let i = pool_index(cfg, pool)?;
+    cfg.pools[i]
+        .members
+        .iter()
+        .position(|m| m.addr == addr)
+        .map(|j| (i, j))
+        .ok_or_else(|| {
+            ConfigError::new(
+                "member",
+                addr,
+                format!("pool {pool} has no member with this address"),
+            )
+        })
+}
+
+fn unknown(field: &str, name: &str, what: &str) -> ConfigError {
+    ConfigError::new(field, name, format!("no {what} has this name"))
+}
+
+fn exists(field: &str, name: &str, what: &str) -> ConfigError {
+    ConfigError::new(field, name, format!("{what} with this name exists already"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Member, NamedCert, Vip};
+
+    const BASE: &str = r#"
+        [eal]
+        lcores = [1]
+        [[port]]
+        name = "p0"
+        device = "net_af_packet0,iface=veth-dut"
+        address = "10.77.0.1/24"
+        [[cert]]
+        name = "web-rsa"
+        cert = "/etc/tlsdp/web.pem"
+        key = "/etc/tlsdp/web.key"
+        [[pool]]
+        name = "web"
+        members = [{ addr = "10.77.0.2:8080" }, { addr = "10.77.0.3:8080", weight = 2 }]
+        [[pool]]
+        name = "spare"
+        members = [{ addr = "10.77.0.4:8080" }]
+        [[vip]]
+        name = "https"
+        listen = "10.77.0.1:443"
+        pool = "web"
+        certs = ["web-rsa"]
+    "#;
+
+    fn base() -> Config {
+        Config::parse(BASE).unwrap()
+    }
+
+    fn changed(req: Request) -> Config {
+        apply(&base(), &req).expect("a change").expect("accepted")
+    }
+
+    fn refused(req: Request) -> ConfigError {
+        apply(&base(), &req).expect("a change").unwrap_err()
+    }
+
+    fn vip(name: &str, listen: &str) -> Vip {
+        Vip {
+            name: name.into(),
+            listen: listen.into(),
+            respond: None,
+            pool: Some("web".into()),
+            certs: vec![CertRef::Name("web-rsa".into())],
+            tls: None,
+            enabled: true,
+        }
+    }
+
+    #[test]
+    fn queries_change_nothing() {
+        assert!(apply(&base(), &Request::VipList).is_none());
+        assert!(apply(&base(), &Request::TicketsRotate).is_none());
+    }
+
+    #[test]
+    fn vips_are_added_disabled_and_removed() {
+        let c = changed(Request::VipAdd {
+            vip: vip("second", "10.77.0.9:443"),
+        });
+        assert_eq!(c.vips.len(), 2);
+        let c = changed(Request::VipDisable {
+            name: "https".into(),
+        });
+        assert!(!c.vips[0].enabled);
+        assert!(c.to_toml().contains("enabled = false"));
+        let c = changed(Request::VipRemove {
+            name: "https".into(),
+        });
+        assert!(c.vips.is_empty());
+        // Refusals name what is wrong.
+        let e = refused(Request::VipAdd {
+            vip: vip("https", "10.77.0.9:443"),
+        });
+        assert!(e.to_string().contains("exists already"), "{e}");
+        let e = refused(Request::VipAdd {
+            vip: vip("other", "10.77.0.1:443"),
+        });
+        assert!(e.to_string().contains("another VIP listens here"), "{e}");
+        let e = refused(Request::VipAdd {
+            vip: vip("other", "10.99.0.1:443"),
+        });
+        assert!(e.to_string().contains("ports' subnets"), "{e}");
+        let mut v = vip("other", "10.77.0.9:443");
+        v.certs = vec![CertRef::Name("nope".into())];
+        let e = refused(Request::VipAdd { vip: v });
+        assert!(e.to_string().contains("no [[cert]] has this name"), "{e}");
+        let e = refused(Request::VipRemove {
+            name: "nope".into(),
+        });
+        assert!(e.to_string().contains("no VIP has this name"), "{e}");
+    }
+
+    #[test]
+    fn certs_in_use_stay() {
+        let cert = NamedCert {
+            name: "web-rsa".into(),
+            cert: "/new.pem".into(),
+            key: "/new.key".into(),
+            origin: None,
+        };
+        let c = changed(Request::CertRotate { cert: cert.clone() });
+        assert_eq!(c.cert("web-rsa").unwrap().cert.to_str(), Some("/new.pem"));
+        let e = refused(Request::CertAdd { cert: cert.clone() });
+        assert!(e.to_string().contains("cert rotate"), "{e}");
+        let e = refused(Request::CertRemove {
+            name: "web-rsa".into(),
+        });
+        assert!(e.to_string().contains("VIP https serves it"), "{e}");
+        let mut other = cert;
+        other.name = "spare".into();
+        let c = changed(Request::CertAdd { cert: other });
+        assert_eq!(unused_certs(&c).collect::<Vec<_>>(), ["spare"]);
+        let e = refused(Request::CertRotate {
+            cert: NamedCert {
+                name: "x".into(),
+                cert: "a".into(),
+                key: "b".into(),
+                origin: None,
+            },
+        });
+        assert!(e.to_string().contains("no certificate"), "{e}");
+    }
+
+    #[test]
+    fn pools_and_members() {
+        let e = refused(Request::PoolRemove { name: "web".into() });
+        assert!(e.to_string().contains("VIP https forwards to it"), "{e}");
+        assert_eq!(
+            changed(Request::PoolRemove {
+                name: "spare".into()
+            })
+            .pools
+            .len(),
+            1
+        );
+        let c = changed(Request::MemberAdd {
+            pool: "web".into(),
+            member: Member {
+                addr: "10.77.0.5:8080".into(),
+                weight: 3,
+                state: MemberState::Up,
+            },
+        });
+        assert_eq!(c.pools[0].members.len(), 3);
+        let c = changed(Request::MemberWeight {
+            pool: "web".into(),
+            addr: "10.77.0.2:8080".into(),
+            weight: 256,
+        });
+        assert_eq!(c.pools[0].members[0].weight, 256);
+        let e = refused(Request::MemberWeight {
+            pool: "web".into(),
+            addr: "10.77.0.2:8080".into(),
+            weight: 257,
+        });
+        assert_eq!(e.field, "pool[0].members[0].weight");
+        let c = changed(Request::MemberDrain {
+            pool: "web".into(),
+            addr: "10.77.0.3:8080".into(),
+        });
+        assert_eq!(c.pools[0].members[1].state, MemberState::Drain);
+        let e = refused(Request::MemberRemove {
+            pool: "spare".into(),
+            addr: "10.77.0.4:8080".into(),
+        });
+        assert!(e.to_string().contains("1 to 64 members"), "{e}");
+        let e = refused(Request::MemberEnable {
+            pool: "web".into(),
+            addr: "10.77.0.9:1".into(),
+        });
+        assert!(e.to_string().contains("no member"), "{e}");
+        let e = refused(Request::MemberAdd {
+            pool: "web".into(),
+            member: Member {
+                addr: "10.77.0.2:8080".into(),
+                weight: 1,
+                state: MemberState::Up,
+            },
+        });
+        assert!(e.to_string().contains("exists already"), "{e}");
+    }
+
+    #[test]
+    fn saved_configuration_parses_back() {
+        let c = changed(Request::VipAdd {
+            vip: Vip {
+                certs: vec![CertRef::Files(crate::config::CertFiles {
+                    cert: "/a.pem".into(),
+                    key: "/a.key".into(),
+                })],
+                ..vip("inline", "10.77.0.9:443")
+            },
+        });
+        // Files given in place became a named [[cert]].
+        assert_eq!(c.vips[1].certs, [CertRef::Name("inline-0".into())]);
+        let text = c.to_toml();
+        let back = Config::parse(&text).unwrap();
+        assert_eq!(back.to_toml(), text);
+        assert_eq!(back.certs.len(), 2);
+    }
+}

@@ -1,0 +1,706 @@
+//! The control thread's side of run-time changes (DESIGN.md "Control
+//! plane"): the running configuration, the certificates and TLS
+//! configurations built from it, and the engines' rings.
+//!
+//! A change is applied to a copy of the configuration
+//! ([`control::change::apply`]), validated as a whole, turned into a new
+//! [`Snapshot`] (certificates loaded, TLS configurations built) and pushed to
+//! every engine; it becomes the running configuration only once every engine
+//! has switched to it. Anything refused on the way leaves everything as it
+//! was. Certificates and TLS configurations that did not change are reused,
+//! so a change elsewhere does not reload files or draw new ticket keys.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use control::api::{
+    Applied, Body, Captured, CertInfo, MemberInfo, PoolInfo, Reply, Request, Stats, VipCounters,
+    VipInfo,
+};
+use control::config::{Config, ConfigError};
+use crypto::certs::{Cert, CertStore};
+use crypto::session::TlsConfig;
+
+use crate::app::pool as dataplane_pool;
+use crate::snapshot::{
+    write_pcap, Capture, ControlLink, FromEngine, PoolView, Snapshot, ToEngine, VipSpec, MAX_VIPS,
+};
+use crate::stats::{Counters, SharedCounters};
+
+/// How long engines may take to switch to a snapshot or answer a query
+/// (they read their ring every millisecond).
+const ENGINE_REPLY: Duration = Duration::from_secs(3);
+
+/// A certificate as loaded, with the files it came from.
+#[derive(Debug, Clone)]
+struct LoadedCert {
+    cert_file: PathBuf,
+    key_file: PathBuf,
+    cert: Cert,
+    /// Bumped on every load: TLS configurations built on an older one are
+    /// rebuilt.
+    generation: u64,
+}
+
+/// What a VIP's TLS configuration was built from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TlsInputs {
+    certs: Vec<(String, u64)>,
+    policy: String,
+    tickets_epoch: u64,
+}
+
+/// Everything a snapshot was built from, committed once engines use it.
+#[derive(Debug)]
+struct Built {
+    snapshot: Arc<Snapshot>,
+    certs: HashMap<String, LoadedCert>,
+    tls: HashMap<String, (TlsInputs, TlsConfig)>,
+    slots: HashMap<String, u16>,
+    tickets_epoch: u64,
+    generation: u64,
+}
+
+/// Names of the VIP counter slots (index: slot), shared with the metrics
+/// thread.
+pub type SlotNames = Arc<RwLock<Vec<String>>>;
+
+/// The control thread's state.
+#[derive(Debug)]
+pub struct Controller {
+    cfg: Config,
+    config_path: Option<PathBuf>,
+    version: u64,
+    slots: HashMap<String, u16>,
+    slot_names: SlotNames,
+    certs: HashMap<String, LoadedCert>,
+    tls: HashMap<String, (TlsInputs, TlsConfig)>,
+    tickets_epoch: u64,
+    generation: u64,
+    links: Vec<ControlLink>,
+    shared: Vec<(u32, Arc<SharedCounters>)>,
+    tsc_hz: u64,
+}
+
+impl Controller {
+    /// The controller for `cfg` and its first snapshot (version 1), which
+    /// the engines take before they start.
+    ///
+    /// # Errors
+    /// A certificate or TLS policy that cannot be loaded, naming its field.
+    pub fn start(
+        cfg: Config,
+        config_path: Option<PathBuf>,
+        links: Vec<ControlLink>,
+        shared: Vec<(u32, Arc<SharedCounters>)>,
+        tsc_hz: u64,
+    ) -> Result<(Self, Arc<Snapshot>), ConfigError> {
+        let mut c = Self {
+            cfg: cfg.clone(),
+            config_path,
+            version: 0,
+            slots: HashMap::new(),
+            slot_names: Arc::new(RwLock::new(Vec::new())),
+            certs: HashMap::new(),
+            tls: HashMap::new(),
+            tickets_epoch: 0,
+            generation: 0,
+            links,
+            shared,
+            tsc_hz,
+        };
+        let built = c.build(&cfg, None, false)?;
+        let snap = built.snapshot.clone();
+        c.commit(cfg, built);
+        Ok((c, snap))
+    }
+
+    /// Slot names, for a thread that renders stats.
+    pub fn slot_names(&self) -> SlotNames {
+        self.slot_names.clone()
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Counters of every engine, per VIP too.
+    pub fn stats(&self) -> Stats {
+        collect_stats(&self.shared, &self.slot_names, self.tsc_hz)
+    }
+
+    /// Answers everything but `status` and `drain` (which need the ports
+    /// and the drain flag: `daemon`).
+    pub fn handle(&mut self, req: &Request) -> Reply {
+        if let Some(next) = control::change::apply(&self.cfg, req) {
+            return match next {
+                Ok(next) => self.change(next, req),
+                Err(e) => Reply::error(format!("refused: {e}")),
+            };
+        }
+        match req {
+            Request::Stats => Reply::ok(Body::Stats(Box::new(self.stats()))),
+            Request::VipList => Reply::ok(Body::Vips(self.vip_infos(None))),
+            Request::VipShow { name } => match self.vip_infos(Some(name)) {
+                v if v.is_empty() => Reply::error(format!("no VIP is named {name:?}")),
+                v => Reply::ok(Body::Vips(v)),
+            },
+            Request::CertList => Reply::ok(Body::Certs(self.cert_infos(None))),
+            Request::CertShow { name } => match self.cert_infos(Some(name)) {
+                c if c.is_empty() => Reply::error(format!("no certificate is named {name:?}")),
+                c => Reply::ok(Body::Certs(c)),
+            },
+            Request::PoolList => self.pool_infos(None),
+            Request::PoolShow { name } => {
+                if self.cfg.pools.iter().any(|p| &p.name == name) {
+                    self.pool_infos(Some(name))
+                } else {
+                    Reply::error(format!("no pool is named {name:?}"))
+                }
+            }
+            Request::TicketsRotate => {
+                let cfg = self.cfg.clone();
+                self.push_change(cfg, None, true, "ticket keys rotated".into())
+            }
+            Request::ConfigShow => Reply::ok(Body::Config(self.cfg.to_toml())),
+            Request::ConfigSave { path } => self.save(path.as_deref()),
+            Request::Capture {
+                port,
+                count,
+                timeout_ms,
+                file,
+            } => self.capture(port, *count, *timeout_ms, file),
+            _ => Reply::error("not handled here"),
+        }
+    }
+
+    fn change(&mut self, next: Config, req: &Request) -> Reply {
+        let (reload, what) = match req {
+            Request::VipAdd { vip } => (None, format!("VIP {} added", vip.name)),
+            Request::VipRemove { name } => (None, format!("VIP {name} removed")),
+            Request::VipEnable { name } => (None, format!("VIP {name} enabled")),
+            Request::VipDisable { name } => (None, format!("VIP {name} disabled")),
+            Request::CertAdd { cert } => (
+                Some(cert.name.clone()),
+                format!("certificate {} added", cert.name),
+            ),
+            Request::CertRotate { cert } => (
+                Some(cert.name.clone()),
+                format!("certificate {} rotated", cert.name),
+            ),
+            Request::CertRemove { name } => (None, format!("certificate {name} removed")),
+            Request::PoolAdd { pool } => (None, format!("pool {} added", pool.name)),
+            Request::PoolRemove { name } => (None, format!("pool {name} removed")),
+            Request::MemberAdd { pool, member } => {
+                (None, format!("pool {pool}: member {} added", member.addr))
+            }
+            Request::MemberRemove { pool, addr } => {
+                (None, format!("pool {pool}: member {addr} removed"))
+            }
+            Request::MemberWeight { pool, addr, weight } => {
+                (None, format!("pool {pool}: member {addr} weight {weight}"))
+            }
+            Request::MemberDrain { pool, addr } => {
+                (None, format!("pool {pool}: member {addr} draining"))
+            }
+            Request::MemberEnable { pool, addr } => {
+                (None, format!("pool {pool}: member {addr} enabled"))
+            }
+            _ => (None, "changed".into()),
+        };
+        self.push_change(next, reload.as_deref(), false, what)
+    }
+
+    /// Builds, pushes and commits `next`; the reply says applied or why not.
+    fn push_change(
+        &mut self,
+        next: Config,
+        reload: Option<&str>,
+        rotate_tickets: bool,
+        what: String,
+    ) -> Reply {
+        let built = match self.build(&next, reload, rotate_tickets) {
+            Ok(b) => b,
+            Err(e) => return Reply::error(format!("refused: {e}")),
+        };
+        let version = built.snapshot.version;
+        if let Err(e) = self.push(&built.snapshot) {
+            return Reply::error(format!("not applied: {e}"));
+        }
+        self.commit(next, built);
+        log::info!("configuration {version}: {what}");
+        Reply::ok(Body::Applied(Applied {
+            version,
+            change: what,
+        }))
+    }
+
+    /// The snapshot for `next`, reusing what did not change. `reload`
+    /// names a certificate to load again even if its files are the same.
+    fn build(
+        &mut self,
+        next: &Config,
+        reload: Option<&str>,
+        rotate_tickets: bool,
+    ) -> Result<Built, ConfigError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let mut generation = self.generation;
+        let mut certs = HashMap::new();
+        for (k, c) in next.certs.iter().enumerate() {
+            let cached = self.certs.get(&c.name).filter(|l| {
+                l.cert_file == c.cert && l.key_file == c.key && reload != Some(c.name.as_str())
+            });
+            let loaded = match cached {
+                Some(l) => l.clone(),
+                None => {
+                    let field = c
+                        .origin
+                        .clone()
+                        .unwrap_or_else(|| format!("cert[{k}] ({})", c.name));
+                    let cert = Cert::load(&c.cert, &c.key, now)
+                        .map_err(|e| ConfigError::new(field, e.file.display(), e.to_string()))?;
+                    generation += 1;
+                    LoadedCert {
+                        cert_file: c.cert.clone(),
+                        key_file: c.key.clone(),
+                        cert,
+                        generation,
+                    }
+                }
+            };
+            certs.insert(c.name.clone(), loaded);
+        }
+        let tickets_epoch = self.tickets_epoch + u64::from(rotate_tickets);
+        let mut tls = HashMap::new();
+        let mut slots = self.slots.clone();
+        let mut vips = Vec::new();
+        for (i, vip) in next.vips.iter().enumerate() {
+            let addr = vip
+                .listen_addr()
+                .map_err(|r| ConfigError::new(format!("vip[{i}].listen"), &vip.listen, r))?;
+            let tls_config = if vip.certs.is_empty() {
+                None
+            } else {
+                let names: Vec<&str> = vip.certs.iter().filter_map(|c| c.name()).collect();
+                let with_tickets = vip.tls.as_ref().is_some_and(|t| t.tickets.is_some());
+                let inputs = TlsInputs {
+                    certs: names
+                        .iter()
+                        .map(|n| (n.to_string(), certs[*n].generation))
+                        .collect(),
+                    policy: serde_json::to_string(&vip.tls).expect("serialisable"),
+                    tickets_epoch: if with_tickets { tickets_epoch } else { 0 },
+                };
+                let config = match self.tls.get(&vip.name).filter(|(k, _)| *k == inputs) {
+                    Some((_, t)) => t.clone(),
+                    None => {
+                        let mut store = CertStore::new();
+                        for n in &names {
+                            let l = &certs[*n];
+                            log::info!(
+                                "vip {}: certificate {n} from {} ({}, names {})",
+                                vip.name,
+                                l.cert_file.display(),
+                                l.cert.key_type,
+                                l.cert.names.join(", ")
+                            );
+                            store.add(l.cert.clone());
+                        }
+                        TlsConfig::with_policy(store, &tls_policy(vip.tls.as_ref())).map_err(
+                            |e| ConfigError::new(format!("vip[{i}].tls"), "", e.to_string()),
+                        )?
+                    }
+                };
+                tls.insert(vip.name.clone(), (inputs, config.clone()));
+                Some(config)
+            };
+            let slot = match slots.get(&vip.name) {
+                Some(&s) => s,
+                None if slots.len() < MAX_VIPS => {
+                    let s = slots.len() as u16;
+                    slots.insert(vip.name.clone(), s);
+                    s
+                }
+                None => {
+                    return Err(ConfigError::new(
+                        format!("vip[{i}].name"),
+                        &vip.name,
+                        format!("{MAX_VIPS} VIP names were used since dpd started; restart it to add new ones"),
+                    ))
+                }
+            };
+            vips.push(VipSpec {
+                name: vip.name.clone(),
+                slot,
+                addr: *addr.ip(),
+                port: addr.port(),
+                enabled: vip.enabled,
+                tls: tls_config,
+                pool: vip.pool.clone(),
+            });
+        }
+        let pools = next.pools.iter().map(engine_pool).collect();
+        Ok(Built {
+            snapshot: Arc::new(Snapshot {
+                version: self.version + 1,
+                vips,
+                pools,
+            }),
+            certs,
+            tls,
+            slots,
+            tickets_epoch,
+            generation,
+        })
+    }
+
+    fn commit(&mut self, next: Config, built: Built) {
+        self.cfg = next;
+        self.version = built.snapshot.version;
+        self.certs = built.certs;
+        self.tls = built.tls;
+        self.tickets_epoch = built.tickets_epoch;
+        self.generation = built.generation;
+        let mut names = vec![String::new(); built.slots.len()];
+        for (name, &slot) in &built.slots {
+            names[usize::from(slot)].clone_from(name);
+        }
+        self.slots = built.slots;
+        *self.slot_names.write().expect("not poisoned") = names;
+    }
+
+    /// Sends `snap` to every engine and waits until all use it.
+    fn push(&self, snap: &Arc<Snapshot>) -> Result<(), String> {
+        for l in &self.links {
+            l.to_engine
+                .push(ToEngine::Apply(snap.clone()))
+                .map_err(|_| format!("engine {}'s ring is full", l.engine))?;
+        }
+        let mut done = vec![false; self.links.len()];
+        self.await_engines(|msg| match msg {
+            FromEngine::Applied { engine, version } if version == snap.version => {
+                done[engine] = true;
+                done.iter().all(|d| *d)
+            }
+            _ => false,
+        })
+        .then_some(())
+        .ok_or_else(|| {
+            let late: Vec<String> = done
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| !**d)
+                .map(|(i, _)| i.to_string())
+                .collect();
+            format!(
+                "engine(s) {} did not take configuration {} within {ENGINE_REPLY:?}",
+                late.join(", "),
+                snap.version
+            )
+        })
+    }
+
+    /// Reads engines' replies until `done` says so or the time is up.
+    fn await_engines(&self, mut done: impl FnMut(FromEngine) -> bool) -> bool {
+        if self.links.is_empty() {
+            return true;
+        }
+        let from = &self.links[0].from_engines;
+        let deadline = Instant::now() + ENGINE_REPLY;
+        while Instant::now() < deadline {
+            match from.pop() {
+                Some(msg) => {
+                    if done(msg) {
+                        return true;
+                    }
+                }
+                None => std::thread::sleep(Duration::from_micros(200)),
+            }
+        }
+        false
+    }
+
+    fn vip_infos(&self, only: Option<&str>) -> Vec<VipInfo> {
+        let stats = self.stats();
+        self.cfg
+            .vips
+            .iter()
+            .filter(|v| only.is_none_or(|n| n == v.name))
+            .map(|v| VipInfo {
+                name: v.name.clone(),
+                listen: v.listen.clone(),
+                enabled: v.enabled,
+                certs: v
+                    .certs
+                    .iter()
+                    .filter_map(|c| c.name().map(str::to_string))
+                    .collect(),
+                pool: v.pool.clone(),
+                counters: stats.total.vips.get(&v.name).copied().unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    fn cert_infos(&self, only: Option<&str>) -> Vec<CertInfo> {
+        self.cfg
+            .certs
+            .iter()
+            .filter(|c| only.is_none_or(|n| n == c.name))
+            .filter_map(|c| {
+                let l = self.certs.get(&c.name)?;
+                Some(CertInfo {
+                    name: c.name.clone(),
+                    cert: c.cert.clone(),
+                    key: c.key.clone(),
+                    key_type: l.cert.key_type.to_string(),
+                    names: l.cert.names.clone(),
+                    not_before: l.cert.not_before,
+                    not_after: l.cert.not_after,
+                    chain_len: l.cert.chain_len,
+                    sha256: l.cert.sha256_hex(),
+                    used_by: self
+                        .cfg
+                        .vips
+                        .iter()
+                        .filter(|v| v.certs.iter().any(|r| r.name() == Some(c.name.as_str())))
+                        .map(|v| v.name.clone())
+                        .collect(),
+                })
+            })
+            .collect()
+    }
+
+    /// Pools with their members' health and connections as the engines see
+    /// them (asked over their rings).
+    fn pool_infos(&self, only: Option<&str>) -> Reply {
+        for l in &self.links {
+            if l.to_engine.push(ToEngine::Pools).is_err() {
+                return Reply::error(format!("engine {}'s ring is full", l.engine));
+            }
+        }
+        let mut views: Vec<Option<Vec<PoolView>>> = vec![None; self.links.len()];
+        let answered = self.await_engines(|msg| match msg {
+            FromEngine::Pools { engine, pools } => {
+                views[engine] = Some(pools);
+                views.iter().all(Option::is_some)
+            }
+            FromEngine::Applied { .. } => false,
+        });
+        if !answered {
+            return Reply::error(format!("engines did not answer within {ENGINE_REPLY:?}"));
+        }
+        let views: Vec<Vec<PoolView>> = views.into_iter().flatten().collect();
+        let pools = self
+            .cfg
+            .pools
+            .iter()
+            .filter(|p| only.is_none_or(|n| n == p.name))
+            .map(|p| PoolInfo {
+                name: p.name.clone(),
+                balance: serde_json::to_value(p.balance)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                health: p.health.as_ref().map(|h| match h.kind {
+                    control::config::HealthKind::Tcp => {
+                        format!("tcp connect every {} ms", h.interval_ms)
+                    }
+                    control::config::HealthKind::Http => format!(
+                        "http GET {} expects {} every {} ms",
+                        h.path, h.expect, h.interval_ms
+                    ),
+                }),
+                proxy_protocol: p.proxy_protocol,
+                members: p
+                    .members
+                    .iter()
+                    .map(|m| {
+                        let addr = m.socket_addr().ok();
+                        let seen: Vec<_> = views
+                            .iter()
+                            .filter_map(|v| {
+                                v.iter()
+                                    .find(|pv| pv.name == p.name && !pv.retired)?
+                                    .members
+                                    .iter()
+                                    .find(|mv| Some(mv.addr) == addr)
+                                    .copied()
+                            })
+                            .collect();
+                        MemberInfo {
+                            addr: m.addr.clone(),
+                            weight: m.weight,
+                            state: serde_json::to_value(m.state)
+                                .ok()
+                                .and_then(|v| v.as_str().map(str::to_string))
+                                .unwrap_or_default(),
+                            healthy_engines: seen.iter().filter(|v| v.healthy).count() as u32,
+                            engines: views.len() as u32,
+                            active: seen.iter().map(|v| u64::from(v.active)).sum(),
+                        }
+                    })
+                    .collect(),
+                used_by: self
+                    .cfg
+                    .vips
+                    .iter()
+                    .filter(|v| v.pool.as_deref() == Some(&p.name))
+                    .map(|v| v.name.clone())
+                    .collect(),
+            })
+            .collect();
+        Reply::ok(Body::Pools(pools))
+    }
+
+    /// Writes the running configuration as TOML (through a temporary file
+    /// renamed over the target, so a reader never sees half a file).
+    fn save(&self, path: Option<&Path>) -> Reply {
+        let Some(path) = path.or(self.config_path.as_deref()) else {
+            return Reply::error("no file given and dpd was not started from one");
+        };
+        let text = format!(
+            "# tlsdp dpd configuration, written by `dpctl config save` (configuration {}).\n{}",
+            self.version,
+            self.cfg.to_toml()
+        );
+        let tmp = path.with_extension("toml.tmp");
+        let result = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path));
+        match result {
+            Ok(()) => {
+                log::info!("configuration {} saved to {}", self.version, path.display());
+                Reply::ok(Body::Saved(path.to_path_buf()))
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                Reply::error(format!("cannot write {}: {e}", path.display()))
+            }
+        }
+    }
+
+    /// Captures up to `count` frames of port `port` on every engine into a
+    /// pcap file.
+    fn capture(&self, port: &str, count: u32, timeout_ms: u32, file: &Path) -> Reply {
+        let Some(index) = self.cfg.ports.iter().position(|p| p.name == port) else {
+            let names: Vec<&str> = self.cfg.ports.iter().map(|p| p.name.as_str()).collect();
+            return Reply::error(format!(
+                "no port is named {port:?} (ports: {})",
+                names.join(", ")
+            ));
+        };
+        if !(1..=100_000).contains(&count) {
+            return Reply::error("count must be 1 to 100000");
+        }
+        if !(1..=60_000).contains(&timeout_ms) {
+            return Reply::error("timeout_ms must be 1 to 60000");
+        }
+        if !file.is_absolute() {
+            return Reply::error("the file must be an absolute path");
+        }
+        let capture = Capture::new(count);
+        for l in &self.links {
+            let msg = ToEngine::Capture {
+                port: index,
+                capture: capture.clone(),
+            };
+            if l.to_engine.push(msg).is_err() {
+                capture.stop();
+                return Reply::error(format!("engine {}'s ring is full", l.engine));
+            }
+        }
+        let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
+        let mut frames = Vec::with_capacity(count as usize);
+        while frames.len() < count as usize && Instant::now() < deadline {
+            match capture.frames.pop() {
+                Some(f) => frames.push(f),
+                None => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+        capture.stop();
+        std::thread::sleep(Duration::from_millis(5));
+        while let Some(f) = capture.frames.pop() {
+            frames.push(f);
+        }
+        frames.sort_by_key(|f| f.unix_ns);
+        frames.truncate(count as usize);
+        match write_pcap(file, &frames) {
+            Ok(()) => Reply::ok(Body::Captured(Captured {
+                file: file.to_path_buf(),
+                packets: frames.len() as u32,
+            })),
+            Err(e) => Reply::error(format!("cannot write {}: {e}", file.display())),
+        }
+    }
+}
+
+/// Counters of every engine and their total, per VIP too.
+pub fn collect_stats(
+    shared: &[(u32, Arc<SharedCounters>)],
+    names: &SlotNames,
+    tsc_hz: u64,
+) -> Stats {
+    let names = names.read().expect("not poisoned").clone();
+    let mut total = Counters::default();
+    let mut total_vips = vec![VipCounters::default(); names.len()];
+    let mut cores = Vec::new();
+    for (lcore, s) in shared {
+        let c = s.read();
+        total.add(&c);
+        let mut core = crate::daemon::core_stats(Some(*lcore), &c);
+        for (slot, v) in s.read_vips().iter().enumerate().take(names.len()) {
+            total_vips[slot].add(v);
+            core.vips.insert(names[slot].clone(), *v);
+        }
+        cores.push(core);
+    }
+    let mut total = crate::daemon::core_stats(None, &total);
+    total.vips = names.into_iter().zip(total_vips).collect();
+    Stats {
+        cores,
+        total,
+        tsc_hz,
+    }
+}
+
+/// An engine's copy of a configured pool.
+fn engine_pool(p: &control::config::Pool) -> dataplane_pool::Pool {
+    let members = p
+        .members
+        .iter()
+        .filter_map(|m| {
+            let addr = m.socket_addr().ok()?;
+            Some(dataplane_pool::Member::new(addr, m.weight, m.state))
+        })
+        .collect();
+    let mut pool = dataplane_pool::Pool::new(p.name.clone(), p.balance, members);
+    pool.check = p
+        .health
+        .as_ref()
+        .map(crate::app::health::HealthCheck::from_config);
+    pool.proxy_protocol = p.proxy_protocol;
+    pool.connect_timeout = Duration::from_millis(u64::from(p.connect_timeout_ms));
+    pool
+}
+
+/// The crypto policy for a VIP's `[vip.tls]` settings.
+fn tls_policy(t: Option<&control::config::TlsSettings>) -> crypto::policy::TlsPolicy {
+    let mut p = crypto::policy::TlsPolicy::default();
+    let Some(t) = t else { return p };
+    p.versions.clone_from(&t.versions);
+    p.suites.clone_from(&t.suites);
+    p.groups.clone_from(&t.groups);
+    if let Some(alpn) = &t.alpn {
+        p.alpn.clone_from(alpn);
+    }
+    p.prefer_client_order = t.prefer_client_order;
+    if let Some(tk) = &t.tickets {
+        p.resumption = crypto::policy::Resumption::Tickets {
+            rotate_s: tk.rotate_s,
+            key_file: tk.key_file.clone(),
+        };
+    }
+    p
+}

@@ -1,0 +1,225 @@
+//! What the control thread tells the engines, and what they answer
+//! (DESIGN.md "Control plane"): configuration snapshots, pool views and
+//! packet captures, over one lock-free ring per engine each way. Engines
+//! read their ring at the top of a tick, between packets.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_queue::ArrayQueue;
+use crypto::session::TlsConfig;
+
+use crate::app::pool::Pool;
+
+/// Most VIPs a `dpd` can have had (slots of per-VIP counters are not
+/// reused while it runs).
+pub const MAX_VIPS: usize = 256;
+
+/// An immutable configuration of what the engines serve. Connections keep
+/// what they started with: a TLS session its certificates, a proxied
+/// connection its pool (a removed pool or member stays in the engine,
+/// taking nothing new, while connections use it).
+#[derive(Debug)]
+pub struct Snapshot {
+    /// 1 for the configuration `dpd` started with, then one up per change.
+    pub version: u64,
+    pub vips: Vec<VipSpec>,
+    /// Pools with fresh state; engines carry their own state (connection
+    /// counts, health, cursors) over by pool name and member address.
+    pub pools: Vec<Pool>,
+}
+
+/// One VIP of a snapshot.
+#[derive(Debug, Clone)]
+pub struct VipSpec {
+    pub name: String,
+    /// Index of its counters (below [`MAX_VIPS`]); stable for a name.
+    pub slot: u16,
+    pub addr: Ipv4Addr,
+    pub port: u16,
+    /// Disabled VIPs answer SYNs with a reset; their open connections go on.
+    pub enabled: bool,
+    pub tls: Option<TlsConfig>,
+    /// The pool's name, or `None` for the built-in responder.
+    pub pool: Option<String>,
+}
+
+/// A message to an engine.
+#[derive(Debug)]
+pub enum ToEngine {
+    /// Switch to this snapshot; answer [`FromEngine::Applied`].
+    Apply(Arc<Snapshot>),
+    /// Answer [`FromEngine::Pools`].
+    Pools,
+    /// Copy frames received and sent on port `port` (index) into `capture`
+    /// until its count is spent or it is dropped by the other side.
+    Capture { port: usize, capture: Capture },
+}
+
+/// An engine's answer; `engine` is its index.
+#[derive(Debug)]
+pub enum FromEngine {
+    Applied { engine: usize, version: u64 },
+    Pools { engine: usize, pools: Vec<PoolView> },
+}
+
+/// A pool as one engine sees it.
+#[derive(Debug, Clone)]
+pub struct PoolView {
+    pub name: String,
+    /// No longer configured (kept while connections use it).
+    pub retired: bool,
+    pub members: Vec<MemberView>,
+}
+
+/// A member as one engine sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct MemberView {
+    pub addr: SocketAddrV4,
+    pub removed: bool,
+    pub healthy: bool,
+    pub active: u32,
+}
+
+/// The rings between the control thread and one engine.
+#[derive(Debug, Clone)]
+pub struct ControlLink {
+    pub engine: usize,
+    pub to_engine: Arc<ArrayQueue<ToEngine>>,
+    /// Shared by all engines.
+    pub from_engines: Arc<ArrayQueue<FromEngine>>,
+}
+
+impl ControlLink {
+    /// Links for `engines` engines.
+    pub fn new_set(engines: usize) -> Vec<ControlLink> {
+        let from = Arc::new(ArrayQueue::new(16 * engines.max(1)));
+        (0..engines)
+            .map(|engine| ControlLink {
+                engine,
+                to_engine: Arc::new(ArrayQueue::new(16)),
+                from_engines: from.clone(),
+            })
+            .collect()
+    }
+}
+
+/// A frame copied for a capture.
+#[derive(Debug)]
+pub struct CapturedFrame {
+    /// Wall-clock time, nanoseconds since the Unix epoch.
+    pub unix_ns: u64,
+    pub data: Vec<u8>,
+}
+
+/// A capture in progress on one port of every engine: frames go to a
+/// bounded queue the control thread empties; `remaining` (shared by the
+/// engines) counts down.
+#[derive(Debug, Clone)]
+pub struct Capture {
+    pub remaining: Arc<AtomicI64>,
+    pub frames: Arc<ArrayQueue<CapturedFrame>>,
+}
+
+/// Longest part of a frame kept (Ethernet MTU and headers).
+pub const CAPTURE_SNAPLEN: usize = 1600;
+
+impl Capture {
+    /// A capture of `count` frames.
+    pub fn new(count: u32) -> Self {
+        Self {
+            remaining: Arc::new(AtomicI64::new(i64::from(count))),
+            frames: Arc::new(ArrayQueue::new(count.max(1) as usize)),
+        }
+    }
+
+    /// Ends the capture (the control thread gave up waiting).
+    pub fn stop(&self) {
+        self.remaining.store(0, Ordering::Relaxed);
+    }
+
+    /// Copies `frame` if the count is not spent; false once it is (or the
+    /// capture was stopped), and the engine stops capturing. Only runs
+    /// while a capture is asked for: it allocates.
+    pub fn take(&self, frame: &[u8]) -> bool {
+        if self.remaining.fetch_sub(1, Ordering::Relaxed) <= 0 {
+            return false;
+        }
+        let unix_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let data = frame[..frame.len().min(CAPTURE_SNAPLEN)].to_vec();
+        let _ = self.frames.push(CapturedFrame { unix_ns, data });
+        true
+    }
+}
+
+/// Writes `frames` as a pcap file (microsecond timestamps, Ethernet).
+///
+/// # Errors
+/// When the file cannot be written.
+pub fn write_pcap(path: &std::path::Path, frames: &[CapturedFrame]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = Vec::with_capacity(24 + frames.iter().map(|f| 16 + f.data.len()).sum::<usize>());
+    out.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    out.extend_from_slice(&2u16.to_le_bytes());
+    out.extend_from_slice(&4u16.to_le_bytes());
+    out.extend_from_slice(&0i32.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&(CAPTURE_SNAPLEN as u32).to_le_bytes());
+    out.extend_from_slice(&1u32.to_le_bytes()); // LINKTYPE_ETHERNET
+    for f in frames {
+        let len = f.data.len() as u32;
+        out.extend_from_slice(&((f.unix_ns / 1_000_000_000) as u32).to_le_bytes());
+        out.extend_from_slice(&((f.unix_ns % 1_000_000_000 / 1000) as u32).to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&f.data);
+    }
+    let mut file = std::fs::File::create(path)?;
+    file.write_all(&out)?;
+    file.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_counts_down_and_stops_when_abandoned() {
+        let c = Capture::new(2);
+        let engine_copy = c.clone();
+        assert!(engine_copy.take(&[1; 60]));
+        assert!(engine_copy.take(&[2; 2000]));
+        assert!(!engine_copy.take(&[3; 60]), "count spent");
+        assert_eq!(c.frames.len(), 2);
+        assert_eq!(c.frames.pop().unwrap().data, [1; 60]);
+        assert_eq!(c.frames.pop().unwrap().data.len(), CAPTURE_SNAPLEN);
+        let stopped = Capture::new(5);
+        let engine_copy = stopped.clone();
+        stopped.stop();
+        assert!(!engine_copy.take(&[1; 60]));
+    }
+
+    #[test]
+    fn pcap_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.pcap");
+        let frames = [CapturedFrame {
+            unix_ns: 1_700_000_000_123_456_789,
+            data: vec![0xab; 42],
+        }];
+        write_pcap(&path, &frames).unwrap();
+        let b = std::fs::read(&path).unwrap();
+        assert_eq!(b.len(), 24 + 16 + 42);
+        assert_eq!(&b[..4], &[0xd4, 0xc3, 0xb2, 0xa1]);
+        assert_eq!(u32::from_le_bytes(b[20..24].try_into().unwrap()), 1);
+        assert_eq!(
+            u32::from_le_bytes(b[24..28].try_into().unwrap()),
+            1_700_000_000
+        );
+        assert_eq!(u32::from_le_bytes(b[28..32].try_into().unwrap()), 123_456);
+        assert_eq!(u32::from_le_bytes(b[32..36].try_into().unwrap()), 42);
+    }
+}
