@@ -488,83 +488,109 @@ impl ControlSocket {
         &self.path
     }
 
-    /// Serves connections until `stop` is set, one at a time (requests are
-    /// rare and cheap). `handler` answers each well-formed request.
+    /// Serves connections until `stop` is set. Requests are answered one
+    /// at a time, in arrival order, by `handler` (on this thread), but any
+    /// number of clients may stay connected (a `dpctl stats --watch` does
+    /// not hold up other commands). A malformed request gets an error reply;
+    /// a request line longer than [`MAX_REQUEST`] gets one and is closed.
     pub fn serve(&self, stop: &AtomicBool, mut handler: impl FnMut(Request) -> Reply) {
+        let mut conns: Vec<Conn> = Vec::new();
         while !stop.load(Ordering::Relaxed) {
+            let mut busy = false;
             match self.listener.accept() {
                 Ok((stream, _)) => {
-                    if let Err(e) = serve_connection(stream, stop, &mut handler) {
-                        if e.kind() != io::ErrorKind::BrokenPipe {
-                            eprintln!("control: connection error: {e}");
-                        }
+                    if stream.set_nonblocking(true).is_ok() {
+                        conns.push(Conn {
+                            stream,
+                            line: Vec::new(),
+                        });
                     }
+                    busy = true;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(50))
-                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => {
                     eprintln!("control: accept failed: {e}");
                     std::thread::sleep(Duration::from_millis(200));
                 }
             }
+            conns.retain_mut(|c| match c.serve(&mut handler) {
+                Ok(progress) => {
+                    busy |= progress;
+                    true
+                }
+                Err(e) => {
+                    if !matches!(
+                        e.kind(),
+                        io::ErrorKind::BrokenPipe | io::ErrorKind::UnexpectedEof
+                    ) {
+                        eprintln!("control: connection error: {e}");
+                    }
+                    false
+                }
+            });
+            if !busy {
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
+    }
+}
+
+/// One client connection of the control socket.
+#[derive(Debug)]
+struct Conn {
+    stream: UnixStream,
+    /// Bytes of the request line read so far.
+    line: Vec<u8>,
+}
+
+impl Conn {
+    /// Reads what is there and answers each complete line. `Ok(true)` when
+    /// anything happened; an error (or end of input) ends the connection.
+    fn serve(&mut self, handler: &mut impl FnMut(Request) -> Reply) -> io::Result<bool> {
+        use std::io::Read;
+        let mut buf = [0u8; 4096];
+        let n = match self.stream.read(&mut buf) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        self.line.extend_from_slice(&buf[..n]);
+        while let Some(end) = self.line.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.line.drain(..=end).collect();
+            let reply = match serde_json::from_slice::<Request>(&line) {
+                Ok(req) => handler(req),
+                Err(e) => Reply::error(format!("malformed request: {e}")),
+            };
+            self.reply(&reply)?;
+        }
+        if self.line.len() > MAX_REQUEST {
+            self.reply(&Reply::error(format!(
+                "request longer than {MAX_REQUEST} bytes"
+            )))?;
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(true)
+    }
+
+    /// Writes a reply (blocking, bounded by a timeout: replies are small
+    /// and clients read them).
+    fn reply(&mut self, reply: &Reply) -> io::Result<()> {
+        let mut out = serde_json::to_vec(reply).expect("replies serialise");
+        out.push(b'\n');
+        self.stream.set_nonblocking(false)?;
+        self.stream
+            .set_write_timeout(Some(Duration::from_secs(2)))?;
+        let written = self.stream.write_all(&out);
+        self.stream.set_nonblocking(true)?;
+        written
     }
 }
 
 impl Drop for ControlSocket {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-fn serve_connection(
-    stream: UnixStream,
-    stop: &AtomicBool,
-    handler: &mut impl FnMut(Request) -> Reply,
-) -> io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_millis(200)))?;
-    let mut writer = stream.try_clone()?;
-    let mut reader = BufReader::new(stream);
-    let mut line = Vec::new();
-    loop {
-        if stop.load(Ordering::Relaxed) {
-            return Ok(());
-        }
-        match reader.read_until(b'\n', &mut line) {
-            Ok(0) => return Ok(()),
-            Ok(_) if line.ends_with(b"\n") || line.len() > MAX_REQUEST => {}
-            Ok(_) => return Ok(()), // EOF without newline
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                if line.len() > MAX_REQUEST {
-                    return Ok(());
-                }
-                continue;
-            }
-            Err(e) => return Err(e),
-        }
-        let reply = if line.len() > MAX_REQUEST {
-            Reply::error(format!("request longer than {MAX_REQUEST} bytes"))
-        } else {
-            match serde_json::from_slice::<Request>(&line) {
-                Ok(req) => handler(req),
-                Err(e) => Reply::error(format!("malformed request: {e}")),
-            }
-        };
-        let too_long = line.len() > MAX_REQUEST;
-        line.clear();
-        let mut out = serde_json::to_vec(&reply).expect("replies serialise");
-        out.push(b'\n');
-        writer.write_all(&out)?;
-        if too_long {
-            return Ok(());
-        }
     }
 }
 
@@ -668,6 +694,13 @@ mod tests {
         assert!(!r.ok && r.error.unwrap().contains("format_disk"));
         let r = c.call(&Request::Status).unwrap();
         assert_eq!(r.error.as_deref(), Some("not in this test"));
+        // A client that stays connected does not hold up another.
+        let mut other = Client::connect(&path).unwrap();
+        assert!(other.call(&Request::Stats).unwrap().ok);
+        // Half a line, then the rest: one request.
+        other.writer.write_all(b"{\"cmd\":").unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(other.call_raw(b"\"stats\"}\n").unwrap().ok);
         drop(c);
         stop.store(true, Ordering::Relaxed);
         server.join().unwrap();

@@ -456,7 +456,7 @@ impl Controller {
                     name: c.name.clone(),
                     cert: c.cert.clone(),
                     key: c.key.clone(),
-                    key_type: l.cert.key_type.to_string(),
+                    key_type: l.cert.key_type.counter_name().to_string(),
                     names: l.cert.names.clone(),
                     not_before: l.cert.not_before,
                     not_after: l.cert.not_after,

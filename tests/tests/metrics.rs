@@ -134,6 +134,23 @@ fn metrics_parse_and_agree_with_dpctl() {
         3.0
     );
     assert!(get("tlsdp_busy_seconds_total", core) > 0.0);
+    // Per VIP and core, as dpctl counts them.
+    for (vip, conns, handshakes) in [("tls", 3, 3), ("plain", 2, 0)] {
+        let labels = format!(r#"{{"core": "1", "vip": "{vip}"}}"#);
+        let v = stats.vips[vip];
+        assert_eq!((v.connections, v.tls_handshakes), (conns, handshakes));
+        assert_eq!(
+            get("tlsdp_vip_connections_total", &labels),
+            conns as f64,
+            "{vip}"
+        );
+        assert_eq!(
+            get("tlsdp_vip_tls_handshakes_total", &labels),
+            handshakes as f64
+        );
+        assert_eq!(get("tlsdp_vip_connections", &labels), v.active as f64);
+    }
+    assert_eq!(get("tlsdp_config_version", core), 1.0);
     // Anything else: 404, and the endpoint goes on serving.
     let other = in_dut(
         &lab,

@@ -1,0 +1,798 @@
+//! The control plane of a running dpd through `dpctl`: every command, run-
+//! time changes while clients connect (certificate rotation during a
+//! dpbench CPS run, VIPs added and removed under load), refused changes
+//! that leave everything as it was, and a socket only root may use.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use e2e::{bin, make_cert, make_certs, run, Dpd, KeySpec, Lab};
+
+/// Runs `dpctl --socket S ARGS...`.
+fn dpctl(dpd: &Dpd, args: &[&str]) -> Output {
+    run(Command::new(bin("dpctl"))
+        .arg("--socket")
+        .arg(&dpd.socket)
+        .args(args))
+}
+
+/// `dpctl` that must succeed; its stdout.
+fn ok(dpd: &Dpd, args: &[&str]) -> String {
+    let o = dpctl(dpd, args);
+    assert!(
+        o.status.success(),
+        "dpctl {args:?} failed ({}): {}{}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+        dpd.log_text()
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `dpctl` that dpd must refuse (exit 1); its stderr.
+fn refused(dpd: &Dpd, args: &[&str]) -> String {
+    let o = dpctl(dpd, args);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "dpctl {args:?} should be refused: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `dpctl --json ARGS` parsed.
+fn json(dpd: &Dpd, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    serde_json::from_str(&ok(dpd, &all)).expect("JSON reply")
+}
+
+/// A curl in the client namespace; (exit code, body).
+fn curl(lab: &Lab, certs: &Path, url: &str, resolve: Option<&str>) -> (i32, String) {
+    let mut args = vec![
+        "curl".to_string(),
+        "-sS".into(),
+        "--max-time".into(),
+        "5".into(),
+        "--cacert".into(),
+        format!("{}/ca.pem", certs.display()),
+    ];
+    if let Some(r) = resolve {
+        args.extend(["--resolve".into(), r.into()]);
+    }
+    args.push(url.into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = lab.client(&args);
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+    )
+}
+
+/// The SHA-256 fingerprint (lowercase hex) of the certificate a TLS server
+/// presents for `sni` at `addr`.
+fn served_fingerprint(lab: &Lab, addr: &str, sni: &str) -> String {
+    let sh = format!(
+        "openssl s_client -connect {addr} -servername {sni} </dev/null 2>/dev/null | openssl x509 -noout -fingerprint -sha256"
+    );
+    let o = lab.client(&["sh", "-c", &sh]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    text.trim()
+        .rsplit('=')
+        .next()
+        .unwrap_or_default()
+        .replace(':', "")
+        .to_ascii_lowercase()
+}
+
+/// The fingerprint of the leaf in a PEM file.
+fn file_fingerprint(pem: &Path) -> String {
+    let o = run(Command::new("openssl")
+        .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+        .arg(pem));
+    String::from_utf8_lossy(&o.stdout)
+        .trim()
+        .rsplit('=')
+        .next()
+        .unwrap_or_default()
+        .replace(':', "")
+        .to_ascii_lowercase()
+}
+
+/// A Python HTTP server in the client namespace on `addr:port`, serving
+/// a folder with `index.html` = `name`; killed (by PID) on drop.
+struct Backend {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Backend {
+    fn start(lab: &Lab, addr: &str, port: u16, name: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("index.html"), name).unwrap();
+        let child = lab
+            .client_command(&[
+                "/usr/bin/python3",
+                "-m",
+                "http.server",
+                &port.to_string(),
+                "--bind",
+                addr,
+                "--directory",
+                dir.path().to_str().unwrap(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 http.server");
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            let o = lab.client(&[
+                "curl",
+                "-s",
+                "--max-time",
+                "1",
+                &format!("http://{addr}:{port}/"),
+            ]);
+            if o.status.success() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Self { child, _dir: dir }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A second address in the client namespace for a backend.
+fn add_client_address(lab: &Lab, last_octet: u8) -> String {
+    let addr = format!("{}.{last_octet}", lab.net);
+    let o = lab.client(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{addr}/24"),
+        "dev",
+        "veth-cli",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    addr
+}
+
+/// A dpd with a TLS VIP `web` on :443 serving certificate `web-cert`
+/// (`p256.test`, files `cert-a`), and a plain VIP `plain` on :80.
+fn start_web(lab: &Lab, certs: &Path) -> Dpd {
+    let c = certs.display();
+    Dpd::start(lab, |s| {
+        format!(
+            "{}\n[[cert]]\nname = \"web-cert\"\ncert = \"{c}/cert-a.pem\"\nkey = \"{c}/cert-a.key\"\n\n[[vip]]\nname = \"web\"\nlisten = \"{}:443\"\nrespond = \"builtin\"\ncerts = [\"web-cert\"]\n",
+            lab.config_with_vip("net_af_packet", s),
+            lab.dut_ip()
+        )
+    })
+}
+
+fn certs_dir() -> tempfile::TempDir {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    make_cert(certs.path(), "cert-a", KeySpec::P256, &["p256.test"]);
+    make_cert(certs.path(), "cert-b", KeySpec::P256, &["p256.test"]);
+    certs
+}
+
+#[test]
+fn every_dpctl_command_against_a_running_dpd() {
+    let certs = certs_dir();
+    let cp = certs.path();
+    let c = cp.display().to_string();
+    let lab = Lab::up("ct");
+    let dpd = start_web(&lab, cp);
+    let dut = lab.dut_ip();
+
+    // status
+    let s = ok(&dpd, &["status"]);
+    assert!(s.contains("configuration 1"), "{s}");
+    assert!(s.contains("p0"), "{s}");
+    assert_eq!(json(&dpd, &["status"])["status"]["config_version"], 1);
+
+    // cert list / show / add
+    let list = ok(&dpd, &["cert", "list"]);
+    assert!(
+        list.contains("web-cert") && list.contains("ECDSA-P256"),
+        "{list}"
+    );
+    ok(
+        &dpd,
+        &[
+            "cert",
+            "add",
+            "rsa",
+            "--cert",
+            &format!("{c}/rsa.pem"),
+            "--key",
+            &format!("{c}/rsa.key"),
+        ],
+    );
+    let show = json(&dpd, &["cert", "show", "rsa"]);
+    let info = &show["certs"][0];
+    assert_eq!(info["key_type"], "RSA-2048");
+    assert_eq!(info["names"][0], "rsa.test");
+    assert_eq!(
+        info["sha256"].as_str().unwrap(),
+        file_fingerprint(&cp.join("rsa.pem"))
+    );
+    assert!(ok(&dpd, &["cert", "show", "rsa"]).contains("used by      no VIP"));
+
+    // vip add (TLS, built-in responder) / list / show / disable / enable
+    let applied = ok(
+        &dpd,
+        &[
+            "vip",
+            "add",
+            "second",
+            "--listen",
+            &format!("{dut}:8443"),
+            "--builtin",
+            "--cert",
+            "rsa",
+        ],
+    );
+    assert!(applied.contains("configuration 3"), "{applied}");
+    let url = "https://rsa.test:8443/bytes/5";
+    let resolve = format!("rsa.test:8443:{dut}");
+    assert_eq!(curl(&lab, cp, url, Some(&resolve)).0, 0);
+    let vips = json(&dpd, &["vip", "list"]);
+    let second = vips["vips"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "second")
+        .unwrap()
+        .clone();
+    assert_eq!(second["counters"]["connections"], 1);
+    assert_eq!(second["counters"]["tls_handshakes"], 1);
+    let table = ok(&dpd, &["vip", "list"]);
+    assert!(
+        table.contains("second") && table.contains("enabled"),
+        "{table}"
+    );
+    assert!(ok(&dpd, &["vip", "show", "second"]).contains("certificates rsa"));
+    ok(&dpd, &["vip", "disable", "second"]);
+    let (code, _) = curl(&lab, cp, url, Some(&resolve));
+    assert_eq!(
+        code, 7,
+        "a disabled VIP refuses connections (curl: connect failed)"
+    );
+    assert!(ok(&dpd, &["vip", "list"]).contains("disabled"));
+    ok(&dpd, &["vip", "enable", "second"]);
+    assert_eq!(curl(&lab, cp, url, Some(&resolve)).0, 0);
+
+    // pool add / show, a VIP forwarding to it, member add / weight / drain
+    // / enable / remove
+    let b1 = add_client_address(&lab, 21);
+    let b2 = add_client_address(&lab, 22);
+    let _one = Backend::start(&lab, &b1, 8081, "backend-one");
+    let _two = Backend::start(&lab, &b2, 8081, "backend-two");
+    ok(
+        &dpd,
+        &[
+            "pool",
+            "add",
+            "app",
+            "--member",
+            &format!("{b1}:8081"),
+            "--health",
+            "http",
+            "--health-interval-ms",
+            "200",
+        ],
+    );
+    ok(
+        &dpd,
+        &[
+            "vip",
+            "add",
+            "app",
+            "--listen",
+            &format!("{dut}:8080"),
+            "--pool",
+            "app",
+        ],
+    );
+    let app_url = format!("http://{dut}:8080/");
+    assert_eq!(curl(&lab, cp, &app_url, None).1, "backend-one");
+    std::thread::sleep(Duration::from_millis(500)); // a health check or two
+    let pool = ok(&dpd, &["pool", "show", "app"]);
+    assert!(pool.contains(&format!("{b1}:8081")), "{pool}");
+    assert!(pool.contains("http GET / expects 200"), "{pool}");
+    assert!(pool.contains(" up "), "{pool}");
+    ok(
+        &dpd,
+        &[
+            "member",
+            "add",
+            "app",
+            &format!("{b2}:8081"),
+            "--weight",
+            "2",
+        ],
+    );
+    ok(
+        &dpd,
+        &["member", "weight", "app", &format!("{b2}:8081"), "3"],
+    );
+    ok(&dpd, &["member", "drain", "app", &format!("{b1}:8081")]);
+    for _ in 0..4 {
+        assert_eq!(curl(&lab, cp, &app_url, None).1, "backend-two");
+    }
+    let members = json(&dpd, &["pool", "show", "app"]);
+    assert_eq!(members["pools"][0]["members"][0]["state"], "drain");
+    assert_eq!(members["pools"][0]["members"][1]["weight"], 3);
+    ok(&dpd, &["member", "enable", "app", &format!("{b1}:8081")]);
+    ok(&dpd, &["member", "remove", "app", &format!("{b2}:8081")]);
+    for _ in 0..3 {
+        assert_eq!(curl(&lab, cp, &app_url, None).1, "backend-one");
+    }
+    assert!(ok(&dpd, &["pool", "list"]).contains("pool app (round_robin) for app"));
+
+    // stats, per core, watch
+    let stats = ok(&dpd, &["stats"]);
+    assert!(stats.contains("vip app: connections"), "{stats}");
+    assert!(ok(&dpd, &["stats", "--per-core"]).contains("core 1 (configuration"));
+    let watch = ok(&dpd, &["stats", "--watch", "0.2", "--count", "2"]);
+    assert_eq!(watch.lines().count(), 3, "header and two lines: {watch}");
+    assert!(watch.contains("CONN/S"), "{watch}");
+    let rows = ok(&dpd, &["--json", "stats", "--watch", "0.2", "--count", "2"]);
+    for row in rows.lines() {
+        let v: serde_json::Value = serde_json::from_str(row).unwrap();
+        assert!(v["busy_percent"].as_f64().is_some(), "{row}");
+    }
+
+    // tickets rotate
+    assert!(ok(&dpd, &["tickets", "rotate"]).contains("ticket keys rotated"));
+
+    // capture, while a client talks to the plain VIP
+    let pcap = dpd.dir.path().join("p0.pcap");
+    let capture = {
+        let (sock, pcap) = (dpd.socket.clone(), pcap.clone());
+        std::thread::spawn(move || {
+            run(Command::new(bin("dpctl"))
+                .arg("--socket")
+                .arg(sock)
+                .args(["capture", "--port", "p0", "--count", "6", "--file"])
+                .arg(pcap))
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(curl(&lab, cp, &format!("http://{dut}/bytes/10"), None).0, 0);
+    let out = capture.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("6 frames written"));
+    let frames = read_pcap(&pcap);
+    assert_eq!(frames.len(), 6);
+    assert!(
+        frames
+            .iter()
+            .all(|f| f.len() >= 14 && (f[12..14] == [0x08, 0x00] || f[12..14] == [0x08, 0x06])),
+        "Ethernet frames carrying IPv4 or ARP"
+    );
+    assert!(refused(
+        &dpd,
+        &["capture", "--port", "nope", "--file", "/tmp/x.pcap"]
+    )
+    .contains("no port is named \"nope\""));
+
+    // config show / save (to a file, and back to dpd's own file)
+    let shown = ok(&dpd, &["config", "show"]);
+    assert!(shown.contains("name = \"second\""), "{shown}");
+    let saved = dpd.dir.path().join("saved.toml");
+    ok(&dpd, &["config", "save", saved.to_str().unwrap()]);
+    let check = run(Command::new(bin("dpd"))
+        .arg("--check")
+        .arg("--config")
+        .arg(&saved));
+    assert!(
+        check.status.success(),
+        "the saved configuration is valid: {}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let text = std::fs::read_to_string(&saved).unwrap();
+    assert!(
+        text.contains("[[pool]]") && text.contains("name = \"rsa\""),
+        "{text}"
+    );
+    ok(&dpd, &["config", "save"]);
+    let own = std::fs::read_to_string(dpd.dir.path().join("dpd.toml")).unwrap();
+    assert!(own.contains("name = \"second\""), "{own}");
+
+    // removals: in use first, then free
+    assert!(refused(&dpd, &["pool", "remove", "app"]).contains("VIP app forwards to it"));
+    ok(&dpd, &["vip", "remove", "app"]);
+    ok(&dpd, &["pool", "remove", "app"]);
+    assert!(refused(&dpd, &["cert", "remove", "rsa"]).contains("VIP second serves it"));
+    ok(&dpd, &["vip", "remove", "second"]);
+    ok(&dpd, &["cert", "remove", "rsa"]);
+    assert_eq!(curl(&lab, cp, url, Some(&resolve)).0, 7, "VIP gone");
+
+    // cert rotate: the new chain is served
+    ok(
+        &dpd,
+        &[
+            "cert",
+            "rotate",
+            "web-cert",
+            "--cert",
+            &format!("{c}/cert-b.pem"),
+            "--key",
+            &format!("{c}/cert-b.key"),
+        ],
+    );
+    assert_eq!(
+        served_fingerprint(&lab, &format!("{dut}:443"), "p256.test"),
+        file_fingerprint(&cp.join("cert-b.pem"))
+    );
+
+    // completions need no dpd
+    let o = run(Command::new(bin("dpctl")).args(["completions", "bash"]));
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("_dpctl"));
+
+    // Every change was logged with its configuration number.
+    let log = dpd.log_text();
+    assert!(
+        log.contains("configuration 2: certificate rsa added"),
+        "{log}"
+    );
+}
+
+/// Frames of a pcap file (little-endian, as dpd writes it).
+fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(&b[..4], &[0xd4, 0xc3, 0xb2, 0xa1], "pcap magic");
+    let mut frames = Vec::new();
+    let mut at = 24;
+    while at + 16 <= b.len() {
+        let len = u32::from_le_bytes(b[at + 8..at + 12].try_into().unwrap()) as usize;
+        frames.push(b[at + 16..at + 16 + len].to_vec());
+        at += 16 + len;
+    }
+    frames
+}
+
+/// A dpbench run from the client namespace: `kind` against `port` for
+/// `secs`, its results.json.
+fn dpbench(lab: &Lab, kind: &str, port: u16, secs: u32, out: &Path) -> Child {
+    lab.client_command(&[
+        bin("dpbench").to_str().unwrap(),
+        "test",
+        kind,
+        "--target",
+        &format!("name=dpd,host={},p256={port}", lab.dut_ip()),
+        "--key",
+        "p256",
+        "--dangerous-no-verify",
+        "--sni",
+        "p256.test",
+        "-c",
+        "8",
+        "--repeat",
+        "1",
+        "--ramp-up",
+        "0",
+        "--sustain",
+        &secs.to_string(),
+        "--ramp-down",
+        "0",
+        "--ceiling-ms",
+        "0",
+        "--out",
+        out.to_str().unwrap(),
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("dpbench")
+}
+
+/// Connections and errors of a finished dpbench run.
+fn dpbench_result(mut child: Child, out: &Path) -> (u64, u64) {
+    let status = child.wait().unwrap();
+    let text = std::fs::read_to_string(out.join("results.json"))
+        .unwrap_or_else(|e| panic!("dpbench ({status}) wrote no results: {e}"));
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let run = &v["results"][0]["runs"][0];
+    let series = run["series"].as_array().expect("series");
+    let conns = series
+        .iter()
+        .map(|p| p["conns_per_s"].as_u64().unwrap())
+        .sum();
+    let errors = series.iter().map(|p| p["errors"].as_u64().unwrap()).sum();
+    (conns, errors)
+}
+
+#[test]
+fn certificate_rotation_during_a_cps_run_fails_no_handshake() {
+    let certs = certs_dir();
+    let cp = certs.path();
+    let c = cp.display().to_string();
+    let lab = Lab::up("cr");
+    let dpd = start_web(&lab, cp);
+    let out = tempfile::tempdir().unwrap();
+    let load = dpbench(&lab, "cps", 443, 6, out.path());
+    std::thread::sleep(Duration::from_millis(1500));
+    // Swap back and forth every 300 ms while handshakes go on, ending on B.
+    let mut rotations = 0;
+    for i in 0..10 {
+        let file = if i % 2 == 0 { "cert-b" } else { "cert-a" };
+        ok(
+            &dpd,
+            &[
+                "cert",
+                "rotate",
+                "web-cert",
+                "--cert",
+                &format!("{c}/{file}.pem"),
+                "--key",
+                &format!("{c}/{file}.key"),
+            ],
+        );
+        rotations += 1;
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    ok(
+        &dpd,
+        &[
+            "cert",
+            "rotate",
+            "web-cert",
+            "--cert",
+            &format!("{c}/cert-b.pem"),
+            "--key",
+            &format!("{c}/cert-b.key"),
+        ],
+    );
+    let (conns, errors) = dpbench_result(load, out.path());
+    let stats = dpd.stats();
+    eprintln!(
+        "{rotations} rotations during {conns} connections: {errors} client errors, {} TLS failures",
+        stats.tls_failures
+    );
+    assert!(conns > 500, "the load ran: {conns} connections");
+    assert_eq!(errors, 0, "no connection failed during rotations");
+    assert_eq!(stats.tls_failures, 0, "no handshake failed in dpd");
+    assert_eq!(
+        served_fingerprint(&lab, &format!("{}:443", lab.dut_ip()), "p256.test"),
+        file_fingerprint(&cp.join("cert-b.pem")),
+        "the new certificate is served"
+    );
+}
+
+#[test]
+fn vips_added_and_removed_under_load() {
+    let certs = certs_dir();
+    let cp = certs.path();
+    let lab = Lab::up("va");
+    let dpd = start_web(&lab, cp);
+    let dut = lab.dut_ip();
+    let out = tempfile::tempdir().unwrap();
+    let load = dpbench(&lab, "cps", 443, 5, out.path());
+    std::thread::sleep(Duration::from_millis(1000));
+    for round in 0..4 {
+        let port = 9000 + round;
+        ok(
+            &dpd,
+            &[
+                "vip",
+                "add",
+                "extra",
+                "--listen",
+                &format!("{dut}:{port}"),
+                "--builtin",
+                "--cert",
+                "web-cert",
+            ],
+        );
+        let (code, body) = curl(
+            &lab,
+            cp,
+            &format!("https://p256.test:{port}/bytes/3"),
+            Some(&format!("p256.test:{port}:{dut}")),
+        );
+        assert_eq!((code, body.len()), (0, 3), "the added VIP serves at once");
+        ok(&dpd, &["vip", "remove", "extra"]);
+        let (code, _) = curl(
+            &lab,
+            cp,
+            &format!("https://p256.test:{port}/bytes/3"),
+            Some(&format!("p256.test:{port}:{dut}")),
+        );
+        assert_eq!(code, 7, "the removed VIP refuses connections");
+    }
+    let (conns, errors) = dpbench_result(load, out.path());
+    assert!(conns > 300, "the load ran: {conns} connections");
+    assert_eq!(
+        errors, 0,
+        "the loaded VIP lost nothing while others changed"
+    );
+    assert_eq!(dpd.stats().tls_failures, 0);
+}
+
+#[test]
+fn bad_requests_get_clear_errors_and_change_nothing() {
+    let certs = certs_dir();
+    let cp = certs.path();
+    let c = cp.display().to_string();
+    std::fs::write(
+        cp.join("garbage.pem"),
+        "-----BEGIN CERTIFICATE-----\nnot base64\n",
+    )
+    .unwrap();
+    let lab = Lab::up("br");
+    let dpd = start_web(&lab, cp);
+    let dut = lab.dut_ip();
+    let before = ok(&dpd, &["config", "show"]);
+    let cert_args = |name: &str, pem: &str, key: &str| -> Vec<String> {
+        vec![
+            "cert".into(),
+            "add".into(),
+            name.into(),
+            "--cert".into(),
+            format!("{c}/{pem}"),
+            "--key".into(),
+            format!("{c}/{key}"),
+        ]
+    };
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["vip".into(), "remove".into(), "nope".into()],
+            "no VIP has this name",
+        ),
+        (
+            vec!["vip".into(), "show".into(), "nope".into()],
+            "no VIP is named",
+        ),
+        (cert_args("bad", "garbage.pem", "p256.key"), "garbage.pem"),
+        (
+            cert_args("mismatch", "rsa.pem", "p256.key"),
+            "does not match",
+        ),
+        (
+            cert_args("web-cert", "rsa.pem", "rsa.key"),
+            "exists already",
+        ),
+        (
+            vec![
+                "vip".into(),
+                "add".into(),
+                "web".into(),
+                "--listen".into(),
+                format!("{dut}:444"),
+                "--builtin".into(),
+            ],
+            "a VIP with this name exists already",
+        ),
+        (
+            vec![
+                "vip".into(),
+                "add".into(),
+                "clash".into(),
+                "--listen".into(),
+                format!("{dut}:443"),
+                "--builtin".into(),
+            ],
+            "another VIP listens here",
+        ),
+        (
+            vec![
+                "vip".into(),
+                "add".into(),
+                "x".into(),
+                "--listen".into(),
+                format!("{dut}:445"),
+                "--builtin".into(),
+                "--cert".into(),
+                "missing".into(),
+            ],
+            "no [[cert]] has this name",
+        ),
+        (
+            vec![
+                "pool".into(),
+                "add".into(),
+                "p".into(),
+                "--member".into(),
+                format!("{}.2:80@300", lab.net),
+            ],
+            "must be 1 to 256",
+        ),
+        (
+            vec![
+                "member".into(),
+                "weight".into(),
+                "nope".into(),
+                "1.2.3.4:80".into(),
+                "2".into(),
+            ],
+            "no pool has this name",
+        ),
+    ];
+    for (args, want) in &cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let err = refused(&dpd, &args);
+        assert!(err.contains(want), "dpctl {args:?}: {err:?} lacks {want:?}");
+        assert_eq!(ok(&dpd, &["config", "show"]), before, "after {args:?}");
+    }
+    // Malformed and unknown requests straight on the socket.
+    let mut client = control::api::Client::connect(&dpd.socket).unwrap();
+    for (line, want) in [
+        (&b"{\"cmd\": \"vip_add\"\n"[..], "malformed request"),
+        (b"{\"cmd\": \"vip_add\", \"vip\": {}}\n", "missing field"),
+        (b"{\"cmd\": \"reboot\"}\n", "unknown variant"),
+        (
+            b"{\"cmd\": \"member_weight\", \"pool\": \"p\", \"addr\": \"a\", \"weight\": -1}\n",
+            "invalid value",
+        ),
+    ] {
+        let r = client.call_raw(line).unwrap();
+        assert!(!r.ok);
+        let e = r.error.unwrap();
+        assert!(e.contains(want), "{e:?} lacks {want:?}");
+    }
+    // Still version 1, still serving.
+    assert_eq!(json(&dpd, &["status"])["status"]["config_version"], 1);
+    let (code, body) = curl(
+        &lab,
+        cp,
+        "https://p256.test/bytes/4",
+        Some(&format!("p256.test:443:{dut}")),
+    );
+    assert_eq!((code, body.len()), (0, 4));
+}
+
+#[test]
+fn control_socket_is_root_only() {
+    let certs = certs_dir();
+    let lab = Lab::up("so");
+    let dpd = start_web(&lab, certs.path());
+    // Let others reach the folder, so only the socket's own mode decides.
+    let dir: PathBuf = dpd.socket.parent().unwrap().to_path_buf();
+    let o = run(Command::new("chmod").arg("755").arg(&dir));
+    assert!(o.status.success());
+    let meta = run(Command::new("stat").args(["-c", "%a %U"]).arg(&dpd.socket));
+    assert_eq!(String::from_utf8_lossy(&meta.stdout).trim(), "600 root");
+    // A copy of dpctl that user nobody may run.
+    let tools = tempfile::tempdir().unwrap();
+    let dpctl_copy = tools.path().join("dpctl");
+    std::fs::copy(bin("dpctl"), &dpctl_copy).unwrap();
+    for p in [tools.path(), dpctl_copy.as_path()] {
+        assert!(run(Command::new("chmod").arg("755").arg(p))
+            .status
+            .success());
+    }
+    let o = run(Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&dpctl_copy)
+        .arg("--socket")
+        .arg(&dpd.socket)
+        .arg("status"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("Permission denied"), "{err}");
+    assert!(err.contains("run dpctl as root"), "{err}");
+    // Root still gets in.
+    assert!(ok(&dpd, &["status"]).contains("configuration 1"));
+}
