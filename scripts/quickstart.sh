@@ -79,18 +79,23 @@ name = "plain"
 listen = "$NET.1:80"
 respond = "builtin"
 
+[[cert]]
+name = "demo"
+cert = "$WORK/demo.pem"
+key = "$WORK/demo.key"
+
 [[vip]]
 name = "https"
 listen = "$NET.1:443"
 respond = "builtin"
-certs = [{ cert = "$WORK/demo.pem", key = "$WORK/demo.key" }]
+certs = ["demo"]
 
 # SSL offload: TLS from clients, cleartext to the pool.
 [[vip]]
 name = "offload"
 listen = "$NET.1:8443"
 pool = "web"
-certs = [{ cert = "$WORK/demo.pem", key = "$WORK/demo.key" }]
+certs = ["demo"]
 
 [[pool]]
 name = "web"
@@ -165,6 +170,18 @@ for t in cps throughput; do
         --dangerous-no-verify --path "$path" --size "$size" --repeat 1 --ramp-up 0 --sustain 3 --ramp-down 0 \
         --ceiling-ms 0 --out "$WORK/bench-$t" 2>/dev/null | grep -E '^(best|negotiated)' || true
 done
+
+step "run-time changes with dpctl: drain a member, rotate the certificate, look at the VIPs"
+"$DPCTL" --socket "$SOCK" pool show web
+"$DPCTL" --socket "$SOCK" member drain web "$NET.11:80"
+for _ in $(seq 4); do
+    ip netns exec "$LAB-cli" curl -sS --max-time 10 --cacert "$WORK/ca.pem" --resolve "demo.tlsdp:8443:$NET.1" \
+        "https://demo.tlsdp:8443/"
+done
+"$DPCTL" --socket "$SOCK" member enable web "$NET.11:80"
+"$DPCTL" --socket "$SOCK" cert rotate demo --cert "$WORK/demo.pem" --key "$WORK/demo.key"
+"$DPCTL" --socket "$SOCK" cert list
+"$DPCTL" --socket "$SOCK" vip list
 
 step "dpd's counters"
 sleep 0.1

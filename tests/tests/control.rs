@@ -796,3 +796,46 @@ fn control_socket_is_root_only() {
     // Root still gets in.
     assert!(ok(&dpd, &["status"]).contains("configuration 1"));
 }
+
+#[test]
+fn logs_follow_the_log_section() {
+    let lab = Lab::up("lg");
+    let dpd = Dpd::start(&lab, |s| {
+        format!(
+            "{}\n[log]\nlevel = \"info\"\nformat = \"json\"\n",
+            lab.config_with_vip("net_af_packet", s)
+        )
+    });
+    ok(&dpd, &["vip", "disable", "plain"]);
+    let log = dpd.log_text();
+    // DPDK's own EAL lines are not ours; every line of dpd's is a JSON object.
+    let ours: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    assert!(ours.len() >= 5, "{log}");
+    assert!(ours
+        .iter()
+        .all(|v| v["ts"].is_string() && v["level"].is_string() && v["target"].is_string()));
+    assert!(
+        ours.iter()
+            .any(|v| v["msg"] == "configuration 2: VIP plain disabled" && v["level"] == "INFO"),
+        "{log}"
+    );
+    assert!(
+        !log.lines().any(|l| l.contains(" INFO ")),
+        "no text lines: {log}"
+    );
+
+    // level = "warn": start-up information is not logged.
+    let lab2 = Lab::up("lq");
+    let quiet = Dpd::start(&lab2, |s| {
+        format!(
+            "{}\n[log]\nlevel = \"warn\"\n",
+            lab2.config("net_af_packet", s, "")
+        )
+    });
+    let log = quiet.log_text();
+    assert!(!log.contains("control socket"), "{log}");
+}
