@@ -399,6 +399,10 @@ pub struct CoreStats {
     /// Configuration version the engine uses (in the total: the oldest).
     #[serde(default)]
     pub config_version: u64,
+    /// Frames received by this engine and handed to the engine owning
+    /// their flow (software RSS, for ports without hardware RSS).
+    #[serde(default)]
+    pub frames_steered: u64,
     /// Dropped frames by reason (every reason listed, zeros included).
     pub drops: BTreeMap<String, u64>,
     pub busy_cycles: u64,

@@ -401,6 +401,12 @@ pub struct Eal {
     /// Dataplane cores, one engine each. The control thread runs on the
     /// lowest core not listed here.
     pub lcores: Vec<u32>,
+    /// The CPU each of `lcores` runs on, when they are not the same numbers
+    /// (DPDK's `--lcores` mapping); the control thread then takes a CPU no
+    /// engine uses, or shares the first one. For labs with fewer CPUs than
+    /// engines plus one; production gives every engine its own CPU.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpus: Vec<u32>,
     /// Extra EAL arguments. `dpd` adds `-l`, `--main-lcore`, `--vdev`/`-a`
     /// for the ports, `--no-pci` unless a PCI port is configured, and
     /// `--in-memory` unless a `--file-prefix` or `--in-memory` is given.
@@ -674,6 +680,20 @@ impl Config {
                 "eal.lcores",
                 "[]",
                 "at least one dataplane core is needed",
+            ));
+        }
+        if !self.eal.cpus.is_empty() && self.eal.cpus.len() != self.eal.lcores.len() {
+            return Err(ConfigError::new(
+                "eal.cpus",
+                format!("{:?}", self.eal.cpus),
+                "one CPU per entry of eal.lcores",
+            ));
+        }
+        if let Some(l) = self.eal.lcores.iter().find(|&&l| l >= 128) {
+            return Err(ConfigError::new(
+                "eal.lcores",
+                l,
+                "lcore ids are below 128 (DPDK's RTE_MAX_LCORE)",
             ));
         }
         let mut seen = HashSet::new();

@@ -159,6 +159,12 @@ const SCALARS: &[Scalar] = &[
         |c| c.health_changes,
     ),
     (
+        "tlsdp_frames_steered_total",
+        "Frames received by the engine and handed to the engine owning their flow (software RSS).",
+        true,
+        |c| c.frames_steered,
+    ),
+    (
         "tlsdp_config_version",
         "Version of the configuration the engine uses (1 at start, one up per change).",
         false,

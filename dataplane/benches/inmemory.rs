@@ -6,6 +6,12 @@
 //!   cargo bench -p dataplane --bench inmemory [-- CONNS]
 //!   cargo bench -p dataplane --bench inmemory -- --tls [CONNS]
 //!   cargo bench -p dataplane --bench inmemory -- --hold [--tls] CONNS
+//!   cargo bench -p dataplane --bench inmemory -- --scale [--tls] [MAX_ENGINES]
+//!
+//! `--scale` runs 1, 2, 4 ... engines at once, each on its own thread with
+//! its own generator and in-memory link (share-nothing, as in `dpd`; the
+//! TLS configuration is one shared `Arc`, as a snapshot's is), and reports
+//! connections/s per engine and the scaling efficiency.
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -36,6 +42,19 @@ struct Result {
 
 /// RSA-2048 and ECDSA P-256 certificates, default policy.
 fn tls_config() -> TlsConfig {
+    thread_local! {
+        static MADE: std::cell::OnceCell<TlsConfig> = const { std::cell::OnceCell::new() };
+    }
+    if let Some(t) = SHARED_TLS.get() {
+        return t.clone();
+    }
+    MADE.with(|m| m.get_or_init(make_tls_config).clone())
+}
+
+/// One TLS configuration for every engine of a `--scale` run.
+static SHARED_TLS: std::sync::OnceLock<TlsConfig> = std::sync::OnceLock::new();
+
+fn make_tls_config() -> TlsConfig {
     let dir = tempfile::tempdir().unwrap();
     let mut store = crypto::certs::CertStore::new();
     store.add(self_signed(dir.path(), "rsa", RSA2048, "tlsdp.test"));
@@ -207,6 +226,14 @@ fn main() {
         .unwrap_or(200_000);
     println!("in-memory engine benchmark (one thread; server engine time measured apart from the generator)\n");
     let tls = std::env::args().any(|a| a == "--tls");
+    if std::env::args().any(|a| a == "--scale") {
+        let max = std::env::args()
+            .skip(1)
+            .find_map(|a| a.parse().ok())
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        scale(max, tls);
+        return;
+    }
     if std::env::args().any(|a| a == "--hold") {
         // cargo bench -p dataplane --bench inmemory -- --hold 1000000
         hold(conns, tls);
@@ -304,4 +331,63 @@ fn tls_runs(conns: u64) {
         r.bytes as f64 * 8.0 / r.server_s / 1e9,
         r.client_s * 1e6 / mb,
     );
+}
+
+/// Engines side by side, each with its own generator and link on its own
+/// thread: connections/s per engine and scaling efficiency against one.
+fn scale(max_engines: usize, tls: bool) {
+    if tls {
+        let _ = SHARED_TLS.set(make_tls_config());
+    }
+    let load = LoadConfig {
+        server: SRV,
+        port: if tls { 443 } else { 80 },
+        body: if tls { 1024 } else { 64 },
+        requests_per_conn: 1,
+        concurrency: if tls { 64 } else { 256 },
+        total_conns: if tls { 4_000 } else { 100_000 },
+        sources: 1,
+    };
+    let what = if tls {
+        "TLS 1.3 ECDSA-P256 handshake + GET 1 KB + close"
+    } else {
+        "TCP open + GET 64 B + close"
+    };
+    println!(
+        "scaling: {what}, {} connections per engine; each engine on its own thread with its own generator\n",
+        load.total_conns
+    );
+    println!(
+        "{:>7} {:>22} {:>22} {:>18} {:>11}",
+        "engines", "engine conn/s (each)", "engine conn/s (sum)", "wall conn/s (sum)", "efficiency"
+    );
+    let mut base: Option<f64> = None;
+    let mut n = 1;
+    while n <= max_engines {
+        let results: Vec<Result> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n)
+                .map(|_| {
+                    s.spawn(move || run_with(load, tls.then(|| LoadClientConfig::new(true, true))))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let per_engine: Vec<f64> = results
+            .iter()
+            .map(|r| r.conns as f64 / r.server_s)
+            .collect();
+        let sum: f64 = per_engine.iter().sum();
+        let wall = results.iter().map(|r| r.wall_s).fold(0.0, f64::max);
+        let wall_rate = results.iter().map(|r| r.conns).sum::<u64>() as f64 / wall;
+        let one = *base.get_or_insert(wall_rate);
+        println!(
+            "{n:>7} {:>22.0} {sum:>22.0} {wall_rate:>18.0} {:>10.0}%",
+            sum / n as f64,
+            100.0 * wall_rate / (one * n as f64)
+        );
+        n *= 2;
+    }
+    println!("\nengine conn/s: connections over the engines' own busy time (server side only);");
+    println!("wall conn/s: all connections over the longest run's wall time (engine and generator share each thread);");
+    println!("efficiency: wall conn/s against n times one engine's.");
 }

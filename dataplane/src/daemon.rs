@@ -21,6 +21,7 @@ use crate::engine::{Engine, EngineConfig};
 use crate::net::InterfaceConfig;
 use crate::snapshot::ControlLink;
 use crate::stats::{Counters, DropReason, SharedCounters};
+use crate::steer::{PortShare, SteerLink};
 use crate::tcp::SynCookies;
 use crate::time::TscClock;
 
@@ -107,6 +108,9 @@ impl Machine {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     pub main_lcore: u32,
+    /// The control thread shares a CPU with an engine (`eal.cpus` left
+    /// none free).
+    pub control_shares_cpu: bool,
     pub use_hugepages: bool,
     pub eal_args: Vec<String>,
 }
@@ -121,27 +125,41 @@ pub fn plan(
     machine: &Machine,
     iface_exists: impl Fn(&str) -> bool,
 ) -> Result<Plan, ConfigError> {
-    for (i, core) in cfg.eal.lcores.iter().enumerate() {
+    let mapped = !cfg.eal.cpus.is_empty();
+    let (field, cpus) = if mapped {
+        ("eal.cpus", &cfg.eal.cpus)
+    } else {
+        ("eal.lcores", &cfg.eal.lcores)
+    };
+    for (i, core) in cpus.iter().enumerate() {
         if !machine.online_cpus.contains(core) {
             return Err(ConfigError::new(
-                format!("eal.lcores[{i}]"),
+                format!("{field}[{i}]"),
                 core,
                 format!("no such core (online: {:?})", machine.online_cpus),
             ));
         }
     }
-    let main_lcore = machine
+    let free_cpu = machine
         .online_cpus
         .iter()
         .copied()
-        .find(|c| !cfg.eal.lcores.contains(c))
-        .ok_or_else(|| {
+        .find(|c| !cpus.contains(c));
+    let (main_lcore, main_cpu) = if mapped {
+        let id = (0..128)
+            .find(|id| !cfg.eal.lcores.contains(id))
+            .expect("fewer than 128 engines");
+        (id, free_cpu.unwrap_or(cpus[0]))
+    } else {
+        let c = free_cpu.ok_or_else(|| {
             ConfigError::new(
                 "eal.lcores",
                 format!("{:?}", cfg.eal.lcores),
                 "leave one core for the control thread",
             )
         })?;
+        (c, c)
+    };
     for (i, port) in cfg.ports.iter().enumerate() {
         if let Some(iface) = port.kernel_iface() {
             if !iface_exists(iface) {
@@ -168,17 +186,29 @@ pub fn plan(
         HugepagePolicy::Required => true,
     };
 
-    let mut cores = vec![main_lcore];
-    cores.extend(&cfg.eal.lcores);
-    let mut args = vec![
-        "-l".to_string(),
-        cores
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(","),
-        format!("--main-lcore={main_lcore}"),
-    ];
+    let mut args = if mapped {
+        let mut map = vec![format!("{main_lcore}@{main_cpu}")];
+        map.extend(
+            cfg.eal
+                .lcores
+                .iter()
+                .zip(cpus)
+                .map(|(l, c)| format!("{l}@{c}")),
+        );
+        vec![format!("--lcores={}", map.join(","))]
+    } else {
+        let mut cores = vec![main_lcore];
+        cores.extend(&cfg.eal.lcores);
+        vec![
+            "-l".to_string(),
+            cores
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+        ]
+    };
+    args.push(format!("--main-lcore={main_lcore}"));
     if !cfg.has_pci_port() {
         args.push("--no-pci".into());
     }
@@ -213,6 +243,7 @@ pub fn plan(
     args.extend(user_args.cloned());
     Ok(Plan {
         main_lcore,
+        control_shares_cpu: mapped && free_cpu.is_none(),
         use_hugepages,
         eal_args: args,
     })
@@ -257,6 +288,7 @@ pub fn core_stats(lcore: Option<u32>, c: &Counters) -> CoreStats {
         http_requests: c.http_requests,
         vips: std::collections::BTreeMap::new(),
         config_version: c.snapshot_version,
+        frames_steered: c.frames_steered,
         drops: DropReason::ALL
             .iter()
             .map(|r| (r.name().to_string(), c.dropped(*r)))
@@ -333,7 +365,12 @@ pub fn run(
         plan.main_lcore
     );
 
-    let queues = u16::try_from(cfg.eal.lcores.len()).expect("few cores");
+    let engines = u16::try_from(cfg.eal.lcores.len()).expect("few cores");
+    if plan.control_shares_cpu {
+        log::warn!("the control thread shares a CPU with an engine (eal.cpus leaves none free)");
+    }
+    // Per port: queue pairs, and whether flows are steered in software.
+    let mut shapes: Vec<(u16, bool)> = Vec::new();
     let mut pools: Vec<(i32, Mempool)> = Vec::new();
     let mut ports = Vec::new();
     for (i, pc) in cfg.ports.iter().enumerate() {
@@ -367,6 +404,12 @@ pub fn run(
                 p
             }
         };
+        // One queue pair per engine where the device has them; engines
+        // beyond its queues send through the engine that has one.
+        let queues = engines
+            .min(info.max_rx_queues)
+            .min(info.max_tx_queues)
+            .max(1);
         let port = EthPort::start(
             id,
             EthPortConfig {
@@ -390,18 +433,28 @@ pub fn run(
             port.offloads().tx_ipv4_cksum,
             if link.up { "up" } else { "down" }
         );
-        if queues > 1 && !port.rss() {
+        let steered = engines > 1 && !(port.rss() && queues == engines);
+        if steered {
             log::warn!(
-                "port {}: no RSS; flows will not spread over {} engines",
+                "port {}: {}; the {engines} engines spread flows among themselves by the Toeplitz hash in software (a frame crosses cores at most once)",
                 pc.name,
-                queues
+                if queues < engines {
+                    format!("{queues} queue pair(s) for {engines} engines")
+                } else {
+                    "no hardware RSS".to_string()
+                }
             );
         }
+        shapes.push((queues, steered));
         ports.push(port);
     }
 
     let engine_stop = Arc::new(AtomicBool::new(false));
     let drain = Arc::new(AtomicBool::new(false));
+    let steer_links = shapes
+        .iter()
+        .any(|&(_, steered)| steered)
+        .then(|| SteerLink::new_set(engines, &dpdk::SYMMETRIC_RSS_KEY));
     let mut launched = Vec::new();
     for (q, &lcore) in cfg.eal.lcores.iter().enumerate() {
         let counters = shared[q].1.clone();
@@ -424,7 +477,14 @@ pub fn run(
             SynCookieMode::Off => SynCookies::Off,
         };
         let mut engine = Engine::new(engine_cfg, counters);
-        for (port, pc) in ports.iter().zip(&cfg.ports) {
+        let mut shares = Vec::new();
+        for ((port, pc), &(queues, steered)) in ports.iter().zip(&cfg.ports).zip(&shapes) {
+            let own = (q as u16) < queues;
+            shares.push(PortShare {
+                steer: steered,
+                rx: own,
+                tx_via: (!own).then_some(q as u16 % queues),
+            });
             let cidr = pc
                 .cidr()
                 .map_err(|r| ConfigError::new("port.address", &pc.address, r))?;
@@ -433,7 +493,7 @@ pub fn run(
                 .as_deref()
                 .and_then(|g| g.parse::<Ipv4Addr>().ok());
             engine.add_port(
-                port.queue(QueueId(q as u16)),
+                port.queue(QueueId(q as u16 % queues)),
                 InterfaceConfig {
                     mac: EthernetAddress(port.mac()),
                     addr: cidr.addr,
@@ -441,6 +501,9 @@ pub fn run(
                     gateway,
                 },
             );
+        }
+        if let Some(links) = &steer_links {
+            engine.set_steering(links[q].clone(), &shares);
         }
         engine.apply(&first);
         engine.set_control(links[q].clone());
@@ -539,7 +602,8 @@ pub fn run(
             let status_ports: Vec<PortStatus> = ports
                 .iter()
                 .zip(&cfg.ports)
-                .map(|(p, pc)| PortStatus {
+                .zip(&shapes)
+                .map(|((p, pc), &(queues, _))| PortStatus {
                     name: pc.name.clone(),
                     device: pc.device.clone(),
                     driver: p.port_info().driver.clone(),
@@ -716,6 +780,27 @@ mod tests {
         // Without hugepages --in-memory cannot work: --no-huge --no-shconf.
         let p = plan(&config("args = [\"--in-memory\"]"), &machine(0), |_| true).unwrap();
         assert_eq!(&p.eal_args[5..], ["--no-huge", "--no-shconf", "-m", "512"]);
+    }
+
+    #[test]
+    fn engines_mapped_onto_cpus() {
+        let mut c = config("");
+        c.eal.lcores = vec![1, 2];
+        c.eal.cpus = vec![0, 1];
+        let p = plan(&c, &machine(0), |_| true).unwrap();
+        assert_eq!(&p.eal_args[..2], ["--lcores=0@0,1@0,2@1", "--main-lcore=0"]);
+        assert!(p.control_shares_cpu);
+        let big = Machine {
+            online_cpus: vec![0, 1, 2, 3],
+            ..machine(0)
+        };
+        c.eal.cpus = vec![2, 3];
+        let p = plan(&c, &big, |_| true).unwrap();
+        assert_eq!(p.eal_args[0], "--lcores=0@0,1@2,2@3");
+        assert!(!p.control_shares_cpu);
+        c.eal.cpus = vec![2, 9];
+        let e = plan(&c, &big, |_| true).unwrap_err();
+        assert_eq!(e.field, "eal.cpus[1]");
     }
 
     #[test]

@@ -17,12 +17,14 @@ use crate::app::proxy::{self, ProxyLink, Side};
 use crate::app::proxy_protocol;
 use crate::app::responder::Responder;
 use crate::app::tls::{self, ConnApp, TlsConn};
+use crate::net::toeplitz::{classify, FrameClass, RssSteering};
 use crate::net::{set_destination, Interface, InterfaceConfig, Verdict};
 use crate::port::{PacketBuf, Port};
 use crate::snapshot::{
     Capture, ControlLink, FromEngine, MemberView, PoolView, Snapshot, ToEngine, MAX_VIPS,
 };
 use crate::stats::{Counters, DropReason, SharedCounters, VipCounters};
+use crate::steer::{PortShare, SteerLink, Steered};
 use crate::tcp::{CloseReason, ConnId, Event, FlowKey, TcpConfig, TcpEngine};
 use crate::time::{Instant, TscClock};
 use crypto::session::TlsConfig;
@@ -81,6 +83,25 @@ struct EnginePort<P: Port> {
     capture: Option<Capture>,
     /// Frames at the head of `tx` already captured (left by a short burst).
     tx_captured: usize,
+    /// How this engine uses the port when engines share it.
+    share: PortShare,
+    /// With no TX queue of our own: the engine that sends for us.
+    tx_via: Option<(TxVia<P::Buf>, u8)>,
+    /// How received flows spread over the engines (source-port choice).
+    steering: Option<RssSteering>,
+}
+
+/// The inbox of the engine that transmits for another.
+#[derive(Debug)]
+struct TxVia<B> {
+    link: SteerLink<B>,
+    to: u16,
+}
+
+impl<B> TxVia<B> {
+    fn send_tx(&self, port: u8, buf: B) -> Result<(), Steered<B>> {
+        self.link.send(self.to, Steered::Tx { port, buf })
+    }
 }
 
 /// Most frames held per port while their next hop is resolved (Linux keeps
@@ -138,6 +159,8 @@ pub struct Engine<P: Port> {
     vip_counters: Vec<VipCounters>,
     /// Rings to and from the control thread.
     control: Option<ControlLink>,
+    /// Rings to the other engines, for ports steered in software.
+    steer: Option<SteerLink<P::Buf>>,
     /// Version of the snapshot in use (0: set up by calls, not snapshots).
     snapshot_version: u64,
     /// VIP counter slots ever used (all are published: a removed VIP's
@@ -177,6 +200,7 @@ impl<P: Port> Engine<P> {
             vips: Vec::new(),
             vip_counters: vec![VipCounters::default(); MAX_VIPS],
             control: None,
+            steer: None,
             snapshot_version: 0,
             vip_slots_used: 0,
             pools: Vec::new(),
@@ -239,6 +263,36 @@ impl<P: Port> Engine<P> {
     /// members of pool `pool`.
     pub fn listen_pool(&mut self, addr: Ipv4Addr, port: u16, tls: Option<TlsConfig>, pool: usize) {
         self.add_vip(addr, port, tls, Some(pool as u16));
+    }
+
+    /// Software RSS: how this engine shares each port (by index) with the
+    /// others, and the rings between them (see [`crate::steer`]).
+    ///
+    /// # Panics
+    /// When `shares` does not cover every port.
+    pub fn set_steering(&mut self, link: SteerLink<P::Buf>, shares: &[PortShare]) {
+        assert_eq!(shares.len(), self.ports.len(), "one share per port");
+        for (ep, share) in self.ports.iter_mut().zip(shares) {
+            ep.share = *share;
+            if share.steer {
+                ep.steering = Some(link.steering());
+            }
+            ep.tx_via = share.tx_via.map(|to| {
+                (
+                    TxVia {
+                        link: link.clone(),
+                        to,
+                    },
+                    0,
+                )
+            });
+        }
+        for (i, ep) in self.ports.iter_mut().enumerate() {
+            if let Some((_, port)) = &mut ep.tx_via {
+                *port = i as u8;
+            }
+        }
+        self.steer = Some(link);
     }
 
     /// Rings to the control thread, read at every tick.
@@ -404,7 +458,12 @@ impl<P: Port> Engine<P> {
             rx_drained: true,
             capture: None,
             tx_captured: 0,
+            share: PortShare::OWN,
+            tx_via: None,
+            steering: None,
         });
+        let ep = self.ports.last_mut().expect("just added");
+        ep.steering = ep.port.rss_steering();
     }
 
     /// This engine's counters (up to date, unlike the published copy).
@@ -438,34 +497,49 @@ impl<P: Port> Engine<P> {
             self.expire_connects(now);
             self.publish();
         }
-        for ep in &mut self.ports {
-            let n = ep.port.rx_burst(now, &mut self.rx, burst);
+        for (i, ep) in self.ports.iter_mut().enumerate() {
+            let n = if ep.share.rx {
+                ep.port.rx_burst(now, &mut self.rx, burst)
+            } else {
+                0
+            };
             work += n;
             ep.rx_drained = n < burst;
-            for mut buf in self.rx.drain(..) {
+            for buf in self.rx.drain(..) {
                 if let Some(c) = &ep.capture {
                     if !c.take(buf.data()) {
                         ep.capture = None;
                     }
                 }
-                self.counters.rx_packets += 1;
-                self.counters.rx_bytes += buf.data().len() as u64;
-                let verdict = ep.iface.process(now, &mut buf, &mut self.counters);
-                match verdict {
-                    Verdict::Tcp {
-                        src,
-                        dst,
-                        start,
-                        end,
-                    } => {
-                        if let Err(reason) = self.tcp.input(now, src, dst, &buf.data()[start..end])
-                        {
-                            self.counters.drop(reason);
-                        }
+                let buf = match (&self.steer, ep.share.steer) {
+                    (Some(link), true) => match steer(link, ep, i, buf, &mut self.counters) {
+                        Some(b) => b,
+                        None => continue, // another engine's flow
+                    },
+                    _ => buf,
+                };
+                receive(ep, buf, now, burst, &mut self.tcp, &mut self.counters);
+            }
+        }
+        // Frames other engines passed on: their flows received elsewhere,
+        // and transmissions for engines without a queue of their own.
+        if let Some(link) = &self.steer {
+            for _ in 0..crate::steer::INBOX_FRAMES {
+                let Some(msg) = link.recv() else { break };
+                work += 1;
+                match msg {
+                    Steered::Rx { port, buf } => {
+                        let ep = &mut self.ports[usize::from(port)];
+                        receive(ep, buf, now, burst, &mut self.tcp, &mut self.counters);
                     }
-                    other => queue(ep, buf, other, now, burst, &mut self.counters),
+                    Steered::Tx { port, buf } => {
+                        let ep = &mut self.ports[usize::from(port)];
+                        queue(ep, buf, Verdict::Transmit, now, burst, &mut self.counters);
+                    }
                 }
             }
+        }
+        for ep in &mut self.ports {
             if !ep.unresolved.is_empty() {
                 release_resolved(ep, now, &mut self.counters);
             }
@@ -775,7 +849,7 @@ impl<P: Port> Engine<P> {
             .ports
             .iter()
             .find(|ep| ep.iface.next_hop(*addr.ip()).is_some())
-            .map(|ep| (ep.iface.config().addr, ep.port.rss_steering()))?;
+            .map(|ep| (ep.iface.config().addr, ep.steering))?;
         let tries = 64 * steering.map_or(1, |s| usize::from(s.queues));
         for _ in 0..tries {
             let port = self.next_port;
@@ -1096,6 +1170,91 @@ impl<P: Port> Engine<P> {
     }
 }
 
+/// Processes one received frame: TCP to the stack, the rest answered or
+/// dropped by the interface.
+fn receive<P: Port>(
+    ep: &mut EnginePort<P>,
+    mut buf: P::Buf,
+    now: Instant,
+    burst: usize,
+    tcp: &mut TcpEngine<ConnApp>,
+    counters: &mut Counters,
+) {
+    counters.rx_packets += 1;
+    counters.rx_bytes += buf.data().len() as u64;
+    match ep.iface.process(now, &mut buf, counters) {
+        Verdict::Tcp {
+            src,
+            dst,
+            start,
+            end,
+        } => {
+            if let Err(reason) = tcp.input(now, src, dst, &buf.data()[start..end]) {
+                counters.drop(reason);
+            }
+        }
+        other => queue(ep, buf, other, now, burst, counters),
+    }
+}
+
+/// Software RSS on a received frame: another engine's TCP flow goes to
+/// its inbox (`None`); an ARP frame is copied to every other engine and
+/// kept; anything else is kept.
+fn steer<P: Port>(
+    link: &SteerLink<P::Buf>,
+    ep: &mut EnginePort<P>,
+    port: usize,
+    buf: P::Buf,
+    counters: &mut Counters,
+) -> Option<P::Buf> {
+    match classify(buf.data(), &link.table) {
+        FrameClass::Tcp(h) => {
+            let owner = link.owner(h);
+            if owner == link.engine {
+                return Some(buf);
+            }
+            counters.frames_steered += 1;
+            if link
+                .send(
+                    owner,
+                    Steered::Rx {
+                        port: port as u8,
+                        buf,
+                    },
+                )
+                .is_err()
+            {
+                counters.drop(DropReason::SteerFull);
+            }
+            None
+        }
+        FrameClass::Arp => {
+            for other in (0..link.engines).filter(|&e| e != link.engine) {
+                let Some(mut copy) = ep.port.alloc() else {
+                    counters.drop(DropReason::NoBuffer);
+                    continue;
+                };
+                copy.set_len(buf.data().len());
+                copy.data_mut().copy_from_slice(buf.data());
+                if link
+                    .send(
+                        other,
+                        Steered::Rx {
+                            port: port as u8,
+                            buf: copy,
+                        },
+                    )
+                    .is_err()
+                {
+                    counters.drop(DropReason::SteerFull);
+                }
+            }
+            Some(buf)
+        }
+        FrameClass::Other => Some(buf),
+    }
+}
+
 /// Acts on a frame's verdict: transmit (flushing full bursts), hold for ARP,
 /// or count the drop.
 fn queue<P: Port>(
@@ -1154,6 +1313,17 @@ fn release_resolved<P: Port>(ep: &mut EnginePort<P>, now: Instant, counters: &mu
 /// Sends a port's buffered frames. Frames the queue does not take stay
 /// buffered for the next iteration (bounded by [`MAX_TX_PENDING`]).
 fn flush<P: Port>(ep: &mut EnginePort<P>, now: Instant, counters: &mut Counters) {
+    if let Some((via, port)) = &ep.tx_via {
+        // No TX queue of our own here: the engine that has it sends.
+        // Counted as sent by the engine that sends them.
+        for buf in ep.tx.drain(..) {
+            if via.send_tx(*port, buf).is_err() {
+                counters.drop(DropReason::SteerFull);
+            }
+        }
+        ep.tx_since = None;
+        return;
+    }
     if let Some(c) = &ep.capture {
         let mut on = true;
         for b in ep.tx.iter().skip(ep.tx_captured) {

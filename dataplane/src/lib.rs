@@ -14,5 +14,6 @@ pub mod net;
 pub mod port;
 pub mod snapshot;
 pub mod stats;
+pub mod steer;
 pub mod tcp;
 pub mod time;

@@ -47,10 +47,12 @@ pub enum DropReason {
     NoConnection,
     /// A SYN refused: the half-open or connection limit was reached.
     ListenOverflow,
+    /// Software RSS: another engine's inbox was full.
+    SteerFull,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 15;
+    pub const COUNT: usize = 16;
     pub const ALL: [DropReason; Self::COUNT] = [
         Self::Malformed,
         Self::NotForUs,
@@ -67,6 +69,7 @@ impl DropReason {
         Self::BadTcpChecksum,
         Self::NoConnection,
         Self::ListenOverflow,
+        Self::SteerFull,
     ];
 
     /// A stable snake_case name (used in stats output and metrics).
@@ -87,6 +90,7 @@ impl DropReason {
             Self::BadTcpChecksum => "bad_tcp_checksum",
             Self::NoConnection => "no_connection",
             Self::ListenOverflow => "listen_overflow",
+            Self::SteerFull => "steer_full",
         }
     }
 }
@@ -142,6 +146,9 @@ pub struct Counters {
     pub health_changes: u64,
     /// Version of the configuration snapshot the engine uses.
     pub snapshot_version: u64,
+    /// Frames received here and handed to the engine owning their flow
+    /// (software RSS).
+    pub frames_steered: u64,
     pub drops: [u64; DropReason::COUNT],
     /// TSC cycles spent in loop iterations that did work.
     pub busy_cycles: u64,
@@ -219,6 +226,7 @@ impl Counters {
             self.snapshot_version.min(o.snapshot_version)
         };
         self.http_requests += o.http_requests;
+        self.frames_steered += o.frames_steered;
         for (d, s) in self.drops.iter_mut().zip(o.drops) {
             *d += s;
         }
@@ -228,7 +236,7 @@ impl Counters {
     }
 }
 
-const SCALARS: usize = 32;
+const SCALARS: usize = 33;
 const TLS_FIELDS: usize = 2 + 10 + 5 + 6 + 11;
 const FIELDS: usize = SCALARS + DropReason::COUNT + TLS_FIELDS;
 
@@ -337,6 +345,7 @@ impl SharedCounters {
             health_changes: v[29],
             tcp_time_wait: v[30],
             snapshot_version: v[31],
+            frames_steered: v[32],
             ..Counters::default()
         };
         let d = SCALARS + DropReason::COUNT;
@@ -384,6 +393,7 @@ impl SharedCounters {
             c.health_changes,
             c.tcp_time_wait,
             c.snapshot_version,
+            c.frames_steered,
         ]);
         let d = SCALARS + DropReason::COUNT;
         v[SCALARS..d].copy_from_slice(&c.drops);

@@ -5,6 +5,7 @@
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
+#include <rte_thash.h>
 
 #include "shim.h"
 
@@ -72,6 +73,16 @@ void tlsdp_pktmbuf_set_len(struct rte_mbuf *m, uint16_t len)
 uint64_t tlsdp_pktmbuf_ol_flags(const struct rte_mbuf *m)
 {
 	return m->ol_flags;
+}
+
+uint32_t tlsdp_pktmbuf_rss_hash(const struct rte_mbuf *m)
+{
+	return m->hash.rss;
+}
+
+uint32_t tlsdp_softrss(const uint32_t *tuple, uint32_t len, const uint8_t *key)
+{
+	return rte_softrss((uint32_t *)tuple, len, key);
 }
 
 int tlsdp_errno(void)

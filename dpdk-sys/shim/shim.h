@@ -30,6 +30,12 @@ uint16_t tlsdp_pktmbuf_capacity(const struct rte_mbuf *m);
 /* Sets data_len and pkt_len of a single-segment mbuf; len <= capacity. */
 void tlsdp_pktmbuf_set_len(struct rte_mbuf *m, uint16_t len);
 uint64_t tlsdp_pktmbuf_ol_flags(const struct rte_mbuf *m);
+/* The RSS hash the NIC computed (valid when ol_flags has RTE_MBUF_F_RX_RSS_HASH). */
+uint32_t tlsdp_pktmbuf_rss_hash(const struct rte_mbuf *m);
+
+/* rte_softrss: the Toeplitz hash of `len` 32-bit words (host order) with
+ * `key` (as given to the NIC). */
+uint32_t tlsdp_softrss(const uint32_t *tuple, uint32_t len, const uint8_t *key);
 
 int tlsdp_errno(void);
 unsigned int tlsdp_lcore_id(void);

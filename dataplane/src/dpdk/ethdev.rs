@@ -234,7 +234,45 @@ impl EthPort {
         })
         .map_err(|e| e.context(port.info.driver.clone()))?;
         port.started = true;
+        if rss {
+            port.program_reta();
+        }
         Ok(port)
+    }
+
+    /// Sets the RSS redirection table to entry `i` → queue `i % queues`,
+    /// the table the engines' source-port choice assumes. Most drivers
+    /// start with it; those that refuse the update keep theirs (logged).
+    fn program_reta(&self) {
+        let size = usize::from(self.info.reta_size);
+        if size == 0 {
+            return;
+        }
+        let groups = size.div_ceil(64);
+        // SAFETY: plain data; zero is a valid value.
+        let mut conf: Vec<dpdk_sys::rte_eth_rss_reta_entry64> =
+            (0..groups).map(|_| unsafe { std::mem::zeroed() }).collect();
+        for (g, entry) in conf.iter_mut().enumerate() {
+            for i in 0..64 {
+                let n = g * 64 + i;
+                if n < size {
+                    entry.mask |= 1 << i;
+                    entry.reta[i] = (n % usize::from(self.queues)) as u16;
+                }
+            }
+        }
+        // SAFETY: `conf` holds reta_size entries (in groups of 64), as the
+        // call reads.
+        let rc = unsafe {
+            dpdk_sys::rte_eth_dev_rss_reta_update(self.id.0, conf.as_mut_ptr(), self.info.reta_size)
+        };
+        if rc != 0 {
+            log::warn!(
+                "port {}: RSS redirection table not set ({}); assuming the driver's default (i % queues)",
+                self.id.0,
+                DpdkError::new("rte_eth_dev_rss_reta_update", rc)
+            );
+        }
     }
 
     pub fn id(&self) -> PortId {

@@ -19,6 +19,19 @@ pub use mbuf::{Mbuf, Mempool};
 use std::ffi::CStr;
 use std::fmt;
 
+/// DPDK's software Toeplitz hash (`rte_softrss`) of `words` (host order)
+/// under `key`: the reference our own hash is tested against.
+///
+/// # Panics
+/// When `key` is shorter than the hash reads (`4 * words.len() + 4`).
+pub fn softrss(words: &[u32], key: &[u8]) -> u32 {
+    assert!(key.len() >= 4 * words.len() + 4, "key too short");
+    let len = u32::try_from(words.len()).expect("few words");
+    // SAFETY: rte_softrss reads `len` words and 4 * len + 4 key bytes,
+    // both in bounds (checked above); it writes nothing.
+    unsafe { dpdk_sys::tlsdp_softrss(words.as_ptr(), len, key.as_ptr()) }
+}
+
 /// A DPDK call failed: which call, and DPDK's error number.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DpdkError {

@@ -1,0 +1,226 @@
+//! Two engines on one port: flows land on both, and every connection
+//! (plain, TLS, proxied in clear and behind TLS) completes.
+//!
+//! The port is `net_af_packet` with two queue pairs (`qpairs=2`): the kernel
+//! spreads frames over the two AF_PACKET sockets by its own flow hash, not
+//! our Toeplitz hash, so this is the case of a device without (our) RSS:
+//! engines hand each other the segments of flows they do not own (software
+//! RSS, `dataplane::steer`), and a backend's replies reach the engine that
+//! opened the connection because its source port was chosen by the same
+//! hash. The machine may have two CPUs only: the engines get one each
+//! (`eal.cpus`) and the control thread shares the first.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use control::api::{Body, Client, Request};
+use e2e::{make_certs, run, Dpd, Lab};
+
+/// A Python HTTP server in the client namespace (serving its folder);
+/// killed on drop.
+struct Backend {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Backend {
+    fn start(lab: &Lab, addr: &str, port: u16) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("index.html"), format!("backend {addr}")).unwrap();
+        let child = lab
+            .client_command(&[
+                "/usr/bin/python3",
+                "-m",
+                "http.server",
+                &port.to_string(),
+                "--bind",
+                addr,
+                "--directory",
+                dir.path().to_str().unwrap(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3");
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            let url = format!("http://{addr}:{port}/");
+            if lab
+                .client(&["curl", "-s", "--max-time", "1", &url])
+                .status
+                .success()
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Self { child, _dir: dir }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `n` curls one after another in the client namespace (one shell),
+/// each a new connection; the bodies, one per line.
+fn curls(lab: &Lab, certs: &Path, n: u32, url: &str, resolve: &str) -> Vec<String> {
+    let sh = format!(
+        "for i in $(seq {n}); do curl -sS --max-time 5 --cacert {}/ca.pem --resolve {resolve} '{url}' || echo FAILED; echo; done",
+        certs.display()
+    );
+    let o = lab.client(&["sh", "-c", &sh]);
+    assert!(o.status.success());
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn two_engines_share_a_port_and_every_connection_completes() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let c = certs.path().display().to_string();
+    let lab = Lab::up("mc");
+    let backend_ip = format!("{}.31", lab.net);
+    let o = lab.client(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{backend_ip}/24"),
+        "dev",
+        "veth-cli",
+    ]);
+    assert!(o.status.success());
+    let _backend = Backend::start(&lab, &backend_ip, 8081);
+    let dut = lab.dut_ip();
+    let dpd = Dpd::start(&lab, |s| {
+        format!(
+            r#"[eal]
+lcores = [1, 2]
+cpus = [0, 1]
+idle_sleep_us = 20
+
+[[port]]
+name = "p0"
+device = "net_af_packet0,iface=veth-dut,qpairs=2"
+address = "{dut}/24"
+
+[[cert]]
+name = "p256"
+cert = "{c}/p256.pem"
+key = "{c}/p256.key"
+
+[[vip]]
+name = "plain"
+listen = "{dut}:80"
+respond = "builtin"
+
+[[vip]]
+name = "tls"
+listen = "{dut}:443"
+respond = "builtin"
+certs = ["p256"]
+
+[[vip]]
+name = "proxied"
+listen = "{dut}:8080"
+pool = "web"
+
+[[vip]]
+name = "offload"
+listen = "{dut}:8443"
+pool = "web"
+certs = ["p256"]
+
+[[pool]]
+name = "web"
+members = [{{ addr = "{backend_ip}:8081" }}]
+
+[control]
+socket = "{}"
+"#,
+            s.display()
+        )
+    });
+    let log = dpd.log_text();
+    assert!(
+        log.contains("engines spread flows among themselves by the Toeplitz hash in software"),
+        "dpd says how flows spread:\n{log}"
+    );
+
+    let n = 40;
+    let resolve = format!("p256.test:443:{dut}");
+    let backend_page = format!("backend {backend_ip}");
+    let pattern = "0123456".to_string(); // the responder's first 7 bytes
+    for (url, resolve, want) in [
+        (format!("http://{dut}/bytes/7"), resolve.clone(), &pattern),
+        (
+            "https://p256.test/bytes/7".to_string(),
+            resolve.clone(),
+            &pattern,
+        ),
+        (
+            format!("http://{dut}:8080/"),
+            resolve.clone(),
+            &backend_page,
+        ),
+        (
+            "https://p256.test:8443/".to_string(),
+            format!("p256.test:8443:{dut}"),
+            &backend_page,
+        ),
+    ] {
+        let bodies = curls(&lab, certs.path(), n, &url, &resolve);
+        assert_eq!(bodies.len(), n as usize, "{url}: {bodies:?}");
+        for b in &bodies {
+            assert_eq!(b, want, "{url}: {bodies:?}");
+        }
+    }
+
+    let reply = Client::connect(&dpd.socket)
+        .and_then(|mut c| c.call(&Request::Stats))
+        .unwrap();
+    let Some(Body::Stats(stats)) = reply.body else {
+        panic!("stats")
+    };
+    let per_core: Vec<(u64, u64)> = stats
+        .cores
+        .iter()
+        .map(|c| (c.tcp_accepted, c.frames_steered))
+        .collect();
+    eprintln!("per core (accepted, frames steered): {per_core:?}");
+    assert_eq!(stats.cores.len(), 2);
+    for c in &stats.cores {
+        assert!(
+            c.tcp_accepted >= u64::from(n) / 2,
+            "flows land on both engines: {per_core:?}"
+        );
+    }
+    assert_eq!(stats.total.tcp_accepted, 4 * u64::from(n));
+    assert_eq!(stats.total.tls_handshakes, 2 * u64::from(n));
+    assert_eq!(stats.total.tls_failures, 0);
+    assert_eq!(stats.total.proxy_backend_failures, 0);
+    assert!(stats.total.frames_steered > 0, "{per_core:?}");
+    assert_eq!(stats.total.drops["steer_full"], 0);
+    assert_eq!(stats.total.tcp_resets_sent, 0, "no flow reached a stranger");
+    // A change reaches both engines.
+    let o = run(Command::new(e2e::bin("dpctl"))
+        .arg("--socket")
+        .arg(&dpd.socket)
+        .args(["vip", "disable", "plain"]));
+    assert!(o.status.success());
+    let reply = Client::connect(&dpd.socket)
+        .and_then(|mut c| c.call(&Request::Stats))
+        .unwrap();
+    let Some(Body::Stats(stats)) = reply.body else {
+        panic!("stats")
+    };
+    assert!(stats.cores.iter().all(|c| c.config_version == 2));
+}
