@@ -224,7 +224,6 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(200_000);
-    println!("in-memory engine benchmark (one thread; server engine time measured apart from the generator)\n");
     let tls = std::env::args().any(|a| a == "--tls");
     if std::env::args().any(|a| a == "--scale") {
         let max = std::env::args()
@@ -234,6 +233,7 @@ fn main() {
         scale(max, tls);
         return;
     }
+    println!("in-memory engine benchmark (one thread; server engine time measured apart from the generator)\n");
     if std::env::args().any(|a| a == "--hold") {
         // cargo bench -p dataplane --bench inmemory -- --hold 1000000
         hold(conns, tls);

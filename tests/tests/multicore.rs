@@ -1,5 +1,6 @@
 //! Two engines on one port: flows land on both, and every connection
-//! (plain, TLS, proxied in clear and behind TLS) completes.
+//! (plain, TLS, proxied in clear and behind TLS) completes, on a port with
+//! two queue pairs and on one with a single queue pair.
 //!
 //! The port is `net_af_packet` with two queue pairs (`qpairs=2`): the kernel
 //! spreads frames over the two AF_PACKET sockets by its own flow hash, not
@@ -83,7 +84,18 @@ fn curls(lab: &Lab, certs: &Path, n: u32, url: &str, resolve: &str) -> Vec<Strin
 }
 
 #[test]
-fn two_engines_share_a_port_and_every_connection_completes() {
+fn two_engines_share_a_two_queue_port_and_every_connection_completes() {
+    two_engines(2, "no hardware RSS");
+}
+
+/// A single-queue port: the second engine has no queue pair of its own; it
+/// receives only what the first hands it and transmits through it.
+#[test]
+fn two_engines_share_a_single_queue_port() {
+    two_engines(1, "1 queue pair(s) for 2 engines");
+}
+
+fn two_engines(qpairs: u32, reason: &str) {
     let certs = tempfile::tempdir().unwrap();
     make_certs(certs.path());
     let c = certs.path().display().to_string();
@@ -109,7 +121,7 @@ idle_sleep_us = 20
 
 [[port]]
 name = "p0"
-device = "net_af_packet0,iface=veth-dut,qpairs=2"
+device = "net_af_packet0,iface=veth-dut,qpairs={qpairs}"
 address = "{dut}/24"
 
 [[cert]]
@@ -151,7 +163,9 @@ socket = "{}"
     });
     let log = dpd.log_text();
     assert!(
-        log.contains("engines spread flows among themselves by the Toeplitz hash in software"),
+        log.contains(&format!(
+            "{reason}; the 2 engines spread flows among themselves by the Toeplitz hash in software"
+        )),
         "dpd says how flows spread:\n{log}"
     );
 
@@ -190,6 +204,8 @@ socket = "{}"
     let Some(Body::Stats(stats)) = reply.body else {
         panic!("stats")
     };
+    let sent: Vec<u64> = stats.cores.iter().map(|c| c.tx_packets).collect();
+    eprintln!("frames sent per core: {sent:?}");
     let per_core: Vec<(u64, u64)> = stats
         .cores
         .iter()
@@ -208,6 +224,11 @@ socket = "{}"
     assert_eq!(stats.total.tls_failures, 0);
     assert_eq!(stats.total.proxy_backend_failures, 0);
     assert!(stats.total.frames_steered > 0, "{per_core:?}");
+    if qpairs == 1 {
+        // The second engine has no queue: the first receives and sends all.
+        assert_eq!(stats.cores[1].frames_steered, 0);
+        assert_eq!(stats.cores[1].tx_packets, 0, "{sent:?}");
+    }
     assert_eq!(stats.total.drops["steer_full"], 0);
     assert_eq!(stats.total.tcp_resets_sent, 0, "no flow reached a stranger");
     // A change reaches both engines.
