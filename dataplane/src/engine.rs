@@ -378,6 +378,9 @@ impl<P: Port> Engine<P> {
             let reply = match msg {
                 ToEngine::Apply(snap) => {
                     self.apply(&snap);
+                    // The version is visible in the counters before the
+                    // control thread hears of it.
+                    self.publish();
                     FromEngine::Applied {
                         engine: link.engine,
                         version: snap.version,
