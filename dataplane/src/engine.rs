@@ -175,6 +175,8 @@ pub struct Engine<P: Port> {
     /// Backend connects in progress and when each is given up.
     connecting: Vec<(ConnId, FlowKey, Instant)>,
     events: Vec<Event>,
+    /// Connections that just entered TIME-WAIT.
+    time_wait: Vec<ConnId>,
     /// TLS connections whose handshake input waits for the next iteration
     /// (and the list being worked through).
     deferred: Vec<ConnId>,
@@ -208,6 +210,7 @@ impl<P: Port> Engine<P> {
             proxy_scratch: vec![0; crypto::record::MAX_PLAINTEXT],
             connecting: Vec::with_capacity(256),
             events: Vec::with_capacity(256),
+            time_wait: Vec::with_capacity(256),
             deferred: Vec::with_capacity(256),
             deferred_scratch: Vec::with_capacity(256),
         }
@@ -567,6 +570,11 @@ impl<P: Port> Engine<P> {
         }
         self.deferred_scratch.clear();
         self.tcp.drain_events(&mut self.events);
+        self.tcp.drain_time_wait(&mut self.time_wait);
+        for i in 0..self.time_wait.len() {
+            self.entered_time_wait(self.time_wait[i]);
+        }
+        self.time_wait.clear();
         let mut events = std::mem::take(&mut self.events);
         for ev in events.drain(..) {
             let id = match ev {
@@ -1024,6 +1032,27 @@ impl<P: Port> Engine<P> {
                     member.addr
                 );
             }
+        }
+    }
+
+    /// A connection is done but for its TIME-WAIT: it no longer counts as
+    /// open on its VIP, nor (a backend connection) on its member, so least
+    /// connections balances by the connections really open.
+    fn entered_time_wait(&mut self, id: ConnId) {
+        let Some(app) = self.tcp.app(id) else { return };
+        let slot = app.vip.take();
+        let member = app
+            .proxy
+            .as_deref_mut()
+            .filter(|l| l.side == Side::Backend)
+            .and_then(|l| Some((usize::from(l.pool), usize::from(l.member.take()?))));
+        if let Some(slot) = slot {
+            let vc = &mut self.vip_counters[usize::from(slot)];
+            vc.active = vc.active.saturating_sub(1);
+        }
+        if let Some((p, m)) = member {
+            let member = &mut self.pools[p].members[m];
+            member.active = member.active.saturating_sub(1);
         }
     }
 

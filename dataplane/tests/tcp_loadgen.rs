@@ -127,6 +127,9 @@ fn thousands_of_short_connections_complete() {
     // The server closed first: it holds TIME-WAIT, the client holds nothing.
     assert_eq!(server.tcp().in_state(State::TimeWait), 3000);
     assert_eq!(client.tcp().counters().active, 0);
+    // The VIP counts them all, and none as open: TIME-WAIT is not open.
+    let vip = server.vip_counters(0);
+    assert_eq!((vip.connections, vip.active), (3000, 0), "{vip:?}");
     assert_eq!(
         client.tcp().buffers().in_use(),
         0,

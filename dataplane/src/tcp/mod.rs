@@ -266,6 +266,10 @@ pub struct TcpEngine<A> {
     /// Apps of released connections, in the order of their Closed events:
     /// pending (not yet drained) and the batch of the last drain.
     closed_apps: std::collections::VecDeque<A>,
+    /// Connections the application knows that entered TIME-WAIT since the
+    /// last [`TcpEngine::drain_time_wait`]: done for the application, though
+    /// their slot lives on for 2 MSL.
+    entered_time_wait: Vec<ConnId>,
     closed_batch: std::collections::VecDeque<A>,
     /// Listeners take new connections (false while draining: SYNs are
     /// answered with a reset).
@@ -294,6 +298,7 @@ impl<A: Default> TcpEngine<A> {
             buffers: BufferPool::new(cfg.buffer_size),
             events: Vec::with_capacity(256),
             closed_apps: std::collections::VecDeque::with_capacity(256),
+            entered_time_wait: Vec::with_capacity(256),
             closed_batch: std::collections::VecDeque::with_capacity(256),
             accepting: true,
             dirty: Vec::with_capacity(256),
@@ -375,6 +380,25 @@ impl<A: Default> TcpEngine<A> {
     /// Buffers in use and idle in the pool.
     pub fn buffers(&self) -> &BufferPool {
         &self.buffers
+    }
+
+    /// Moves the connections that entered TIME-WAIT since the last call
+    /// into `out` (each once; the application's state is still there).
+    pub fn drain_time_wait(&mut self, out: &mut Vec<ConnId>) {
+        out.append(&mut self.entered_time_wait);
+    }
+
+    /// Counts a state change of `id`; notes one into TIME-WAIT.
+    fn transition(&mut self, id: ConnId, before: State, after: State) {
+        self.account(Some(before), Some(after));
+        if after == State::TimeWait
+            && before != after
+            && self.conns[id.0 as usize]
+                .as_ref()
+                .is_some_and(|c| c.accepted)
+        {
+            self.entered_time_wait.push(id);
+        }
     }
 
     /// Takes the queued events.
@@ -623,7 +647,7 @@ impl<A: Default> TcpEngine<A> {
             let before = c.state;
             let out = c.input(now, &repr, &self.cfg, &mut self.buffers, &mut self.counters);
             let after = c.state;
-            self.account(Some(before), Some(after));
+            self.transition(id, before, after);
             self.apply(id, out, now);
             return Ok(());
         }
@@ -905,7 +929,7 @@ impl<A: Default> TcpEngine<A> {
             let before = c.state;
             let out = c.on_timer(now, &self.cfg, &mut self.counters);
             let after = c.state;
-            self.account(Some(before), Some(after));
+            self.transition(id, before, after);
             self.apply(id, out, now);
         }
         due.clear();
@@ -983,7 +1007,7 @@ impl<A: Default> TcpEngine<A> {
                 c.queued = true;
             }
             let after = c.state;
-            self.account(Some(before), Some(after));
+            self.transition(id, before, after);
             if blocked {
                 self.dirty.drain(..i - 1);
                 return;
