@@ -689,12 +689,16 @@ impl Config {
                 "one CPU per entry of eal.lcores",
             ));
         }
-        if let Some(l) = self.eal.lcores.iter().find(|&&l| l >= 128) {
-            return Err(ConfigError::new(
-                "eal.lcores",
-                l,
-                "lcore ids are below 128 (DPDK's RTE_MAX_LCORE)",
-            ));
+        // With `cpus`, lcores are ids of DPDK's choosing (without, they are
+        // CPUs, checked against the machine at start).
+        if !self.eal.cpus.is_empty() {
+            if let Some(i) = self.eal.lcores.iter().position(|&l| l >= 128) {
+                return Err(ConfigError::new(
+                    format!("eal.lcores[{i}]"),
+                    self.eal.lcores[i],
+                    "lcore ids are below 128 (DPDK's RTE_MAX_LCORE)",
+                ));
+            }
         }
         let mut seen = HashSet::new();
         for (i, core) in self.eal.lcores.iter().enumerate() {

@@ -158,6 +158,80 @@ impl Lab {
     }
 }
 
+impl Lab {
+    /// Adds `NET.last_octet/24` to the client namespace's veth (for
+    /// backends); returns the address.
+    pub fn add_client_address(&self, last_octet: u8) -> String {
+        let addr = format!("{}.{last_octet}", self.net);
+        let out = self.client(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{addr}/24"),
+            "dev",
+            "veth-cli",
+        ]);
+        assert!(
+            out.status.success(),
+            "ip addr add {addr}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        addr
+    }
+}
+
+/// A Python HTTP server (`/usr/bin/python3 -m http.server`) in the client
+/// namespace on `addr:port`, serving a folder whose `index.html` is `page`;
+/// killed (by PID) on drop.
+#[derive(Debug)]
+pub struct HttpBackend {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl HttpBackend {
+    /// Starts it and waits (up to 10 s) until it answers.
+    pub fn start(lab: &Lab, addr: &str, port: u16, page: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        fs::write(dir.path().join("index.html"), page).expect("write page");
+        let child = lab
+            .client_command(&[
+                "/usr/bin/python3",
+                "-m",
+                "http.server",
+                &port.to_string(),
+                "--bind",
+                addr,
+                "--directory",
+                dir.path().to_str().expect("utf-8 path"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 -m http.server");
+        let url = format!("http://{addr}:{port}/");
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            if lab
+                .client(&["curl", "-s", "--max-time", "1", &url])
+                .status
+                .success()
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Self { child, _dir: dir }
+    }
+}
+
+impl Drop for HttpBackend {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for Lab {
     fn drop(&mut self) {
         let _ = Command::new(repo_root().join("scripts/lab.sh"))

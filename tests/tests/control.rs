@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use e2e::{bin, make_cert, make_certs, run, Dpd, KeySpec, Lab};
+use e2e::{bin, make_cert, make_certs, run, Dpd, HttpBackend, KeySpec, Lab};
 
 /// Runs `dpctl --socket S ARGS...`.
 fn dpctl(dpd: &Dpd, args: &[&str]) -> Output {
@@ -103,70 +103,21 @@ fn file_fingerprint(pem: &Path) -> String {
         .to_ascii_lowercase()
 }
 
-/// A Python HTTP server in the client namespace on `addr:port`, serving
-/// a folder with `index.html` = `name`; killed (by PID) on drop.
-struct Backend {
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Backend {
-    fn start(lab: &Lab, addr: &str, port: u16, name: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("index.html"), name).unwrap();
-        let child = lab
-            .client_command(&[
-                "/usr/bin/python3",
-                "-m",
-                "http.server",
-                &port.to_string(),
-                "--bind",
-                addr,
-                "--directory",
-                dir.path().to_str().unwrap(),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("python3 http.server");
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(10) {
-            let o = lab.client(&[
-                "curl",
-                "-s",
-                "--max-time",
-                "1",
-                &format!("http://{addr}:{port}/"),
-            ]);
-            if o.status.success() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Self { child, _dir: dir }
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A second address in the client namespace for a backend.
-fn add_client_address(lab: &Lab, last_octet: u8) -> String {
-    let addr = format!("{}.{last_octet}", lab.net);
-    let o = lab.client(&[
-        "ip",
-        "addr",
-        "add",
-        &format!("{addr}/24"),
-        "dev",
-        "veth-cli",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    addr
+/// `dpctl cert rotate web-cert` to the files `FILE.pem` and `FILE.key` in
+/// the certificate folder `c`.
+fn rotate(dpd: &Dpd, c: &str, file: &str) {
+    ok(
+        dpd,
+        &[
+            "cert",
+            "rotate",
+            "web-cert",
+            "--cert",
+            &format!("{c}/{file}.pem"),
+            "--key",
+            &format!("{c}/{file}.key"),
+        ],
+    );
 }
 
 /// A dpd with a TLS VIP `web` on :443 serving certificate `web-cert`
@@ -279,10 +230,10 @@ fn every_dpctl_command_against_a_running_dpd() {
 
     // pool add / show, a VIP forwarding to it, member add / weight / drain
     // / enable / remove
-    let b1 = add_client_address(&lab, 21);
-    let b2 = add_client_address(&lab, 22);
-    let _one = Backend::start(&lab, &b1, 8081, "backend-one");
-    let _two = Backend::start(&lab, &b2, 8081, "backend-two");
+    let b1 = lab.add_client_address(21);
+    let b2 = lab.add_client_address(22);
+    let _one = HttpBackend::start(&lab, &b1, 8081, "backend-one");
+    let _two = HttpBackend::start(&lab, &b2, 8081, "backend-two");
     ok(
         &dpd,
         &[
@@ -429,18 +380,7 @@ fn every_dpctl_command_against_a_running_dpd() {
     assert_eq!(curl(&lab, cp, url, Some(&resolve)).0, 7, "VIP gone");
 
     // cert rotate: the new chain is served
-    ok(
-        &dpd,
-        &[
-            "cert",
-            "rotate",
-            "web-cert",
-            "--cert",
-            &format!("{c}/cert-b.pem"),
-            "--key",
-            &format!("{c}/cert-b.key"),
-        ],
-    );
+    rotate(&dpd, &c, "cert-b");
     assert_eq!(
         served_fingerprint(&lab, &format!("{dut}:443"), "p256.test"),
         file_fingerprint(&cp.join("cert-b.pem"))
@@ -538,33 +478,11 @@ fn certificate_rotation_during_a_cps_run_fails_no_handshake() {
     let mut rotations = 0;
     for i in 0..10 {
         let file = if i % 2 == 0 { "cert-b" } else { "cert-a" };
-        ok(
-            &dpd,
-            &[
-                "cert",
-                "rotate",
-                "web-cert",
-                "--cert",
-                &format!("{c}/{file}.pem"),
-                "--key",
-                &format!("{c}/{file}.key"),
-            ],
-        );
+        rotate(&dpd, &c, file);
         rotations += 1;
         std::thread::sleep(Duration::from_millis(300));
     }
-    ok(
-        &dpd,
-        &[
-            "cert",
-            "rotate",
-            "web-cert",
-            "--cert",
-            &format!("{c}/cert-b.pem"),
-            "--key",
-            &format!("{c}/cert-b.key"),
-        ],
-    );
+    rotate(&dpd, &c, "cert-b");
     let (conns, errors) = dpbench_result(load, out.path());
     let stats = dpd.stats();
     eprintln!(

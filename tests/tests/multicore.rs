@@ -12,60 +12,10 @@
 //! (`eal.cpus`) and the control thread shares the first.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use control::api::{Body, Client, Request};
-use e2e::{make_certs, run, Dpd, Lab};
-
-/// A Python HTTP server in the client namespace (serving its folder);
-/// killed on drop.
-struct Backend {
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Backend {
-    fn start(lab: &Lab, addr: &str, port: u16) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("index.html"), format!("backend {addr}")).unwrap();
-        let child = lab
-            .client_command(&[
-                "/usr/bin/python3",
-                "-m",
-                "http.server",
-                &port.to_string(),
-                "--bind",
-                addr,
-                "--directory",
-                dir.path().to_str().unwrap(),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("python3");
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(10) {
-            let url = format!("http://{addr}:{port}/");
-            if lab
-                .client(&["curl", "-s", "--max-time", "1", &url])
-                .status
-                .success()
-            {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Self { child, _dir: dir }
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use e2e::{make_certs, run, Dpd, HttpBackend, Lab};
 
 /// Runs `n` curls one after another in the client namespace (one shell),
 /// each a new connection; the bodies, one per line.
@@ -100,17 +50,8 @@ fn two_engines(qpairs: u32, reason: &str) {
     make_certs(certs.path());
     let c = certs.path().display().to_string();
     let lab = Lab::up("mc");
-    let backend_ip = format!("{}.31", lab.net);
-    let o = lab.client(&[
-        "ip",
-        "addr",
-        "add",
-        &format!("{backend_ip}/24"),
-        "dev",
-        "veth-cli",
-    ]);
-    assert!(o.status.success());
-    let _backend = Backend::start(&lab, &backend_ip, 8081);
+    let backend_ip = lab.add_client_address(31);
+    let _backend = HttpBackend::start(&lab, &backend_ip, 8081, &format!("backend {backend_ip}"));
     let dut = lab.dut_ip();
     let dpd = Dpd::start(&lab, |s| {
         format!(

@@ -141,26 +141,33 @@ enum CertCmd {
     Show {
         name: String,
     },
-    /// Add a named certificate (PEM chain, leaf first, and PEM key).
+    /// Add a named certificate.
     Add {
         name: String,
-        #[arg(long)]
-        cert: PathBuf,
-        #[arg(long)]
-        key: PathBuf,
+        #[command(flatten)]
+        files: CertFileArgs,
     },
     /// New chain and key for a name: new handshakes get them, none fails.
     Rotate {
         name: String,
-        #[arg(long)]
-        cert: PathBuf,
-        #[arg(long)]
-        key: PathBuf,
+        #[command(flatten)]
+        files: CertFileArgs,
     },
     /// Remove a certificate no VIP serves.
     Remove {
         name: String,
     },
+}
+
+/// A certificate's files (read by dpd: absolute paths are sent).
+#[derive(clap::Args, Debug)]
+struct CertFileArgs {
+    /// PEM chain, leaf first.
+    #[arg(long)]
+    cert: PathBuf,
+    /// PEM private key.
+    #[arg(long)]
+    key: PathBuf,
 }
 
 #[derive(Subcommand, Debug)]
@@ -278,11 +285,11 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
         Cmd::Cert(c) => match c {
             CertCmd::List => Request::CertList,
             CertCmd::Show { name } => Request::CertShow { name: name.clone() },
-            CertCmd::Add { name, cert, key } | CertCmd::Rotate { name, cert, key } => {
+            CertCmd::Add { name, files } | CertCmd::Rotate { name, files } => {
                 let cert = NamedCert {
                     name: name.clone(),
-                    cert: absolute(cert),
-                    key: absolute(key),
+                    cert: absolute(&files.cert),
+                    key: absolute(&files.key),
                     origin: None,
                 };
                 if matches!(c, CertCmd::Add { .. }) {
@@ -726,6 +733,12 @@ fn print_stats(c: &CoreStats) {
         println!(
             "  health checks {}, failed {}, member state changes {}",
             c.health_checks, c.health_failures, c.health_changes
+        );
+    }
+    if c.frames_steered > 0 {
+        println!(
+            "  frames handed to the core owning their flow (software RSS): {}",
+            c.frames_steered
         );
     }
     if c.tcp_syn_cookies_sent > 0 {
