@@ -1129,8 +1129,13 @@ impl Port {
         Err("expected a PCI address (0000:01:00.0) or a DPDK virtual device (net_af_packet0,iface=IFACE)".into())
     }
 
-    /// The kernel interface a virtual device attaches to (`iface=`), if any.
+    /// The existing kernel interface a virtual device attaches to
+    /// (`iface=` of `net_af_packet` and `net_af_xdp`), if any. `net_tap`
+    /// makes the interface it names, so it need not exist.
     pub fn kernel_iface(&self) -> Option<&str> {
+        if self.device.starts_with("net_tap") {
+            return None;
+        }
         self.device
             .split(',')
             .skip(1)

@@ -422,13 +422,15 @@ pub fn run(
         .map_err(|e| e.context(format!("port {} ({})", pc.name, pc.device)))?;
         let link = port.link();
         log::info!(
-            "port {} ({}): driver {}, MAC {}, {} queue(s), RSS {}, checksum offload rx {} tx {}, link {}",
+            "port {} ({}): driver {}, MAC {}, {} queue(s), RSS {} (key {} B, table {}), checksum offload rx {} tx {}, link {}",
             pc.name,
             pc.device,
             info.driver,
             mac_string(port.mac()),
             queues,
             if port.rss() { "on" } else { "off" },
+            info.hash_key_size,
+            info.reta_size,
             port.offloads().rx_ipv4_cksum,
             port.offloads().tx_ipv4_cksum,
             if link.up { "up" } else { "down" }

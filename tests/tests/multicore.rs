@@ -1,6 +1,6 @@
 //! Two engines on one port: flows land on both, and every connection
 //! (plain, TLS, proxied in clear and behind TLS) completes, on a port with
-//! two queue pairs and on one with a single queue pair.
+//! two queue pairs, on one with a single queue pair, and on `net_tap`.
 //!
 //! The port is `net_af_packet` with two queue pairs (`qpairs=2`): the kernel
 //! spreads frames over the two AF_PACKET sockets by its own flow hash, not
@@ -35,24 +35,49 @@ fn curls(lab: &Lab, certs: &Path, n: u32, url: &str, resolve: &str) -> Vec<Strin
 
 #[test]
 fn two_engines_share_a_two_queue_port_and_every_connection_completes() {
-    two_engines(2, "no hardware RSS");
+    two_engines(Device::AfPacket(2), "no hardware RSS");
+}
+
+/// `net_tap` with two queues: it reports RSS, but its queues follow the
+/// kernel's flow hash (its eBPF Toeplitz needs rte_flow rules), so dpd
+/// steers in software here too.
+#[test]
+fn two_engines_share_a_net_tap_port() {
+    two_engines(Device::Tap, "no hardware RSS");
 }
 
 /// A single-queue port: the second engine has no queue pair of its own; it
 /// receives only what the first hands it and transmits through it.
 #[test]
 fn two_engines_share_a_single_queue_port() {
-    two_engines(1, "1 queue pair(s) for 2 engines");
+    two_engines(Device::AfPacket(1), "1 queue pair(s) for 2 engines");
 }
 
-fn two_engines(qpairs: u32, reason: &str) {
+/// The port the two engines share.
+enum Device {
+    /// `net_af_packet` on the lab's veth with this many queue pairs.
+    AfPacket(u32),
+    /// A `net_tap` device, moved to the client namespace once made.
+    Tap,
+}
+
+fn two_engines(device: Device, reason: &str) {
     let certs = tempfile::tempdir().unwrap();
     make_certs(certs.path());
     let c = certs.path().display().to_string();
     let lab = Lab::up("mc");
-    let backend_ip = lab.add_client_address(31);
-    let _backend = HttpBackend::start(&lab, &backend_ip, 8081, &format!("backend {backend_ip}"));
-    let dut = lab.dut_ip();
+    let (dut, backend_ip, spec) = match device {
+        Device::AfPacket(qpairs) => (
+            lab.dut_ip(),
+            lab.add_client_address(31),
+            format!("net_af_packet0,iface=veth-dut,qpairs={qpairs}"),
+        ),
+        Device::Tap => (
+            "192.168.77.1".to_string(),
+            "192.168.77.2".to_string(),
+            "net_tap0,iface=dtap0".to_string(),
+        ),
+    };
     let dpd = Dpd::start(&lab, |s| {
         format!(
             r#"[eal]
@@ -62,7 +87,7 @@ idle_sleep_us = 20
 
 [[port]]
 name = "p0"
-device = "net_af_packet0,iface=veth-dut,qpairs={qpairs}"
+device = "{spec}"
 address = "{dut}/24"
 
 [[cert]]
@@ -102,6 +127,33 @@ socket = "{}"
             s.display()
         )
     });
+    if matches!(device, Device::Tap) {
+        // The kernel side of the tap joins the client namespace.
+        let cli = format!("{}-cli", lab.name);
+        let o = run(Command::new("ip").args([
+            "-n",
+            &format!("{}-dut", lab.name),
+            "link",
+            "set",
+            "dtap0",
+            "netns",
+            &cli,
+        ]));
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        for args in [
+            &["ip", "addr", "add", "192.168.77.2/24", "dev", "dtap0"][..],
+            &["ip", "link", "set", "dtap0", "up"],
+            &["ethtool", "-K", "dtap0", "tx", "off"],
+        ] {
+            let o = lab.client(args);
+            assert!(
+                o.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
+    let _backend = HttpBackend::start(&lab, &backend_ip, 8081, &format!("backend {backend_ip}"));
     let log = dpd.log_text();
     assert!(
         log.contains(&format!(
@@ -165,7 +217,7 @@ socket = "{}"
     assert_eq!(stats.total.tls_failures, 0);
     assert_eq!(stats.total.proxy_backend_failures, 0);
     assert!(stats.total.frames_steered > 0, "{per_core:?}");
-    if qpairs == 1 {
+    if matches!(device, Device::AfPacket(1)) {
         // The second engine has no queue: the first receives and sends all.
         assert_eq!(stats.cores[1].frames_steered, 0);
         assert_eq!(stats.cores[1].tx_packets, 0, "{sent:?}");

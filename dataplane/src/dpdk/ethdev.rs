@@ -22,6 +22,11 @@ pub struct QueueId(pub u16);
 /// hashes (a, b) and (b, a) alike so both directions of a flow reach one
 /// queue. 52 bytes covers NICs with long keys (i40e); shorter ones take a
 /// prefix.
+/// Drivers that report RSS but do not spread received flows by the
+/// configured Toeplitz key and redirection table (engines steer in software
+/// on their ports).
+const DRIVERS_WITHOUT_TOEPLITZ_RSS: [&str; 1] = ["net_tap"];
+
 pub static SYMMETRIC_RSS_KEY: [u8; 52] = {
     let mut k = [0u8; 52];
     let mut i = 0;
@@ -158,7 +163,11 @@ impl EthPort {
             & (c::RTE_ETH_RSS_IPV4
                 | c::RTE_ETH_RSS_NONFRAG_IPV4_TCP
                 | c::RTE_ETH_RSS_NONFRAG_IPV4_UDP);
-        let rss = cfg.queues > 1 && rss_hf != 0;
+        // net_tap reports RSS hash types, but spreads by the kernel's flow
+        // hash unless rte_flow rules install its eBPF Toeplitz: its queues
+        // do not follow our key and table.
+        let toeplitz = !DRIVERS_WITHOUT_TOEPLITZ_RSS.contains(&info.driver.as_str());
+        let rss = cfg.queues > 1 && rss_hf != 0 && toeplitz;
         if rss {
             conf.rxmode.mq_mode = dpdk_sys::rte_eth_rx_mq_mode::RTE_ETH_MQ_RX_RSS;
             let key_len = usize::from(info.hash_key_size);

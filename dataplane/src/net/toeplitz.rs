@@ -118,8 +118,8 @@ pub fn classify(frame: &[u8], t: &Toeplitz) -> FrameClass {
 pub struct RssSteering {
     pub key: &'static [u8],
     pub queues: u16,
-    /// Redirection table size (entries; the default table maps entry `i`
-    /// to queue `i % queues`).
+    /// Redirection table size (entries; the table maps entry `i` to queue
+    /// `i % queues`); 0 when the device has none (then `h % queues`).
     pub reta_size: u16,
     pub queue: u16,
 }
@@ -127,8 +127,12 @@ pub struct RssSteering {
 impl RssSteering {
     /// The queue a segment with RSS hash `h` lands on.
     pub fn queue_of(&self, h: u32) -> u16 {
-        let reta = u32::from(self.reta_size.max(1));
-        ((h % reta) % u32::from(self.queues.max(1))) as u16
+        let queues = u32::from(self.queues.max(1));
+        let reta = match self.reta_size {
+            0 => queues,
+            n => u32::from(n),
+        };
+        ((h % reta) % queues) as u16
     }
 }
 
@@ -231,6 +235,22 @@ mod tests {
                 assert_eq!(table.tcp4(src, dst, sp, dp), ours);
             }
         }
+    }
+
+    #[test]
+    fn queue_of_follows_the_table() {
+        let s = |reta_size, queue| RssSteering {
+            key: &MS_KEY,
+            queues: 3,
+            reta_size,
+            queue,
+        };
+        // 128 entries: entry h % 128, queue entry % 3.
+        assert_eq!(s(128, 0).queue_of(130), 2);
+        assert_eq!(s(128, 0).queue_of(127), 1);
+        // No table: h % queues (not always queue 0).
+        assert_eq!(s(0, 0).queue_of(130), 1);
+        assert_eq!(s(0, 0).queue_of(5), 2);
     }
 
     #[test]
