@@ -19,7 +19,7 @@ use crate::controller::{collect_stats, Controller};
 use crate::dpdk::{self, Eal, EthPort, EthPortConfig, LcoreId, Mempool, QueueId};
 use crate::engine::{Engine, EngineConfig};
 use crate::net::InterfaceConfig;
-use crate::snapshot::ControlLink;
+use crate::snapshot::{ControlLink, HealthShare};
 use crate::stats::{Counters, DropReason, SharedCounters};
 use crate::steer::{PortShare, SteerLink};
 use crate::tcp::SynCookies;
@@ -453,6 +453,8 @@ pub fn run(
 
     let engine_stop = Arc::new(AtomicBool::new(false));
     let drain = Arc::new(AtomicBool::new(false));
+    // Each member is health-checked by one engine, which tells the others.
+    let (health_shares, health_news) = HealthShare::new_set(engines);
     let steer_links = shapes
         .iter()
         .any(|&(_, steered)| steered)
@@ -506,6 +508,9 @@ pub fn run(
         }
         if let Some(links) = &steer_links {
             engine.set_steering(links[q].clone(), &shares);
+        }
+        if engines > 1 {
+            engine.set_health_share(health_shares[q].clone());
         }
         engine.apply(&first);
         engine.set_control(links[q].clone());
@@ -568,6 +573,15 @@ pub fn run(
             }
         }
         _ => None,
+    };
+    let relay = {
+        let (stop, links, news) = (engine_stop.clone(), links.clone(), health_news.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                crate::snapshot::relay_health(&news, &links);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
     };
     // SIGTERM: drain, then stop once the open connections are done.
     let drainer = {
@@ -663,6 +677,7 @@ pub fn run(
     for h in launched {
         h.wait();
     }
+    let _ = relay.join();
     let total = collect_stats(&shared, &slot_names, tsc_hz).total;
     log::info!(
         "final counters: rx {} tx {} arp replies {} icmp echo replies {} drops {}",

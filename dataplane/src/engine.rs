@@ -21,7 +21,8 @@ use crate::net::toeplitz::{classify, FrameClass, RssSteering};
 use crate::net::{set_destination, Interface, InterfaceConfig, Verdict};
 use crate::port::{PacketBuf, Port};
 use crate::snapshot::{
-    Capture, ControlLink, FromEngine, MemberView, PoolView, Snapshot, ToEngine, MAX_VIPS,
+    Capture, ControlLink, FromEngine, HealthNews, HealthShare, MemberView, PoolView, Snapshot,
+    ToEngine, MAX_VIPS,
 };
 use crate::stats::{Counters, DropReason, SharedCounters, VipCounters};
 use crate::steer::{PortShare, SteerLink, Steered};
@@ -161,6 +162,8 @@ pub struct Engine<P: Port> {
     control: Option<ControlLink>,
     /// Rings to the other engines, for ports steered in software.
     steer: Option<SteerLink<P::Buf>>,
+    /// Which members this engine health-checks (all without one).
+    health_share: Option<HealthShare>,
     /// Version of the snapshot in use (0: set up by calls, not snapshots).
     snapshot_version: u64,
     /// VIP counter slots ever used (all are published: a removed VIP's
@@ -203,6 +206,7 @@ impl<P: Port> Engine<P> {
             vip_counters: vec![VipCounters::default(); MAX_VIPS],
             control: None,
             steer: None,
+            health_share: None,
             snapshot_version: 0,
             vip_slots_used: 0,
             pools: Vec::new(),
@@ -296,6 +300,13 @@ impl<P: Port> Engine<P> {
             }
         }
         self.steer = Some(link);
+    }
+
+    /// Splits health checks with the other engines: this one checks only
+    /// its share of members and reports their changes; the others' reach it
+    /// as [`ToEngine::Health`].
+    pub fn set_health_share(&mut self, share: HealthShare) {
+        self.health_share = Some(share);
     }
 
     /// Rings to the control thread, read at every tick.
@@ -400,10 +411,27 @@ impl<P: Port> Engine<P> {
                     }
                     continue;
                 }
+                ToEngine::Health(news) => {
+                    self.health_news(&news);
+                    continue;
+                }
             };
             // The control thread waits for replies one request at a time:
             // the ring has room.
             let _ = link.from_engines.push(reply);
+        }
+    }
+
+    /// Another engine found a member up or down.
+    fn health_news(&mut self, news: &HealthNews) {
+        let member = self
+            .pools
+            .iter_mut()
+            .filter(|p| !p.retired && p.name == news.pool)
+            .flat_map(|p| p.members.iter_mut())
+            .find(|m| !m.removed && m.addr == news.addr);
+        if let Some(m) = member {
+            m.health.healthy = news.up;
         }
     }
 
@@ -933,7 +961,12 @@ impl<P: Port> Engine<P> {
                         }
                     }
                     Some(_) => {}
-                    None if now >= h.next_at && !self.pools[p].members[m].removed => {
+                    None if now >= h.next_at
+                        && !self.pools[p].members[m].removed
+                        && self.health_share.as_ref().is_none_or(|s| {
+                            s.checks(&self.pools[p].name, self.pools[p].members[m].addr)
+                        }) =>
+                    {
                         let addr = self.pools[p].members[m].addr;
                         self.pools[p].members[m].health.next_at = now + interval;
                         match self.open_to(now, addr) {
@@ -1018,6 +1051,17 @@ impl<P: Port> Engine<P> {
         let member = &mut pool.members[m];
         if let Some(up) = member.health.record(ok, check) {
             self.counters.health_changes += 1;
+            if let Some(share) = &self.health_share {
+                // Rare (a state change): the allocation is fine.
+                let news = HealthNews {
+                    pool: pool.name.clone(),
+                    addr: member.addr,
+                    up,
+                };
+                if share.news.push(news).is_err() {
+                    log::warn!("health news queue full: other engines miss a change");
+                }
+            }
             // Rare (a state change), never per packet.
             if up {
                 log::info!(

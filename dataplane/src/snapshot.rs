@@ -55,6 +55,73 @@ pub enum ToEngine {
     /// Copy frames received and sent on port `port` (index) into `capture`
     /// until its count is spent or it is dropped by the other side.
     Capture { port: usize, capture: Capture },
+    /// Another engine's health checks found a member up or down.
+    Health(HealthNews),
+}
+
+/// A member's health changed, as found by the one engine that checks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthNews {
+    pub pool: String,
+    pub addr: SocketAddrV4,
+    pub up: bool,
+}
+
+/// How engines split the health checks: each member is checked by one
+/// engine, which tells the others (through the control thread's relay)
+/// when it goes up or down. N engines send one check per interval, not N.
+#[derive(Debug, Clone)]
+pub struct HealthShare {
+    pub engine: u16,
+    pub engines: u16,
+    /// News for the relay (shared by all engines).
+    pub news: Arc<ArrayQueue<HealthNews>>,
+}
+
+impl HealthShare {
+    /// Shares for `engines` engines and the queue the relay reads.
+    pub fn new_set(engines: u16) -> (Vec<HealthShare>, Arc<ArrayQueue<HealthNews>>) {
+        let news = Arc::new(ArrayQueue::new(1024));
+        let shares = (0..engines)
+            .map(|engine| HealthShare {
+                engine,
+                engines,
+                news: news.clone(),
+            })
+            .collect();
+        (shares, news)
+    }
+
+    /// Whether this engine checks `addr` of pool `pool` (FNV-1a of both,
+    /// modulo the engines: the same answer on every engine).
+    pub fn checks(&self, pool: &str, addr: SocketAddrV4) -> bool {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let port = addr.port().to_be_bytes();
+        for b in pool.bytes().chain(addr.ip().octets()).chain(port) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        (h % u64::from(self.engines.max(1))) as u16 == self.engine
+    }
+}
+
+/// Relays health news from the engine that found it to every other engine
+/// (the control thread's side; called every few milliseconds).
+pub fn relay_health(news: &ArrayQueue<HealthNews>, links: &[ControlLink]) {
+    while let Some(n) = news.pop() {
+        for l in links {
+            // An engine's ring holds 256 messages and is read every 1 ms;
+            // when full, the news is dropped for that engine (logged).
+            if l.to_engine.push(ToEngine::Health(n.clone())).is_err() {
+                log::warn!(
+                    "pool {}: engine {} missed that member {} is {}",
+                    n.pool,
+                    l.engine,
+                    n.addr,
+                    if n.up { "up" } else { "down" }
+                );
+            }
+        }
+    }
 }
 
 /// An engine's answer; `engine` is its index.
@@ -98,7 +165,7 @@ impl ControlLink {
         (0..engines)
             .map(|engine| ControlLink {
                 engine,
-                to_engine: Arc::new(ArrayQueue::new(16)),
+                to_engine: Arc::new(ArrayQueue::new(256)),
                 from_engines: from.clone(),
             })
             .collect()
@@ -200,6 +267,23 @@ mod tests {
         let engine_copy = stopped.clone();
         stopped.stop();
         assert!(!engine_copy.take(&[1; 60]));
+    }
+
+    #[test]
+    fn each_member_is_checked_by_exactly_one_engine() {
+        let (shares, _) = HealthShare::new_set(3);
+        let mut per_engine = [0; 3];
+        for port in 8000..8300u16 {
+            let addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), port);
+            let owners: Vec<u16> = shares
+                .iter()
+                .filter(|s| s.checks("web", addr))
+                .map(|s| s.engine)
+                .collect();
+            assert_eq!(owners.len(), 1);
+            per_engine[usize::from(owners[0])] += 1;
+        }
+        assert!(per_engine.iter().all(|&n| n > 60), "{per_engine:?}");
     }
 
     #[test]

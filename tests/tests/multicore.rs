@@ -120,6 +120,7 @@ certs = ["p256"]
 [[pool]]
 name = "web"
 members = [{{ addr = "{backend_ip}:8081" }}]
+health = {{ kind = "http", interval_ms = 200, timeout_ms = 150, rise = 1, fall = 2 }}
 
 [control]
 socket = "{}"
@@ -153,7 +154,9 @@ socket = "{}"
             );
         }
     }
-    let _backend = HttpBackend::start(&lab, &backend_ip, 8081, &format!("backend {backend_ip}"));
+    let backend = HttpBackend::start(&lab, &backend_ip, 8081, &format!("backend {backend_ip}"));
+    // Until the backend answered: a health check or two may have failed.
+    wait_for_member(&dpd, 2);
     let log = dpd.log_text();
     assert!(
         log.contains(&format!(
@@ -233,6 +236,17 @@ socket = "{}"
     // connection is gone also gets a reset, now and then on a busy machine:
     // the count is printed, not asserted.
     eprintln!("(resets sent, segments for no connection) per core: {resets:?}");
+    // One engine checks the member; both see it go down and come back.
+    let checks: Vec<u64> = stats.cores.iter().map(|c| c.health_checks).collect();
+    assert_eq!(
+        checks.iter().filter(|&&n| n > 0).count(),
+        1,
+        "one engine checks each member: {checks:?}"
+    );
+    drop(backend);
+    wait_for_member(&dpd, 0);
+    let _backend = HttpBackend::start(&lab, &backend_ip, 8081, &format!("backend {backend_ip}"));
+    wait_for_member(&dpd, 2);
     // A change reaches both engines.
     let o = run(Command::new(e2e::bin("dpctl"))
         .arg("--socket")
@@ -246,4 +260,22 @@ socket = "{}"
         panic!("stats")
     };
     assert!(stats.cores.iter().all(|c| c.config_version == 2));
+}
+
+/// Waits (at most 10 s) until `healthy` engines find the pool's member up.
+fn wait_for_member(dpd: &Dpd, healthy: u64) {
+    let t0 = std::time::Instant::now();
+    let mut seen = serde_json::Value::Null;
+    while t0.elapsed() < std::time::Duration::from_secs(10) {
+        let o = run(Command::new(e2e::bin("dpctl"))
+            .arg("--socket")
+            .arg(&dpd.socket)
+            .args(["--json", "pool", "show", "web"]));
+        seen = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        if seen["pools"][0]["members"][0]["healthy_engines"] == healthy {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("member not healthy on {healthy} engines: {seen}");
 }
