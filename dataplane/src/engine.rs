@@ -385,7 +385,9 @@ impl<P: Port> Engine<P> {
 
     /// Handles the control thread's messages (at a tick, between packets).
     fn control_messages(&mut self) {
-        let Some(link) = self.control.clone() else {
+        // Taken out and put back (a clone would touch the shared `Arc`
+        // counts every tick).
+        let Some(link) = self.control.take() else {
             return;
         };
         while let Some(msg) = link.to_engine.pop() {
@@ -420,6 +422,7 @@ impl<P: Port> Engine<P> {
             // the ring has room.
             let _ = link.from_engines.push(reply);
         }
+        self.control = Some(link);
     }
 
     /// Another engine found a member up or down.
