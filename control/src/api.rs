@@ -403,6 +403,10 @@ pub struct CoreStats {
     /// their flow (software RSS, for ports without hardware RSS).
     #[serde(default)]
     pub frames_steered: u64,
+    /// TLS connections that ended before their handshake finished without
+    /// a TLS error (the client closed, reset or went silent); not failures.
+    #[serde(default)]
+    pub tls_abandoned: u64,
     /// Dropped frames by reason (every reason listed, zeros included).
     pub drops: BTreeMap<String, u64>,
     pub busy_cycles: u64,

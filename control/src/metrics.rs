@@ -99,6 +99,12 @@ const SCALARS: &[Scalar] = &[
         |c| c.tls_failures,
     ),
     (
+        "tlsdp_tls_abandoned_total",
+        "TLS connections the client left before the handshake finished (not failures).",
+        true,
+        |c| c.tls_abandoned,
+    ),
+    (
         "tlsdp_tls_resumed_total",
         "TLS handshakes that resumed a session.",
         true,

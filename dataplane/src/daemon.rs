@@ -289,6 +289,7 @@ pub fn core_stats(lcore: Option<u32>, c: &Counters) -> CoreStats {
         vips: std::collections::BTreeMap::new(),
         config_version: c.snapshot_version,
         frames_steered: c.frames_steered,
+        tls_abandoned: c.tls_abandoned,
         drops: DropReason::ALL
             .iter()
             .map(|r| (r.name().to_string(), c.dropped(*r)))

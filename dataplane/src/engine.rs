@@ -617,6 +617,13 @@ impl<P: Port> Engine<P> {
                 Event::Closed(_, reason) => {
                     // One app per Closed event, in order.
                     if let Some(app) = self.tcp.take_closed_app() {
+                        if app
+                            .tls
+                            .as_deref()
+                            .is_some_and(|t| t.is_handshaking() && !t.failed())
+                        {
+                            self.counters.tls_abandoned += 1;
+                        }
                         if let Some(slot) = app.vip {
                             let vc = &mut self.vip_counters[usize::from(slot)];
                             vc.active = vc.active.saturating_sub(1);

@@ -149,6 +149,10 @@ pub struct Counters {
     /// Frames received here and handed to the engine owning their flow
     /// (software RSS).
     pub frames_steered: u64,
+    /// TLS connections that ended before their handshake did, with no TLS
+    /// error of ours: the client closed, reset or went silent (scanners,
+    /// TCP health checks, clients giving up). Not in `tls_failures`.
+    pub tls_abandoned: u64,
     pub drops: [u64; DropReason::COUNT],
     /// TSC cycles spent in loop iterations that did work.
     pub busy_cycles: u64,
@@ -227,6 +231,7 @@ impl Counters {
         };
         self.http_requests += o.http_requests;
         self.frames_steered += o.frames_steered;
+        self.tls_abandoned += o.tls_abandoned;
         for (d, s) in self.drops.iter_mut().zip(o.drops) {
             *d += s;
         }
@@ -236,7 +241,7 @@ impl Counters {
     }
 }
 
-const SCALARS: usize = 33;
+const SCALARS: usize = 34;
 const TLS_FIELDS: usize = 2 + 10 + 5 + 6 + 11;
 const FIELDS: usize = SCALARS + DropReason::COUNT + TLS_FIELDS;
 
@@ -346,6 +351,7 @@ impl SharedCounters {
             tcp_time_wait: v[30],
             snapshot_version: v[31],
             frames_steered: v[32],
+            tls_abandoned: v[33],
             ..Counters::default()
         };
         let d = SCALARS + DropReason::COUNT;
@@ -394,6 +400,7 @@ impl SharedCounters {
             c.tcp_time_wait,
             c.snapshot_version,
             c.frames_steered,
+            c.tls_abandoned,
         ]);
         let d = SCALARS + DropReason::COUNT;
         v[SCALARS..d].copy_from_slice(&c.drops);

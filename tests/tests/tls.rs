@@ -221,6 +221,21 @@ fn old_protocols_and_plain_http_are_refused_and_counted() {
     std::thread::sleep(Duration::from_millis(50));
     let stats = dpd.stats();
     assert!(stats.tls_failures >= 2, "{stats:?}");
+    assert_eq!(stats.tls_abandoned, 0, "refusals are failures: {stats:?}");
+    // A client that connects and leaves without a ClientHello (a port
+    // scan, a TCP health check) abandons: counted apart from failures.
+    let o = lab.client(&[
+        "bash",
+        "-c",
+        &format!("exec 3<>/dev/tcp/{}/443; exec 3>&-", lab.dut_ip()),
+    ]);
+    assert!(o.status.success());
+    let after = dpd.stats_when(Duration::from_secs(5), |s| s.tls_abandoned > 0);
+    assert_eq!(
+        (after.tls_abandoned, after.tls_failures),
+        (1, stats.tls_failures),
+        "{after:?}"
+    );
     // Still serving.
     let (ok, text) = curl(&lab, certs.path(), "p256.test", &[], "/bytes/10", &out);
     assert!(ok, "{text}");

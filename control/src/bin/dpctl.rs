@@ -700,12 +700,13 @@ fn print_stats(c: &CoreStats) {
         "  tcp accepted {}, active {}, retransmits {}, resets sent {}, timeouts {}; http requests {}",
         c.tcp_accepted, c.tcp_active, c.tcp_retransmits, c.tcp_resets_sent, c.tcp_timeouts, c.http_requests
     );
-    if c.tls_handshakes + c.tls_failures > 0 {
+    if c.tls_handshakes + c.tls_failures + c.tls_abandoned > 0 {
         println!(
-            "  tls handshakes {} (resumed {}), failures {}, key updates {}, renegotiations refused {}, deferred {}",
+            "  tls handshakes {} (resumed {}), failures {}, abandoned by clients {}, key updates {}, renegotiations refused {}, deferred {}",
             c.tls_handshakes,
             c.tls_resumed,
             c.tls_failures,
+            c.tls_abandoned,
             c.tls_key_updates,
             c.tls_renegotiations_refused,
             c.tls_handshakes_deferred

@@ -93,6 +93,11 @@ impl TlsConn {
         self.session.is_handshaking()
     }
 
+    /// The connection failed on a TLS error (counted then).
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+
     /// The TLS session (what it negotiated).
     pub fn session(&self) -> &ServerSession {
         &self.session
