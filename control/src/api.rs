@@ -172,6 +172,9 @@ pub struct VipInfo {
     pub certs: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<String>,
+    /// The `[vip.tls]` policy, when one is set (else the defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::config::TlsSettings>,
     pub counters: VipCounters,
 }
 

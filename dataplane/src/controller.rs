@@ -440,6 +440,7 @@ impl Controller {
                     .filter_map(|c| c.name().map(str::to_string))
                     .collect(),
                 pool: v.pool.clone(),
+                tls: v.tls.clone(),
                 counters: stats.total.vips.get(&v.name).copied().unwrap_or_default(),
             })
             .collect()

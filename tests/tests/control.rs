@@ -228,6 +228,61 @@ fn every_dpctl_command_against_a_running_dpd() {
     ok(&dpd, &["vip", "enable", "second"]);
     assert_eq!(curl(&lab, cp, url, Some(&resolve)).0, 0);
 
+    // vip add with a TLS policy: TLS 1.3 only
+    ok(
+        &dpd,
+        &[
+            "vip",
+            "add",
+            "strict",
+            "--listen",
+            &format!("{dut}:8444"),
+            "--builtin",
+            "--cert",
+            "rsa",
+            "--tls-version",
+            "TLSv1.3",
+        ],
+    );
+    let strict = "https://rsa.test:8444/bytes/2";
+    let strict_resolve = format!("rsa.test:8444:{dut}");
+    assert_eq!(curl(&lab, cp, strict, Some(&strict_resolve)).0, 0);
+    let o = lab.client(&[
+        "curl",
+        "-sS",
+        "--max-time",
+        "5",
+        "--tls-max",
+        "1.2",
+        "--cacert",
+        &format!("{c}/ca.pem"),
+        "--resolve",
+        &strict_resolve,
+        strict,
+    ]);
+    assert!(
+        !o.status.success(),
+        "TLS 1.2 refused on the TLS 1.3-only VIP"
+    );
+    assert!(ok(&dpd, &["vip", "show", "strict"]).contains("tls policy   versions TLSv1.3;"));
+    let err = refused(
+        &dpd,
+        &[
+            "vip",
+            "add",
+            "old",
+            "--listen",
+            &format!("{dut}:8445"),
+            "--builtin",
+            "--cert",
+            "rsa",
+            "--tls-version",
+            "SSLv3",
+        ],
+    );
+    assert!(err.contains("vip[") && err.contains("SSLv3"), "{err}");
+    ok(&dpd, &["vip", "remove", "strict"]);
+
     // pool add / show, a VIP forwarding to it, member add / weight / drain
     // / enable / remove
     let b1 = lab.add_client_address(21);

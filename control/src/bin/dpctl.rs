@@ -121,6 +121,8 @@ enum VipCmd {
         /// Configure it, but take no connections yet.
         #[arg(long)]
         disabled: bool,
+        #[command(flatten)]
+        tls: Box<TlsArgs>,
     },
     /// Remove a VIP: no new connections; open ones go on.
     Remove {
@@ -157,6 +159,61 @@ enum CertCmd {
     Remove {
         name: String,
     },
+}
+
+/// A new VIP's TLS policy (`[vip.tls]`); defaults where not given.
+#[derive(clap::Args, Debug)]
+struct TlsArgs {
+    /// Protocol versions, e.g. TLSv1.3 (repeat or comma-separate).
+    #[arg(long = "tls-version", value_delimiter = ',')]
+    versions: Vec<String>,
+    /// Cipher suites (IANA names).
+    #[arg(long = "tls-suite", value_delimiter = ',')]
+    suites: Vec<String>,
+    /// Key-exchange groups (X25519MLKEM768, X25519, secp256r1, secp384r1).
+    #[arg(long = "tls-group", value_delimiter = ',')]
+    groups: Vec<String>,
+    /// ALPN protocols (default http/1.1; "none" turns ALPN off).
+    #[arg(long, value_delimiter = ',')]
+    alpn: Vec<String>,
+    /// Session tickets, rotated every this many seconds.
+    #[arg(long, value_name = "ROTATE_S")]
+    tickets: Option<u64>,
+    /// Ticket key file shared between nodes (with --tickets).
+    #[arg(long, requires = "tickets")]
+    ticket_key_file: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The `[vip.tls]` table, or `None` when nothing was given.
+    fn settings(&self) -> Result<Option<control::config::TlsSettings>, String> {
+        let given = !(self.versions.is_empty()
+            && self.suites.is_empty()
+            && self.groups.is_empty()
+            && self.alpn.is_empty()
+            && self.tickets.is_none());
+        if !given {
+            return Ok(None);
+        }
+        let mut t = json!({
+            "versions": self.versions,
+            "suites": self.suites,
+            "groups": self.groups,
+        });
+        if !self.alpn.is_empty() {
+            let alpn: Vec<&String> = self.alpn.iter().filter(|a| *a != "none").collect();
+            t["alpn"] = json!(alpn);
+        }
+        if let Some(rotate_s) = self.tickets {
+            t["tickets"] = json!({ "rotate_s": rotate_s });
+            if let Some(f) = &self.ticket_key_file {
+                t["tickets"]["key_file"] = json!(absolute(f));
+            }
+        }
+        serde_json::from_value(t)
+            .map(Some)
+            .map_err(|e| format!("TLS policy: {e}"))
+    }
 }
 
 /// A certificate's files (read by dpd: absolute paths are sent).
@@ -267,6 +324,7 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
                 builtin,
                 certs,
                 disabled,
+                tls,
             } => Request::VipAdd {
                 vip: Vip {
                     name: name.clone(),
@@ -274,7 +332,7 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
                     respond: builtin.then_some(control::config::Respond::Builtin),
                     pool: pool.clone(),
                     certs: certs.iter().map(|c| CertRef::Name(c.clone())).collect(),
-                    tls: None,
+                    tls: tls.settings()?,
                     enabled: !disabled,
                 },
             },
@@ -571,6 +629,26 @@ fn print_vip(v: &VipInfo) {
             format!("certificates {}", v.certs.join(", "))
         }
     );
+    if let Some(t) = &v.tls {
+        let list = |l: &[String]| {
+            if l.is_empty() {
+                "default".to_string()
+            } else {
+                l.join(", ")
+            }
+        };
+        println!(
+            "  tls policy   versions {}; suites {}; groups {}; alpn {}; tickets {}",
+            list(&t.versions),
+            list(&t.suites),
+            list(&t.groups),
+            t.alpn.as_deref().map_or("default".to_string(), list),
+            t.tickets.as_ref().map_or("off".to_string(), |k| format!(
+                "rotated every {} s",
+                k.rotate_s
+            ))
+        );
+    }
     println!(
         "  serves       {}",
         v.pool
