@@ -659,6 +659,8 @@ pub fn collect_stats(
     }
     let mut total = crate::daemon::core_stats(None, &total);
     total.vips = names.into_iter().zip(total_vips).collect();
+    // The version every engine uses (or a newer one).
+    total.config_version = cores.iter().map(|c| c.config_version).min().unwrap_or(0);
     Stats {
         cores,
         total,

@@ -223,12 +223,9 @@ impl Counters {
         self.health_checks += o.health_checks;
         self.health_failures += o.health_failures;
         self.health_changes += o.health_changes;
-        // The oldest version in use: all engines use it or a newer one.
-        self.snapshot_version = if self.loops == 0 {
-            o.snapshot_version
-        } else {
-            self.snapshot_version.min(o.snapshot_version)
-        };
+        // A version is not a sum: the newest (the caller takes the oldest
+        // over engines where that matters).
+        self.snapshot_version = self.snapshot_version.max(o.snapshot_version);
         self.http_requests += o.http_requests;
         self.frames_steered += o.frames_steered;
         self.tls_abandoned += o.tls_abandoned;
