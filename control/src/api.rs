@@ -295,6 +295,10 @@ pub struct PortStatus {
     pub speed_mbps: u32,
     pub queues: u16,
     pub rss: bool,
+    /// Engines spread this port's flows among themselves in software (no
+    /// hardware RSS over a queue per engine).
+    #[serde(default)]
+    pub steered: bool,
 }
 
 /// The reply to `stats`.

@@ -620,7 +620,7 @@ pub fn run(
                 .iter()
                 .zip(&cfg.ports)
                 .zip(&shapes)
-                .map(|((p, pc), &(queues, _))| PortStatus {
+                .map(|((p, pc), &(queues, steered))| PortStatus {
                     name: pc.name.clone(),
                     device: pc.device.clone(),
                     driver: p.port_info().driver.clone(),
@@ -630,6 +630,7 @@ pub fn run(
                     speed_mbps: 0,
                     queues,
                     rss: p.rss(),
+                    steered,
                 })
                 .collect();
             socket.serve(&stop, |req| match req {

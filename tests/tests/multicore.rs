@@ -247,6 +247,12 @@ socket = "{}"
     wait_for_member(&dpd, 0);
     let _backend = HttpBackend::start(&lab, &backend_ip, 8081, &format!("backend {backend_ip}"));
     wait_for_member(&dpd, 2);
+    let status = run(Command::new(e2e::bin("dpctl"))
+        .arg("--socket")
+        .arg(&dpd.socket)
+        .args(["--json", "status"]));
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["status"]["ports"][0]["steered"], true, "{status}");
     // A change reaches both engines.
     let o = run(Command::new(e2e::bin("dpctl"))
         .arg("--socket")

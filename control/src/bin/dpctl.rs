@@ -534,19 +534,25 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
                 s.hugepages.join("; ")
             );
             println!(
-                "{:<8} {:<16} {:<18} {:<18} {:<6} {:>6} {:>4}",
-                "PORT", "ADDRESS", "MAC", "DRIVER", "LINK", "QUEUES", "RSS"
+                "{:<8} {:<16} {:<18} {:<18} {:<6} {:>6} {:>4} {:<8}",
+                "PORT", "ADDRESS", "MAC", "DRIVER", "LINK", "QUEUES", "RSS", "SPREAD"
             );
             for p in s.ports {
+                let spread = match (p.steered, s.lcores.len()) {
+                    (true, _) => "software",
+                    (false, 1) => "-",
+                    (false, _) => "NIC",
+                };
                 println!(
-                    "{:<8} {:<16} {:<18} {:<18} {:<6} {:>6} {:>4}",
+                    "{:<8} {:<16} {:<18} {:<18} {:<6} {:>6} {:>4} {:<8}",
                     p.name,
                     p.address,
                     p.mac,
                     p.driver,
                     if p.link_up { "up" } else { "down" },
                     p.queues,
-                    if p.rss { "yes" } else { "no" }
+                    if p.rss { "yes" } else { "no" },
+                    spread
                 );
             }
         }
