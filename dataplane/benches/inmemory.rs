@@ -43,16 +43,10 @@ struct Result {
 
 /// RSA-2048 and ECDSA P-256 certificates, default policy.
 fn tls_config() -> TlsConfig {
-    thread_local! {
-        static MADE: std::cell::OnceCell<TlsConfig> = const { std::cell::OnceCell::new() };
-    }
-    if let Some(t) = SHARED_TLS.get() {
-        return t.clone();
-    }
-    MADE.with(|m| m.get_or_init(make_tls_config).clone())
+    SHARED_TLS.get_or_init(make_tls_config).clone()
 }
 
-/// One TLS configuration for every engine of a `--scale` run.
+/// One TLS configuration for every engine (shared, as a snapshot's is).
 static SHARED_TLS: std::sync::OnceLock<TlsConfig> = std::sync::OnceLock::new();
 
 fn make_tls_config() -> TlsConfig {
@@ -341,9 +335,6 @@ fn tls_runs(conns: u64) {
 /// Engines side by side, each with its own generator and link on its own
 /// thread: connections/s per engine and scaling efficiency against one.
 fn scale(max_engines: usize, tls: bool) {
-    if tls {
-        let _ = SHARED_TLS.set(make_tls_config());
-    }
     let load = LoadConfig {
         server: SRV,
         port: if tls { 443 } else { 80 },

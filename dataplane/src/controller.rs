@@ -122,10 +122,6 @@ impl Controller {
         self.slot_names.clone()
     }
 
-    pub fn config(&self) -> &Config {
-        &self.cfg
-    }
-
     /// Counters of every engine, per VIP too.
     pub fn stats(&self) -> Stats {
         collect_stats(&self.shared, &self.slot_names, self.tsc_hz)

@@ -314,11 +314,6 @@ impl<P: Port> Engine<P> {
         self.control = Some(link);
     }
 
-    /// Version of the snapshot in use.
-    pub fn snapshot_version(&self) -> u64 {
-        self.snapshot_version
-    }
-
     /// Counters of VIP slot `slot`.
     pub fn vip_counters(&self, slot: u16) -> VipCounters {
         self.vip_counters[usize::from(slot)]
