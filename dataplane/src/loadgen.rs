@@ -246,7 +246,7 @@ impl<P: Port> LoadGen<P> {
 
     /// Counts a connection as completed now (its close may follow later).
     fn finish(&mut self, id: ConnId) {
-        let slot = id.0 as usize;
+        let slot = id.slot();
         if self.finished.len() <= slot {
             self.finished.resize(slot + 1, false);
         }
@@ -406,7 +406,7 @@ impl<P: Port> LoadGen<P> {
             Event::Readable(id) => self.read(id),
             Event::PeerClosed(id) => self.tcp.close(id),
             Event::Closed(id, reason) => {
-                let slot = id.0 as usize;
+                let slot = id.slot();
                 if self.finished.get(slot).copied().unwrap_or(false) {
                     self.finished[slot] = false;
                     if reason != CloseReason::Normal {

@@ -76,6 +76,8 @@ pub(super) struct Conn<A> {
     pub accepted: bool,
     /// On the engine's dirty list.
     pub queued: bool,
+    /// The generation of the slot this connection occupies (see `ConnId`).
+    pub gen: u8,
     /// Deadline of the live timer-wheel entry.
     pub armed_at: Option<Instant>,
 
@@ -249,6 +251,7 @@ impl<A: Default> Conn<A> {
             app: A::default(),
             accepted: false,
             queued: false,
+            gen: 0,
             armed_at: None,
             iss,
             snd_una: iss,

@@ -41,9 +41,53 @@ use timer::TimerWheel;
 use crate::stats::DropReason;
 use crate::time::Instant;
 
-/// A connection's slot in its engine.
+/// A connection's handle: its slot in the engine (low 24 bits) and the
+/// slot's generation (high 8 bits). A slot is reused once its connection
+/// is gone, with the next generation, so a handle kept past its
+/// connection's end (in an event not yet handled, a timer, a peer link)
+/// finds nothing rather than the next connection in that slot; only a
+/// handle kept over 256 reuses of its slot could (peer links and timers
+/// also check the flow key and deadline).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnId(pub u32);
+pub struct ConnId(u32);
+
+/// Slots per engine: `tcp.max_connections` is at most 16,000,000.
+const SLOT_BITS: u32 = 24;
+const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
+
+impl ConnId {
+    pub(crate) const fn new(slot: u32, gen: u8) -> Self {
+        Self(slot & SLOT_MASK | (gen as u32) << SLOT_BITS)
+    }
+
+    /// The slot, for tables indexed by it: the next connection in the
+    /// slot has the same one.
+    pub fn slot(self) -> usize {
+        (self.0 & SLOT_MASK) as usize
+    }
+
+    fn gen(self) -> u8 {
+        (self.0 >> SLOT_BITS) as u8
+    }
+
+    /// The handle of the slot's next connection.
+    fn next_gen(self) -> Self {
+        Self::new(self.0 & SLOT_MASK, self.gen().wrapping_add(1))
+    }
+}
+
+/// The connection `id` names, if it is still there.
+fn live<A>(conns: &[Option<Conn<A>>], id: ConnId) -> Option<&Conn<A>> {
+    conns.get(id.slot())?.as_ref().filter(|c| c.gen == id.gen())
+}
+
+/// The connection `id` names, if it is still there.
+fn live_mut<A>(conns: &mut [Option<Conn<A>>], id: ConnId) -> Option<&mut Conn<A>> {
+    conns
+        .get_mut(id.slot())?
+        .as_mut()
+        .filter(|c| c.gen == id.gen())
+}
 
 /// A connection's addresses, from our side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -259,7 +303,8 @@ pub struct TcpEngine<A> {
     listeners: Vec<(Ipv4Addr, u16)>,
     flows: FlowTable,
     conns: Vec<Option<Conn<A>>>,
-    free: Vec<u32>,
+    /// Free slots, each with the generation its next connection gets.
+    free: Vec<ConnId>,
     timers: TimerWheel,
     buffers: BufferPool,
     events: Vec<Event>,
@@ -393,9 +438,7 @@ impl<A: Default> TcpEngine<A> {
         self.account(Some(before), Some(after));
         if after == State::TimeWait
             && before != after
-            && self.conns[id.0 as usize]
-                .as_ref()
-                .is_some_and(|c| c.accepted)
+            && live(&self.conns, id).is_some_and(|c| c.accepted)
         {
             self.entered_time_wait.push(id);
         }
@@ -422,8 +465,11 @@ impl<A: Default> TcpEngine<A> {
     /// `to` (ring to ring, no other copy) and consumes them; returns how
     /// many. A proxy's data path.
     pub fn splice(&mut self, from: ConnId, to: ConnId, max: usize) -> usize {
-        let (f, t) = (from.0 as usize, to.0 as usize);
-        if f == t || f >= self.conns.len() || t >= self.conns.len() {
+        if live(&self.conns, from).is_none() || live(&self.conns, to).is_none() {
+            return 0;
+        }
+        let (f, t) = (from.slot(), to.slot());
+        if f == t {
             return 0;
         }
         let size = self.cfg.buffer_size;
@@ -468,21 +514,15 @@ impl<A: Default> TcpEngine<A> {
 
     /// A connection's state (None once closed).
     pub fn state(&self, id: ConnId) -> Option<State> {
-        self.conns
-            .get(id.0 as usize)
-            .and_then(Option::as_ref)
-            .map(|c| c.state)
+        live(&self.conns, id).map(|c| c.state)
     }
 
     pub fn key(&self, id: ConnId) -> Option<FlowKey> {
-        self.conns
-            .get(id.0 as usize)
-            .and_then(Option::as_ref)
-            .map(|c| c.key)
+        live(&self.conns, id).map(|c| c.key)
     }
 
     fn conn_mut(&mut self, id: ConnId) -> Option<&mut Conn<A>> {
-        self.conns.get_mut(id.0 as usize).and_then(Option::as_mut)
+        live_mut(&mut self.conns, id)
     }
 
     /// Opens a connection (RFC 9293 active open). `Event::Connected` follows
@@ -499,10 +539,10 @@ impl<A: Default> TcpEngine<A> {
         }
         let iss = self.isn(&key, now);
         let id = self.alloc_slot();
-        self.conns[id.0 as usize] = Some(Conn::connect(key, iss, now, &self.cfg));
+        self.install(id, Conn::connect(key, iss, now, &self.cfg));
         self.flows.insert(key, id);
         self.account(None, Some(State::SynSent));
-        let c = self.conns[id.0 as usize].as_mut().expect("just made");
+        let c = live_mut(&mut self.conns, id).expect("just made");
         mark_dirty(&mut self.dirty, c, id);
         self.rearm(id, now);
         Ok(id)
@@ -510,7 +550,7 @@ impl<A: Default> TcpEngine<A> {
 
     /// Copies received bytes into `buf`; returns how many.
     pub fn recv(&mut self, id: ConnId, buf: &mut [u8]) -> usize {
-        let Some(c) = self.conns.get_mut(id.0 as usize).and_then(Option::as_mut) else {
+        let Some(c) = live_mut(&mut self.conns, id) else {
             return 0;
         };
         let n = c.recv(buf, &mut self.buffers);
@@ -525,7 +565,7 @@ impl<A: Default> TcpEngine<A> {
 
     /// Received bytes, without consuming them (up to two slices).
     pub fn peek(&self, id: ConnId) -> (&[u8], &[u8]) {
-        match self.conns.get(id.0 as usize).and_then(Option::as_ref) {
+        match live(&self.conns, id) {
             Some(c) => c.peek(),
             None => (&[], &[]),
         }
@@ -533,7 +573,7 @@ impl<A: Default> TcpEngine<A> {
 
     /// Consumes `n` received bytes (after [`TcpEngine::peek`]).
     pub fn consume(&mut self, id: ConnId, n: usize) {
-        let Some(c) = self.conns.get_mut(id.0 as usize).and_then(Option::as_mut) else {
+        let Some(c) = live_mut(&mut self.conns, id) else {
             return;
         };
         c.consume(n, &mut self.buffers);
@@ -544,16 +584,13 @@ impl<A: Default> TcpEngine<A> {
 
     /// Free space in the send buffer.
     pub fn send_space(&self, id: ConnId) -> usize {
-        self.conns
-            .get(id.0 as usize)
-            .and_then(Option::as_ref)
-            .map_or(0, |c| c.send_space(self.cfg.buffer_size))
+        live(&self.conns, id).map_or(0, |c| c.send_space(self.cfg.buffer_size))
     }
 
     /// Queues bytes to send; returns how many fitted.
     pub fn send(&mut self, id: ConnId, data: &[u8]) -> usize {
         let size = self.cfg.buffer_size;
-        let Some(c) = self.conns.get_mut(id.0 as usize).and_then(Option::as_mut) else {
+        let Some(c) = live_mut(&mut self.conns, id) else {
             return 0;
         };
         let n = c.send(data, size, &mut self.buffers);
@@ -572,7 +609,7 @@ impl<A: Default> TcpEngine<A> {
         fill: impl FnOnce(&mut [u8]) -> usize,
     ) -> usize {
         let size = self.cfg.buffer_size;
-        let Some(c) = self.conns.get_mut(id.0 as usize).and_then(Option::as_mut) else {
+        let Some(c) = live_mut(&mut self.conns, id) else {
             return 0;
         };
         let n = c.send_with(max, size, &mut self.buffers, fill);
@@ -584,7 +621,7 @@ impl<A: Default> TcpEngine<A> {
 
     /// Closes our side after the queued bytes (FIN).
     pub fn close(&mut self, id: ConnId) {
-        if let Some(c) = self.conns.get_mut(id.0 as usize).and_then(Option::as_mut) {
+        if let Some(c) = live_mut(&mut self.conns, id) {
             c.close();
             mark_dirty(&mut self.dirty, c, id);
         }
@@ -592,7 +629,7 @@ impl<A: Default> TcpEngine<A> {
 
     /// Resets the connection and frees it at once.
     pub fn abort(&mut self, id: ConnId) {
-        let Some(c) = self.conns.get_mut(id.0 as usize).and_then(Option::as_mut) else {
+        let Some(c) = live_mut(&mut self.conns, id) else {
             return;
         };
         if c.state != State::SynSent {
@@ -631,9 +668,7 @@ impl<A: Default> TcpEngine<A> {
             remote_port: repr.src_port,
         };
         if let Some(&id) = self.flows.get(&key) {
-            let c = self.conns[id.0 as usize]
-                .as_mut()
-                .expect("flow maps to a live slot");
+            let c = live_mut(&mut self.conns, id).expect("flow maps to a live slot");
             // RFC 9293 §3.6.1: a new SYN may reopen a connection in TIME-WAIT
             // when its sequence number is above the old one's.
             if c.state == State::TimeWait
@@ -701,10 +736,10 @@ impl<A: Default> TcpEngine<A> {
         let iss = self.isn(&key, now);
         let id = self.alloc_slot();
         let conn = Conn::accept(key, repr, iss, now, &self.cfg);
-        self.conns[id.0 as usize] = Some(conn);
+        self.install(id, conn);
         self.flows.insert(key, id);
         self.account(None, Some(State::SynReceived));
-        let c = self.conns[id.0 as usize].as_mut().expect("just made");
+        let c = live_mut(&mut self.conns, id).expect("just made");
         mark_dirty(&mut self.dirty, c, id);
         self.rearm(id, now);
         Ok(())
@@ -775,7 +810,7 @@ impl<A: Default> TcpEngine<A> {
         );
         let out = conn.input(now, repr, &self.cfg, &mut self.buffers, &mut self.counters);
         let state = conn.state;
-        self.conns[id.0 as usize] = Some(conn);
+        self.install(id, conn);
         self.flows.insert(key, id);
         self.account(None, Some(state));
         self.counters.accepted += 1;
@@ -784,14 +819,19 @@ impl<A: Default> TcpEngine<A> {
         Ok(())
     }
 
+    /// A free slot, with the generation its next connection gets.
     fn alloc_slot(&mut self) -> ConnId {
-        match self.free.pop() {
-            Some(i) => ConnId(i),
-            None => {
-                self.conns.push(None);
-                ConnId(self.conns.len() as u32 - 1)
-            }
-        }
+        self.free.pop().unwrap_or_else(|| {
+            self.conns.push(None);
+            debug_assert!(self.conns.len() <= SLOT_MASK as usize + 1);
+            ConnId::new(self.conns.len() as u32 - 1, 0)
+        })
+    }
+
+    /// Puts a new connection in the slot `alloc_slot` gave.
+    fn install(&mut self, id: ConnId, mut conn: Conn<A>) {
+        conn.gen = id.gen();
+        self.conns[id.slot()] = Some(conn);
     }
 
     /// RFC 6528-style initial sequence number: a keyed hash of the 4-tuple
@@ -852,10 +892,7 @@ impl<A: Default> TcpEngine<A> {
             // A connection given up on (idle, retransmissions) is reset, so
             // a peer that is still there does not hang on it.
             if reason == CloseReason::TimedOut {
-                if let Some(c) = self.conns[id.0 as usize]
-                    .as_ref()
-                    .filter(|c| c.state.is_synchronized())
-                {
+                if let Some(c) = live(&self.conns, id).filter(|c| c.state.is_synchronized()) {
                     let (key, seq) = (c.key, c.snd_nxt);
                     self.queue_reset(key, seq, None);
                 }
@@ -863,7 +900,7 @@ impl<A: Default> TcpEngine<A> {
             self.release(id, reason);
             return;
         }
-        let c = self.conns[id.0 as usize].as_mut().expect("live");
+        let c = live_mut(&mut self.conns, id).expect("live");
         if out.send {
             mark_dirty(&mut self.dirty, c, id);
         }
@@ -871,7 +908,7 @@ impl<A: Default> TcpEngine<A> {
     }
 
     fn rearm(&mut self, id: ConnId, now: Instant) {
-        let c = self.conns[id.0 as usize].as_mut().expect("live");
+        let c = live_mut(&mut self.conns, id).expect("live");
         if let Some(at) = c.next_deadline(now, &self.cfg) {
             if c.armed_at.is_none_or(|a| at < a) {
                 c.armed_at = Some(at);
@@ -896,13 +933,16 @@ impl<A: Default> TcpEngine<A> {
 
     /// Frees a connection's slot, buffers and flow entry.
     fn release(&mut self, id: ConnId, reason: CloseReason) {
-        let Some(mut c) = self.conns[id.0 as usize].take() else {
+        if live(&self.conns, id).is_none() {
+            return;
+        }
+        let Some(mut c) = self.conns[id.slot()].take() else {
             return;
         };
         self.account(Some(c.state), None);
         c.release_buffers(&mut self.buffers);
         self.flows.remove(&c.key);
-        self.free.push(id.0);
+        self.free.push(id.next_gen());
         self.counters.closed += 1;
         if reason == CloseReason::TimedOut {
             self.counters.timeouts += 1;
@@ -919,7 +959,7 @@ impl<A: Default> TcpEngine<A> {
         let mut due = std::mem::take(&mut self.fired);
         self.timers.expire(now, |id, at| due.push((id, at)));
         for &(id, at) in &due {
-            let Some(c) = self.conns.get_mut(id.0 as usize).and_then(Option::as_mut) else {
+            let Some(c) = live_mut(&mut self.conns, id) else {
                 continue;
             };
             if c.armed_at != Some(at) {
@@ -997,7 +1037,7 @@ impl<A: Default> TcpEngine<A> {
         while i < self.dirty.len() {
             let id = self.dirty[i];
             i += 1;
-            let Some(c) = self.conns.get_mut(id.0 as usize).and_then(Option::as_mut) else {
+            let Some(c) = live_mut(&mut self.conns, id) else {
                 continue;
             };
             c.queued = false;
@@ -1198,6 +1238,30 @@ mod pair_tests {
             .expect("accepted");
         assert_eq!(p.b.state(cb), Some(State::Established));
         (p, ca, cb)
+    }
+
+    #[test]
+    fn a_handle_kept_past_its_connection_reaches_nothing() {
+        // An event not yet handled, a timer or a peer link can still name
+        // a connection that is gone; the next connection in its slot is
+        // not reached through it.
+        let (mut p, _, cb) = established(TcpConfig::default());
+        p.b.abort(cb);
+        let next = p.b.connect(p.now, key(B, 5001, A, 80)).unwrap();
+        assert_eq!(next.slot(), cb.slot(), "the slot is reused");
+        assert_ne!(next, cb);
+        assert_eq!(p.b.key(cb), None);
+        assert_eq!(p.b.state(cb), None);
+        assert!(p.b.app(cb).is_none());
+        assert_eq!(p.b.send(cb, b"stale"), 0);
+        assert_eq!(p.b.send_space(cb), 0);
+        p.b.close(cb);
+        p.b.abort(cb);
+        assert_eq!(p.b.splice(cb, next, usize::MAX), 0);
+        assert_eq!(p.b.key(next), Some(key(B, 5001, A, 80)));
+        p.run(1, 5);
+        assert_eq!(p.b.state(next), Some(State::Established), "untouched");
+        assert_eq!(p.b.send(next, b"fresh"), 5);
     }
 
     #[test]

@@ -90,17 +90,17 @@ mod tests {
     #[test]
     fn fires_in_time_and_not_before() {
         let mut w = TimerWheel::new(Instant::ZERO);
-        w.arm(ConnId(1), Instant::from_millis(5));
-        w.arm(ConnId(2), Instant::from_millis(10_000)); // beyond one turn
+        w.arm(ConnId::new(1, 0), Instant::from_millis(5));
+        w.arm(ConnId::new(2, 0), Instant::from_millis(10_000)); // beyond one turn
         let mut got = Vec::new();
         w.expire(Instant::from_millis(4), |c, _| got.push(c));
         assert!(got.is_empty());
         w.expire(Instant::from_millis(5), |c, _| got.push(c));
-        assert_eq!(got, vec![ConnId(1)]);
+        assert_eq!(got, vec![ConnId::new(1, 0)]);
         w.expire(Instant::from_millis(9_999), |c, _| got.push(c));
         assert_eq!(got.len(), 1, "a far timer survives earlier turns");
         w.expire(Instant::from_millis(10_001), |c, _| got.push(c));
-        assert_eq!(got, vec![ConnId(1), ConnId(2)]);
+        assert_eq!(got, vec![ConnId::new(1, 0), ConnId::new(2, 0)]);
         assert!(w.is_empty());
     }
 }
