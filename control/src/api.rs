@@ -12,6 +12,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -463,6 +464,23 @@ impl Reply {
     }
 }
 
+/// What a request handler makes of a request.
+#[derive(Debug)]
+pub enum Answer {
+    /// The reply, now.
+    Now(Reply),
+    /// The reply comes later on this channel, from work done off the
+    /// control thread (a capture): that client waits for it (its next
+    /// requests after), every other client is served meanwhile.
+    Later(mpsc::Receiver<Reply>),
+}
+
+impl From<Reply> for Answer {
+    fn from(reply: Reply) -> Self {
+        Self::Now(reply)
+    }
+}
+
 /// The listening control socket; the file is removed on drop.
 #[derive(Debug)]
 pub struct ControlSocket {
@@ -506,9 +524,11 @@ impl ControlSocket {
     /// Serves connections until `stop` is set. Requests are answered one
     /// at a time, in arrival order, by `handler` (on this thread), but any
     /// number of clients may stay connected (a `dpctl stats --watch` does
-    /// not hold up other commands). A malformed request gets an error reply;
-    /// a request line longer than [`MAX_REQUEST`] gets one and is closed.
-    pub fn serve(&self, stop: &AtomicBool, mut handler: impl FnMut(Request) -> Reply) {
+    /// not hold up other commands), and a reply that comes later
+    /// ([`Answer::Later`]) holds up only its own client. A malformed
+    /// request gets an error reply; a request line longer than
+    /// [`MAX_REQUEST`] gets one and is closed.
+    pub fn serve(&self, stop: &AtomicBool, mut handler: impl FnMut(Request) -> Answer) {
         let mut conns: Vec<Conn> = Vec::new();
         while !stop.load(Ordering::Relaxed) {
             let mut busy = false;
@@ -518,6 +538,7 @@ impl ControlSocket {
                         conns.push(Conn {
                             stream,
                             line: Vec::new(),
+                            waiting: None,
                         });
                     }
                     busy = true;
@@ -556,29 +577,56 @@ struct Conn {
     stream: UnixStream,
     /// Bytes of the request line read so far.
     line: Vec<u8>,
+    /// The reply to the last request, when it comes later.
+    waiting: Option<mpsc::Receiver<Reply>>,
 }
 
 impl Conn {
-    /// Reads what is there and answers each complete line. `Ok(true)` when
-    /// anything happened; an error (or end of input) ends the connection.
-    fn serve(&mut self, handler: &mut impl FnMut(Request) -> Reply) -> io::Result<bool> {
+    /// Sends a reply that came, reads what is there and answers each
+    /// complete line (not past one whose reply comes later). `Ok(true)`
+    /// when anything happened; an error (or end of input) ends the
+    /// connection.
+    fn serve(&mut self, handler: &mut impl FnMut(Request) -> Answer) -> io::Result<bool> {
         use std::io::Read;
-        let mut buf = [0u8; 4096];
-        let n = match self.stream.read(&mut buf) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(false),
-            Err(e) => return Err(e),
-        };
-        self.line.extend_from_slice(&buf[..n]);
-        while let Some(end) = self.line.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.line.drain(..=end).collect();
-            let reply = match serde_json::from_slice::<Request>(&line) {
-                Ok(req) => handler(req),
-                Err(e) => Reply::error(format!("malformed request: {e}")),
+        let mut progress = false;
+        if let Some(later) = &self.waiting {
+            let reply = match later.try_recv() {
+                Ok(reply) => reply,
+                Err(mpsc::TryRecvError::Empty) => return Ok(false),
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    Reply::error("the request's work ended without a reply")
+                }
             };
+            self.waiting = None;
             self.reply(&reply)?;
+            progress = true;
+        }
+        let mut buf = [0u8; 4096];
+        match self.stream.read(&mut buf) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                self.line.extend_from_slice(&buf[..n]);
+                progress = true;
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(e),
+        }
+        while self.waiting.is_none() {
+            let Some(end) = self.line.iter().position(|&b| b == b'\n') else {
+                break;
+            };
+            let line: Vec<u8> = self.line.drain(..=end).collect();
+            match serde_json::from_slice::<Request>(&line) {
+                Ok(req) => match handler(req) {
+                    Answer::Now(reply) => self.reply(&reply)?,
+                    Answer::Later(later) => self.waiting = Some(later),
+                },
+                Err(e) => self.reply(&Reply::error(format!("malformed request: {e}")))?,
+            }
         }
         if self.line.len() > MAX_REQUEST {
             self.reply(&Reply::error(format!(
@@ -586,7 +634,7 @@ impl Conn {
             )))?;
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
-        Ok(true)
+        Ok(progress)
     }
 
     /// Writes a reply (blocking, bounded by a timeout: replies are small
@@ -628,6 +676,15 @@ impl Client {
             writer: stream.try_clone()?,
             reader: BufReader::new(stream),
         })
+    }
+
+    /// How long [`Client::call`] waits for a reply (10 s unless set):
+    /// longer for requests that take long on purpose (a capture).
+    ///
+    /// # Errors
+    /// When the socket refuses the setting.
+    pub fn set_reply_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+        self.reader.get_ref().set_read_timeout(Some(timeout))
     }
 
     /// Sends a request and waits for its reply.
@@ -690,13 +747,16 @@ mod tests {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let server = std::thread::spawn(move || {
-            sock.serve(&stop2, |req| match req {
-                Request::Stats => Reply::ok(Body::Stats(Box::new(Stats {
-                    cores: vec![],
-                    total: CoreStats::default(),
-                    tsc_hz: 0,
-                }))),
-                _ => Reply::error("not in this test"),
+            sock.serve(&stop2, |req| {
+                match req {
+                    Request::Stats => Reply::ok(Body::Stats(Box::new(Stats {
+                        cores: vec![],
+                        total: CoreStats::default(),
+                        tsc_hz: 0,
+                    }))),
+                    _ => Reply::error("not in this test"),
+                }
+                .into()
             });
         });
         let mut c = Client::connect(&path).unwrap();
@@ -720,6 +780,63 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
         server.join().unwrap();
         assert!(!path.exists(), "socket removed on drop");
+    }
+
+    /// A reply that comes later holds up its own client only: another
+    /// client is answered meanwhile, and the waiting client's next request
+    /// is answered after its reply.
+    #[test]
+    fn a_later_reply_holds_up_only_its_client() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("control.sock");
+        let sock = ControlSocket::bind(&path).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let server = std::thread::spawn(move || {
+            sock.serve(&stop2, |req| match req {
+                Request::TicketsRotate => {
+                    let (tx, rx) = mpsc::channel();
+                    std::thread::spawn(move || {
+                        std::thread::sleep(Duration::from_millis(500));
+                        let _ = tx.send(Reply::error("slow work done"));
+                    });
+                    Answer::Later(rx)
+                }
+                // Work that ends without sending its reply.
+                Request::ConfigShow => Answer::Later(mpsc::channel().1),
+                _ => Reply::error("quick").into(),
+            });
+        });
+        let mut slow = Client::connect(&path).unwrap();
+        let t0 = std::time::Instant::now();
+        // Two requests at once: the second waits for the first's reply.
+        let mut two = serde_json::to_vec(&Request::TicketsRotate).unwrap();
+        two.push(b'\n');
+        two.extend(serde_json::to_vec(&Request::Stats).unwrap());
+        two.push(b'\n');
+        slow.writer.write_all(&two).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let mut quick = Client::connect(&path).unwrap();
+        let r = quick.call(&Request::Stats).unwrap();
+        assert_eq!(r.error.as_deref(), Some("quick"));
+        assert!(
+            t0.elapsed() < Duration::from_millis(400),
+            "answered while the other waits: {:?}",
+            t0.elapsed()
+        );
+        let mut line = String::new();
+        slow.reader.read_line(&mut line).unwrap();
+        let r: Reply = serde_json::from_str(&line).unwrap();
+        assert_eq!(r.error.as_deref(), Some("slow work done"));
+        assert!(t0.elapsed() >= Duration::from_millis(500));
+        line.clear();
+        slow.reader.read_line(&mut line).unwrap();
+        let r: Reply = serde_json::from_str(&line).unwrap();
+        assert_eq!(r.error.as_deref(), Some("quick"), "then the next request");
+        let r = slow.call(&Request::ConfigShow).unwrap();
+        assert!(r.error.unwrap().contains("ended without a reply"));
+        stop.store(true, Ordering::Relaxed);
+        server.join().unwrap();
     }
 
     #[test]

@@ -12,12 +12,13 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use control::api::{
-    Applied, Body, Captured, CertInfo, MemberInfo, PoolInfo, Reply, Request, Stats, VipCounters,
-    VipInfo,
+    Answer, Applied, Body, Captured, CertInfo, MemberInfo, PoolInfo, Reply, Request, Stats,
+    VipCounters, VipInfo,
 };
 use control::config::{Config, ConfigError};
 use crypto::certs::{Cert, CertStore};
@@ -82,6 +83,8 @@ pub struct Controller {
     links: Vec<ControlLink>,
     shared: Vec<(u32, Arc<SharedCounters>)>,
     tsc_hz: u64,
+    /// A capture is running (one at a time).
+    capturing: Arc<AtomicBool>,
 }
 
 impl Controller {
@@ -110,6 +113,7 @@ impl Controller {
             links,
             shared,
             tsc_hz,
+            capturing: Arc::new(AtomicBool::new(false)),
         };
         let built = c.build(&cfg, None, false)?;
         let snap = built.snapshot.clone();
@@ -128,8 +132,21 @@ impl Controller {
     }
 
     /// Answers everything but `status` and `drain` (which need the ports
-    /// and the drain flag: `daemon`).
-    pub fn handle(&mut self, req: &Request) -> Reply {
+    /// and the drain flag: `daemon`). A capture's reply comes later, from
+    /// its own thread.
+    pub fn handle(&mut self, req: &Request) -> Answer {
+        match req {
+            Request::Capture {
+                port,
+                count,
+                timeout_ms,
+                file,
+            } => self.capture(port, *count, *timeout_ms, file),
+            other => self.reply(other).into(),
+        }
+    }
+
+    fn reply(&mut self, req: &Request) -> Reply {
         if let Some(next) = control::change::apply(&self.cfg, req) {
             return match next {
                 Ok(next) => self.change(next, req),
@@ -162,12 +179,6 @@ impl Controller {
             }
             Request::ConfigShow => Reply::ok(Body::Config(self.cfg.to_toml())),
             Request::ConfigSave { path } => self.save(path.as_deref()),
-            Request::Capture {
-                port,
-                count,
-                timeout_ms,
-                file,
-            } => self.capture(port, *count, *timeout_ms, file),
             _ => Reply::error("not handled here"),
         }
     }
@@ -579,23 +590,29 @@ impl Controller {
     }
 
     /// Captures up to `count` frames of port `port` on every engine into a
-    /// pcap file.
-    fn capture(&self, port: &str, count: u32, timeout_ms: u32, file: &Path) -> Reply {
+    /// pcap file, within `timeout_ms`. The frames are gathered and written
+    /// on a thread of their own: the reply comes when the file is written,
+    /// and other requests are answered meanwhile. One capture at a time.
+    fn capture(&self, port: &str, count: u32, timeout_ms: u32, file: &Path) -> Answer {
         let Some(index) = self.cfg.ports.iter().position(|p| p.name == port) else {
             let names: Vec<&str> = self.cfg.ports.iter().map(|p| p.name.as_str()).collect();
             return Reply::error(format!(
                 "no port is named {port:?} (ports: {})",
                 names.join(", ")
-            ));
+            ))
+            .into();
         };
         if !(1..=100_000).contains(&count) {
-            return Reply::error("count must be 1 to 100000");
+            return Reply::error("count must be 1 to 100000").into();
         }
         if !(1..=60_000).contains(&timeout_ms) {
-            return Reply::error("timeout_ms must be 1 to 60000");
+            return Reply::error("timeout_ms must be 1 to 60000").into();
         }
         if !file.is_absolute() {
-            return Reply::error("the file must be an absolute path");
+            return Reply::error("the file must be an absolute path").into();
+        }
+        if self.capturing.swap(true, Ordering::AcqRel) {
+            return Reply::error("a capture is already running: try again when it ends").into();
         }
         let capture = Capture::new(count);
         for l in &self.links {
@@ -605,31 +622,52 @@ impl Controller {
             };
             if l.to_engine.push(msg).is_err() {
                 capture.stop();
-                return Reply::error(format!("engine {}'s ring is full", l.engine));
+                self.capturing.store(false, Ordering::Release);
+                return Reply::error(format!("engine {}'s ring is full", l.engine)).into();
             }
         }
+        let (tx, rx) = mpsc::channel();
+        let (capturing, file) = (self.capturing.clone(), file.to_path_buf());
         let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
-        let mut frames = Vec::with_capacity(count as usize);
-        while frames.len() < count as usize && Instant::now() < deadline {
-            match capture.frames.pop() {
-                Some(f) => frames.push(f),
-                None => std::thread::sleep(Duration::from_millis(5)),
-            }
+        let spawned = std::thread::Builder::new()
+            .name("capture".into())
+            .spawn(move || {
+                let reply = gather_and_write(&capture, count, deadline, &file);
+                capturing.store(false, Ordering::Release);
+                let _ = tx.send(reply);
+            });
+        if let Err(e) = spawned {
+            self.capturing.store(false, Ordering::Release);
+            return Reply::error(format!("cannot start the capture thread: {e}")).into();
         }
-        capture.stop();
-        std::thread::sleep(Duration::from_millis(5));
-        while let Some(f) = capture.frames.pop() {
-            frames.push(f);
+        Answer::Later(rx)
+    }
+}
+
+/// Takes a running capture's frames until `count` or `deadline`, stops it
+/// and writes the pcap file.
+fn gather_and_write(capture: &Capture, count: u32, deadline: Instant, file: &Path) -> Reply {
+    let mut frames = Vec::with_capacity(count as usize);
+    while frames.len() < count as usize && Instant::now() < deadline {
+        match capture.frames.pop() {
+            Some(f) => frames.push(f),
+            None => std::thread::sleep(Duration::from_millis(5)),
         }
-        frames.sort_by_key(|f| f.unix_ns);
-        frames.truncate(count as usize);
-        match write_pcap(file, &frames) {
-            Ok(()) => Reply::ok(Body::Captured(Captured {
-                file: file.to_path_buf(),
-                packets: frames.len() as u32,
-            })),
-            Err(e) => Reply::error(format!("cannot write {}: {e}", file.display())),
-        }
+    }
+    capture.stop();
+    // Engines see the stop at their next tick: what they copied before.
+    std::thread::sleep(Duration::from_millis(5));
+    while let Some(f) = capture.frames.pop() {
+        frames.push(f);
+    }
+    frames.sort_by_key(|f| f.unix_ns);
+    frames.truncate(count as usize);
+    match write_pcap(file, &frames) {
+        Ok(()) => Reply::ok(Body::Captured(Captured {
+            file: file.to_path_buf(),
+            packets: frames.len() as u32,
+        })),
+        Err(e) => Reply::error(format!("cannot write {}: {e}", file.display())),
     }
 }
 

@@ -652,6 +652,7 @@ pub fn run(
                         hugepages_in_use: plan.use_hugepages,
                         config_version: controller.stats().total.config_version,
                     }))
+                    .into()
                 }
                 Request::Drain => {
                     if !drain.swap(true, Ordering::Relaxed) {
@@ -660,6 +661,7 @@ pub fn run(
                     Reply::ok(Body::Drain(DrainState {
                         open_connections: open_connections(&controller.stats().total),
                     }))
+                    .into()
                 }
                 other => controller.handle(&other),
             });

@@ -401,6 +401,40 @@ fn every_dpctl_command_against_a_running_dpd() {
         &["capture", "--port", "nope", "--file", "/tmp/x.pcap"]
     )
     .contains("no port is named \"nope\""));
+    // A capture longer than dpctl's usual 10 s wait for a reply: dpctl
+    // waits it out, other commands are answered meanwhile, and a second
+    // capture is refused while it runs.
+    let long = {
+        let (sock, pcap) = (dpd.socket.clone(), dpd.dir.path().join("long.pcap"));
+        std::thread::spawn(move || {
+            run(Command::new(bin("dpctl"))
+                .arg("--socket")
+                .arg(sock)
+                .args(["capture", "--port", "p0", "--count", "100000"])
+                .args(["--timeout", "11", "--file"])
+                .arg(pcap))
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = std::time::Instant::now();
+    assert!(ok(&dpd, &["status"]).contains("p0"));
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "status answered during a capture in {:?}",
+        t0.elapsed()
+    );
+    assert!(refused(
+        &dpd,
+        &["capture", "--port", "p0", "--file", "/tmp/second.pcap"]
+    )
+    .contains("a capture is already running"));
+    let out = long.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("frames written"));
 
     // config show / save (to a file, and back to dpd's own file)
     let shown = ok(&dpd, &["config", "show"]);

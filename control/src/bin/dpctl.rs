@@ -475,6 +475,14 @@ fn main() -> ExitCode {
     {
         return watch(&mut client, &cli.socket, secs, count, per_core, cli.json);
     }
+    if let Request::Capture { timeout_ms, .. } = &req {
+        // dpd answers once the capture ends: wait that long, and then some.
+        let wait = std::time::Duration::from_millis(u64::from(*timeout_ms))
+            + std::time::Duration::from_secs(10);
+        if let Err(e) = client.set_reply_timeout(wait) {
+            return unreachable_dpd(&cli.socket, &e);
+        }
+    }
     let reply = match client.call(&req) {
         Ok(r) => r,
         Err(e) => return unreachable_dpd(&cli.socket, &e),
