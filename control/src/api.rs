@@ -47,6 +47,12 @@ pub enum Request {
     VipAdd {
         vip: Vip,
     },
+    /// Changes a VIP in place (certificates, pool, TLS policy): new
+    /// connections get the change, open ones keep what they started with.
+    VipSet {
+        name: String,
+        change: VipChange,
+    },
     /// Stops taking connections on the VIP; open ones go on.
     VipRemove {
         name: String,
@@ -177,6 +183,51 @@ pub struct VipInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<crate::config::TlsSettings>,
     pub counters: VipCounters,
+}
+
+/// What `vip set` changes on a VIP; what is absent stays as it is. TLS
+/// fields change that one part of the policy (`[vip.tls]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VipChange {
+    /// Certificates by `[[cert]]` name, the first the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certs: Option<Vec<String>>,
+    /// Forward to this pool from now on ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// ... or answer with the built-in responder.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub builtin: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_versions: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_suites: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_groups: Option<Vec<String>>,
+    /// ALPN protocols (`[]`: ALPN off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alpn: Option<Vec<String>>,
+    /// Session tickets: on with these settings, or off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tickets: Option<TicketsChange>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefer_client_order: Option<bool>,
+}
+
+/// Session tickets in a [`VipChange`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TicketsChange {
+    Off,
+    On(crate::config::TicketSettings),
+}
+
+impl VipChange {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// Counters of one VIP.

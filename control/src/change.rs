@@ -4,8 +4,8 @@
 //! engines' snapshot from the result, or refuses the change and keeps the
 //! running configuration as it was.
 
-use crate::api::Request;
-use crate::config::{Config, ConfigError, MemberState};
+use crate::api::{Request, TicketsChange, VipChange};
+use crate::config::{CertRef, Config, ConfigError, MemberState, Respond, TlsSettings};
 
 /// The configuration after `req`, or `None` when `req` changes nothing
 /// (a query).
@@ -24,6 +24,9 @@ pub fn apply(cfg: &Config, req: &Request) -> Option<Result<Config, ConfigError>>
                 next.name_certs_in_place();
                 Ok(())
             }
+        }
+        Request::VipSet { name, change } => {
+            vip_index(cfg, name).and_then(|i| set_vip(&mut next, i, change))
         }
         Request::VipRemove { name } => vip_index(cfg, name).map(|i| {
             next.vips.remove(i);
@@ -127,6 +130,66 @@ pub fn apply(cfg: &Config, req: &Request) -> Option<Result<Config, ConfigError>>
     Some(result.and_then(|()| next.validate().map(|()| next)))
 }
 
+/// Applies `change` to VIP `i` of `next` (validated with the rest).
+fn set_vip(next: &mut Config, i: usize, change: &VipChange) -> Result<(), ConfigError> {
+    let vip = &mut next.vips[i];
+    if change.is_empty() {
+        return Err(ConfigError::new(
+            format!("vip[{i}]"),
+            &vip.name,
+            "nothing to change (give certificates, a pool or TLS settings)",
+        ));
+    }
+    if change.builtin && change.pool.is_some() {
+        return Err(ConfigError::new(
+            format!("vip[{i}].pool"),
+            change.pool.as_deref().unwrap_or_default(),
+            "either a pool or the built-in responder, not both",
+        ));
+    }
+    if let Some(certs) = &change.certs {
+        vip.certs = certs.iter().map(|c| CertRef::Name(c.clone())).collect();
+    }
+    if let Some(pool) = &change.pool {
+        vip.pool = Some(pool.clone());
+        vip.respond = None;
+    }
+    if change.builtin {
+        vip.pool = None;
+        vip.respond = Some(Respond::Builtin);
+    }
+    let tls_given = change.tls_versions.is_some()
+        || change.tls_suites.is_some()
+        || change.tls_groups.is_some()
+        || change.alpn.is_some()
+        || change.tickets.is_some()
+        || change.prefer_client_order.is_some();
+    if tls_given {
+        let tls = vip.tls.get_or_insert_with(TlsSettings::default);
+        if let Some(v) = &change.tls_versions {
+            tls.versions.clone_from(v);
+        }
+        if let Some(v) = &change.tls_suites {
+            tls.suites.clone_from(v);
+        }
+        if let Some(v) = &change.tls_groups {
+            tls.groups.clone_from(v);
+        }
+        if let Some(v) = &change.alpn {
+            tls.alpn = Some(v.clone());
+        }
+        match &change.tickets {
+            Some(TicketsChange::Off) => tls.tickets = None,
+            Some(TicketsChange::On(t)) => tls.tickets = Some(t.clone()),
+            None => {}
+        }
+        if let Some(p) = change.prefer_client_order {
+            tls.prefer_client_order = p;
+        }
+    }
+    Ok(())
+}
+
 fn vip_index(cfg: &Config, name: &str) -> Result<usize, ConfigError> {
     cfg.vips
         .iter()
@@ -168,7 +231,7 @@ fn exists(field: &str, name: &str, what: &str) -> ConfigError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{CertRef, Member, NamedCert, Vip};
+    use crate::config::{Member, NamedCert, Vip};
 
     const BASE: &str = r#"
         [eal]
@@ -204,6 +267,100 @@ mod tests {
 
     fn refused(req: Request) -> ConfigError {
         apply(&base(), &req).expect("a change").unwrap_err()
+    }
+
+    fn set(change: VipChange) -> Request {
+        Request::VipSet {
+            name: "https".into(),
+            change,
+        }
+    }
+
+    #[test]
+    fn vip_set_changes_only_what_is_given() {
+        let c = changed(set(VipChange {
+            tls_versions: Some(vec!["TLSv1.3".into()]),
+            ..VipChange::default()
+        }));
+        let tls = c.vips[0].tls.as_ref().expect("a policy now");
+        assert_eq!(tls.versions, ["TLSv1.3"]);
+        assert!(tls.suites.is_empty() && tls.tickets.is_none());
+        assert_eq!(c.vips[0].certs, base().vips[0].certs);
+        assert_eq!(c.vips[0].pool.as_deref(), Some("web"));
+        // Then tickets on: the versions stay.
+        let tickets = TicketsChange::On(crate::config::TicketSettings {
+            rotate_s: 600,
+            key_file: None,
+        });
+        let c = apply(
+            &c,
+            &set(VipChange {
+                tickets: Some(tickets),
+                ..VipChange::default()
+            }),
+        )
+        .unwrap()
+        .unwrap();
+        let tls = c.vips[0].tls.as_ref().unwrap();
+        assert_eq!(tls.versions, ["TLSv1.3"]);
+        assert_eq!(tls.tickets.as_ref().map(|t| t.rotate_s), Some(600));
+        let c = apply(
+            &c,
+            &set(VipChange {
+                tickets: Some(TicketsChange::Off),
+                ..VipChange::default()
+            }),
+        )
+        .unwrap()
+        .unwrap();
+        assert!(c.vips[0].tls.as_ref().unwrap().tickets.is_none());
+        // Another pool, then the built-in responder.
+        let c = changed(set(VipChange {
+            pool: Some("spare".into()),
+            ..VipChange::default()
+        }));
+        assert_eq!(c.vips[0].pool.as_deref(), Some("spare"));
+        let c = changed(set(VipChange {
+            builtin: true,
+            ..VipChange::default()
+        }));
+        assert_eq!(c.vips[0].pool, None);
+        assert_eq!(c.vips[0].respond, Some(Respond::Builtin));
+    }
+
+    #[test]
+    fn vip_set_refusals_name_the_field() {
+        let e = refused(set(VipChange::default()));
+        assert!(e.to_string().contains("nothing to change"), "{e}");
+        let e = refused(set(VipChange {
+            pool: Some("spare".into()),
+            builtin: true,
+            ..VipChange::default()
+        }));
+        assert!(e.to_string().contains("not both"), "{e}");
+        let e = refused(set(VipChange {
+            pool: Some("nope".into()),
+            ..VipChange::default()
+        }));
+        assert!(e.field.starts_with("vip[0]"), "{e}");
+        let e = refused(set(VipChange {
+            certs: Some(vec!["nope".into()]),
+            ..VipChange::default()
+        }));
+        assert!(e.to_string().contains("no [[cert]] has this name"), "{e}");
+        let e = apply(
+            &base(),
+            &Request::VipSet {
+                name: "ghost".into(),
+                change: VipChange {
+                    builtin: true,
+                    ..VipChange::default()
+                },
+            },
+        )
+        .unwrap()
+        .unwrap_err();
+        assert!(e.to_string().contains("no VIP has this name"), "{e}");
     }
 
     fn vip(name: &str, listen: &str) -> Vip {

@@ -186,6 +186,7 @@ impl Controller {
     fn change(&mut self, next: Config, req: &Request) -> Reply {
         let (reload, what) = match req {
             Request::VipAdd { vip } => (None, format!("VIP {} added", vip.name)),
+            Request::VipSet { name, .. } => (None, format!("VIP {name} changed")),
             Request::VipRemove { name } => (None, format!("VIP {name} removed")),
             Request::VipEnable { name } => (None, format!("VIP {name} enabled")),
             Request::VipDisable { name } => (None, format!("VIP {name} disabled")),

@@ -265,6 +265,57 @@ fn every_dpctl_command_against_a_running_dpd() {
         "TLS 1.2 refused on the TLS 1.3-only VIP"
     );
     assert!(ok(&dpd, &["vip", "show", "strict"]).contains("tls policy   versions TLSv1.3;"));
+    // vip set: the policy changed in place, only the part given.
+    let tls12 = |lab: &Lab| {
+        lab.client(&[
+            "curl",
+            "-sS",
+            "--max-time",
+            "5",
+            "--tls-max",
+            "1.2",
+            "--cacert",
+            &format!("{c}/ca.pem"),
+            "--resolve",
+            &strict_resolve,
+            strict,
+        ])
+        .status
+        .success()
+    };
+    ok(
+        &dpd,
+        &["vip", "set", "strict", "--tls-version", "TLSv1.2,TLSv1.3"],
+    );
+    assert!(tls12(&lab), "TLS 1.2 taken once the VIP allows it");
+    ok(&dpd, &["vip", "set", "strict", "--tickets", "600"]);
+    let shown = ok(&dpd, &["vip", "show", "strict"]);
+    assert!(
+        shown.contains("versions TLSv1.2, TLSv1.3;") && shown.contains("rotated every 600 s"),
+        "versions kept, tickets on: {shown}"
+    );
+    // Bad changes are refused and change nothing.
+    assert!(refused(&dpd, &["vip", "set", "strict"]).contains("nothing to change"));
+    assert!(refused(&dpd, &["vip", "set", "strict", "--cert", "nope"]).contains("no [[cert]]"));
+    assert!(
+        refused(&dpd, &["vip", "set", "ghost", "--tls-version", "TLSv1.3"])
+            .contains("no VIP has this name")
+    );
+    // A policy dpd cannot build (checked where TLS configurations are made).
+    assert!(refused(&dpd, &["vip", "set", "strict", "--tls-version", "SSLv3"]).contains("SSLv3"));
+    assert!(tls12(&lab), "the refused changes left the policy as it was");
+    ok(
+        &dpd,
+        &[
+            "vip",
+            "set",
+            "strict",
+            "--tls-version",
+            "TLSv1.3",
+            "--no-tickets",
+        ],
+    );
+    assert!(!tls12(&lab), "TLS 1.3 only again");
     let err = refused(
         &dpd,
         &[

@@ -10,8 +10,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{CommandFactory, Parser, Subcommand};
-use control::api::{Body, CertInfo, Client, CoreStats, PoolInfo, Reply, Request, Stats, VipInfo};
-use control::config::{CertRef, Member, MemberState, NamedCert, Vip};
+use control::api::{
+    Body, CertInfo, Client, CoreStats, PoolInfo, Reply, Request, Stats, TicketsChange, VipChange,
+    VipInfo,
+};
+use control::config::{CertRef, Member, MemberState, NamedCert, TicketSettings, Vip};
 use serde_json::json;
 
 #[derive(Parser, Debug)]
@@ -124,6 +127,26 @@ enum VipCmd {
         #[command(flatten)]
         tls: Box<TlsArgs>,
     },
+    /// Change a VIP in place: certificates, pool, TLS policy (only what is
+    /// given). New connections get the change; open ones keep theirs.
+    Set {
+        name: String,
+        /// Certificate names, replacing the VIP's (repeat; the first is
+        /// the default).
+        #[arg(long = "cert")]
+        certs: Vec<String>,
+        /// Forward new connections to this pool ...
+        #[arg(long, conflicts_with = "builtin")]
+        pool: Option<String>,
+        /// ... or answer them with the built-in HTTP responder.
+        #[arg(long)]
+        builtin: bool,
+        #[command(flatten)]
+        tls: Box<TlsArgs>,
+        /// Turn session tickets off.
+        #[arg(long, conflicts_with = "tickets")]
+        no_tickets: bool,
+    },
     /// Remove a VIP: no new connections; open ones go on.
     Remove {
         name: String,
@@ -213,6 +236,38 @@ impl TlsArgs {
         serde_json::from_value(t)
             .map(Some)
             .map_err(|e| format!("TLS policy: {e}"))
+    }
+}
+
+impl TlsArgs {
+    /// A `vip set` change: only what was given.
+    fn change(
+        &self,
+        certs: &[String],
+        pool: &Option<String>,
+        builtin: bool,
+        no_tickets: bool,
+    ) -> VipChange {
+        let given = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
+        let tickets = match (self.tickets, no_tickets) {
+            (_, true) => Some(TicketsChange::Off),
+            (Some(rotate_s), false) => Some(TicketsChange::On(TicketSettings {
+                rotate_s,
+                key_file: self.ticket_key_file.as_deref().map(absolute),
+            })),
+            (None, false) => None,
+        };
+        VipChange {
+            certs: (!certs.is_empty()).then(|| certs.to_vec()),
+            pool: pool.clone(),
+            builtin,
+            tls_versions: given(&self.versions),
+            tls_suites: given(&self.suites),
+            tls_groups: given(&self.groups),
+            alpn: given(&self.alpn).map(|a| a.into_iter().filter(|p| p != "none").collect()),
+            tickets,
+            prefer_client_order: None,
+        }
     }
 }
 
@@ -335,6 +390,17 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
                     tls: tls.settings()?,
                     enabled: !disabled,
                 },
+            },
+            VipCmd::Set {
+                name,
+                certs,
+                pool,
+                builtin,
+                tls,
+                no_tickets,
+            } => Request::VipSet {
+                name: name.clone(),
+                change: tls.change(certs, pool, *builtin, *no_tickets),
             },
             VipCmd::Remove { name } => Request::VipRemove { name: name.clone() },
             VipCmd::Enable { name } => Request::VipEnable { name: name.clone() },
