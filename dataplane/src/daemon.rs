@@ -578,8 +578,9 @@ pub fn run(
     let relay = {
         let (stop, links, news) = (engine_stop.clone(), links.clone(), health_news.clone());
         std::thread::spawn(move || {
+            let mut relay = crate::snapshot::HealthRelay::new(links.len());
             while !stop.load(Ordering::Relaxed) {
-                crate::snapshot::relay_health(&news, &links);
+                relay.relay(&news, &links);
                 std::thread::sleep(Duration::from_millis(5));
             }
         })

@@ -105,22 +105,55 @@ impl HealthShare {
 }
 
 /// Relays health news from the engine that found it to every other engine
-/// (the control thread's side; called every few milliseconds).
-pub fn relay_health(news: &ArrayQueue<HealthNews>, links: &[ControlLink]) {
-    while let Some(n) = news.pop() {
-        for l in links {
-            // An engine's ring holds 256 messages and is read every 1 ms;
-            // when full, the news is dropped for that engine (logged).
-            if l.to_engine.push(ToEngine::Health(n.clone())).is_err() {
-                log::warn!(
-                    "pool {}: engine {} missed that member {} is {}",
-                    n.pool,
-                    l.engine,
-                    n.addr,
-                    if n.up { "up" } else { "down" }
-                );
+/// (the control thread's side; [`HealthRelay::relay`] every few
+/// milliseconds). News an engine's ring has no room for waits here, only
+/// the latest per member, so an engine that was busy still learns every
+/// member's last state; the ring's last [`RING_RESERVE`] places are left
+/// to the control thread's own requests.
+#[derive(Debug)]
+pub struct HealthRelay {
+    /// Per engine, news not yet in its ring (at most one per member).
+    waiting: Vec<Vec<HealthNews>>,
+}
+
+/// Places of an engine's ring health news leaves free.
+pub const RING_RESERVE: usize = 16;
+
+impl HealthRelay {
+    pub fn new(engines: usize) -> Self {
+        Self {
+            waiting: vec![Vec::new(); engines],
+        }
+    }
+
+    /// Takes the engines' news and hands each engine what its ring has
+    /// room for.
+    pub fn relay(&mut self, news: &ArrayQueue<HealthNews>, links: &[ControlLink]) {
+        while let Some(n) = news.pop() {
+            for waiting in &mut self.waiting {
+                // An older state of the same member is stale now.
+                waiting.retain(|w| w.pool != n.pool || w.addr != n.addr);
+                waiting.push(n.clone());
             }
         }
+        for (l, waiting) in links.iter().zip(&mut self.waiting) {
+            let room = l.to_engine.capacity().saturating_sub(RING_RESERVE);
+            let mut sent = 0;
+            for n in waiting.iter() {
+                if l.to_engine.len() >= room
+                    || l.to_engine.push(ToEngine::Health(n.clone())).is_err()
+                {
+                    break;
+                }
+                sent += 1;
+            }
+            waiting.drain(..sent);
+        }
+    }
+
+    /// News waiting for engine `engine`'s ring.
+    pub fn waiting(&self, engine: usize) -> usize {
+        self.waiting.get(engine).map_or(0, Vec::len)
     }
 }
 
@@ -284,6 +317,46 @@ mod tests {
             per_engine[usize::from(owners[0])] += 1;
         }
         assert!(per_engine.iter().all(|&n| n > 60), "{per_engine:?}");
+    }
+
+    /// An engine whose ring is full misses no member's last state, and
+    /// the ring keeps room for the control thread's requests.
+    #[test]
+    fn health_news_waits_for_a_busy_engine_latest_state_only() {
+        let links = ControlLink::new_set(2);
+        let (_, news) = HealthShare::new_set(2);
+        let mut relay = HealthRelay::new(2);
+        let member = |port, up| HealthNews {
+            pool: "web".into(),
+            addr: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), port),
+            up,
+        };
+        // Engine 1 is busy: its ring is full up to the reserve.
+        let ring = &links[1].to_engine;
+        while ring.len() < ring.capacity() - RING_RESERVE {
+            ring.push(ToEngine::Pools).unwrap();
+        }
+        for n in [member(80, false), member(81, false), member(80, true)] {
+            news.push(n).unwrap();
+        }
+        relay.relay(&news, &links);
+        let got = |l: &ControlLink| {
+            let mut v = Vec::new();
+            while let Some(m) = l.to_engine.pop() {
+                if let ToEngine::Health(n) = m {
+                    v.push((n.addr.port(), n.up));
+                }
+            }
+            v
+        };
+        assert_eq!(got(&links[0]), [(81, false), (80, true)]);
+        assert_eq!(ring.len(), ring.capacity() - RING_RESERVE, "reserve kept");
+        assert_eq!(relay.waiting(1), 2);
+        // Once engine 1 read its ring: the latest state of each member.
+        assert_eq!(got(&links[1]), []);
+        relay.relay(&news, &links);
+        assert_eq!(got(&links[1]), [(81, false), (80, true)]);
+        assert_eq!(relay.waiting(1), 0);
     }
 
     #[test]
