@@ -2,19 +2,18 @@
 //! on one end builds frames with smoltcp::wire, the engine on the other end
 //! answers.
 
+mod common;
+
+use common::arp_frame as arp;
+
 use std::net::Ipv4Addr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use dataplane::engine::{Engine, EngineConfig};
-use dataplane::net::InterfaceConfig;
-use dataplane::port::{link, MemBuf, MemPort, PacketBuf, Port};
-use dataplane::stats::{DropReason, SharedCounters};
-use dataplane::time::Instant;
+use dataplane::stats::DropReason;
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
-    EthernetRepr, Icmpv4Packet, Icmpv4Repr, IpProtocol, Ipv4Packet, Ipv4Repr,
+    Icmpv4Packet, Icmpv4Repr, IpProtocol, Ipv4Packet, Ipv4Repr,
 };
 
 const DUT_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x01]);
@@ -25,90 +24,10 @@ const HOST_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
 const GW_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 254);
 const FAR_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 7);
 
-struct Lab {
-    engine: Engine<MemPort>,
-    host: MemPort,
-    now: Instant,
-}
+type Lab = common::MemLab;
 
-impl Lab {
-    fn new(gateway: Option<Ipv4Addr>) -> Self {
-        let (dut, host) = link(DUT_MAC, HOST_MAC, 256, 1024);
-        let mut engine = Engine::new(EngineConfig::default(), Arc::new(SharedCounters::default()));
-        engine.add_port(
-            dut,
-            InterfaceConfig {
-                mac: DUT_MAC,
-                addr: DUT_IP,
-                prefix_len: 24,
-                gateway,
-            },
-        );
-        Self {
-            engine,
-            host,
-            now: Instant::from_millis(1),
-        }
-    }
-
-    /// Sends frames from the host, runs the engine, returns what came back.
-    fn exchange(&mut self, frames: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
-        let mut batch: Vec<MemBuf> = frames
-            .into_iter()
-            .map(|f| {
-                let mut b = self.host.alloc().unwrap();
-                b.set_len(f.len());
-                b.data_mut().copy_from_slice(&f);
-                b
-            })
-            .collect();
-        self.host.tx_burst(self.now, &mut batch);
-        assert!(batch.is_empty());
-        self.now = self.now + Duration::from_micros(10);
-        while self.engine.poll(self.now) > 0 {}
-        let mut got = Vec::new();
-        self.host.rx_burst(self.now, &mut got, 1024);
-        got.iter().map(|b| b.data().to_vec()).collect()
-    }
-
-    fn advance(&mut self, d: Duration) -> Vec<Vec<u8>> {
-        self.now = self.now + d;
-        self.exchange(Vec::new())
-    }
-
-    fn dropped(&self, r: DropReason) -> u64 {
-        self.engine.counters().dropped(r)
-    }
-}
-
-fn arp(
-    op: ArpOperation,
-    src_mac: EthernetAddress,
-    src_ip: Ipv4Addr,
-    dst_mac: EthernetAddress,
-    target_ip: Ipv4Addr,
-) -> Vec<u8> {
-    let repr = ArpRepr::EthernetIpv4 {
-        operation: op,
-        source_hardware_addr: src_mac,
-        source_protocol_addr: src_ip,
-        target_hardware_addr: if op == ArpOperation::Request {
-            EthernetAddress([0; 6])
-        } else {
-            dst_mac
-        },
-        target_protocol_addr: target_ip,
-    };
-    let mut buf = vec![0u8; 14 + repr.buffer_len()];
-    let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
-    EthernetRepr {
-        src_addr: src_mac,
-        dst_addr: dst_mac,
-        ethertype: EthernetProtocol::Arp,
-    }
-    .emit(&mut frame);
-    repr.emit(&mut ArpPacket::new_unchecked(frame.payload_mut()));
-    buf
+fn new_lab(gateway: Option<Ipv4Addr>) -> Lab {
+    Lab::new(DUT_MAC, HOST_MAC, DUT_IP, gateway)
 }
 
 fn arp_request(target: Ipv4Addr) -> Vec<u8> {
@@ -141,19 +60,12 @@ fn ping(
         payload_len: icmp.buffer_len(),
         hop_limit: 64,
     };
-    let mut buf = vec![0u8; 14 + ip.buffer_len() + icmp.buffer_len()];
-    let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
-    EthernetRepr {
-        src_addr: src_mac,
-        dst_addr: DUT_MAC,
-        ethertype: EthernetProtocol::Ipv4,
-    }
-    .emit(&mut frame);
-    let caps = ChecksumCapabilities::default();
-    let mut ipp = Ipv4Packet::new_unchecked(frame.payload_mut());
-    ip.emit(&mut ipp, &caps);
-    icmp.emit(&mut Icmpv4Packet::new_unchecked(ipp.payload_mut()), &caps);
-    buf
+    common::ipv4_frame(src_mac, DUT_MAC, &ip, |payload| {
+        icmp.emit(
+            &mut Icmpv4Packet::new_unchecked(payload),
+            &ChecksumCapabilities::default(),
+        );
+    })
 }
 
 /// Parses an echo reply: (eth dst, ip src, ip dst, ident, seq, data).
@@ -186,7 +98,7 @@ fn parse_echo_reply(f: &[u8]) -> (EthernetAddress, Ipv4Addr, Ipv4Addr, u16, u16,
 
 #[test]
 fn answers_arp_for_its_address_and_learns_the_sender() {
-    let mut lab = Lab::new(None);
+    let mut lab = new_lab(None);
     let replies = lab.exchange(vec![arp_request(DUT_IP)]);
     assert_eq!(replies.len(), 1);
     let f = &replies[0];
@@ -215,7 +127,7 @@ fn answers_arp_for_its_address_and_learns_the_sender() {
 
 #[test]
 fn ignores_arp_for_other_addresses() {
-    let mut lab = Lab::new(None);
+    let mut lab = new_lab(None);
     assert!(lab
         .exchange(vec![arp_request(Ipv4Addr::new(10, 77, 0, 9))])
         .is_empty());
@@ -228,7 +140,7 @@ fn ignores_arp_for_other_addresses() {
 
 #[test]
 fn echo_reply_mirrors_ident_seq_and_data() {
-    let mut lab = Lab::new(None);
+    let mut lab = new_lab(None);
     lab.exchange(vec![arp_request(DUT_IP)]);
     let data: Vec<u8> = (0..56u8).collect();
     let replies = lab.exchange(vec![ping(HOST_MAC, HOST_IP, DUT_IP, 0x1234, 7, &data)]);
@@ -244,7 +156,7 @@ fn echo_reply_mirrors_ident_seq_and_data() {
 
 #[test]
 fn padded_request_gets_unpadded_reply() {
-    let mut lab = Lab::new(None);
+    let mut lab = new_lab(None);
     lab.exchange(vec![arp_request(DUT_IP)]);
     let mut req = ping(HOST_MAC, HOST_IP, DUT_IP, 1, 1, b"hi");
     let ip_end = req.len();
@@ -256,7 +168,7 @@ fn padded_request_gets_unpadded_reply() {
 
 #[test]
 fn unknown_neighbour_is_resolved_then_answered() {
-    let mut lab = Lab::new(None);
+    let mut lab = new_lab(None);
     // No ARP from the host first: the engine must ask.
     let out = lab.exchange(vec![ping(HOST_MAC, HOST_IP, DUT_IP, 9, 1, b"x")]);
     assert_eq!(out.len(), 1, "an ARP request, no reply yet");
@@ -283,7 +195,7 @@ fn unknown_neighbour_is_resolved_then_answered() {
 
 #[test]
 fn unanswered_resolution_drops_after_timeout() {
-    let mut lab = Lab::new(None);
+    let mut lab = new_lab(None);
     assert_eq!(
         lab.exchange(vec![ping(HOST_MAC, HOST_IP, DUT_IP, 9, 1, b"x")])
             .len(),
@@ -305,7 +217,7 @@ fn unanswered_resolution_drops_after_timeout() {
 
 #[test]
 fn off_subnet_replies_go_through_the_resolved_gateway() {
-    let mut lab = Lab::new(Some(GW_IP));
+    let mut lab = new_lab(Some(GW_IP));
     // The first tick asks for the gateway.
     let out = lab.advance(Duration::from_millis(2));
     assert_eq!(out.len(), 1);
@@ -328,7 +240,7 @@ fn off_subnet_replies_go_through_the_resolved_gateway() {
 
 #[test]
 fn off_subnet_without_gateway_is_no_route() {
-    let mut lab = Lab::new(None);
+    let mut lab = new_lab(None);
     assert!(lab
         .exchange(vec![ping(GW_MAC, FAR_IP, DUT_IP, 5, 5, b"far")])
         .is_empty());
@@ -337,7 +249,7 @@ fn off_subnet_without_gateway_is_no_route() {
 
 #[test]
 fn bad_frames_are_counted_by_reason_and_the_engine_carries_on() {
-    let mut lab = Lab::new(None);
+    let mut lab = new_lab(None);
     lab.exchange(vec![arp_request(DUT_IP)]);
     let good = ping(HOST_MAC, HOST_IP, DUT_IP, 1, 1, b"payload");
 
@@ -398,7 +310,7 @@ fn bad_frames_are_counted_by_reason_and_the_engine_carries_on() {
 #[test]
 fn random_and_mutated_frames_never_panic() {
     // A small property test: every frame is either answered or counted.
-    let mut lab = Lab::new(Some(GW_IP));
+    let mut lab = new_lab(Some(GW_IP));
     lab.exchange(vec![arp_request(DUT_IP)]);
     let seeds = [
         ping(HOST_MAC, HOST_IP, DUT_IP, 1, 1, &[7u8; 40]),

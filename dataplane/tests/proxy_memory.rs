@@ -3,22 +3,17 @@
 //! segment, so the order frames reach the engine in one burst is chosen,
 //! not left to timing.
 
+mod common;
+
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::Arc;
 use std::time::Duration;
 
 use dataplane::app::health::{HealthCheck, HealthKind};
 use dataplane::app::pool::{Balance, Member, MemberState, Pool};
-use dataplane::engine::{Engine, EngineConfig};
-use dataplane::net::InterfaceConfig;
-use dataplane::port::{link, MemBuf, MemPort, PacketBuf, Port};
-use dataplane::stats::SharedCounters;
-use dataplane::time::Instant;
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
-    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
-    EthernetRepr, IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr,
-    TcpSeqNumber,
+    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol, IpAddress,
+    IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
 };
 
 const DUT_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x01]);
@@ -89,24 +84,14 @@ impl Seg {
             payload_len: tcp.buffer_len(),
             hop_limit: 64,
         };
-        let mut buf = vec![0u8; 14 + ip.buffer_len() + tcp.buffer_len()];
-        let mut eth = EthernetFrame::new_unchecked(&mut buf[..]);
-        EthernetRepr {
-            src_addr: HOST_MAC,
-            dst_addr: DUT_MAC,
-            ethertype: EthernetProtocol::Ipv4,
-        }
-        .emit(&mut eth);
-        let caps = ChecksumCapabilities::default();
-        let mut ipp = Ipv4Packet::new_unchecked(eth.payload_mut());
-        ip.emit(&mut ipp, &caps);
-        tcp.emit(
-            &mut TcpPacket::new_unchecked(ipp.payload_mut()),
-            &IpAddress::Ipv4(HOST_IP),
-            &IpAddress::Ipv4(DUT_IP),
-            &caps,
-        );
-        buf
+        common::ipv4_frame(HOST_MAC, DUT_MAC, &ip, |payload| {
+            tcp.emit(
+                &mut TcpPacket::new_unchecked(payload),
+                &IpAddress::Ipv4(HOST_IP),
+                &IpAddress::Ipv4(DUT_IP),
+                &ChecksumCapabilities::default(),
+            );
+        })
     }
 
     /// The segment an engine frame carries, if it is TCP.
@@ -138,27 +123,15 @@ impl Seg {
     }
 }
 
-/// The engine on one end of the link; the test's host on the other
-/// answers ARP by itself and hands over the TCP segments.
+/// The engine with a proxied VIP on one end of the link; the test's host
+/// on the other answers ARP by itself and hands over the TCP segments.
 struct Lab {
-    engine: Engine<MemPort>,
-    host: MemPort,
-    now: Instant,
+    mem: common::MemLab,
 }
 
 impl Lab {
     fn new() -> Self {
-        let (dut, host) = link(DUT_MAC, HOST_MAC, 256, 1024);
-        let mut engine = Engine::new(EngineConfig::default(), Arc::new(SharedCounters::default()));
-        engine.add_port(
-            dut,
-            InterfaceConfig {
-                mac: DUT_MAC,
-                addr: DUT_IP,
-                prefix_len: 24,
-                gateway: None,
-            },
-        );
+        let mut mem = common::MemLab::new(DUT_MAC, HOST_MAC, DUT_IP, None);
         let member = Member::new(SocketAddrV4::new(HOST_IP, BACKEND_PORT), 1, MemberState::Up);
         let mut pool = Pool::new("web".into(), Balance::RoundRobin, vec![member]);
         pool.check = Some(HealthCheck {
@@ -171,13 +144,9 @@ impl Lab {
             rise: 1,
             fall: 1,
         });
-        let p = engine.add_pool(pool);
-        engine.listen_pool(DUT_IP, VIP_PORT, None, p);
-        Self {
-            engine,
-            host,
-            now: Instant::from_millis(1),
-        }
+        let p = mem.engine.add_pool(pool);
+        mem.engine.listen_pool(DUT_IP, VIP_PORT, None, p);
+        Self { mem }
     }
 
     /// Sends `segs` in one burst, runs the engine until it is idle, and
@@ -186,25 +155,11 @@ impl Lab {
         let mut frames: Vec<Vec<u8>> = segs.iter().map(Seg::frame).collect();
         let mut out = Vec::new();
         for _ in 0..4 {
-            let mut batch: Vec<MemBuf> = frames
-                .drain(..)
-                .map(|f| {
-                    let mut b = self.host.alloc().expect("host buffers");
-                    b.set_len(f.len());
-                    b.data_mut().copy_from_slice(&f);
-                    b
-                })
-                .collect();
-            self.host.tx_burst(self.now, &mut batch);
-            assert!(batch.is_empty(), "the link took the burst");
-            self.now = self.now + Duration::from_micros(100);
-            while self.engine.poll(self.now) > 0 {}
-            let mut got = Vec::new();
-            self.host.rx_burst(self.now, &mut got, 1024);
-            for b in &got {
-                match arp_reply_to(b.data()) {
+            let sent = self.mem.exchange(std::mem::take(&mut frames));
+            for f in &sent {
+                match arp_reply_to(f) {
                     Some(reply) => frames.push(reply),
-                    None => out.extend(Seg::parse(b.data())),
+                    None => out.extend(Seg::parse(f)),
                 }
             }
             if frames.is_empty() {
@@ -217,7 +172,7 @@ impl Lab {
     /// Advances time a millisecond at a time until the engine sends a SYN.
     fn wait_for_syn(&mut self) -> Seg {
         for _ in 0..1000 {
-            self.now = self.now + Duration::from_millis(1);
+            self.mem.now = self.mem.now + Duration::from_millis(1);
             if let Some(s) = self
                 .exchange(&[])
                 .into_iter()
@@ -249,23 +204,13 @@ fn arp_reply_to(frame: &[u8]) -> Option<Vec<u8>> {
     if target_protocol_addr != HOST_IP {
         return None;
     }
-    let repr = ArpRepr::EthernetIpv4 {
-        operation: ArpOperation::Reply,
-        source_hardware_addr: HOST_MAC,
-        source_protocol_addr: HOST_IP,
-        target_hardware_addr: source_hardware_addr,
-        target_protocol_addr: source_protocol_addr,
-    };
-    let mut buf = vec![0u8; 14 + repr.buffer_len()];
-    let mut out = EthernetFrame::new_unchecked(&mut buf[..]);
-    EthernetRepr {
-        src_addr: HOST_MAC,
-        dst_addr: source_hardware_addr,
-        ethertype: EthernetProtocol::Arp,
-    }
-    .emit(&mut out);
-    repr.emit(&mut ArpPacket::new_unchecked(out.payload_mut()));
-    Some(buf)
+    Some(common::arp_frame(
+        ArpOperation::Reply,
+        HOST_MAC,
+        HOST_IP,
+        source_hardware_addr,
+        source_protocol_addr,
+    ))
 }
 
 /// A health check's connection ends (its answer read, then reset) in the
@@ -387,5 +332,5 @@ fn events_of_a_closed_connection_do_not_reach_the_next_in_its_slot() {
         "the client gets the backend's reply: {to_client:?}"
     );
     assert_eq!(fin_after, Some(reply.len()), "FIN after the reply");
-    assert_eq!(lab.engine.counters().proxy_backend_connects, 1);
+    assert_eq!(lab.mem.engine.counters().proxy_backend_connects, 1);
 }
