@@ -79,6 +79,8 @@ fn main() {
         .allowlist_function("rte_dev_probe")
         .allowlist_function("rte_dev_remove")
         .allowlist_function("rte_softrss.*")
+        .allowlist_function("rte_openlog_stream")
+        .allowlist_function("rte_log_cur_msg_loglevel")
         .allowlist_function("tlsdp_.*")
         .allowlist_type("rte_mbuf")
         .allowlist_type("rte_mempool")

@@ -359,6 +359,10 @@ pub fn run(
         dpdk::tsc_hz(),
     )?;
     let slot_names = controller.slot_names();
+    // DPDK's lines (EAL, drivers) in dpd's log format, at their level.
+    if let Err(e) = dpdk::route_to_log() {
+        log::warn!("DPDK's log lines stay on stderr as they are: {e}");
+    }
     let eal = Eal::init(&plan.eal_args)?;
     log::info!(
         "DPDK {} up; control thread on core {}",

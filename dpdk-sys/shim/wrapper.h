@@ -2,6 +2,7 @@
 #include <rte_config.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
+#include <rte_log.h>
 #include <rte_lcore.h>
 #include <rte_launch.h>
 #include <rte_cycles.h>

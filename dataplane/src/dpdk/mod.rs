@@ -7,6 +7,7 @@
 
 mod eal;
 mod ethdev;
+mod logs;
 mod mbuf;
 
 pub use eal::{register_thread, tsc_hz, tsc_now, Eal, LaunchedLcore, LcoreId};
@@ -14,6 +15,7 @@ pub use ethdev::{
     port_id_by_name, EthPort, EthPortConfig, EthQueue, LinkStatus, PortId, PortInfo, QueueId,
     SYMMETRIC_RSS_KEY,
 };
+pub use logs::route_to_log;
 pub use mbuf::{Mbuf, Mempool};
 
 use std::ffi::CStr;
