@@ -141,6 +141,11 @@ impl LoadClientSession {
         let _ = self.0.writer().write_all(data);
     }
 
+    /// Queues a close_notify alert (sent with the next [`Self::take_tls`]).
+    pub fn close_notify(&mut self) {
+        self.0.send_close_notify();
+    }
+
     /// TLS bytes to send, appended to `out`.
     pub fn take_tls(&mut self, out: &mut Vec<u8>) {
         while self.0.wants_write() {

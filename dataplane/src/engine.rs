@@ -776,7 +776,12 @@ impl<P: Port> Engine<P> {
     /// Sets up an accepted connection for its VIP; false when it was
     /// refused.
     fn accept(&mut self, now: Instant, id: ConnId) -> bool {
-        let key = self.tcp.key(id).expect("accepted connections exist");
+        let Some(key) = self.tcp.key(id) else {
+            // Accepted and released in one burst (the handshake's ACK, then
+            // an RST or a FIN-driven abort): nothing to set up, and its
+            // `Closed` event follows in the same batch.
+            return false;
+        };
         let Some(vip) = self
             .vips
             .iter()
@@ -790,10 +795,13 @@ impl<P: Port> Engine<P> {
         let vc = &mut self.vip_counters[usize::from(slot)];
         vc.connections += 1;
         vc.active += 1;
-        self.tcp.app(id).expect("live").vip = Some(slot);
+        let Some(app) = self.tcp.app(id) else {
+            return false;
+        };
+        app.vip = Some(slot);
         if let Some(cfg) = tls {
             match TlsConn::new(&cfg) {
-                Ok(t) => self.tcp.app(id).expect("live").tls = Some(Box::new(t)),
+                Ok(t) => app.tls = Some(Box::new(t)),
                 Err(_) => {
                     self.vip_counters[usize::from(slot)].tls_failures += 1;
                     self.count_failure(crypto::session::Failure::Other);
@@ -803,7 +811,9 @@ impl<P: Port> Engine<P> {
             }
         }
         if let Some(p) = pool {
-            let app = self.tcp.app(id).expect("live");
+            let Some(app) = self.tcp.app(id) else {
+                return false;
+            };
             let tls = app.tls.is_some();
             app.proxy = Some(Box::new(ProxyLink::new(Side::Client, p)));
             if !tls {

@@ -5,6 +5,8 @@
 // Each test file uses the part it needs.
 #![allow(dead_code)]
 
+pub mod host;
+
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;

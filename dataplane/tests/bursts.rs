@@ -1,0 +1,571 @@
+//! Hostile bursts over the in-memory link: many connections at once, each
+//! sending several segments in one receive burst, interleaved across
+//! connections, so that TCP queues events of a connection it has already
+//! released (the handshake-completing ACK and an RST at RCV.NXT in one
+//! burst once aborted dpd: `Accepted` then `Closed` for the same id). Every
+//! kind of connection is played: clients of plain, TLS and proxied VIPs,
+//! backends and health-check targets. The engine must survive each burst,
+//! deliver what a peer sent before its FIN or close_notify, and in the end
+//! hold nothing: no connection, no VIP or member count.
+
+mod common;
+
+use std::net::SocketAddrV4;
+use std::time::Duration;
+
+use common::host::{HostConn, HostLab, Seg, DUT_IP, HOST_IP};
+use crypto::certs::CertStore;
+use crypto::client::{LoadClientConfig, LoadClientSession};
+use crypto::policy::TlsPolicy;
+use crypto::session::TlsConfig;
+use crypto::testcert::{self_signed, P256};
+use dataplane::app::health::{HealthCheck, HealthKind};
+use dataplane::app::pool::{Balance, Member, MemberState, Pool};
+use dataplane::app::responder::PATTERN;
+use smoltcp::wire::TcpControl;
+
+const PLAIN: u16 = 80;
+const TLS: u16 = 443;
+const PROXY: u16 = 8080;
+const PROXY_TLS: u16 = 8443;
+const BACKEND: u16 = 8081;
+/// Health-checked members listen from here up.
+const CHECKED: u16 = 9000;
+/// VIPs in the order they are added: their counter slots.
+const VIPS: [u16; 4] = [PLAIN, TLS, PROXY, PROXY_TLS];
+const REQUEST: &[u8] = b"GET /bytes/100 HTTP/1.1\r\nHost: tlsdp\r\n\r\n";
+/// Connections per pattern and VIP.
+const EACH: usize = 8;
+
+/// The responder's body of `GET /bytes/n`.
+fn body(n: usize) -> String {
+    PATTERN
+        .iter()
+        .cycle()
+        .take(n)
+        .map(|&b| char::from(b))
+        .collect()
+}
+
+fn tls_config() -> TlsConfig {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = CertStore::new();
+    store.add(self_signed(dir.path(), "ec", P256, "tlsdp.test"));
+    TlsConfig::with_policy(store, &TlsPolicy::default()).unwrap()
+}
+
+/// The engine with a plain, a TLS, a proxied and a proxied TLS VIP (their
+/// pool: one member on the host, `BACKEND`).
+fn lab() -> HostLab {
+    let mut lab = HostLab::new();
+    let tls = tls_config();
+    let e = &mut lab.mem.engine;
+    e.listen(DUT_IP, PLAIN);
+    e.listen_tls(DUT_IP, TLS, tls.clone());
+    let member = Member::new(SocketAddrV4::new(HOST_IP, BACKEND), 1, MemberState::Up);
+    let pool = e.add_pool(Pool::new("web".into(), Balance::RoundRobin, vec![member]));
+    e.listen_pool(DUT_IP, PROXY, None, pool);
+    e.listen_pool(DUT_IP, PROXY_TLS, Some(tls), pool);
+    lab
+}
+
+/// Runs the engine for simulated minutes (every retransmission given up,
+/// TIME-WAIT over) and checks that nothing is held any more.
+fn settle_and_check_nothing_held(lab: &mut HostLab) {
+    for _ in 0..900 {
+        lab.advance(Duration::from_secs(1));
+        if lab.mem.engine.tcp().counters().active == 0 {
+            break;
+        }
+    }
+    let e = &lab.mem.engine;
+    assert_eq!(e.tcp().counters().active, 0, "connections left");
+    for (slot, port) in VIPS.iter().enumerate() {
+        let vc = e.vip_counters(slot as u16);
+        assert_eq!(vc.active, 0, "VIP :{port} still counts open connections");
+    }
+    for pool in e.pools() {
+        for m in &pool.members {
+            assert_eq!(m.active, 0, "member {} still counts connections", m.addr);
+        }
+    }
+}
+
+/// One plain request, answered: the engine still serves.
+fn still_serves(lab: &mut HostLab, port: u16) {
+    let mut c = HostConn::client(port, PLAIN, 77_000);
+    let syn = c.next(TcpControl::Syn, b"");
+    let out = lab.exchange(&[syn]);
+    c.absorb(&out);
+    let ack = c.next(TcpControl::None, b"");
+    let get = c.next(TcpControl::Psh, b"GET /bytes/10 HTTP/1.0\r\n\r\n");
+    let out = lab.exchange(&[ack, get]);
+    c.absorb(&out);
+    let text = String::from_utf8_lossy(&c.received);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.ends_with("0123456789"), "{text}");
+}
+
+/// Interleaves per-connection segment lists into one burst: the first
+/// half of the connections one segment of each in turn, the others each
+/// connection's segments back to back.
+fn interleave(per_conn: Vec<Vec<Seg>>) -> Vec<Seg> {
+    let half = per_conn.len() / 2;
+    let mut burst = Vec::new();
+    let (spread, together) = per_conn.split_at(half);
+    let longest = spread.iter().map(Vec::len).max().unwrap_or(0);
+    for i in 0..longest {
+        burst.extend(spread.iter().filter_map(|segs| segs.get(i).cloned()));
+    }
+    burst.extend(together.iter().flatten().cloned());
+    burst
+}
+
+/// What a client sends in one burst after the engine's SYN-ACK: the
+/// handshake's ACK, then this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClientBurst {
+    /// An RST at RCV.NXT (the crash).
+    Rst,
+    Fin,
+    DataRst,
+    /// A request and FIN: the whole response must come before our FIN.
+    DataFin,
+    /// A segment after the RST: answered with a reset, nothing else.
+    RstThenAck,
+}
+
+const CLIENT_BURSTS: [ClientBurst; 5] = [
+    ClientBurst::Rst,
+    ClientBurst::Fin,
+    ClientBurst::DataRst,
+    ClientBurst::DataFin,
+    ClientBurst::RstThenAck,
+];
+
+fn client_segments(c: &mut HostConn, burst: ClientBurst) -> Vec<Seg> {
+    let ack = c.next(TcpControl::None, b"");
+    let rest = match burst {
+        ClientBurst::Rst => vec![c.next(TcpControl::Rst, b"")],
+        ClientBurst::Fin => vec![c.next(TcpControl::Fin, b"")],
+        ClientBurst::DataRst => {
+            vec![
+                c.next(TcpControl::Psh, REQUEST),
+                c.next(TcpControl::Rst, b""),
+            ]
+        }
+        ClientBurst::DataFin => {
+            vec![
+                c.next(TcpControl::Psh, REQUEST),
+                c.next(TcpControl::Fin, b""),
+            ]
+        }
+        ClientBurst::RstThenAck => {
+            vec![c.next(TcpControl::Rst, b""), c.next(TcpControl::None, b"")]
+        }
+    };
+    std::iter::once(ack).chain(rest).collect()
+}
+
+#[test]
+fn client_bursts_on_every_kind_of_vip() {
+    let mut lab = lab();
+    let mut port = 20_000;
+    for vip in VIPS {
+        // SYNs of every connection in one burst; SYN+RST ones end there.
+        let mut conns: Vec<(ClientBurst, HostConn)> = Vec::new();
+        let mut syns = Vec::new();
+        for burst in CLIENT_BURSTS {
+            for _ in 0..EACH {
+                let mut c = HostConn::client(port, vip, 1_000 * u32::from(port));
+                port += 1;
+                syns.push(c.next(TcpControl::Syn, b""));
+                conns.push((burst, c));
+            }
+        }
+        for _ in 0..EACH {
+            let mut c = HostConn::client(port, vip, 1_000 * u32::from(port));
+            port += 1;
+            syns.push(c.next(TcpControl::Syn, b""));
+            syns.push(c.next(TcpControl::Rst, b""));
+        }
+        let out = lab.exchange(&syns);
+        for (_, c) in &mut conns {
+            c.absorb(&out);
+            assert!(c.rcv_nxt.is_some(), ":{vip}: no SYN-ACK for {}", c.port);
+        }
+        assert_eq!(
+            lab.mem.engine.tcp().counters().half_open,
+            conns.len() as u64,
+            ":{vip}: a SYN and an RST in one burst leave nothing half-open"
+        );
+
+        // Then every other connection's segments in one burst.
+        let per_conn = conns
+            .iter_mut()
+            .map(|(b, c)| client_segments(c, *b))
+            .collect();
+        let out = lab.exchange(&interleave(per_conn));
+        for (burst, c) in &mut conns {
+            c.absorb(&out);
+            if vip != PLAIN {
+                continue;
+            }
+            match burst {
+                ClientBurst::Fin => assert_eq!(c.fin_at, Some(0), "FIN answered with FIN"),
+                ClientBurst::DataFin => {
+                    let text = String::from_utf8_lossy(&c.received);
+                    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+                    assert!(text.ends_with(&body(100)), "the whole body: {text}");
+                    assert_eq!(c.fin_at, Some(c.received.len()), "FIN after the response");
+                }
+                ClientBurst::RstThenAck => assert!(c.reset, "a segment after RST gets RST"),
+                _ => {}
+            }
+        }
+    }
+    settle_and_check_nothing_held(&mut lab);
+    still_serves(&mut lab, 60_000);
+}
+
+/// What the host, as the backend, answers the engine's SYN with, in one
+/// burst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BackendBurst {
+    SynAckRst,
+    /// The backend's whole answer and FIN before it heard the request:
+    /// the client gets all of it, then FIN.
+    SynAckDataFin,
+    SynAckFin,
+    SynAckDataRst,
+    Refused,
+}
+
+const BACKEND_BURSTS: [BackendBurst; 5] = [
+    BackendBurst::SynAckRst,
+    BackendBurst::SynAckDataFin,
+    BackendBurst::SynAckFin,
+    BackendBurst::SynAckDataRst,
+    BackendBurst::Refused,
+];
+
+const REPLY: &[u8] = b"HTTP/1.0 200 OK\r\n\r\nfrom the backend";
+
+#[test]
+fn backend_bursts() {
+    let mut lab = lab();
+    // Clients connect and ask; each accepted one opens a backend connection.
+    let n = BACKEND_BURSTS.len() * EACH;
+    let mut clients: Vec<HostConn> = (0..n)
+        .map(|i| HostConn::client(30_000 + i as u16, PROXY, 5_000 * i as u32))
+        .collect();
+    let syns: Vec<Seg> = clients
+        .iter_mut()
+        .map(|c| c.next(TcpControl::Syn, b""))
+        .collect();
+    let out = lab.exchange(&syns);
+    let mut burst = Vec::new();
+    for c in &mut clients {
+        c.absorb(&out);
+        burst.push(c.next(TcpControl::None, b""));
+        burst.push(c.next(TcpControl::Psh, REQUEST));
+    }
+    let out = lab.exchange(&burst);
+    let backend_syns: Vec<&Seg> = out
+        .iter()
+        .filter(|s| s.dst_port == BACKEND && s.control == TcpControl::Syn)
+        .collect();
+    assert_eq!(backend_syns.len(), n, "one backend connection per client");
+
+    // Every backend answers in one burst, a pattern per connection.
+    let per_conn = backend_syns
+        .iter()
+        .enumerate()
+        .map(|(i, syn)| {
+            let mut b = HostConn::accepted(syn, 900_000 + 1_000 * i as u32);
+            let synack = b.next(TcpControl::Syn, b"");
+            let rest = match BACKEND_BURSTS[i % BACKEND_BURSTS.len()] {
+                BackendBurst::SynAckRst => vec![b.next(TcpControl::Rst, b"")],
+                BackendBurst::SynAckDataFin => {
+                    vec![b.next(TcpControl::Psh, REPLY), b.next(TcpControl::Fin, b"")]
+                }
+                BackendBurst::SynAckFin => vec![b.next(TcpControl::Fin, b"")],
+                BackendBurst::SynAckDataRst => {
+                    vec![b.next(TcpControl::Psh, REPLY), b.next(TcpControl::Rst, b"")]
+                }
+                BackendBurst::Refused => {
+                    return vec![Seg::to(syn.src_port, BACKEND, 0, Some(syn.end()))
+                        .with(TcpControl::Rst, b"")]
+                }
+            };
+            std::iter::once(synack).chain(rest).collect()
+        })
+        .collect();
+    let out = lab.exchange(&interleave(per_conn));
+    for c in &mut clients {
+        c.absorb(&out);
+    }
+    let whole = clients
+        .iter()
+        .filter(|c| c.received == REPLY && c.fin_at == Some(REPLY.len()))
+        .count();
+    let fin_only = clients
+        .iter()
+        .filter(|c| c.received.is_empty() && c.fin_at == Some(0) && !c.reset)
+        .count();
+    let reset = clients.iter().filter(|c| c.reset).count();
+    assert_eq!(
+        whole, EACH,
+        "the backend's answer then FIN reaches its client"
+    );
+    assert_eq!(fin_only, EACH, "a backend's FIN reaches its client");
+    assert_eq!(
+        reset,
+        3 * EACH,
+        "clients whose backend reset or refused (the only member) are reset"
+    );
+    settle_and_check_nothing_held(&mut lab);
+    still_serves(&mut lab, 60_001);
+}
+
+/// What a health-check target answers in one burst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CheckBurst {
+    /// SYN-ACK, a 200 status line and FIN: the check passes.
+    Pass,
+    SynAckRst,
+    SynAckFin,
+    /// SYN-ACK, a status line that is not HTTP, FIN.
+    Garbage,
+    SynAckDataRst,
+    Refused,
+}
+
+const CHECK_BURSTS: [CheckBurst; 6] = [
+    CheckBurst::Pass,
+    CheckBurst::SynAckRst,
+    CheckBurst::SynAckFin,
+    CheckBurst::Garbage,
+    CheckBurst::SynAckDataRst,
+    CheckBurst::Refused,
+];
+
+#[test]
+fn health_check_bursts() {
+    let mut lab = HostLab::new();
+    let members = (0..2 * CHECK_BURSTS.len() as u16)
+        .map(|i| Member::new(SocketAddrV4::new(HOST_IP, CHECKED + i), 1, MemberState::Up))
+        .collect();
+    let mut pool = Pool::new("checked".into(), Balance::RoundRobin, members);
+    pool.check = Some(HealthCheck {
+        kind: HealthKind::Http,
+        request: b"GET / HTTP/1.0\r\n\r\n".to_vec(),
+        expect: 200,
+        interval: Duration::from_millis(500),
+        timeout: Duration::from_millis(200),
+        rise: 1,
+        fall: 1,
+    });
+    lab.mem.engine.add_pool(pool);
+    let per_round = 2 * CHECK_BURSTS.len();
+    for round in 0..3u64 {
+        let mut syns = Vec::new();
+        for _ in 0..600 {
+            syns.extend(
+                lab.advance(Duration::from_millis(1))
+                    .into_iter()
+                    .filter(|s| s.control == TcpControl::Syn),
+            );
+            if syns.len() == per_round {
+                break;
+            }
+        }
+        assert_eq!(syns.len(), per_round, "round {round}: every member checked");
+        let before = lab.mem.engine.counters().health_checks;
+        let per_conn = syns
+            .iter()
+            .map(|syn| {
+                let pattern =
+                    CHECK_BURSTS[usize::from(syn.dst_port - CHECKED) % CHECK_BURSTS.len()];
+                let mut t = HostConn::accepted(syn, 40_000);
+                let synack = t.next(TcpControl::Syn, b"");
+                let rest = match pattern {
+                    CheckBurst::Pass => vec![
+                        t.next(TcpControl::Psh, b"HTTP/1.0 200 OK\r\n\r\n"),
+                        t.next(TcpControl::Fin, b""),
+                    ],
+                    CheckBurst::SynAckRst => vec![t.next(TcpControl::Rst, b"")],
+                    CheckBurst::SynAckFin => vec![t.next(TcpControl::Fin, b"")],
+                    CheckBurst::Garbage => vec![
+                        t.next(TcpControl::Psh, b"SSH-2.0-OpenSSH_9.2\r\n"),
+                        t.next(TcpControl::Fin, b""),
+                    ],
+                    CheckBurst::SynAckDataRst => vec![
+                        t.next(TcpControl::Psh, b"HTTP/1.0 200 OK\r\n\r\n"),
+                        t.next(TcpControl::Rst, b""),
+                    ],
+                    CheckBurst::Refused => {
+                        return vec![Seg::to(syn.src_port, syn.dst_port, 0, Some(syn.end()))
+                            .with(TcpControl::Rst, b"")]
+                    }
+                };
+                std::iter::once(synack).chain(rest).collect()
+            })
+            .collect();
+        lab.exchange(&interleave(per_conn));
+        // Results come in the burst or at the check's timeout.
+        lab.advance(Duration::from_millis(250));
+        let e = &lab.mem.engine;
+        assert_eq!(
+            e.counters().health_checks - before,
+            per_round as u64,
+            "round {round}: one result per check"
+        );
+        for m in &e.pools()[0].members {
+            let pattern = CHECK_BURSTS[usize::from(m.addr.port() - CHECKED) % CHECK_BURSTS.len()];
+            match pattern {
+                CheckBurst::Pass => assert!(m.health.healthy, "{} passes", m.addr),
+                CheckBurst::SynAckDataRst => {}
+                _ => assert!(!m.health.healthy, "{} ({pattern:?}) fails", m.addr),
+            }
+        }
+    }
+}
+
+/// A TLS client over a [`HostConn`].
+struct TlsClient {
+    tcp: HostConn,
+    tls: LoadClientSession,
+    /// Received TCP bytes already given to the TLS session.
+    fed: usize,
+    plain: Vec<u8>,
+}
+
+impl TlsClient {
+    fn new(cfg: &LoadClientConfig, port: u16, vip: u16) -> Self {
+        Self {
+            tcp: HostConn::client(port, vip, 3_000 * u32::from(port)),
+            tls: LoadClientSession::new(cfg, "tlsdp.test").unwrap(),
+            fed: 0,
+            plain: Vec::new(),
+        }
+    }
+
+    /// Takes what the engine sent, through TCP and TLS.
+    fn absorb(&mut self, segs: &[Seg]) {
+        self.tcp.absorb(segs);
+        while self.fed < self.tcp.received.len() {
+            let n = self
+                .tls
+                .receive(&self.tcp.received[self.fed..])
+                .expect("the engine's TLS is valid");
+            self.fed += n;
+            let mut buf = [0u8; 4096];
+            loop {
+                let k = self.tls.read_plain(&mut buf);
+                if k == 0 {
+                    break;
+                }
+                self.plain.extend_from_slice(&buf[..k]);
+            }
+            if n == 0 {
+                break;
+            }
+        }
+    }
+
+    /// Segments carrying what the TLS session has to send.
+    fn tls_segments(&mut self) -> Vec<Seg> {
+        let mut bytes = Vec::new();
+        self.tls.take_tls(&mut bytes);
+        bytes
+            .chunks(1400)
+            .map(|chunk| self.tcp.next(TcpControl::Psh, chunk))
+            .collect()
+    }
+}
+
+/// What a TLS client sends with its last handshake flight, in one burst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TlsBurst {
+    FinishedCloseNotifyFin,
+    FinishedRst,
+    /// A request with the Finished, then close_notify and FIN: the whole
+    /// response must still come (TLS half-close).
+    FinishedRequestCloseFin,
+    /// ClientHello and FIN together: given up mid-handshake.
+    HelloFin,
+}
+
+const TLS_BURSTS: [TlsBurst; 4] = [
+    TlsBurst::FinishedCloseNotifyFin,
+    TlsBurst::FinishedRst,
+    TlsBurst::FinishedRequestCloseFin,
+    TlsBurst::HelloFin,
+];
+
+#[test]
+fn tls_handshake_end_and_close_in_one_burst() {
+    let mut lab = lab();
+    let cfg = LoadClientConfig::new(true, true);
+    let mut port = 50_000;
+    for vip in [TLS, PROXY_TLS] {
+        let mut clients: Vec<(TlsBurst, TlsClient)> = Vec::new();
+        for burst in TLS_BURSTS {
+            for _ in 0..EACH {
+                clients.push((burst, TlsClient::new(&cfg, port, vip)));
+                port += 1;
+            }
+        }
+        let syns: Vec<Seg> = clients
+            .iter_mut()
+            .map(|(_, c)| c.tcp.next(TcpControl::Syn, b""))
+            .collect();
+        let out = lab.exchange(&syns);
+        // The ACK and the ClientHello; HelloFin clients give up there.
+        let mut per_conn = Vec::new();
+        for (burst, c) in &mut clients {
+            c.absorb(&out);
+            let mut segs = vec![c.tcp.next(TcpControl::None, b"")];
+            segs.extend(c.tls_segments());
+            if *burst == TlsBurst::HelloFin {
+                segs.push(c.tcp.next(TcpControl::Fin, b""));
+            }
+            per_conn.push(segs);
+        }
+        let out = lab.exchange(&interleave(per_conn));
+        let mut per_conn = Vec::new();
+        for (burst, c) in &mut clients {
+            c.absorb(&out);
+            if *burst == TlsBurst::HelloFin {
+                continue;
+            }
+            assert!(!c.tls.is_handshaking(), ":{vip}: the server's flight came");
+            if *burst == TlsBurst::FinishedRequestCloseFin {
+                c.tls.write_plain(REQUEST);
+            }
+            let mut segs = c.tls_segments();
+            match burst {
+                TlsBurst::FinishedRst => segs.push(c.tcp.next(TcpControl::Rst, b"")),
+                _ => {
+                    c.tls.close_notify();
+                    segs.extend(c.tls_segments());
+                    segs.push(c.tcp.next(TcpControl::Fin, b""));
+                }
+            }
+            per_conn.push(segs);
+        }
+        let out = lab.exchange(&interleave(per_conn));
+        for (burst, c) in &mut clients {
+            c.absorb(&out);
+            if vip == TLS && *burst == TlsBurst::FinishedRequestCloseFin {
+                let text = String::from_utf8_lossy(&c.plain);
+                assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+                assert!(text.ends_with(&body(100)), "the whole body: {text}");
+                assert!(c.tcp.fin_at.is_some(), "FIN after the response");
+            }
+        }
+    }
+    settle_and_check_nothing_held(&mut lab);
+    still_serves(&mut lab, 60_002);
+}
