@@ -6,7 +6,11 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use dataplane::fuzzing::{encode_records, engine_input, fuzz_engine, FUZZ_ADDR};
+use crypto::certs::CertStore;
+use crypto::session::TlsConfig;
+use dataplane::fuzzing::{
+    encode_records, engine_input, engine_script, fuzz_engine, FUZZ_ADDR, SAME_BURST,
+};
 use dataplane::loadgen::{LoadConfig, LoadGen};
 use dataplane::net::InterfaceConfig;
 use dataplane::port::{link, MemBuf, MemPort, PacketBuf, Port};
@@ -58,6 +62,74 @@ fn engine_input_corpus_replays() {
                 );
             }
         }
+    }
+}
+
+/// A recorded exchange delivered as one burst (records joined with
+/// `SAME_BURST`): every frame is taken, over several receive bursts of
+/// the engine at one instant.
+#[test]
+fn raw_frames_in_one_burst() {
+    let corpus = corpus("engine_input");
+    let (_, trace) = corpus
+        .iter()
+        .find(|(n, _)| n.ends_with("http10-close"))
+        .expect("seed");
+    // The same trace with every frame after the first joined to the
+    // previous one's burst: one poll for the whole exchange.
+    let mut joined = trace.clone();
+    let (mut i, mut records) = (0, 0);
+    let mut first = true;
+    while i + 3 <= joined.len() {
+        records += 1;
+        let len = usize::from(u16::from_be_bytes([joined[i], joined[i + 1]]));
+        if !first {
+            joined[i] |= (SAME_BURST >> 8) as u8;
+        }
+        first = false;
+        i += 3 + len;
+    }
+    let c = engine_input(&joined);
+    assert!(records > 1);
+    assert_eq!(c.rx_packets, records, "every frame of the burst received");
+}
+
+fn script_tls() -> TlsConfig {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = CertStore::new();
+    store.add(crypto::testcert::self_signed(
+        dir.path(),
+        "c",
+        crypto::testcert::P256,
+        "fuzz.test",
+    ));
+    TlsConfig::new(store).unwrap()
+}
+
+#[test]
+fn engine_script_corpus_replays() {
+    let tls = script_tls();
+    let files = corpus("engine_script");
+    assert!(
+        files
+            .iter()
+            .any(|(n, _)| n.ends_with("regress-ack-rst-burst")),
+        "the regression seed is in the corpus"
+    );
+    for (name, data) in files {
+        eprintln!("replaying {name}");
+        let c = engine_script(&data, Some(&tls));
+        if name.ends_with("regress-ack-rst-burst") {
+            assert!(
+                c.tcp_accepted >= 8,
+                "{name}: the handshakes complete: {c:?}"
+            );
+        }
+        if name.ends_with("backend-and-check-bursts") {
+            assert!(c.proxy_backend_connects >= 2, "{name}: {c:?}");
+            assert!(c.health_checks >= 1, "{name}: {c:?}");
+        }
+        engine_script(&data, None);
     }
 }
 
