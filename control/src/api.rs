@@ -388,7 +388,7 @@ pub struct CoreStats {
     /// TCP connections that completed the handshake.
     #[serde(default)]
     pub tcp_accepted: u64,
-    /// TCP connections open now (all states).
+    /// TCP connections open now: every state but TIME-WAIT.
     #[serde(default)]
     pub tcp_active: u64,
     #[serde(default)]
@@ -446,7 +446,7 @@ pub struct CoreStats {
     pub health_failures: u64,
     #[serde(default)]
     pub health_changes: u64,
-    /// TCP connections in TIME-WAIT now (part of `tcp_active`).
+    /// TCP connections in TIME-WAIT now (not part of `tcp_active`).
     #[serde(default)]
     pub tcp_time_wait: u64,
     /// Requests answered by the built-in HTTP responder.

@@ -46,9 +46,15 @@ const SCALARS: &[Scalar] = &[
     ),
     (
         "tlsdp_tcp_connections",
-        "TCP connections open now (all states).",
+        "TCP connections open now (every state but TIME-WAIT).",
         false,
         |c| c.tcp_active,
+    ),
+    (
+        "tlsdp_tcp_time_wait",
+        "TCP connections in TIME-WAIT now.",
+        false,
+        |c| c.tcp_time_wait,
     ),
     (
         "tlsdp_tcp_retransmits_total",
@@ -379,6 +385,7 @@ mod tests {
         assert!(text.contains("tlsdp_drops_total{core=\"2\",reason=\"malformed\"} 2\n"));
         assert!(text.contains("tlsdp_busy_seconds_total{core=\"1\"} 2\n"));
         assert!(text.contains("# TYPE tlsdp_tcp_connections gauge\n"));
+        assert!(text.contains("# TYPE tlsdp_tcp_time_wait gauge\n"));
         assert!(text.contains("tlsdp_vip_connections_total{core=\"2\",vip=\"web\"} 5\n"));
         assert!(text.contains("tlsdp_vip_connections{core=\"1\",vip=\"web\"} 1\n"));
         assert_eq!(text.matches("# TYPE tlsdp_rx_packets_total ").count(), 1);

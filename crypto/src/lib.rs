@@ -1,4 +1,4 @@
-//! Everything TLS for tlsdp (DESIGN.md, `crypto/`): the certificate store,
+//! Everything TLS for tlsdp (docs/architecture.md, "TLS"): the certificate store,
 //! TLS policies, the per-connection `Session` (handshake through rustls'
 //! unbuffered API, record layer on AWS-LC) and ticket keys. No other crate
 //! names a rustls type.

@@ -1,5 +1,5 @@
-//! The control thread's side of run-time changes (DESIGN.md "Control
-//! plane"): the running configuration, the certificates and TLS
+//! The control thread's side of run-time changes (docs/architecture.md,
+//! `controller`): the running configuration, the certificates and TLS
 //! configurations built from it, and the engines' rings.
 //!
 //! A change is applied to a copy of the configuration

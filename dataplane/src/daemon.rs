@@ -702,9 +702,9 @@ pub fn run(
     result
 }
 
-/// Connections open and not yet in TIME-WAIT.
+/// Connections open (TIME-WAIT is not open).
 fn open_connections(total: &CoreStats) -> u64 {
-    total.tcp_active.saturating_sub(total.tcp_time_wait)
+    total.tcp_active
 }
 
 /// Serves `GET /metrics` (Prometheus text format) on `listener` until

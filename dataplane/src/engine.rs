@@ -1,5 +1,5 @@
 //! The per-core engine: one run-to-completion loop over the queues it owns
-//! (DESIGN.md "data path"), shaped like DPDK's l3fwd: burst receive, process
+//! (docs/architecture.md, "dataplane"), shaped like DPDK's l3fwd: burst receive, process
 //! each frame to completion, buffer transmissions and drain them in bursts,
 //! periodic timers, counters published for the control thread.
 
@@ -1126,13 +1126,8 @@ impl<P: Port> Engine<P> {
 
     /// No backend for this client: a TLS alert (internal_error) or a reset.
     fn fail_client(&mut self, client: ConnId) {
-        if let Some(t) = self.tcp.app(client).and_then(|a| a.tls.as_deref_mut()) {
+        if let Some(mut t) = self.tcp.app(client).and_then(|a| a.tls.take()) {
             t.abort_with_alert();
-            let mut t = self
-                .tcp
-                .app(client)
-                .and_then(|a| a.tls.take())
-                .expect("tls");
             t.flush_alert(&mut self.tcp, client);
             if let Some(a) = self.tcp.app(client) {
                 a.tls = Some(t);
@@ -1198,8 +1193,10 @@ impl<P: Port> Engine<P> {
         let t = self.tcp.counters();
         let c = &mut self.counters;
         c.tcp_accepted = t.accepted;
-        c.tcp_active = t.active;
-        c.tcp_time_wait = self.tcp.in_state(crate::tcp::State::TimeWait);
+        // Open connections and TIME-WAIT apart: what an operator counts as
+        // open is what still talks, not what waits out 2 MSL.
+        c.tcp_time_wait = t.time_wait;
+        c.tcp_active = t.active.saturating_sub(t.time_wait);
         c.tcp_retransmits = t.retransmits;
         c.tcp_resets_sent = t.resets_sent;
         c.tcp_timeouts = t.timeouts;

@@ -439,7 +439,8 @@ impl<P: Port> LoadGen<P> {
                     let mut used = 0;
                     let c_head_done;
                     {
-                        let mut head = std::mem::take(&mut self.tcp.app(id).expect("live").head);
+                        let Some(c) = self.tcp.app(id) else { return };
+                        let mut head = std::mem::take(&mut c.head);
                         let (a, b) = self.tcp.peek(id);
                         for &byte in a.iter().chain(b.iter()) {
                             head.push(byte);
@@ -450,7 +451,7 @@ impl<P: Port> LoadGen<P> {
                         }
                         c_head_done = head.ends_with(b"\r\n\r\n");
                         let len = c_head_done.then(|| content_length(&head)).flatten();
-                        let c = self.tcp.app(id).expect("live");
+                        let Some(c) = self.tcp.app(id) else { return };
                         c.head = head;
                         if c_head_done {
                             c.body_left = Some(len.unwrap_or(0));
@@ -465,7 +466,7 @@ impl<P: Port> LoadGen<P> {
                     let n = (avail as u64).min(left);
                     self.tcp.consume(id, n as usize);
                     self.stats.body_bytes += n;
-                    let c = self.tcp.app(id).expect("live");
+                    let Some(c) = self.tcp.app(id) else { return };
                     let left = left - n;
                     c.body_left = Some(left);
                     if left == 0 {

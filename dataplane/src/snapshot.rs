@@ -1,5 +1,5 @@
 //! What the control thread tells the engines, and what they answer
-//! (DESIGN.md "Control plane"): configuration snapshots, pool views and
+//! (docs/architecture.md, `snapshot`): configuration snapshots, pool views and
 //! packet captures, over one lock-free ring per engine each way. Engines
 //! read their ring at the top of a tick, between packets.
 

@@ -106,6 +106,7 @@ pub struct Counters {
     pub arp_requests: u64,
     pub icmp_echo_replies: u64,
     pub tcp_accepted: u64,
+    /// TCP connections open now: every state but TIME-WAIT.
     pub tcp_active: u64,
     pub tcp_retransmits: u64,
     pub tcp_resets_sent: u64,
@@ -138,7 +139,7 @@ pub struct Counters {
     pub proxy_backend_connects: u64,
     pub proxy_backend_failures: u64,
     pub proxy_no_member: u64,
-    /// TCP connections in TIME-WAIT now (part of `tcp_active`).
+    /// TCP connections in TIME-WAIT now (not part of `tcp_active`).
     pub tcp_time_wait: u64,
     /// Health checks run, failed, and members' state changes.
     pub health_checks: u64,

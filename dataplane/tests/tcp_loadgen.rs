@@ -113,7 +113,7 @@ fn thousands_of_short_connections_complete() {
         total_conns: 3000,
         sources: 1,
     };
-    let (server, client) = run(load, ImpairConfig::default());
+    let (mut server, client) = run(load, ImpairConfig::default());
     let s = client.stats();
     assert_eq!(
         (s.completed, s.failed, s.responses),
@@ -130,6 +130,10 @@ fn thousands_of_short_connections_complete() {
     // The VIP counts them all, and none as open: TIME-WAIT is not open.
     let vip = server.vip_counters(0);
     assert_eq!((vip.connections, vip.active), (3000, 0), "{vip:?}");
+    // So do the engine's counters (dpctl's ACTIVE and TIME-WAIT columns).
+    server.publish();
+    let c = server.counters();
+    assert_eq!((c.tcp_active, c.tcp_time_wait), (0, 3000));
     assert_eq!(
         client.tcp().buffers().in_use(),
         0,

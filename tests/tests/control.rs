@@ -394,10 +394,12 @@ fn every_dpctl_command_against_a_running_dpd() {
     let watch = ok(&dpd, &["stats", "--watch", "0.2", "--count", "2"]);
     assert_eq!(watch.lines().count(), 3, "header and two lines: {watch}");
     assert!(watch.contains("CONN/S"), "{watch}");
+    assert!(watch.contains("ACTIVE TIME-WAIT"), "{watch}");
     let rows = ok(&dpd, &["--json", "stats", "--watch", "0.2", "--count", "2"]);
     for row in rows.lines() {
         let v: serde_json::Value = serde_json::from_str(row).unwrap();
         assert!(v["busy_percent"].as_f64().is_some(), "{row}");
+        assert!(v["time_wait"].as_u64().is_some(), "{row}");
     }
 
     // tickets rotate

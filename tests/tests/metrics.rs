@@ -119,6 +119,8 @@ fn metrics_parse_and_agree_with_dpctl() {
         get("tlsdp_tcp_accepted_total", core),
         stats.tcp_accepted as f64
     );
+    assert_eq!(get("tlsdp_tcp_time_wait", core), stats.tcp_time_wait as f64);
+    assert_eq!(get("tlsdp_tcp_connections", core), stats.tcp_active as f64);
     assert_eq!(
         get(
             "tlsdp_tls_handshakes_by_version_total",

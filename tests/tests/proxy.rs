@@ -186,8 +186,10 @@ fn requests_are_shared_by_weight_over_tls_and_plain_tcp() {
     // 1 s TIME-WAIT nothing is left after a few seconds. (A backend left in
     // CLOSE-WAIT would hold its 4-tuple until the idle timeout, and the
     // source ports would run out under load.)
-    let stats = dpd.stats_when(std::time::Duration::from_secs(6), |s| s.tcp_active == 0);
-    assert_eq!(stats.tcp_active, 0, "{stats:?}");
+    let stats = dpd.stats_when(std::time::Duration::from_secs(6), |s| {
+        s.tcp_active + s.tcp_time_wait == 0
+    });
+    assert_eq!((stats.tcp_active, stats.tcp_time_wait), (0, 0), "{stats:?}");
     assert_eq!(
         stats.tcp_resets_sent, 0,
         "no reset to backends that closed cleanly: {stats:?}"

@@ -855,8 +855,14 @@ fn print_stats(c: &CoreStats) {
         100.0 * c.busy()
     );
     println!(
-        "  tcp accepted {}, active {}, retransmits {}, resets sent {}, timeouts {}; http requests {}",
-        c.tcp_accepted, c.tcp_active, c.tcp_retransmits, c.tcp_resets_sent, c.tcp_timeouts, c.http_requests
+        "  tcp accepted {}, active {}, time-wait {}, retransmits {}, resets sent {}, timeouts {}; http requests {}",
+        c.tcp_accepted,
+        c.tcp_active,
+        c.tcp_time_wait,
+        c.tcp_retransmits,
+        c.tcp_resets_sent,
+        c.tcp_timeouts,
+        c.http_requests
     );
     if c.tls_handshakes + c.tls_failures + c.tls_abandoned > 0 {
         println!(
@@ -958,11 +964,12 @@ fn watch(
     let mut lines = 0u64;
     if !json {
         println!(
-            "{:<8} {:>6} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10} {:>8} {:>6}",
+            "{:<8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10} {:>8} {:>6}",
             "TIME",
             "CORE",
             "CONN/S",
             "ACTIVE",
+            "TIME-WAIT",
             "HS/S",
             "FAIL/S",
             "RX MBIT/S",
@@ -1004,6 +1011,7 @@ fn watch(
                 "core": core,
                 "connections_per_s": rate(n.tcp_accepted, p.tcp_accepted),
                 "active": n.tcp_active,
+                "time_wait": n.tcp_time_wait,
                 "handshakes_per_s": rate(n.tls_handshakes, p.tls_handshakes),
                 "tls_failures_per_s": rate(n.tls_failures, p.tls_failures),
                 "rx_mbit_per_s": rate(n.rx_bytes, p.rx_bytes) * 8e-6,
@@ -1015,11 +1023,12 @@ fn watch(
                 println!("{row}");
             } else {
                 println!(
-                    "{:<8} {:>6} {:>9.0} {:>9} {:>9.0} {:>8.0} {:>10.1} {:>10.1} {:>8.0} {:>6.1}",
+                    "{:<8} {:>6} {:>9.0} {:>9} {:>9} {:>9.0} {:>8.0} {:>10.1} {:>10.1} {:>8.0} {:>6.1}",
                     clock,
                     core,
                     row["connections_per_s"].as_f64().unwrap_or(0.0),
                     n.tcp_active,
+                    n.tcp_time_wait,
                     row["handshakes_per_s"].as_f64().unwrap_or(0.0),
                     row["tls_failures_per_s"].as_f64().unwrap_or(0.0),
                     row["rx_mbit_per_s"].as_f64().unwrap_or(0.0),

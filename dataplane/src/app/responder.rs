@@ -261,7 +261,7 @@ impl Responder {
         let Some(h) = s.http() else { return false };
         if let Some((bytes, off)) = h.fixed {
             let n = s.send(&bytes[off..]);
-            let h = s.http().expect("live");
+            let Some(h) = s.http() else { return false };
             if off + n < bytes.len() {
                 h.fixed = Some((bytes, off + n));
                 return false;
@@ -283,7 +283,7 @@ impl Responder {
             if n == 0 {
                 return false;
             }
-            let h = s.http().expect("live");
+            let Some(h) = s.http() else { return false };
             h.body_left -= n as u64;
             h.body_pos += n as u64;
             self.counters.body_bytes += n as u64;

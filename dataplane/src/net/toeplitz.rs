@@ -1,6 +1,6 @@
 //! The Toeplitz hash NICs use for RSS, in software: the engine picks the
 //! source port of a connection it opens so that the replies hash to its
-//! own queue (DESIGN.md: share-nothing engines).
+//! own queue (docs/architecture.md, docs/scaling.md: share-nothing engines).
 
 use std::net::Ipv4Addr;
 

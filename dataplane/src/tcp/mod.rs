@@ -8,14 +8,17 @@
 //! flows and given back when drained, so an idle connection holds only its
 //! control block.
 //!
-//! What this version does: passive open with MSS, window scaling and
-//! timestamps (RFC 7323), in-order data both ways, retransmission (RFC 6298
-//! with exponential backoff), fast retransmit and NewReno recovery (RFC 5681,
-//! RFC 6582), delayed ACKs, zero-window probes, graceful close from either
-//! side, TIME-WAIT (with reuse by a newer SYN), RST validation and challenge
-//! ACKs (RFC 5961), handshake and idle timeouts, resets for segments to no
-//! connection. Not yet: SACK, CUBIC, SYN cookies, an out-of-order queue,
-//! active open.
+//! What this version does: passive and active open (simultaneous open
+//! answered) with MSS, window scaling, timestamps (RFC 7323) and
+//! SACK-permitted; SYN cookies (RFC 4987); in-order data both ways and
+//! out-of-order data held behind the gap, reported in SACK blocks;
+//! retransmission (RFC 6298 with exponential backoff), fast retransmit,
+//! NewReno (RFC 6582) and SACK-based recovery (RFC 6675); CUBIC (RFC
+//! 9438); delayed ACKs, zero-window probes, keepalive; graceful close from
+//! either side, TIME-WAIT (with reuse by a newer SYN); RST validation and
+//! challenge ACKs (RFC 5961); handshake and idle timeouts; resets for
+//! segments to no connection. The full list, and what is not built yet
+//! (RACK/TLP, PAWS, challenge-ACK rate limits): docs/architecture.md, "TCP".
 
 mod buffer;
 mod conn;
@@ -668,7 +671,13 @@ impl<A: Default> TcpEngine<A> {
             remote_port: repr.src_port,
         };
         if let Some(&id) = self.flows.get(&key) {
-            let c = live_mut(&mut self.conns, id).expect("flow maps to a live slot");
+            let Some(c) = live_mut(&mut self.conns, id) else {
+                // A flow entry outlived its connection (never expected:
+                // `release` removes both); forget it rather than abort.
+                debug_assert!(false, "flow {key:?} maps to a released slot");
+                self.flows.remove(&key);
+                return Err(DropReason::NoConnection);
+            };
             // RFC 9293 §3.6.1: a new SYN may reopen a connection in TIME-WAIT
             // when its sequence number is above the old one's.
             if c.state == State::TimeWait
