@@ -177,16 +177,15 @@ pub fn engine_script(data: &[u8], tls: Option<&TlsConfig>) -> Counters {
 /// The VIP and member counts of open connections equal the connections
 /// that hold them.
 fn check_open_counts<P: Port>(engine: &Engine<P>) {
-    let holders = engine.tcp().apps().filter(|a| a.vip.is_some()).count() as u64;
+    let holders = engine.roles().iter().filter(|e| e.vip.is_some()).count() as u64;
     let counted: u64 = (0..SCRIPT_VIPS.len() as u16)
         .map(|slot| engine.vip_counters(slot).active)
         .sum();
     assert_eq!(counted, holders, "VIP open counts");
     let backends = engine
-        .tcp()
-        .apps()
-        .filter_map(|a| a.proxy.as_deref())
-        .filter(|l| l.side == crate::app::proxy::Side::Backend && l.member.is_some())
+        .roles()
+        .iter()
+        .filter(|e| matches!(&e.role, crate::app::role::Role::Backend(l) if l.member.is_some()))
         .count() as u64;
     let members: u64 = engine
         .pools()

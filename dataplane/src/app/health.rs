@@ -1,13 +1,18 @@
 //! Health checks of pool members, run by each engine through its own TCP
 //! stack: a TCP connect, or `GET path` answered with the expected status,
 //! every interval; `rise` successes in a row bring a member back, `fall`
-//! failures in a row take it out of the choice.
+//! failures in a row take it out of the choice. Each member is checked by
+//! one engine (`HealthShare`); its state changes go to the others as
+//! `HealthNews`, relayed by the control thread.
 
 use std::time::Duration;
 
 pub use control::config::HealthKind;
 
-use crate::tcp::{ConnId, FlowKey};
+use super::role::Role;
+use super::{Cx, Services};
+use crate::snapshot::HealthNews;
+use crate::tcp::{ConnId, Event, FlowKey};
 use crate::time::Instant;
 
 /// A pool's check.
@@ -116,6 +121,184 @@ pub fn status(head: &[u8]) -> Option<u16> {
         return Some(0);
     }
     Some(parts.next().and_then(|s| s.parse().ok()).unwrap_or(0))
+}
+
+impl Services {
+    /// Starts due health checks and fails those past their timeout.
+    pub(super) fn run_health(&mut self, cx: &mut Cx<'_>) {
+        let now = cx.now;
+        for p in 0..self.pools.len() {
+            if self.pools[p].retired {
+                continue;
+            }
+            let Some(check) = self.pools[p].check.as_ref() else {
+                continue;
+            };
+            let (interval, timeout) = (check.interval, check.timeout);
+            for m in 0..self.pools[p].members.len() {
+                let member = &self.pools[p].members[m];
+                match member.health.probe {
+                    Some((id, key, deadline)) if now >= deadline => {
+                        self.health_result(cx, p, m, false, "timed out");
+                        if cx.tcp.key(id) == Some(key) {
+                            cx.tcp.abort(id);
+                        }
+                    }
+                    Some(_) => {}
+                    None if now >= member.health.next_at
+                        && !member.removed
+                        && self
+                            .health_share
+                            .as_ref()
+                            .is_none_or(|s| s.checks(&self.pools[p].name, member.addr)) =>
+                    {
+                        let addr = member.addr;
+                        self.pools[p].members[m].health.next_at = now + interval;
+                        match self.open_to(cx, addr) {
+                            Some((id, key)) => {
+                                let probe = Probe {
+                                    pool: p as u16,
+                                    member: m as u16,
+                                };
+                                self.roles.insert(id, None, Role::Probe(probe));
+                                self.pools[p].members[m].health.probe =
+                                    Some((id, key, now + timeout));
+                            }
+                            None => self.health_result(cx, p, m, false, "no source port"),
+                        }
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+
+    /// A health-check connection's event.
+    pub(super) fn on_probe(&mut self, cx: &mut Cx<'_>, id: ConnId, probe: Probe, ev: Event) {
+        let (p, m) = (usize::from(probe.pool), usize::from(probe.member));
+        let Some(pool) = self.pools.get(p) else {
+            return;
+        };
+        let Some(check) = &pool.check else { return };
+        let (kind, expect) = (check.kind, check.expect);
+        let current = pool.members.get(m).is_some_and(|member| {
+            member
+                .health
+                .probe
+                .is_some_and(|(pid, key, _)| pid == id && cx.tcp.key(id) == Some(key))
+        });
+        if !current {
+            return;
+        }
+        match (kind, ev) {
+            (HealthKind::Tcp, Event::Connected(_)) => {
+                self.health_result(cx, p, m, true, "");
+                cx.tcp.close(id);
+            }
+            (HealthKind::Http, Event::Connected(_)) => {
+                if let Some(check) = &self.pools[p].check {
+                    cx.tcp.send(id, &check.request);
+                }
+            }
+            (HealthKind::Http, Event::Readable(_) | Event::PeerClosed(_)) => {
+                let (a, b) = cx.tcp.peek(id);
+                let mut head = [0u8; 64];
+                let n = (a.len() + b.len()).min(head.len());
+                let first = a.len().min(n);
+                head[..first].copy_from_slice(&a[..first]);
+                head[first..n].copy_from_slice(&b[..n - first]);
+                match status(&head[..n]) {
+                    Some(s) => {
+                        let why = if s == expect {
+                            String::new()
+                        } else {
+                            format!("status {s}")
+                        };
+                        self.health_result(cx, p, m, s == expect, &why);
+                        cx.tcp.abort(id);
+                    }
+                    None if matches!(ev, Event::PeerClosed(_)) => {
+                        self.health_result(cx, p, m, false, "closed before a status line");
+                        cx.tcp.abort(id);
+                    }
+                    None => {}
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A health check's connection is gone: a failure, unless its result
+    /// was already counted.
+    pub(super) fn probe_closed(&mut self, cx: &mut Cx<'_>, id: ConnId, probe: Probe) {
+        let (p, m) = (usize::from(probe.pool), usize::from(probe.member));
+        let open = self
+            .pools
+            .get(p)
+            .and_then(|pool| pool.members.get(m))
+            .is_some_and(|member| member.health.probe.is_some_and(|(pid, _, _)| pid == id));
+        if open {
+            self.health_result(cx, p, m, false, "connection failed");
+        }
+    }
+
+    /// Counts a check's result; logs and counts a member's state change,
+    /// and tells the other engines of it.
+    fn health_result(&mut self, cx: &mut Cx<'_>, p: usize, m: usize, ok: bool, why: &str) {
+        let Some(pool) = self.pools.get_mut(p) else {
+            return;
+        };
+        let Some(check) = &pool.check else { return };
+        let Some(member) = pool.members.get_mut(m) else {
+            return;
+        };
+        cx.counters.health_checks += 1;
+        if !ok {
+            cx.counters.health_failures += 1;
+        }
+        let Some(up) = member.health.record(ok, check) else {
+            return;
+        };
+        cx.counters.health_changes += 1;
+        if let Some(share) = &self.health_share {
+            // Rare (a state change): the allocation is fine.
+            let news = HealthNews {
+                pool: pool.name.clone(),
+                addr: member.addr,
+                up,
+            };
+            if share.news.push(news).is_err() {
+                log::warn!("health news queue full: other engines miss a change");
+            }
+        }
+        // Rare (a state change), never per packet.
+        if up {
+            log::info!(
+                "pool {}: member {} is up (health checks pass)",
+                pool.name,
+                member.addr
+            );
+        } else {
+            log::warn!(
+                "pool {}: member {} is down (health checks fail: {why})",
+                pool.name,
+                member.addr
+            );
+        }
+    }
+
+    /// Another engine found a member up or down.
+    pub fn health_news(&mut self, news: &HealthNews) {
+        let member = self
+            .pools
+            .iter_mut()
+            .filter(|p| !p.retired && p.name == news.pool)
+            .flat_map(|p| p.members.iter_mut())
+            .find(|m| !m.removed && m.addr == news.addr);
+        if let Some(m) = member {
+            m.health.healthy = news.up;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,9 +1,78 @@
-//! Applications run by the engine on top of TCP: the built-in HTTP/1.x
-//! responder, in clear or behind TLS.
+//! Applications the engine's loop drives on top of TCP, and the small
+//! interface between them (docs/architecture.md, "Loop and roles"): the
+//! loop hands each iteration's TCP events to an [`Application`] with a
+//! [`Cx`] (the TCP engine, the clock, counters, the ports' addresses), and
+//! calls it at every tick. It knows nothing else of what runs above.
+//!
+//! [`Services`] is dpd's application: VIPs served by the built-in
+//! responder, TLS termination, proxying to pools and health checks, one
+//! [`role::Role`] per connection.
 
 pub mod health;
 pub mod pool;
 pub mod proxy;
 pub mod proxy_protocol;
 pub mod responder;
+pub mod role;
+mod services;
 pub mod tls;
+
+use std::net::Ipv4Addr;
+
+pub use services::{Services, VipEntry};
+
+use crate::net::toeplitz::RssSteering;
+use crate::net::InterfaceConfig;
+use crate::stats::Counters;
+use crate::tcp::{ConnId, Event, TcpEngine};
+use crate::time::Instant;
+
+/// The TCP engine as applications see it: application state lives in the
+/// application's own tables, by handle, not in the TCP engine.
+pub type Tcp = TcpEngine<()>;
+
+/// What an application may use while it handles events or a tick.
+#[derive(Debug)]
+pub struct Cx<'a> {
+    pub now: Instant,
+    pub tcp: &'a mut Tcp,
+    pub counters: &'a mut Counters,
+    /// The ports' addresses, for connections the application opens.
+    pub uplinks: &'a [Uplink],
+}
+
+/// A port's address, as connections opened from this engine see it.
+#[derive(Debug, Clone, Copy)]
+pub struct Uplink {
+    pub iface: InterfaceConfig,
+    /// How the port spreads received flows over the engines' queues (a
+    /// connection's source port must bring its replies to this engine).
+    pub steering: Option<RssSteering>,
+}
+
+impl Uplink {
+    /// The port's address and steering, when it reaches `dst`.
+    pub fn route(uplinks: &[Uplink], dst: Ipv4Addr) -> Option<(Ipv4Addr, Option<RssSteering>)> {
+        uplinks
+            .iter()
+            .find(|u| u.iface.next_hop(dst).is_some())
+            .map(|u| (u.iface.addr, u.steering))
+    }
+}
+
+/// An application driven by the engine's loop.
+pub trait Application {
+    /// Called once per iteration before its events: starts the
+    /// iteration's budget of costly work and continues what earlier
+    /// iterations put off.
+    fn resume(&mut self, cx: &mut Cx<'_>);
+    /// Work put off to later iterations (it keeps the loop busy).
+    fn pending(&self) -> usize;
+    /// Connections that entered TIME-WAIT: done for the application,
+    /// though their slot lives on for 2 MSL.
+    fn on_time_wait(&mut self, cx: &mut Cx<'_>, id: ConnId);
+    /// One iteration's TCP events, in the order they happened.
+    fn on_event(&mut self, cx: &mut Cx<'_>, event: Event);
+    /// At every tick (1 ms): deadlines of the application's own.
+    fn on_tick(&mut self, cx: &mut Cx<'_>);
+}

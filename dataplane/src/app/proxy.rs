@@ -5,9 +5,15 @@
 //! receive buffer, whose window then closes); a FIN is passed on once
 //! everything before it has been; resets and timeouts end the pair.
 
+use std::net::SocketAddrV4;
+
 use super::pool::Tried;
-use super::tls::{ConnApp, TlsConn};
-use crate::tcp::{ConnId, FlowKey, TcpEngine};
+use super::proxy_protocol;
+use super::role::Role;
+use super::services::EPHEMERAL;
+use super::tls::TlsConn;
+use super::{Cx, Services, Tcp, Uplink};
+use crate::tcp::{CloseReason, ConnId, FlowKey};
 
 /// Which end of a pair a connection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,47 +60,37 @@ impl ProxyLink {
     }
 }
 
-/// The live peer of `id`, if it still exists.
-pub fn peer(tcp: &mut TcpEngine<ConnApp>, id: ConnId) -> Option<ConnId> {
-    let (pid, key) = tcp.app(id)?.proxy.as_ref()?.peer?;
+/// The live peer of a connection whose link is `link`.
+pub fn peer(tcp: &Tcp, link: &ProxyLink) -> Option<ConnId> {
+    let (pid, key) = link.peer?;
     (tcp.key(pid) == Some(key)).then_some(pid)
 }
 
-fn link(tcp: &mut TcpEngine<ConnApp>, id: ConnId) -> Option<&mut ProxyLink> {
-    tcp.app(id)?.proxy.as_deref_mut()
-}
-
-/// Whether the backend of a client is connected.
-fn connected(tcp: &mut TcpEngine<ConnApp>, client: ConnId) -> bool {
-    link(tcp, client).is_some_and(|l| l.connected)
-}
-
 /// Moves bytes both ways between a plaintext connection and its peer and
-/// passes FINs on. `id` is either side.
-pub fn pump_plain(tcp: &mut TcpEngine<ConnApp>, id: ConnId) {
-    let Some(other) = peer(tcp, id) else { return };
-    let client_side = link(tcp, id).is_some_and(|l| l.side == Side::Client);
-    let client = if client_side { id } else { other };
-    if !connected(tcp, client) {
+/// passes FINs on. `a` and `b` are the two sides, in either order.
+pub fn pump_plain(tcp: &mut Tcp, a: (ConnId, &mut ProxyLink), b: (ConnId, &mut ProxyLink)) {
+    let connected = if a.1.side == Side::Client {
+        a.1.connected
+    } else {
+        b.1.connected
+    };
+    if !connected {
         return; // client bytes wait in its receive buffer
     }
-    for (from, to) in [(id, other), (other, id)] {
-        let n = tcp.splice(from, to, usize::MAX);
-        if let Some(l) = link(tcp, from) {
-            l.forwarded += n as u64;
-        }
-        pass_fin(tcp, from, to);
+    let ((ia, la), (ib, lb)) = (a, b);
+    for (from, lf, to) in [(ia, la, ib), (ib, lb, ia)] {
+        lf.forwarded += tcp.splice(from, to, usize::MAX) as u64;
+        pass_fin(tcp, from, lf, to);
     }
 }
 
-/// Once `from` sent FIN and all its bytes went on, closes `to`'s sending
-/// side (FIN).
-fn pass_fin(tcp: &mut TcpEngine<ConnApp>, from: ConnId, to: ConnId) {
+/// Once `from` (whose link is `link`) sent FIN and all its bytes went on,
+/// closes `to`'s sending side (FIN).
+fn pass_fin(tcp: &mut Tcp, from: ConnId, link: &mut ProxyLink, to: ConnId) {
     let (a, b) = tcp.peek(from);
     let drained = a.is_empty() && b.is_empty();
-    let Some(l) = link(tcp, from) else { return };
-    if l.fin_received && !l.fin_passed && drained {
-        l.fin_passed = true;
+    if link.fin_received && !link.fin_passed && drained {
+        link.fin_passed = true;
         tcp.close(to);
     }
 }
@@ -107,28 +103,25 @@ fn pass_fin(tcp: &mut TcpEngine<ConnApp>, from: ConnId, to: ConnId) {
 /// `can_send`: records may still go to the client (not after our
 /// close_notify).
 pub fn pump_tls(
-    tcp: &mut TcpEngine<ConnApp>,
+    tcp: &mut Tcp,
     client: ConnId,
     tls: &mut TlsConn,
+    link: &mut ProxyLink,
+    (backend, blink): (ConnId, &mut ProxyLink),
     scratch: &mut [u8],
     can_send: bool,
 ) {
-    let Some(backend) = peer(tcp, client) else {
-        return;
-    };
-    if !connected(tcp, client) {
+    if !link.connected {
         return;
     }
     // Client → backend.
     if !tls.plain_in.is_empty() {
         let n = tcp.send(backend, &tls.plain_in);
         tls.plain_in.drain(..n);
-        if let Some(l) = link(tcp, client) {
-            l.forwarded += n as u64;
-        }
+        link.forwarded += n as u64;
     }
     if tls.plain_in.is_empty() {
-        pass_fin(tcp, client, backend);
+        pass_fin(tcp, client, link, backend);
     }
     if !can_send {
         return;
@@ -152,16 +145,224 @@ pub fn pump_tls(
             break;
         }
         tcp.consume(backend, sealed);
-        if let Some(l) = link(tcp, backend) {
-            l.forwarded += sealed as u64;
-        }
+        blink.forwarded += sealed as u64;
     }
     let (a, b) = tcp.peek(backend);
     let drained = a.is_empty() && b.is_empty();
-    if let Some(l) = link(tcp, backend) {
-        if l.fin_received && !l.fin_passed && drained {
-            l.fin_passed = true;
-            tls.closing = true;
+    if blink.fin_received && !blink.fin_passed && drained {
+        blink.fin_passed = true;
+        tls.closing = true;
+    }
+}
+
+impl Services {
+    /// Opens a backend connection for `client` to a member of its pool not
+    /// tried yet; with none left, ends the client connection.
+    pub(super) fn connect_backend(&mut self, cx: &mut Cx<'_>, client: ConnId) {
+        let Some(ckey) = cx.tcp.key(client) else {
+            return;
+        };
+        let Some(link) = self.roles.get(client).and_then(|e| e.role.link()) else {
+            return;
+        };
+        let (p, tried) = (usize::from(link.pool), link.tried);
+        let Some(m) = self
+            .pools
+            .get_mut(p)
+            .and_then(|pool| pool.pick(ckey.remote, tried))
+        else {
+            self.no_member(cx, client);
+            return;
+        };
+        let addr = self.pools[p].members[m].addr;
+        let Some((b, bkey)) = self.open_to(cx, addr) else {
+            self.no_member(cx, client);
+            return;
+        };
+        cx.counters.proxy_backend_connects += 1;
+        self.pools[p].members[m].active += 1;
+        self.connecting
+            .push((b, bkey, cx.now + self.pools[p].connect_timeout));
+        let mut blink = ProxyLink::new(Side::Backend, p as u16);
+        blink.member = Some(m as u16);
+        blink.peer = Some((client, ckey));
+        self.roles.insert(b, None, Role::Backend(Box::new(blink)));
+        if let Some(l) = self.roles.get_mut(client).and_then(|e| e.role.link_mut()) {
+            l.member = Some(m as u16);
+            l.peer = Some((b, bkey));
+            l.tried |= 1 << m;
+            l.connected = false;
+        }
+    }
+
+    /// A backend connection is up: its client learns it, and the PROXY
+    /// protocol header goes first when the pool asks for it.
+    pub(super) fn backend_connected(&mut self, cx: &mut Cx<'_>, b: ConnId) {
+        let Some(c) = self
+            .roles
+            .get(b)
+            .and_then(|e| e.role.link())
+            .and_then(|l| peer(cx.tcp, l))
+        else {
+            return;
+        };
+        let Some(client) = self.roles.get_mut(c) else {
+            return;
+        };
+        let Some(link) = client.role.link_mut() else {
+            return;
+        };
+        link.connected = true;
+        let pool = usize::from(link.pool);
+        if !self.pools.get(pool).is_some_and(|p| p.proxy_protocol) {
+            return;
+        }
+        let Some(key) = cx.tcp.key(c) else { return };
+        let from = SocketAddrV4::new(key.remote, key.remote_port);
+        let vip = SocketAddrV4::new(key.local, key.local_port);
+        let tls = client.role.tls().and_then(|t| {
+            let n = t.session().negotiated()?;
+            Some(proxy_protocol::TlsFacts {
+                version: crypto::session::VERSIONS[n.version],
+                cipher: crypto::session::SUITES[n.suite],
+                sni: t.session().server_name(),
+            })
+        });
+        let mut header = Vec::with_capacity(128);
+        proxy_protocol::header_v2(from, vip, tls, &mut header);
+        cx.tcp.send(b, &header);
+    }
+
+    /// Opens a connection to `addr` from the address of the port that
+    /// reaches it and a free source port (4-tuples in use are skipped).
+    ///
+    /// With RSS over several queues, only source ports whose replies hash
+    /// (software Toeplitz, the NIC's key and table) to this engine's queue
+    /// are used; without, any.
+    pub(super) fn open_to(
+        &mut self,
+        cx: &mut Cx<'_>,
+        addr: SocketAddrV4,
+    ) -> Option<(ConnId, FlowKey)> {
+        let (src, steering) = Uplink::route(cx.uplinks, *addr.ip())?;
+        let tries = 64 * steering.map_or(1, |s| usize::from(s.queues));
+        for _ in 0..tries {
+            let port = self.next_port;
+            self.next_port = if port + 1 >= EPHEMERAL.end {
+                EPHEMERAL.start
+            } else {
+                port + 1
+            };
+            if let Some(s) = steering {
+                let h = crate::net::toeplitz::tcp4(s.key, *addr.ip(), src, addr.port(), port);
+                if s.queue_of(h) != s.queue {
+                    continue; // the replies would reach another engine
+                }
+            }
+            let key = FlowKey {
+                local: src,
+                local_port: port,
+                remote: *addr.ip(),
+                remote_port: addr.port(),
+            };
+            if let Ok(id) = cx.tcp.connect(cx.now, key) {
+                return Some((id, key));
+            }
+        }
+        None
+    }
+
+    /// Gives up backend connects past their pool's timeout: the connection
+    /// is dropped and its client tries the next member (see
+    /// [`Services::proxy_closed`]). Established ones leave the list.
+    pub(super) fn expire_connects(&mut self, cx: &mut Cx<'_>) {
+        let mut i = 0;
+        while i < self.connecting.len() {
+            let (id, key, deadline) = self.connecting[i];
+            let live = cx.tcp.key(id) == Some(key);
+            let established = live
+                && self
+                    .roles
+                    .get(id)
+                    .and_then(|e| e.role.link())
+                    .is_some_and(|l| l.connected);
+            if !live || established {
+                self.connecting.swap_remove(i);
+            } else if cx.now >= deadline {
+                self.connecting.swap_remove(i);
+                cx.tcp.abort(id);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// No member can take `client`: counted, and the client ended.
+    fn no_member(&mut self, cx: &mut Cx<'_>, client: ConnId) {
+        cx.counters.proxy_no_member += 1;
+        if let Some(slot) = self.roles.get(client).and_then(|e| e.vip) {
+            if let Some(vc) = self.vip_counters.get_mut(usize::from(slot)) {
+                vc.proxy_no_member += 1;
+            }
+        }
+        self.fail_client(cx, client);
+    }
+
+    /// No backend for this client: a TLS alert (internal_error) or a reset.
+    fn fail_client(&mut self, cx: &mut Cx<'_>, client: ConnId) {
+        match self.roles.get_mut(client).map(|e| &mut e.role) {
+            Some(Role::Tls(t)) => {
+                t.conn.abort_with_alert();
+                t.conn.flush_alert(cx.tcp, client);
+                cx.tcp.close(client);
+            }
+            _ => cx.tcp.abort(client),
+        }
+    }
+
+    /// A proxied connection is gone: the member's count, a retry when a
+    /// backend could not be reached, or the end of the other side.
+    pub(super) fn proxy_closed(&mut self, cx: &mut Cx<'_>, link: &ProxyLink, reason: CloseReason) {
+        let other = peer(cx.tcp, link);
+        match link.side {
+            Side::Backend => {
+                let member = link.member.and_then(|m| {
+                    self.pools
+                        .get_mut(usize::from(link.pool))?
+                        .members
+                        .get_mut(usize::from(m))
+                });
+                if let Some(member) = member {
+                    member.active = member.active.saturating_sub(1);
+                    if !link.connected {
+                        member.failed += 1;
+                    }
+                }
+                let Some(client) = other else { return };
+                if !link.connected {
+                    // Nothing was sent to it yet: another member.
+                    cx.counters.proxy_backend_failures += 1;
+                    self.connect_backend(cx, client);
+                } else if reason != CloseReason::Normal {
+                    cx.tcp.abort(client);
+                }
+            }
+            Side::Client => {
+                let Some(b) = other else { return };
+                let backend_done = self
+                    .roles
+                    .get(b)
+                    .and_then(|e| e.role.link())
+                    .is_some_and(|l| l.fin_passed);
+                if link.fin_passed && backend_done {
+                    // Both directions finished: the backend connection is
+                    // closing (or in TIME-WAIT) on its own.
+                } else if reason != CloseReason::Normal || !link.connected {
+                    cx.tcp.abort(b);
+                } else {
+                    cx.tcp.close(b);
+                }
+            }
         }
     }
 }

@@ -87,27 +87,21 @@ pub trait Stream {
     fn close(&mut self);
 }
 
-/// A plain TCP connection as a [`Stream`].
+/// A plain TCP connection, with its responder session, as a [`Stream`].
 #[derive(Debug)]
-pub struct TcpStream<'a, A: HasHttp> {
+pub struct TcpStream<'a, A> {
     pub tcp: &'a mut TcpEngine<A>,
     pub id: ConnId,
+    pub http: &'a mut Session,
 }
 
-/// Per-connection application state that holds a responder [`Session`].
-pub trait HasHttp: Default {
-    fn http(&mut self) -> &mut Session;
-}
-
-impl HasHttp for Session {
-    fn http(&mut self) -> &mut Session {
-        self
-    }
-}
-
-impl<A: HasHttp> Stream for TcpStream<'_, A> {
+impl<A: Default> Stream for TcpStream<'_, A> {
     fn http(&mut self) -> Option<&mut Session> {
-        self.tcp.app(self.id).map(HasHttp::http)
+        if self.tcp.state(self.id).is_some() {
+            Some(&mut *self.http)
+        } else {
+            None
+        }
     }
     fn peek(&self) -> (&[u8], &[u8]) {
         self.tcp.peek(self.id)
@@ -137,18 +131,21 @@ impl Responder {
         }
     }
 
-    /// Reacts to one TCP event of a plain (cleartext) connection.
-    pub fn on_event<A: HasHttp>(&mut self, tcp: &mut TcpEngine<A>, event: Event) {
+    /// Reacts to one TCP event of a plain (cleartext) connection whose
+    /// responder session is `http`.
+    pub fn on_event<A: Default>(
+        &mut self,
+        tcp: &mut TcpEngine<A>,
+        http: &mut Session,
+        event: Event,
+    ) {
         match event {
             Event::Accepted(id) | Event::Readable(id) | Event::Writable(id) => {
-                self.pump(&mut TcpStream { tcp, id })
+                self.pump(&mut TcpStream { tcp, id, http })
             }
             Event::PeerClosed(id) => {
-                let mut s = TcpStream { tcp, id };
-                if let Some(h) = s.http() {
-                    h.peer_closed = true;
-                }
-                self.pump(&mut s);
+                http.peer_closed = true;
+                self.pump(&mut TcpStream { tcp, id, http });
             }
             Event::Closed(..) | Event::Connected(_) => {}
         }

@@ -12,8 +12,11 @@
 
 use crypto::session::{Failure, Negotiated, Progress, ServerSession, TlsConfig};
 
-use super::responder::{HasHttp, Responder, Session, Stream};
-use crate::tcp::{ConnId, TcpEngine};
+use super::proxy::ProxyLink;
+use super::responder::{Responder, Session, Stream};
+use super::role::{Inner, TlsRole};
+use super::Tcp;
+use crate::tcp::ConnId;
 
 /// Decrypted bytes waiting for the responder, at most; beyond it records
 /// stay in the TCP ring and its window closes (back-pressure).
@@ -25,26 +28,6 @@ const RECORD: usize = crypto::record::MAX_PLAINTEXT;
 /// Least contiguous ring room worth sealing a record in place (below it
 /// the record is built aside and copied: the free space wraps).
 const MIN_IN_PLACE: usize = 512;
-
-/// A connection's application state: the responder's, and the TLS
-/// session's when the VIP terminates TLS.
-#[derive(Debug, Default)]
-pub struct ConnApp {
-    pub http: Session,
-    pub tls: Option<Box<TlsConn>>,
-    /// Set on connections of a VIP with a pool, and on their backends.
-    pub proxy: Option<Box<super::proxy::ProxyLink>>,
-    /// Set on health-check connections.
-    pub probe: Option<super::health::Probe>,
-    /// Counter slot of the VIP an accepted connection came in on.
-    pub vip: Option<u16>,
-}
-
-impl HasHttp for ConnApp {
-    fn http(&mut self) -> &mut Session {
-        &mut self.http
-    }
-}
 
 /// One connection's TLS state and buffers.
 #[derive(Debug)]
@@ -111,7 +94,7 @@ impl TlsConn {
     }
 
     /// Sends what the session queued (an alert) as TCP room allows.
-    pub fn flush_alert(&mut self, tcp: &mut TcpEngine<ConnApp>, id: ConnId) {
+    pub fn flush_alert(&mut self, tcp: &mut Tcp, id: ConnId) {
         self.flush_cipher(tcp, id);
     }
 
@@ -125,7 +108,7 @@ impl TlsConn {
     }
 
     /// Moves `cipher_out` into the TCP send ring; true when it is empty.
-    fn flush_cipher(&mut self, tcp: &mut TcpEngine<ConnApp>, id: ConnId) -> bool {
+    fn flush_cipher(&mut self, tcp: &mut Tcp, id: ConnId) -> bool {
         if !self.cipher_out.is_empty() {
             let sent = tcp.send(id, &self.cipher_out);
             self.cipher_out.drain(..sent);
@@ -138,7 +121,7 @@ impl TlsConn {
     /// wrote (0: no room, or nothing to fill).
     pub(crate) fn seal_record(
         &mut self,
-        tcp: &mut TcpEngine<ConnApp>,
+        tcp: &mut Tcp,
         id: ConnId,
         max: usize,
         fill: &mut dyn FnMut(&mut [u8]) -> usize,
@@ -200,7 +183,7 @@ impl TlsConn {
 
 /// The plaintext side of a TLS connection as the responder's [`Stream`].
 struct TlsStream<'a> {
-    tcp: &'a mut TcpEngine<ConnApp>,
+    tcp: &'a mut Tcp,
     id: ConnId,
     http: &'a mut Session,
     tls: &'a mut TlsConn,
@@ -254,31 +237,32 @@ pub struct TlsOutcome {
     pub deferred: bool,
 }
 
-/// Moves a TLS connection forward: ciphertext in, responder, ciphertext
-/// out, close_notify and TCP close at the end. Handshake work (the costly
+/// A proxied TLS connection's backend, when it is there: its handle and
+/// link.
+pub type BackendSide<'a> = Option<(ConnId, &'a mut ProxyLink)>;
+
+/// Moves a TLS connection forward: ciphertext in, its inner role
+/// (responder, or forwarding to and from `backend`), ciphertext out,
+/// close_notify and TCP close at the end. Handshake work (the costly
 /// part) happens only while `handshake_budget` lasts; each use takes one.
-///
-/// A proxied connection (a VIP with a pool) has its plaintext forwarded
-/// to its backend instead of the responder (through `scratch`).
+#[allow(clippy::too_many_arguments)]
 pub fn drive(
-    tcp: &mut TcpEngine<ConnApp>,
+    tcp: &mut Tcp,
     id: ConnId,
+    t: &mut TlsRole,
+    mut backend: BackendSide<'_>,
     responder: &mut Responder,
     peer_closed: bool,
     handshake_budget: &mut u32,
     scratch: &mut [u8],
 ) -> TlsOutcome {
     let mut outcome = TlsOutcome::default();
-    let Some(app) = tcp.app(id) else {
-        return outcome;
-    };
-    let proxied = app.proxy.is_some();
-    let Some(mut tls) = app.tls.take() else {
-        return outcome;
-    };
-    let mut http = std::mem::take(&mut app.http);
+    let TlsRole { conn: tls, inner } = t;
     if peer_closed {
-        http.peer_closed = true;
+        match inner {
+            Inner::Responder(http) => http.peer_closed = true,
+            Inner::Proxy(l) => l.fin_received = true,
+        }
     }
     for _ in 0..8 {
         if tls.failed {
@@ -295,20 +279,19 @@ pub fn drive(
                 }
                 *handshake_budget -= 1;
             }
-            let tls_conn = &mut *tls;
-            let result = tls_conn.session.read(
-                (a, b),
-                &mut tls_conn.cipher_out,
-                &mut tls_conn.plain_in,
-                PLAIN_IN_MAX,
-            );
+            let result =
+                tls.session
+                    .read((a, b), &mut tls.cipher_out, &mut tls.plain_in, PLAIN_IN_MAX);
             match result {
                 Ok(p) => {
                     tcp.consume(id, p.consumed);
                     progressed = p.consumed > 0;
                     note(&mut outcome, &p, &tls.session);
                     if p.peer_closed {
-                        http.peer_closed = true;
+                        match inner {
+                            Inner::Responder(http) => http.peer_closed = true,
+                            Inner::Proxy(l) => l.fin_received = true,
+                        }
                     }
                 }
                 Err(e) => {
@@ -322,43 +305,36 @@ pub fn drive(
                 }
             }
         }
-        if proxied {
-            if http.peer_closed {
-                if let Some(l) = tcp.app(id).and_then(|a| a.proxy.as_deref_mut()) {
-                    l.fin_received = true;
+        let ready = !tls.session.is_handshaking() && !tls.failed;
+        match inner {
+            Inner::Proxy(link) => {
+                // After our close_notify the client may still send (TLS
+                // half-close): its bytes and its FIN still go on.
+                if let (true, Some((b, blink))) = (ready, backend.as_mut()) {
+                    let before = tcp.send_space(id);
+                    let can_send = !tls.close_sent;
+                    super::proxy::pump_tls(tcp, id, tls, link, (*b, blink), scratch, can_send);
+                    progressed |= tcp.send_space(id) != before;
                 }
             }
-            // After our close_notify the client may still send (TLS
-            // half-close): its bytes and its FIN still go on.
-            if !tls.session.is_handshaking() && !tls.failed {
-                let before = tcp.send_space(id);
-                let can_send = !tls.close_sent;
-                super::proxy::pump_tls(tcp, id, &mut tls, scratch, can_send);
-                progressed |= tcp.send_space(id) != before;
-            }
-        }
-        // The application, once the handshake is done.
-        if !proxied && !tls.session.is_handshaking() && !tls.close_sent && !tls.failed {
-            let before = tcp.send_space(id);
-            responder.pump(&mut TlsStream {
-                tcp,
-                id,
-                http: &mut http,
-                tls: &mut tls,
-            });
-            // Heads and small bodies still waiting: seal them now.
-            while !tls.pending.is_empty() && !tls.failed {
-                let left = tls.pending.len();
-                tls.seal_record(tcp, id, 0, &mut |_| 0);
-                if tls.pending.len() == left {
-                    break;
+            Inner::Responder(http) => {
+                if ready && !tls.close_sent {
+                    let before = tcp.send_space(id);
+                    responder.pump(&mut TlsStream { tcp, id, http, tls });
+                    // Heads and small bodies still waiting: seal them now.
+                    while !tls.pending.is_empty() && !tls.failed {
+                        let left = tls.pending.len();
+                        tls.seal_record(tcp, id, 0, &mut |_| 0);
+                        if tls.pending.len() == left {
+                            break;
+                        }
+                    }
+                    progressed |= tcp.send_space(id) != before;
                 }
             }
-            progressed |= tcp.send_space(id) != before;
         }
         if tls.closing && tls.pending.is_empty() && !tls.close_sent {
-            let tls_conn = &mut *tls;
-            let _ = tls_conn.session.close_notify(&mut tls_conn.cipher_out);
+            let _ = tls.session.close_notify(&mut tls.cipher_out);
             tls.close_sent = true;
         }
         let flushed = tls.flush_cipher(tcp, id);
@@ -366,25 +342,19 @@ pub fn drive(
             tcp.close(id);
             break;
         }
-        if !proxied
-            && http.peer_closed
-            && tls.plain_in.is_empty()
-            && tls.pending.is_empty()
-            && !tls.closing
-        {
-            // The client is done and nothing is in progress: close too.
-            tls.closing = true;
-            continue;
+        if let Inner::Responder(http) = inner {
+            if http.peer_closed && tls.plain_in.is_empty() && tls.pending.is_empty() && !tls.closing
+            {
+                // The client is done and nothing is in progress: close too.
+                tls.closing = true;
+                continue;
+            }
         }
         if !progressed {
             break;
         }
     }
     tls.release_idle();
-    if let Some(app) = tcp.app(id) {
-        app.http = http;
-        app.tls = Some(tls);
-    }
     outcome
 }
 

@@ -32,6 +32,16 @@ pub struct InterfaceConfig {
 }
 
 impl InterfaceConfig {
+    /// The next hop towards `dst`: itself on the subnet, else the
+    /// gateway (if any).
+    pub fn next_hop(&self, dst: Ipv4Addr) -> Option<Ipv4Addr> {
+        if self.on_link(dst) {
+            Some(dst)
+        } else {
+            self.gateway
+        }
+    }
+
     fn on_link(&self, ip: Ipv4Addr) -> bool {
         let mask = if self.prefix_len == 0 {
             0
@@ -136,11 +146,7 @@ impl Interface {
 
     /// The next hop towards `dst`: itself on the subnet, else the gateway.
     pub fn next_hop(&self, dst: Ipv4Addr) -> Option<Ipv4Addr> {
-        if self.cfg.on_link(dst) {
-            Some(dst)
-        } else {
-            self.cfg.gateway
-        }
+        self.cfg.next_hop(dst)
     }
 
     /// The MAC of next hop `hop`, queueing an ARP request on a miss.

@@ -308,6 +308,10 @@ pub struct TcpEngine<A> {
     conns: Vec<Option<Conn<A>>>,
     /// Free slots, each with the generation its next connection gets.
     free: Vec<ConnId>,
+    /// Slots of connections released since the last `drain_events`, and
+    /// of those whose `Closed` event the last one returned: not free yet.
+    released: Vec<ConnId>,
+    closing_slots: Vec<ConnId>,
     timers: TimerWheel,
     buffers: BufferPool,
     events: Vec<Event>,
@@ -342,6 +346,8 @@ impl<A: Default> TcpEngine<A> {
             flows: FlowTable::default(),
             conns: Vec::new(),
             free: Vec::new(),
+            released: Vec::new(),
+            closing_slots: Vec::new(),
             timers: TimerWheel::new(now),
             buffers: BufferPool::new(cfg.buffer_size),
             events: Vec::with_capacity(256),
@@ -448,8 +454,14 @@ impl<A: Default> TcpEngine<A> {
     }
 
     /// Takes the queued events.
+    ///
+    /// Slots of connections whose `Closed` event a call returns are reused
+    /// only from the call after it: until then, the application may keep
+    /// state by [`ConnId::slot`] for them.
     pub fn drain_events(&mut self, out: &mut Vec<Event>) {
         out.append(&mut self.events);
+        self.free.append(&mut self.closing_slots);
+        std::mem::swap(&mut self.closing_slots, &mut self.released);
         // The apps of connections closed in these events, in order; those
         // the caller did not take are dropped now.
         self.closed_batch.clear();
@@ -951,15 +963,21 @@ impl<A: Default> TcpEngine<A> {
         self.account(Some(c.state), None);
         c.release_buffers(&mut self.buffers);
         self.flows.remove(&c.key);
-        self.free.push(id.next_gen());
         self.counters.closed += 1;
         if reason == CloseReason::TimedOut {
             self.counters.timeouts += 1;
         }
-        // A connection never accepted is invisible to the application.
+        // A connection never accepted is invisible to the application: its
+        // slot is free at once. Otherwise the slot waits until the
+        // application has had the `Closed` event (see `drain_events`), so
+        // state it keeps by slot is never overwritten by the slot's next
+        // connection before it has heard of this one's end.
         if c.accepted {
             self.events.push(Event::Closed(id, reason));
             self.closed_apps.push_back(c.app);
+            self.released.push(id.next_gen());
+        } else {
+            self.free.push(id.next_gen());
         }
     }
 
@@ -1256,8 +1274,21 @@ mod pair_tests {
         // not reached through it.
         let (mut p, _, cb) = established(TcpConfig::default());
         p.b.abort(cb);
+        // Not reused before the application has had the Closed event (it
+        // may keep state by slot until then).
+        let early = p.b.connect(p.now, key(B, 5002, A, 80)).unwrap();
+        assert_ne!(early.slot(), cb.slot());
+        let mut ev = Vec::new();
+        p.b.drain_events(&mut ev);
+        assert!(
+            ev.contains(&Event::Closed(cb, CloseReason::Aborted)),
+            "{ev:?}"
+        );
+        let other = p.b.connect(p.now, key(B, 5003, A, 80)).unwrap();
+        assert_ne!(other.slot(), cb.slot(), "nor while that batch is handled");
+        p.b.drain_events(&mut ev);
         let next = p.b.connect(p.now, key(B, 5001, A, 80)).unwrap();
-        assert_eq!(next.slot(), cb.slot(), "the slot is reused");
+        assert_eq!(next.slot(), cb.slot(), "then the slot is reused");
         assert_ne!(next, cb);
         assert_eq!(p.b.key(cb), None);
         assert_eq!(p.b.state(cb), None);

@@ -1,0 +1,516 @@
+//! dpd's application: the VIPs, each connection's role, and the dispatch
+//! of TCP events to the role's code (responder, TLS, proxy, health
+//! checks; those live in their own modules as `impl Services` blocks).
+
+use std::net::Ipv4Addr;
+
+use crypto::session::TlsConfig;
+
+use super::pool::Pool;
+use super::proxy::{self, ProxyLink, Side};
+use super::responder::{Responder, Session};
+use super::role::{Entry, Inner, Role, Roles, TlsRole};
+use super::tls::{self, TlsConn};
+use super::{Application, Cx};
+use crate::snapshot::{HealthShare, MemberView, PoolView, Snapshot, MAX_VIPS};
+use crate::stats::VipCounters;
+use crate::tcp::{CloseReason, ConnId, Event, FlowKey};
+use crate::time::Instant;
+
+/// Source ports of backend connections (Linux's default ephemeral range).
+pub(super) const EPHEMERAL: std::ops::Range<u16> = 32_768..61_000;
+
+/// A VIP as the engine serves it (from the current snapshot).
+#[derive(Debug)]
+pub struct VipEntry {
+    /// Index of its counters.
+    pub slot: u16,
+    pub addr: Ipv4Addr,
+    pub port: u16,
+    pub enabled: bool,
+    pub tls: Option<TlsConfig>,
+    /// Index in the engine's pools; `None`: the built-in responder.
+    pub pool: Option<u16>,
+}
+
+/// The VIPs of one engine and the connections they have.
+#[derive(Debug)]
+pub struct Services {
+    pub(super) vips: Vec<VipEntry>,
+    /// Counters per VIP slot (published with the others).
+    pub(super) vip_counters: Vec<VipCounters>,
+    /// VIP counter slots ever used (all are published: a removed VIP's
+    /// open connections still count).
+    pub(super) vip_slots_used: usize,
+    /// Backend pools (this engine's view: its own counts).
+    pub(super) pools: Vec<Pool>,
+    pub(super) roles: Roles,
+    pub(super) responder: Responder,
+    /// Next source port tried for a backend connection.
+    pub(super) next_port: u16,
+    /// Backend bytes on their way into a TLS record.
+    pub(super) proxy_scratch: Vec<u8>,
+    /// Backend connects in progress and when each is given up.
+    pub(super) connecting: Vec<(ConnId, FlowKey, Instant)>,
+    /// TLS connections whose handshake input waits for the next iteration
+    /// (and the list being worked through).
+    deferred: Vec<ConnId>,
+    deferred_scratch: Vec<ConnId>,
+    /// TLS handshake steps per iteration, and those left in this one.
+    handshakes_per_poll: u32,
+    budget: u32,
+    /// Which members this engine health-checks (all without a share).
+    pub(super) health_share: Option<HealthShare>,
+    /// Version of the snapshot in use (0: set up by calls, not snapshots).
+    pub(super) snapshot_version: u64,
+}
+
+impl Services {
+    /// `handshakes_per_poll`: TLS handshake steps (each may cost a
+    /// signature and a key exchange) per loop iteration.
+    pub fn new(handshakes_per_poll: u32) -> Self {
+        Self {
+            vips: Vec::new(),
+            vip_counters: vec![VipCounters::default(); MAX_VIPS],
+            vip_slots_used: 0,
+            pools: Vec::new(),
+            roles: Roles::default(),
+            responder: Responder::new(),
+            next_port: EPHEMERAL.start,
+            proxy_scratch: vec![0; crypto::record::MAX_PLAINTEXT],
+            connecting: Vec::with_capacity(256),
+            deferred: Vec::with_capacity(256),
+            deferred_scratch: Vec::with_capacity(256),
+            handshakes_per_poll,
+            budget: handshakes_per_poll,
+            health_share: None,
+            snapshot_version: 0,
+        }
+    }
+
+    /// Adds a VIP on `addr:port`: the responder, behind TLS with `tls`,
+    /// or forwarded to pool `pool`.
+    pub fn add_vip(
+        &mut self,
+        addr: Ipv4Addr,
+        port: u16,
+        tls: Option<TlsConfig>,
+        pool: Option<u16>,
+    ) {
+        let slot = self.vips.len().min(MAX_VIPS - 1) as u16;
+        self.vip_slots_used = self.vip_slots_used.max(usize::from(slot) + 1);
+        self.vips.push(VipEntry {
+            slot,
+            addr,
+            port,
+            enabled: true,
+            tls,
+            pool,
+        });
+    }
+
+    /// Adds a backend pool; returns its index.
+    pub fn add_pool(&mut self, pool: Pool) -> usize {
+        self.pools.push(pool);
+        self.pools.len() - 1
+    }
+
+    /// Splits health checks with the other engines: this one checks only
+    /// its share of members and reports their changes; the others' reach
+    /// it as health news.
+    pub fn set_health_share(&mut self, share: HealthShare) {
+        self.health_share = Some(share);
+    }
+
+    pub fn vips(&self) -> &[VipEntry] {
+        &self.vips
+    }
+
+    /// Switches to `snap`'s VIPs and pools. Open connections keep what
+    /// they started with (their TLS configuration; their pool and member,
+    /// which stay marked retired or removed while used).
+    pub fn apply(&mut self, snap: &Snapshot) {
+        for p in &mut self.pools {
+            p.retired = true;
+        }
+        for next in &snap.pools {
+            match self.pools.iter().position(|p| p.name == next.name) {
+                Some(i) => {
+                    if !self.pools[i].update_from(next) {
+                        log::warn!(
+                            "pool {}: 64 members with open connections; a new member waits",
+                            next.name
+                        );
+                    }
+                }
+                None => self.pools.push(next.clone()),
+            }
+        }
+        let pools = &self.pools;
+        self.vips = snap
+            .vips
+            .iter()
+            .map(|v| VipEntry {
+                slot: v.slot.min(MAX_VIPS as u16 - 1),
+                addr: v.addr,
+                port: v.port,
+                enabled: v.enabled,
+                tls: v.tls.clone(),
+                pool: v.pool.as_ref().and_then(|name| {
+                    pools
+                        .iter()
+                        .position(|p| !p.retired && &p.name == name)
+                        .map(|i| i as u16)
+                }),
+            })
+            .collect();
+        let used = self.vips.iter().map(|v| usize::from(v.slot) + 1).max();
+        self.vip_slots_used = self.vip_slots_used.max(used.unwrap_or(0));
+        self.snapshot_version = snap.version;
+    }
+
+    /// Counters of VIP slot `slot`.
+    pub fn vip_counters(&self, slot: u16) -> VipCounters {
+        self.vip_counters
+            .get(usize::from(slot))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// The VIP counters to publish (every slot ever used).
+    pub fn published_vips(&self) -> &[VipCounters] {
+        &self.vip_counters[..self.vip_slots_used]
+    }
+
+    pub fn snapshot_version(&self) -> u64 {
+        self.snapshot_version
+    }
+
+    /// The pools as this engine sees them.
+    pub fn pool_views(&self) -> Vec<PoolView> {
+        self.pools
+            .iter()
+            .map(|p| PoolView {
+                name: p.name.clone(),
+                retired: p.retired,
+                members: p
+                    .members
+                    .iter()
+                    .map(|m| MemberView {
+                        addr: m.addr,
+                        removed: m.removed,
+                        healthy: m.health.healthy,
+                        active: m.active,
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// The pools, with this engine's counts.
+    pub fn pools(&self) -> &[Pool] {
+        &self.pools
+    }
+
+    /// Every connection's role.
+    pub fn roles(&self) -> &Roles {
+        &self.roles
+    }
+
+    /// TLS connections, and the bytes their buffers hold now (0 when all
+    /// are idle: buffers are given back as they empty).
+    pub fn tls_buffers(&self) -> (usize, usize) {
+        self.roles
+            .iter()
+            .filter_map(|e| e.role.tls())
+            .fold((0, 0), |(n, b), t| (n + 1, b + t.buffered()))
+    }
+
+    /// The responder's counters.
+    pub fn responder(&self) -> &Responder {
+        &self.responder
+    }
+
+    /// Gives an accepted connection its role for its VIP; false when it
+    /// was refused (or is already gone).
+    fn accept(&mut self, cx: &mut Cx<'_>, id: ConnId) -> bool {
+        let Some(key) = cx.tcp.key(id) else {
+            // Accepted and released in one burst (the handshake's ACK, then
+            // an RST): nothing to set up; its `Closed` event follows in the
+            // same batch.
+            return false;
+        };
+        let Some(vip) = self
+            .vips
+            .iter()
+            .find(|v| v.addr == key.local && v.port == key.local_port)
+        else {
+            // Its VIP went away between the SYN and the handshake's end.
+            cx.tcp.abort(id);
+            return false;
+        };
+        let (tls, pool, slot) = (vip.tls.clone(), vip.pool, vip.slot);
+        let role = match (tls, pool) {
+            (None, None) => Role::Responder(Session::default()),
+            (None, Some(p)) => Role::Client(Box::new(ProxyLink::new(Side::Client, p))),
+            (Some(cfg), pool) => match TlsConn::new(&cfg) {
+                Ok(conn) => Role::Tls(Box::new(TlsRole {
+                    conn,
+                    inner: match pool {
+                        None => Inner::Responder(Session::default()),
+                        Some(p) => Inner::Proxy(ProxyLink::new(Side::Client, p)),
+                    },
+                })),
+                Err(_) => {
+                    self.vip_counters[usize::from(slot)].tls_failures += 1;
+                    count_failure(cx, crypto::session::Failure::Other);
+                    cx.tcp.abort(id);
+                    return false;
+                }
+            },
+        };
+        let vc = &mut self.vip_counters[usize::from(slot)];
+        vc.connections += 1;
+        vc.active += 1;
+        let plain_proxy = matches!(role, Role::Client(_));
+        self.roles.insert(id, Some(slot), role);
+        if plain_proxy {
+            self.connect_backend(cx, id);
+        }
+        true
+    }
+
+    /// A connection is gone: its counts, and what its role leaves behind
+    /// (the other side of a proxied pair, a health check's result).
+    fn closed(&mut self, cx: &mut Cx<'_>, entry: Entry, reason: CloseReason) {
+        if let Some(slot) = entry.vip {
+            let vc = &mut self.vip_counters[usize::from(slot)];
+            vc.active = vc.active.saturating_sub(1);
+        }
+        match entry.role {
+            Role::Responder(_) => {}
+            Role::Tls(t) => {
+                if t.conn.is_handshaking() && !t.conn.failed() {
+                    cx.counters.tls_abandoned += 1;
+                }
+                if let Inner::Proxy(link) = &t.inner {
+                    self.proxy_closed(cx, link, reason);
+                }
+            }
+            Role::Client(link) | Role::Backend(link) => self.proxy_closed(cx, &link, reason),
+            Role::Probe(probe) => self.probe_closed(cx, entry.id, probe),
+        }
+    }
+
+    /// A connection is done but for its TIME-WAIT: it no longer counts as
+    /// open on its VIP, nor (a backend connection) on its member, so least
+    /// connections balances by the connections really open.
+    fn time_wait(&mut self, id: ConnId) {
+        let Some(entry) = self.roles.get_mut(id) else {
+            return;
+        };
+        if let Some(slot) = entry.vip.take() {
+            let vc = &mut self.vip_counters[usize::from(slot)];
+            vc.active = vc.active.saturating_sub(1);
+        }
+        if let Role::Backend(l) = &mut entry.role {
+            if let Some(m) = l.member.take() {
+                let member = self
+                    .pools
+                    .get_mut(usize::from(l.pool))
+                    .and_then(|p| p.members.get_mut(usize::from(m)));
+                if let Some(member) = member {
+                    member.active = member.active.saturating_sub(1);
+                }
+            }
+        }
+    }
+
+    /// Drives one TLS connection (with its backend, when proxied) and
+    /// counts what happened.
+    pub(super) fn drive_tls(&mut self, cx: &mut Cx<'_>, id: ConnId, peer_closed: bool) {
+        let backend = self
+            .roles
+            .get(id)
+            .and_then(|e| e.role.link())
+            .and_then(|l| proxy::peer(cx.tcp, l));
+        let (entry, backend) = match backend {
+            Some(b) => match self.roles.pair_mut(id, b) {
+                Some((e, be)) => (e, be.role.link_mut().map(|l| (b, l))),
+                None => return,
+            },
+            None => match self.roles.get_mut(id) {
+                Some(e) => (e, None),
+                None => return,
+            },
+        };
+        let Role::Tls(t) = &mut entry.role else {
+            return;
+        };
+        let o = tls::drive(
+            cx.tcp,
+            id,
+            t,
+            backend,
+            &mut self.responder,
+            peer_closed,
+            &mut self.budget,
+            &mut self.proxy_scratch,
+        );
+        let slot = entry.vip;
+        // A TLS VIP with a pool: its backend connection opens once the
+        // handshake is done.
+        let wants_backend =
+            o.negotiated.is_some() && matches!(&t.inner, Inner::Proxy(l) if l.peer.is_none());
+        if o.deferred && !t.conn.queued {
+            t.conn.queued = true;
+            self.deferred.push(id);
+        }
+        if wants_backend {
+            self.connect_backend(cx, id);
+        }
+        if let Some(vc) = slot.and_then(|s| self.vip_counters.get_mut(usize::from(s))) {
+            vc.tls_handshakes += u64::from(o.negotiated.is_some());
+            vc.tls_failures += u64::from(o.failure.is_some());
+        }
+        let c = &mut *cx.counters;
+        if let Some(n) = o.negotiated {
+            c.tls_handshakes += 1;
+            c.tls_versions[n.version] += 1;
+            c.tls_suites[n.suite] += 1;
+            c.tls_groups[n.group] += 1;
+            c.tls_key_types[n.key] += 1;
+            c.tls_resumed += u64::from(n.resumed);
+        }
+        c.tls_key_updates += u64::from(o.key_updates);
+        c.tls_renegotiations_refused += u64::from(o.renegotiations_refused);
+        if let Some(f) = o.failure {
+            count_failure(cx, f);
+        }
+        if o.deferred {
+            cx.counters.tls_handshakes_deferred += 1;
+        }
+    }
+
+    /// A plain proxied connection's event (client or backend side).
+    fn on_proxied(&mut self, cx: &mut Cx<'_>, id: ConnId, ev: Event) {
+        let Some(entry) = self.roles.get_mut(id) else {
+            return;
+        };
+        let Some(link) = entry.role.link_mut() else {
+            return;
+        };
+        if matches!(ev, Event::PeerClosed(_)) {
+            link.fin_received = true;
+        }
+        let side = link.side;
+        if let Event::Connected(b) = ev {
+            link.connected = true;
+            self.backend_connected(cx, b);
+        }
+        let Some(other) = self
+            .roles
+            .get(id)
+            .and_then(|e| e.role.link())
+            .and_then(|l| proxy::peer(cx.tcp, l))
+        else {
+            return;
+        };
+        // A backend whose client speaks TLS: the client's side does the
+        // moving.
+        if side == Side::Backend
+            && self
+                .roles
+                .get(other)
+                .is_some_and(|e| matches!(e.role, Role::Tls(_)))
+        {
+            self.drive_tls(cx, other, false);
+            return;
+        }
+        if let Some((a, b)) = self.roles.pair_mut(id, other) {
+            if let (Some(la), Some(lb)) = (a.role.link_mut(), b.role.link_mut()) {
+                proxy::pump_plain(cx.tcp, (id, la), (other, lb));
+            }
+        }
+    }
+}
+
+/// Counts a TLS failure by reason.
+pub(super) fn count_failure(cx: &mut Cx<'_>, f: crypto::session::Failure) {
+    cx.counters.tls_failures += 1;
+    cx.counters.tls_failure_reasons[f.index()] += 1;
+}
+
+impl Application for Services {
+    fn resume(&mut self, cx: &mut Cx<'_>) {
+        // Handshakes put off last time go first.
+        self.budget = self.handshakes_per_poll;
+        std::mem::swap(&mut self.deferred, &mut self.deferred_scratch);
+        for i in 0..self.deferred_scratch.len() {
+            let id = self.deferred_scratch[i];
+            if self.budget == 0 {
+                // Still no room: the rest keep their place in the queue.
+                self.deferred.push(id);
+                continue;
+            }
+            let queued = match self.roles.get_mut(id).map(|e| &mut e.role) {
+                Some(Role::Tls(t)) => {
+                    t.conn.queued = false;
+                    true
+                }
+                _ => false,
+            };
+            if queued {
+                self.drive_tls(cx, id, false);
+            }
+        }
+        self.deferred_scratch.clear();
+    }
+
+    fn pending(&self) -> usize {
+        self.deferred.len()
+    }
+
+    fn on_time_wait(&mut self, _cx: &mut Cx<'_>, id: ConnId) {
+        self.time_wait(id);
+    }
+
+    fn on_event(&mut self, cx: &mut Cx<'_>, ev: Event) {
+        let id = match ev {
+            Event::Closed(id, reason) => {
+                if let Some(entry) = self.roles.remove(id) {
+                    self.closed(cx, entry, reason);
+                }
+                return;
+            }
+            Event::Accepted(id) => {
+                if !self.accept(cx, id) {
+                    return;
+                }
+                id
+            }
+            Event::Readable(id)
+            | Event::Writable(id)
+            | Event::PeerClosed(id)
+            | Event::Connected(id) => id,
+        };
+        let peer_closed = matches!(ev, Event::PeerClosed(_));
+        let Some(entry) = self.roles.get_mut(id) else {
+            return;
+        };
+        match &mut entry.role {
+            Role::Responder(http) => self.responder.on_event(cx.tcp, http, ev),
+            Role::Tls(_) => self.drive_tls(cx, id, peer_closed),
+            Role::Client(_) | Role::Backend(_) => self.on_proxied(cx, id, ev),
+            Role::Probe(probe) => {
+                let probe = *probe;
+                self.on_probe(cx, id, probe, ev);
+            }
+        }
+    }
+
+    fn on_tick(&mut self, cx: &mut Cx<'_>) {
+        self.run_health(cx);
+        self.expire_connects(cx);
+    }
+}

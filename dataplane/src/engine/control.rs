@@ -1,0 +1,90 @@
+//! The engine's side of the control plane: configuration snapshots
+//! switched between packets, and the control thread's other messages
+//! (pool views, health news, captures), read at every tick.
+
+use std::net::Ipv4Addr;
+
+use super::Engine;
+use crate::port::Port;
+use crate::snapshot::{FromEngine, Snapshot, ToEngine};
+
+impl<P: Port> Engine<P> {
+    /// Switches to `snap` between packets. Listeners, VIP addresses and
+    /// pools follow it; open connections keep what they started with (their
+    /// TLS configuration; their pool and member, which stay in the engine
+    /// marked retired or removed while used).
+    pub fn apply(&mut self, snap: &Snapshot) {
+        self.app.apply(snap);
+        let vips = self.app.vips();
+        self.tcp
+            .retain_listeners(|a, p| vips.iter().any(|v| v.enabled && v.addr == a && v.port == p));
+        for ep in &mut self.ports {
+            ep.iface
+                .retain_addresses(|a| vips.iter().any(|v| v.addr == *a));
+        }
+        let wanted: Vec<(Ipv4Addr, u16, bool)> =
+            vips.iter().map(|v| (v.addr, v.port, v.enabled)).collect();
+        for (addr, port, enabled) in wanted {
+            // Disabled VIPs keep their address (ARP, ICMP) and reset SYNs.
+            self.claim_address(addr);
+            if enabled {
+                self.tcp.listen(addr, port);
+            }
+        }
+    }
+
+    /// Makes `addr` an extra address of the port whose subnet holds it.
+    pub(super) fn claim_address(&mut self, addr: Ipv4Addr) {
+        if !self.ports.iter().any(|ep| ep.iface.is_local(addr)) {
+            if let Some(ep) = self
+                .ports
+                .iter_mut()
+                .find(|ep| ep.iface.next_hop(addr) == Some(addr))
+            {
+                ep.iface.add_address(addr);
+            }
+        }
+    }
+
+    /// Handles the control thread's messages (at a tick, between packets).
+    pub(super) fn control_messages(&mut self) {
+        // Taken out and put back (a clone would touch the shared `Arc`
+        // counts every tick).
+        let Some(link) = self.control.take() else {
+            return;
+        };
+        while let Some(msg) = link.to_engine.pop() {
+            let reply = match msg {
+                ToEngine::Apply(snap) => {
+                    self.apply(&snap);
+                    // The version is visible in the counters before the
+                    // control thread hears of it.
+                    self.publish();
+                    FromEngine::Applied {
+                        engine: link.engine,
+                        version: snap.version,
+                    }
+                }
+                ToEngine::Pools => FromEngine::Pools {
+                    engine: link.engine,
+                    pools: self.app.pool_views(),
+                },
+                ToEngine::Capture { port, capture } => {
+                    if let Some(ep) = self.ports.get_mut(port) {
+                        ep.capture = Some(capture);
+                        ep.tx_captured = 0;
+                    }
+                    continue;
+                }
+                ToEngine::Health(news) => {
+                    self.app.health_news(&news);
+                    continue;
+                }
+            };
+            // The control thread waits for replies one request at a time:
+            // the ring has room.
+            let _ = link.from_engines.push(reply);
+        }
+        self.control = Some(link);
+    }
+}

@@ -1,0 +1,194 @@
+//! The loop's side of the ports: one received frame to the interface
+//! and TCP, software RSS hand-offs, the transmit buffer and its flush.
+
+use super::{EnginePort, MAX_TX_PENDING, MAX_UNRESOLVED, RESOLVE_TIMEOUT};
+use crate::app::Tcp;
+use crate::net::toeplitz::{classify, FrameClass};
+use crate::net::{set_destination, Verdict};
+use crate::port::{PacketBuf, Port};
+use crate::stats::{Counters, DropReason};
+use crate::steer::{SteerLink, Steered};
+use crate::time::Instant;
+
+/// Processes one received frame: TCP to the stack, the rest answered or
+/// dropped by the interface.
+pub(super) fn receive<P: Port>(
+    ep: &mut EnginePort<P>,
+    mut buf: P::Buf,
+    now: Instant,
+    burst: usize,
+    tcp: &mut Tcp,
+    counters: &mut Counters,
+) {
+    counters.rx_packets += 1;
+    counters.rx_bytes += buf.data().len() as u64;
+    match ep.iface.process(now, &mut buf, counters) {
+        Verdict::Tcp {
+            src,
+            dst,
+            start,
+            end,
+        } => {
+            if let Err(reason) = tcp.input(now, src, dst, &buf.data()[start..end]) {
+                counters.drop(reason);
+            }
+        }
+        other => queue(ep, buf, other, now, burst, counters),
+    }
+}
+
+/// Software RSS on a received frame: another engine's TCP flow goes to
+/// its inbox (`None`); an ARP frame is copied to every other engine and
+/// kept; anything else is kept.
+pub(super) fn steer<P: Port>(
+    link: &SteerLink<P::Buf>,
+    ep: &mut EnginePort<P>,
+    port: usize,
+    buf: P::Buf,
+    counters: &mut Counters,
+) -> Option<P::Buf> {
+    match classify(buf.data(), &link.table) {
+        FrameClass::Tcp(h) => {
+            let owner = link.owner(h);
+            if owner == link.engine {
+                return Some(buf);
+            }
+            counters.frames_steered += 1;
+            if link
+                .send(
+                    owner,
+                    Steered::Rx {
+                        port: port as u8,
+                        buf,
+                    },
+                )
+                .is_err()
+            {
+                counters.drop(DropReason::SteerFull);
+            }
+            None
+        }
+        FrameClass::Arp => {
+            for other in (0..link.engines).filter(|&e| e != link.engine) {
+                let Some(mut copy) = ep.port.alloc() else {
+                    counters.drop(DropReason::NoBuffer);
+                    continue;
+                };
+                copy.set_len(buf.data().len());
+                copy.data_mut().copy_from_slice(buf.data());
+                if link
+                    .send(
+                        other,
+                        Steered::Rx {
+                            port: port as u8,
+                            buf: copy,
+                        },
+                    )
+                    .is_err()
+                {
+                    counters.drop(DropReason::SteerFull);
+                }
+            }
+            Some(buf)
+        }
+        FrameClass::Other => Some(buf),
+    }
+}
+
+/// Acts on a frame's verdict: transmit (flushing full bursts), hold for ARP,
+/// or count the drop.
+pub(super) fn queue<P: Port>(
+    ep: &mut EnginePort<P>,
+    buf: P::Buf,
+    verdict: Verdict,
+    now: Instant,
+    burst: usize,
+    counters: &mut Counters,
+) {
+    match verdict {
+        Verdict::Transmit => {
+            if ep.tx.len() >= MAX_TX_PENDING {
+                counters.drop(DropReason::TxFull);
+                return;
+            }
+            ep.tx.push(buf);
+            ep.tx_since.get_or_insert(now);
+            if ep.tx.len() >= burst {
+                flush(ep, now, counters);
+            }
+        }
+        Verdict::Consumed | Verdict::Tcp { .. } => {}
+        Verdict::Drop(reason) => counters.drop(reason),
+        Verdict::AwaitNeighbor(hop) => {
+            if ep.unresolved.len() == MAX_UNRESOLVED {
+                ep.unresolved.remove(0);
+                counters.drop(DropReason::NeighborMiss);
+            }
+            ep.unresolved.push((hop, buf, now + RESOLVE_TIMEOUT));
+        }
+    }
+}
+
+/// Moves held frames whose next hop is now known to the transmit buffer, in
+/// arrival order, drops those that waited too long, and repeats the ARP
+/// request (paced) for the rest.
+pub(super) fn release_resolved<P: Port>(
+    ep: &mut EnginePort<P>,
+    now: Instant,
+    counters: &mut Counters,
+) {
+    let mut i = 0;
+    while i < ep.unresolved.len() {
+        let (hop, _, deadline) = ep.unresolved[i];
+        if let Some(mac) = ep.iface.resolve(hop, now) {
+            let (_, mut buf, _) = ep.unresolved.remove(i);
+            set_destination(buf.data_mut(), mac);
+            ep.tx.push(buf);
+            ep.tx_since.get_or_insert(now);
+        } else if now >= deadline {
+            ep.unresolved.remove(i);
+            counters.drop(DropReason::NeighborMiss);
+        } else {
+            i += 1;
+        }
+    }
+}
+
+/// Sends a port's buffered frames. Frames the queue does not take stay
+/// buffered for the next iteration (bounded by [`MAX_TX_PENDING`]).
+pub(super) fn flush<P: Port>(ep: &mut EnginePort<P>, now: Instant, counters: &mut Counters) {
+    if let Some((via, port)) = &ep.tx_via {
+        // No TX queue of our own here: the engine that has it sends.
+        // Counted as sent by the engine that sends them.
+        for buf in ep.tx.drain(..) {
+            if via.send_tx(*port, buf).is_err() {
+                counters.drop(DropReason::SteerFull);
+            }
+        }
+        ep.tx_since = None;
+        return;
+    }
+    if let Some(c) = &ep.capture {
+        let mut on = true;
+        for b in ep.tx.iter().skip(ep.tx_captured) {
+            on = on && c.take(b.data());
+        }
+        if !on {
+            ep.capture = None;
+        }
+    }
+    let offered: u64 = ep.tx.iter().map(|b| b.data().len() as u64).sum();
+    let mut sent = 0;
+    while !ep.tx.is_empty() {
+        let n = ep.port.tx_burst(now, &mut ep.tx);
+        if n == 0 {
+            break;
+        }
+        sent += n;
+    }
+    let unsent: u64 = ep.tx.iter().map(|b| b.data().len() as u64).sum();
+    counters.tx_packets += sent as u64;
+    counters.tx_bytes += offered - unsent;
+    ep.tx_captured = ep.tx.len();
+    ep.tx_since = if ep.tx.is_empty() { None } else { Some(now) };
+}

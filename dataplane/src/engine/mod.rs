@@ -1,0 +1,544 @@
+//! The per-core engine: one run-to-completion loop over the queues it owns
+//! (docs/architecture.md, "Loop and roles"), shaped like DPDK's l3fwd:
+//! burst receive, process each frame to completion, buffer transmissions
+//! and drain them in bursts, periodic timers, counters published for the
+//! control thread. The loop knows ports, the interface, TCP, steering and
+//! timers; what runs above TCP is an [`Application`] it hands events to
+//! (`dpd`'s: [`Services`]). Its control-plane side (snapshots, control
+//! messages) is in `control`, the port side of a frame in `io`.
+
+mod control;
+mod io;
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crypto::session::TlsConfig;
+
+use crate::app::pool::Pool;
+use crate::app::responder::Responder;
+use crate::app::role::Roles;
+use crate::app::{Application, Cx, Services, Tcp, Uplink};
+use crate::net::{Interface, InterfaceConfig, Verdict};
+use crate::port::{PacketBuf, Port};
+use crate::snapshot::{Capture, ControlLink, HealthShare, PoolView};
+use crate::stats::{Counters, DropReason, SharedCounters, VipCounters};
+use crate::steer::{PortShare, SteerLink, Steered};
+use crate::tcp::{ConnId, Event, TcpConfig, TcpEngine};
+use crate::time::{Instant, TscClock};
+use io::{flush, queue, receive, release_resolved, steer};
+
+#[derive(Debug, Clone, Copy)]
+pub struct EngineConfig {
+    /// Most frames taken from a queue per receive call (l3fwd uses 32: big
+    /// enough to amortise the driver call, small enough to stay in L1).
+    pub burst: usize,
+    /// Longest a frame waits in the transmit buffer while more replies are
+    /// being batched with it.
+    pub tx_drain: Duration,
+    /// How often counters are published and timers run.
+    pub tick: Duration,
+    pub tcp: TcpConfig,
+    /// Key of the TCP initial-sequence-number hash; `None` draws a random
+    /// one (always, outside tests and fuzzing: predictable ISNs are an
+    /// attack surface).
+    pub isn_key: Option<u64>,
+    /// Pause after 256 idle iterations in a row (`None`: never; the
+    /// production setting — a dataplane core polls).
+    pub idle_sleep: Option<Duration>,
+    /// TLS handshake steps (each may cost a signature and a key exchange)
+    /// per loop iteration; connections beyond it wait for the next one, so
+    /// a burst of handshakes cannot starve established traffic.
+    pub handshakes_per_poll: u32,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            burst: 32,
+            tx_drain: Duration::from_micros(100),
+            tick: Duration::from_millis(1),
+            tcp: TcpConfig::default(),
+            isn_key: None,
+            idle_sleep: None,
+            handshakes_per_poll: 8,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct EnginePort<P: Port> {
+    port: P,
+    iface: Interface,
+    tx: Vec<P::Buf>,
+    /// When the oldest frame in `tx` was queued.
+    tx_since: Option<Instant>,
+    /// Frames waiting for a next hop's MAC: (next hop, frame, given up at).
+    unresolved: Vec<(Ipv4Addr, P::Buf, Instant)>,
+    /// The last receive burst came back short: the queue is drained.
+    rx_drained: bool,
+    /// A capture asked for by the control thread (`dpctl capture`).
+    capture: Option<Capture>,
+    /// Frames at the head of `tx` already captured (left by a short burst).
+    tx_captured: usize,
+    /// How this engine uses the port when engines share it.
+    share: PortShare,
+    /// With no TX queue of our own: the engine that sends for us.
+    tx_via: Option<(TxVia<P::Buf>, u8)>,
+}
+
+/// The inbox of the engine that transmits for another.
+#[derive(Debug)]
+struct TxVia<B> {
+    link: SteerLink<B>,
+    to: u16,
+}
+
+impl<B> TxVia<B> {
+    fn send_tx(&self, port: u8, buf: B) -> Result<(), Steered<B>> {
+        self.link.send(self.to, Steered::Tx { port, buf })
+    }
+}
+
+/// Most frames held per port while their next hop is resolved (Linux keeps
+/// a few per neighbour too: `unres_qlen`).
+const MAX_UNRESOLVED: usize = 16;
+/// How long a frame waits for ARP before it is dropped.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Most frames waiting for the TX queue per port. Beyond it, TCP stops
+/// producing (back-pressure, no self-inflicted loss) and other frames are
+/// dropped as `tx_full`.
+const MAX_TX_PENDING: usize = 256;
+
+/// One core's engine over its queues.
+#[derive(Debug)]
+pub struct Engine<P: Port> {
+    cfg: EngineConfig,
+    ports: Vec<EnginePort<P>>,
+    /// The ports' addresses as connections the application opens see them
+    /// (one per port, in order).
+    uplinks: Vec<Uplink>,
+    rx: Vec<P::Buf>,
+    counters: Counters,
+    shared: Arc<SharedCounters>,
+    next_tick: Instant,
+    tcp: Tcp,
+    /// What runs above TCP.
+    app: Services,
+    /// Rings to and from the control thread.
+    control: Option<ControlLink>,
+    /// Rings to the other engines, for ports steered in software.
+    steer: Option<SteerLink<P::Buf>>,
+    events: Vec<Event>,
+    /// Connections that just entered TIME-WAIT.
+    time_wait: Vec<ConnId>,
+}
+
+impl<P: Port> Engine<P> {
+    pub fn new(cfg: EngineConfig, shared: Arc<SharedCounters>) -> Self {
+        Self {
+            cfg,
+            ports: Vec::new(),
+            uplinks: Vec::new(),
+            rx: Vec::with_capacity(cfg.burst),
+            counters: Counters::default(),
+            shared,
+            next_tick: Instant::ZERO,
+            tcp: TcpEngine::new(
+                cfg.tcp,
+                Instant::ZERO,
+                cfg.isn_key
+                    .unwrap_or_else(|| RandomState::new().build_hasher().finish()),
+            ),
+            app: Services::new(cfg.handshakes_per_poll),
+            control: None,
+            steer: None,
+            events: Vec::with_capacity(256),
+            time_wait: Vec::with_capacity(256),
+        }
+    }
+
+    /// Serves the built-in HTTP responder on `addr:port` (a VIP). An
+    /// address that is not a port's own becomes an extra address of the port
+    /// whose subnet holds it (answered in ARP and ICMP).
+    pub fn listen(&mut self, addr: Ipv4Addr, port: u16) {
+        self.add_vip(addr, port, None, None);
+    }
+
+    /// Serves the responder behind TLS on `addr:port`.
+    pub fn listen_tls(&mut self, addr: Ipv4Addr, port: u16, config: TlsConfig) {
+        self.add_vip(addr, port, Some(config), None);
+    }
+
+    /// Adds a backend pool; returns its index for [`Engine::listen_pool`].
+    pub fn add_pool(&mut self, pool: Pool) -> usize {
+        self.app.add_pool(pool)
+    }
+
+    /// Forwards connections to `addr:port` (decrypted first when `tls`) to
+    /// members of pool `pool`.
+    pub fn listen_pool(&mut self, addr: Ipv4Addr, port: u16, tls: Option<TlsConfig>, pool: usize) {
+        self.add_vip(addr, port, tls, u16::try_from(pool).ok());
+    }
+
+    fn add_vip(&mut self, addr: Ipv4Addr, port: u16, tls: Option<TlsConfig>, pool: Option<u16>) {
+        self.claim_address(addr);
+        self.tcp.listen(addr, port);
+        self.app.add_vip(addr, port, tls, pool);
+    }
+
+    /// Software RSS: how this engine shares each port (by index) with the
+    /// others, and the rings between them (see [`crate::steer`]).
+    ///
+    /// # Panics
+    /// When `shares` does not cover every port.
+    pub fn set_steering(&mut self, link: SteerLink<P::Buf>, shares: &[PortShare]) {
+        assert_eq!(shares.len(), self.ports.len(), "one share per port");
+        let ports = self.ports.iter_mut().zip(&mut self.uplinks);
+        for ((ep, uplink), share) in ports.zip(shares) {
+            ep.share = *share;
+            if share.steer {
+                uplink.steering = Some(link.steering());
+            }
+            ep.tx_via = share.tx_via.map(|to| {
+                (
+                    TxVia {
+                        link: link.clone(),
+                        to,
+                    },
+                    0,
+                )
+            });
+        }
+        for (i, ep) in self.ports.iter_mut().enumerate() {
+            if let Some((_, port)) = &mut ep.tx_via {
+                *port = i as u8;
+            }
+        }
+        self.steer = Some(link);
+    }
+
+    /// Splits health checks with the other engines: this one checks only
+    /// its share of members and reports their changes; the others' reach it
+    /// as [`crate::snapshot::ToEngine::Health`].
+    pub fn set_health_share(&mut self, share: HealthShare) {
+        self.app.set_health_share(share);
+    }
+
+    /// Rings to the control thread, read at every tick.
+    pub fn set_control(&mut self, link: ControlLink) {
+        self.control = Some(link);
+    }
+
+    /// Counters of VIP slot `slot`.
+    pub fn vip_counters(&self, slot: u16) -> VipCounters {
+        self.app.vip_counters(slot)
+    }
+
+    /// The pools as this engine sees them.
+    pub fn pool_views(&self) -> Vec<PoolView> {
+        self.app.pool_views()
+    }
+
+    /// The pools, with this engine's counts.
+    pub fn pools(&self) -> &[Pool] {
+        self.app.pools()
+    }
+
+    pub fn tcp(&self) -> &Tcp {
+        &self.tcp
+    }
+
+    /// Every connection's role.
+    pub fn roles(&self) -> &Roles {
+        self.app.roles()
+    }
+
+    /// TLS connections, and the bytes their buffers hold now (0 when all
+    /// are idle: buffers are given back as they empty).
+    pub fn tls_buffers(&self) -> (usize, usize) {
+        self.app.tls_buffers()
+    }
+
+    /// The responder's counters.
+    pub fn responder(&self) -> &Responder {
+        self.app.responder()
+    }
+
+    /// Adds a port (one queue pair) with its interface addresses. The
+    /// interface MAC is the port's.
+    pub fn add_port(&mut self, port: P, mut iface: InterfaceConfig) {
+        iface.mac = port.mac();
+        let steering = port.rss_steering();
+        self.uplinks.push(Uplink { iface, steering });
+        self.ports.push(EnginePort {
+            port,
+            iface: Interface::new(iface),
+            tx: Vec::with_capacity(2 * self.cfg.burst),
+            tx_since: None,
+            unresolved: Vec::with_capacity(MAX_UNRESOLVED),
+            rx_drained: true,
+            capture: None,
+            tx_captured: 0,
+            share: PortShare::OWN,
+            tx_via: None,
+        });
+    }
+
+    /// This engine's counters (up to date, unlike the published copy).
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The interface of port `i`.
+    pub fn interface(&self, i: usize) -> &Interface {
+        &self.ports[i].iface
+    }
+
+    /// The port `i`.
+    pub fn port(&self, i: usize) -> &P {
+        &self.ports[i].port
+    }
+
+    /// One loop iteration at time `now`; returns the work it did (frames
+    /// received, and handshakes still put off: they keep the loop busy).
+    ///
+    /// Phases, in order: timers (every tick), receive bursts, frames other
+    /// engines passed on, frames whose next hop resolved, TCP timers and
+    /// the application's events, TCP's segments out, transmit.
+    pub fn poll(&mut self, now: Instant) -> usize {
+        // Timers first, so what they queue (ARP probes) leaves with this
+        // iteration's transmissions.
+        if now >= self.next_tick {
+            self.next_tick = now + self.cfg.tick;
+            self.tick(now);
+        }
+        let mut work = self.receive_bursts(now);
+        work += self.receive_inbox(now);
+        for ep in &mut self.ports {
+            if !ep.unresolved.is_empty() {
+                release_resolved(ep, now, &mut self.counters);
+            }
+        }
+        work += self.transport(now);
+        self.transmit_segments(now);
+        self.drain_tx(now);
+        work
+    }
+
+    /// The tick's work: interface timers, control messages, the
+    /// application's deadlines, counters published.
+    fn tick(&mut self, now: Instant) {
+        for ep in &mut self.ports {
+            ep.iface.on_timer(now);
+        }
+        self.control_messages();
+        let mut cx = Cx {
+            now,
+            tcp: &mut self.tcp,
+            counters: &mut self.counters,
+            uplinks: &self.uplinks,
+        };
+        self.app.on_tick(&mut cx);
+        self.publish();
+    }
+
+    /// One receive burst per port, each frame processed to completion (or
+    /// handed to the engine owning its flow); returns the frames received.
+    fn receive_bursts(&mut self, now: Instant) -> usize {
+        let mut work = 0;
+        let burst = self.cfg.burst;
+        for (i, ep) in self.ports.iter_mut().enumerate() {
+            let n = if ep.share.rx {
+                ep.port.rx_burst(now, &mut self.rx, burst)
+            } else {
+                0
+            };
+            work += n;
+            ep.rx_drained = n < burst;
+            for buf in self.rx.drain(..) {
+                if let Some(c) = &ep.capture {
+                    if !c.take(buf.data()) {
+                        ep.capture = None;
+                    }
+                }
+                let buf = match (&self.steer, ep.share.steer) {
+                    (Some(link), true) => match steer(link, ep, i, buf, &mut self.counters) {
+                        Some(b) => b,
+                        None => continue, // another engine's flow
+                    },
+                    _ => buf,
+                };
+                receive(ep, buf, now, burst, &mut self.tcp, &mut self.counters);
+            }
+        }
+        work
+    }
+
+    /// Frames other engines passed on: their flows received elsewhere, and
+    /// transmissions for engines without a queue of their own.
+    fn receive_inbox(&mut self, now: Instant) -> usize {
+        let Some(link) = &self.steer else {
+            return 0;
+        };
+        let burst = self.cfg.burst;
+        let mut work = 0;
+        for _ in 0..crate::steer::INBOX_FRAMES {
+            let Some(msg) = link.recv() else { break };
+            work += 1;
+            let (port, buf, rx) = match msg {
+                Steered::Rx { port, buf } => (port, buf, true),
+                Steered::Tx { port, buf } => (port, buf, false),
+            };
+            let Some(ep) = self.ports.get_mut(usize::from(port)) else {
+                continue; // not a port of ours: the frame is freed
+            };
+            if rx {
+                receive(ep, buf, now, burst, &mut self.tcp, &mut self.counters);
+            } else {
+                queue(ep, buf, Verdict::Transmit, now, burst, &mut self.counters);
+            }
+        }
+        work
+    }
+
+    /// TCP's timers, then the application: work put off earlier, the
+    /// connections that entered TIME-WAIT, this iteration's events.
+    /// Returns the work the application still puts off.
+    fn transport(&mut self, now: Instant) -> usize {
+        self.tcp.poll_timers(now);
+        let mut cx = Cx {
+            now,
+            tcp: &mut self.tcp,
+            counters: &mut self.counters,
+            uplinks: &self.uplinks,
+        };
+        self.app.resume(&mut cx);
+        cx.tcp.drain_events(&mut self.events);
+        cx.tcp.drain_time_wait(&mut self.time_wait);
+        for id in self.time_wait.drain(..) {
+            self.app.on_time_wait(&mut cx, id);
+        }
+        for ev in self.events.drain(..) {
+            self.app.on_event(&mut cx, ev);
+        }
+        self.app.pending()
+    }
+
+    /// Builds frames for what TCP transmits.
+    fn transmit_segments(&mut self, now: Instant) {
+        let burst = self.cfg.burst;
+        let (ports, counters) = (&mut self.ports, &mut self.counters);
+        self.tcp.transmit(now, |seg| {
+            let Some(ep) = ports.iter_mut().find(|ep| ep.iface.is_local(seg.src)) else {
+                counters.drop(DropReason::NoRoute);
+                return true;
+            };
+            let Some(mut buf) = ep.port.alloc() else {
+                counters.drop(DropReason::NoBuffer);
+                return false;
+            };
+            let verdict = ep.iface.write_tcp(now, seg, &mut buf);
+            queue(ep, buf, verdict, now, burst, counters);
+            true
+        });
+    }
+
+    /// ARP probes out, then each port's buffered frames when its receive
+    /// queue is drained or the oldest waited `tx_drain`.
+    fn drain_tx(&mut self, now: Instant) {
+        for ep in &mut self.ports {
+            while let Some(ip) = ep.iface.take_probe() {
+                match ep.port.alloc() {
+                    Some(mut buf) => {
+                        ep.iface.write_arp_request(ip, &mut buf);
+                        self.counters.arp_requests += 1;
+                        ep.tx.push(buf);
+                        ep.tx_since.get_or_insert(now);
+                    }
+                    None => self.counters.drop(DropReason::NoBuffer),
+                }
+            }
+            // A short burst means the queue is drained: nothing more is coming
+            // to batch with, so send now rather than wait for the deadline.
+            let due = ep
+                .tx_since
+                .is_some_and(|t| now.saturating_since(t) >= self.cfg.tx_drain);
+            if !ep.tx.is_empty() && (ep.rx_drained || due) {
+                flush(ep, now, &mut self.counters);
+            }
+        }
+    }
+
+    /// Publishes the counters for the control thread.
+    pub fn publish(&mut self) {
+        let t = self.tcp.counters();
+        let c = &mut self.counters;
+        c.tcp_accepted = t.accepted;
+        // Open connections and TIME-WAIT apart: what an operator counts as
+        // open is what still talks, not what waits out 2 MSL.
+        c.tcp_time_wait = t.time_wait;
+        c.tcp_active = t.active.saturating_sub(t.time_wait);
+        c.tcp_retransmits = t.retransmits;
+        c.tcp_resets_sent = t.resets_sent;
+        c.tcp_timeouts = t.timeouts;
+        c.tcp_syn_cookies_sent = t.syn_cookies_sent;
+        c.tcp_syn_cookies_accepted = t.syn_cookies_accepted;
+        c.http_requests = self.app.responder().counters.requests;
+        c.snapshot_version = self.app.snapshot_version();
+        self.shared.publish(&self.counters);
+        self.shared.publish_vips(self.app.published_vips());
+    }
+
+    /// Runs the loop until `stop` is set (checked once per tick), counting
+    /// busy and idle TSC cycles. Transmits what is buffered before returning.
+    ///
+    /// While `drain` is set, listeners take no new connections (SYNs get a
+    /// reset); existing connections go on.
+    pub fn run(&mut self, clock: &TscClock, stop: &AtomicBool, drain: &AtomicBool) {
+        let mut draining = false;
+        let mut next_stop_check = Instant::ZERO;
+        let mut idle_streak = 0u32;
+        loop {
+            let start = clock.ticks();
+            let now = clock.at(start);
+            let work = self.poll(now);
+            let spent = clock.ticks().wrapping_sub(start);
+            if work > 0 {
+                self.counters.busy_cycles += spent;
+                idle_streak = 0;
+            } else {
+                self.counters.idle_cycles += spent;
+                idle_streak += 1;
+                if let Some(pause) = self.cfg.idle_sleep.filter(|_| idle_streak >= 256) {
+                    // Only when configured and idle: never on a busy path.
+                    std::thread::sleep(pause);
+                }
+            }
+            self.counters.loops += 1;
+            if now >= next_stop_check {
+                next_stop_check = now + self.cfg.tick;
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let d = drain.load(Ordering::Relaxed);
+                if d != draining {
+                    draining = d;
+                    self.tcp.set_accepting(!d);
+                }
+            }
+        }
+        let now = clock.now();
+        for ep in &mut self.ports {
+            flush(ep, now, &mut self.counters);
+            for _ in ep.tx.drain(..) {
+                self.counters.drop(DropReason::TxFull);
+            }
+        }
+        self.publish();
+    }
+}
