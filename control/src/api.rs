@@ -374,103 +374,45 @@ impl Stats {
     }
 }
 
-/// Counters of one engine (or their sum, with `lcore` = None).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CoreStats {
-    pub lcore: Option<u32>,
-    pub rx_packets: u64,
-    pub rx_bytes: u64,
-    pub tx_packets: u64,
-    pub tx_bytes: u64,
-    pub arp_replies: u64,
-    pub arp_requests: u64,
-    pub icmp_echo_replies: u64,
-    /// TCP connections that completed the handshake.
-    #[serde(default)]
-    pub tcp_accepted: u64,
-    /// TCP connections open now: every state but TIME-WAIT.
-    #[serde(default)]
-    pub tcp_active: u64,
-    #[serde(default)]
-    pub tcp_retransmits: u64,
-    #[serde(default)]
-    pub tcp_resets_sent: u64,
-    #[serde(default)]
-    pub tcp_timeouts: u64,
-    #[serde(default)]
-    pub tcp_syn_cookies_sent: u64,
-    #[serde(default)]
-    pub tcp_syn_cookies_accepted: u64,
-    /// TLS handshakes completed and TLS connections failed.
-    #[serde(default)]
-    pub tls_handshakes: u64,
-    #[serde(default)]
-    pub tls_failures: u64,
-    /// Handshakes by protocol version, cipher suite and key-exchange group
-    /// (names with a count above zero).
-    #[serde(default)]
-    pub tls_versions: BTreeMap<String, u64>,
-    #[serde(default)]
-    pub tls_suites: BTreeMap<String, u64>,
-    #[serde(default)]
-    pub tls_groups: BTreeMap<String, u64>,
-    /// Handshakes by certificate key type (`RSA-2048`, `ECDSA-P256`, ...).
-    #[serde(default)]
-    pub tls_key_types: BTreeMap<String, u64>,
-    /// Failures by reason (`protocol_version`, `decode_error`, ...).
-    #[serde(default)]
-    pub tls_failure_reasons: BTreeMap<String, u64>,
-    /// Handshakes that resumed a session with a ticket.
-    #[serde(default)]
-    pub tls_resumed: u64,
-    /// TLS 1.3 KeyUpdates received; TLS 1.2 renegotiations refused.
-    #[serde(default)]
-    pub tls_key_updates: u64,
-    #[serde(default)]
-    pub tls_renegotiations_refused: u64,
-    /// Handshake work put off to the next loop iteration (budget spent).
-    #[serde(default)]
-    pub tls_handshakes_deferred: u64,
-    /// Backend connections opened, failed to establish (retried on another
-    /// member), and clients ended for want of a member.
-    #[serde(default)]
-    pub proxy_backend_connects: u64,
-    #[serde(default)]
-    pub proxy_backend_failures: u64,
-    #[serde(default)]
-    pub proxy_no_member: u64,
-    /// Health checks run, failed, and members' up/down changes.
-    #[serde(default)]
-    pub health_checks: u64,
-    #[serde(default)]
-    pub health_failures: u64,
-    #[serde(default)]
-    pub health_changes: u64,
-    /// TCP connections in TIME-WAIT now (not part of `tcp_active`).
-    #[serde(default)]
-    pub tcp_time_wait: u64,
-    /// Requests answered by the built-in HTTP responder.
-    #[serde(default)]
-    pub http_requests: u64,
-    /// Counters by VIP name.
-    #[serde(default)]
-    pub vips: BTreeMap<String, VipCounters>,
-    /// Configuration version the engine uses (in the total: the oldest).
-    #[serde(default)]
-    pub config_version: u64,
-    /// Frames received by this engine and handed to the engine owning
-    /// their flow (software RSS, for ports without hardware RSS).
-    #[serde(default)]
-    pub frames_steered: u64,
-    /// TLS connections that ended before their handshake finished without
-    /// a TLS error (the client closed, reset or went silent); not failures.
-    #[serde(default)]
-    pub tls_abandoned: u64,
-    /// Dropped frames by reason (every reason listed, zeros included).
-    pub drops: BTreeMap<String, u64>,
-    pub busy_cycles: u64,
-    pub idle_cycles: u64,
+macro_rules! core_stats {
+    ($($f:ident: $kind:ident, $metric:literal, $help:literal;)*) => {
+        /// Counters of one engine (or their sum, with `lcore` = None): the
+        /// scalars declared in [`crate::counters`], and the labelled ones.
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+        pub struct CoreStats {
+            pub lcore: Option<u32>,
+            $(#[doc = $help] #[serde(default)] pub $f: u64,)*
+            /// Handshakes by protocol version, cipher suite and key-exchange
+            /// group (names with a count above zero).
+            #[serde(default)]
+            pub tls_versions: BTreeMap<String, u64>,
+            #[serde(default)]
+            pub tls_suites: BTreeMap<String, u64>,
+            #[serde(default)]
+            pub tls_groups: BTreeMap<String, u64>,
+            /// Handshakes by certificate key type (`RSA-2048`, `ECDSA-P256`, ...).
+            #[serde(default)]
+            pub tls_key_types: BTreeMap<String, u64>,
+            /// Failures by reason (`protocol_version`, `decode_error`, ...).
+            #[serde(default)]
+            pub tls_failure_reasons: BTreeMap<String, u64>,
+            /// Counters by VIP name.
+            #[serde(default)]
+            pub vips: BTreeMap<String, VipCounters>,
+            /// Dropped frames by reason (every reason listed, zeros included).
+            pub drops: BTreeMap<String, u64>,
+        }
+
+        impl CoreStats {
+            /// The scalar counters, in declaration order
+            /// ([`crate::counters::SCALARS`]).
+            pub fn scalars(&self) -> [u64; crate::counters::COUNT] {
+                [$(self.$f),*]
+            }
+        }
+    };
 }
+crate::with_counters!(core_stats);
 
 impl CoreStats {
     /// Busy share of the loop's cycles, 0.0 to 1.0.

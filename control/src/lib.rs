@@ -6,4 +6,5 @@
 pub mod api;
 pub mod change;
 pub mod config;
+pub mod counters;
 pub mod metrics;

@@ -7,182 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::api::{CoreStats, Stats, VipCounters};
-
-/// Counters and gauges with one value per core.
-type Scalar = (&'static str, &'static str, bool, fn(&CoreStats) -> u64);
-
-/// (name, help, is_counter, value)
-const SCALARS: &[Scalar] = &[
-    ("tlsdp_rx_packets_total", "Frames received.", true, |c| {
-        c.rx_packets
-    }),
-    ("tlsdp_rx_bytes_total", "Bytes received.", true, |c| {
-        c.rx_bytes
-    }),
-    ("tlsdp_tx_packets_total", "Frames sent.", true, |c| {
-        c.tx_packets
-    }),
-    ("tlsdp_tx_bytes_total", "Bytes sent.", true, |c| c.tx_bytes),
-    ("tlsdp_arp_replies_total", "ARP replies sent.", true, |c| {
-        c.arp_replies
-    }),
-    (
-        "tlsdp_arp_requests_total",
-        "ARP requests sent.",
-        true,
-        |c| c.arp_requests,
-    ),
-    (
-        "tlsdp_icmp_echo_replies_total",
-        "ICMP echo replies sent.",
-        true,
-        |c| c.icmp_echo_replies,
-    ),
-    (
-        "tlsdp_tcp_accepted_total",
-        "TCP connections accepted.",
-        true,
-        |c| c.tcp_accepted,
-    ),
-    (
-        "tlsdp_tcp_connections",
-        "TCP connections open now (every state but TIME-WAIT).",
-        false,
-        |c| c.tcp_active,
-    ),
-    (
-        "tlsdp_tcp_time_wait",
-        "TCP connections in TIME-WAIT now.",
-        false,
-        |c| c.tcp_time_wait,
-    ),
-    (
-        "tlsdp_tcp_retransmits_total",
-        "TCP segments retransmitted.",
-        true,
-        |c| c.tcp_retransmits,
-    ),
-    (
-        "tlsdp_tcp_resets_sent_total",
-        "TCP resets sent.",
-        true,
-        |c| c.tcp_resets_sent,
-    ),
-    (
-        "tlsdp_tcp_timeouts_total",
-        "TCP connections ended by a timeout.",
-        true,
-        |c| c.tcp_timeouts,
-    ),
-    (
-        "tlsdp_tcp_syn_cookies_sent_total",
-        "SYN cookies sent.",
-        true,
-        |c| c.tcp_syn_cookies_sent,
-    ),
-    (
-        "tlsdp_tcp_syn_cookies_accepted_total",
-        "Connections opened by a SYN cookie.",
-        true,
-        |c| c.tcp_syn_cookies_accepted,
-    ),
-    (
-        "tlsdp_http_requests_total",
-        "Requests answered by the built-in responder.",
-        true,
-        |c| c.http_requests,
-    ),
-    (
-        "tlsdp_tls_handshakes_total",
-        "TLS handshakes completed.",
-        true,
-        |c| c.tls_handshakes,
-    ),
-    (
-        "tlsdp_tls_failures_total",
-        "TLS connections failed.",
-        true,
-        |c| c.tls_failures,
-    ),
-    (
-        "tlsdp_tls_abandoned_total",
-        "TLS connections the client left before the handshake finished (not failures).",
-        true,
-        |c| c.tls_abandoned,
-    ),
-    (
-        "tlsdp_tls_resumed_total",
-        "TLS handshakes that resumed a session.",
-        true,
-        |c| c.tls_resumed,
-    ),
-    (
-        "tlsdp_tls_key_updates_total",
-        "TLS 1.3 KeyUpdates received.",
-        true,
-        |c| c.tls_key_updates,
-    ),
-    (
-        "tlsdp_tls_renegotiations_refused_total",
-        "TLS 1.2 renegotiations refused.",
-        true,
-        |c| c.tls_renegotiations_refused,
-    ),
-    (
-        "tlsdp_tls_handshakes_deferred_total",
-        "Times handshake work waited for the next loop iteration.",
-        true,
-        |c| c.tls_handshakes_deferred,
-    ),
-    (
-        "tlsdp_proxy_backend_connects_total",
-        "Backend connections opened.",
-        true,
-        |c| c.proxy_backend_connects,
-    ),
-    (
-        "tlsdp_proxy_backend_failures_total",
-        "Backend connects that failed (retried on another member).",
-        true,
-        |c| c.proxy_backend_failures,
-    ),
-    (
-        "tlsdp_proxy_no_member_total",
-        "Client connections ended for want of a pool member.",
-        true,
-        |c| c.proxy_no_member,
-    ),
-    (
-        "tlsdp_health_checks_total",
-        "Health checks run.",
-        true,
-        |c| c.health_checks,
-    ),
-    (
-        "tlsdp_health_check_failures_total",
-        "Health checks failed.",
-        true,
-        |c| c.health_failures,
-    ),
-    (
-        "tlsdp_health_state_changes_total",
-        "Pool members going down or up.",
-        true,
-        |c| c.health_changes,
-    ),
-    (
-        "tlsdp_frames_steered_total",
-        "Frames received by the engine and handed to the engine owning their flow (software RSS).",
-        true,
-        |c| c.frames_steered,
-    ),
-    (
-        "tlsdp_config_version",
-        "Version of the configuration the engine uses (1 at start, one up per change).",
-        false,
-        |c| c.config_version,
-    ),
-];
+use crate::counters::{self, Kind};
 
 /// Per-VIP families: (name, help, is_counter, value).
 type PerVip = (&'static str, &'static str, bool, fn(&VipCounters) -> u64);
@@ -275,34 +100,28 @@ fn core_label(c: &CoreStats) -> String {
 /// The exposition of `stats` (per core).
 pub fn render(stats: &Stats) -> String {
     let mut out = String::with_capacity(16 * 1024);
-    for &(name, help, counter, value) in SCALARS {
-        let kind = if counter { "counter" } else { "gauge" };
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for c in &stats.cores {
-            let _ = writeln!(out, "{name}{{core=\"{}\"}} {}", core_label(c), value(c));
-        }
-    }
+    // The declared counters (crate::counters), one sample per core.
     let hz = stats.tsc_hz.max(1) as f64;
-    for (name, help, value) in [
-        (
-            "tlsdp_busy_seconds_total",
-            "Time the engine loop spent in iterations that did work.",
-            (|c: &CoreStats| c.busy_cycles) as fn(&CoreStats) -> u64,
-        ),
-        (
-            "tlsdp_idle_seconds_total",
-            "Time the engine loop spent finding nothing to do.",
-            |c: &CoreStats| c.idle_cycles,
-        ),
-    ] {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-        for c in &stats.cores {
-            let _ = writeln!(
-                out,
-                "{name}{{core=\"{}\"}} {}",
-                core_label(c),
-                value(c) as f64 / hz
-            );
+    let values: Vec<_> = stats.cores.iter().map(|c| c.scalars()).collect();
+    for (i, info) in counters::SCALARS.iter().enumerate() {
+        let name = info.metric;
+        let _ = writeln!(
+            out,
+            "# HELP {name} {}\n# TYPE {name} {}",
+            info.help,
+            info.kind.metric_type()
+        );
+        for (c, v) in stats.cores.iter().zip(&values) {
+            let v = v[i];
+            let _ = match info.kind {
+                Kind::Cycles => writeln!(
+                    out,
+                    "{name}{{core=\"{}\"}} {}",
+                    core_label(c),
+                    v as f64 / hz
+                ),
+                _ => writeln!(out, "{name}{{core=\"{}\"}} {v}", core_label(c)),
+            };
         }
     }
     for &(name, help, counter, value) in PER_VIP {

@@ -685,14 +685,14 @@ pub fn collect_stats(
     for (lcore, s) in shared {
         let c = s.read();
         total.add(&c);
-        let mut core = crate::daemon::core_stats(Some(*lcore), &c);
+        let mut core = c.to_api(Some(*lcore));
         for (slot, v) in s.read_vips().iter().enumerate().take(names.len()) {
             total_vips[slot].add(v);
             core.vips.insert(names[slot].clone(), *v);
         }
         cores.push(core);
     }
-    let mut total = crate::daemon::core_stats(None, &total);
+    let mut total = total.to_api(None);
     total.vips = names.into_iter().zip(total_vips).collect();
     // The version every engine uses (or a newer one).
     total.config_version = cores.iter().map(|c| c.config_version).min().unwrap_or(0);

@@ -20,7 +20,7 @@ use crate::dpdk::{self, Eal, EthPort, EthPortConfig, LcoreId, Mempool, QueueId};
 use crate::engine::{Engine, EngineConfig};
 use crate::net::InterfaceConfig;
 use crate::snapshot::{ControlLink, HealthShare};
-use crate::stats::{Counters, DropReason, SharedCounters};
+use crate::stats::SharedCounters;
 use crate::steer::{PortShare, SteerLink};
 use crate::tcp::SynCookies;
 use crate::time::TscClock;
@@ -247,66 +247,6 @@ pub fn plan(
         use_hugepages,
         eal_args: args,
     })
-}
-
-/// Converts engine counters to the API's shape.
-pub fn core_stats(lcore: Option<u32>, c: &Counters) -> CoreStats {
-    CoreStats {
-        lcore,
-        rx_packets: c.rx_packets,
-        rx_bytes: c.rx_bytes,
-        tx_packets: c.tx_packets,
-        tx_bytes: c.tx_bytes,
-        arp_replies: c.arp_replies,
-        arp_requests: c.arp_requests,
-        icmp_echo_replies: c.icmp_echo_replies,
-        tcp_accepted: c.tcp_accepted,
-        tcp_active: c.tcp_active,
-        tcp_retransmits: c.tcp_retransmits,
-        tcp_resets_sent: c.tcp_resets_sent,
-        tcp_timeouts: c.tcp_timeouts,
-        tcp_syn_cookies_sent: c.tcp_syn_cookies_sent,
-        tcp_syn_cookies_accepted: c.tcp_syn_cookies_accepted,
-        tls_handshakes: c.tls_handshakes,
-        tls_failures: c.tls_failures,
-        tls_versions: named(&crypto::session::VERSIONS, &c.tls_versions),
-        tls_suites: named(&crypto::session::SUITES, &c.tls_suites),
-        tls_groups: named(&crypto::session::GROUPS, &c.tls_groups),
-        tls_key_types: named(&crypto::session::KEY_TYPES, &c.tls_key_types),
-        tls_failure_reasons: named(&crypto::session::FAILURES, &c.tls_failure_reasons),
-        tls_resumed: c.tls_resumed,
-        tls_key_updates: c.tls_key_updates,
-        tls_renegotiations_refused: c.tls_renegotiations_refused,
-        tls_handshakes_deferred: c.tls_handshakes_deferred,
-        proxy_backend_connects: c.proxy_backend_connects,
-        proxy_backend_failures: c.proxy_backend_failures,
-        proxy_no_member: c.proxy_no_member,
-        health_checks: c.health_checks,
-        health_failures: c.health_failures,
-        health_changes: c.health_changes,
-        tcp_time_wait: c.tcp_time_wait,
-        http_requests: c.http_requests,
-        vips: std::collections::BTreeMap::new(),
-        config_version: c.snapshot_version,
-        frames_steered: c.frames_steered,
-        tls_abandoned: c.tls_abandoned,
-        drops: DropReason::ALL
-            .iter()
-            .map(|r| (r.name().to_string(), c.dropped(*r)))
-            .collect(),
-        busy_cycles: c.busy_cycles,
-        idle_cycles: c.idle_cycles,
-    }
-}
-
-/// Non-zero counts by name.
-fn named(names: &[&str], counts: &[u64]) -> std::collections::BTreeMap<String, u64> {
-    names
-        .iter()
-        .zip(counts)
-        .filter(|(_, &n)| n > 0)
-        .map(|(k, &n)| (k.to_string(), n))
-        .collect()
 }
 
 fn mac_string(m: [u8; 6]) -> String {

@@ -3,8 +3,11 @@
 //! the control thread reads; nothing on the packet path does an atomic
 //! read-modify-write or touches another core's lines.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use control::api::CoreStats;
+use control::counters;
 use crossbeam_utils::CachePadded;
 
 pub use control::api::VipCounters;
@@ -95,72 +98,60 @@ impl DropReason {
     }
 }
 
-/// One engine's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counters {
-    pub rx_packets: u64,
-    pub rx_bytes: u64,
-    pub tx_packets: u64,
-    pub tx_bytes: u64,
-    pub arp_replies: u64,
-    pub arp_requests: u64,
-    pub icmp_echo_replies: u64,
-    pub tcp_accepted: u64,
-    /// TCP connections open now: every state but TIME-WAIT.
-    pub tcp_active: u64,
-    pub tcp_retransmits: u64,
-    pub tcp_resets_sent: u64,
-    pub tcp_timeouts: u64,
-    pub tcp_syn_cookies_sent: u64,
-    pub tcp_syn_cookies_accepted: u64,
-    pub http_requests: u64,
-    pub tls_handshakes: u64,
-    pub tls_failures: u64,
-    /// Handshakes by version, suite and group (indices of
-    /// `crypto::session::{VERSIONS, SUITES, GROUPS}`).
-    pub tls_versions: [u64; 2],
-    pub tls_suites: [u64; 10],
-    pub tls_groups: [u64; 5],
-    /// Handshakes by certificate key type (`crypto::session::KEY_TYPES`).
-    pub tls_key_types: [u64; 6],
-    /// Failures by reason (`crypto::session::FAILURES`).
-    pub tls_failure_reasons: [u64; 11],
-    /// Handshakes that resumed a session (tickets).
-    pub tls_resumed: u64,
-    /// TLS 1.3 KeyUpdates received from clients.
-    pub tls_key_updates: u64,
-    pub tls_renegotiations_refused: u64,
-    /// Times a connection's handshake work waited for the next loop
-    /// iteration (the per-iteration handshake budget was spent).
-    pub tls_handshakes_deferred: u64,
-    /// Backend connections opened for proxied VIPs; those that could not
-    /// be established (each retried on another member); clients ended for
-    /// want of a member.
-    pub proxy_backend_connects: u64,
-    pub proxy_backend_failures: u64,
-    pub proxy_no_member: u64,
-    /// TCP connections in TIME-WAIT now (not part of `tcp_active`).
-    pub tcp_time_wait: u64,
-    /// Health checks run, failed, and members' state changes.
-    pub health_checks: u64,
-    pub health_failures: u64,
-    pub health_changes: u64,
-    /// Version of the configuration snapshot the engine uses.
-    pub snapshot_version: u64,
-    /// Frames received here and handed to the engine owning their flow
-    /// (software RSS).
-    pub frames_steered: u64,
-    /// TLS connections that ended before their handshake did, with no TLS
-    /// error of ours: the client closed, reset or went silent (scanners,
-    /// TCP health checks, clients giving up). Not in `tls_failures`.
-    pub tls_abandoned: u64,
-    pub drops: [u64; DropReason::COUNT],
-    /// TSC cycles spent in loop iterations that did work.
-    pub busy_cycles: u64,
-    /// TSC cycles spent in iterations that found nothing to do.
-    pub idle_cycles: u64,
-    pub loops: u64,
+macro_rules! engine_counters {
+    ($($f:ident: $kind:ident, $metric:literal, $help:literal;)*) => {
+        /// One engine's counters: the scalars declared in
+        /// [`control::counters`], and the labelled ones.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct Counters {
+            $(#[doc = $help] pub $f: u64,)*
+            /// Handshakes by version, suite and group (indices of
+            /// `crypto::session::{VERSIONS, SUITES, GROUPS}`).
+            pub tls_versions: [u64; 2],
+            pub tls_suites: [u64; 10],
+            pub tls_groups: [u64; 5],
+            /// Handshakes by certificate key type (`crypto::session::KEY_TYPES`).
+            pub tls_key_types: [u64; 6],
+            /// Failures by reason (`crypto::session::FAILURES`).
+            pub tls_failure_reasons: [u64; 11],
+            /// Dropped frames by reason ([`DropReason`]).
+            pub drops: [u64; DropReason::COUNT],
+        }
+
+        impl Counters {
+            /// The scalar counters, in declaration order.
+            pub fn scalars(&self) -> [u64; counters::COUNT] {
+                [$(self.$f),*]
+            }
+
+            /// Sets the scalar counters from `v` (declaration order).
+            pub fn set_scalars(&mut self, v: &[u64; counters::COUNT]) {
+                let mut v = v.iter().copied();
+                $(self.$f = v.next().unwrap_or_default();)*
+            }
+
+            /// Converts to the API's shape (labels by name, zeros left out
+            /// but for drops).
+            pub fn to_api(&self, lcore: Option<u32>) -> CoreStats {
+                CoreStats {
+                    lcore,
+                    $($f: self.$f,)*
+                    tls_versions: named(&crypto::session::VERSIONS, &self.tls_versions),
+                    tls_suites: named(&crypto::session::SUITES, &self.tls_suites),
+                    tls_groups: named(&crypto::session::GROUPS, &self.tls_groups),
+                    tls_key_types: named(&crypto::session::KEY_TYPES, &self.tls_key_types),
+                    tls_failure_reasons: named(&crypto::session::FAILURES, &self.tls_failure_reasons),
+                    vips: BTreeMap::new(),
+                    drops: DropReason::ALL
+                        .iter()
+                        .map(|r| (r.name().to_string(), self.dropped(*r)))
+                        .collect(),
+                }
+            }
+        }
+    };
 }
+control::with_counters!(engine_counters);
 
 impl Counters {
     #[inline]
@@ -176,72 +167,57 @@ impl Counters {
         self.drops.iter().sum()
     }
 
-    /// Adds another engine's counters (for totals over cores).
+    /// Adds another engine's counters (for totals over cores; a version
+    /// is the newest, see [`counters::Kind::combine`]).
     pub fn add(&mut self, o: &Counters) {
-        self.rx_packets += o.rx_packets;
-        self.rx_bytes += o.rx_bytes;
-        self.tx_packets += o.tx_packets;
-        self.tx_bytes += o.tx_bytes;
-        self.arp_replies += o.arp_replies;
-        self.arp_requests += o.arp_requests;
-        self.icmp_echo_replies += o.icmp_echo_replies;
-        self.tcp_accepted += o.tcp_accepted;
-        self.tcp_active += o.tcp_active;
-        self.tcp_retransmits += o.tcp_retransmits;
-        self.tcp_resets_sent += o.tcp_resets_sent;
-        self.tcp_timeouts += o.tcp_timeouts;
-        self.tcp_syn_cookies_sent += o.tcp_syn_cookies_sent;
-        self.tcp_syn_cookies_accepted += o.tcp_syn_cookies_accepted;
-        self.tls_handshakes += o.tls_handshakes;
-        self.tls_failures += o.tls_failures;
-        for (d, s) in self.tls_versions.iter_mut().zip(o.tls_versions) {
-            *d += s;
+        let mut sum = self.scalars();
+        for ((d, s), info) in sum.iter_mut().zip(o.scalars()).zip(counters::SCALARS) {
+            *d = info.kind.combine(*d, s);
         }
-        for (d, s) in self.tls_suites.iter_mut().zip(o.tls_suites) {
-            *d += s;
+        self.set_scalars(&sum);
+        for (d, s) in self.labelled_mut().into_iter().zip(o.labelled()) {
+            for (d, s) in d.iter_mut().zip(s) {
+                *d += s;
+            }
         }
-        for (d, s) in self.tls_groups.iter_mut().zip(o.tls_groups) {
-            *d += s;
-        }
-        for (d, s) in self.tls_key_types.iter_mut().zip(o.tls_key_types) {
-            *d += s;
-        }
-        for (d, s) in self
-            .tls_failure_reasons
-            .iter_mut()
-            .zip(o.tls_failure_reasons)
-        {
-            *d += s;
-        }
-        self.tls_resumed += o.tls_resumed;
-        self.tls_key_updates += o.tls_key_updates;
-        self.tls_renegotiations_refused += o.tls_renegotiations_refused;
-        self.tls_handshakes_deferred += o.tls_handshakes_deferred;
-        self.proxy_backend_connects += o.proxy_backend_connects;
-        self.proxy_backend_failures += o.proxy_backend_failures;
-        self.proxy_no_member += o.proxy_no_member;
-        self.tcp_time_wait += o.tcp_time_wait;
-        self.health_checks += o.health_checks;
-        self.health_failures += o.health_failures;
-        self.health_changes += o.health_changes;
-        // A version is not a sum: the newest (the caller takes the oldest
-        // over engines where that matters).
-        self.snapshot_version = self.snapshot_version.max(o.snapshot_version);
-        self.http_requests += o.http_requests;
-        self.frames_steered += o.frames_steered;
-        self.tls_abandoned += o.tls_abandoned;
-        for (d, s) in self.drops.iter_mut().zip(o.drops) {
-            *d += s;
-        }
-        self.busy_cycles += o.busy_cycles;
-        self.idle_cycles += o.idle_cycles;
-        self.loops += o.loops;
+    }
+
+    /// The labelled counters, in publication order.
+    fn labelled(&self) -> [&[u64]; 6] {
+        [
+            &self.drops,
+            &self.tls_versions,
+            &self.tls_suites,
+            &self.tls_groups,
+            &self.tls_key_types,
+            &self.tls_failure_reasons,
+        ]
+    }
+
+    fn labelled_mut(&mut self) -> [&mut [u64]; 6] {
+        [
+            &mut self.drops,
+            &mut self.tls_versions,
+            &mut self.tls_suites,
+            &mut self.tls_groups,
+            &mut self.tls_key_types,
+            &mut self.tls_failure_reasons,
+        ]
     }
 }
 
-const SCALARS: usize = 34;
+/// Non-zero counts by name.
+fn named(names: &[&str], counts: &[u64]) -> BTreeMap<String, u64> {
+    names
+        .iter()
+        .zip(counts)
+        .filter(|(_, &n)| n > 0)
+        .map(|(k, &n)| (k.to_string(), n))
+        .collect()
+}
+
 const TLS_FIELDS: usize = 2 + 10 + 5 + 6 + 11;
-const FIELDS: usize = SCALARS + DropReason::COUNT + TLS_FIELDS;
+const FIELDS: usize = counters::COUNT + DropReason::COUNT + TLS_FIELDS;
 
 /// The published copy of one engine's [`Counters`].
 #[derive(Debug)]
@@ -315,98 +291,27 @@ impl SharedCounters {
         for (d, slot) in v.iter_mut().zip(self.slots.iter()) {
             *d = slot.load(Ordering::Relaxed);
         }
-        let mut c = Counters {
-            rx_packets: v[0],
-            rx_bytes: v[1],
-            tx_packets: v[2],
-            tx_bytes: v[3],
-            arp_replies: v[4],
-            arp_requests: v[5],
-            icmp_echo_replies: v[6],
-            busy_cycles: v[7],
-            idle_cycles: v[8],
-            loops: v[9],
-            tcp_accepted: v[10],
-            tcp_active: v[11],
-            tcp_retransmits: v[12],
-            tcp_resets_sent: v[13],
-            tcp_timeouts: v[14],
-            http_requests: v[15],
-            tcp_syn_cookies_sent: v[16],
-            tcp_syn_cookies_accepted: v[17],
-            tls_handshakes: v[18],
-            tls_failures: v[19],
-            tls_resumed: v[20],
-            tls_key_updates: v[21],
-            tls_renegotiations_refused: v[22],
-            tls_handshakes_deferred: v[23],
-            proxy_backend_connects: v[24],
-            proxy_backend_failures: v[25],
-            proxy_no_member: v[26],
-            health_checks: v[27],
-            health_failures: v[28],
-            health_changes: v[29],
-            tcp_time_wait: v[30],
-            snapshot_version: v[31],
-            frames_steered: v[32],
-            tls_abandoned: v[33],
-            ..Counters::default()
-        };
-        let d = SCALARS + DropReason::COUNT;
-        c.drops.copy_from_slice(&v[SCALARS..d]);
-        c.tls_versions.copy_from_slice(&v[d..d + 2]);
-        c.tls_suites.copy_from_slice(&v[d + 2..d + 12]);
-        c.tls_groups.copy_from_slice(&v[d + 12..d + 17]);
-        c.tls_key_types.copy_from_slice(&v[d + 17..d + 23]);
-        c.tls_failure_reasons.copy_from_slice(&v[d + 23..d + 34]);
+        let mut c = Counters::default();
+        let (scalars, mut rest) = v.split_at(counters::COUNT);
+        if let Ok(scalars) = scalars.try_into() {
+            c.set_scalars(scalars);
+        }
+        for d in c.labelled_mut() {
+            let (mine, next) = rest.split_at(d.len());
+            d.copy_from_slice(mine);
+            rest = next;
+        }
         c
     }
 
     fn flatten(c: &Counters) -> [u64; FIELDS] {
         let mut v = [0u64; FIELDS];
-        v[..SCALARS].copy_from_slice(&[
-            c.rx_packets,
-            c.rx_bytes,
-            c.tx_packets,
-            c.tx_bytes,
-            c.arp_replies,
-            c.arp_requests,
-            c.icmp_echo_replies,
-            c.busy_cycles,
-            c.idle_cycles,
-            c.loops,
-            c.tcp_accepted,
-            c.tcp_active,
-            c.tcp_retransmits,
-            c.tcp_resets_sent,
-            c.tcp_timeouts,
-            c.http_requests,
-            c.tcp_syn_cookies_sent,
-            c.tcp_syn_cookies_accepted,
-            c.tls_handshakes,
-            c.tls_failures,
-            c.tls_resumed,
-            c.tls_key_updates,
-            c.tls_renegotiations_refused,
-            c.tls_handshakes_deferred,
-            c.proxy_backend_connects,
-            c.proxy_backend_failures,
-            c.proxy_no_member,
-            c.health_checks,
-            c.health_failures,
-            c.health_changes,
-            c.tcp_time_wait,
-            c.snapshot_version,
-            c.frames_steered,
-            c.tls_abandoned,
-        ]);
-        let d = SCALARS + DropReason::COUNT;
-        v[SCALARS..d].copy_from_slice(&c.drops);
-        v[d..d + 2].copy_from_slice(&c.tls_versions);
-        v[d + 2..d + 12].copy_from_slice(&c.tls_suites);
-        v[d + 12..d + 17].copy_from_slice(&c.tls_groups);
-        v[d + 17..d + 23].copy_from_slice(&c.tls_key_types);
-        v[d + 23..d + 34].copy_from_slice(&c.tls_failure_reasons);
+        v[..counters::COUNT].copy_from_slice(&c.scalars());
+        let mut at = counters::COUNT;
+        for s in c.labelled() {
+            v[at..at + s.len()].copy_from_slice(s);
+            at += s.len();
+        }
         v
     }
 }
@@ -415,55 +320,75 @@ impl SharedCounters {
 mod tests {
     use super::*;
 
+    /// Counters with a value of their own in every field (none zero).
+    fn distinct() -> Counters {
+        let mut c = Counters::default();
+        let mut scalars = [0u64; counters::COUNT];
+        for (i, v) in scalars.iter_mut().enumerate() {
+            *v = 1_000 + i as u64;
+        }
+        c.set_scalars(&scalars);
+        let mut n = 5_000;
+        for a in c.labelled_mut() {
+            for v in a {
+                *v = n;
+                n += 1;
+            }
+        }
+        c
+    }
+
     #[test]
     fn publish_read_round_trip() {
-        let mut c = Counters {
-            rx_packets: 1,
-            rx_bytes: 2,
-            tx_packets: 3,
-            tx_bytes: 4,
-            arp_replies: 5,
-            arp_requests: 6,
-            icmp_echo_replies: 7,
-            busy_cycles: 8,
-            idle_cycles: 9,
-            loops: 10,
-            tcp_accepted: 11,
-            tcp_active: 12,
-            tcp_retransmits: 13,
-            tcp_resets_sent: 14,
-            tcp_timeouts: 15,
-            http_requests: 16,
-            tcp_syn_cookies_sent: 17,
-            tcp_syn_cookies_accepted: 18,
-            tls_handshakes: 19,
-            tls_failures: 20,
-            tls_resumed: 21,
-            tls_key_updates: 22,
-            tls_renegotiations_refused: 23,
-            tls_handshakes_deferred: 24,
-            proxy_backend_connects: 25,
-            proxy_backend_failures: 26,
-            proxy_no_member: 27,
-            health_checks: 28,
-            health_failures: 29,
-            health_changes: 30,
-            tcp_time_wait: 31,
-            ..Default::default()
-        };
         for (i, r) in DropReason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i, "ALL is in discriminant order");
-            c.drops[i] = 100 + i as u64;
         }
-        c.tls_versions = [201, 202];
-        c.tls_suites[9] = 309;
-        c.tls_groups[4] = 404;
-        c.tls_key_types = [501, 502, 503, 504, 505, 506];
-        c.tls_failure_reasons[10] = 610;
-        c.tls_failure_reasons[0] = 600;
+        let c = distinct();
         let s = SharedCounters::default();
         s.publish(&c);
         assert_eq!(s.read(), c);
+    }
+
+    /// Every declared counter reaches every view with its own value: the
+    /// published copy, the API type (and its JSON), the Prometheus text.
+    #[test]
+    fn every_counter_reaches_every_view() {
+        let c = distinct();
+        let s = SharedCounters::default();
+        s.publish(&c);
+        let api = s.read().to_api(Some(1));
+        assert_eq!(api.scalars(), c.scalars());
+        let json: serde_json::Value = serde_json::to_value(&api).unwrap();
+        for (info, v) in counters::SCALARS.iter().zip(c.scalars()) {
+            assert_eq!(json[info.field].as_u64(), Some(v), "{} in JSON", info.field);
+        }
+        assert_eq!(api.drops.len(), DropReason::COUNT);
+        assert_eq!(api.tls_failure_reasons.len(), 11);
+        let hz = 1_000;
+        let text = control::metrics::render(&control::api::Stats {
+            cores: vec![api.clone()],
+            total: api,
+            tsc_hz: hz,
+        });
+        for (info, v) in counters::SCALARS.iter().zip(c.scalars()) {
+            let value = match info.kind {
+                counters::Kind::Cycles => format!("{}", v as f64 / hz as f64),
+                _ => v.to_string(),
+            };
+            let sample = format!("{}{{core=\"1\"}} {value}\n", info.metric);
+            assert!(text.contains(&sample), "{sample:?} in the metrics");
+            assert!(text.contains(&format!("# HELP {} {}\n", info.metric, info.help)));
+        }
+    }
+
+    #[test]
+    fn totals_sum_but_take_the_newest_version() {
+        let mut a = distinct();
+        let b = distinct();
+        a.add(&b);
+        assert_eq!(a.rx_packets, 2 * b.rx_packets);
+        assert_eq!(a.config_version, b.config_version);
+        assert_eq!(a.drops[0], 2 * b.drops[0]);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use control::api::{
     VipInfo,
 };
 use control::config::{CertRef, Member, MemberState, NamedCert, TicketSettings, Vip};
+use control::counters::{self, Kind};
 use serde_json::json;
 
 #[derive(Parser, Debug)]
@@ -840,77 +841,49 @@ fn print_pool(p: &PoolInfo) {
 
 fn print_stats(c: &CoreStats) {
     match c.lcore {
-        Some(l) => println!("core {l} (configuration {}):", c.config_version),
-        None => println!("total:"),
+        Some(l) => println!(
+            "core {l} (configuration {}), busy {:.1} %:",
+            c.config_version,
+            100.0 * c.busy()
+        ),
+        None => println!("total, busy {:.1} %:", 100.0 * c.busy()),
     }
-    println!(
-        "  rx {} packets {} bytes, tx {} packets {} bytes",
-        c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes
-    );
-    println!(
-        "  arp replies {}, arp requests {}, icmp echo replies {}, busy {:.1} %",
-        c.arp_replies,
-        c.arp_requests,
-        c.icmp_echo_replies,
-        100.0 * c.busy()
-    );
-    println!(
-        "  tcp accepted {}, active {}, time-wait {}, retransmits {}, resets sent {}, timeouts {}; http requests {}",
-        c.tcp_accepted,
-        c.tcp_active,
-        c.tcp_time_wait,
-        c.tcp_retransmits,
-        c.tcp_resets_sent,
-        c.tcp_timeouts,
-        c.http_requests
-    );
-    if c.tls_handshakes + c.tls_failures + c.tls_abandoned > 0 {
-        println!(
-            "  tls handshakes {} (resumed {}), failures {}, abandoned by clients {}, key updates {}, renegotiations refused {}, deferred {}",
-            c.tls_handshakes,
-            c.tls_resumed,
-            c.tls_failures,
-            c.tls_abandoned,
-            c.tls_key_updates,
-            c.tls_renegotiations_refused,
-            c.tls_handshakes_deferred
-        );
-        for (what, counts) in [
-            ("versions", &c.tls_versions),
-            ("suites", &c.tls_suites),
-            ("groups", &c.tls_groups),
-            ("key types", &c.tls_key_types),
-            ("failures", &c.tls_failure_reasons),
-        ] {
-            if !counts.is_empty() {
-                let list: Vec<String> = counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
-                println!("    tls {what}: {}", list.join(", "));
+    // Every declared counter (control::counters) by its field name, one
+    // line per prefix; a line whose counters are all zero is left out, but
+    // for rx, tx and tcp.
+    let mut lines: Vec<(&str, Vec<String>, bool)> = Vec::new();
+    for (info, v) in counters::SCALARS.iter().zip(c.scalars()) {
+        if matches!(info.kind, Kind::Cycles | Kind::Version) || info.field == "loops" {
+            continue; // in the header
+        }
+        let (group, name) = info.field.split_once('_').unwrap_or((info.field, ""));
+        match lines.last_mut() {
+            Some((g, items, any)) if *g == group => {
+                items.push(format!("{name} {v}"));
+                *any |= v > 0;
             }
+            _ => lines.push((group, vec![format!("{name} {v}")], v > 0)),
         }
     }
-    if c.proxy_backend_connects + c.proxy_no_member > 0 {
-        println!(
-            "  proxy backend connects {}, failed {}, clients without a member {}",
-            c.proxy_backend_connects, c.proxy_backend_failures, c.proxy_no_member
-        );
-    }
-    if c.health_checks > 0 {
-        println!(
-            "  health checks {}, failed {}, member state changes {}",
-            c.health_checks, c.health_failures, c.health_changes
-        );
-    }
-    if c.frames_steered > 0 {
-        println!(
-            "  frames handed to the core owning their flow (software RSS): {}",
-            c.frames_steered
-        );
-    }
-    if c.tcp_syn_cookies_sent > 0 {
-        println!(
-            "  syn cookies sent {}, accepted {}",
-            c.tcp_syn_cookies_sent, c.tcp_syn_cookies_accepted
-        );
+    for (group, items, any) in lines {
+        if any || matches!(group, "rx" | "tx" | "tcp") {
+            println!("  {group}: {}", items.join(", "));
+        }
+        if group == "tls" {
+            for (what, counts) in [
+                ("versions", &c.tls_versions),
+                ("suites", &c.tls_suites),
+                ("groups", &c.tls_groups),
+                ("key types", &c.tls_key_types),
+                ("failures", &c.tls_failure_reasons),
+            ] {
+                if !counts.is_empty() {
+                    let list: Vec<String> =
+                        counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
+                    println!("    tls {what}: {}", list.join(", "));
+                }
+            }
+        }
     }
     for (name, v) in &c.vips {
         if v.connections > 0 {

@@ -489,7 +489,7 @@ impl<P: Port> Engine<P> {
         c.tcp_syn_cookies_sent = t.syn_cookies_sent;
         c.tcp_syn_cookies_accepted = t.syn_cookies_accepted;
         c.http_requests = self.app.responder().counters.requests;
-        c.snapshot_version = self.app.snapshot_version();
+        c.config_version = self.app.snapshot_version();
         self.shared.publish(&self.counters);
         self.shared.publish_vips(self.app.published_vips());
     }

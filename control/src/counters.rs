@@ -1,0 +1,135 @@
+//! Every scalar counter of an engine, declared once. The declaration is a
+//! macro that hands the list to another macro, so the per-core struct
+//! (`dataplane::stats::Counters`), its publication to the control thread,
+//! the API type ([`crate::api::CoreStats`]), the Prometheus names and help
+//! ([`crate::metrics`]) and dpctl's fields all come from it: a counter
+//! added here reaches every view, with no index to keep in step.
+//!
+//! Counters with a label (drops by reason, handshakes by version, ...) are
+//! arrays beside these, named by the tables they index.
+
+/// How a counter reads, and how it adds up over cores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Only grows; summed over cores (Prometheus `counter`).
+    Counter,
+    /// A level now; summed over cores (Prometheus `gauge`).
+    Gauge,
+    /// A version; over cores the newest (callers that need the oldest
+    /// take it themselves). A gauge to Prometheus.
+    Version,
+    /// TSC cycles; summed; seconds to Prometheus (a counter).
+    Cycles,
+}
+
+impl Kind {
+    /// `a` and `b` of two cores, combined.
+    pub fn combine(self, a: u64, b: u64) -> u64 {
+        match self {
+            Kind::Version => a.max(b),
+            Kind::Counter | Kind::Gauge | Kind::Cycles => a.saturating_add(b),
+        }
+    }
+
+    /// Prometheus' type for it.
+    pub fn metric_type(self) -> &'static str {
+        match self {
+            Kind::Counter | Kind::Cycles => "counter",
+            Kind::Gauge | Kind::Version => "gauge",
+        }
+    }
+}
+
+/// One declared counter.
+#[derive(Debug, Clone, Copy)]
+pub struct Scalar {
+    /// Its field name in every struct (and JSON, and dpctl).
+    pub field: &'static str,
+    pub kind: Kind,
+    /// Its Prometheus name.
+    pub metric: &'static str,
+    /// What it counts (Prometheus help; doc comment of the fields).
+    pub help: &'static str,
+}
+
+/// Calls `$m! { field: Kind, "metric", "help"; ... }` with every scalar
+/// counter, in declaration order.
+#[macro_export]
+macro_rules! with_counters {
+    ($m:ident) => {
+        $m! {
+            rx_packets: Counter, "tlsdp_rx_packets_total", "Frames received.";
+            rx_bytes: Counter, "tlsdp_rx_bytes_total", "Bytes received.";
+            tx_packets: Counter, "tlsdp_tx_packets_total", "Frames sent.";
+            tx_bytes: Counter, "tlsdp_tx_bytes_total", "Bytes sent.";
+            arp_replies: Counter, "tlsdp_arp_replies_total", "ARP replies sent.";
+            arp_requests: Counter, "tlsdp_arp_requests_total", "ARP requests sent.";
+            icmp_echo_replies: Counter, "tlsdp_icmp_echo_replies_total", "ICMP echo replies sent.";
+            tcp_accepted: Counter, "tlsdp_tcp_accepted_total", "TCP connections that completed the handshake.";
+            tcp_active: Gauge, "tlsdp_tcp_connections", "TCP connections open now (every state but TIME-WAIT).";
+            tcp_time_wait: Gauge, "tlsdp_tcp_time_wait", "TCP connections in TIME-WAIT now.";
+            tcp_retransmits: Counter, "tlsdp_tcp_retransmits_total", "TCP segments retransmitted.";
+            tcp_resets_sent: Counter, "tlsdp_tcp_resets_sent_total", "TCP resets sent.";
+            tcp_timeouts: Counter, "tlsdp_tcp_timeouts_total", "TCP connections ended by a timeout.";
+            tcp_syn_cookies_sent: Counter, "tlsdp_tcp_syn_cookies_sent_total", "SYN cookies sent.";
+            tcp_syn_cookies_accepted: Counter, "tlsdp_tcp_syn_cookies_accepted_total", "Connections opened by a SYN cookie.";
+            http_requests: Counter, "tlsdp_http_requests_total", "Requests answered by the built-in responder.";
+            tls_handshakes: Counter, "tlsdp_tls_handshakes_total", "TLS handshakes completed.";
+            tls_failures: Counter, "tlsdp_tls_failures_total", "TLS connections failed.";
+            tls_abandoned: Counter, "tlsdp_tls_abandoned_total", "TLS connections the client left before the handshake finished, with no TLS error of ours (not failures).";
+            tls_resumed: Counter, "tlsdp_tls_resumed_total", "TLS handshakes that resumed a session.";
+            tls_key_updates: Counter, "tlsdp_tls_key_updates_total", "TLS 1.3 KeyUpdates received.";
+            tls_renegotiations_refused: Counter, "tlsdp_tls_renegotiations_refused_total", "TLS 1.2 renegotiations refused.";
+            tls_handshakes_deferred: Counter, "tlsdp_tls_handshakes_deferred_total", "Times handshake work waited for the next loop iteration (the per-iteration budget was spent).";
+            proxy_backend_connects: Counter, "tlsdp_proxy_backend_connects_total", "Backend connections opened.";
+            proxy_backend_failures: Counter, "tlsdp_proxy_backend_failures_total", "Backend connects that failed (retried on another member).";
+            proxy_no_member: Counter, "tlsdp_proxy_no_member_total", "Client connections ended for want of a pool member.";
+            health_checks: Counter, "tlsdp_health_checks_total", "Health checks run.";
+            health_failures: Counter, "tlsdp_health_check_failures_total", "Health checks failed.";
+            health_changes: Counter, "tlsdp_health_state_changes_total", "Pool members going down or up.";
+            frames_steered: Counter, "tlsdp_frames_steered_total", "Frames received by the engine and handed to the engine owning their flow (software RSS).";
+            config_version: Version, "tlsdp_config_version", "Version of the configuration the engine uses (1 at start, one up per change).";
+            busy_cycles: Cycles, "tlsdp_busy_seconds_total", "Time the engine loop spent in iterations that did work.";
+            idle_cycles: Cycles, "tlsdp_idle_seconds_total", "Time the engine loop spent finding nothing to do.";
+            loops: Counter, "tlsdp_loop_iterations_total", "Iterations of the engine loop.";
+        }
+    };
+}
+
+macro_rules! scalar_table {
+    ($($f:ident: $kind:ident, $metric:literal, $help:literal;)*) => {
+        /// Every scalar counter, in declaration order.
+        pub const SCALARS: &[Scalar] = &[$(Scalar {
+            field: stringify!($f),
+            kind: Kind::$kind,
+            metric: $metric,
+            help: $help,
+        }),*];
+    };
+}
+with_counters!(scalar_table);
+
+/// How many scalar counters there are.
+pub const COUNT: usize = SCALARS.len();
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_follow_prometheus() {
+        let mut fields: Vec<_> = SCALARS.iter().map(|s| s.field).collect();
+        let mut metrics: Vec<_> = SCALARS.iter().map(|s| s.metric).collect();
+        fields.sort_unstable();
+        fields.dedup();
+        metrics.sort_unstable();
+        metrics.dedup();
+        assert_eq!((fields.len(), metrics.len()), (COUNT, COUNT));
+        for s in SCALARS {
+            assert!(s.metric.starts_with("tlsdp_"), "{}", s.metric);
+            let total = s.metric.ends_with("_total");
+            assert_eq!(total, s.kind.metric_type() == "counter", "{}", s.metric);
+            assert!(s.help.ends_with('.'), "{}", s.field);
+        }
+    }
+}
