@@ -20,13 +20,13 @@ use std::sync::Arc;
 use crypto::client::LoadClientConfig;
 use crypto::session::TlsConfig;
 use crypto::testcert::{self_signed, P256, RSA2048};
+use dataplane::dpdk::TscClock;
 use dataplane::engine::{Engine, EngineConfig};
 use dataplane::loadgen::{LoadConfig, LoadGen};
 use dataplane::net::InterfaceConfig;
 use dataplane::port::{link, MemPort};
 use dataplane::stats::SharedCounters;
 use dataplane::tcp::TcpConfig;
-use dataplane::time::TscClock;
 use smoltcp::wire::EthernetAddress;
 
 const SRV: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);

@@ -16,6 +16,7 @@ use control::config::{Config, ConfigError, DeviceKind, HugepagePolicy, SynCookie
 use smoltcp::wire::EthernetAddress;
 
 use crate::controller::{collect_stats, Controller};
+use crate::dpdk::TscClock;
 use crate::dpdk::{self, Eal, EthPort, EthPortConfig, LcoreId, Mempool, QueueId};
 use crate::engine::{Engine, EngineConfig};
 use crate::net::InterfaceConfig;
@@ -23,7 +24,6 @@ use crate::snapshot::{ControlLink, HealthShare};
 use crate::stats::SharedCounters;
 use crate::steer::{PortShare, SteerLink};
 use crate::tcp::SynCookies;
-use crate::time::TscClock;
 
 /// Why `dpd` could not start.
 #[derive(Debug)]

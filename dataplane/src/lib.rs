@@ -3,6 +3,7 @@
 #![deny(unsafe_code)]
 
 pub mod app;
+pub mod checksum;
 pub mod controller;
 pub mod daemon;
 #[allow(unsafe_code)]

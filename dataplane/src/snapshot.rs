@@ -3,47 +3,14 @@
 //! packet captures, over one lock-free ring per engine each way. Engines
 //! read their ring at the top of a tick, between packets.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use crossbeam_queue::ArrayQueue;
-use crypto::session::TlsConfig;
 
-use crate::app::pool::Pool;
-
-/// Most VIPs a `dpd` can have had (slots of per-VIP counters are not
-/// reused while it runs).
-pub const MAX_VIPS: usize = 256;
-
-/// An immutable configuration of what the engines serve. Connections keep
-/// what they started with: a TLS session its certificates, a proxied
-/// connection its pool (a removed pool or member stays in the engine,
-/// taking nothing new, while connections use it).
-#[derive(Debug)]
-pub struct Snapshot {
-    /// 1 for the configuration `dpd` started with, then one up per change.
-    pub version: u64,
-    pub vips: Vec<VipSpec>,
-    /// Pools with fresh state; engines carry their own state (connection
-    /// counts, health, cursors) over by pool name and member address.
-    pub pools: Vec<Pool>,
-}
-
-/// One VIP of a snapshot.
-#[derive(Debug, Clone)]
-pub struct VipSpec {
-    pub name: String,
-    /// Index of its counters (below [`MAX_VIPS`]); stable for a name.
-    pub slot: u16,
-    pub addr: Ipv4Addr,
-    pub port: u16,
-    /// Disabled VIPs answer SYNs with a reset; their open connections go on.
-    pub enabled: bool,
-    pub tls: Option<TlsConfig>,
-    /// The pool's name, or `None` for the built-in responder.
-    pub pool: Option<String>,
-}
+pub use crate::app::config::{MemberView, PoolView, Snapshot, VipSpec};
+pub use crate::app::health::{HealthNews, HealthRelay, HealthShare, HealthSink, RING_RESERVE};
+pub use crate::stats::MAX_VIPS;
 
 /// A message to an engine.
 #[derive(Debug)]
@@ -59,104 +26,6 @@ pub enum ToEngine {
     Health(HealthNews),
 }
 
-/// A member's health changed, as found by the one engine that checks it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HealthNews {
-    pub pool: String,
-    pub addr: SocketAddrV4,
-    pub up: bool,
-}
-
-/// How engines split the health checks: each member is checked by one
-/// engine, which tells the others (through the control thread's relay)
-/// when it goes up or down. N engines send one check per interval, not N.
-#[derive(Debug, Clone)]
-pub struct HealthShare {
-    pub engine: u16,
-    pub engines: u16,
-    /// News for the relay (shared by all engines).
-    pub news: Arc<ArrayQueue<HealthNews>>,
-}
-
-impl HealthShare {
-    /// Shares for `engines` engines and the queue the relay reads.
-    pub fn new_set(engines: u16) -> (Vec<HealthShare>, Arc<ArrayQueue<HealthNews>>) {
-        let news = Arc::new(ArrayQueue::new(1024));
-        let shares = (0..engines)
-            .map(|engine| HealthShare {
-                engine,
-                engines,
-                news: news.clone(),
-            })
-            .collect();
-        (shares, news)
-    }
-
-    /// Whether this engine checks `addr` of pool `pool` (FNV-1a of both,
-    /// modulo the engines: the same answer on every engine).
-    pub fn checks(&self, pool: &str, addr: SocketAddrV4) -> bool {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        let port = addr.port().to_be_bytes();
-        for b in pool.bytes().chain(addr.ip().octets()).chain(port) {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-        (h % u64::from(self.engines.max(1))) as u16 == self.engine
-    }
-}
-
-/// Relays health news from the engine that found it to every other engine
-/// (the control thread's side; [`HealthRelay::relay`] every few
-/// milliseconds). News an engine's ring has no room for waits here, only
-/// the latest per member, so an engine that was busy still learns every
-/// member's last state; the ring's last [`RING_RESERVE`] places are left
-/// to the control thread's own requests.
-#[derive(Debug)]
-pub struct HealthRelay {
-    /// Per engine, news not yet in its ring (at most one per member).
-    waiting: Vec<Vec<HealthNews>>,
-}
-
-/// Places of an engine's ring health news leaves free.
-pub const RING_RESERVE: usize = 16;
-
-impl HealthRelay {
-    pub fn new(engines: usize) -> Self {
-        Self {
-            waiting: vec![Vec::new(); engines],
-        }
-    }
-
-    /// Takes the engines' news and hands each engine what its ring has
-    /// room for.
-    pub fn relay(&mut self, news: &ArrayQueue<HealthNews>, links: &[ControlLink]) {
-        while let Some(n) = news.pop() {
-            for waiting in &mut self.waiting {
-                // An older state of the same member is stale now.
-                waiting.retain(|w| w.pool != n.pool || w.addr != n.addr);
-                waiting.push(n.clone());
-            }
-        }
-        for (l, waiting) in links.iter().zip(&mut self.waiting) {
-            let room = l.to_engine.capacity().saturating_sub(RING_RESERVE);
-            let mut sent = 0;
-            for n in waiting.iter() {
-                if l.to_engine.len() >= room
-                    || l.to_engine.push(ToEngine::Health(n.clone())).is_err()
-                {
-                    break;
-                }
-                sent += 1;
-            }
-            waiting.drain(..sent);
-        }
-    }
-
-    /// News waiting for engine `engine`'s ring.
-    pub fn waiting(&self, engine: usize) -> usize {
-        self.waiting.get(engine).map_or(0, Vec::len)
-    }
-}
-
 /// An engine's answer; `engine` is its index.
 #[derive(Debug)]
 pub enum FromEngine {
@@ -164,22 +33,14 @@ pub enum FromEngine {
     Pools { engine: usize, pools: Vec<PoolView> },
 }
 
-/// A pool as one engine sees it.
-#[derive(Debug, Clone)]
-pub struct PoolView {
-    pub name: String,
-    /// No longer configured (kept while connections use it).
-    pub retired: bool,
-    pub members: Vec<MemberView>,
-}
+impl HealthSink for ControlLink {
+    fn room(&self) -> usize {
+        self.to_engine.capacity() - self.to_engine.len()
+    }
 
-/// A member as one engine sees it.
-#[derive(Debug, Clone, Copy)]
-pub struct MemberView {
-    pub addr: SocketAddrV4,
-    pub removed: bool,
-    pub healthy: bool,
-    pub active: u32,
+    fn push_news(&self, news: HealthNews) -> bool {
+        self.to_engine.push(ToEngine::Health(news)).is_ok()
+    }
 }
 
 /// The rings between the control thread and one engine.
@@ -284,6 +145,8 @@ pub fn write_pcap(path: &std::path::Path, frames: &[CapturedFrame]) -> std::io::
 
 #[cfg(test)]
 mod tests {
+    use std::net::{Ipv4Addr, SocketAddrV4};
+
     use super::*;
 
     #[test]

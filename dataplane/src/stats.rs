@@ -12,6 +12,10 @@ use crossbeam_utils::CachePadded;
 
 pub use control::api::VipCounters;
 
+/// Most VIPs a `dpd` can have had (slots of per-VIP counters are not
+/// reused while it runs).
+pub const MAX_VIPS: usize = 256;
+
 /// Fields of [`VipCounters`].
 const VIP_FIELDS: usize = 5;
 
@@ -54,6 +58,18 @@ pub enum DropReason {
     SteerFull,
 }
 
+impl From<crate::tcp::SegmentDrop> for DropReason {
+    fn from(d: crate::tcp::SegmentDrop) -> Self {
+        use crate::tcp::SegmentDrop;
+        match d {
+            SegmentDrop::Malformed => Self::Malformed,
+            SegmentDrop::BadChecksum => Self::BadTcpChecksum,
+            SegmentDrop::NoConnection => Self::NoConnection,
+            SegmentDrop::ListenOverflow => Self::ListenOverflow,
+        }
+    }
+}
+
 impl DropReason {
     pub const COUNT: usize = 16;
     pub const ALL: [DropReason; Self::COUNT] = [
@@ -76,6 +92,7 @@ impl DropReason {
     ];
 
     /// A stable snake_case name (used in stats output and metrics).
+    #[must_use]
     pub fn name(self) -> &'static str {
         match self {
             Self::Malformed => "malformed",
@@ -232,7 +249,7 @@ impl Default for SharedCounters {
     fn default() -> Self {
         Self {
             slots: CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))),
-            vips: (0..crate::snapshot::MAX_VIPS * VIP_FIELDS)
+            vips: (0..MAX_VIPS * VIP_FIELDS)
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             vip_slots: AtomicU64::new(0),

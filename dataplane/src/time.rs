@@ -1,11 +1,9 @@
-//! Engine time: nanoseconds on a monotonic clock, read from the TSC by the
-//! engine loop and passed down to everything else (which never reads a
-//! clock itself).
+//! Engine time: nanoseconds on a monotonic clock, read by the engine loop
+//! (from the TSC: `dpdk::TscClock`) and passed down to everything else,
+//! which never reads a clock itself. Pure: no DPDK here.
 
 use std::ops::{Add, Sub};
 use std::time::Duration;
-
-use crate::dpdk;
 
 /// A point in engine time (nanoseconds since an arbitrary start).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -43,51 +41,5 @@ impl Sub<Instant> for Instant {
     type Output = Duration;
     fn sub(self, rhs: Instant) -> Duration {
         self.saturating_since(rhs)
-    }
-}
-
-/// Converts TSC ticks to [`Instant`]s. Made once per engine.
-#[derive(Debug, Clone, Copy)]
-pub struct TscClock {
-    start: u64,
-    hz: u64,
-}
-
-impl TscClock {
-    pub fn new() -> Self {
-        Self {
-            start: dpdk::tsc_now(),
-            hz: dpdk::tsc_hz(),
-        }
-    }
-
-    /// Ticks per second.
-    pub fn hz(&self) -> u64 {
-        self.hz
-    }
-
-    /// Current TSC value.
-    #[inline]
-    pub fn ticks(&self) -> u64 {
-        dpdk::tsc_now()
-    }
-
-    /// Converts a TSC value to engine time.
-    #[inline]
-    pub fn at(&self, ticks: u64) -> Instant {
-        let dt = u128::from(ticks.wrapping_sub(self.start));
-        Instant((dt * 1_000_000_000 / u128::from(self.hz)) as u64)
-    }
-
-    /// Engine time now.
-    #[inline]
-    pub fn now(&self) -> Instant {
-        self.at(self.ticks())
-    }
-}
-
-impl Default for TscClock {
-    fn default() -> Self {
-        Self::new()
     }
 }

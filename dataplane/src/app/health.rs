@@ -9,9 +9,13 @@ use std::time::Duration;
 
 pub use control::config::HealthKind;
 
+use std::net::SocketAddrV4;
+use std::sync::Arc;
+
+use crossbeam_queue::ArrayQueue;
+
 use super::role::Role;
 use super::{Cx, Services};
-use crate::snapshot::HealthNews;
 use crate::tcp::{ConnId, Event, FlowKey};
 use crate::time::Instant;
 
@@ -121,6 +125,109 @@ pub fn status(head: &[u8]) -> Option<u16> {
         return Some(0);
     }
     Some(parts.next().and_then(|s| s.parse().ok()).unwrap_or(0))
+}
+
+/// A member's health changed, as found by the one engine that checks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthNews {
+    pub pool: String,
+    pub addr: SocketAddrV4,
+    pub up: bool,
+}
+
+/// How engines split the health checks: each member is checked by one
+/// engine, which tells the others (through the control thread's relay)
+/// when it goes up or down. N engines send one check per interval, not N.
+#[derive(Debug, Clone)]
+pub struct HealthShare {
+    pub engine: u16,
+    pub engines: u16,
+    /// News for the relay (shared by all engines).
+    pub news: Arc<ArrayQueue<HealthNews>>,
+}
+
+impl HealthShare {
+    /// Shares for `engines` engines and the queue the relay reads.
+    pub fn new_set(engines: u16) -> (Vec<HealthShare>, Arc<ArrayQueue<HealthNews>>) {
+        let news = Arc::new(ArrayQueue::new(1024));
+        let shares = (0..engines)
+            .map(|engine| HealthShare {
+                engine,
+                engines,
+                news: news.clone(),
+            })
+            .collect();
+        (shares, news)
+    }
+
+    /// Whether this engine checks `addr` of pool `pool` (FNV-1a of both,
+    /// modulo the engines: the same answer on every engine).
+    pub fn checks(&self, pool: &str, addr: SocketAddrV4) -> bool {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let port = addr.port().to_be_bytes();
+        for b in pool.bytes().chain(addr.ip().octets()).chain(port) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        (h % u64::from(self.engines.max(1))) as u16 == self.engine
+    }
+}
+
+/// Relays health news from the engine that found it to every other engine
+/// (the control thread's side; [`HealthRelay::relay`] every few
+/// milliseconds). News an engine's ring has no room for waits here, only
+/// the latest per member, so an engine that was busy still learns every
+/// member's last state; the ring's last [`RING_RESERVE`] places are left
+/// to the control thread's own requests.
+#[derive(Debug)]
+pub struct HealthRelay {
+    /// Per engine, news not yet in its ring (at most one per member).
+    waiting: Vec<Vec<HealthNews>>,
+}
+
+/// Where the relay hands an engine its news (its control ring).
+pub trait HealthSink {
+    /// Free places in the ring now.
+    fn room(&self) -> usize;
+    /// Queues `news`; false when the ring is full.
+    fn push_news(&self, news: HealthNews) -> bool;
+}
+
+/// Places of an engine's ring health news leaves free.
+pub const RING_RESERVE: usize = 16;
+
+impl HealthRelay {
+    pub fn new(engines: usize) -> Self {
+        Self {
+            waiting: vec![Vec::new(); engines],
+        }
+    }
+
+    /// Takes the engines' news and hands each engine what its ring has
+    /// room for.
+    pub fn relay(&mut self, news: &ArrayQueue<HealthNews>, links: &[impl HealthSink]) {
+        while let Some(n) = news.pop() {
+            for waiting in &mut self.waiting {
+                // An older state of the same member is stale now.
+                waiting.retain(|w| w.pool != n.pool || w.addr != n.addr);
+                waiting.push(n.clone());
+            }
+        }
+        for (l, waiting) in links.iter().zip(&mut self.waiting) {
+            let mut sent = 0;
+            for n in waiting.iter() {
+                if l.room() <= RING_RESERVE || !l.push_news(n.clone()) {
+                    break;
+                }
+                sent += 1;
+            }
+            waiting.drain(..sent);
+        }
+    }
+
+    /// News waiting for engine `engine`'s ring.
+    pub fn waiting(&self, engine: usize) -> usize {
+        self.waiting.get(engine).map_or(0, Vec::len)
+    }
 }
 
 impl Services {

@@ -8,6 +8,7 @@
 //! responder, TLS termination, proxying to pools and health checks, one
 //! [`role::Role`] per connection.
 
+pub mod config;
 pub mod health;
 pub mod pool;
 pub mod proxy;

@@ -6,13 +6,14 @@ use std::net::Ipv4Addr;
 
 use crypto::session::TlsConfig;
 
+use super::config::{MemberView, PoolView, Snapshot, MAX_VIPS};
+use super::health::HealthShare;
 use super::pool::Pool;
 use super::proxy::{self, ProxyLink, Side};
 use super::responder::{Responder, Session};
 use super::role::{Entry, Inner, Role, Roles, TlsRole};
 use super::tls::{self, TlsConn};
 use super::{Application, Cx};
-use crate::snapshot::{HealthShare, MemberView, PoolView, Snapshot, MAX_VIPS};
 use crate::stats::VipCounters;
 use crate::tcp::{CloseReason, ConnId, Event, FlowKey};
 use crate::time::Instant;

@@ -5,11 +5,13 @@
 //! [`DpdkError`] here, ids become newtypes, an [`Mbuf`] frees itself on drop,
 //! and [`EthQueue`]'s `tx_burst` leaves unsent mbufs with the caller.
 
+mod clock;
 mod eal;
 mod ethdev;
 mod logs;
 mod mbuf;
 
+pub use clock::TscClock;
 pub use eal::{register_thread, tsc_hz, tsc_now, Eal, LaunchedLcore, LcoreId};
 pub use ethdev::{
     port_id_by_name, EthPort, EthPortConfig, EthQueue, LinkStatus, PortId, PortInfo, QueueId,

@@ -30,7 +30,7 @@ pub(super) fn receive<P: Port>(
             end,
         } => {
             if let Err(reason) = tcp.input(now, src, dst, &buf.data()[start..end]) {
-                counters.drop(reason);
+                counters.drop(reason.into());
             }
         }
         other => queue(ep, buf, other, now, burst, counters),

@@ -23,13 +23,14 @@ use crate::app::pool::Pool;
 use crate::app::responder::Responder;
 use crate::app::role::Roles;
 use crate::app::{Application, Cx, Services, Tcp, Uplink};
+use crate::dpdk::TscClock;
 use crate::net::{Interface, InterfaceConfig, Verdict};
 use crate::port::{PacketBuf, Port};
 use crate::snapshot::{Capture, ControlLink, HealthShare, PoolView};
 use crate::stats::{Counters, DropReason, SharedCounters, VipCounters};
 use crate::steer::{PortShare, SteerLink, Steered};
 use crate::tcp::{ConnId, Event, TcpConfig, TcpEngine};
-use crate::time::{Instant, TscClock};
+use crate::time::Instant;
 use io::{flush, queue, receive, release_resolved, steer};
 
 #[derive(Debug, Clone, Copy)]

@@ -242,7 +242,7 @@ impl Interface {
             &no_tcp_sum,
         );
         tcp.set_checksum(0);
-        let sum = super::checksum::tcp(seg.src.octets(), seg.dst.octets(), tcp.into_inner());
+        let sum = crate::checksum::tcp(seg.src.octets(), seg.dst.octets(), tcp.into_inner());
         TcpPacket::new_unchecked(ip.payload_mut()).set_checksum(sum);
         match self.resolve(hop, now) {
             Some(mac) => {

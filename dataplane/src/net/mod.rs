@@ -4,7 +4,7 @@
 //! buffer, so answering costs no allocation.
 
 pub mod arp;
-pub mod checksum;
+pub use crate::checksum;
 mod iface;
 pub mod toeplitz;
 

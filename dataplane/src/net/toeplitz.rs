@@ -113,28 +113,7 @@ pub fn classify(frame: &[u8], t: &Toeplitz) -> FrameClass {
     FrameClass::Tcp(t.tcp4(src, dst, sport, dport))
 }
 
-/// How a port spreads received flows over its queues, and which is ours.
-#[derive(Debug, Clone, Copy)]
-pub struct RssSteering {
-    pub key: &'static [u8],
-    pub queues: u16,
-    /// Redirection table size (entries; the table maps entry `i` to queue
-    /// `i % queues`); 0 when the device has none (then `h % queues`).
-    pub reta_size: u16,
-    pub queue: u16,
-}
-
-impl RssSteering {
-    /// The queue a segment with RSS hash `h` lands on.
-    pub fn queue_of(&self, h: u32) -> u16 {
-        let queues = u32::from(self.queues.max(1));
-        let reta = match self.reta_size {
-            0 => queues,
-            n => u32::from(n),
-        };
-        ((h % reta) % queues) as u16
-    }
-}
+pub use crate::port::RssSteering;
 
 #[cfg(test)]
 mod tests {

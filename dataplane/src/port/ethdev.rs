@@ -47,9 +47,9 @@ impl Port for EthQueue {
         self.mempool().alloc()
     }
 
-    fn rss_steering(&self) -> Option<crate::net::toeplitz::RssSteering> {
+    fn rss_steering(&self) -> Option<super::RssSteering> {
         let (queues, reta_size) = self.rss_spread()?;
-        Some(crate::net::toeplitz::RssSteering {
+        Some(super::RssSteering {
             key: &crate::dpdk::SYMMETRIC_RSS_KEY,
             queues,
             reta_size,

@@ -71,7 +71,30 @@ pub trait Port {
 
     /// How the port's RSS spreads received flows, when it has several
     /// queues with RSS (`None`: every flow comes to this queue).
-    fn rss_steering(&self) -> Option<crate::net::toeplitz::RssSteering> {
+    fn rss_steering(&self) -> Option<RssSteering> {
         None
+    }
+}
+
+/// How a port spreads received flows over its queues, and which is ours.
+#[derive(Debug, Clone, Copy)]
+pub struct RssSteering {
+    pub key: &'static [u8],
+    pub queues: u16,
+    /// Redirection table size (entries; the table maps entry `i` to queue
+    /// `i % queues`); 0 when the device has none (then `h % queues`).
+    pub reta_size: u16,
+    pub queue: u16,
+}
+
+impl RssSteering {
+    /// The queue a segment with RSS hash `h` lands on.
+    pub fn queue_of(&self, h: u32) -> u16 {
+        let queues = u32::from(self.queues.max(1));
+        let reta = match self.reta_size {
+            0 => queues,
+            n => u32::from(n),
+        };
+        ((h % reta) % queues) as u16
     }
 }

@@ -147,7 +147,7 @@ impl<P: Port> Port for PcapTap<P> {
         self.inner.checksum_offload()
     }
 
-    fn rss_steering(&self) -> Option<crate::net::toeplitz::RssSteering> {
+    fn rss_steering(&self) -> Option<super::RssSteering> {
         self.inner.rss_steering()
     }
 }

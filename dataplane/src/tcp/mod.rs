@@ -41,7 +41,6 @@ use conn::{Conn, Input};
 pub use seq::Seq;
 use timer::TimerWheel;
 
-use crate::stats::DropReason;
 use crate::time::Instant;
 
 /// A connection's handle: its slot in the engine (low 24 bits) and the
@@ -141,6 +140,21 @@ pub enum ConnectError {
     InUse,
     /// The connection limit is reached.
     TooMany,
+}
+
+/// Why TCP dropped a received segment (counted by the engine as a
+/// `stats::DropReason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentDrop {
+    /// Too short or inconsistent to be TCP.
+    Malformed,
+    /// Its checksum is wrong.
+    BadChecksum,
+    /// For no connection and no listener (answered by RST where the RFC
+    /// says so).
+    NoConnection,
+    /// A SYN refused: the half-open or connection limit was reached.
+    ListenOverflow,
 }
 
 /// When listeners answer SYNs with cookies instead of keeping state.
@@ -665,16 +679,16 @@ impl<A: Default> TcpEngine<A> {
         src: Ipv4Addr,
         dst: Ipv4Addr,
         bytes: &[u8],
-    ) -> Result<(), DropReason> {
-        let packet = TcpPacket::new_checked(bytes).map_err(|_| DropReason::Malformed)?;
-        if !crate::net::checksum::tcp_ok(src.octets(), dst.octets(), bytes) {
-            return Err(DropReason::BadTcpChecksum);
+    ) -> Result<(), SegmentDrop> {
+        let packet = TcpPacket::new_checked(bytes).map_err(|_| SegmentDrop::Malformed)?;
+        if !crate::checksum::tcp_ok(src.octets(), dst.octets(), bytes) {
+            return Err(SegmentDrop::BadChecksum);
         }
         // Checked above, faster than smoltcp would.
         let mut caps = ChecksumCapabilities::default();
         caps.tcp = smoltcp::phy::Checksum::None;
         let repr = TcpRepr::parse(&packet, &IpAddress::Ipv4(src), &IpAddress::Ipv4(dst), &caps)
-            .map_err(|_| DropReason::Malformed)?;
+            .map_err(|_| SegmentDrop::Malformed)?;
         self.counters.segments_in += 1;
         let key = FlowKey {
             local: dst,
@@ -688,7 +702,7 @@ impl<A: Default> TcpEngine<A> {
                 // `release` removes both); forget it rather than abort.
                 debug_assert!(false, "flow {key:?} maps to a released slot");
                 self.flows.remove(&key);
-                return Err(DropReason::NoConnection);
+                return Err(SegmentDrop::NoConnection);
             };
             // RFC 9293 §3.6.1: a new SYN may reopen a connection in TIME-WAIT
             // when its sequence number is above the old one's.
@@ -715,7 +729,7 @@ impl<A: Default> TcpEngine<A> {
             return self.on_listen(now, key, &repr);
         }
         self.reset_for(&key, &repr);
-        Err(DropReason::NoConnection)
+        Err(SegmentDrop::NoConnection)
     }
 
     // RFC 9293 §3.10.7.2, LISTEN.
@@ -724,25 +738,25 @@ impl<A: Default> TcpEngine<A> {
         now: Instant,
         key: FlowKey,
         repr: &TcpRepr<'_>,
-    ) -> Result<(), DropReason> {
+    ) -> Result<(), SegmentDrop> {
         if !self.accepting {
             // Draining: no new connection (a reset tells the client at once).
             self.reset_for(&key, repr);
-            return Err(DropReason::NoConnection);
+            return Err(SegmentDrop::NoConnection);
         }
         match (repr.control, repr.ack_number) {
-            (TcpControl::Rst, _) => return Err(DropReason::NoConnection),
+            (TcpControl::Rst, _) => return Err(SegmentDrop::NoConnection),
             (TcpControl::Syn, Some(_)) => {
                 self.reset_for(&key, repr);
-                return Err(DropReason::NoConnection);
+                return Err(SegmentDrop::NoConnection);
             }
             (_, Some(ack)) => return self.on_cookie_ack(now, key, repr, Seq(ack.0 as u32)),
             (TcpControl::Syn, None) => {}
-            _ => return Err(DropReason::NoConnection),
+            _ => return Err(SegmentDrop::NoConnection),
         }
         if self.flows.len() >= self.cfg.max_conns {
             self.counters.syn_dropped += 1;
-            return Err(DropReason::ListenOverflow);
+            return Err(SegmentDrop::ListenOverflow);
         }
         let full = self.states[State::SynReceived as usize] as usize >= self.cfg.max_half_open;
         match self.cfg.syn_cookies {
@@ -750,7 +764,7 @@ impl<A: Default> TcpEngine<A> {
             SynCookies::WhenFull if full => return self.send_cookie(now, key, repr),
             SynCookies::Off if full => {
                 self.counters.syn_dropped += 1;
-                return Err(DropReason::ListenOverflow);
+                return Err(SegmentDrop::ListenOverflow);
             }
             _ => {}
         }
@@ -772,10 +786,10 @@ impl<A: Default> TcpEngine<A> {
         now: Instant,
         key: FlowKey,
         syn: &TcpRepr<'_>,
-    ) -> Result<(), DropReason> {
+    ) -> Result<(), SegmentDrop> {
         if self.cookie_synacks.len() >= MAX_COOKIE_SYNACKS {
             self.counters.syn_dropped += 1;
-            return Err(DropReason::ListenOverflow);
+            return Err(SegmentDrop::ListenOverflow);
         }
         let client_isn = Seq(syn.seq_number.0 as u32);
         let params = cookie::SynParams {
@@ -804,17 +818,17 @@ impl<A: Default> TcpEngine<A> {
         key: FlowKey,
         repr: &TcpRepr<'_>,
         ack: Seq,
-    ) -> Result<(), DropReason> {
+    ) -> Result<(), SegmentDrop> {
         let client_isn = Seq(repr.seq_number.0 as u32) + u32::MAX; // SEG.SEQ − 1
         let Some(params) = cookie::decode(self.isn_key, &key, client_isn, ack + u32::MAX, now)
         else {
             self.counters.syn_cookies_rejected += 1;
             self.reset_for(&key, repr);
-            return Err(DropReason::NoConnection);
+            return Err(SegmentDrop::NoConnection);
         };
         if self.flows.len() >= self.cfg.max_conns {
             self.counters.syn_dropped += 1;
-            return Err(DropReason::ListenOverflow);
+            return Err(SegmentDrop::ListenOverflow);
         }
         self.counters.syn_cookies_accepted += 1;
         let id = self.alloc_slot();
@@ -1169,7 +1183,7 @@ mod listen_tests {
                 Ipv4Addr::new(10, 0, 0, 2),
                 Ipv4Addr::new(10, 0, 0, 1),
                 &syn(port),
-            ) == Err(DropReason::ListenOverflow)
+            ) == Err(SegmentDrop::ListenOverflow)
             {
                 refused += 1;
             }

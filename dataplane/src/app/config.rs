@@ -1,0 +1,58 @@
+//! What an engine's applications are configured with (an immutable
+//! snapshot of VIPs and pools, pushed by the control thread) and what they
+//! report back (pools as one engine sees them). The rings that carry them
+//! are the `snapshot` module's.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use crypto::session::TlsConfig;
+
+use super::pool::Pool;
+pub use crate::stats::MAX_VIPS;
+
+/// An immutable configuration of what the engines serve. Connections keep
+/// what they started with: a TLS session its certificates, a proxied
+/// connection its pool (a removed pool or member stays in the engine,
+/// taking nothing new, while connections use it).
+#[derive(Debug)]
+pub struct Snapshot {
+    /// 1 for the configuration `dpd` started with, then one up per change.
+    pub version: u64,
+    pub vips: Vec<VipSpec>,
+    /// Pools with fresh state; engines carry their own state (connection
+    /// counts, health, cursors) over by pool name and member address.
+    pub pools: Vec<Pool>,
+}
+
+/// One VIP of a snapshot.
+#[derive(Debug, Clone)]
+pub struct VipSpec {
+    pub name: String,
+    /// Index of its counters (below [`MAX_VIPS`]); stable for a name.
+    pub slot: u16,
+    pub addr: Ipv4Addr,
+    pub port: u16,
+    /// Disabled VIPs answer SYNs with a reset; their open connections go on.
+    pub enabled: bool,
+    pub tls: Option<TlsConfig>,
+    /// The pool's name, or `None` for the built-in responder.
+    pub pool: Option<String>,
+}
+
+/// A pool as one engine sees it.
+#[derive(Debug, Clone)]
+pub struct PoolView {
+    pub name: String,
+    /// No longer configured (kept while connections use it).
+    pub retired: bool,
+    pub members: Vec<MemberView>,
+}
+
+/// A member as one engine sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct MemberView {
+    pub addr: SocketAddrV4,
+    pub removed: bool,
+    pub healthy: bool,
+    pub active: u32,
+}
