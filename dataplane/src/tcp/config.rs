@@ -1,0 +1,69 @@
+//! Tuning of the TCP engine (`[tcp]` in dpd.toml).
+
+use std::time::Duration;
+
+/// When listeners answer SYNs with cookies instead of keeping state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SynCookies {
+    /// When the half-open budget (`max_half_open`) is spent.
+    WhenFull,
+    /// For every SYN (tests, or under known attack).
+    Always,
+    /// Never: SYNs beyond the budget are dropped.
+    Off,
+}
+
+/// Tuning of the TCP engine.
+#[derive(Debug, Clone, Copy)]
+pub struct TcpConfig {
+    /// Our MSS (MTU 1500 − 40).
+    pub mss: u16,
+    /// Our window scale shift.
+    pub window_scale: u8,
+    /// Bytes buffered per connection and direction.
+    pub buffer_size: usize,
+    /// Most connections (slots) per engine.
+    pub max_conns: usize,
+    /// Most connections in SYN-RECEIVED.
+    pub max_half_open: usize,
+    pub syn_cookies: SynCookies,
+    pub initial_rto: Duration,
+    pub min_rto: Duration,
+    pub max_rto: Duration,
+    /// Retransmissions of one segment before the connection is dropped.
+    pub max_retransmits: u8,
+    pub delayed_ack: Duration,
+    pub handshake_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub time_wait: Duration,
+    /// Keepalive (RFC 9293 §3.8.4): probe an idle established connection
+    /// after this long (`None`: off), every `keepalive_interval`, and give up
+    /// after `keepalive_probes` unanswered probes.
+    pub keepalive: Option<Duration>,
+    pub keepalive_interval: Duration,
+    pub keepalive_probes: u8,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        Self {
+            mss: 1460,
+            window_scale: 7,
+            buffer_size: 256 * 1024,
+            max_conns: 65536,
+            max_half_open: 4096,
+            syn_cookies: SynCookies::WhenFull,
+            initial_rto: Duration::from_secs(1),
+            min_rto: Duration::from_millis(200),
+            max_rto: Duration::from_secs(60),
+            max_retransmits: 8,
+            delayed_ack: Duration::from_millis(10),
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+            time_wait: Duration::from_secs(30),
+            keepalive: None,
+            keepalive_interval: Duration::from_secs(75),
+            keepalive_probes: 9,
+        }
+    }
+}

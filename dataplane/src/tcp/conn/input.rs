@@ -1,0 +1,368 @@
+//! Segment arrival (RFC 9293 §3.10.7): acceptability, RST, SYN, ACK
+//! (with RTT, congestion control and SACK), data and FIN.
+
+use std::time::Duration;
+
+use smoltcp::wire::{TcpControl, TcpRepr, TcpTimestampRepr};
+
+use super::*;
+use crate::tcp::buffer::BufferPool;
+use crate::tcp::{CloseReason, Seq, TcpConfig, TcpCounters};
+use crate::time::Instant;
+
+impl<A: Default> Conn<A> {
+    /// A segment for this connection (RFC 9293 §3.10.7.3–4).
+    ///
+    /// Long on purpose: it is the RFC's segment-arrival procedure in the
+    /// RFC's order (acceptability, RST, SYN, ACK with RTT, congestion
+    /// control and SACK, data, FIN), each step quoting its section; cut
+    /// into pieces, the order that makes it correct would be spread over
+    /// several places. The ACK processing proper is `on_new_ack`.
+    pub fn input(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr<'_>,
+        cfg: &TcpConfig,
+        pool: &mut BufferPool,
+        counters: &mut TcpCounters,
+    ) -> Input {
+        self.last_activity = now;
+        self.ka_sent = 0;
+        if self.state == State::SynSent {
+            return self.input_syn_sent(now, seg, cfg);
+        }
+        let mut out = Input::default();
+        let seq = Seq(seg.seq_number.0 as u32);
+        let seg_len = seg.segment_len() as u32;
+
+        // First: is the segment in the receive window?
+        let wnd = self.recv_free(cfg).max(1);
+        let acceptable = if seg_len == 0 {
+            seq.diff(self.rcv_nxt) >= 0 && seq.diff(self.rcv_nxt + wnd) < 0 || seq == self.rcv_nxt
+        } else {
+            let last = seq + (seg_len - 1);
+            (seq.diff(self.rcv_nxt) >= 0 && seq.diff(self.rcv_nxt + wnd) < 0)
+                || (last.diff(self.rcv_nxt) >= 0 && last.diff(self.rcv_nxt + wnd) < 0)
+                || (seq.diff(self.rcv_nxt) < 0 && last.diff(self.rcv_nxt) >= 0)
+        };
+        if !acceptable {
+            if seg.control != TcpControl::Rst {
+                // A retransmitted FIN in TIME-WAIT: ack it again and restart
+                // the 2 MSL timer.
+                if self.state == State::TimeWait && seg.control == TcpControl::Fin {
+                    self.timewait_until = Some(now + cfg.time_wait);
+                }
+                self.ack_now = true;
+                out.send = true;
+            }
+            return out;
+        }
+
+        // Second: RST (RFC 5961 §3.2: only an exact match resets; anything
+        // else in the window gets a challenge ACK).
+        if seg.control == TcpControl::Rst {
+            if seq == self.rcv_nxt {
+                out.closed = Some(CloseReason::Reset);
+            } else {
+                counters.challenge_acks += 1;
+                self.ack_now = true;
+                out.send = true;
+            }
+            return out;
+        }
+
+        // Fourth: SYN in a synchronized state (RFC 5961 §4): challenge ACK.
+        if seg.control == TcpControl::Syn {
+            if self.state == State::SynReceived && seq + 1 == self.rcv_nxt {
+                // The peer retransmitted its SYN: send the SYN-ACK again.
+                self.synack_needed = true;
+            } else {
+                counters.challenge_acks += 1;
+                self.ack_now = true;
+            }
+            out.send = true;
+            return out;
+        }
+
+        // Fifth: ACK.
+        let Some(ack) = seg.ack_number.map(|a| Seq(a.0 as u32)) else {
+            return out;
+        };
+        if self.state == State::SynReceived {
+            if ack.diff(self.snd_una) > 0 && ack.diff(self.snd_nxt) <= 0 {
+                self.state = State::Established;
+                self.accepted = true;
+                out.established = true;
+                self.snd_wnd = u32::from(seg.window_len) << self.snd_shift;
+                self.snd_wl1 = seq;
+                self.snd_wl2 = ack;
+            } else {
+                // RFC 9293: <SEQ=SEG.ACK><CTL=RST>; we just drop it and let
+                // the SYN-ACK retransmission sort it out.
+                return out;
+            }
+        }
+        if ack.diff(self.snd_max) > 0 {
+            // Acknowledges something never sent.
+            self.ack_now = true;
+            out.send = true;
+            return out;
+        }
+        if let Some(ts) = seg.timestamp {
+            if seq.diff(self.rcv_nxt) <= 0 {
+                self.ts_recent = Some(ts.tsval);
+            }
+        }
+        let window = u32::from(seg.window_len) << self.snd_shift;
+        let sack_news = self.sack_ok && seg.sack_ranges.iter().any(Option::is_some);
+        if sack_news {
+            for &(l, r) in seg.sack_ranges.iter().flatten() {
+                self.scoreboard
+                    .add(Seq(l), Seq(r), ack.max(self.snd_una), self.snd_max);
+            }
+        }
+        if ack.diff(self.snd_una) > 0 {
+            self.on_new_ack(now, ack, seg.timestamp, cfg, pool, &mut out);
+        } else if ack == self.snd_una
+            && seg_len == 0
+            && window == self.snd_wnd
+            && self.snd_max != self.snd_una
+        {
+            // A duplicate ACK (RFC 5681 §2).
+            self.dupacks = self.dupacks.saturating_add(1);
+            if self.dupacks == 3 && self.recover.is_none() {
+                self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
+                self.cwnd = self.ssthresh + 3 * self.seg_size;
+                self.recover = Some(self.snd_max);
+                self.rtx_next = self.snd_una;
+                self.fast_rtx = true;
+                counters.retransmits += 1;
+                out.send = true;
+            } else if self.dupacks > 3 {
+                self.cwnd += self.seg_size;
+                out.send = true;
+            }
+        }
+        // RFC 6675 §5: with SACK, more than 3 MSS SACKed above a hole means
+        // loss, without waiting for three duplicate ACKs; in recovery each
+        // ACK lets the next holes go out.
+        if sack_news && self.scoreboard.len > 0 {
+            if self.recover.is_none() && self.scoreboard.bytes() > 3 * self.seg_size {
+                self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
+                self.cwnd = self.ssthresh;
+                self.recover = Some(self.snd_max);
+                self.rtx_next = self.snd_una;
+                counters.retransmits += 1;
+            }
+            if self.recover.is_some() {
+                self.fast_rtx = true;
+                out.send = true;
+            }
+        }
+        if self.snd_wl1.diff(seq) < 0 || (self.snd_wl1 == seq && self.snd_wl2.diff(ack) <= 0) {
+            if self.snd_wnd == 0 && window > 0 {
+                out.send = true;
+            }
+            self.snd_wnd = window;
+            self.snd_wl1 = seq;
+            self.snd_wl2 = ack;
+        }
+        let fin_acked = self.fin_seq.is_some_and(|f| self.snd_una.diff(f) > 0);
+        match self.state {
+            State::FinWait1 if fin_acked => self.state = State::FinWait2,
+            State::Closing if fin_acked => self.enter_time_wait(now, cfg, pool),
+            State::LastAck if fin_acked => {
+                out.closed = Some(CloseReason::Normal);
+                return out;
+            }
+            _ => {}
+        }
+
+        // Seventh: segment text.
+        if !seg.payload.is_empty() && self.state.receives_data() && !self.peer_fin {
+            if seq.diff(self.rcv_nxt) <= 0 {
+                let skip = (self.rcv_nxt - seq) as usize;
+                let data = &seg.payload[skip.min(seg.payload.len())..];
+                let ring = self.recv.get_or_insert_with(|| pool.take());
+                let mut n = ring.push(data) as u32;
+                // The gap may now be filled: take in the out-of-order data
+                // already written behind it.
+                let mut end = self.rcv_nxt + n;
+                while let Some(&(l, r)) = self.ooo.ranges().first() {
+                    if l.diff(end) > 0 {
+                        break;
+                    }
+                    if r.diff(end) > 0 {
+                        ring.commit((r - end) as usize);
+                        n += r - end;
+                        end = r;
+                    }
+                    self.ooo.prune(r);
+                }
+                if ring.is_empty() && self.ooo.len == 0 {
+                    pool.give(self.recv.take().expect("some"));
+                }
+                self.rcv_nxt = self.rcv_nxt + n;
+                if n > 0 {
+                    out.readable = true;
+                }
+                self.unacked_segs = self.unacked_segs.saturating_add(1);
+                if (n as usize) < data.len()
+                    || self.unacked_segs >= 2
+                    || data.len() < self.seg_size as usize
+                    || self.ooo.len > 0
+                {
+                    self.ack_now = true;
+                } else if self.ack_at.is_none() {
+                    self.ack_at = Some(now + cfg.delayed_ack);
+                }
+            } else {
+                // Out of order: keep it behind the gap (where it fits) and
+                // send a duplicate ACK at once, with SACK blocks.
+                let offset = (seq - self.rcv_nxt) as usize;
+                let ring = self.recv.get_or_insert_with(|| pool.take());
+                if ring.write_ahead(offset, seg.payload) {
+                    let (l, r) = (seq, seq + seg.payload.len() as u32);
+                    self.ooo
+                        .add(l, r, self.rcv_nxt, self.rcv_nxt + ring.free() as u32);
+                }
+                self.ack_now = true;
+            }
+        }
+
+        // Eighth: FIN, once everything before it has arrived.
+        if seg.control == TcpControl::Fin
+            && seq + seg.payload.len() as u32 == self.rcv_nxt
+            && !self.peer_fin
+        {
+            self.peer_fin = true;
+            self.rcv_nxt = self.rcv_nxt + 1;
+            self.ack_now = true;
+            out.peer_closed = true;
+            let fin_acked = self.fin_seq.is_some_and(|f| self.snd_una.diff(f) > 0);
+            match self.state {
+                State::Established => self.state = State::CloseWait,
+                State::FinWait1 if fin_acked => self.enter_time_wait(now, cfg, pool),
+                State::FinWait1 => self.state = State::Closing,
+                State::FinWait2 => self.enter_time_wait(now, cfg, pool),
+                _ => {}
+            }
+        }
+        out.send |= self.ack_now;
+        out
+    }
+
+    fn on_new_ack(
+        &mut self,
+        now: Instant,
+        ack: Seq,
+        ts: Option<TcpTimestampRepr>,
+        cfg: &TcpConfig,
+        pool: &mut BufferPool,
+        out: &mut Input,
+    ) {
+        let acked = ack - self.snd_una;
+        self.snd_una = ack;
+        if self.snd_nxt.diff(ack) < 0 {
+            self.snd_nxt = ack;
+        }
+        // Drop acknowledged bytes (the SYN and FIN take no buffer space).
+        if let Some(ring) = self.send.as_mut() {
+            let data_end = self.buf_seq + ring.len() as u32;
+            let upto = if ack.diff(data_end) > 0 {
+                data_end
+            } else {
+                ack
+            };
+            if upto.diff(self.buf_seq) > 0 {
+                let n = upto - self.buf_seq;
+                ring.consume(n as usize);
+                self.buf_seq = upto;
+                out.writable = true;
+            }
+            if ring.is_empty() {
+                pool.give(self.send.take().expect("some"));
+            }
+        } else if ack.diff(self.buf_seq) > 0
+            && self.fin_seq.is_none_or(|f| self.buf_seq.diff(f) < 0)
+        {
+            self.buf_seq = ack;
+        }
+        // Round-trip time (RFC 6298 §2, Karn's rule via timestamps or one
+        // timed segment).
+        let sample = match (ts, self.ts_recent) {
+            (Some(t), Some(_)) if t.tsecr != 0 => Some(Duration::from_millis(u64::from(
+                ts_now(now).wrapping_sub(t.tsecr),
+            ))),
+            _ => match self.rtt_probe {
+                Some((end, sent)) if ack.diff(end) >= 0 => Some(now - sent),
+                _ => None,
+            },
+        };
+        if let Some(r) = sample {
+            self.rtt_probe = None;
+            self.update_rto(r, cfg);
+        }
+        self.retries = 0;
+        self.dupacks = 0;
+        self.scoreboard.prune(ack);
+        if self.rtx_next.diff(ack) < 0 {
+            self.rtx_next = ack;
+        }
+        // Congestion control.
+        match self.recover {
+            Some(rec) if ack.diff(rec) >= 0 => {
+                self.recover = None;
+                self.cwnd = self.ssthresh;
+                self.scoreboard.clear();
+            }
+            Some(_) => {
+                // Partial ACK (RFC 6582): retransmit the next hole now.
+                self.fast_rtx = true;
+                self.cwnd = self.cwnd.saturating_sub(acked).max(self.seg_size) + self.seg_size;
+            }
+            // Slow start counts bytes acknowledged, not ACKs (RFC 3465):
+            // receivers with GRO send stretch ACKs covering many segments.
+            None if self.cwnd < self.ssthresh => self.cwnd = self.cwnd.saturating_add(acked),
+            // Congestion avoidance: CUBIC (RFC 9438).
+            None => {
+                let srtt = self.srtt.unwrap_or(self.rto);
+                self.cwnd = self
+                    .cubic
+                    .on_ack(now, acked, self.cwnd, self.seg_size, srtt);
+            }
+        }
+        self.rto_at = if self.snd_una == self.snd_max {
+            None
+        } else {
+            Some(now + self.rto)
+        };
+        out.send = true;
+    }
+
+    pub(super) fn update_rto(&mut self, r: Duration, cfg: &TcpConfig) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(r);
+                self.rttvar = r / 2;
+            }
+            Some(srtt) => {
+                let delta = srtt.abs_diff(r);
+                self.rttvar = self.rttvar * 3 / 4 + delta / 4;
+                self.srtt = Some(srtt * 7 / 8 + r / 8);
+            }
+        }
+        let srtt = self.srtt.expect("set");
+        self.rto = (srtt + (self.rttvar * 4).max(Duration::from_millis(1)))
+            .clamp(cfg.min_rto, cfg.max_rto);
+    }
+
+    fn enter_time_wait(&mut self, now: Instant, cfg: &TcpConfig, pool: &mut BufferPool) {
+        self.state = State::TimeWait;
+        self.timewait_until = Some(now + cfg.time_wait);
+        self.rto_at = None;
+        self.release_buffers(pool);
+    }
+
+    // ---- timers ----
+}

@@ -1,0 +1,470 @@
+//! One connection's control block and its state machine (RFC 9293 §3.10).
+
+use std::time::Duration;
+
+use smoltcp::wire::{TcpControl, TcpRepr, TcpSeqNumber};
+
+mod input;
+mod output;
+mod sack;
+
+use super::buffer::{BufferPool, RingBuf};
+use super::cubic::Cubic;
+use super::{CloseReason, FlowKey, Seq, TcpConfig};
+use crate::time::Instant;
+use sack::Scoreboard;
+
+/// Connection states, named as RFC 9293 §3.3.2 names them (LISTEN is the
+/// engine's listener table, not a connection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    SynSent,
+    SynReceived,
+    Established,
+    FinWait1,
+    FinWait2,
+    CloseWait,
+    Closing,
+    LastAck,
+    TimeWait,
+}
+
+impl State {
+    pub const COUNT: usize = 9;
+
+    /// Past the handshake (RFC 9293's "synchronized" states).
+    pub fn is_synchronized(self) -> bool {
+        !matches!(self, State::SynSent | State::SynReceived)
+    }
+
+    /// States in which the peer may still send data.
+    fn receives_data(self) -> bool {
+        matches!(self, State::Established | State::FinWait1 | State::FinWait2)
+    }
+}
+
+/// What one input or timer did, for the engine.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Input {
+    pub established: bool,
+    pub readable: bool,
+    pub writable: bool,
+    pub peer_closed: bool,
+    pub closed: Option<CloseReason>,
+    pub send: bool,
+    /// SYN-SENT got an ACK for something else: reset with this SEQ.
+    pub reset_peer: Option<Seq>,
+    /// An active open completed.
+    pub connected: bool,
+}
+
+/// Smallest MSS we accept from a peer (Linux's TCP_MIN_MSS): a tiny or
+/// zero MSS option would otherwise make segments of a few bytes (or none).
+const MIN_PEER_MSS: u16 = 88;
+
+/// The peer's MSS option, defaulted (RFC 9293 §3.7.1: 536) and clamped.
+fn peer_mss(option: Option<u16>) -> u32 {
+    u32::from(option.unwrap_or(536).max(MIN_PEER_MSS))
+}
+
+/// Timestamps in ms for the TSopt clock (RFC 7323 §5.4: 1 ms to 1 s/tick).
+fn ts_now(now: Instant) -> u32 {
+    (now.as_nanos() / 1_000_000) as u32
+}
+
+#[derive(Debug)]
+pub(super) struct Conn<A> {
+    pub key: FlowKey,
+    pub state: State,
+    pub app: A,
+    /// Reached ESTABLISHED (the application knows it).
+    pub accepted: bool,
+    /// On the engine's dirty list.
+    pub queued: bool,
+    /// The generation of the slot this connection occupies (see `ConnId`).
+    pub gen: u8,
+    /// Deadline of the live timer-wheel entry.
+    pub armed_at: Option<Instant>,
+
+    // Send sequence space (RFC 9293 §3.3.1).
+    iss: Seq,
+    pub snd_una: Seq,
+    pub snd_nxt: Seq,
+    /// Highest sequence number sent (snd_nxt moves back on timeout).
+    snd_max: Seq,
+    snd_wnd: u32,
+    snd_wl1: Seq,
+    snd_wl2: Seq,
+    /// Shift for the peer's window field.
+    snd_shift: u8,
+    /// Payload bytes per segment (MSS less option overhead).
+    seg_size: u32,
+    send: Option<RingBuf>,
+    /// Sequence number of the send buffer's first byte.
+    buf_seq: Seq,
+    /// Sequence number of our FIN, once the application closed.
+    fin_seq: Option<Seq>,
+    synack_needed: bool,
+
+    // Receive sequence space.
+    pub rcv_nxt: Seq,
+    rcv_shift: u8,
+    recv: Option<RingBuf>,
+    /// Right edge of the window we last advertised.
+    adv_right: Seq,
+    peer_fin: bool,
+
+    // Options.
+    ts_recent: Option<u32>,
+
+    // Timers and round-trip time (RFC 6298).
+    rto: Duration,
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    rtt_probe: Option<(Seq, Instant)>,
+    retries: u8,
+    rto_at: Option<Instant>,
+    ack_at: Option<Instant>,
+    ack_now: bool,
+    unacked_segs: u8,
+    handshake_until: Instant,
+    timewait_until: Option<Instant>,
+    last_activity: Instant,
+    /// Send one byte past a zero window (persist probe).
+    probe: bool,
+    /// Keepalive probes sent since the peer was last heard.
+    ka_sent: u8,
+    /// Send a keepalive probe with the next transmit.
+    ka_probe: bool,
+
+    // Congestion control (RFC 5681, NewReno RFC 6582).
+    cwnd: u32,
+    ssthresh: u32,
+    dupacks: u8,
+    recover: Option<Seq>,
+    fast_rtx: bool,
+
+    cubic: Cubic,
+
+    // SACK (RFC 2018), sender side: what the peer holds above snd_una.
+    sack_ok: bool,
+    scoreboard: Scoreboard,
+    /// Receive side: out-of-order ranges above rcv_nxt already written into
+    /// the receive ring's free space (same sorted-ranges structure).
+    ooo: Scoreboard,
+    /// Next sequence number to consider for retransmission in recovery.
+    rtx_next: Seq,
+}
+
+impl<A: Default> Conn<A> {
+    /// A control block before any segment: SYN-SENT with our ISS, nothing
+    /// known of the peer. `accept` and `connect` start from it.
+    fn new(key: FlowKey, iss: Seq, now: Instant, cfg: &TcpConfig) -> Self {
+        let seg_size = u32::from(cfg.mss) - 12;
+        Self {
+            key,
+            state: State::SynSent,
+            app: A::default(),
+            accepted: false,
+            queued: false,
+            gen: 0,
+            armed_at: None,
+            iss,
+            snd_una: iss,
+            snd_nxt: iss,
+            snd_max: iss,
+            snd_wnd: 0,
+            snd_wl1: Seq(0),
+            snd_wl2: iss,
+            snd_shift: 0,
+            seg_size,
+            send: None,
+            buf_seq: iss + 1,
+            fin_seq: None,
+            synack_needed: true,
+            rcv_nxt: Seq(0),
+            rcv_shift: cfg.window_scale,
+            recv: None,
+            adv_right: Seq(0),
+            peer_fin: false,
+            ts_recent: None,
+            rto: cfg.initial_rto,
+            srtt: None,
+            rttvar: Duration::ZERO,
+            rtt_probe: None,
+            retries: 0,
+            rto_at: None,
+            ack_at: None,
+            ack_now: false,
+            unacked_segs: 0,
+            handshake_until: now + cfg.handshake_timeout,
+            timewait_until: None,
+            last_activity: now,
+            probe: false,
+            ka_sent: 0,
+            ka_probe: false,
+            cwnd: 10 * seg_size,
+            ssthresh: u32::MAX / 2,
+            dupacks: 0,
+            recover: None,
+            fast_rtx: false,
+            cubic: Cubic::default(),
+            sack_ok: false,
+            scoreboard: Scoreboard::default(),
+            ooo: Scoreboard::default(),
+            rtx_next: Seq(0),
+        }
+    }
+
+    /// Takes the peer's SYN options (MSS, window scale, timestamps, SACK).
+    fn take_syn_options(&mut self, syn: &TcpRepr<'_>, cfg: &TcpConfig) {
+        match syn.window_scale {
+            Some(s) => self.snd_shift = s.min(14),
+            None => {
+                // RFC 7323 §2.2: scaling only when both sides offered it.
+                self.snd_shift = 0;
+                self.rcv_shift = 0;
+            }
+        }
+        self.ts_recent = syn.timestamp.map(|t| t.tsval);
+        self.sack_ok = syn.sack_permitted;
+        let ts_overhead = if self.ts_recent.is_some() { 12 } else { 0 };
+        self.seg_size = peer_mss(syn.max_seg_size).min(u32::from(cfg.mss)) - ts_overhead;
+        self.cwnd = 10 * self.seg_size;
+        let irs = Seq(syn.seq_number.0 as u32);
+        self.rcv_nxt = irs + 1;
+        self.adv_right = self.rcv_nxt;
+        self.snd_wl1 = irs;
+    }
+
+    /// A connection for a SYN that reached a listener (RFC 9293 §3.10.7.2).
+    pub fn accept(
+        key: FlowKey,
+        syn: &TcpRepr<'_>,
+        iss: Seq,
+        now: Instant,
+        cfg: &TcpConfig,
+    ) -> Self {
+        let mut c = Self::new(key, iss, now, cfg);
+        c.state = State::SynReceived;
+        c.take_syn_options(syn, cfg);
+        // The SYN's window is never scaled (RFC 7323 §2.2).
+        c.snd_wnd = u32::from(syn.window_len);
+        c
+    }
+
+    /// An active open (RFC 9293 §3.10.1): a connection in SYN-SENT whose SYN
+    /// goes out with the next transmit. The application knows it from the
+    /// start (failures end in `Event::Closed`).
+    pub fn connect(key: FlowKey, iss: Seq, now: Instant, cfg: &TcpConfig) -> Self {
+        let mut c = Self::new(key, iss, now, cfg);
+        c.accepted = true;
+        c
+    }
+
+    // RFC 9293 §3.10.7.3, SYN-SENT.
+    fn input_syn_sent(&mut self, now: Instant, seg: &TcpRepr<'_>, cfg: &TcpConfig) -> Input {
+        let mut out = Input::default();
+        let ack = seg.ack_number.map(|a| Seq(a.0 as u32));
+        let ack_ok = ack.is_some_and(|a| a.diff(self.iss) > 0 && a.diff(self.snd_nxt) <= 0);
+        if ack.is_some() && !ack_ok {
+            // Not for our SYN: the engine answers with a reset.
+            out.reset_peer = ack;
+            return out;
+        }
+        if seg.control == TcpControl::Rst {
+            if ack_ok {
+                out.closed = Some(CloseReason::Refused);
+            }
+            return out;
+        }
+        if seg.control != TcpControl::Syn {
+            return out;
+        }
+        self.take_syn_options(seg, cfg);
+        if let Some(a) = ack.filter(|_| ack_ok) {
+            // The SYN-ACK: established (the SYN-ACK's window is unscaled).
+            self.snd_una = a;
+            self.snd_wnd = u32::from(seg.window_len);
+            self.snd_wl2 = a;
+            self.rto_at = None;
+            self.retries = 0;
+            if let Some(t) = seg.timestamp.filter(|t| t.tsecr != 0) {
+                let r = Duration::from_millis(u64::from(ts_now(now).wrapping_sub(t.tsecr)));
+                self.update_rto(r, cfg);
+            }
+            self.state = State::Established;
+            out.connected = true;
+            self.ack_now = true;
+            out.send = true;
+        } else {
+            // Simultaneous open: answer with our SYN and an ACK.
+            self.state = State::SynReceived;
+            self.snd_nxt = self.iss;
+            self.synack_needed = true;
+            out.send = true;
+        }
+        out
+    }
+
+    /// A connection rebuilt from a valid SYN cookie and the ACK that
+    /// returned it: established at once (RFC 4987 §3.6).
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_cookie(
+        key: FlowKey,
+        ack_seg: &TcpRepr<'_>,
+        iss: Seq,
+        irs: Seq,
+        mss: u16,
+        wscale: Option<u8>,
+        sack: bool,
+        now: Instant,
+        cfg: &TcpConfig,
+    ) -> Self {
+        let syn = TcpRepr {
+            src_port: key.remote_port,
+            dst_port: key.local_port,
+            control: TcpControl::Syn,
+            seq_number: TcpSeqNumber(irs.0 as i32),
+            ack_number: None,
+            window_len: ack_seg.window_len,
+            window_scale: wscale,
+            max_seg_size: Some(mss),
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: ack_seg.timestamp,
+            payload: &[],
+        };
+        let mut c = Self::accept(key, &syn, iss, now, cfg);
+        c.sack_ok = sack;
+        c.state = State::Established;
+        c.accepted = true;
+        c.synack_needed = false;
+        c.snd_una = iss + 1;
+        c.snd_nxt = iss + 1;
+        c.snd_max = iss + 1;
+        c.snd_wnd = u32::from(ack_seg.window_len) << c.snd_shift;
+        c.snd_wl1 = Seq(ack_seg.seq_number.0 as u32);
+        c.snd_wl2 = iss + 1;
+        c
+    }
+
+    // ---- application side ----
+
+    pub fn recv(&mut self, buf: &mut [u8], pool: &mut BufferPool) -> usize {
+        let Some(r) = self.recv.as_mut() else {
+            return 0;
+        };
+        let n = r.pop_into(buf);
+        if r.is_empty() && self.ooo.len == 0 {
+            pool.give(self.recv.take().expect("some"));
+        }
+        n
+    }
+
+    pub fn peek(&self) -> (&[u8], &[u8]) {
+        self.recv.as_ref().map_or((&[], &[]), RingBuf::as_slices)
+    }
+
+    pub fn consume(&mut self, n: usize, pool: &mut BufferPool) {
+        if let Some(r) = self.recv.as_mut() {
+            r.consume(n);
+            if r.is_empty() && self.ooo.len == 0 {
+                pool.give(self.recv.take().expect("some"));
+            }
+        }
+    }
+
+    fn can_send(&self) -> bool {
+        self.fin_seq.is_none()
+            && matches!(
+                self.state,
+                State::SynReceived | State::Established | State::CloseWait
+            )
+    }
+
+    pub fn send_space(&self, size: usize) -> usize {
+        if !self.can_send() {
+            return 0;
+        }
+        self.send.as_ref().map_or(size, RingBuf::free)
+    }
+
+    pub fn send(&mut self, data: &[u8], size: usize, pool: &mut BufferPool) -> usize {
+        let mut done = 0;
+        while done < data.len() {
+            let n = self.send_with(data.len() - done, size, pool, |room| {
+                room.copy_from_slice(&data[done..done + room.len()]);
+                room.len()
+            });
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        done
+    }
+
+    pub fn send_with(
+        &mut self,
+        max: usize,
+        _size: usize,
+        pool: &mut BufferPool,
+        fill: impl FnOnce(&mut [u8]) -> usize,
+    ) -> usize {
+        if !self.can_send() || max == 0 {
+            return 0;
+        }
+        let ring = self.send.get_or_insert_with(|| pool.take());
+        let n = ring.push_with(max, fill);
+        if ring.is_empty() {
+            pool.give(self.send.take().expect("some"));
+        }
+        n
+    }
+
+    /// The application is done sending: FIN after the queued bytes.
+    pub fn close(&mut self) {
+        if self.fin_seq.is_none() {
+            self.fin_seq = Some(self.buf_seq + self.send.as_ref().map_or(0, RingBuf::len) as u32);
+        }
+    }
+
+    pub fn release_buffers(&mut self, pool: &mut BufferPool) {
+        if let Some(r) = self.send.take() {
+            pool.give(r);
+        }
+        if let Some(r) = self.recv.take() {
+            pool.give(r);
+        }
+    }
+
+    // ---- windows ----
+
+    fn recv_free(&self, cfg: &TcpConfig) -> u32 {
+        self.recv.as_ref().map_or(cfg.buffer_size, RingBuf::free) as u32
+    }
+
+    /// The window field to send, and the right edge it advertises.
+    fn window_field(&self, cfg: &TcpConfig) -> (u16, Seq) {
+        let free = self.recv_free(cfg);
+        let field = (free >> self.rcv_shift).min(u32::from(u16::MAX));
+        // Never shrink the window (RFC 9293 §3.8.6.2.2).
+        let right = (self.rcv_nxt + (field << self.rcv_shift)).max(self.adv_right);
+        (field as u16, right)
+    }
+
+    /// The application freed enough receive space that the peer should
+    /// hear of it (RFC 9293 §3.8.6.2.2: by at least 2 MSS).
+    pub fn window_update_due(&mut self, cfg: &TcpConfig) -> bool {
+        if !self.state.receives_data() {
+            return false;
+        }
+        let (_, right) = self.window_field(cfg);
+        if right.diff(self.adv_right) >= (2 * self.seg_size) as i32 {
+            self.ack_now = true;
+            return true;
+        }
+        false
+    }
+}

@@ -1,0 +1,434 @@
+//! What a connection sends and when: deadlines and timer expiry (RFC
+//! 6298 retransmission, delayed ACKs, keepalive, TIME-WAIT), segment
+//! building, retransmission of holes and new data.
+
+use smoltcp::wire::{TcpControl, TcpRepr, TcpSeqNumber, TcpTimestampRepr};
+
+use super::*;
+use crate::tcp::buffer::RingBuf;
+use crate::tcp::{CloseReason, Outgoing, Seq, TcpConfig, TcpCounters};
+use crate::time::Instant;
+
+impl<A: Default> Conn<A> {
+    pub fn next_deadline(&self, _now: Instant, cfg: &TcpConfig) -> Option<Instant> {
+        let mut at: Option<Instant> = None;
+        let mut consider = |t: Option<Instant>| {
+            if let Some(t) = t {
+                at = Some(at.map_or(t, |a: Instant| a.min(t)));
+            }
+        };
+        consider(self.timewait_until);
+        consider(self.ack_at);
+        consider(self.rto_at);
+        match self.state {
+            State::SynSent | State::SynReceived => consider(Some(self.handshake_until)),
+            State::TimeWait => {}
+            _ => {
+                consider(Some(self.last_activity + cfg.idle_timeout));
+                consider(self.keepalive_due(cfg));
+            }
+        }
+        at
+    }
+
+    /// When the next keepalive probe is due (established, nothing in flight).
+    fn keepalive_due(&self, cfg: &TcpConfig) -> Option<Instant> {
+        let idle = cfg.keepalive?;
+        (self.state == State::Established && self.snd_una == self.snd_max)
+            .then(|| self.last_activity + idle + cfg.keepalive_interval * u32::from(self.ka_sent))
+    }
+
+    pub fn on_timer(&mut self, now: Instant, cfg: &TcpConfig, counters: &mut TcpCounters) -> Input {
+        let mut out = Input::default();
+        if self.timewait_until.is_some_and(|t| now >= t) {
+            out.closed = Some(CloseReason::Normal);
+            return out;
+        }
+        if matches!(self.state, State::SynSent | State::SynReceived) && now >= self.handshake_until
+        {
+            out.closed = Some(CloseReason::TimedOut);
+            return out;
+        }
+        if self.state != State::TimeWait
+            && self.state.is_synchronized()
+            && now >= self.last_activity + cfg.idle_timeout
+        {
+            out.closed = Some(CloseReason::TimedOut);
+            return out;
+        }
+        if self.keepalive_due(cfg).is_some_and(|t| now >= t) {
+            if self.ka_sent >= cfg.keepalive_probes {
+                out.closed = Some(CloseReason::TimedOut);
+                return out;
+            }
+            self.ka_sent += 1;
+            self.ka_probe = true;
+            counters.keepalive_probes += 1;
+            out.send = true;
+        }
+        if self.ack_at.is_some_and(|t| now >= t) {
+            self.ack_at = None;
+            self.ack_now = true;
+            out.send = true;
+        }
+        if self.rto_at.is_some_and(|t| now >= t) {
+            // RFC 6298 §5: retransmission timeout.
+            if self.retries >= cfg.max_retransmits {
+                out.closed = Some(CloseReason::TimedOut);
+                return out;
+            }
+            self.retries += 1;
+            counters.retransmits += 1;
+            counters.rto_expiries += 1;
+            self.rto = (self.rto * 2).min(cfg.max_rto);
+            self.rto_at = None;
+            if matches!(self.state, State::SynSent | State::SynReceived) {
+                self.synack_needed = true;
+            } else if self.snd_wnd == 0 && self.snd_una == self.snd_max {
+                self.probe = true;
+            } else {
+                self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
+                self.cwnd = self.seg_size;
+                self.snd_nxt = self.snd_una;
+                self.recover = None;
+                self.dupacks = 0;
+                self.rtt_probe = None;
+                self.scoreboard.clear();
+            }
+            out.send = true;
+        }
+        out
+    }
+
+    // ---- output ----
+
+    fn repr<'b>(
+        &self,
+        cfg: &TcpConfig,
+        now: Instant,
+        control: TcpControl,
+        seq: Seq,
+        payload: &'b [u8],
+    ) -> TcpRepr<'b> {
+        let (window, _) = self.window_field(cfg);
+        TcpRepr {
+            src_port: self.key.local_port,
+            dst_port: self.key.remote_port,
+            control,
+            seq_number: TcpSeqNumber(seq.0 as i32),
+            ack_number: Some(TcpSeqNumber(self.rcv_nxt.0 as i32)),
+            window_len: window,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: self.sack_blocks(),
+            timestamp: self
+                .ts_recent
+                .map(|r| TcpTimestampRepr::new(ts_now(now), r)),
+            payload,
+        }
+    }
+
+    /// SACK blocks for our ACKs (RFC 2018 §4): out-of-order ranges, highest
+    /// first.
+    fn sack_blocks(&self) -> [Option<(u32, u32)>; 3] {
+        let mut blocks = [None; 3];
+        if self.sack_ok {
+            for (slot, &(l, r)) in blocks.iter_mut().zip(self.ooo.ranges().iter().rev()) {
+                *slot = Some((l.0, r.0));
+            }
+        }
+        blocks
+    }
+
+    fn sent_ack(&mut self, cfg: &TcpConfig) {
+        let (_, right) = self.window_field(cfg);
+        self.adv_right = right;
+        self.ack_now = false;
+        self.ack_at = None;
+        self.unacked_segs = 0;
+    }
+
+    /// Emits what this connection owes. Returns false if `emit` refused.
+    pub fn transmit(
+        &mut self,
+        now: Instant,
+        cfg: &TcpConfig,
+        counters: &mut TcpCounters,
+        emit: &mut impl FnMut(&Outgoing<'_>) -> bool,
+    ) -> bool {
+        let (src, dst) = (self.key.local, self.key.remote);
+        if self.state == State::SynSent {
+            return !self.synack_needed || self.emit_syn(now, cfg, counters, emit);
+        }
+        if self.state == State::SynReceived {
+            if self.synack_needed {
+                if !self.emit_syn(now, cfg, counters, emit) {
+                    return false;
+                }
+            } else if self.ack_now {
+                // An unacceptable segment (e.g. the peer's SYN-ACK crossing
+                // ours in a simultaneous open) is answered with an ACK.
+                if !self.emit_ack(now, cfg, counters, emit) {
+                    return false;
+                }
+            }
+            return true;
+        }
+        if self.state == State::TimeWait {
+            return !self.ack_now || self.emit_ack(now, cfg, counters, emit);
+        }
+
+        let data_len = self.send.as_ref().map_or(0, RingBuf::len) as u32;
+        let data_end = self.buf_seq + data_len;
+        if self.fast_rtx && !self.emit_retransmissions(now, cfg, counters, emit, data_end) {
+            return false;
+        }
+        if !self.emit_new(now, cfg, counters, emit, data_end) {
+            return false;
+        }
+        if self.ka_probe {
+            // RFC 9293 §3.8.4: SEG.SEQ = SND.NXT − 1, no data: the peer
+            // answers with an ACK if it is there.
+            let repr = self.repr(cfg, now, TcpControl::None, self.snd_nxt + u32::MAX, &[]);
+            if !emit(&Outgoing { src, dst, repr }) {
+                return false;
+            }
+            counters.segments_out += 1;
+            self.ka_probe = false;
+        }
+        if self.snd_wnd == 0 && self.snd_nxt.diff(data_end) < 0 && self.rto_at.is_none() {
+            // Persist timer (RFC 9293 §3.8.6.1).
+            self.rto_at = Some(now + self.rto);
+        }
+        if self.ack_now {
+            return self.emit_ack(now, cfg, counters, emit);
+        }
+        true
+    }
+
+    /// Fast retransmit / SACK recovery: resends holes, `snd_nxt`
+    /// unchanged. Without SACK information this is the one segment at
+    /// `snd_una` (RFC 5681/6582); with it, every hole below the highest
+    /// SACKed byte, as far as the congestion window allows (RFC 6675).
+    /// Returns false if `emit` refused.
+    fn emit_retransmissions(
+        &mut self,
+        now: Instant,
+        cfg: &TcpConfig,
+        counters: &mut TcpCounters,
+        emit: &mut impl FnMut(&Outgoing<'_>) -> bool,
+        data_end: Seq,
+    ) -> bool {
+        let (src, dst) = (self.key.local, self.key.remote);
+        self.fast_rtx = false;
+        let pipe = (self.snd_nxt - self.snd_una).saturating_sub(self.scoreboard.bytes());
+        let mut budget = (self.cwnd.saturating_sub(pipe) / self.seg_size).max(1);
+        let limit = self.scoreboard.highest().unwrap_or(self.snd_una + 1);
+        let mut at = if self.scoreboard.len > 0 {
+            self.rtx_next.max(self.snd_una)
+        } else {
+            self.snd_una
+        };
+        while budget > 0 && at.diff(limit) < 0 && at.diff(self.snd_max) < 0 {
+            if let Some(end) = self.scoreboard.covering(at) {
+                at = end;
+                continue;
+            }
+            // RFC 6675 IsLost: a hole counts as lost once at least
+            // three segments' worth is SACKed above it (reordering
+            // alone rarely gets that far). The first hole, at snd_una,
+            // always goes (NewReno's partial-ACK rule).
+            if self.scoreboard.len > 0
+                && at != self.snd_una
+                && self.scoreboard.above(at) < 3 * self.seg_size
+            {
+                break;
+            }
+            // The hole runs to the next SACKed range (or one segment).
+            let hole_end = self
+                .scoreboard
+                .ranges()
+                .iter()
+                .find(|&&(l, _)| l.diff(at) > 0)
+                .map_or(limit, |&(l, _)| l);
+            let len = (hole_end - at)
+                .min(self.seg_size)
+                .min(data_end.max(at) - at);
+            let off = (at - self.buf_seq) as usize;
+            let payload = self
+                .send
+                .as_ref()
+                .map_or(&[][..], |r| r.slice_at(off, len as usize));
+            let plen = payload.len() as u32;
+            let fin = self.fin_seq == Some(at + plen);
+            if plen == 0 && !fin {
+                break;
+            }
+            let control = if fin {
+                TcpControl::Fin
+            } else {
+                TcpControl::Psh
+            };
+            let repr = self.repr(cfg, now, control, at, payload);
+            if !emit(&Outgoing { src, dst, repr }) {
+                self.fast_rtx = true;
+                return false;
+            }
+            counters.segments_out += 1;
+            counters.retransmits += 1;
+            self.sent_ack(cfg);
+            self.rto_at.get_or_insert(now + self.rto);
+            at = at + plen + u32::from(fin);
+            self.rtx_next = at;
+            budget -= 1;
+        }
+        true
+    }
+
+    /// New data and our FIN, as far as the send and congestion windows
+    /// allow. Returns false if `emit` refused.
+    fn emit_new(
+        &mut self,
+        now: Instant,
+        cfg: &TcpConfig,
+        counters: &mut TcpCounters,
+        emit: &mut impl FnMut(&Outgoing<'_>) -> bool,
+        data_end: Seq,
+    ) -> bool {
+        let (src, dst) = (self.key.local, self.key.remote);
+        loop {
+            // Bytes the peer holds out of order are not in the network.
+            let in_flight = (self.snd_nxt - self.snd_una).saturating_sub(self.scoreboard.bytes());
+            let wnd = self.snd_wnd.min(self.cwnd);
+            let mut usable = wnd.saturating_sub(in_flight);
+            if self.probe && usable == 0 {
+                usable = 1;
+            }
+            let fin_due = self
+                .fin_seq
+                .is_some_and(|f| self.snd_nxt.diff(f) >= 0 && self.snd_nxt.diff(f + 1) < 0);
+            if self.snd_nxt.diff(data_end) < 0 && usable > 0 {
+                let off = (self.snd_nxt - self.buf_seq) as usize;
+                let len = (data_end - self.snd_nxt).min(self.seg_size).min(usable);
+                let payload = self
+                    .send
+                    .as_ref()
+                    .map_or(&[][..], |r| r.slice_at(off, len as usize));
+                let plen = payload.len() as u32;
+                let with_fin = self.fin_seq == Some(self.snd_nxt + plen);
+                let control = if with_fin {
+                    TcpControl::Fin
+                } else {
+                    TcpControl::Psh
+                };
+                let repr = self.repr(cfg, now, control, self.snd_nxt, payload);
+                if !emit(&Outgoing { src, dst, repr }) {
+                    return false;
+                }
+                counters.segments_out += 1;
+                self.probe = false;
+                if self.rtt_probe.is_none()
+                    && self.snd_nxt == self.snd_max
+                    && self.ts_recent.is_none()
+                {
+                    self.rtt_probe = Some((self.snd_nxt + plen, now));
+                }
+                self.snd_nxt = self.snd_nxt + plen + u32::from(with_fin);
+                if with_fin {
+                    self.on_fin_sent();
+                }
+                self.snd_max = self.snd_max.max(self.snd_nxt);
+                self.rto_at.get_or_insert(now + self.rto);
+                self.sent_ack(cfg);
+                continue;
+            }
+            if fin_due && self.snd_nxt == data_end {
+                let repr = self.repr(cfg, now, TcpControl::Fin, self.snd_nxt, &[]);
+                if !emit(&Outgoing { src, dst, repr }) {
+                    return false;
+                }
+                counters.segments_out += 1;
+                self.snd_nxt = self.snd_nxt + 1;
+                self.snd_max = self.snd_max.max(self.snd_nxt);
+                self.on_fin_sent();
+                self.rto_at.get_or_insert(now + self.rto);
+                self.sent_ack(cfg);
+            }
+            break;
+        }
+        true
+    }
+
+    /// Sends our SYN (SYN-SENT) or SYN-ACK (SYN-RECEIVED) with its options
+    /// and starts the retransmission timer.
+    fn emit_syn(
+        &mut self,
+        now: Instant,
+        cfg: &TcpConfig,
+        counters: &mut TcpCounters,
+        emit: &mut impl FnMut(&Outgoing<'_>) -> bool,
+    ) -> bool {
+        let active = self.state == State::SynSent;
+        let mut repr = self.repr(cfg, now, TcpControl::Syn, self.iss, &[]);
+        repr.max_seg_size = Some(cfg.mss);
+        // The window of a SYN or SYN-ACK is never scaled (RFC 7323 §2.2).
+        let unscaled = cfg.buffer_size.min(65535) as u16;
+        if active {
+            repr.ack_number = None;
+            repr.window_len = unscaled;
+            repr.window_scale = Some(cfg.window_scale);
+            repr.timestamp = Some(TcpTimestampRepr::new(ts_now(now), 0));
+            repr.sack_permitted = true;
+        } else {
+            repr.window_len = repr.window_len.max(unscaled);
+            repr.window_scale = (self.rcv_shift > 0).then_some(self.rcv_shift);
+            repr.sack_permitted = self.sack_ok;
+        }
+        if !emit(&Outgoing {
+            src: self.key.local,
+            dst: self.key.remote,
+            repr,
+        }) {
+            return false;
+        }
+        counters.segments_out += 1;
+        self.synack_needed = false;
+        self.snd_nxt = self.iss + 1;
+        self.snd_max = self.snd_max.max(self.snd_nxt);
+        self.rto_at = Some(now + self.rto);
+        if !active {
+            self.sent_ack(cfg);
+        }
+        true
+    }
+
+    /// Sends a pure ACK (<SEQ=SND.NXT><ACK=RCV.NXT>, window, SACK blocks).
+    fn emit_ack(
+        &mut self,
+        now: Instant,
+        cfg: &TcpConfig,
+        counters: &mut TcpCounters,
+        emit: &mut impl FnMut(&Outgoing<'_>) -> bool,
+    ) -> bool {
+        let repr = self.repr(cfg, now, TcpControl::None, self.snd_nxt, &[]);
+        if !emit(&Outgoing {
+            src: self.key.local,
+            dst: self.key.remote,
+            repr,
+        }) {
+            return false;
+        }
+        counters.segments_out += 1;
+        self.sent_ack(cfg);
+        true
+    }
+
+    fn on_fin_sent(&mut self) {
+        match self.state {
+            State::Established => self.state = State::FinWait1,
+            State::CloseWait => self.state = State::LastAck,
+            _ => {}
+        }
+    }
+}

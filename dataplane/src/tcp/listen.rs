@@ -1,0 +1,156 @@
+//! New connections on a listener (RFC 9293 §3.10.7.2, LISTEN): SYNs
+//! answered with state or with a cookie (RFC 4987), cookie ACKs, ISNs
+//! (RFC 6528), and resets for segments to no connection (§3.10.7.1).
+
+use super::*;
+
+impl<A: Default> TcpEngine<A> {
+    // RFC 9293 §3.10.7.2, LISTEN.
+    pub(super) fn on_listen(
+        &mut self,
+        now: Instant,
+        key: FlowKey,
+        repr: &TcpRepr<'_>,
+    ) -> Result<(), SegmentDrop> {
+        if !self.accepting {
+            // Draining: no new connection (a reset tells the client at once).
+            self.reset_for(&key, repr);
+            return Err(SegmentDrop::NoConnection);
+        }
+        match (repr.control, repr.ack_number) {
+            (TcpControl::Rst, _) => return Err(SegmentDrop::NoConnection),
+            (TcpControl::Syn, Some(_)) => {
+                self.reset_for(&key, repr);
+                return Err(SegmentDrop::NoConnection);
+            }
+            (_, Some(ack)) => return self.on_cookie_ack(now, key, repr, Seq(ack.0 as u32)),
+            (TcpControl::Syn, None) => {}
+            _ => return Err(SegmentDrop::NoConnection),
+        }
+        if self.flows.len() >= self.cfg.max_conns {
+            self.counters.syn_dropped += 1;
+            return Err(SegmentDrop::ListenOverflow);
+        }
+        let full = self.states[State::SynReceived as usize] as usize >= self.cfg.max_half_open;
+        match self.cfg.syn_cookies {
+            SynCookies::Always => return self.send_cookie(now, key, repr),
+            SynCookies::WhenFull if full => return self.send_cookie(now, key, repr),
+            SynCookies::Off if full => {
+                self.counters.syn_dropped += 1;
+                return Err(SegmentDrop::ListenOverflow);
+            }
+            _ => {}
+        }
+        let iss = self.isn(&key, now);
+        let id = self.alloc_slot();
+        let conn = Conn::accept(key, repr, iss, now, &self.cfg);
+        self.install(id, conn);
+        self.flows.insert(key, id);
+        self.account(None, Some(State::SynReceived));
+        let c = live_mut(&mut self.conns, id).expect("just made");
+        mark_dirty(&mut self.dirty, c, id);
+        self.rearm(id, now);
+        Ok(())
+    }
+
+    /// Answers a SYN statelessly with a cookie SYN-ACK.
+    fn send_cookie(
+        &mut self,
+        now: Instant,
+        key: FlowKey,
+        syn: &TcpRepr<'_>,
+    ) -> Result<(), SegmentDrop> {
+        if self.cookie_synacks.len() >= MAX_COOKIE_SYNACKS {
+            self.counters.syn_dropped += 1;
+            return Err(SegmentDrop::ListenOverflow);
+        }
+        let client_isn = Seq(syn.seq_number.0 as u32);
+        let params = cookie::SynParams {
+            mss: syn.max_seg_size.unwrap_or(536).min(self.cfg.mss),
+            wscale: syn.window_scale,
+            sack: syn.sack_permitted,
+        };
+        let iss = cookie::encode(self.isn_key, &key, client_isn, now, params);
+        self.cookie_synacks.push(CookieSynAck {
+            key,
+            iss,
+            ack: client_isn + 1,
+            wscale: syn.window_scale.is_some(),
+            sack: syn.sack_permitted,
+            ts_echo: syn.timestamp.map(|t| t.tsval),
+        });
+        self.counters.syn_cookies_sent += 1;
+        Ok(())
+    }
+
+    /// An ACK to a listener with no connection: the third step of a
+    /// handshake answered with a cookie, or a stray segment (reset).
+    fn on_cookie_ack(
+        &mut self,
+        now: Instant,
+        key: FlowKey,
+        repr: &TcpRepr<'_>,
+        ack: Seq,
+    ) -> Result<(), SegmentDrop> {
+        let client_isn = Seq(repr.seq_number.0 as u32) + u32::MAX; // SEG.SEQ − 1
+        let Some(params) = cookie::decode(self.isn_key, &key, client_isn, ack + u32::MAX, now)
+        else {
+            self.counters.syn_cookies_rejected += 1;
+            self.reset_for(&key, repr);
+            return Err(SegmentDrop::NoConnection);
+        };
+        if self.flows.len() >= self.cfg.max_conns {
+            self.counters.syn_dropped += 1;
+            return Err(SegmentDrop::ListenOverflow);
+        }
+        self.counters.syn_cookies_accepted += 1;
+        let id = self.alloc_slot();
+        let mut conn = Conn::from_cookie(
+            key,
+            repr,
+            ack + u32::MAX,
+            client_isn,
+            params.mss,
+            params.wscale,
+            params.sack,
+            now,
+            &self.cfg,
+        );
+        let out = conn.input(now, repr, &self.cfg, &mut self.buffers, &mut self.counters);
+        let state = conn.state;
+        self.install(id, conn);
+        self.flows.insert(key, id);
+        self.account(None, Some(state));
+        self.counters.accepted += 1;
+        self.events.push(Event::Accepted(id));
+        self.apply(id, out, now);
+        Ok(())
+    }
+
+    /// RFC 6528-style initial sequence number: a keyed hash of the 4-tuple
+    /// plus a 4 µs clock.
+    pub(super) fn isn(&self, key: &FlowKey, now: Instant) -> Seq {
+        let mut h = FxHasher(self.isn_key);
+        h.write_u32(u32::from(key.local));
+        h.write_u32(u32::from(key.remote));
+        h.write_u16(key.local_port);
+        h.write_u16(key.remote_port);
+        let mixed = h.finish();
+        let mixed = (mixed ^ (mixed >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        Seq((mixed >> 32) as u32 ^ mixed as u32) + (now.as_nanos() / 4000) as u32
+    }
+
+    // RFC 9293 §3.10.7.1, CLOSED: answer with a reset.
+    pub(super) fn reset_for(&mut self, key: &FlowKey, repr: &TcpRepr<'_>) {
+        if repr.control == TcpControl::Rst {
+            return;
+        }
+        match repr.ack_number {
+            Some(ack) => self.queue_reset(*key, Seq(ack.0 as u32), None),
+            None => {
+                let ack = Seq(repr.seq_number.0 as u32) + repr.segment_len() as u32;
+                self.queue_reset(*key, Seq(0), Some(ack));
+            }
+        }
+    }
+}

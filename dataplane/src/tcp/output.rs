@@ -1,0 +1,109 @@
+//! The TCP engine's clock and output: timers due, then every segment
+//! owed (resets, cookie SYN-ACKs, connections with something to send).
+
+use super::*;
+
+impl<A: Default> TcpEngine<A> {
+    /// Runs due timers.
+    pub fn poll_timers(&mut self, now: Instant) {
+        let mut due = std::mem::take(&mut self.fired);
+        self.timers.expire(now, |id, at| due.push((id, at)));
+        for &(id, at) in &due {
+            let Some(c) = live_mut(&mut self.conns, id) else {
+                continue;
+            };
+            if c.armed_at != Some(at) {
+                continue; // stale entry
+            }
+            c.armed_at = None;
+            let before = c.state;
+            let out = c.on_timer(now, &self.cfg, &mut self.counters);
+            let after = c.state;
+            self.transition(id, before, after);
+            self.apply(id, out, now);
+        }
+        due.clear();
+        self.fired = due;
+    }
+
+    /// Produces every segment owed: resets, handshakes, data, FINs, ACKs.
+    /// `emit` builds and queues the frame; it returns false when it cannot
+    /// (no buffer), and transmission stops there until the next call.
+    pub fn transmit(&mut self, now: Instant, mut emit: impl FnMut(&Outgoing<'_>) -> bool) {
+        while let Some(r) = self.resets.pop() {
+            let repr = TcpRepr {
+                src_port: r.src_port,
+                dst_port: r.dst_port,
+                control: TcpControl::Rst,
+                seq_number: TcpSeqNumber(r.seq.0 as i32),
+                ack_number: r.ack.map(|a| TcpSeqNumber(a.0 as i32)),
+                window_len: 0,
+                window_scale: None,
+                max_seg_size: None,
+                sack_permitted: false,
+                sack_ranges: [None; 3],
+                timestamp: None,
+                payload: &[],
+            };
+            if !emit(&Outgoing {
+                src: r.src,
+                dst: r.dst,
+                repr,
+            }) {
+                self.resets.push(r);
+                return;
+            }
+            self.counters.resets_sent += 1;
+            self.counters.segments_out += 1;
+        }
+        while let Some(c) = self.cookie_synacks.pop() {
+            let repr = TcpRepr {
+                src_port: c.key.local_port,
+                dst_port: c.key.remote_port,
+                control: TcpControl::Syn,
+                seq_number: TcpSeqNumber(c.iss.0 as i32),
+                ack_number: Some(TcpSeqNumber(c.ack.0 as i32)),
+                window_len: self.cfg.buffer_size.min(65535) as u16,
+                window_scale: c.wscale.then_some(self.cfg.window_scale),
+                max_seg_size: Some(self.cfg.mss),
+                sack_permitted: c.sack,
+                sack_ranges: [None; 3],
+                timestamp: c
+                    .ts_echo
+                    .map(|e| TcpTimestampRepr::new((now.as_nanos() / 1_000_000) as u32, e)),
+                payload: &[],
+            };
+            if !emit(&Outgoing {
+                src: c.key.local,
+                dst: c.key.remote,
+                repr,
+            }) {
+                self.cookie_synacks.push(c);
+                return;
+            }
+            self.counters.segments_out += 1;
+        }
+        let mut i = 0;
+        while i < self.dirty.len() {
+            let id = self.dirty[i];
+            i += 1;
+            let Some(c) = live_mut(&mut self.conns, id) else {
+                continue;
+            };
+            c.queued = false;
+            let before = c.state;
+            let blocked = !c.transmit(now, &self.cfg, &mut self.counters, &mut emit);
+            if blocked {
+                c.queued = true;
+            }
+            let after = c.state;
+            self.transition(id, before, after);
+            if blocked {
+                self.dirty.drain(..i - 1);
+                return;
+            }
+            self.rearm(id, now);
+        }
+        self.dirty.clear();
+    }
+}
