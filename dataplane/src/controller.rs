@@ -17,8 +17,8 @@ use std::sync::{mpsc, Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use control::api::{
-    Answer, Applied, Body, Captured, CertInfo, MemberInfo, PoolInfo, Reply, Request, Stats,
-    VipCounters, VipInfo,
+    Answer, Applied, Body, Captured, CertInfo, DrainState, MemberInfo, PoolInfo, PortStatus, Reply,
+    Request, Stats, Status, VipCounters, VipInfo,
 };
 use control::config::{Config, ConfigError};
 use crypto::certs::{Cert, CertStore};
@@ -85,6 +85,22 @@ pub struct Controller {
     tsc_hz: u64,
     /// A capture is running (one at a time).
     capturing: Arc<AtomicBool>,
+    /// What `status` and `drain` need of the running daemon (absent when
+    /// the controller runs without one, as in tests).
+    daemon: Option<DaemonInfo>,
+}
+
+/// The running daemon, as `status` and `drain` requests see it.
+#[derive(Debug)]
+pub struct DaemonInfo {
+    pub started: Instant,
+    pub lcores: Vec<u32>,
+    /// Each port's status (link state asked for at each request) and id.
+    pub ports: Vec<(PortStatus, crate::dpdk::PortId)>,
+    pub hugepages: Vec<String>,
+    pub hugepages_in_use: bool,
+    /// Set to stop new connections on every VIP.
+    pub drain: Arc<AtomicBool>,
 }
 
 impl Controller {
@@ -114,11 +130,61 @@ impl Controller {
             shared,
             tsc_hz,
             capturing: Arc::new(AtomicBool::new(false)),
+            daemon: None,
         };
         let built = c.build(&cfg, None, false)?;
         let snap = built.snapshot.clone();
         c.commit(cfg, built);
         Ok((c, snap))
+    }
+
+    /// Lets `status` and `drain` requests reach the running daemon.
+    pub fn set_daemon(&mut self, info: DaemonInfo) {
+        self.daemon = Some(info);
+    }
+
+    /// `dpctl status`: the daemon, its ports (link state now) and the
+    /// configuration version every engine uses.
+    fn status(&self) -> Reply {
+        let Some(d) = &self.daemon else {
+            return Reply::error("status: no daemon attached");
+        };
+        let ports = d
+            .ports
+            .iter()
+            .map(|(p, id)| {
+                let link = crate::dpdk::link_status(*id);
+                PortStatus {
+                    link_up: link.up,
+                    speed_mbps: link.speed_mbps,
+                    ..p.clone()
+                }
+            })
+            .collect();
+        Reply::ok(Body::Status(Status {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            dpdk: crate::dpdk::version(),
+            pid: std::process::id(),
+            uptime_s: d.started.elapsed().as_secs_f64(),
+            lcores: d.lcores.clone(),
+            ports,
+            hugepages: d.hugepages.clone(),
+            hugepages_in_use: d.hugepages_in_use,
+            config_version: self.stats().total.config_version,
+        }))
+    }
+
+    /// `dpctl drain`: no new connections on any VIP; open ones go on.
+    fn drain(&self) -> Reply {
+        let Some(d) = &self.daemon else {
+            return Reply::error("drain: no daemon attached");
+        };
+        if !d.drain.swap(true, Ordering::Relaxed) {
+            log::info!("drain requested: no new connections on any VIP");
+        }
+        Reply::ok(Body::Drain(DrainState {
+            open_connections: crate::daemon::open_connections(&self.stats().total),
+        }))
     }
 
     /// Slot names, for a thread that renders stats.
@@ -179,6 +245,8 @@ impl Controller {
             }
             Request::ConfigShow => Reply::ok(Body::Config(self.cfg.to_toml())),
             Request::ConfigSave { path } => self.save(path.as_deref()),
+            Request::Status => self.status(),
+            Request::Drain => self.drain(),
             _ => Reply::error("not handled here"),
         }
     }

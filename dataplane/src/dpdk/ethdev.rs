@@ -41,6 +41,18 @@ pub static SYMMETRIC_RSS_KEY: [u8; 52] = {
 ///
 /// # Errors
 /// When no probed device has that name.
+/// Port `id`'s link now (down for an id DPDK does not know).
+pub fn link_status(id: PortId) -> LinkStatus {
+    // SAFETY: rte_eth_link is plain data and a valid out pointer.
+    let mut link: dpdk_sys::rte_eth_link = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out pointer; DPDK checks the port id.
+    let rc = unsafe { dpdk_sys::rte_eth_link_get_nowait(id.0, &mut link) };
+    LinkStatus {
+        up: rc == 0 && link.link_status() != 0,
+        speed_mbps: link.link_speed,
+    }
+}
+
 pub fn port_id_by_name(name: &str) -> Result<PortId, DpdkError> {
     let cname = CString::new(name)
         .map_err(|_| DpdkError::new("rte_eth_dev_get_port_by_name", libc::EINVAL))?;
@@ -307,14 +319,7 @@ impl EthPort {
 
     /// The link state, without waiting.
     pub fn link(&self) -> LinkStatus {
-        // SAFETY: rte_eth_link is plain data and a valid out pointer.
-        let mut link: dpdk_sys::rte_eth_link = unsafe { std::mem::zeroed() };
-        // SAFETY: valid port and out pointer.
-        let rc = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.id.0, &mut link) };
-        LinkStatus {
-            up: rc == 0 && link.link_status() != 0,
-            speed_mbps: link.link_speed,
-        }
+        link_status(self.id)
     }
 
     /// A handle for queue `q`, to be used by exactly one thread (DPDK

@@ -1,0 +1,467 @@
+//! `dpd`'s start-up and shutdown: checks the configuration against the
+//! machine, builds EAL arguments, brings up mempools, ports and one engine
+//! per dataplane core, serves the control socket, and stops cleanly (the plan in `plan`, the
+//! helper threads in `threads`).
+
+mod plan;
+mod threads;
+
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use control::api::{ControlSocket, PortStatus};
+use control::config::{Config, ConfigError, DeviceKind, SynCookieMode};
+use smoltcp::wire::EthernetAddress;
+
+pub use plan::{parse_cpu_list, plan, Machine, Plan};
+pub(crate) use threads::open_connections;
+
+use crate::controller::{collect_stats, Controller, DaemonInfo};
+use crate::dpdk::TscClock;
+use crate::dpdk::{self, Eal, EthPort, EthPortConfig, LaunchedLcore, LcoreId, Mempool, QueueId};
+use crate::engine::{Engine, EngineConfig};
+use crate::net::InterfaceConfig;
+use crate::snapshot::{ControlLink, HealthNews, HealthShare, Snapshot};
+use crate::stats::SharedCounters;
+use crate::steer::{PortShare, SteerLink};
+use crate::tcp::SynCookies;
+
+/// Why `dpd` could not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// The configuration does not fit this machine (names field and value).
+    Config(ConfigError),
+    /// DPDK refused (EAL, mempool, port).
+    Dpdk(dpdk::DpdkError),
+    /// The control socket could not be made.
+    Control(std::io::Error),
+}
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Config(e) => write!(f, "config error: {e}"),
+            Self::Dpdk(e) => write!(f, "DPDK error: {e}"),
+            Self::Control(e) => write!(f, "control socket error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+impl From<ConfigError> for StartError {
+    fn from(e: ConfigError) -> Self {
+        Self::Config(e)
+    }
+}
+
+impl From<dpdk::DpdkError> for StartError {
+    fn from(e: dpdk::DpdkError) -> Self {
+        Self::Dpdk(e)
+    }
+}
+
+fn mac_string(m: [u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// A started DPDK port and how the engines share it.
+struct StartedPort {
+    port: EthPort,
+    /// Queue pairs (one per engine where the device has them).
+    queues: u16,
+    /// Flows spread over the engines in software.
+    steered: bool,
+}
+
+/// The engines, launched on their lcores.
+struct Engines {
+    launched: Vec<LaunchedLcore>,
+    /// Set to stop them.
+    stop: Arc<AtomicBool>,
+    /// Health news from the engines, for the relay.
+    health_news: Arc<crossbeam_queue::ArrayQueue<HealthNews>>,
+}
+
+/// Runs `dpd` until `stop` is set: the whole life of the daemon, in three
+/// parts: bring-up (plan, controller, EAL, ports, engines), serving (the
+/// control socket on this thread; metrics, health relay and SIGTERM drain
+/// on their own), and an ordered shutdown.
+///
+/// # Errors
+/// When anything fails to start; everything started is stopped again.
+///
+/// `stop` ends it at once; `term` drains first: listeners stop taking new
+/// connections, and it stops when the open ones have finished (TIME-WAIT
+/// aside) or after `[control] drain_timeout_s`.
+pub fn run(
+    cfg: &Config,
+    config_path: Option<&Path>,
+    stop: Arc<AtomicBool>,
+    term: Arc<AtomicBool>,
+) -> Result<(), StartError> {
+    let started = std::time::Instant::now();
+    let machine = Machine::probe();
+    log::info!("hugepages: {}", machine.hugepages.join("; "));
+    let plan = plan(cfg, &machine, |iface| {
+        Path::new("/sys/class/net").join(iface).exists()
+    })?;
+    if !plan.use_hugepages {
+        match cfg.eal.hugepages {
+            control::config::HugepagePolicy::Off => log::info!("hugepages off by configuration"),
+            _ => log::warn!("no free hugepages: DPDK runs on normal pages (--no-huge); reserve hugepages for production"),
+        }
+    }
+    log::info!("EAL arguments: {}", plan.eal_args.join(" "));
+    // Certificates load before DPDK starts, so a bad file fails fast.
+    let links = ControlLink::new_set(cfg.eal.lcores.len());
+    let shared: Vec<(u32, Arc<SharedCounters>)> = cfg
+        .eal
+        .lcores
+        .iter()
+        .map(|&l| (l, Arc::new(SharedCounters::default())))
+        .collect();
+    let (mut controller, first) = Controller::start(
+        cfg.clone(),
+        config_path.map(Path::to_path_buf),
+        links.clone(),
+        shared.clone(),
+        dpdk::tsc_hz(),
+    )?;
+    // DPDK's lines (EAL, drivers) in dpd's log format, at their level.
+    if let Err(e) = dpdk::route_to_log() {
+        log::warn!("DPDK's log lines stay on stderr as they are: {e}");
+    }
+    let eal = Eal::init(&plan.eal_args)?;
+    log::info!(
+        "DPDK {} up; control thread on core {}",
+        dpdk::version(),
+        plan.main_lcore
+    );
+    if plan.control_shares_cpu {
+        log::warn!("the control thread shares a CPU with an engine (eal.cpus leaves none free)");
+    }
+    let ports = start_ports(cfg)?;
+    let drain = Arc::new(AtomicBool::new(false));
+    let engines = launch_engines(&eal, cfg, &ports, &links, &shared, &first, &drain)?;
+    log_services(cfg);
+    controller.set_daemon(DaemonInfo {
+        started,
+        lcores: cfg.eal.lcores.clone(),
+        ports: ports
+            .iter()
+            .zip(&cfg.ports)
+            .map(|(p, pc)| (port_status(p, pc), p.port.id()))
+            .collect(),
+        hugepages: machine.hugepages.clone(),
+        hugepages_in_use: plan.use_hugepages,
+        drain: drain.clone(),
+    });
+
+    let tsc_hz = dpdk::tsc_hz();
+    let slot_names = controller.slot_names();
+    let stats = {
+        let (shared, slot_names) = (shared.clone(), slot_names.clone());
+        move || collect_stats(&shared, &slot_names, tsc_hz)
+    };
+    let helpers = threads::Helpers::start(
+        cfg,
+        stats,
+        &links,
+        &engines.health_news,
+        threads::DrainOrder {
+            stop: stop.clone(),
+            term,
+            drain,
+        },
+    );
+    let result = match helpers {
+        Ok(helpers) => {
+            let served = serve(cfg, &mut controller, &stop);
+            stop.store(true, Ordering::Relaxed);
+            helpers.stop();
+            served
+        }
+        Err(e) => Err(e),
+    };
+    shut_down(engines, ports, eal, &shared, &slot_names, tsc_hz);
+    result
+}
+
+/// Serves the control socket on this thread until `stop`: every request
+/// goes to the controller.
+fn serve(cfg: &Config, controller: &mut Controller, stop: &AtomicBool) -> Result<(), StartError> {
+    let socket = ControlSocket::bind(&cfg.control.socket).map_err(StartError::Control)?;
+    log::info!("control socket {}", socket.path().display());
+    socket.serve(stop, |req| controller.handle(&req));
+    Ok(())
+}
+
+/// Stops what `run` started, in order: engines (they publish their last
+/// counters), ports, DPDK.
+fn shut_down(
+    engines: Engines,
+    ports: Vec<StartedPort>,
+    eal: Eal,
+    shared: &[(u32, Arc<SharedCounters>)],
+    slot_names: &crate::controller::SlotNames,
+    tsc_hz: u64,
+) {
+    log::info!("stopping engines");
+    engines.stop.store(true, Ordering::Relaxed);
+    for h in engines.launched {
+        h.wait();
+    }
+    let total = collect_stats(shared, slot_names, tsc_hz).total;
+    log::info!(
+        "final counters: rx {} tx {} arp replies {} icmp echo replies {} drops {}",
+        total.rx_packets,
+        total.tx_packets,
+        total.arp_replies,
+        total.icmp_echo_replies,
+        total.drops.values().sum::<u64>()
+    );
+    drop(ports);
+    drop(eal);
+    log::info!("stopped");
+}
+
+/// Starts every configured port with a queue pair per engine (as many
+/// as the device has), its mbufs from a mempool of its NUMA socket.
+fn start_ports(cfg: &Config) -> Result<Vec<StartedPort>, StartError> {
+    let engines = engine_count(cfg);
+    let mut pools: Vec<(i32, Mempool)> = Vec::new();
+    let mut ports = Vec::new();
+    for (i, pc) in cfg.ports.iter().enumerate() {
+        let name = match pc
+            .device_kind()
+            .map_err(|r| ConfigError::new(format!("port[{i}].device"), &pc.device, r))?
+        {
+            DeviceKind::Pci(addr) => addr,
+            DeviceKind::Virtual { name, .. } => name,
+        };
+        let id = dpdk::port_id_by_name(&name).map_err(|e| {
+            ConfigError::new(
+                format!("port[{i}].device"),
+                &pc.device,
+                format!("DPDK did not probe this device ({e})"),
+            )
+        })?;
+        let info = EthPort::info(id)?;
+        let socket = info.socket.max(0);
+        let pool = match pools.iter().find(|(s, _)| *s == socket) {
+            Some((_, p)) => *p,
+            None => {
+                let p = Mempool::create(
+                    &format!("mbufs-s{socket}"),
+                    cfg.eal.mbufs,
+                    256,
+                    dpdk_sys::consts::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
+                    socket,
+                )?;
+                pools.push((socket, p));
+                p
+            }
+        };
+        // One queue pair per engine where the device has them; engines
+        // beyond its queues send through the engine that has one.
+        let queues = engines
+            .min(info.max_rx_queues)
+            .min(info.max_tx_queues)
+            .max(1);
+        let port = EthPort::start(
+            id,
+            EthPortConfig {
+                queues,
+                rx_desc: pc.rx_desc,
+                tx_desc: pc.tx_desc,
+                mempool: pool,
+            },
+        )
+        .map_err(|e| e.context(format!("port {} ({})", pc.name, pc.device)))?;
+        let link = port.link();
+        log::info!(
+            "port {} ({}): driver {}, MAC {}, {} queue(s), RSS {} (key {} B, table {}), checksum offload rx {} tx {}, link {}",
+            pc.name,
+            pc.device,
+            info.driver,
+            mac_string(port.mac()),
+            queues,
+            if port.rss() { "on" } else { "off" },
+            info.hash_key_size,
+            info.reta_size,
+            port.offloads().rx_ipv4_cksum,
+            port.offloads().tx_ipv4_cksum,
+            if link.up { "up" } else { "down" }
+        );
+        let steered = engines > 1 && !(port.rss() && queues == engines);
+        if steered {
+            log::warn!(
+                "port {}: {}; the {engines} engines spread flows among themselves by the Toeplitz hash in software (a frame crosses cores at most once)",
+                pc.name,
+                if queues < engines {
+                    format!("{queues} queue pair(s) for {engines} engines")
+                } else {
+                    "no hardware RSS".to_string()
+                }
+            );
+        }
+        ports.push(StartedPort {
+            port,
+            queues,
+            steered,
+        });
+    }
+    Ok(ports)
+}
+
+/// Engines: one per configured lcore (validated: a few hundred at most).
+fn engine_count(cfg: &Config) -> u16 {
+    u16::try_from(cfg.eal.lcores.len()).unwrap_or(u16::MAX)
+}
+
+/// A port as `dpctl status` shows it (link state filled in when asked).
+fn port_status(p: &StartedPort, pc: &control::config::Port) -> PortStatus {
+    PortStatus {
+        name: pc.name.clone(),
+        device: pc.device.clone(),
+        driver: p.port.port_info().driver.clone(),
+        mac: mac_string(p.port.mac()),
+        address: pc.address.clone(),
+        link_up: false,
+        speed_mbps: 0,
+        queues: p.queues,
+        rss: p.port.rss(),
+        steered: p.steered,
+    }
+}
+
+/// The engines' settings from `[eal]` and `[tcp]`.
+fn engine_config(cfg: &Config) -> EngineConfig {
+    let secs = |s: u32| Duration::from_secs(u64::from(s));
+    let mut e = EngineConfig {
+        idle_sleep: (cfg.eal.idle_sleep_us > 0)
+            .then(|| Duration::from_micros(u64::from(cfg.eal.idle_sleep_us))),
+        ..EngineConfig::default()
+    };
+    e.tcp.time_wait = secs(cfg.tcp.time_wait_s);
+    e.tcp.idle_timeout = secs(cfg.tcp.idle_timeout_s);
+    e.tcp.handshake_timeout = secs(cfg.tcp.handshake_timeout_s);
+    e.tcp.keepalive = (cfg.tcp.keepalive_s > 0).then(|| secs(cfg.tcp.keepalive_s));
+    e.tcp.max_conns = cfg.tcp.max_connections as usize;
+    e.tcp.max_half_open = cfg.tcp.max_half_open as usize;
+    e.tcp.syn_cookies = match cfg.tcp.syn_cookies {
+        SynCookieMode::WhenFull => SynCookies::WhenFull,
+        SynCookieMode::Always => SynCookies::Always,
+        SynCookieMode::Off => SynCookies::Off,
+    };
+    e
+}
+
+/// Builds one engine per lcore over the ports' queues, gives it the first
+/// snapshot and its rings, and launches it. On a failure, the engines
+/// already running are stopped.
+fn launch_engines(
+    eal: &Eal,
+    cfg: &Config,
+    ports: &[StartedPort],
+    links: &[ControlLink],
+    shared: &[(u32, Arc<SharedCounters>)],
+    first: &Snapshot,
+    drain: &Arc<AtomicBool>,
+) -> Result<Engines, StartError> {
+    let count = engine_count(cfg);
+    let stop = Arc::new(AtomicBool::new(false));
+    // Each member is health-checked by one engine, which tells the others.
+    let (health_shares, health_news) = HealthShare::new_set(count);
+    let steer_links = ports
+        .iter()
+        .any(|p| p.steered)
+        .then(|| SteerLink::new_set(count, &dpdk::SYMMETRIC_RSS_KEY));
+    let mut engines = Engines {
+        launched: Vec::new(),
+        stop,
+        health_news,
+    };
+    for (q, &lcore) in cfg.eal.lcores.iter().enumerate() {
+        let q16 = u16::try_from(q).unwrap_or(u16::MAX);
+        let mut engine = Engine::new(engine_config(cfg), shared[q].1.clone());
+        let mut shares = Vec::new();
+        for (p, pc) in ports.iter().zip(&cfg.ports) {
+            let own = q16 < p.queues;
+            shares.push(PortShare {
+                steer: p.steered,
+                rx: own,
+                tx_via: (!own).then_some(q16 % p.queues),
+            });
+            let cidr = pc
+                .cidr()
+                .map_err(|r| ConfigError::new("port.address", &pc.address, r))?;
+            let gateway = pc
+                .gateway
+                .as_deref()
+                .and_then(|g| g.parse::<Ipv4Addr>().ok());
+            engine.add_port(
+                p.port.queue(QueueId(q16 % p.queues)),
+                InterfaceConfig {
+                    mac: EthernetAddress(p.port.mac()),
+                    addr: cidr.addr,
+                    prefix_len: cidr.prefix_len,
+                    gateway,
+                },
+            );
+        }
+        if let Some(links) = &steer_links {
+            engine.set_steering(links[q].clone(), &shares);
+        }
+        if count > 1 {
+            engine.set_health_share(health_shares[q].clone());
+        }
+        engine.apply(first);
+        engine.set_control(links[q].clone());
+        let (stop, drain) = (engines.stop.clone(), drain.clone());
+        let launched = eal.launch(LcoreId(lcore), move || {
+            let clock = TscClock::new();
+            engine.run(&clock, &stop, &drain);
+            0
+        });
+        match launched {
+            Ok(handle) => engines.launched.push(handle),
+            Err(e) => {
+                engines.stop.store(true, Ordering::Relaxed);
+                for h in engines.launched {
+                    h.wait();
+                }
+                return Err(e.into());
+            }
+        }
+        log::info!("engine {q} running on core {lcore}");
+    }
+    Ok(engines)
+}
+
+/// Logs the VIPs and pools being served (once, at start).
+fn log_services(cfg: &Config) {
+    for vip in &cfg.vips {
+        let tls = if vip.certs.is_empty() { "" } else { "TLS, " };
+        match &vip.pool {
+            Some(p) => log::info!("vip {}: {} → {tls}pool {p}", vip.name, vip.listen),
+            None => log::info!("vip {}: {} → {tls}built-in responder", vip.name, vip.listen),
+        }
+    }
+    for p in &cfg.pools {
+        let members: Vec<String> = p
+            .members
+            .iter()
+            .map(|m| format!("{} (weight {}, {:?})", m.addr, m.weight, m.state))
+            .collect();
+        log::info!("pool {}: {:?}, {}", p.name, p.balance, members.join(", "));
+    }
+}

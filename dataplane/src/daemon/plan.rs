@@ -1,0 +1,308 @@
+//! The start-up plan: what this machine has (CPUs, hugepages, network
+//! interfaces) checked against the configuration, and the EAL arguments
+//! that follow from both. Pure: nothing starts here.
+
+use control::config::{Config, ConfigError, DeviceKind, HugepagePolicy};
+
+/// Parses a sysfs CPU list (`0-3,8,10-11`).
+pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => cpus.extend(a.parse::<u32>().ok()?..=b.parse::<u32>().ok()?),
+            None => cpus.push(part.parse().ok()?),
+        }
+    }
+    Some(cpus)
+}
+
+/// What the machine offers, as `dpd` needs it.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    pub online_cpus: Vec<u32>,
+    pub free_hugepage_bytes: u64,
+    pub hugepages: Vec<String>,
+}
+
+impl Machine {
+    pub fn probe() -> Self {
+        let online_cpus = std::fs::read_to_string("/sys/devices/system/cpu/online")
+            .ok()
+            .and_then(|t| parse_cpu_list(&t))
+            .unwrap_or_else(|| {
+                (0..std::thread::available_parallelism().map_or(1, |n| n.get() as u32)).collect()
+            });
+        let (free_hugepage_bytes, hugepages) = match hugepages::discover() {
+            Ok(inv) => {
+                let mut lines: Vec<String> = inv.sizes.iter().map(|p| p.to_string()).collect();
+                lines.extend(inv.nodes.iter().map(|p| p.to_string()));
+                (inv.free_bytes(), lines)
+            }
+            Err(e) => (0, vec![format!("unreadable: {e}")]),
+        };
+        Self {
+            online_cpus,
+            free_hugepage_bytes,
+            hugepages,
+        }
+    }
+}
+
+/// The start-up plan: EAL arguments and the main lcore.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub main_lcore: u32,
+    /// The control thread shares a CPU with an engine (`eal.cpus` left
+    /// none free).
+    pub control_shares_cpu: bool,
+    pub use_hugepages: bool,
+    pub eal_args: Vec<String>,
+}
+
+/// Checks `cfg` against `machine` and builds the EAL arguments.
+///
+/// # Errors
+/// A core that does not exist, no core left for the control thread, an
+/// interface that does not exist, or no hugepages when they are required.
+pub fn plan(
+    cfg: &Config,
+    machine: &Machine,
+    iface_exists: impl Fn(&str) -> bool,
+) -> Result<Plan, ConfigError> {
+    let mapped = !cfg.eal.cpus.is_empty();
+    let (field, cpus) = if mapped {
+        ("eal.cpus", &cfg.eal.cpus)
+    } else {
+        ("eal.lcores", &cfg.eal.lcores)
+    };
+    for (i, core) in cpus.iter().enumerate() {
+        if !machine.online_cpus.contains(core) {
+            return Err(ConfigError::new(
+                format!("{field}[{i}]"),
+                core,
+                format!("no such core (online: {:?})", machine.online_cpus),
+            ));
+        }
+    }
+    let free_cpu = machine
+        .online_cpus
+        .iter()
+        .copied()
+        .find(|c| !cpus.contains(c));
+    let (main_lcore, main_cpu) = if mapped {
+        let id = (0..128)
+            .find(|id| !cfg.eal.lcores.contains(id))
+            .expect("fewer than 128 engines");
+        (id, free_cpu.unwrap_or(cpus[0]))
+    } else {
+        let c = free_cpu.ok_or_else(|| {
+            ConfigError::new(
+                "eal.lcores",
+                format!("{:?}", cfg.eal.lcores),
+                "leave one core for the control thread",
+            )
+        })?;
+        (c, c)
+    };
+    for (i, port) in cfg.ports.iter().enumerate() {
+        if let Some(iface) = port.kernel_iface() {
+            if !iface_exists(iface) {
+                return Err(ConfigError::new(
+                    format!("port[{i}].device"),
+                    &port.device,
+                    format!(
+                        "network interface {iface:?} does not exist (in this network namespace)"
+                    ),
+                ));
+            }
+        }
+    }
+    let use_hugepages = match cfg.eal.hugepages {
+        HugepagePolicy::Off => false,
+        HugepagePolicy::Preferred => machine.free_hugepage_bytes > 0,
+        HugepagePolicy::Required if machine.free_hugepage_bytes == 0 => {
+            return Err(ConfigError::new(
+                "eal.hugepages",
+                "required",
+                "no free hugepages on this machine (reserve some: scripts/setup.sh, or /proc/sys/vm/nr_hugepages)",
+            ))
+        }
+        HugepagePolicy::Required => true,
+    };
+
+    let mut args = if mapped {
+        let mut map = vec![format!("{main_lcore}@{main_cpu}")];
+        map.extend(
+            cfg.eal
+                .lcores
+                .iter()
+                .zip(cpus)
+                .map(|(l, c)| format!("{l}@{c}")),
+        );
+        vec![format!("--lcores={}", map.join(","))]
+    } else {
+        let mut cores = vec![main_lcore];
+        cores.extend(&cfg.eal.lcores);
+        vec![
+            "-l".to_string(),
+            cores
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+        ]
+    };
+    args.push(format!("--main-lcore={main_lcore}"));
+    if !cfg.has_pci_port() {
+        args.push("--no-pci".into());
+    }
+    for port in &cfg.ports {
+        match port
+            .device_kind()
+            .map_err(|r| ConfigError::new("port.device", &port.device, r))?
+        {
+            DeviceKind::Pci(addr) => args.push(format!("--allow={addr}")),
+            DeviceKind::Virtual { spec, .. } => args.push(format!("--vdev={spec}")),
+        }
+    }
+    // Memory: never leave shared files behind, so several dpd (and tests)
+    // can run side by side. `--in-memory` needs hugepages; without them,
+    // `--no-huge` (which implies legacy memory) pairs with `--no-shconf`.
+    let user_args = cfg
+        .eal
+        .args
+        .iter()
+        .filter(|a| use_hugepages || a.as_str() != "--in-memory");
+    let user_has = |p: &str| cfg.eal.args.iter().any(|a| a.starts_with(p));
+    if use_hugepages {
+        if !user_has("--file-prefix") && !user_has("--in-memory") {
+            args.push("--in-memory".into());
+        }
+    } else {
+        args.extend(["--no-huge".to_string(), "--no-shconf".to_string()]);
+        if !user_has("-m") && !user_has("--socket-mem") {
+            args.extend(["-m".to_string(), "512".to_string()]);
+        }
+    }
+    args.extend(user_args.cloned());
+    Ok(Plan {
+        main_lcore,
+        control_shares_cpu: mapped && free_cpu.is_none(),
+        use_hugepages,
+        eal_args: args,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine(free: u64) -> Machine {
+        Machine {
+            online_cpus: vec![0, 1],
+            free_hugepage_bytes: free,
+            hugepages: vec![],
+        }
+    }
+
+    fn config(extra: &str) -> Config {
+        Config::parse(&format!(
+            "[eal]\nlcores = [1]\n{extra}\n[[port]]\nname = \"p0\"\ndevice = \"net_af_packet0,iface=veth-dut\"\naddress = \"10.77.0.1/24\"\n"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(
+            parse_cpu_list("0-3,8,10-11\n"),
+            Some(vec![0, 1, 2, 3, 8, 10, 11])
+        );
+        assert_eq!(parse_cpu_list("0"), Some(vec![0]));
+        assert_eq!(parse_cpu_list("x"), None);
+    }
+
+    #[test]
+    fn eal_arguments() {
+        let p = plan(&config(""), &machine(1 << 30), |_| true).unwrap();
+        assert_eq!(p.main_lcore, 0);
+        assert_eq!(
+            p.eal_args,
+            [
+                "-l",
+                "0,1",
+                "--main-lcore=0",
+                "--no-pci",
+                "--vdev=net_af_packet0,iface=veth-dut",
+                "--in-memory"
+            ]
+        );
+        let p = plan(
+            &config("args = [\"--file-prefix=x\"]"),
+            &machine(1 << 30),
+            |_| true,
+        )
+        .unwrap();
+        assert!(!p.eal_args.contains(&"--in-memory".to_string()));
+        assert!(p.eal_args.contains(&"--file-prefix=x".to_string()));
+        // Without hugepages --in-memory cannot work: --no-huge --no-shconf.
+        let p = plan(&config("args = [\"--in-memory\"]"), &machine(0), |_| true).unwrap();
+        assert_eq!(&p.eal_args[5..], ["--no-huge", "--no-shconf", "-m", "512"]);
+    }
+
+    #[test]
+    fn engines_mapped_onto_cpus() {
+        let mut c = config("");
+        c.eal.lcores = vec![1, 2];
+        c.eal.cpus = vec![0, 1];
+        let p = plan(&c, &machine(0), |_| true).unwrap();
+        assert_eq!(&p.eal_args[..2], ["--lcores=0@0,1@0,2@1", "--main-lcore=0"]);
+        assert!(p.control_shares_cpu);
+        let big = Machine {
+            online_cpus: vec![0, 1, 2, 3],
+            ..machine(0)
+        };
+        c.eal.cpus = vec![2, 3];
+        let p = plan(&c, &big, |_| true).unwrap();
+        assert_eq!(p.eal_args[0], "--lcores=0@0,1@2,2@3");
+        assert!(!p.control_shares_cpu);
+        c.eal.cpus = vec![2, 9];
+        let e = plan(&c, &big, |_| true).unwrap_err();
+        assert_eq!(e.field, "eal.cpus[1]");
+    }
+
+    #[test]
+    fn machine_checks_name_the_field() {
+        let mut c = config("");
+        c.eal.lcores = vec![5];
+        assert_eq!(
+            plan(&c, &machine(0), |_| true).unwrap_err().field,
+            "eal.lcores[0]"
+        );
+        c.eal.lcores = vec![0, 1];
+        let e = plan(&c, &machine(0), |_| true).unwrap_err();
+        assert!(e.reason.contains("control thread"), "{e}");
+        let e = plan(&config(""), &machine(0), |_| false).unwrap_err();
+        assert_eq!(e.field, "port[0].device");
+        assert!(e.reason.contains("\"veth-dut\" does not exist"), "{e}");
+        let e = plan(&config("hugepages = \"required\""), &machine(0), |_| true).unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str()),
+            ("eal.hugepages", "required")
+        );
+        assert!(
+            plan(
+                &config("hugepages = \"required\""),
+                &machine(2 << 20),
+                |_| true
+            )
+            .unwrap()
+            .use_hugepages
+        );
+        assert!(
+            !plan(&config("hugepages = \"off\""), &machine(2 << 20), |_| true)
+                .unwrap()
+                .use_hugepages
+        );
+    }
+}
