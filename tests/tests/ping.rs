@@ -124,7 +124,7 @@ fn dpctl_status_and_stats_against_a_running_dpd() {
     );
     let out = dpctl(&["stats"]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("icmp echo replies 2"), "{text}");
+    assert!(text.contains("icmp: echo_replies 2"), "{text}");
     let out = dpctl(&["stats", "--busy-seconds"]);
     let busy: f64 = String::from_utf8_lossy(&out.stdout)
         .trim()

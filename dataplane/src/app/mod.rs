@@ -24,9 +24,11 @@ pub use services::{Services, VipEntry};
 
 use crate::net::toeplitz::RssSteering;
 use crate::net::InterfaceConfig;
-use crate::stats::Counters;
+use crate::stats::{Counters, VipCounters};
 use crate::tcp::{ConnId, Event, TcpEngine};
 use crate::time::Instant;
+use config::{PoolView, Snapshot};
+use health::HealthNews;
 
 /// The TCP engine as applications see it: application state lives in the
 /// application's own tables, by handle, not in the TCP engine.
@@ -76,4 +78,27 @@ pub trait Application {
     fn on_event(&mut self, cx: &mut Cx<'_>, event: Event);
     /// At every tick (1 ms): deadlines of the application's own.
     fn on_tick(&mut self, cx: &mut Cx<'_>);
+
+    // The control plane's side (an application without one keeps the
+    // defaults).
+
+    /// Switches to a configuration snapshot (between packets).
+    fn apply(&mut self, _snap: &Snapshot) {}
+    /// The VIPs served: the loop listens on the enabled ones and answers
+    /// ARP and ICMP for every one's address.
+    fn vips(&self) -> &[VipEntry] {
+        &[]
+    }
+    /// The pools as this engine sees them (for `dpctl pool show`).
+    fn pool_views(&self) -> Vec<PoolView> {
+        Vec::new()
+    }
+    /// Another engine found a pool member up or down.
+    fn health_news(&mut self, _news: &HealthNews) {}
+    /// Fills the application's own counters before they are published.
+    fn count(&self, _counters: &mut Counters) {}
+    /// Per-VIP counters to publish, by slot.
+    fn vip_counters(&self) -> &[VipCounters] {
+        &[]
+    }
 }

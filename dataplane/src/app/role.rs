@@ -74,27 +74,39 @@ impl Role {
 
 /// One connection's entry.
 #[derive(Debug)]
-pub struct Entry {
+pub struct Entry<R = Role> {
     pub id: ConnId,
     /// The counter slot of the VIP the connection came in on, while it
     /// counts as open there (cleared when it enters TIME-WAIT).
     pub vip: Option<u16>,
-    pub role: Role,
+    pub role: R,
 }
 
 /// Every connection's role, by slot. An entry is removed when its
 /// connection's `Closed` event is handled; the TCP engine does not reuse
 /// a slot before then (`TcpEngine::drain_events`), and each entry keeps
 /// its handle, so a stale handle finds nothing.
-#[derive(Debug, Default)]
-pub struct Roles {
-    slots: Vec<Option<Entry>>,
+///
+/// Generic over the role type: dpd's [`Role`], or another application's
+/// (the load generator's client connections).
+#[derive(Debug)]
+pub struct Roles<R = Role> {
+    slots: Vec<Option<Entry<R>>>,
     len: usize,
 }
 
-impl Roles {
+impl<R> Default for Roles<R> {
+    fn default() -> Self {
+        Self {
+            slots: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<R> Roles<R> {
     /// Gives connection `id` its role (replacing any it had).
-    pub fn insert(&mut self, id: ConnId, vip: Option<u16>, role: Role) {
+    pub fn insert(&mut self, id: ConnId, vip: Option<u16>, role: R) {
         let slot = id.slot();
         if slot >= self.slots.len() {
             self.slots.resize_with(slot + 1, || None);
@@ -105,11 +117,11 @@ impl Roles {
         self.slots[slot] = Some(Entry { id, vip, role });
     }
 
-    pub fn get(&self, id: ConnId) -> Option<&Entry> {
+    pub fn get(&self, id: ConnId) -> Option<&Entry<R>> {
         self.slots.get(id.slot())?.as_ref().filter(|e| e.id == id)
     }
 
-    pub fn get_mut(&mut self, id: ConnId) -> Option<&mut Entry> {
+    pub fn get_mut(&mut self, id: ConnId) -> Option<&mut Entry<R>> {
         self.slots
             .get_mut(id.slot())?
             .as_mut()
@@ -117,7 +129,7 @@ impl Roles {
     }
 
     /// Two different connections' entries at once (a proxied pair).
-    pub fn pair_mut(&mut self, a: ConnId, b: ConnId) -> Option<(&mut Entry, &mut Entry)> {
+    pub fn pair_mut(&mut self, a: ConnId, b: ConnId) -> Option<(&mut Entry<R>, &mut Entry<R>)> {
         let (i, j) = (a.slot(), b.slot());
         if i == j || i >= self.slots.len() || j >= self.slots.len() {
             return None;
@@ -135,7 +147,7 @@ impl Roles {
     }
 
     /// Takes connection `id`'s entry out (its `Closed` event).
-    pub fn remove(&mut self, id: ConnId) -> Option<Entry> {
+    pub fn remove(&mut self, id: ConnId) -> Option<Entry<R>> {
         let slot = self.slots.get_mut(id.slot())?;
         if slot.as_ref().is_some_and(|e| e.id == id) {
             self.len -= 1;
@@ -154,13 +166,13 @@ impl Roles {
         self.len == 0
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Entry> {
+    pub fn iter(&self) -> impl Iterator<Item = &Entry<R>> {
         self.slots.iter().flatten()
     }
 
     /// Bytes the table holds (its capacity).
     pub fn state_bytes(&self) -> usize {
-        self.slots.capacity() * std::mem::size_of::<Option<Entry>>()
+        self.slots.capacity() * std::mem::size_of::<Option<Entry<R>>>()
     }
 }
 

@@ -514,4 +514,29 @@ impl Application for Services {
         self.run_health(cx);
         self.expire_connects(cx);
     }
+
+    fn apply(&mut self, snap: &Snapshot) {
+        Services::apply(self, snap);
+    }
+
+    fn vips(&self) -> &[VipEntry] {
+        &self.vips
+    }
+
+    fn pool_views(&self) -> Vec<PoolView> {
+        Services::pool_views(self)
+    }
+
+    fn health_news(&mut self, news: &super::health::HealthNews) {
+        Services::health_news(self, news);
+    }
+
+    fn count(&self, c: &mut crate::stats::Counters) {
+        c.http_requests = self.responder.counters.requests;
+        c.config_version = self.snapshot_version;
+    }
+
+    fn vip_counters(&self) -> &[VipCounters] {
+        self.published_vips()
+    }
 }

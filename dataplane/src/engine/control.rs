@@ -5,10 +5,11 @@
 use std::net::Ipv4Addr;
 
 use super::Engine;
+use crate::app::Application;
 use crate::port::Port;
 use crate::snapshot::{FromEngine, Snapshot, ToEngine};
 
-impl<P: Port> Engine<P> {
+impl<P: Port, A: Application> Engine<P, A> {
     /// Switches to `snap` between packets. Listeners, VIP addresses and
     /// pools follow it; open connections keep what they started with (their
     /// TLS configuration; their pool and member, which stay in the engine

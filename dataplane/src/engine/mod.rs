@@ -38,6 +38,10 @@ pub struct EngineConfig {
     /// Most frames taken from a queue per receive call (l3fwd uses 32: big
     /// enough to amortise the driver call, small enough to stay in L1).
     pub burst: usize,
+    /// Receive calls per port and iteration while they come back full (1
+    /// in dpd: work per iteration stays bounded; a load generator takes
+    /// more).
+    pub rx_bursts: usize,
     /// Longest a frame waits in the transmit buffer while more replies are
     /// being batched with it.
     pub tx_drain: Duration,
@@ -61,6 +65,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             burst: 32,
+            rx_bursts: 1,
             tx_drain: Duration::from_micros(100),
             tick: Duration::from_millis(1),
             tcp: TcpConfig::default(),
@@ -115,9 +120,10 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_secs(3);
 /// dropped as `tx_full`.
 const MAX_TX_PENDING: usize = 256;
 
-/// One core's engine over its queues.
+/// One core's engine over its queues, running application `A` (dpd's
+/// [`Services`] unless told otherwise).
 #[derive(Debug)]
-pub struct Engine<P: Port> {
+pub struct Engine<P: Port, A: Application = Services> {
     cfg: EngineConfig,
     ports: Vec<EnginePort<P>>,
     /// The ports' addresses as connections the application opens see them
@@ -129,7 +135,7 @@ pub struct Engine<P: Port> {
     next_tick: Instant,
     tcp: Tcp,
     /// What runs above TCP.
-    app: Services,
+    app: A,
     /// Rings to and from the control thread.
     control: Option<ControlLink>,
     /// Rings to the other engines, for ports steered in software.
@@ -140,27 +146,9 @@ pub struct Engine<P: Port> {
 }
 
 impl<P: Port> Engine<P> {
+    /// An engine running dpd's services (VIPs added by calls or snapshots).
     pub fn new(cfg: EngineConfig, shared: Arc<SharedCounters>) -> Self {
-        Self {
-            cfg,
-            ports: Vec::new(),
-            uplinks: Vec::new(),
-            rx: Vec::with_capacity(cfg.burst),
-            counters: Counters::default(),
-            shared,
-            next_tick: Instant::ZERO,
-            tcp: TcpEngine::new(
-                cfg.tcp,
-                Instant::ZERO,
-                cfg.isn_key
-                    .unwrap_or_else(|| RandomState::new().build_hasher().finish()),
-            ),
-            app: Services::new(cfg.handshakes_per_poll),
-            control: None,
-            steer: None,
-            events: Vec::with_capacity(256),
-            time_wait: Vec::with_capacity(256),
-        }
+        Self::with_app(cfg, shared, Services::new(cfg.handshakes_per_poll))
     }
 
     /// Serves the built-in HTTP responder on `addr:port` (a VIP). An
@@ -190,6 +178,105 @@ impl<P: Port> Engine<P> {
         self.claim_address(addr);
         self.tcp.listen(addr, port);
         self.app.add_vip(addr, port, tls, pool);
+    }
+
+    /// Splits health checks with the other engines: this one checks only
+    /// its share of members and reports their changes; the others' reach it
+    /// as [`crate::snapshot::ToEngine::Health`].
+    pub fn set_health_share(&mut self, share: HealthShare) {
+        self.app.set_health_share(share);
+    }
+
+    /// Counters of VIP slot `slot`.
+    pub fn vip_counters(&self, slot: u16) -> VipCounters {
+        self.app.vip_counters(slot)
+    }
+
+    /// The pools as this engine sees them.
+    pub fn pool_views(&self) -> Vec<PoolView> {
+        self.app.pool_views()
+    }
+
+    /// The pools, with this engine's counts.
+    pub fn pools(&self) -> &[Pool] {
+        self.app.pools()
+    }
+
+    /// Every connection's role.
+    pub fn roles(&self) -> &Roles {
+        self.app.roles()
+    }
+
+    /// TLS connections, and the bytes their buffers hold now (0 when all
+    /// are idle: buffers are given back as they empty).
+    pub fn tls_buffers(&self) -> (usize, usize) {
+        self.app.tls_buffers()
+    }
+
+    /// The responder's counters.
+    pub fn responder(&self) -> &Responder {
+        self.app.responder()
+    }
+}
+
+impl<P: Port, A: Application> Engine<P, A> {
+    /// The application.
+    pub fn app(&self) -> &A {
+        &self.app
+    }
+
+    pub fn app_mut(&mut self) -> &mut A {
+        &mut self.app
+    }
+
+    /// Adds `addr` to the port whose subnet holds it (answered in ARP and
+    /// ICMP, usable as a source address).
+    pub fn add_address(&mut self, addr: Ipv4Addr) {
+        self.claim_address(addr);
+    }
+
+    /// Whether the next hop towards `dst` is resolved; on a miss an ARP
+    /// request goes out with this iteration's frames.
+    pub fn resolve(&mut self, dst: Ipv4Addr, now: Instant) -> bool {
+        let Some(ep) = self
+            .ports
+            .iter_mut()
+            .find(|ep| ep.iface.next_hop(dst).is_some())
+        else {
+            return false;
+        };
+        ep.iface
+            .next_hop(dst)
+            .is_some_and(|hop| ep.iface.resolve(hop, now).is_some())
+    }
+
+    /// The port `i`, mutably (tests wrap ports to record traffic).
+    pub fn port_mut(&mut self, i: usize) -> &mut P {
+        &mut self.ports[i].port
+    }
+
+    /// An engine running `app` above its TCP.
+    pub fn with_app(cfg: EngineConfig, shared: Arc<SharedCounters>, app: A) -> Self {
+        Self {
+            cfg,
+            ports: Vec::new(),
+            uplinks: Vec::new(),
+            rx: Vec::with_capacity(cfg.burst),
+            counters: Counters::default(),
+            shared,
+            next_tick: Instant::ZERO,
+            tcp: TcpEngine::new(
+                cfg.tcp,
+                Instant::ZERO,
+                cfg.isn_key
+                    .unwrap_or_else(|| RandomState::new().build_hasher().finish()),
+            ),
+            app,
+            control: None,
+            steer: None,
+            events: Vec::with_capacity(256),
+            time_wait: Vec::with_capacity(256),
+        }
     }
 
     /// Software RSS: how this engine shares each port (by index) with the
@@ -223,51 +310,13 @@ impl<P: Port> Engine<P> {
         self.steer = Some(link);
     }
 
-    /// Splits health checks with the other engines: this one checks only
-    /// its share of members and reports their changes; the others' reach it
-    /// as [`crate::snapshot::ToEngine::Health`].
-    pub fn set_health_share(&mut self, share: HealthShare) {
-        self.app.set_health_share(share);
-    }
-
     /// Rings to the control thread, read at every tick.
     pub fn set_control(&mut self, link: ControlLink) {
         self.control = Some(link);
     }
 
-    /// Counters of VIP slot `slot`.
-    pub fn vip_counters(&self, slot: u16) -> VipCounters {
-        self.app.vip_counters(slot)
-    }
-
-    /// The pools as this engine sees them.
-    pub fn pool_views(&self) -> Vec<PoolView> {
-        self.app.pool_views()
-    }
-
-    /// The pools, with this engine's counts.
-    pub fn pools(&self) -> &[Pool] {
-        self.app.pools()
-    }
-
     pub fn tcp(&self) -> &Tcp {
         &self.tcp
-    }
-
-    /// Every connection's role.
-    pub fn roles(&self) -> &Roles {
-        self.app.roles()
-    }
-
-    /// TLS connections, and the bytes their buffers hold now (0 when all
-    /// are idle: buffers are given back as they empty).
-    pub fn tls_buffers(&self) -> (usize, usize) {
-        self.app.tls_buffers()
-    }
-
-    /// The responder's counters.
-    pub fn responder(&self) -> &Responder {
-        self.app.responder()
     }
 
     /// Adds a port (one queue pair) with its interface addresses. The
@@ -354,13 +403,19 @@ impl<P: Port> Engine<P> {
         let mut work = 0;
         let burst = self.cfg.burst;
         for (i, ep) in self.ports.iter_mut().enumerate() {
-            let n = if ep.share.rx {
-                ep.port.rx_burst(now, &mut self.rx, burst)
-            } else {
-                0
-            };
+            let (mut n, mut drained) = (0, true);
+            if ep.share.rx {
+                for _ in 0..self.cfg.rx_bursts.max(1) {
+                    let got = ep.port.rx_burst(now, &mut self.rx, burst);
+                    n += got;
+                    drained = got < burst;
+                    if drained {
+                        break;
+                    }
+                }
+            }
             work += n;
-            ep.rx_drained = n < burst;
+            ep.rx_drained = drained;
             for buf in self.rx.drain(..) {
                 if let Some(c) = &ep.capture {
                     if !c.take(buf.data()) {
@@ -489,10 +544,9 @@ impl<P: Port> Engine<P> {
         c.tcp_timeouts = t.timeouts;
         c.tcp_syn_cookies_sent = t.syn_cookies_sent;
         c.tcp_syn_cookies_accepted = t.syn_cookies_accepted;
-        c.http_requests = self.app.responder().counters.requests;
-        c.config_version = self.app.snapshot_version();
+        self.app.count(c);
         self.shared.publish(&self.counters);
-        self.shared.publish_vips(self.app.published_vips());
+        self.shared.publish_vips(self.app.vip_counters());
     }
 
     /// Runs the loop until `stop` is set (checked once per tick), counting
