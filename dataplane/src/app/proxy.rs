@@ -66,21 +66,66 @@ pub fn peer(tcp: &Tcp, link: &ProxyLink) -> Option<ConnId> {
     (tcp.key(pid) == Some(key)).then_some(pid)
 }
 
-/// Moves bytes both ways between a plaintext connection and its peer and
-/// passes FINs on. `a` and `b` are the two sides, in either order.
-pub fn pump_plain(tcp: &mut Tcp, a: (ConnId, &mut ProxyLink), b: (ConnId, &mut ProxyLink)) {
-    let connected = if a.1.side == Side::Client {
-        a.1.connected
-    } else {
-        b.1.connected
-    };
-    if !connected {
-        return; // client bytes wait in its receive buffer
+/// A proxied pair's client side as a byte stream: the connection's own
+/// bytes (a plain VIP), or the decrypted side of its TLS session.
+#[derive(Debug)]
+pub enum ClientStream<'a> {
+    Plain,
+    Tls {
+        tls: &'a mut TlsConn,
+        /// Records may still go to the client (not after our close_notify).
+        can_send: bool,
+    },
+}
+
+/// Moves bytes both ways between a client connection and its backend,
+/// under TCP's back-pressure, and passes each side's FIN on once
+/// everything before it went: towards the backend a FIN, towards a TLS
+/// client close_notify then FIN. Plain bytes move ring to ring
+/// ([`Tcp::splice`]); a TLS client's are sealed into records in the
+/// client's send ring (through `scratch`, a record at a time).
+pub fn pump(
+    tcp: &mut Tcp,
+    (client, clink): (ConnId, &mut ProxyLink),
+    mut stream: ClientStream<'_>,
+    (backend, blink): (ConnId, &mut ProxyLink),
+    scratch: &mut [u8],
+) {
+    if !clink.connected {
+        return; // client bytes wait until the backend is there
     }
-    let ((ia, la), (ib, lb)) = (a, b);
-    for (from, lf, to) in [(ia, la, ib), (ib, lb, ia)] {
-        lf.forwarded += tcp.splice(from, to, usize::MAX) as u64;
-        pass_fin(tcp, from, lf, to);
+    // Client → backend.
+    let (moved, drained) = match &mut stream {
+        ClientStream::Plain => (tcp.splice(client, backend, usize::MAX), true),
+        ClientStream::Tls { tls, .. } => {
+            let n = tcp.send(backend, &tls.plain_in);
+            tls.plain_in.drain(..n);
+            (n, tls.plain_in.is_empty())
+        }
+    };
+    clink.forwarded += moved as u64;
+    if drained {
+        pass_fin(tcp, client, clink, backend);
+    }
+    // Backend → client.
+    let moved = match &mut stream {
+        ClientStream::Plain => tcp.splice(backend, client, usize::MAX),
+        ClientStream::Tls {
+            tls,
+            can_send: true,
+        } => seal_from(tcp, backend, client, tls, scratch),
+        ClientStream::Tls {
+            can_send: false, ..
+        } => 0,
+    };
+    blink.forwarded += moved as u64;
+    let (a, b) = tcp.peek(backend);
+    if blink.fin_received && !blink.fin_passed && a.is_empty() && b.is_empty() {
+        blink.fin_passed = true;
+        match stream {
+            ClientStream::Plain => tcp.close(client),
+            ClientStream::Tls { tls, .. } => tls.closing = true,
+        }
     }
 }
 
@@ -88,45 +133,22 @@ pub fn pump_plain(tcp: &mut Tcp, a: (ConnId, &mut ProxyLink), b: (ConnId, &mut P
 /// closes `to`'s sending side (FIN).
 fn pass_fin(tcp: &mut Tcp, from: ConnId, link: &mut ProxyLink, to: ConnId) {
     let (a, b) = tcp.peek(from);
-    let drained = a.is_empty() && b.is_empty();
-    if link.fin_received && !link.fin_passed && drained {
+    if link.fin_received && !link.fin_passed && a.is_empty() && b.is_empty() {
         link.fin_passed = true;
         tcp.close(to);
     }
 }
 
-/// The TLS client's side of a pair: decrypted client bytes to the
-/// backend, backend bytes sealed into records to the client (through
-/// `scratch`, one record at a time), FINs passed on (close_notify and FIN
-/// towards the client).
-///
-/// `can_send`: records may still go to the client (not after our
-/// close_notify).
-pub fn pump_tls(
+/// Seals the backend's bytes into records to the TLS client, a record at
+/// a time while the client's send ring has room; returns the bytes taken.
+fn seal_from(
     tcp: &mut Tcp,
+    backend: ConnId,
     client: ConnId,
     tls: &mut TlsConn,
-    link: &mut ProxyLink,
-    (backend, blink): (ConnId, &mut ProxyLink),
     scratch: &mut [u8],
-    can_send: bool,
-) {
-    if !link.connected {
-        return;
-    }
-    // Client → backend.
-    if !tls.plain_in.is_empty() {
-        let n = tcp.send(backend, &tls.plain_in);
-        tls.plain_in.drain(..n);
-        link.forwarded += n as u64;
-    }
-    if tls.plain_in.is_empty() {
-        pass_fin(tcp, client, link, backend);
-    }
-    if !can_send {
-        return;
-    }
-    // Backend → client, a record at a time while there is room.
+) -> usize {
+    let mut taken = 0;
     loop {
         let (a, b) = tcp.peek(backend);
         let n = (a.len() + b.len()).min(scratch.len());
@@ -145,14 +167,9 @@ pub fn pump_tls(
             break;
         }
         tcp.consume(backend, sealed);
-        blink.forwarded += sealed as u64;
+        taken += sealed;
     }
-    let (a, b) = tcp.peek(backend);
-    let drained = a.is_empty() && b.is_empty();
-    if blink.fin_received && !blink.fin_passed && drained {
-        blink.fin_passed = true;
-        tls.closing = true;
-    }
+    taken
 }
 
 impl Services {

@@ -9,7 +9,7 @@ use crypto::session::TlsConfig;
 use super::config::{MemberView, PoolView, Snapshot, MAX_VIPS};
 use super::health::HealthShare;
 use super::pool::Pool;
-use super::proxy::{self, ProxyLink, Side};
+use super::proxy::{self, ClientStream, ProxyLink, Side};
 use super::responder::{Responder, Session};
 use super::role::{Entry, Inner, Role, Roles, TlsRole};
 use super::tls::{self, TlsConn};
@@ -428,9 +428,20 @@ impl Services {
             self.drive_tls(cx, other, false);
             return;
         }
-        if let Some((a, b)) = self.roles.pair_mut(id, other) {
-            if let (Some(la), Some(lb)) = (a.role.link_mut(), b.role.link_mut()) {
-                proxy::pump_plain(cx.tcp, (id, la), (other, lb));
+        let (client, backend) = match side {
+            Side::Client => (id, other),
+            Side::Backend => (other, id),
+        };
+        if let Some((c, b)) = self.roles.pair_mut(client, backend) {
+            if let (Some(lc), Some(lb)) = (c.role.link_mut(), b.role.link_mut()) {
+                let (from, to) = ((client, lc), (backend, lb));
+                proxy::pump(
+                    cx.tcp,
+                    from,
+                    ClientStream::Plain,
+                    to,
+                    &mut self.proxy_scratch,
+                );
             }
         }
     }

@@ -12,7 +12,7 @@
 
 use crypto::session::{Failure, Negotiated, Progress, ServerSession, TlsConfig};
 
-use super::proxy::ProxyLink;
+use super::proxy::{ClientStream, ProxyLink};
 use super::responder::{Responder, Session, Stream};
 use super::role::{Inner, TlsRole};
 use super::Tcp;
@@ -313,7 +313,8 @@ pub fn drive(
                 if let (true, Some((b, blink))) = (ready, backend.as_mut()) {
                     let before = tcp.send_space(id);
                     let can_send = !tls.close_sent;
-                    super::proxy::pump_tls(tcp, id, tls, link, (*b, blink), scratch, can_send);
+                    let stream = ClientStream::Tls { tls, can_send };
+                    super::proxy::pump(tcp, (id, link), stream, (*b, blink), scratch);
                     progressed |= tcp.send_space(id) != before;
                 }
             }
