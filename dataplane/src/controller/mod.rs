@@ -30,6 +30,9 @@ use crate::snapshot::{
 };
 use crate::stats::{Counters, SharedCounters};
 
+mod capture;
+mod views;
+
 /// How long engines may take to switch to a snapshot or answer a query
 /// (they read their ring every millisecond).
 const ENGINE_REPLY: Duration = Duration::from_secs(3);
@@ -141,50 +144,6 @@ impl Controller {
     /// Lets `status` and `drain` requests reach the running daemon.
     pub fn set_daemon(&mut self, info: DaemonInfo) {
         self.daemon = Some(info);
-    }
-
-    /// `dpctl status`: the daemon, its ports (link state now) and the
-    /// configuration version every engine uses.
-    fn status(&self) -> Reply {
-        let Some(d) = &self.daemon else {
-            return Reply::error("status: no daemon attached");
-        };
-        let ports = d
-            .ports
-            .iter()
-            .map(|(p, id)| {
-                let link = crate::dpdk::link_status(*id);
-                PortStatus {
-                    link_up: link.up,
-                    speed_mbps: link.speed_mbps,
-                    ..p.clone()
-                }
-            })
-            .collect();
-        Reply::ok(Body::Status(Status {
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            dpdk: crate::dpdk::version(),
-            pid: std::process::id(),
-            uptime_s: d.started.elapsed().as_secs_f64(),
-            lcores: d.lcores.clone(),
-            ports,
-            hugepages: d.hugepages.clone(),
-            hugepages_in_use: d.hugepages_in_use,
-            config_version: self.stats().total.config_version,
-        }))
-    }
-
-    /// `dpctl drain`: no new connections on any VIP; open ones go on.
-    fn drain(&self) -> Reply {
-        let Some(d) = &self.daemon else {
-            return Reply::error("drain: no daemon attached");
-        };
-        if !d.drain.swap(true, Ordering::Relaxed) {
-            log::info!("drain requested: no new connections on any VIP");
-        }
-        Reply::ok(Body::Drain(DrainState {
-            open_connections: crate::daemon::open_connections(&self.stats().total),
-        }))
     }
 
     /// Slot names, for a thread that renders stats.
@@ -500,139 +459,6 @@ impl Controller {
         false
     }
 
-    fn vip_infos(&self, only: Option<&str>) -> Vec<VipInfo> {
-        let stats = self.stats();
-        self.cfg
-            .vips
-            .iter()
-            .filter(|v| only.is_none_or(|n| n == v.name))
-            .map(|v| VipInfo {
-                name: v.name.clone(),
-                listen: v.listen.clone(),
-                enabled: v.enabled,
-                certs: v
-                    .certs
-                    .iter()
-                    .filter_map(|c| c.name().map(str::to_string))
-                    .collect(),
-                pool: v.pool.clone(),
-                tls: v.tls.clone(),
-                counters: stats.total.vips.get(&v.name).copied().unwrap_or_default(),
-            })
-            .collect()
-    }
-
-    fn cert_infos(&self, only: Option<&str>) -> Vec<CertInfo> {
-        self.cfg
-            .certs
-            .iter()
-            .filter(|c| only.is_none_or(|n| n == c.name))
-            .filter_map(|c| {
-                let l = self.certs.get(&c.name)?;
-                Some(CertInfo {
-                    name: c.name.clone(),
-                    cert: c.cert.clone(),
-                    key: c.key.clone(),
-                    key_type: l.cert.key_type.counter_name().to_string(),
-                    names: l.cert.names.clone(),
-                    not_before: l.cert.not_before,
-                    not_after: l.cert.not_after,
-                    chain_len: l.cert.chain_len,
-                    sha256: l.cert.sha256_hex(),
-                    used_by: self
-                        .cfg
-                        .vips
-                        .iter()
-                        .filter(|v| v.certs.iter().any(|r| r.name() == Some(c.name.as_str())))
-                        .map(|v| v.name.clone())
-                        .collect(),
-                })
-            })
-            .collect()
-    }
-
-    /// Pools with their members' health and connections as the engines see
-    /// them (asked over their rings).
-    fn pool_infos(&self, only: Option<&str>) -> Reply {
-        for l in &self.links {
-            if l.to_engine.push(ToEngine::Pools).is_err() {
-                return Reply::error(format!("engine {}'s ring is full", l.engine));
-            }
-        }
-        let mut views: Vec<Option<Vec<PoolView>>> = vec![None; self.links.len()];
-        let answered = self.await_engines(|msg| match msg {
-            FromEngine::Pools { engine, pools } => {
-                views[engine] = Some(pools);
-                views.iter().all(Option::is_some)
-            }
-            FromEngine::Applied { .. } => false,
-        });
-        if !answered {
-            return Reply::error(format!("engines did not answer within {ENGINE_REPLY:?}"));
-        }
-        let views: Vec<Vec<PoolView>> = views.into_iter().flatten().collect();
-        let pools = self
-            .cfg
-            .pools
-            .iter()
-            .filter(|p| only.is_none_or(|n| n == p.name))
-            .map(|p| PoolInfo {
-                name: p.name.clone(),
-                balance: serde_json::to_value(p.balance)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
-                health: p.health.as_ref().map(|h| match h.kind {
-                    control::config::HealthKind::Tcp => {
-                        format!("tcp connect every {} ms", h.interval_ms)
-                    }
-                    control::config::HealthKind::Http => format!(
-                        "http GET {} expects {} every {} ms",
-                        h.path, h.expect, h.interval_ms
-                    ),
-                }),
-                proxy_protocol: p.proxy_protocol,
-                members: p
-                    .members
-                    .iter()
-                    .map(|m| {
-                        let addr = m.socket_addr().ok();
-                        let seen: Vec<_> = views
-                            .iter()
-                            .filter_map(|v| {
-                                v.iter()
-                                    .find(|pv| pv.name == p.name && !pv.retired)?
-                                    .members
-                                    .iter()
-                                    .find(|mv| Some(mv.addr) == addr)
-                                    .copied()
-                            })
-                            .collect();
-                        MemberInfo {
-                            addr: m.addr.clone(),
-                            weight: m.weight,
-                            state: serde_json::to_value(m.state)
-                                .ok()
-                                .and_then(|v| v.as_str().map(str::to_string))
-                                .unwrap_or_default(),
-                            healthy_engines: seen.iter().filter(|v| v.healthy).count() as u32,
-                            engines: views.len() as u32,
-                            active: seen.iter().map(|v| u64::from(v.active)).sum(),
-                        }
-                    })
-                    .collect(),
-                used_by: self
-                    .cfg
-                    .vips
-                    .iter()
-                    .filter(|v| v.pool.as_deref() == Some(&p.name))
-                    .map(|v| v.name.clone())
-                    .collect(),
-            })
-            .collect();
-        Reply::ok(Body::Pools(pools))
-    }
-
     /// Writes the running configuration as TOML (through a temporary file
     /// renamed over the target, so a reader never sees half a file).
     fn save(&self, path: Option<&Path>) -> Reply {
@@ -656,87 +482,6 @@ impl Controller {
                 Reply::error(format!("cannot write {}: {e}", path.display()))
             }
         }
-    }
-
-    /// Captures up to `count` frames of port `port` on every engine into a
-    /// pcap file, within `timeout_ms`. The frames are gathered and written
-    /// on a thread of their own: the reply comes when the file is written,
-    /// and other requests are answered meanwhile. One capture at a time.
-    fn capture(&self, port: &str, count: u32, timeout_ms: u32, file: &Path) -> Answer {
-        let Some(index) = self.cfg.ports.iter().position(|p| p.name == port) else {
-            let names: Vec<&str> = self.cfg.ports.iter().map(|p| p.name.as_str()).collect();
-            return Reply::error(format!(
-                "no port is named {port:?} (ports: {})",
-                names.join(", ")
-            ))
-            .into();
-        };
-        if !(1..=100_000).contains(&count) {
-            return Reply::error("count must be 1 to 100000").into();
-        }
-        if !(1..=60_000).contains(&timeout_ms) {
-            return Reply::error("timeout_ms must be 1 to 60000").into();
-        }
-        if !file.is_absolute() {
-            return Reply::error("the file must be an absolute path").into();
-        }
-        if self.capturing.swap(true, Ordering::AcqRel) {
-            return Reply::error("a capture is already running: try again when it ends").into();
-        }
-        let capture = Capture::new(count);
-        for l in &self.links {
-            let msg = ToEngine::Capture {
-                port: index,
-                capture: capture.clone(),
-            };
-            if l.to_engine.push(msg).is_err() {
-                capture.stop();
-                self.capturing.store(false, Ordering::Release);
-                return Reply::error(format!("engine {}'s ring is full", l.engine)).into();
-            }
-        }
-        let (tx, rx) = mpsc::channel();
-        let (capturing, file) = (self.capturing.clone(), file.to_path_buf());
-        let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
-        let spawned = std::thread::Builder::new()
-            .name("capture".into())
-            .spawn(move || {
-                let reply = gather_and_write(&capture, count, deadline, &file);
-                capturing.store(false, Ordering::Release);
-                let _ = tx.send(reply);
-            });
-        if let Err(e) = spawned {
-            self.capturing.store(false, Ordering::Release);
-            return Reply::error(format!("cannot start the capture thread: {e}")).into();
-        }
-        Answer::Later(rx)
-    }
-}
-
-/// Takes a running capture's frames until `count` or `deadline`, stops it
-/// and writes the pcap file.
-fn gather_and_write(capture: &Capture, count: u32, deadline: Instant, file: &Path) -> Reply {
-    let mut frames = Vec::with_capacity(count as usize);
-    while frames.len() < count as usize && Instant::now() < deadline {
-        match capture.frames.pop() {
-            Some(f) => frames.push(f),
-            None => std::thread::sleep(Duration::from_millis(5)),
-        }
-    }
-    capture.stop();
-    // Engines see the stop at their next tick: what they copied before.
-    std::thread::sleep(Duration::from_millis(5));
-    while let Some(f) = capture.frames.pop() {
-        frames.push(f);
-    }
-    frames.sort_by_key(|f| f.unix_ns);
-    frames.truncate(count as usize);
-    match write_pcap(file, &frames) {
-        Ok(()) => Reply::ok(Body::Captured(Captured {
-            file: file.to_path_buf(),
-            packets: frames.len() as u32,
-        })),
-        Err(e) => Reply::error(format!("cannot write {}: {e}", file.display())),
     }
 }
 

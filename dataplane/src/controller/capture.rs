@@ -1,0 +1,88 @@
+//! `dpctl capture`: engines copy a port's frames while a capture runs;
+//! a thread of its own gathers them and writes the pcap file, so the
+//! control socket goes on answering meanwhile.
+
+use super::*;
+
+impl Controller {
+    /// Captures up to `count` frames of port `port` on every engine into a
+    /// pcap file, within `timeout_ms`. The frames are gathered and written
+    /// on a thread of their own: the reply comes when the file is written,
+    /// and other requests are answered meanwhile. One capture at a time.
+    pub(super) fn capture(&self, port: &str, count: u32, timeout_ms: u32, file: &Path) -> Answer {
+        let Some(index) = self.cfg.ports.iter().position(|p| p.name == port) else {
+            let names: Vec<&str> = self.cfg.ports.iter().map(|p| p.name.as_str()).collect();
+            return Reply::error(format!(
+                "no port is named {port:?} (ports: {})",
+                names.join(", ")
+            ))
+            .into();
+        };
+        if !(1..=100_000).contains(&count) {
+            return Reply::error("count must be 1 to 100000").into();
+        }
+        if !(1..=60_000).contains(&timeout_ms) {
+            return Reply::error("timeout_ms must be 1 to 60000").into();
+        }
+        if !file.is_absolute() {
+            return Reply::error("the file must be an absolute path").into();
+        }
+        if self.capturing.swap(true, Ordering::AcqRel) {
+            return Reply::error("a capture is already running: try again when it ends").into();
+        }
+        let capture = Capture::new(count);
+        for l in &self.links {
+            let msg = ToEngine::Capture {
+                port: index,
+                capture: capture.clone(),
+            };
+            if l.to_engine.push(msg).is_err() {
+                capture.stop();
+                self.capturing.store(false, Ordering::Release);
+                return Reply::error(format!("engine {}'s ring is full", l.engine)).into();
+            }
+        }
+        let (tx, rx) = mpsc::channel();
+        let (capturing, file) = (self.capturing.clone(), file.to_path_buf());
+        let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
+        let spawned = std::thread::Builder::new()
+            .name("capture".into())
+            .spawn(move || {
+                let reply = gather_and_write(&capture, count, deadline, &file);
+                capturing.store(false, Ordering::Release);
+                let _ = tx.send(reply);
+            });
+        if let Err(e) = spawned {
+            self.capturing.store(false, Ordering::Release);
+            return Reply::error(format!("cannot start the capture thread: {e}")).into();
+        }
+        Answer::Later(rx)
+    }
+}
+
+/// Takes a running capture's frames until `count` or `deadline`, stops it
+/// and writes the pcap file.
+fn gather_and_write(capture: &Capture, count: u32, deadline: Instant, file: &Path) -> Reply {
+    let mut frames = Vec::with_capacity(count as usize);
+    while frames.len() < count as usize && Instant::now() < deadline {
+        match capture.frames.pop() {
+            Some(f) => frames.push(f),
+            None => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+    capture.stop();
+    // Engines see the stop at their next tick: what they copied before.
+    std::thread::sleep(Duration::from_millis(5));
+    while let Some(f) = capture.frames.pop() {
+        frames.push(f);
+    }
+    frames.sort_by_key(|f| f.unix_ns);
+    frames.truncate(count as usize);
+    match write_pcap(file, &frames) {
+        Ok(()) => Reply::ok(Body::Captured(Captured {
+            file: file.to_path_buf(),
+            packets: frames.len() as u32,
+        })),
+        Err(e) => Reply::error(format!("cannot write {}: {e}", file.display())),
+    }
+}

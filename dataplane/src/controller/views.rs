@@ -1,0 +1,184 @@
+//! What the controller answers from what it knows: the daemon's status,
+//! drain, and VIPs, certificates and pools as configured and as the
+//! engines see them.
+
+use super::*;
+
+impl Controller {
+    /// `dpctl status`: the daemon, its ports (link state now) and the
+    /// configuration version every engine uses.
+    pub(super) fn status(&self) -> Reply {
+        let Some(d) = &self.daemon else {
+            return Reply::error("status: no daemon attached");
+        };
+        let ports = d
+            .ports
+            .iter()
+            .map(|(p, id)| {
+                let link = crate::dpdk::link_status(*id);
+                PortStatus {
+                    link_up: link.up,
+                    speed_mbps: link.speed_mbps,
+                    ..p.clone()
+                }
+            })
+            .collect();
+        Reply::ok(Body::Status(Status {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            dpdk: crate::dpdk::version(),
+            pid: std::process::id(),
+            uptime_s: d.started.elapsed().as_secs_f64(),
+            lcores: d.lcores.clone(),
+            ports,
+            hugepages: d.hugepages.clone(),
+            hugepages_in_use: d.hugepages_in_use,
+            config_version: self.stats().total.config_version,
+        }))
+    }
+
+    /// `dpctl drain`: no new connections on any VIP; open ones go on.
+    pub(super) fn drain(&self) -> Reply {
+        let Some(d) = &self.daemon else {
+            return Reply::error("drain: no daemon attached");
+        };
+        if !d.drain.swap(true, Ordering::Relaxed) {
+            log::info!("drain requested: no new connections on any VIP");
+        }
+        Reply::ok(Body::Drain(DrainState {
+            open_connections: crate::daemon::open_connections(&self.stats().total),
+        }))
+    }
+
+    pub(super) fn vip_infos(&self, only: Option<&str>) -> Vec<VipInfo> {
+        let stats = self.stats();
+        self.cfg
+            .vips
+            .iter()
+            .filter(|v| only.is_none_or(|n| n == v.name))
+            .map(|v| VipInfo {
+                name: v.name.clone(),
+                listen: v.listen.clone(),
+                enabled: v.enabled,
+                certs: v
+                    .certs
+                    .iter()
+                    .filter_map(|c| c.name().map(str::to_string))
+                    .collect(),
+                pool: v.pool.clone(),
+                tls: v.tls.clone(),
+                counters: stats.total.vips.get(&v.name).copied().unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    pub(super) fn cert_infos(&self, only: Option<&str>) -> Vec<CertInfo> {
+        self.cfg
+            .certs
+            .iter()
+            .filter(|c| only.is_none_or(|n| n == c.name))
+            .filter_map(|c| {
+                let l = self.certs.get(&c.name)?;
+                Some(CertInfo {
+                    name: c.name.clone(),
+                    cert: c.cert.clone(),
+                    key: c.key.clone(),
+                    key_type: l.cert.key_type.counter_name().to_string(),
+                    names: l.cert.names.clone(),
+                    not_before: l.cert.not_before,
+                    not_after: l.cert.not_after,
+                    chain_len: l.cert.chain_len,
+                    sha256: l.cert.sha256_hex(),
+                    used_by: self
+                        .cfg
+                        .vips
+                        .iter()
+                        .filter(|v| v.certs.iter().any(|r| r.name() == Some(c.name.as_str())))
+                        .map(|v| v.name.clone())
+                        .collect(),
+                })
+            })
+            .collect()
+    }
+
+    /// Pools with their members' health and connections as the engines see
+    /// them (asked over their rings).
+    pub(super) fn pool_infos(&self, only: Option<&str>) -> Reply {
+        for l in &self.links {
+            if l.to_engine.push(ToEngine::Pools).is_err() {
+                return Reply::error(format!("engine {}'s ring is full", l.engine));
+            }
+        }
+        let mut views: Vec<Option<Vec<PoolView>>> = vec![None; self.links.len()];
+        let answered = self.await_engines(|msg| match msg {
+            FromEngine::Pools { engine, pools } => {
+                views[engine] = Some(pools);
+                views.iter().all(Option::is_some)
+            }
+            FromEngine::Applied { .. } => false,
+        });
+        if !answered {
+            return Reply::error(format!("engines did not answer within {ENGINE_REPLY:?}"));
+        }
+        let views: Vec<Vec<PoolView>> = views.into_iter().flatten().collect();
+        let pools = self
+            .cfg
+            .pools
+            .iter()
+            .filter(|p| only.is_none_or(|n| n == p.name))
+            .map(|p| PoolInfo {
+                name: p.name.clone(),
+                balance: serde_json::to_value(p.balance)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                health: p.health.as_ref().map(|h| match h.kind {
+                    control::config::HealthKind::Tcp => {
+                        format!("tcp connect every {} ms", h.interval_ms)
+                    }
+                    control::config::HealthKind::Http => format!(
+                        "http GET {} expects {} every {} ms",
+                        h.path, h.expect, h.interval_ms
+                    ),
+                }),
+                proxy_protocol: p.proxy_protocol,
+                members: p
+                    .members
+                    .iter()
+                    .map(|m| {
+                        let addr = m.socket_addr().ok();
+                        let seen: Vec<_> = views
+                            .iter()
+                            .filter_map(|v| {
+                                v.iter()
+                                    .find(|pv| pv.name == p.name && !pv.retired)?
+                                    .members
+                                    .iter()
+                                    .find(|mv| Some(mv.addr) == addr)
+                                    .copied()
+                            })
+                            .collect();
+                        MemberInfo {
+                            addr: m.addr.clone(),
+                            weight: m.weight,
+                            state: serde_json::to_value(m.state)
+                                .ok()
+                                .and_then(|v| v.as_str().map(str::to_string))
+                                .unwrap_or_default(),
+                            healthy_engines: seen.iter().filter(|v| v.healthy).count() as u32,
+                            engines: views.len() as u32,
+                            active: seen.iter().map(|v| u64::from(v.active)).sum(),
+                        }
+                    })
+                    .collect(),
+                used_by: self
+                    .cfg
+                    .vips
+                    .iter()
+                    .filter(|v| v.pool.as_deref() == Some(&p.name))
+                    .map(|v| v.name.clone())
+                    .collect(),
+            })
+            .collect();
+        Reply::ok(Body::Pools(pools))
+    }
+}
