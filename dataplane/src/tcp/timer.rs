@@ -62,6 +62,11 @@ impl TimerWheel {
         if end < self.tick {
             return;
         }
+        if self.len == 0 {
+            // Nothing armed: no slot to visit.
+            self.tick = end + 1;
+            return;
+        }
         // After a long pause, one pass over every slot is enough.
         let last = end.min(self.tick + SLOTS as u64 - 1);
         for t in self.tick..=last {
