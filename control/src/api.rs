@@ -230,27 +230,34 @@ impl VipChange {
     }
 }
 
-/// Counters of one VIP.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VipCounters {
-    /// Connections accepted, and open now.
-    pub connections: u64,
-    pub active: u64,
-    pub tls_handshakes: u64,
-    pub tls_failures: u64,
-    /// Clients ended because no pool member could take them.
-    pub proxy_no_member: u64,
-}
+macro_rules! vip_counters {
+    ($($f:ident: $kind:ident, $metric:literal, $help:literal;)*) => {
+        /// Counters of one VIP, declared in [`crate::counters`].
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+        pub struct VipCounters {
+            $(#[doc = $help] #[serde(default)] pub $f: u64,)*
+        }
 
-impl VipCounters {
-    pub fn add(&mut self, o: &VipCounters) {
-        self.connections += o.connections;
-        self.active += o.active;
-        self.tls_handshakes += o.tls_handshakes;
-        self.tls_failures += o.tls_failures;
-        self.proxy_no_member += o.proxy_no_member;
-    }
+        impl VipCounters {
+            pub fn add(&mut self, o: &VipCounters) {
+                $(self.$f = crate::counters::Kind::$kind.combine(self.$f, o.$f);)*
+            }
+
+            /// The counters, in declaration order
+            /// ([`crate::counters::VIP_SCALARS`]).
+            pub fn scalars(&self) -> [u64; crate::counters::VIP_COUNT] {
+                [$(self.$f),*]
+            }
+
+            /// Sets the counters from `v` (declaration order).
+            pub fn set_scalars(&mut self, v: &[u64]) {
+                let mut v = v.iter().copied();
+                $(self.$f = v.next().unwrap_or_default();)*
+            }
+        }
+    };
 }
+crate::with_vip_counters!(vip_counters);
 
 /// A named certificate as loaded by `dpd`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -96,6 +96,21 @@ macro_rules! with_counters {
     };
 }
 
+/// Calls `$m! { field: Kind, "metric", "help"; ... }` with every per-VIP
+/// counter (labels `core` and `vip` in Prometheus), in declaration order.
+#[macro_export]
+macro_rules! with_vip_counters {
+    ($m:ident) => {
+        $m! {
+            connections: Counter, "tlsdp_vip_connections_total", "Connections accepted on the VIP.";
+            active: Gauge, "tlsdp_vip_connections", "Connections of the VIP open now (TIME-WAIT not counted).";
+            tls_handshakes: Counter, "tlsdp_vip_tls_handshakes_total", "TLS handshakes completed on the VIP.";
+            tls_failures: Counter, "tlsdp_vip_tls_failures_total", "TLS connections of the VIP failed.";
+            proxy_no_member: Counter, "tlsdp_vip_no_member_total", "Clients of the VIP ended for want of a pool member.";
+        }
+    };
+}
+
 macro_rules! scalar_table {
     ($($f:ident: $kind:ident, $metric:literal, $help:literal;)*) => {
         /// Every scalar counter, in declaration order.
@@ -111,6 +126,22 @@ with_counters!(scalar_table);
 
 /// How many scalar counters there are.
 pub const COUNT: usize = SCALARS.len();
+
+macro_rules! vip_table {
+    ($($f:ident: $kind:ident, $metric:literal, $help:literal;)*) => {
+        /// Every per-VIP counter, in declaration order.
+        pub const VIP_SCALARS: &[Scalar] = &[$(Scalar {
+            field: stringify!($f),
+            kind: Kind::$kind,
+            metric: $metric,
+            help: $help,
+        }),*];
+    };
+}
+with_vip_counters!(vip_table);
+
+/// How many per-VIP counters there are.
+pub const VIP_COUNT: usize = VIP_SCALARS.len();
 
 #[cfg(test)]
 mod tests {

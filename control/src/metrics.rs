@@ -6,44 +6,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::api::{CoreStats, Stats, VipCounters};
+use crate::api::{CoreStats, Stats};
 use crate::counters::{self, Kind};
-
-/// Per-VIP families: (name, help, is_counter, value).
-type PerVip = (&'static str, &'static str, bool, fn(&VipCounters) -> u64);
-
-const PER_VIP: &[PerVip] = &[
-    (
-        "tlsdp_vip_connections_total",
-        "Connections accepted on the VIP.",
-        true,
-        |v| v.connections,
-    ),
-    (
-        "tlsdp_vip_connections",
-        "Connections of the VIP open now.",
-        false,
-        |v| v.active,
-    ),
-    (
-        "tlsdp_vip_tls_handshakes_total",
-        "TLS handshakes completed on the VIP.",
-        true,
-        |v| v.tls_handshakes,
-    ),
-    (
-        "tlsdp_vip_tls_failures_total",
-        "TLS connections of the VIP failed.",
-        true,
-        |v| v.tls_failures,
-    ),
-    (
-        "tlsdp_vip_no_member_total",
-        "Clients of the VIP ended for want of a pool member.",
-        true,
-        |v| v.proxy_no_member,
-    ),
-];
 
 /// Counters with one value per core and label value.
 type Labeled = (
@@ -124,9 +88,15 @@ pub fn render(stats: &Stats) -> String {
             };
         }
     }
-    for &(name, help, counter, value) in PER_VIP {
-        let kind = if counter { "counter" } else { "gauge" };
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    // The declared per-VIP counters (crate::counters), per core and VIP.
+    for (i, info) in counters::VIP_SCALARS.iter().enumerate() {
+        let name = info.metric;
+        let _ = writeln!(
+            out,
+            "# HELP {name} {}\n# TYPE {name} {}",
+            info.help,
+            info.kind.metric_type()
+        );
         for c in &stats.cores {
             for (vip, v) in &c.vips {
                 let _ = writeln!(
@@ -134,7 +104,7 @@ pub fn render(stats: &Stats) -> String {
                     "{name}{{core=\"{}\",vip=\"{}\"}} {}",
                     core_label(c),
                     escape(vip),
-                    value(v)
+                    v.scalars()[i]
                 );
             }
         }
@@ -165,6 +135,7 @@ fn escape(v: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::VipCounters;
 
     #[test]
     fn families_are_typed_once_and_samples_labelled_by_core() {

@@ -17,7 +17,7 @@ pub use control::api::VipCounters;
 pub const MAX_VIPS: usize = 256;
 
 /// Fields of [`VipCounters`].
-const VIP_FIELDS: usize = 5;
+const VIP_FIELDS: usize = counters::VIP_COUNT;
 
 /// Why a received frame was dropped, or a frame to send was not sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -269,14 +269,7 @@ impl SharedCounters {
     /// Publishes the per-VIP counters (slots `0..vips.len()`).
     pub fn publish_vips(&self, vips: &[VipCounters]) {
         for (v, slots) in vips.iter().zip(self.vips.chunks(VIP_FIELDS)) {
-            let vals = [
-                v.connections,
-                v.active,
-                v.tls_handshakes,
-                v.tls_failures,
-                v.proxy_no_member,
-            ];
-            for (slot, x) in slots.iter().zip(vals) {
+            for (slot, x) in slots.iter().zip(v.scalars()) {
                 slot.store(x, Ordering::Relaxed);
             }
         }
@@ -290,14 +283,11 @@ impl SharedCounters {
             .chunks(VIP_FIELDS)
             .take(n)
             .map(|s| {
-                let v = |i: usize| s[i].load(Ordering::Relaxed);
-                VipCounters {
-                    connections: v(0),
-                    active: v(1),
-                    tls_handshakes: v(2),
-                    tls_failures: v(3),
-                    proxy_no_member: v(4),
-                }
+                let vals: [u64; VIP_FIELDS] =
+                    std::array::from_fn(|i| s.get(i).map_or(0, |a| a.load(Ordering::Relaxed)));
+                let mut v = VipCounters::default();
+                v.set_scalars(&vals);
+                v
             })
             .collect()
     }
@@ -373,7 +363,13 @@ mod tests {
         let c = distinct();
         let s = SharedCounters::default();
         s.publish(&c);
-        let api = s.read().to_api(Some(1));
+        let mut vip = VipCounters::default();
+        let values: Vec<u64> = (0..counters::VIP_COUNT as u64).map(|i| 7_000 + i).collect();
+        vip.set_scalars(&values);
+        s.publish_vips(&[VipCounters::default(), vip]);
+        assert_eq!(s.read_vips(), vec![VipCounters::default(), vip]);
+        let mut api = s.read().to_api(Some(1));
+        api.vips.insert("web".into(), vip);
         assert_eq!(api.scalars(), c.scalars());
         let json: serde_json::Value = serde_json::to_value(&api).unwrap();
         for (info, v) in counters::SCALARS.iter().zip(c.scalars()) {
@@ -395,6 +391,11 @@ mod tests {
             let sample = format!("{}{{core=\"1\"}} {value}\n", info.metric);
             assert!(text.contains(&sample), "{sample:?} in the metrics");
             assert!(text.contains(&format!("# HELP {} {}\n", info.metric, info.help)));
+        }
+        for (info, v) in counters::VIP_SCALARS.iter().zip(&values) {
+            let sample = format!("{}{{core=\"1\",vip=\"web\"}} {v}\n", info.metric);
+            assert!(text.contains(&sample), "{sample:?} in the metrics");
+            assert_eq!(json["vips"]["web"][info.field].as_u64(), Some(*v));
         }
     }
 

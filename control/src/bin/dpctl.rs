@@ -887,10 +887,12 @@ fn print_stats(c: &CoreStats) {
     }
     for (name, v) in &c.vips {
         if v.connections > 0 {
-            println!(
-                "  vip {name}: connections {}, open {}, handshakes {}, failures {}",
-                v.connections, v.active, v.tls_handshakes, v.tls_failures
-            );
+            let items: Vec<String> = counters::VIP_SCALARS
+                .iter()
+                .zip(v.scalars())
+                .map(|(info, n)| format!("{} {n}", info.field))
+                .collect();
+            println!("  vip {name}: {}", items.join(", "));
         }
     }
     let drops: Vec<String> = c

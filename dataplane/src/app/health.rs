@@ -261,12 +261,12 @@ impl Services {
                     {
                         let addr = member.addr;
                         self.pools[p].members[m].health.next_at = now + interval;
+                        let (Ok(pool), Ok(member)) = (u16::try_from(p), u16::try_from(m)) else {
+                            continue; // past 65,535 pools (never expected)
+                        };
                         match self.open_to(cx, addr) {
                             Some((id, key)) => {
-                                let probe = Probe {
-                                    pool: p as u16,
-                                    member: m as u16,
-                                };
+                                let probe = Probe { pool, member };
                                 self.roles.insert(id, None, Role::Probe(probe));
                                 self.pools[p].members[m].health.probe =
                                     Some((id, key, now + timeout));

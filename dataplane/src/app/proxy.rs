@@ -182,7 +182,8 @@ impl Services {
         let Some(link) = self.roles.get(client).and_then(|e| e.role.link()) else {
             return;
         };
-        let (p, tried) = (usize::from(link.pool), link.tried);
+        let (link_pool, tried) = (link.pool, link.tried);
+        let p = usize::from(link_pool);
         let Some(m) = self
             .pools
             .get_mut(p)
@@ -200,12 +201,14 @@ impl Services {
         self.pools[p].members[m].active += 1;
         self.connecting
             .push((b, bkey, cx.now + self.pools[p].connect_timeout));
-        let mut blink = ProxyLink::new(Side::Backend, p as u16);
-        blink.member = Some(m as u16);
+        // `p` came from a u16 and pools have at most 64 members.
+        let (pool, member) = (link_pool, m as u16);
+        let mut blink = ProxyLink::new(Side::Backend, pool);
+        blink.member = Some(member);
         blink.peer = Some((client, ckey));
         self.roles.insert(b, None, Role::Backend(Box::new(blink)));
         if let Some(l) = self.roles.get_mut(client).and_then(|e| e.role.link_mut()) {
-            l.member = Some(m as u16);
+            l.member = Some(member);
             l.peer = Some((b, bkey));
             l.tried |= 1 << m;
             l.connected = false;

@@ -151,18 +151,28 @@ impl Services {
         self.vips = snap
             .vips
             .iter()
-            .map(|v| VipEntry {
-                slot: v.slot.min(MAX_VIPS as u16 - 1),
-                addr: v.addr,
-                port: v.port,
-                enabled: v.enabled,
-                tls: v.tls.clone(),
-                pool: v.pool.as_ref().and_then(|name| {
+            .map(|v| {
+                let pool = v.pool.as_ref().map(|name| {
                     pools
                         .iter()
                         .position(|p| !p.retired && &p.name == name)
-                        .map(|i| i as u16)
-                }),
+                        .and_then(|i| u16::try_from(i).ok())
+                });
+                // A pool it cannot name (never expected: validation finds
+                // every VIP's pool, and 65,536 pools would be needed):
+                // the VIP refuses connections rather than answer itself.
+                let lost = matches!(pool, Some(None));
+                if lost {
+                    log::error!("vip {}: its pool cannot be used; SYNs get a reset", v.name);
+                }
+                VipEntry {
+                    slot: v.slot.min(MAX_VIPS as u16 - 1),
+                    addr: v.addr,
+                    port: v.port,
+                    enabled: v.enabled && !lost,
+                    tls: v.tls.clone(),
+                    pool: pool.flatten(),
+                }
             })
             .collect();
         let used = self.vips.iter().map(|v| usize::from(v.slot) + 1).max();
