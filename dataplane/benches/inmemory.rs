@@ -194,7 +194,7 @@ fn hold(conns: u64, tls: bool) {
     }
     let wall = (clock.ticks() - start) as f64 / clock.hz() as f64;
     let t = server.tcp().counters();
-    let bytes = server.tcp().state_bytes();
+    let bytes = server.state_bytes();
     println!(
         "HOLD  {} connections established and held idle ({} source addresses) in {:.1} s: server state {} MiB = {} bytes per connection, {} data buffers in use",
         t.active,

@@ -207,6 +207,12 @@ impl<P: Port> Engine<P> {
         self.app.roles()
     }
 
+    /// Bytes of connection state held: TCP's (slab, flow table, timer
+    /// wheel, rings in use) and the roles table (capacities).
+    pub fn state_bytes(&self) -> usize {
+        self.tcp.state_bytes() + self.app.roles().state_bytes()
+    }
+
     /// TLS connections, and the bytes their buffers hold now (0 when all
     /// are idle: buffers are given back as they empty).
     pub fn tls_buffers(&self) -> (usize, usize) {
