@@ -395,7 +395,7 @@ impl Services {
     }
 
     /// Another engine found a member up or down.
-    pub fn health_news(&mut self, news: &HealthNews) {
+    pub(super) fn take_news(&mut self, news: &HealthNews) {
         let member = self
             .pools
             .iter_mut()

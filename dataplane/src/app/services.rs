@@ -123,99 +123,16 @@ impl Services {
         self.health_share = Some(share);
     }
 
-    pub fn vips(&self) -> &[VipEntry] {
-        &self.vips
-    }
-
-    /// Switches to `snap`'s VIPs and pools. Open connections keep what
-    /// they started with (their TLS configuration; their pool and member,
-    /// which stay marked retired or removed while used).
-    pub fn apply(&mut self, snap: &Snapshot) {
-        for p in &mut self.pools {
-            p.retired = true;
-        }
-        for next in &snap.pools {
-            match self.pools.iter().position(|p| p.name == next.name) {
-                Some(i) => {
-                    if !self.pools[i].update_from(next) {
-                        log::warn!(
-                            "pool {}: 64 members with open connections; a new member waits",
-                            next.name
-                        );
-                    }
-                }
-                None => self.pools.push(next.clone()),
-            }
-        }
-        let pools = &self.pools;
-        self.vips = snap
-            .vips
-            .iter()
-            .map(|v| {
-                let pool = v.pool.as_ref().map(|name| {
-                    pools
-                        .iter()
-                        .position(|p| !p.retired && &p.name == name)
-                        .and_then(|i| u16::try_from(i).ok())
-                });
-                // A pool it cannot name (never expected: validation finds
-                // every VIP's pool, and 65,536 pools would be needed):
-                // the VIP refuses connections rather than answer itself.
-                let lost = matches!(pool, Some(None));
-                if lost {
-                    log::error!("vip {}: its pool cannot be used; SYNs get a reset", v.name);
-                }
-                VipEntry {
-                    slot: v.slot.min(MAX_VIPS as u16 - 1),
-                    addr: v.addr,
-                    port: v.port,
-                    enabled: v.enabled && !lost,
-                    tls: v.tls.clone(),
-                    pool: pool.flatten(),
-                }
-            })
-            .collect();
-        let used = self.vips.iter().map(|v| usize::from(v.slot) + 1).max();
-        self.vip_slots_used = self.vip_slots_used.max(used.unwrap_or(0));
-        self.snapshot_version = snap.version;
-    }
-
     /// Counters of VIP slot `slot`.
-    pub fn vip_counters(&self, slot: u16) -> VipCounters {
+    pub fn slot_counters(&self, slot: u16) -> VipCounters {
         self.vip_counters
             .get(usize::from(slot))
             .copied()
             .unwrap_or_default()
     }
 
-    /// The VIP counters to publish (every slot ever used).
-    pub fn published_vips(&self) -> &[VipCounters] {
-        &self.vip_counters[..self.vip_slots_used]
-    }
-
     pub fn snapshot_version(&self) -> u64 {
         self.snapshot_version
-    }
-
-    /// The pools as this engine sees them.
-    pub fn pool_views(&self) -> Vec<PoolView> {
-        self.pools
-            .iter()
-            .map(|p| PoolView {
-                name: p.name.clone(),
-                retired: p.retired,
-                members: p
-                    .members
-                    .iter()
-                    .map(|m| MemberView {
-                        addr: m.addr,
-                        removed: m.removed,
-                        healthy: m.health.healthy,
-                        active: m.active,
-                    })
-                    .collect(),
-            })
-            .collect()
     }
 
     /// The pools, with this engine's counts.
@@ -536,8 +453,57 @@ impl Application for Services {
         self.expire_connects(cx);
     }
 
+    /// Open connections keep what they started with (their TLS
+    /// configuration; their pool and member, which stay marked retired or
+    /// removed while used).
     fn apply(&mut self, snap: &Snapshot) {
-        Services::apply(self, snap);
+        for p in &mut self.pools {
+            p.retired = true;
+        }
+        for next in &snap.pools {
+            match self.pools.iter().position(|p| p.name == next.name) {
+                Some(i) => {
+                    if !self.pools[i].update_from(next) {
+                        log::warn!(
+                            "pool {}: 64 members with open connections; a new member waits",
+                            next.name
+                        );
+                    }
+                }
+                None => self.pools.push(next.clone()),
+            }
+        }
+        let pools = &self.pools;
+        self.vips = snap
+            .vips
+            .iter()
+            .map(|v| {
+                let pool = v.pool.as_ref().map(|name| {
+                    pools
+                        .iter()
+                        .position(|p| !p.retired && &p.name == name)
+                        .and_then(|i| u16::try_from(i).ok())
+                });
+                // A pool it cannot name (never expected: validation finds
+                // every VIP's pool, and 65,536 pools would be needed):
+                // the VIP refuses connections rather than answer itself.
+                let lost = matches!(pool, Some(None));
+                if lost {
+                    log::error!("vip {}: its pool cannot be used; SYNs get a reset", v.name);
+                }
+                VipEntry {
+                    slot: v.slot.min(MAX_VIPS as u16 - 1),
+                    addr: v.addr,
+                    port: v.port,
+                    enabled: v.enabled && !lost,
+                    tls: v.tls.clone(),
+                    pool: pool.flatten(),
+                }
+            })
+            .collect();
+        let used = self.vips.iter().map(|v| usize::from(v.slot) + 1).max();
+        self.vip_slots_used = self.vip_slots_used.max(used.unwrap_or(0));
+        self.snapshot_version = snap.version;
     }
 
     fn vips(&self) -> &[VipEntry] {
@@ -545,11 +511,27 @@ impl Application for Services {
     }
 
     fn pool_views(&self) -> Vec<PoolView> {
-        Services::pool_views(self)
+        self.pools
+            .iter()
+            .map(|p| PoolView {
+                name: p.name.clone(),
+                retired: p.retired,
+                members: p
+                    .members
+                    .iter()
+                    .map(|m| MemberView {
+                        addr: m.addr,
+                        removed: m.removed,
+                        healthy: m.health.healthy,
+                        active: m.active,
+                    })
+                    .collect(),
+            })
+            .collect()
     }
 
     fn health_news(&mut self, news: &super::health::HealthNews) {
-        Services::health_news(self, news);
+        self.take_news(news);
     }
 
     fn count(&self, c: &mut crate::stats::Counters) {
@@ -558,6 +540,6 @@ impl Application for Services {
     }
 
     fn vip_counters(&self) -> &[VipCounters] {
-        self.published_vips()
+        &self.vip_counters[..self.vip_slots_used]
     }
 }

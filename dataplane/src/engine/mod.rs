@@ -189,7 +189,7 @@ impl<P: Port> Engine<P> {
 
     /// Counters of VIP slot `slot`.
     pub fn vip_counters(&self, slot: u16) -> VipCounters {
-        self.app.vip_counters(slot)
+        self.app.slot_counters(slot)
     }
 
     /// The pools as this engine sees them.
