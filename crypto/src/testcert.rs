@@ -51,3 +51,19 @@ pub fn self_signed(dir: &Path, name: &str, key_args: &[&str], dns: &str) -> Cert
         .as_secs() as i64;
     Cert::load(&crt, &key, now).expect("a fresh certificate loads")
 }
+
+/// One TLS configuration with a self-signed P-256 certificate for
+/// `fuzz.test`, made once per process (the fuzz targets').
+///
+/// # Panics
+/// When openssl is missing or the certificate does not load.
+pub fn fuzz_config() -> &'static crate::session::TlsConfig {
+    static CFG: std::sync::OnceLock<crate::session::TlsConfig> = std::sync::OnceLock::new();
+    CFG.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("tlsdp-fuzz-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary folder");
+        let mut store = crate::certs::CertStore::new();
+        store.add(self_signed(&dir, "c", P256, "fuzz.test"));
+        crate::session::TlsConfig::new(store).expect("a TLS configuration")
+    })
+}

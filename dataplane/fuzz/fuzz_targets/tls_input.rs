@@ -1,24 +1,11 @@
 //! Arbitrary bytes into a fresh server TLS session (handshake and records).
 //! Run: `cd dataplane/fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run tls_input corpus/tls_input`.
-//! The certificate is made once per process with openssl.
+//! The certificate is made once per process with openssl
+//! (`crypto::testcert::fuzz_config`).
 #![no_main]
 
-use std::sync::OnceLock;
-
-use crypto::certs::CertStore;
-use crypto::session::{fuzz_server_input, TlsConfig};
-
-fn config() -> &'static TlsConfig {
-    static CFG: OnceLock<TlsConfig> = OnceLock::new();
-    CFG.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("tlsdp-fuzz-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut store = CertStore::new();
-        store.add(crypto::testcert::self_signed(&dir, "c", crypto::testcert::P256, "fuzz.test"));
-        TlsConfig::new(store).unwrap()
-    })
-}
+use crypto::session::fuzz_server_input;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    fuzz_server_input(config(), data);
+    fuzz_server_input(crypto::testcert::fuzz_config(), data);
 });
