@@ -38,7 +38,7 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Tcp {
-    /// Most connections per engine (all states).
+    /// Most connections per engine (every state but TIME-WAIT).
     pub max_connections: u32,
     /// Most half-open (SYN-RECEIVED) connections per engine.
     pub max_half_open: u32,
@@ -47,6 +47,10 @@ pub struct Tcp {
     pub syn_cookies: SynCookieMode,
     /// Seconds a connection we closed first stays in TIME-WAIT (2 MSL).
     pub time_wait_s: u32,
+    /// Most 4-tuples in TIME-WAIT per engine (a compact entry each, apart
+    /// from `max_connections`); past it the oldest is recycled, so
+    /// TIME-WAIT never refuses a connection. 0: no TIME-WAIT.
+    pub max_time_wait: u32,
     /// Seconds without a segment before a connection is reset.
     pub idle_timeout_s: u32,
     /// Seconds a handshake may take.
@@ -63,6 +67,7 @@ impl Default for Tcp {
             max_half_open: 4096,
             syn_cookies: SynCookieMode::WhenFull,
             time_wait_s: 30,
+            max_time_wait: 262_144,
             idle_timeout_s: 300,
             handshake_timeout_s: 10,
             keepalive_s: 0,
@@ -1044,6 +1049,13 @@ impl Config {
                 "eal.idle_sleep_us",
                 self.eal.idle_sleep_us,
                 "at most 100000 (0.1 s)",
+            ));
+        }
+        if self.tcp.max_time_wait > 16_000_000 {
+            return Err(ConfigError::new(
+                "tcp.max_time_wait",
+                self.tcp.max_time_wait,
+                "at most 16000000",
             ));
         }
         if self.tcp.max_half_open > self.tcp.max_connections {

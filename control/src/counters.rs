@@ -68,6 +68,7 @@ macro_rules! with_counters {
             tcp_accepted: Counter, "tlsdp_tcp_accepted_total", "TCP connections that completed the handshake.";
             tcp_active: Gauge, "tlsdp_tcp_connections", "TCP connections open now (every state but TIME-WAIT).";
             tcp_time_wait: Gauge, "tlsdp_tcp_time_wait", "TCP connections in TIME-WAIT now.";
+            tcp_time_wait_recycled: Counter, "tlsdp_tcp_time_wait_recycled_total", "TIME-WAIT entries ended early because tcp.max_time_wait was reached (oldest first).";
             tcp_retransmits: Counter, "tlsdp_tcp_retransmits_total", "TCP segments retransmitted.";
             tcp_resets_sent: Counter, "tlsdp_tcp_resets_sent_total", "TCP resets sent.";
             tcp_timeouts: Counter, "tlsdp_tcp_timeouts_total", "TCP connections ended by a timeout.";

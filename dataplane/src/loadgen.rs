@@ -205,8 +205,6 @@ impl Application for LoadClient {
         0
     }
 
-    fn on_time_wait(&mut self, _cx: &mut Cx<'_>, _id: ConnId) {}
-
     fn on_event(&mut self, cx: &mut Cx<'_>, ev: Event) {
         match ev {
             Event::Connected(id) => self.connected(cx, id),

@@ -25,7 +25,7 @@ pub use services::{Services, VipEntry};
 use crate::net::toeplitz::RssSteering;
 use crate::net::InterfaceConfig;
 use crate::stats::{Counters, VipCounters};
-use crate::tcp::{ConnId, Event, TcpEngine};
+use crate::tcp::{Event, TcpEngine};
 use crate::time::Instant;
 use config::{PoolView, Snapshot};
 use health::HealthNews;
@@ -71,9 +71,6 @@ pub trait Application {
     fn resume(&mut self, cx: &mut Cx<'_>);
     /// Work put off to later iterations (it keeps the loop busy).
     fn pending(&self) -> usize;
-    /// Connections that entered TIME-WAIT: done for the application,
-    /// though their slot lives on for 2 MSL.
-    fn on_time_wait(&mut self, cx: &mut Cx<'_>, id: ConnId);
     /// One iteration's TCP events, in the order they happened.
     fn on_event(&mut self, cx: &mut Cx<'_>, event: Event);
     /// At every tick (1 ms): deadlines of the application's own.

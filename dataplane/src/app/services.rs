@@ -230,30 +230,6 @@ impl Services {
         }
     }
 
-    /// A connection is done but for its TIME-WAIT: it no longer counts as
-    /// open on its VIP, nor (a backend connection) on its member, so least
-    /// connections balances by the connections really open.
-    fn time_wait(&mut self, id: ConnId) {
-        let Some(entry) = self.roles.get_mut(id) else {
-            return;
-        };
-        if let Some(slot) = entry.vip.take() {
-            let vc = &mut self.vip_counters[usize::from(slot)];
-            vc.active = vc.active.saturating_sub(1);
-        }
-        if let Role::Backend(l) = &mut entry.role {
-            if let Some(m) = l.member.take() {
-                let member = self
-                    .pools
-                    .get_mut(usize::from(l.pool))
-                    .and_then(|p| p.members.get_mut(usize::from(m)));
-                if let Some(member) = member {
-                    member.active = member.active.saturating_sub(1);
-                }
-            }
-        }
-    }
-
     /// Drives one TLS connection (with its backend, when proxied) and
     /// counts what happened.
     pub(super) fn drive_tls(&mut self, cx: &mut Cx<'_>, id: ConnId, peer_closed: bool) {
@@ -408,10 +384,6 @@ impl Application for Services {
 
     fn pending(&self) -> usize {
         self.deferred.len()
-    }
-
-    fn on_time_wait(&mut self, _cx: &mut Cx<'_>, id: ConnId) {
-        self.time_wait(id);
     }
 
     fn on_event(&mut self, cx: &mut Cx<'_>, ev: Event) {

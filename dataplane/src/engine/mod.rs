@@ -29,7 +29,7 @@ use crate::port::{PacketBuf, Port};
 use crate::snapshot::{Capture, ControlLink, HealthShare, PoolView};
 use crate::stats::{Counters, DropReason, SharedCounters, VipCounters};
 use crate::steer::{PortShare, SteerLink, Steered};
-use crate::tcp::{ConnId, Event, TcpConfig, TcpEngine};
+use crate::tcp::{Event, TcpConfig, TcpEngine};
 use crate::time::Instant;
 use io::{flush, queue, receive, release_resolved, steer};
 
@@ -141,8 +141,6 @@ pub struct Engine<P: Port, A: Application = Services> {
     /// Rings to the other engines, for ports steered in software.
     steer: Option<SteerLink<P::Buf>>,
     events: Vec<Event>,
-    /// Connections that just entered TIME-WAIT.
-    time_wait: Vec<ConnId>,
 }
 
 impl<P: Port> Engine<P> {
@@ -281,7 +279,6 @@ impl<P: Port, A: Application> Engine<P, A> {
             control: None,
             steer: None,
             events: Vec::with_capacity(256),
-            time_wait: Vec::with_capacity(256),
         }
     }
 
@@ -468,8 +465,8 @@ impl<P: Port, A: Application> Engine<P, A> {
         work
     }
 
-    /// TCP's timers, then the application: work put off earlier, the
-    /// connections that entered TIME-WAIT, this iteration's events.
+    /// TCP's timers, then the application: work put off earlier, then
+    /// this iteration's events.
     /// Returns the work the application still puts off.
     fn transport(&mut self, now: Instant) -> usize {
         self.tcp.poll_timers(now);
@@ -481,10 +478,6 @@ impl<P: Port, A: Application> Engine<P, A> {
         };
         self.app.resume(&mut cx);
         cx.tcp.drain_events(&mut self.events);
-        cx.tcp.drain_time_wait(&mut self.time_wait);
-        for id in self.time_wait.drain(..) {
-            self.app.on_time_wait(&mut cx, id);
-        }
         for ev in self.events.drain(..) {
             self.app.on_event(&mut cx, ev);
         }
@@ -544,7 +537,8 @@ impl<P: Port, A: Application> Engine<P, A> {
         // Open connections and TIME-WAIT apart: what an operator counts as
         // open is what still talks, not what waits out 2 MSL.
         c.tcp_time_wait = t.time_wait;
-        c.tcp_active = t.active.saturating_sub(t.time_wait);
+        c.tcp_active = t.active;
+        c.tcp_time_wait_recycled = t.time_wait_recycled;
         c.tcp_retransmits = t.retransmits;
         c.tcp_resets_sent = t.resets_sent;
         c.tcp_timeouts = t.timeouts;

@@ -36,6 +36,9 @@ pub struct TcpConfig {
     pub handshake_timeout: Duration,
     pub idle_timeout: Duration,
     pub time_wait: Duration,
+    /// Most 4-tuples kept in TIME-WAIT; past it the oldest is recycled
+    /// (a compact entry each, apart from `max_conns`; 0: no TIME-WAIT).
+    pub max_time_wait: usize,
     /// Keepalive (RFC 9293 §3.8.4): probe an idle established connection
     /// after this long (`None`: off), every `keepalive_interval`, and give up
     /// after `keepalive_probes` unanswered probes.
@@ -61,6 +64,7 @@ impl Default for TcpConfig {
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
             time_wait: Duration::from_secs(30),
+            max_time_wait: 262_144,
             keepalive: None,
             keepalive_interval: Duration::from_secs(75),
             keepalive_probes: 9,

@@ -140,6 +140,44 @@ impl<A: Default> TcpEngine<A> {
         Seq((mixed >> 32) as u32 ^ mixed as u32) + (now.as_nanos() / 4000) as u32
     }
 
+    /// A segment for a 4-tuple in the TIME-WAIT table (RFC 9293 §3.10.7.4,
+    /// TIME-WAIT). An RST is ignored (RFC 1337: it would end TIME-WAIT
+    /// early). A new SYN reopens the 4-tuple when it is newer than the old
+    /// connection: a higher TSval when both used timestamps (RFC 6191),
+    /// else a sequence number above the old one's (§3.6.1). Anything else
+    /// but a bare ACK at RCV.NXT gets our ACK; a FIN (the peer did not get
+    /// our last ACK) restarts the 2 MSL wait.
+    pub(super) fn on_time_wait(
+        &mut self,
+        now: Instant,
+        tw: TimeWait,
+        repr: &TcpRepr<'_>,
+    ) -> Result<(), SegmentDrop> {
+        let seq = Seq(repr.seq_number.0 as u32);
+        match repr.control {
+            TcpControl::Rst => return Ok(()),
+            TcpControl::Syn if repr.ack_number.is_none() => {
+                let newer = match (tw.ts_recent, repr.timestamp) {
+                    (Some(recent), Some(ts)) => (ts.tsval.wrapping_sub(recent) as i32) > 0,
+                    _ => seq > tw.rcv_nxt,
+                };
+                if newer {
+                    self.time_wait.remove(&tw.key);
+                    return self.on_listen(now, tw.key, repr);
+                }
+            }
+            TcpControl::Fin => self.time_wait.restart(&tw.key, now + self.cfg.time_wait),
+            _ => {}
+        }
+        if repr.segment_len() == 0 && seq == tw.rcv_nxt && repr.control != TcpControl::Syn {
+            return Ok(());
+        }
+        if self.time_wait_acks.len() < MAX_RESETS {
+            self.time_wait_acks.push(tw);
+        }
+        Ok(())
+    }
+
     // RFC 9293 §3.10.7.1, CLOSED: answer with a reset.
     pub(super) fn reset_for(&mut self, key: &FlowKey, repr: &TcpRepr<'_>) {
         if repr.control == TcpControl::Rst {

@@ -28,6 +28,7 @@ mod cubic;
 mod listen;
 mod output;
 pub mod seq;
+mod time_wait;
 mod timer;
 
 use std::collections::HashMap;
@@ -42,6 +43,7 @@ pub use config::{SynCookies, TcpConfig};
 pub use conn::State;
 use conn::{Conn, Input};
 pub use seq::Seq;
+use time_wait::{TimeWait, TimeWaitTable};
 use timer::TimerWheel;
 
 use crate::time::Instant;
@@ -177,6 +179,8 @@ pub struct TcpCounters {
     pub active: u64,
     pub half_open: u64,
     pub time_wait: u64,
+    /// TIME-WAIT entries recycled early because the table was full.
+    pub time_wait_recycled: u64,
     pub closed: u64,
     pub resets_sent: u64,
     pub resets_received: u64,
@@ -233,6 +237,10 @@ struct Reset {
     ack: Option<Seq>,
 }
 
+/// How long a 4-tuple stays in TIME-WAIT before `connect` may reuse it
+/// (when the old connection used timestamps).
+const TIME_WAIT_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Most resets queued per engine iteration (never an amplifier).
 const MAX_RESETS: usize = 64;
 /// Most cookie SYN-ACKs queued per engine iteration.
@@ -269,10 +277,10 @@ pub struct TcpEngine<A> {
     /// Apps of released connections, in the order of their Closed events:
     /// pending (not yet drained) and the batch of the last drain.
     closed_apps: std::collections::VecDeque<A>,
-    /// Connections the application knows that entered TIME-WAIT since the
-    /// last [`TcpEngine::drain_time_wait`]: done for the application, though
-    /// their slot lives on for 2 MSL.
-    entered_time_wait: Vec<ConnId>,
+    /// Connections past their handshake in TIME-WAIT: compact entries.
+    time_wait: TimeWaitTable,
+    /// ACKs owed from TIME-WAIT entries (bounded per iteration).
+    time_wait_acks: Vec<TimeWait>,
     closed_batch: std::collections::VecDeque<A>,
     /// Listeners take new connections (false while draining: SYNs are
     /// answered with a reset).
@@ -303,7 +311,8 @@ impl<A: Default> TcpEngine<A> {
             buffers: BufferPool::new(cfg.buffer_size),
             events: Vec::with_capacity(256),
             closed_apps: std::collections::VecDeque::with_capacity(256),
-            entered_time_wait: Vec::with_capacity(256),
+            time_wait: TimeWaitTable::new(cfg.max_time_wait),
+            time_wait_acks: Vec::with_capacity(MAX_RESETS),
             closed_batch: std::collections::VecDeque::with_capacity(256),
             accepting: true,
             dirty: Vec::with_capacity(256),
@@ -341,9 +350,13 @@ impl<A: Default> TcpEngine<A> {
 
     pub fn counters(&self) -> TcpCounters {
         let mut c = self.counters;
-        c.active = self.flows.len() as u64;
+        // A connection in TIME-WAIT keeps its slot until the application
+        // has read what the peer sent; either way it is not open.
+        let in_slot = self.states[State::TimeWait as usize];
+        c.active = self.flows.len() as u64 - in_slot;
         c.half_open = self.states[State::SynReceived as usize];
-        c.time_wait = self.states[State::TimeWait as usize];
+        c.time_wait = self.time_wait.len() as u64 + in_slot;
+        c.time_wait_recycled = self.time_wait.recycled;
         c
     }
 
@@ -357,6 +370,7 @@ impl<A: Default> TcpEngine<A> {
             + self.flows.capacity() * flow
             + self.free.capacity() * 4
             + self.timers.entry_bytes()
+            + self.time_wait.bytes()
             + self.buffers.in_use() * self.cfg.buffer_size
     }
 
@@ -387,21 +401,26 @@ impl<A: Default> TcpEngine<A> {
         &self.buffers
     }
 
-    /// Moves the connections that entered TIME-WAIT since the last call
-    /// into `out` (each once; the application's state is still there).
-    pub fn drain_time_wait(&mut self, out: &mut Vec<ConnId>) {
-        out.append(&mut self.entered_time_wait);
+    /// Counts a state change of a connection.
+    fn transition(&mut self, before: State, after: State) {
+        self.account(Some(before), Some(after));
     }
 
-    /// Counts a state change of `id`; notes one into TIME-WAIT.
-    fn transition(&mut self, id: ConnId, before: State, after: State) {
-        self.account(Some(before), Some(after));
-        if after == State::TimeWait
-            && before != after
-            && live(&self.conns, id).is_some_and(|c| c.accepted)
-        {
-            self.entered_time_wait.push(id);
-        }
+    /// Whether `key` is waiting out TIME-WAIT (in the compact table).
+    pub fn in_time_wait(&self, key: &FlowKey) -> bool {
+        self.time_wait.get(key).is_some()
+    }
+
+    /// Moves a connection in TIME-WAIT whose received bytes are all read
+    /// to the compact table and frees its slot (`Event::Closed`, Normal):
+    /// the 4-tuple stays protected for 2 MSL at a fraction of the cost.
+    fn retire_to_time_wait(&mut self, id: ConnId, now: Instant) {
+        let Some(c) = live(&self.conns, id) else {
+            return;
+        };
+        let tw = c.time_wait_entry(now, &self.cfg);
+        self.release(id, CloseReason::Normal);
+        self.time_wait.insert(tw);
     }
 
     /// Takes the queued events.
@@ -466,7 +485,7 @@ impl<A: Default> TcpEngine<A> {
         }
         if moved > 0 {
             mark_dirty(&mut self.dirty, dst, to);
-            if src.window_update_due(&self.cfg) {
+            if src.window_update_due(&self.cfg) || src.state == State::TimeWait {
                 mark_dirty(&mut self.dirty, src, from);
             }
         }
@@ -500,6 +519,15 @@ impl<A: Default> TcpEngine<A> {
         if self.flows.contains_key(&key) {
             return Err(ConnectError::InUse);
         }
+        if let Some(tw) = self.time_wait.get(&key) {
+            // RFC 6191: our SYN's TSval (a millisecond clock) is above any
+            // the old connection sent, so the peer can tell them apart once
+            // timestamps were in use; Linux's tcp_tw_reuse waits 1 s more.
+            if tw.ts_recent.is_none() || now.saturating_since(tw.entered) < TIME_WAIT_REUSE {
+                return Err(ConnectError::InUse);
+            }
+            self.time_wait.remove(&key);
+        }
         if self.flows.len() >= self.cfg.max_conns {
             return Err(ConnectError::TooMany);
         }
@@ -520,11 +548,10 @@ impl<A: Default> TcpEngine<A> {
             return 0;
         };
         let n = c.recv(buf, &mut self.buffers);
-        if n > 0 {
-            // Opening the window may need an update to the peer.
-            if c.window_update_due(&self.cfg) {
-                mark_dirty(&mut self.dirty, c, id);
-            }
+        // Opening the window may need an update to the peer; a connection
+        // in TIME-WAIT read to the end can leave its slot.
+        if n > 0 && (c.window_update_due(&self.cfg) || c.state == State::TimeWait) {
+            mark_dirty(&mut self.dirty, c, id);
         }
         n
     }
@@ -543,7 +570,7 @@ impl<A: Default> TcpEngine<A> {
             return;
         };
         c.consume(n, &mut self.buffers);
-        if c.window_update_due(&self.cfg) {
+        if c.window_update_due(&self.cfg) || c.state == State::TimeWait {
             mark_dirty(&mut self.dirty, c, id);
         }
     }
@@ -654,9 +681,12 @@ impl<A: Default> TcpEngine<A> {
             let before = c.state;
             let out = c.input(now, &repr, &self.cfg, &mut self.buffers, &mut self.counters);
             let after = c.state;
-            self.transition(id, before, after);
+            self.transition(before, after);
             self.apply(id, out, now);
             return Ok(());
+        }
+        if let Some(tw) = self.time_wait.get(&key) {
+            return self.on_time_wait(now, tw, &repr);
         }
         if self.listeners.contains(&(dst, repr.dst_port))
             || self

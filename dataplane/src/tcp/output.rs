@@ -6,6 +6,7 @@ use super::*;
 impl<A: Default> TcpEngine<A> {
     /// Runs due timers.
     pub fn poll_timers(&mut self, now: Instant) {
+        self.time_wait.expire(now);
         let mut due = std::mem::take(&mut self.fired);
         self.timers.expire(now, |id, at| due.push((id, at)));
         for &(id, at) in &due {
@@ -19,7 +20,7 @@ impl<A: Default> TcpEngine<A> {
             let before = c.state;
             let out = c.on_timer(now, &self.cfg, &mut self.counters);
             let after = c.state;
-            self.transition(id, before, after);
+            self.transition(before, after);
             self.apply(id, out, now);
         }
         due.clear();
@@ -54,6 +55,33 @@ impl<A: Default> TcpEngine<A> {
                 return;
             }
             self.counters.resets_sent += 1;
+            self.counters.segments_out += 1;
+        }
+        while let Some(tw) = self.time_wait_acks.pop() {
+            let repr = TcpRepr {
+                src_port: tw.key.local_port,
+                dst_port: tw.key.remote_port,
+                control: TcpControl::None,
+                seq_number: TcpSeqNumber(tw.snd_nxt.0 as i32),
+                ack_number: Some(TcpSeqNumber(tw.rcv_nxt.0 as i32)),
+                window_len: tw.window,
+                window_scale: None,
+                max_seg_size: None,
+                sack_permitted: false,
+                sack_ranges: [None; 3],
+                timestamp: tw
+                    .ts_recent
+                    .map(|r| TcpTimestampRepr::new((now.as_nanos() / 1_000_000) as u32, r)),
+                payload: &[],
+            };
+            if !emit(&Outgoing {
+                src: tw.key.local,
+                dst: tw.key.remote,
+                repr,
+            }) {
+                self.time_wait_acks.push(tw);
+                return;
+            }
             self.counters.segments_out += 1;
         }
         while let Some(c) = self.cookie_synacks.pop() {
@@ -97,10 +125,15 @@ impl<A: Default> TcpEngine<A> {
                 c.queued = true;
             }
             let after = c.state;
-            self.transition(id, before, after);
+            let retire = after == State::TimeWait && !blocked && c.drained();
+            self.transition(before, after);
             if blocked {
                 self.dirty.drain(..i - 1);
                 return;
+            }
+            if retire {
+                self.retire_to_time_wait(id, now);
+                continue;
             }
             self.rearm(id, now);
         }

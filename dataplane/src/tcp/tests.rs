@@ -93,6 +93,8 @@ mod pair_tests {
     //! for the transitions a client/server exchange never reaches.
     use std::time::Duration;
 
+    use smoltcp::wire::TcpSeqNumber;
+
     use crate::tcp::*;
 
     const A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
@@ -146,6 +148,32 @@ mod pair_tests {
             });
             segs
         }
+    }
+
+    /// A segment from B's port `port` to A:80, checksummed.
+    fn segment(port: u16, control: TcpControl, seq: Seq, ack: Option<Seq>, data: &[u8]) -> Vec<u8> {
+        let repr = TcpRepr {
+            src_port: port,
+            dst_port: 80,
+            control,
+            seq_number: TcpSeqNumber(seq.0 as i32),
+            ack_number: ack.map(|a| TcpSeqNumber(a.0 as i32)),
+            window_len: 65535,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload: data,
+        };
+        let mut buf = vec![0u8; repr.buffer_len()];
+        repr.emit(
+            &mut TcpPacket::new_unchecked(&mut buf[..]),
+            &IpAddress::Ipv4(B),
+            &IpAddress::Ipv4(A),
+            &ChecksumCapabilities::default(),
+        );
+        buf
     }
 
     fn key(local: Ipv4Addr, lp: u16, remote: Ipv4Addr, rp: u16) -> FlowKey {
@@ -243,11 +271,115 @@ mod pair_tests {
         assert_eq!(p.a.state(ca), Some(State::Closing));
         assert_eq!(p.b.state(cb), Some(State::Closing));
         p.run(1, 3);
-        assert_eq!(p.a.state(ca), Some(State::TimeWait));
-        assert_eq!(p.b.state(cb), Some(State::TimeWait));
+        // Both in TIME-WAIT: their slots are free, the 4-tuples held in the
+        // compact table.
+        let (ka, kb) = (key(A, 80, B, 5000), key(B, 5000, A, 80));
+        assert_eq!((p.a.state(ca), p.b.state(cb)), (None, None));
+        assert!(p.a.in_time_wait(&ka) && p.b.in_time_wait(&kb));
+        assert_eq!((p.a.counters().time_wait, p.a.counters().active), (1, 0));
         // 2 MSL later both are gone.
         p.run(1000, 31);
-        assert_eq!((p.a.state(ca), p.b.state(cb)), (None, None));
+        assert!(!p.a.in_time_wait(&ka) && !p.b.in_time_wait(&kb));
+        assert_eq!(p.a.counters().time_wait, 0);
+    }
+
+    /// One exchange where A (the server) closes first and so ends in
+    /// TIME-WAIT; returns B's connection id once both are done.
+    fn server_closes_first(p: &mut Pair, port: u16) -> ConnId {
+        let cb = p.b.connect(p.now, key(B, port, A, 80)).unwrap();
+        p.run(1, 4);
+        let mut ev = Vec::new();
+        p.a.drain_events(&mut ev);
+        for e in ev {
+            if let Event::Accepted(id) = e {
+                p.a.close(id);
+            }
+        }
+        p.run(1, 3);
+        p.b.close(cb);
+        p.run(1, 3);
+        cb
+    }
+
+    #[test]
+    fn time_wait_is_bounded_apart_from_connections_and_recycles_the_oldest() {
+        // RFC 9293 §3.6 / Linux's tcp_max_tw_buckets: TIME-WAIT never
+        // refuses a SYN; past its bound the oldest entry goes.
+        let cfg = TcpConfig {
+            max_conns: 4,
+            max_time_wait: 8,
+            ..TcpConfig::default()
+        };
+        let mut p = Pair::new(cfg);
+        p.a.listen(A, 80);
+        for port in 6000..6050 {
+            let cb = server_closes_first(&mut p, port);
+            assert_eq!(p.b.state(cb), None, "port {port}: closed normally");
+        }
+        let c = p.a.counters();
+        assert_eq!(c.accepted, 50, "{c:?}");
+        assert_eq!((c.time_wait, c.time_wait_recycled, c.active), (8, 42, 0));
+        assert_eq!(p.a.counters().syn_dropped, 0);
+        assert!(p.a.in_time_wait(&key(A, 80, B, 6049)));
+        assert!(!p.a.in_time_wait(&key(A, 80, B, 6041)), "recycled");
+    }
+
+    #[test]
+    fn time_wait_ignores_resets_reacks_fins_and_reopens_for_a_newer_syn() {
+        let mut p = Pair::new(TcpConfig::default());
+        p.a.listen(A, 80);
+        server_closes_first(&mut p, 7000);
+        let k = key(A, 80, B, 7000);
+        let tw = p.a.time_wait.get(&k).expect("in TIME-WAIT");
+        let now = p.now;
+        let (seq, ack) = (tw.rcv_nxt, tw.snd_nxt);
+        // RFC 1337: an RST at RCV.NXT does not end TIME-WAIT.
+        let rst = segment(7000, TcpControl::Rst, seq, Some(ack), &[]);
+        p.a.input(now, B, A, &rst).unwrap();
+        assert!(p.a.in_time_wait(&k));
+        // A retransmitted FIN (its sequence number one below RCV.NXT) is
+        // acknowledged again.
+        let fin = segment(7000, TcpControl::Fin, seq + u32::MAX, Some(ack), &[]);
+        p.a.input(now, B, A, &fin).unwrap();
+        let out = Pair::output(&mut p.a, now);
+        assert_eq!(out.len(), 1, "one ACK");
+        let ackd = TcpRepr::parse(
+            &TcpPacket::new_checked(&out[0].2[..]).unwrap(),
+            &IpAddress::Ipv4(A),
+            &IpAddress::Ipv4(B),
+            &ChecksumCapabilities::default(),
+        )
+        .unwrap();
+        assert_eq!(ackd.ack_number.map(|a| a.0 as u32), Some(seq.0));
+        assert_eq!(ackd.seq_number.0 as u32, ack.0);
+        // A SYN not above the old connection is an old duplicate: ACKed,
+        // nothing opened.
+        let old = segment(7000, TcpControl::Syn, seq + (u32::MAX - 100), None, &[]);
+        p.a.input(now, B, A, &old).unwrap();
+        assert!(p.a.in_time_wait(&k));
+        assert_eq!(Pair::output(&mut p.a, now).len(), 1);
+        // A newer one reopens the 4-tuple (RFC 9293 §3.6.1).
+        let new = segment(7000, TcpControl::Syn, seq + 100_000, None, &[]);
+        p.a.input(now, B, A, &new).unwrap();
+        assert!(!p.a.in_time_wait(&k));
+        assert_eq!(p.a.counters().half_open, 1);
+    }
+
+    #[test]
+    fn connect_reuses_a_timestamped_time_wait_after_a_second() {
+        // RFC 6191 / Linux's tcp_tw_reuse, on the side that closed first.
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        p.b.close(cb);
+        p.run(1, 3);
+        p.a.close(ca);
+        p.run(1, 3);
+        let k = key(B, 5000, A, 80);
+        assert!(p.b.in_time_wait(&k));
+        assert_eq!(p.b.connect(p.now, k), Err(ConnectError::InUse));
+        p.run(100, 11);
+        let again = p.b.connect(p.now, k).expect("reused after 1 s");
+        p.run(1, 5);
+        assert_eq!(p.b.state(again), Some(State::Established));
     }
 
     #[test]

@@ -61,6 +61,10 @@ impl<A: Default> Conn<A> {
         // Second: RST (RFC 5961 §3.2: only an exact match resets; anything
         // else in the window gets a challenge ACK).
         if seg.control == TcpControl::Rst {
+            if self.state == State::TimeWait {
+                // RFC 1337: a reset must not end TIME-WAIT early.
+                return out;
+            }
             if seq == self.rcv_nxt {
                 out.closed = Some(CloseReason::Reset);
             } else {
@@ -357,11 +361,16 @@ impl<A: Default> Conn<A> {
             .clamp(cfg.min_rto, cfg.max_rto);
     }
 
+    /// TIME-WAIT: what we sent is all acknowledged, so the send buffer
+    /// goes; what the peer sent stays until the application has read it
+    /// (then the engine moves the connection to its TIME-WAIT table).
     fn enter_time_wait(&mut self, now: Instant, cfg: &TcpConfig, pool: &mut BufferPool) {
         self.state = State::TimeWait;
         self.timewait_until = Some(now + cfg.time_wait);
         self.rto_at = None;
-        self.release_buffers(pool);
+        if let Some(r) = self.send.take() {
+            pool.give(r);
+        }
     }
 
     // ---- timers ----

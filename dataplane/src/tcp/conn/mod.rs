@@ -430,6 +430,24 @@ impl<A: Default> Conn<A> {
         }
     }
 
+    /// Every received byte has been read (no receive buffer held).
+    pub fn drained(&self) -> bool {
+        self.recv.is_none()
+    }
+
+    /// What the TIME-WAIT table keeps of this connection.
+    pub fn time_wait_entry(&self, now: Instant, cfg: &TcpConfig) -> super::TimeWait {
+        super::TimeWait {
+            key: self.key,
+            snd_nxt: self.snd_nxt,
+            rcv_nxt: self.rcv_nxt,
+            ts_recent: self.ts_recent,
+            window: self.window_field(cfg).0,
+            entered: now,
+            until: self.timewait_until.unwrap_or(now + cfg.time_wait),
+        }
+    }
+
     pub fn release_buffers(&mut self, pool: &mut BufferPool) {
         if let Some(r) = self.send.take() {
             pool.give(r);
