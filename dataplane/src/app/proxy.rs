@@ -266,13 +266,18 @@ impl Services {
     ) -> Option<(ConnId, FlowKey)> {
         let (src, steering) = Uplink::route(cx.uplinks, *addr.ip())?;
         let tries = 64 * steering.map_or(1, |s| usize::from(s.queues));
+        let offset = {
+            use std::hash::Hasher;
+            let mut h = self.port_secret;
+            h.write_u32(u32::from(src));
+            h.write_u32(u32::from(*addr.ip()));
+            h.write_u16(addr.port());
+            h.finish() as u32
+        };
+        let range = u32::from(*EPHEMERAL.end() - *EPHEMERAL.start()) + 1;
         for _ in 0..tries {
-            let port = self.next_port;
-            self.next_port = if port + 1 >= EPHEMERAL.end {
-                EPHEMERAL.start
-            } else {
-                port + 1
-            };
+            self.port_counter = self.port_counter.wrapping_add(1);
+            let port = *EPHEMERAL.start() + (offset.wrapping_add(self.port_counter) % range) as u16;
             if let Some(s) = steering {
                 let h = crate::net::toeplitz::tcp4(s.key, *addr.ip(), src, addr.port(), port);
                 if s.queue_of(h) != s.queue {

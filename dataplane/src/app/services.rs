@@ -18,8 +18,8 @@ use crate::stats::VipCounters;
 use crate::tcp::{CloseReason, ConnId, Event, FlowKey};
 use crate::time::Instant;
 
-/// Source ports of backend connections (Linux's default ephemeral range).
-pub(super) const EPHEMERAL: std::ops::Range<u16> = 32_768..61_000;
+/// Source ports of backend connections: RFC 6056 §3.2's whole range.
+pub(super) const EPHEMERAL: std::ops::RangeInclusive<u16> = 1024..=65535;
 
 /// A VIP as the engine serves it (from the current snapshot).
 #[derive(Debug)]
@@ -48,7 +48,11 @@ pub struct Services {
     pub(super) roles: Roles,
     pub(super) responder: Responder,
     /// Next source port tried for a backend connection.
-    pub(super) next_port: u16,
+    /// RFC 6056 §3.3.3 (algorithm 3): a backend connection's source port
+    /// is `F(addresses, secret) + counter` over [`EPHEMERAL`], so each
+    /// destination walks the whole range from its own, secret offset.
+    pub(super) port_counter: u32,
+    pub(super) port_secret: siphasher::sip::SipHasher24,
     /// Backend bytes on their way into a TLS record.
     pub(super) proxy_scratch: Vec<u8>,
     /// Backend connects in progress and when each is given up.
@@ -77,7 +81,13 @@ impl Services {
             pools: Vec::new(),
             roles: Roles::default(),
             responder: Responder::new(),
-            next_port: EPHEMERAL.start,
+            port_counter: 0,
+            port_secret: {
+                use std::hash::{BuildHasher, Hasher};
+                let seed = std::collections::hash_map::RandomState::new();
+                let (k0, k1) = (seed.build_hasher().finish(), seed.hash_one(1u8));
+                siphasher::sip::SipHasher24::new_with_keys(k0, k1)
+            },
             proxy_scratch: vec![0; crypto::record::MAX_PLAINTEXT],
             connecting: Vec::with_capacity(256),
             deferred: Vec::with_capacity(256),

@@ -10,8 +10,6 @@
 mod control;
 mod io;
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -29,7 +27,7 @@ use crate::port::{PacketBuf, Port};
 use crate::snapshot::{Capture, ControlLink, HealthShare, PoolView};
 use crate::stats::{Counters, DropReason, SharedCounters, VipCounters};
 use crate::steer::{PortShare, SteerLink, Steered};
-use crate::tcp::{Event, TcpConfig, TcpEngine};
+use crate::tcp::{Event, Secret, TcpConfig, TcpEngine};
 use crate::time::Instant;
 use io::{flush, queue, receive, release_resolved, steer};
 
@@ -48,9 +46,9 @@ pub struct EngineConfig {
     /// How often counters are published and timers run.
     pub tick: Duration,
     pub tcp: TcpConfig,
-    /// Key of the TCP initial-sequence-number hash; `None` draws a random
-    /// one (always, outside tests and fuzzing: predictable ISNs are an
-    /// attack surface).
+    /// Seed of TCP's secret (ISNs, SYN cookies), for reproducible runs;
+    /// `None` draws a random one (always, outside tests and fuzzing:
+    /// predictable ISNs and cookies are an attack surface).
     pub isn_key: Option<u64>,
     /// Pause after 256 idle iterations in a row (`None`: never; the
     /// production setting — a dataplane core polls).
@@ -272,8 +270,7 @@ impl<P: Port, A: Application> Engine<P, A> {
             tcp: TcpEngine::new(
                 cfg.tcp,
                 Instant::ZERO,
-                cfg.isn_key
-                    .unwrap_or_else(|| RandomState::new().build_hasher().finish()),
+                cfg.isn_key.map_or_else(Secret::random, Secret::from_seed),
             ),
             app,
             control: None,

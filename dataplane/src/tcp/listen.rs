@@ -70,7 +70,8 @@ impl<A: Default> TcpEngine<A> {
             wscale: syn.window_scale,
             sack: syn.sack_permitted,
         };
-        let iss = cookie::encode(self.isn_key, &key, client_isn, now, params);
+        let iss = cookie::encode(&self.secret, &key, client_isn, now, params);
+        self.last_cookie = Some(now);
         self.cookie_synacks.push(CookieSynAck {
             key,
             iss,
@@ -93,7 +94,17 @@ impl<A: Default> TcpEngine<A> {
         ack: Seq,
     ) -> Result<(), SegmentDrop> {
         let client_isn = Seq(repr.seq_number.0 as u32) + u32::MAX; // SEG.SEQ − 1
-        let Some(params) = cookie::decode(self.isn_key, &key, client_isn, ack + u32::MAX, now)
+        let cookies_out = self.cfg.syn_cookies != SynCookies::Off
+            && self
+                .last_cookie
+                .is_some_and(|t| cookie::period(now) <= cookie::period(t) + 1);
+        if !cookies_out {
+            // No cookie of ours can be out: a stray segment (RFC 9293
+            // §3.10.7.2: an ACK to LISTEN gets a reset).
+            self.reset_for(&key, repr);
+            return Err(SegmentDrop::NoConnection);
+        }
+        let Some(params) = cookie::decode(&self.secret, &key, client_isn, ack + u32::MAX, now)
         else {
             self.counters.syn_cookies_rejected += 1;
             self.reset_for(&key, repr);
@@ -127,17 +138,18 @@ impl<A: Default> TcpEngine<A> {
         Ok(())
     }
 
-    /// RFC 6528-style initial sequence number: a keyed hash of the 4-tuple
-    /// plus a 4 µs clock.
+    /// RFC 6528 §3: ISN = M + F(4-tuple, secretkey), M a 4 µs clock and F
+    /// SipHash-2-4 under the engine's secret. The secret stays for the
+    /// process's life: F must not change for a 4-tuple, or a new
+    /// connection's ISN could fall below an old one's still in a peer's
+    /// TIME-WAIT (RFC 6528 §3 on changing the key).
     pub(super) fn isn(&self, key: &FlowKey, now: Instant) -> Seq {
-        let mut h = FxHasher(self.isn_key);
+        let mut h = self.secret.prf(b'i');
         h.write_u32(u32::from(key.local));
         h.write_u32(u32::from(key.remote));
         h.write_u16(key.local_port);
         h.write_u16(key.remote_port);
-        let mixed = h.finish();
-        let mixed = (mixed ^ (mixed >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        Seq((mixed >> 32) as u32 ^ mixed as u32) + (now.as_nanos() / 4000) as u32
+        Seq(h.finish() as u32) + (now.as_nanos() / 4000) as u32
     }
 
     /// A segment for a 4-tuple in the TIME-WAIT table (RFC 9293 §3.10.7.4,

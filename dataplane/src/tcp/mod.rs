@@ -198,6 +198,45 @@ pub struct TcpCounters {
     pub segments_out: u64,
 }
 
+/// The engine's secret (128 bits) for its keyed PRF, SipHash-2-4: ISNs
+/// (RFC 6528) and SYN cookies (RFC 4987) are outputs an attacker can see,
+/// so they must not reveal the key nor let one predict the next.
+#[derive(Clone, Copy)]
+pub struct Secret([u64; 2]);
+
+impl Secret {
+    /// A secret drawn from the process's random keys (std's `RandomState`,
+    /// seeded from the OS): each call a new one.
+    pub fn random() -> Self {
+        use std::hash::BuildHasher;
+        let keys = std::collections::hash_map::RandomState::new();
+        Self([keys.hash_one(0u8), keys.hash_one(1u8)])
+    }
+
+    /// A fixed secret, for reproducible runs (tests, simulation, fuzzing).
+    pub fn from_seed(seed: u64) -> Self {
+        let mix = |x: u64| {
+            let x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            let x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            x ^ (x >> 31)
+        };
+        Self([mix(seed), mix(seed ^ 0x9e37_79b9_7f4a_7c15)])
+    }
+
+    /// The PRF for one use, `domain` keeping uses apart.
+    fn prf(&self, domain: u8) -> siphasher::sip::SipHasher24 {
+        let mut h = siphasher::sip::SipHasher24::new_with_keys(self.0[0], self.0[1]);
+        h.write_u8(domain);
+        h
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
 /// FxHash: the flow table's keys are not attacker-chosen in a way that
 /// matters more than the per-core table size bound; speed wins here.
 #[derive(Debug, Default, Clone, Copy)]
@@ -290,7 +329,11 @@ pub struct TcpEngine<A> {
     resets: Vec<Reset>,
     cookie_synacks: Vec<CookieSynAck>,
     counters: TcpCounters,
-    isn_key: u64,
+    secret: Secret,
+    /// When the last SYN cookie went out: cookie ACKs are looked at only
+    /// within two cookie periods of it (as Linux does), so stray ACKs
+    /// cannot probe the MAC while no cookie is out.
+    last_cookie: Option<Instant>,
     /// Timers fired in one poll (kept to reuse its capacity).
     fired: Vec<(ConnId, Instant)>,
     /// Connections per state, indexed by `State as usize`.
@@ -298,7 +341,7 @@ pub struct TcpEngine<A> {
 }
 
 impl<A: Default> TcpEngine<A> {
-    pub fn new(cfg: TcpConfig, now: Instant, isn_key: u64) -> Self {
+    pub fn new(cfg: TcpConfig, now: Instant, secret: Secret) -> Self {
         Self {
             cfg,
             listeners: Vec::new(),
@@ -319,7 +362,8 @@ impl<A: Default> TcpEngine<A> {
             resets: Vec::with_capacity(MAX_RESETS),
             cookie_synacks: Vec::with_capacity(MAX_COOKIE_SYNACKS),
             counters: TcpCounters::default(),
-            isn_key,
+            secret,
+            last_cookie: None,
             fired: Vec::new(),
             states: [0; State::COUNT],
         }

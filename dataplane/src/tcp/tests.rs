@@ -46,13 +46,203 @@ mod listen_tests {
         buf
     }
 
+    fn syn_from(src: Ipv4Addr, port: u16, seq: i32) -> Vec<u8> {
+        let repr = TcpRepr {
+            src_port: port,
+            dst_port: 80,
+            control: TcpControl::Syn,
+            seq_number: TcpSeqNumber(seq),
+            ack_number: None,
+            window_len: 65535,
+            window_scale: Some(7),
+            max_seg_size: Some(1460),
+            sack_permitted: true,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload: &[],
+        };
+        let mut buf = vec![0u8; repr.buffer_len()];
+        repr.emit(
+            &mut TcpPacket::new_unchecked(&mut buf[..]),
+            &IpAddress::Ipv4(src),
+            &IpAddress::Ipv4(Ipv4Addr::new(10, 0, 0, 1)),
+            &ChecksumCapabilities::default(),
+        );
+        buf
+    }
+
+    /// Transmits everything owed; returns the SYN-ACKs (cookie or not) by
+    /// destination port.
+    fn synacks(tcp: &mut TcpEngine<()>, now: Instant) -> Vec<(u16, u32)> {
+        let mut out = Vec::new();
+        tcp.poll_timers(now);
+        tcp.transmit(now, |o| {
+            if o.repr.control == TcpControl::Syn {
+                out.push((o.repr.dst_port, o.repr.seq_number.0 as u32));
+            }
+            true
+        });
+        out
+    }
+
+    /// The final ACK of a handshake answered with cookie `iss`.
+    fn ack_from(src: Ipv4Addr, port: u16, seq: u32, ack: u32) -> Vec<u8> {
+        let repr = TcpRepr {
+            src_port: port,
+            dst_port: 80,
+            control: TcpControl::None,
+            seq_number: TcpSeqNumber(seq as i32),
+            ack_number: Some(TcpSeqNumber(ack as i32)),
+            window_len: 65535,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload: &[],
+        };
+        let mut buf = vec![0u8; repr.buffer_len()];
+        repr.emit(
+            &mut TcpPacket::new_unchecked(&mut buf[..]),
+            &IpAddress::Ipv4(src),
+            &IpAddress::Ipv4(Ipv4Addr::new(10, 0, 0, 1)),
+            &ChecksumCapabilities::default(),
+        );
+        buf
+    }
+
+    #[test]
+    fn cookie_acks_are_looked_at_only_while_cookies_are_out() {
+        let client = Ipv4Addr::new(10, 0, 0, 2);
+        let dut = Ipv4Addr::new(10, 0, 0, 1);
+        let always = TcpConfig {
+            syn_cookies: SynCookies::Always,
+            ..TcpConfig::default()
+        };
+        let mut tcp: TcpEngine<()> = TcpEngine::new(always, Instant::ZERO, Secret::from_seed(4));
+        tcp.listen(dut, 80);
+        let t = Instant::from_millis(5);
+        // No cookie sent yet: a stray ACK is reset, not checked as a cookie.
+        assert_eq!(
+            tcp.input(t, client, dut, &ack_from(client, 999, 1, 12345)),
+            Err(SegmentDrop::NoConnection)
+        );
+        assert_eq!(tcp.counters().syn_cookies_rejected, 0);
+        tcp.input(t, client, dut, &syn_from(client, 1000, 77))
+            .unwrap();
+        let (_, cookie) = synacks(&mut tcp, t)[0];
+        // A forged cookie is now checked and refused; the real one opens.
+        let _ = tcp.input(
+            t,
+            client,
+            dut,
+            &ack_from(client, 1000, 78, cookie.wrapping_add(1) ^ 0x10),
+        );
+        assert_eq!(tcp.counters().syn_cookies_rejected, 1);
+        tcp.input(
+            t,
+            client,
+            dut,
+            &ack_from(client, 1000, 78, cookie.wrapping_add(1)),
+        )
+        .unwrap();
+        assert_eq!(tcp.counters().syn_cookies_accepted, 1);
+        // Ten minutes without a cookie going out: ACKs are strays again.
+        let later = t + std::time::Duration::from_secs(600);
+        let _ = tcp.input(
+            later,
+            client,
+            dut,
+            &ack_from(client, 1001, 78, cookie.wrapping_add(1)),
+        );
+        assert_eq!(tcp.counters().syn_cookies_rejected, 1);
+        // With cookies off, never.
+        let off = TcpConfig {
+            syn_cookies: SynCookies::Off,
+            ..TcpConfig::default()
+        };
+        let mut tcp: TcpEngine<()> = TcpEngine::new(off, Instant::ZERO, Secret::from_seed(4));
+        tcp.listen(dut, 80);
+        assert_eq!(
+            tcp.input(
+                t,
+                client,
+                dut,
+                &ack_from(client, 1000, 78, cookie.wrapping_add(1))
+            ),
+            Err(SegmentDrop::NoConnection)
+        );
+        assert_eq!(tcp.counters().syn_cookies_accepted, 0);
+    }
+
+    #[test]
+    fn isns_differ_per_flow_and_per_secret_and_grow_with_time() {
+        // RFC 6528: F(4-tuple, secret) + a 4 µs clock.
+        let cfg = TcpConfig::default();
+        let a: TcpEngine<()> = TcpEngine::new(cfg, Instant::ZERO, Secret::from_seed(1));
+        let b: TcpEngine<()> = TcpEngine::new(cfg, Instant::ZERO, Secret::from_seed(2));
+        let k = |port| FlowKey {
+            local: Ipv4Addr::new(10, 0, 0, 1),
+            local_port: 80,
+            remote: Ipv4Addr::new(10, 0, 0, 2),
+            remote_port: port,
+        };
+        let t = Instant::from_millis(10);
+        assert_ne!(a.isn(&k(1), t), a.isn(&k(2), t));
+        assert_ne!(a.isn(&k(1), t), b.isn(&k(1), t));
+        let later = t + std::time::Duration::from_millis(4);
+        assert_eq!(a.isn(&k(1), later) - a.isn(&k(1), t), 1000);
+    }
+
+    #[test]
+    fn a_spoofed_syn_flood_engages_cookies_with_the_defaults() {
+        // RFC 4987 §3.6: SYN-ACKs to spoofed sources are never answered;
+        // once the half-open budget is spent, new SYNs get cookies and
+        // keep no state, and the engine holds no more than the budget.
+        let cfg = TcpConfig::default();
+        let mut tcp: TcpEngine<()> = TcpEngine::new(cfg, Instant::ZERO, Secret::from_seed(3));
+        tcp.listen(Ipv4Addr::new(10, 0, 0, 1), 80);
+        let mut now = Instant::from_millis(1);
+        // 20 000 SYNs a second from ever new addresses, for 5 s.
+        for ms in 0..5000u32 {
+            for i in 0..20 {
+                let n = ms * 20 + i;
+                let src = Ipv4Addr::from(0x0b00_0000 + n);
+                tcp.input(
+                    now,
+                    src,
+                    Ipv4Addr::new(10, 0, 0, 1),
+                    &syn_from(src, 1024 + (n % 60000) as u16, n as i32),
+                )
+                .unwrap();
+            }
+            synacks(&mut tcp, now);
+            now = now + std::time::Duration::from_millis(1);
+        }
+        let c = tcp.counters();
+        assert_eq!(c.half_open, cfg.max_half_open as u64, "{c:?}");
+        assert!(c.syn_cookies_sent > 90_000, "{c:?}");
+        // A real client now: its SYN is answered with a cookie.
+        let client = Ipv4Addr::new(10, 0, 0, 2);
+        tcp.input(
+            now,
+            client,
+            Ipv4Addr::new(10, 0, 0, 1),
+            &syn_from(client, 40000, 5),
+        )
+        .unwrap();
+        let c2 = tcp.counters();
+        assert_eq!(c2.syn_cookies_sent, c.syn_cookies_sent + 1);
+        assert_eq!(c2.half_open, c.half_open);
+    }
+
     #[test]
     fn cookies_engage_when_the_half_open_budget_is_spent() {
         let cfg = TcpConfig {
             max_half_open: 2,
             ..TcpConfig::default()
         };
-        let mut tcp: TcpEngine<()> = TcpEngine::new(cfg, Instant::ZERO, 7);
+        let mut tcp: TcpEngine<()> = TcpEngine::new(cfg, Instant::ZERO, Secret::from_seed(7));
         tcp.listen(Ipv4Addr::new(10, 0, 0, 1), 80);
         for port in 1000..1005 {
             tcp.input(
@@ -70,7 +260,7 @@ mod listen_tests {
             syn_cookies: SynCookies::Off,
             ..TcpConfig::default()
         };
-        let mut tcp: TcpEngine<()> = TcpEngine::new(off, Instant::ZERO, 7);
+        let mut tcp: TcpEngine<()> = TcpEngine::new(off, Instant::ZERO, Secret::from_seed(7));
         tcp.listen(Ipv4Addr::new(10, 0, 0, 1), 80);
         let mut refused = 0;
         for port in 1000..1005 {
@@ -109,8 +299,8 @@ mod pair_tests {
     impl Pair {
         fn new(cfg: TcpConfig) -> Self {
             Self {
-                a: TcpEngine::new(cfg, Instant::ZERO, 1),
-                b: TcpEngine::new(cfg, Instant::ZERO, 2),
+                a: TcpEngine::new(cfg, Instant::ZERO, Secret::from_seed(1)),
+                b: TcpEngine::new(cfg, Instant::ZERO, Secret::from_seed(2)),
                 now: Instant::from_millis(1),
             }
         }
