@@ -88,6 +88,7 @@ macro_rules! with_counters {
             health_checks: Counter, "tlsdp_health_checks_total", "Health checks run.";
             health_failures: Counter, "tlsdp_health_check_failures_total", "Health checks failed.";
             health_changes: Counter, "tlsdp_health_state_changes_total", "Pool members going down or up.";
+            tx_blocked: Counter, "tlsdp_tx_blocked_total", "Times TCP stopped sending for a full transmit buffer (it sends the rest later; nothing is lost).";
             frames_steered: Counter, "tlsdp_frames_steered_total", "Frames received by the engine and handed to the engine owning their flow (software RSS).";
             config_version: Version, "tlsdp_config_version", "Version of the configuration the engine uses (1 at start, one up per change).";
             busy_cycles: Cycles, "tlsdp_busy_seconds_total", "Time the engine loop spent in iterations that did work.";

@@ -10,7 +10,7 @@ use dataplane::engine::{Engine, EngineConfig};
 use dataplane::loadgen::{LoadConfig, LoadGen};
 use dataplane::net::InterfaceConfig;
 use dataplane::port::{link, ImpairConfig, Impaired, MemPort};
-use dataplane::stats::SharedCounters;
+use dataplane::stats::{DropReason, SharedCounters};
 use dataplane::tcp::{State, TcpConfig};
 use dataplane::time::Instant;
 use smoltcp::wire::EthernetAddress;
@@ -64,6 +64,62 @@ fn setup(
         load,
     );
     (server, client)
+}
+
+#[test]
+fn a_full_transmit_queue_holds_tcp_back_without_loss() {
+    // A link that takes 16 frames per direction at a time, and 40
+    // responses starting together (400 segments in the first initial
+    // windows): the server's transmit buffer fills, TCP is told (the segment is not counted as
+    // sent) and sends it later. Nothing is dropped, so nothing is
+    // retransmitted.
+    let (a, b) = link(
+        EthernetAddress([2, 0, 0, 0, 1, 1]),
+        EthernetAddress([2, 0, 0, 0, 1, 2]),
+        16,
+        32768,
+    );
+    let mut server = Engine::new(EngineConfig::default(), Arc::new(SharedCounters::default()));
+    let shallow = ImpairConfig {
+        max_held: 16,
+        ..ImpairConfig::default()
+    };
+    server.add_port(Impaired::new(a, shallow), iface(SRV));
+    server.listen(SRV, 80);
+    let load = LoadConfig {
+        server: SRV,
+        port: 80,
+        body: 200_000,
+        requests_per_conn: 1,
+        concurrency: 40,
+        total_conns: 40,
+        sources: 1,
+    };
+    let mut client = LoadGen::new(
+        Impaired::new(b, ImpairConfig::default()),
+        iface(CLI),
+        TcpConfig::default(),
+        load,
+    );
+    let mut now = Instant::from_millis(1);
+    while !client.done() {
+        now = now + Duration::from_micros(20);
+        assert!(
+            now < Instant::from_millis(600_000),
+            "stalled: {:?}",
+            client.stats()
+        );
+        client.poll(now);
+        server.poll(now);
+    }
+    let s = client.stats();
+    assert_eq!((s.completed, s.failed), (40, 0), "{s:?}");
+    assert_eq!(s.body_bytes, 40 * 200_000);
+    server.publish();
+    let c = server.counters();
+    assert!(c.tx_blocked > 0, "the transmit buffer filled: {c:?}");
+    assert_eq!(c.drops[DropReason::TxFull as usize], 0, "{c:?}");
+    assert_eq!(server.tcp().counters().retransmits, 0);
 }
 
 /// Polls both sides for `steps` steps of `step` each, from `now`.

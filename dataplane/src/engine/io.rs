@@ -33,7 +33,9 @@ pub(super) fn receive<P: Port>(
                 counters.drop(reason.into());
             }
         }
-        other => queue(ep, buf, other, now, burst, counters),
+        other => {
+            queue(ep, buf, other, now, burst, counters);
+        }
     }
 }
 
@@ -96,7 +98,9 @@ pub(super) fn steer<P: Port>(
 }
 
 /// Acts on a frame's verdict: transmit (flushing full bursts), hold for ARP,
-/// or count the drop.
+/// or count the drop. Returns false when the frame was dropped because the
+/// transmit buffer is full (counted as `tx_full`): a caller that can keep
+/// what it sent (TCP) stops and sends it again later.
 pub(super) fn queue<P: Port>(
     ep: &mut EnginePort<P>,
     buf: P::Buf,
@@ -104,12 +108,15 @@ pub(super) fn queue<P: Port>(
     now: Instant,
     burst: usize,
     counters: &mut Counters,
-) {
+) -> bool {
     match verdict {
         Verdict::Transmit => {
             if ep.tx.len() >= MAX_TX_PENDING {
+                flush(ep, now, counters);
+            }
+            if ep.tx.len() >= MAX_TX_PENDING {
                 counters.drop(DropReason::TxFull);
-                return;
+                return false;
             }
             ep.tx.push(buf);
             ep.tx_since.get_or_insert(now);
@@ -127,6 +134,20 @@ pub(super) fn queue<P: Port>(
             ep.unresolved.push((hop, buf, now + RESOLVE_TIMEOUT));
         }
     }
+    true
+}
+
+/// Whether a port's transmit buffer has room for another frame (after
+/// trying to send what it holds).
+pub(super) fn tx_room<P: Port>(
+    ep: &mut EnginePort<P>,
+    now: Instant,
+    counters: &mut Counters,
+) -> bool {
+    if ep.tx.len() >= MAX_TX_PENDING {
+        flush(ep, now, counters);
+    }
+    ep.tx.len() < MAX_TX_PENDING
 }
 
 /// Moves held frames whose next hop is now known to the transmit buffer, in
@@ -159,13 +180,18 @@ pub(super) fn release_resolved<P: Port>(
 pub(super) fn flush<P: Port>(ep: &mut EnginePort<P>, now: Instant, counters: &mut Counters) {
     if let Some((via, port)) = &ep.tx_via {
         // No TX queue of our own here: the engine that has it sends.
-        // Counted as sent by the engine that sends them.
-        for buf in ep.tx.drain(..) {
-            if via.send_tx(*port, buf).is_err() {
-                counters.drop(DropReason::SteerFull);
+        // Counted as sent by the engine that sends them. What its inbox
+        // does not take stays buffered, in order, like a full TX queue.
+        ep.tx.reverse(); // oldest last: popped first
+        while let Some(buf) = ep.tx.pop() {
+            if let Err(Steered::Tx { buf, .. } | Steered::Rx { buf, .. }) = via.send_tx(*port, buf)
+            {
+                ep.tx.push(buf);
+                break;
             }
         }
-        ep.tx_since = None;
+        ep.tx.reverse();
+        ep.tx_since = if ep.tx.is_empty() { None } else { Some(now) };
         return;
     }
     if let Some(c) = &ep.capture {

@@ -485,18 +485,24 @@ impl<P: Port, A: Application> Engine<P, A> {
     fn transmit_segments(&mut self, now: Instant) {
         let burst = self.cfg.burst;
         let (ports, counters) = (&mut self.ports, &mut self.counters);
+        // A segment TCP could not hand over (no buffer, the transmit buffer
+        // full) stops it: TCP keeps what it did not send and sends it on a
+        // later iteration, nothing is counted as sent that was dropped.
         self.tcp.transmit(now, |seg| {
             let Some(ep) = ports.iter_mut().find(|ep| ep.iface.is_local(seg.src)) else {
                 counters.drop(DropReason::NoRoute);
                 return true;
             };
+            if !io::tx_room(ep, now, counters) {
+                counters.tx_blocked += 1;
+                return false;
+            }
             let Some(mut buf) = ep.port.alloc() else {
                 counters.drop(DropReason::NoBuffer);
                 return false;
             };
             let verdict = ep.iface.write_tcp(now, seg, &mut buf);
-            queue(ep, buf, verdict, now, burst, counters);
-            true
+            queue(ep, buf, verdict, now, burst, counters)
         });
     }
 
