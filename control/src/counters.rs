@@ -74,6 +74,11 @@ macro_rules! with_counters {
             tcp_timeouts: Counter, "tlsdp_tcp_timeouts_total", "TCP connections ended by a timeout.";
             tcp_syn_cookies_sent: Counter, "tlsdp_tcp_syn_cookies_sent_total", "SYN cookies sent.";
             tcp_syn_cookies_accepted: Counter, "tlsdp_tcp_syn_cookies_accepted_total", "Connections opened by a SYN cookie.";
+            tcp_challenge_acks: Counter, "tlsdp_tcp_challenge_acks_total", "Challenge ACKs sent for suspect RSTs, SYNs and ACKs (RFC 5961).";
+            tcp_challenge_acks_limited: Counter, "tlsdp_tcp_challenge_acks_limited_total", "Challenge ACKs not sent: the connection's 10 per second were spent (RFC 5961 section 7).";
+            tcp_paws_rejected: Counter, "tlsdp_tcp_paws_rejected_total", "Segments dropped for a timestamp older than the connection's (PAWS, RFC 7323).";
+            tcp_timestamp_missing: Counter, "tlsdp_tcp_timestamp_missing_total", "Segments dropped for lacking the timestamp option on a connection that uses it (RFC 7323 section 3.2).";
+            tcp_window_probes: Counter, "tlsdp_tcp_window_probes_total", "Zero-window (persist) probes sent.";
             http_requests: Counter, "tlsdp_http_requests_total", "Requests answered by the built-in responder.";
             tls_handshakes: Counter, "tlsdp_tls_handshakes_total", "TLS handshakes completed.";
             tls_failures: Counter, "tlsdp_tls_failures_total", "TLS connections failed.";

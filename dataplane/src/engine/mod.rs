@@ -547,6 +547,11 @@ impl<P: Port, A: Application> Engine<P, A> {
         c.tcp_timeouts = t.timeouts;
         c.tcp_syn_cookies_sent = t.syn_cookies_sent;
         c.tcp_syn_cookies_accepted = t.syn_cookies_accepted;
+        c.tcp_challenge_acks = t.challenge_acks;
+        c.tcp_challenge_acks_limited = t.challenge_acks_limited;
+        c.tcp_paws_rejected = t.paws_rejected;
+        c.tcp_timestamp_missing = t.timestamp_missing;
+        c.tcp_window_probes = t.window_probes;
         self.app.count(c);
         self.shared.publish(&self.counters);
         self.shared.publish_vips(self.app.vip_counters());

@@ -189,7 +189,17 @@ pub struct TcpCounters {
     pub rto_expiries: u64,
     pub timeouts: u64,
     pub keepalive_probes: u64,
+    /// Challenge ACKs sent (RFC 5961 §§3–5) and those the per-connection
+    /// limit held back (§7).
     pub challenge_acks: u64,
+    pub challenge_acks_limited: u64,
+    /// Segments dropped by PAWS (RFC 7323 §5.3: TSval older than
+    /// TS.Recent) and for lacking the timestamp option on a connection
+    /// that uses it (§3.2).
+    pub paws_rejected: u64,
+    pub timestamp_missing: u64,
+    /// Zero-window (persist) probes sent (RFC 9293 §3.8.6.1).
+    pub window_probes: u64,
     pub syn_dropped: u64,
     pub syn_cookies_sent: u64,
     pub syn_cookies_accepted: u64,
@@ -807,8 +817,8 @@ impl<A: Default> TcpEngine<A> {
     fn rearm(&mut self, id: ConnId, now: Instant) {
         let c = live_mut(&mut self.conns, id).expect("live");
         if let Some(at) = c.next_deadline(now, &self.cfg) {
-            if c.armed_at.is_none_or(|a| at < a) {
-                c.armed_at = Some(at);
+            if !c.armed.covers(at) {
+                c.armed.add(at);
                 self.timers.arm(id, at);
             }
         }

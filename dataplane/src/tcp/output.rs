@@ -13,10 +13,9 @@ impl<A: Default> TcpEngine<A> {
             let Some(c) = live_mut(&mut self.conns, id) else {
                 continue;
             };
-            if c.armed_at != Some(at) {
+            if !c.armed.take(at) {
                 continue; // stale entry
             }
-            c.armed_at = None;
             let before = c.state;
             let out = c.on_timer(now, &self.cfg, &mut self.counters);
             let after = c.state;

@@ -283,7 +283,7 @@ mod pair_tests {
     //! for the transitions a client/server exchange never reaches.
     use std::time::Duration;
 
-    use smoltcp::wire::TcpSeqNumber;
+    use smoltcp::wire::{TcpSeqNumber, TcpTimestampRepr};
 
     use crate::tcp::*;
 
@@ -308,16 +308,31 @@ mod pair_tests {
         /// Advances `ms` milliseconds `rounds` times; in each round both
         /// sides transmit first, then both receive (segments cross).
         fn run(&mut self, ms: u64, rounds: usize) {
+            self.run_filtered(ms, rounds, |_, _| true);
+        }
+
+        /// [`Pair::run`], delivering only the segments `keep(from_a,
+        /// segment)` passes.
+        fn run_filtered(
+            &mut self,
+            ms: u64,
+            rounds: usize,
+            mut keep: impl FnMut(bool, &TcpRepr<'_>) -> bool,
+        ) {
             for _ in 0..rounds {
                 self.now = self.now + Duration::from_millis(ms);
                 let now = self.now;
                 let out_a = Self::output(&mut self.a, now);
                 let out_b = Self::output(&mut self.b, now);
                 for (s, d, bytes) in out_a {
-                    let _ = self.b.input(now, s, d, &bytes);
+                    if keep(true, &parse(s, d, &bytes)) {
+                        let _ = self.b.input(now, s, d, &bytes);
+                    }
                 }
                 for (s, d, bytes) in out_b {
-                    let _ = self.a.input(now, s, d, &bytes);
+                    if keep(false, &parse(s, d, &bytes)) {
+                        let _ = self.a.input(now, s, d, &bytes);
+                    }
                 }
             }
         }
@@ -338,6 +353,59 @@ mod pair_tests {
             });
             segs
         }
+    }
+
+    fn parse(src: Ipv4Addr, dst: Ipv4Addr, bytes: &[u8]) -> TcpRepr<'_> {
+        TcpRepr::parse(
+            &TcpPacket::new_checked(bytes).expect("our segment"),
+            &IpAddress::Ipv4(src),
+            &IpAddress::Ipv4(dst),
+            &ChecksumCapabilities::default(),
+        )
+        .expect("our segment")
+    }
+
+    /// A segment from B:5000 to A:80 on the pair's connection, with B's
+    /// sequence numbers, `window` and a timestamp option carrying `tsval`
+    /// (`None`: no option).
+    fn from_b(
+        p: &Pair,
+        cb: ConnId,
+        control: TcpControl,
+        tsval: Option<u32>,
+        data: &[u8],
+    ) -> Vec<u8> {
+        let c = live(&p.b.conns, cb).expect("B's connection");
+        emit_from_b(TcpRepr {
+            src_port: 5000,
+            dst_port: 80,
+            control,
+            seq_number: TcpSeqNumber(c.snd_nxt.0 as i32),
+            ack_number: Some(TcpSeqNumber(c.rcv_nxt.0 as i32)),
+            window_len: 2048,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: tsval.map(|v| TcpTimestampRepr::new(v, 1)),
+            payload: data,
+        })
+    }
+
+    fn emit_from_b(repr: TcpRepr<'_>) -> Vec<u8> {
+        let mut buf = vec![0u8; repr.buffer_len()];
+        repr.emit(
+            &mut TcpPacket::new_unchecked(&mut buf[..]),
+            &IpAddress::Ipv4(B),
+            &IpAddress::Ipv4(A),
+            &ChecksumCapabilities::default(),
+        );
+        buf
+    }
+
+    /// B's timestamp clock now (ms, like every engine's).
+    fn b_tsval(p: &Pair) -> u32 {
+        (p.now.as_nanos() / 1_000_000) as u32
     }
 
     /// A segment from B's port `port` to A:80, checksummed.
@@ -573,7 +641,9 @@ mod pair_tests {
     }
 
     #[test]
-    fn zero_window_is_probed_and_reopened() {
+    fn a_window_closed_for_an_hour_is_probed_with_backoff_and_reopened() {
+        // RFC 9293 §3.8.6.1 (MUST-26): probes back off, and a receiver that
+        // keeps acknowledging them is never given up on.
         let cfg = TcpConfig {
             buffer_size: 16 * 1024,
             ..TcpConfig::default()
@@ -581,22 +651,44 @@ mod pair_tests {
         let (mut p, ca, cb) = established(cfg);
         let data: Vec<u8> = (0..40_000u32).map(|i| i as u8).collect();
         let mut sent = 0;
-        let mut got = Vec::new();
-        let mut buf = vec![0u8; 64 * 1024];
-        // B does not read for 5 s: its window closes, A probes it.
-        for _ in 0..50 {
+        // B does not read for an hour of simulated time: its window closes
+        // (the last bytes of its buffer taken one probe at a time: a window
+        // field of 0 at scale 7 can hide up to 127 free bytes).
+        let mut probes_at = Vec::new();
+        for _ in 0..36_000 {
             sent += p.a.send(ca, &data[sent..]);
+            let before = p.a.counters().window_probes;
             p.run(100, 1);
+            if p.a.counters().window_probes > before {
+                probes_at.push(p.now);
+            }
         }
         assert!(sent < data.len(), "A blocked by the closed window");
-        assert!(p.a.counters().retransmits > 0, "persist probes went out");
         assert_eq!(
             p.a.state(ca),
             Some(State::Established),
-            "probes do not kill the connection"
+            "probes do not kill it"
+        );
+        let gaps: Vec<u64> = probes_at
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_millis() as u64)
+            .collect();
+        // Once the buffer is full, the interval doubles up to max_rto (60 s)
+        // and stays there for the rest of the hour.
+        let k = gaps
+            .iter()
+            .rposition(|&g| g < 1_000)
+            .expect("fast probes first");
+        let tail = &gaps[k..];
+        assert!(tail.windows(2).all(|g| g[1] >= g[0]), "backoff: {tail:?}");
+        assert!(
+            tail.iter().filter(|&&g| g == 60_000).count() >= 50,
+            "{tail:?}"
         );
         // B reads: the window reopens and everything arrives in order.
-        for _ in 0..200 {
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        for _ in 0..20_000 {
             sent += p.a.send(ca, &data[sent..]);
             let n = p.b.recv(cb, &mut buf);
             got.extend_from_slice(&buf[..n]);
@@ -606,5 +698,294 @@ mod pair_tests {
             }
         }
         assert_eq!(got, data);
+    }
+
+    #[test]
+    fn a_receiver_that_stops_answering_probes_is_given_up() {
+        let cfg = TcpConfig {
+            buffer_size: 16 * 1024,
+            ..TcpConfig::default()
+        };
+        let (mut p, ca, _) = established(cfg);
+        let data = vec![7u8; 40_000];
+        p.a.send(ca, &data);
+        p.run(100, 50);
+        assert!(p.a.counters().window_probes > 0);
+        // B vanishes: nothing of it reaches A any more.
+        for _ in 0..10_000 {
+            p.run_filtered(100, 1, |from_a, _| from_a);
+            if p.a.state(ca).is_none() {
+                break;
+            }
+        }
+        assert_eq!(p.a.state(ca), None);
+        assert_eq!(p.a.counters().timeouts, 1);
+    }
+
+    #[test]
+    fn keep_alive_traffic_keeps_timer_entries_bounded() {
+        // Each request arms a delayed ACK and a retransmission timer below
+        // the idle deadline; the wheel must not keep an idle entry per
+        // request (it did: one 300 s entry each, rescanned every turn).
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        let mut buf = [0u8; 256];
+        for i in 0..2_000 {
+            assert_eq!(p.b.send(cb, b"GET / HTTP/1.1\r\n\r\n"), 18);
+            p.run(1, 2);
+            while p.a.recv(ca, &mut buf) > 0 {}
+            p.a.send(ca, b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+            p.run(1, 3);
+            while p.b.recv(cb, &mut buf) > 0 {}
+            if i % 10 == 0 {
+                p.run(20, 1); // delayed ACKs fire
+            }
+        }
+        assert!(
+            p.a.timers.len() <= 4,
+            "A's wheel holds {}",
+            p.a.timers.len()
+        );
+        assert!(
+            p.b.timers.len() <= 4,
+            "B's wheel holds {}",
+            p.b.timers.len()
+        );
+        assert_eq!(p.a.state(ca), Some(State::Established));
+    }
+
+    #[test]
+    fn no_segment_exceeds_the_mtu_while_sack_blocks_ride_on_data() {
+        // RFC 2018 §3 / RFC 9293 §3.7.1: SACK blocks count against the
+        // segment size. Data both ways; some of B's segments to A are lost,
+        // so A holds out-of-order data and reports it on its data segments.
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        let data = vec![1u8; 3_000_000];
+        let (mut sa, mut sb) = (0, 0);
+        let mut n = 0u32;
+        let mut largest = 0;
+        let mut with_sack = 0;
+        let mut buf = vec![0u8; 256 * 1024];
+        for _ in 0..3_000 {
+            sa += p.a.send(ca, &data[sa..]);
+            sb += p.b.send(cb, &data[sb..]);
+            p.run_filtered(1, 1, |from_a, seg| {
+                if from_a {
+                    // IP header (20) + TCP header with options + payload.
+                    let len = 20 + seg.header_len() + seg.payload.len();
+                    largest = largest.max(len);
+                    with_sack +=
+                        usize::from(seg.sack_ranges[0].is_some() && !seg.payload.is_empty());
+                    true
+                } else {
+                    n += 1;
+                    !n.is_multiple_of(37)
+                }
+            });
+            while p.a.recv(ca, &mut buf) > 0 {}
+            while p.b.recv(cb, &mut buf) > 0 {}
+        }
+        assert!(
+            with_sack > 100,
+            "SACK blocks rode on {with_sack} data segments"
+        );
+        assert!(largest <= 1500, "an IP packet of {largest} bytes");
+        assert_eq!(largest, 1500, "segments still fill the MTU");
+    }
+
+    /// What A sends now (timers run), parsed.
+    fn a_sends(p: &mut Pair) -> Vec<(TcpControl, usize, Option<u32>)> {
+        let now = p.now;
+        Pair::output(&mut p.a, now)
+            .iter()
+            .map(|(s, d, b)| {
+                let r = parse(*s, *d, b);
+                (r.control, r.payload.len(), r.ack_number.map(|a| a.0 as u32))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn paws_drops_old_timestamps_and_segments_without_one() {
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        let mut buf = [0u8; 64];
+        // RFC 7323 §5.3 R1: a TSval older than TS.Recent: dropped, ACKed.
+        let old = from_b(
+            &p,
+            cb,
+            TcpControl::Psh,
+            Some(b_tsval(&p).wrapping_sub(1_000_000)),
+            b"old",
+        );
+        p.a.input(p.now, B, A, &old).unwrap();
+        assert_eq!(p.a.recv(ca, &mut buf), 0, "old data not taken");
+        assert_eq!(p.a.counters().paws_rejected, 1);
+        assert_eq!(a_sends(&mut p).len(), 1, "an ACK");
+        // §3.2: no option on a timestamped connection: dropped silently
+        // (Linux takes it; the RFC's SHOULD is followed).
+        let bare = from_b(&p, cb, TcpControl::Psh, None, b"bare");
+        p.a.input(p.now, B, A, &bare).unwrap();
+        assert_eq!(p.a.recv(ca, &mut buf), 0);
+        assert_eq!(p.a.counters().timestamp_missing, 1);
+        assert!(a_sends(&mut p).is_empty(), "silently");
+        // A current one is taken.
+        let good = from_b(&p, cb, TcpControl::Psh, Some(b_tsval(&p)), b"good");
+        p.a.input(p.now, B, A, &good).unwrap();
+        assert_eq!(p.a.recv(ca, &mut buf), 4);
+        assert_eq!(&buf[..4], b"good");
+    }
+
+    #[test]
+    fn an_ack_too_old_to_be_a_duplicate_is_discarded_with_its_data() {
+        // RFC 5961 §5.2: SEG.ACK < SND.UNA − MAX.SND.WND: a blind
+        // injection; discarded (its data too), answered by a challenge ACK.
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        let una = live(&p.a.conns, ca).unwrap().snd_una;
+        let c = live(&p.b.conns, cb).unwrap();
+        let forged = emit_from_b(TcpRepr {
+            src_port: 5000,
+            dst_port: 80,
+            control: TcpControl::Psh,
+            seq_number: TcpSeqNumber(c.snd_nxt.0 as i32),
+            ack_number: Some(TcpSeqNumber((una + (u32::MAX - (1 << 30))).0 as i32)),
+            window_len: 2048,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: Some(TcpTimestampRepr::new(b_tsval(&p), 1)),
+            payload: b"GET /injected",
+        });
+        p.a.input(p.now, B, A, &forged).unwrap();
+        let mut buf = [0u8; 64];
+        assert_eq!(p.a.recv(ca, &mut buf), 0, "injected data not taken");
+        assert_eq!(p.a.counters().challenge_acks, 1);
+        assert_eq!(a_sends(&mut p).len(), 1);
+    }
+
+    #[test]
+    fn challenge_acks_are_limited_per_connection() {
+        // RFC 5961 §7: 50 in-window RSTs not at RCV.NXT in one second get at
+        // most 10 challenge ACKs; the connection lives on.
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        let b_nxt = live(&p.b.conns, cb).unwrap().snd_nxt;
+        let mut acks = 0;
+        for i in 0..50u32 {
+            let rst = emit_from_b(TcpRepr {
+                src_port: 5000,
+                dst_port: 80,
+                control: TcpControl::Rst,
+                seq_number: TcpSeqNumber((b_nxt + 100 + i).0 as i32),
+                ack_number: None,
+                window_len: 0,
+                window_scale: None,
+                max_seg_size: None,
+                sack_permitted: false,
+                sack_ranges: [None; 3],
+                timestamp: None,
+                payload: &[],
+            });
+            p.a.input(p.now, B, A, &rst).unwrap();
+            acks += a_sends(&mut p).len();
+        }
+        let t = p.a.counters();
+        assert_eq!(
+            (acks, t.challenge_acks, t.challenge_acks_limited),
+            (10, 10, 40)
+        );
+        assert_eq!(p.a.state(ca), Some(State::Established));
+        // The next second has a new allowance.
+        p.now = p.now + Duration::from_secs(1);
+        let rst = from_b(&p, cb, TcpControl::Rst, None, &[]);
+        let mut shifted = TcpRepr::parse(
+            &TcpPacket::new_checked(&rst[..]).unwrap(),
+            &IpAddress::Ipv4(B),
+            &IpAddress::Ipv4(A),
+            &ChecksumCapabilities::default(),
+        )
+        .unwrap();
+        shifted.seq_number += 5;
+        shifted.ack_number = None;
+        p.a.input(p.now, B, A, &emit_from_b(shifted)).unwrap();
+        assert_eq!(a_sends(&mut p).len(), 1);
+    }
+
+    #[test]
+    fn a_window_too_small_for_a_segment_waits_for_the_persist_timer() {
+        // RFC 9293 §3.8.6.2.1 (MUST-38): with a full segment's worth queued,
+        // a window of 128 bytes (below half the largest offered) is not
+        // filled at once; the persist timer's override sends into it.
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        assert!(a_sends(&mut p).is_empty());
+        // B offers a tiny window (field 1 at scale 7 = 128 bytes).
+        let c = live(&p.b.conns, cb).unwrap();
+        let small = emit_from_b(TcpRepr {
+            src_port: 5000,
+            dst_port: 80,
+            control: TcpControl::None,
+            seq_number: TcpSeqNumber(c.snd_nxt.0 as i32),
+            ack_number: Some(TcpSeqNumber(c.rcv_nxt.0 as i32)),
+            window_len: 1,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: Some(TcpTimestampRepr::new(b_tsval(&p), 1)),
+            payload: &[],
+        });
+        p.a.input(p.now, B, A, &small).unwrap();
+        assert_eq!(p.a.send(ca, &[5u8; 10_000]), 10_000);
+        assert!(a_sends(&mut p).is_empty(), "no silly segment");
+        p.now = p.now + Duration::from_millis(300);
+        let out = a_sends(&mut p);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].1, 128, "the override fills the window");
+    }
+
+    #[test]
+    fn a_duplicate_syn_in_syn_received_gets_the_syn_ack_again() {
+        let mut p = Pair::new(TcpConfig::default());
+        p.a.listen(A, 80);
+        let syn = emit_from_b(TcpRepr {
+            src_port: 5001,
+            dst_port: 80,
+            control: TcpControl::Syn,
+            seq_number: TcpSeqNumber(1000),
+            ack_number: None,
+            window_len: 65535,
+            window_scale: Some(7),
+            max_seg_size: Some(1460),
+            sack_permitted: true,
+            sack_ranges: [None; 3],
+            timestamp: Some(TcpTimestampRepr::new(5, 0)),
+            payload: &[],
+        });
+        p.a.input(p.now, B, A, &syn).unwrap();
+        let first = a_sends(&mut p);
+        assert_eq!(first, vec![(TcpControl::Syn, 0, Some(1001))]);
+        p.a.input(p.now, B, A, &syn).unwrap();
+        assert_eq!(a_sends(&mut p), first, "the SYN-ACK again, not a bare ACK");
+        assert_eq!(p.a.counters().half_open, 1);
+        // An ACK of something else: <SEQ=SEG.ACK><CTL=RST>, and the
+        // half-open connection stays (RFC 9293 §3.10.7.4).
+        let bad = emit_from_b(TcpRepr {
+            src_port: 5001,
+            dst_port: 80,
+            control: TcpControl::None,
+            seq_number: TcpSeqNumber(1001),
+            ack_number: Some(TcpSeqNumber(12345)),
+            window_len: 65535,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: Some(TcpTimestampRepr::new(6, 0)),
+            payload: &[],
+        });
+        p.a.input(p.now, B, A, &bad).unwrap();
+        let now = p.now;
+        let out = Pair::output(&mut p.a, now);
+        let rst = parse(A, B, &out[0].2);
+        assert_eq!((rst.control, rst.seq_number.0), (TcpControl::Rst, 12345));
+        assert_eq!(p.a.counters().half_open, 1);
     }
 }

@@ -1,13 +1,58 @@
 //! A hashed timer wheel (1 ms slots): O(1) to arm, no per-connection heap
-//! churn. Each connection keeps at most one live entry, for its earliest
-//! deadline; stale entries (a later re-arm, a reused slot) are skipped when
-//! they fire.
+//! churn. Each connection records the entries it has in the wheel
+//! ([`Armed`], at most three); a new entry is added only for a deadline
+//! earlier than all of them, and when one fires the connection looks at
+//! its deadlines again. Entries a connection no longer records (pushed out
+//! by a fourth, a reused slot) are skipped when they fire.
 
 use super::ConnId;
 use crate::time::Instant;
 
 const SLOTS: usize = 4096;
 const TICK_NS: u64 = 1_000_000;
+
+/// The wheel entries one connection has (their deadlines, in ns;
+/// `u64::MAX`: none). Typically an ACK delay, a retransmission and an idle
+/// deadline: a deadline that moves later needs no new entry (the earlier
+/// one fires, finds nothing due and re-arms), so keep-alive traffic does
+/// not pile entries up.
+#[derive(Debug, Clone, Copy)]
+pub struct Armed([u64; 3]);
+
+impl Default for Armed {
+    fn default() -> Self {
+        Self([u64::MAX; 3])
+    }
+}
+
+impl Armed {
+    /// Whether an entry fires at or before `at` (then none is needed for
+    /// `at`: the connection re-arms when that one fires).
+    pub fn covers(&self, at: Instant) -> bool {
+        self.0.iter().any(|&t| t <= at.as_nanos())
+    }
+
+    /// Records a new entry at `at`; with three recorded, the latest is
+    /// forgotten (its entry goes stale).
+    pub fn add(&mut self, at: Instant) {
+        let slot = match self.0.iter().position(|&t| t == u64::MAX) {
+            Some(i) => i,
+            None => (0..3).max_by_key(|&i| self.0[i]).unwrap_or(0),
+        };
+        self.0[slot] = at.as_nanos();
+    }
+
+    /// An entry at `at` fired: whether it was recorded (else it is stale).
+    pub fn take(&mut self, at: Instant) -> bool {
+        match self.0.iter().position(|&t| t == at.as_nanos()) {
+            Some(i) => {
+                self.0[i] = u64::MAX;
+                true
+            }
+            None => false,
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -52,6 +97,12 @@ impl TimerWheel {
     #[cfg(test)]
     fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Entries in the wheel (live and stale).
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.len
     }
 
     /// Arms a timer for `conn` at `at` (rounded up to the next tick).

@@ -10,6 +10,9 @@ use crate::tcp::buffer::BufferPool;
 use crate::tcp::{CloseReason, Seq, TcpConfig, TcpCounters};
 use crate::time::Instant;
 
+/// Challenge ACKs one connection sends per second at most (RFC 5961 §7).
+const CHALLENGE_ACKS_PER_SEC: u8 = 10;
+
 impl<A: Default> Conn<A> {
     /// A segment for this connection (RFC 9293 §3.10.7.3–4).
     ///
@@ -34,6 +37,42 @@ impl<A: Default> Conn<A> {
         let mut out = Input::default();
         let seq = Seq(seg.seq_number.0 as u32);
         let seg_len = seg.segment_len() as u32;
+
+        // The peer did not hear our SYN-ACK and sent its SYN again: the
+        // SYN-ACK goes again (as Linux does; the window check below would
+        // answer the SYN, one below RCV.NXT, with a bare ACK).
+        if self.state == State::SynReceived
+            && seg.control == TcpControl::Syn
+            && seg.ack_number.is_none()
+            && seq + 1 == self.rcv_nxt
+        {
+            self.synack_needed = true;
+            out.send = true;
+            return out;
+        }
+
+        // Timestamps (RFC 7323), on a connection that uses them; an RST is
+        // taken whatever its timestamp (§5.3, "RST segments").
+        if let (Some(recent), true) = (self.ts_recent, seg.control != TcpControl::Rst) {
+            match seg.timestamp {
+                // §3.2: a non-RST segment without the option SHOULD be
+                // dropped silently. Linux takes it; we follow the RFC (an
+                // attacker's blind segment must then also guess TSval).
+                None => {
+                    counters.timestamp_missing += 1;
+                    return out;
+                }
+                // §5.3 R1, PAWS: an older TSval than TS.Recent is an old
+                // duplicate: not acceptable, answered with an ACK.
+                Some(ts) if (ts.tsval.wrapping_sub(recent) as i32) < 0 => {
+                    counters.paws_rejected += 1;
+                    self.ack_now = true;
+                    out.send = true;
+                    return out;
+                }
+                Some(_) => {}
+            }
+        }
 
         // First: is the segment in the receive window?
         let wnd = self.recv_free(cfg).max(1);
@@ -68,23 +107,14 @@ impl<A: Default> Conn<A> {
             if seq == self.rcv_nxt {
                 out.closed = Some(CloseReason::Reset);
             } else {
-                counters.challenge_acks += 1;
-                self.ack_now = true;
-                out.send = true;
+                out.send = self.challenge(now, counters);
             }
             return out;
         }
 
         // Fourth: SYN in a synchronized state (RFC 5961 §4): challenge ACK.
         if seg.control == TcpControl::Syn {
-            if self.state == State::SynReceived && seq + 1 == self.rcv_nxt {
-                // The peer retransmitted its SYN: send the SYN-ACK again.
-                self.synack_needed = true;
-            } else {
-                counters.challenge_acks += 1;
-                self.ack_now = true;
-            }
-            out.send = true;
+            out.send = self.challenge(now, counters);
             return out;
         }
 
@@ -97,23 +127,30 @@ impl<A: Default> Conn<A> {
                 self.state = State::Established;
                 self.accepted = true;
                 out.established = true;
-                self.snd_wnd = u32::from(seg.window_len) << self.snd_shift;
+                self.set_snd_wnd(u32::from(seg.window_len) << self.snd_shift);
                 self.snd_wl1 = seq;
                 self.snd_wl2 = ack;
             } else {
-                // RFC 9293: <SEQ=SEG.ACK><CTL=RST>; we just drop it and let
-                // the SYN-ACK retransmission sort it out.
+                // RFC 9293 §3.10.7.4: an ACK of something else gets
+                // <SEQ=SEG.ACK><CTL=RST>; the half-open connection stays.
+                out.reset_peer = Some(ack);
                 return out;
             }
         }
-        if ack.diff(self.snd_max) > 0 {
-            // Acknowledges something never sent.
-            self.ack_now = true;
-            out.send = true;
+        // RFC 5961 §5.2: acceptable is SND.UNA − MAX.SND.WND ≤ SEG.ACK ≤
+        // SND.NXT; anything else (an ACK of what was never sent, or one too
+        // old to be a duplicate: a blind injection) is discarded, with
+        // its data, and answered with a (rate-limited) ACK.
+        if ack.diff(self.snd_max) > 0
+            || (self.snd_una.diff(ack) > 0 && self.snd_una - ack > self.max_snd_wnd)
+        {
+            out.send = self.challenge(now, counters);
             return out;
         }
-        if let Some(ts) = seg.timestamp {
-            if seq.diff(self.rcv_nxt) <= 0 {
+        // RFC 7323 §4.3: TS.Recent from a segment that covers RCV.NXT
+        // (our last ACK), never moving back.
+        if let (Some(ts), Some(recent)) = (seg.timestamp, self.ts_recent) {
+            if seq.diff(self.rcv_nxt) <= 0 && ts.tsval.wrapping_sub(recent) as i32 >= 0 {
                 self.ts_recent = Some(ts.tsval);
             }
         }
@@ -163,13 +200,23 @@ impl<A: Default> Conn<A> {
                 out.send = true;
             }
         }
-        if self.snd_wl1.diff(seq) < 0 || (self.snd_wl1 == seq && self.snd_wl2.diff(ack) <= 0) {
+        // RFC 9293 §3.10.7.4: the window from a segment not older than the
+        // last one that set it, and acknowledging nothing below SND.UNA.
+        if ack.diff(self.snd_una) >= 0
+            && (self.snd_wl1.diff(seq) < 0 || (self.snd_wl1 == seq && self.snd_wl2.diff(ack) <= 0))
+        {
             if self.snd_wnd == 0 && window > 0 {
                 out.send = true;
             }
-            self.snd_wnd = window;
+            self.set_snd_wnd(window);
             self.snd_wl1 = seq;
             self.snd_wl2 = ack;
+        }
+        // The peer answers while we wait on its window (persist probes):
+        // it is there, so those probes are not retries (MUST-26: never
+        // give up on a receiver that keeps acknowledging them).
+        if self.snd_una == self.snd_max || self.snd_wnd == 0 {
+            self.retries = 0;
         }
         let fin_acked = self.fin_seq.is_some_and(|f| self.snd_una.diff(f) > 0);
         match self.state {
@@ -342,6 +389,27 @@ impl<A: Default> Conn<A> {
             Some(now + self.rto)
         };
         out.send = true;
+    }
+
+    /// Queues a challenge ACK (RFC 5961 §§3.2, 4.2, 5.2) unless this
+    /// connection has sent its share this second (§7). The limit is per
+    /// connection: a shared one is the side channel of CVE-2016-5696 (an
+    /// off-path host counting our challenge ACKs learns which 4-tuples
+    /// exist). Returns whether one is queued.
+    fn challenge(&mut self, now: Instant, counters: &mut TcpCounters) -> bool {
+        let sec = (now.as_nanos() / 1_000_000_000) as u32;
+        if sec != self.challenge_sec {
+            self.challenge_sec = sec;
+            self.challenges = 0;
+        }
+        if self.challenges >= CHALLENGE_ACKS_PER_SEC {
+            counters.challenge_acks_limited += 1;
+            return false;
+        }
+        self.challenges += 1;
+        counters.challenge_acks += 1;
+        self.ack_now = true;
+        true
     }
 
     pub(super) fn update_rto(&mut self, r: Duration, cfg: &TcpConfig) {

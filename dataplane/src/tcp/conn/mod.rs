@@ -52,7 +52,7 @@ pub(super) struct Input {
     pub peer_closed: bool,
     pub closed: Option<CloseReason>,
     pub send: bool,
-    /// SYN-SENT got an ACK for something else: reset with this SEQ.
+    /// The segment acknowledged something else: reset it with this SEQ.
     pub reset_peer: Option<Seq>,
     /// An active open completed.
     pub connected: bool,
@@ -83,8 +83,8 @@ pub(super) struct Conn<A> {
     pub queued: bool,
     /// The generation of the slot this connection occupies (see `ConnId`).
     pub gen: u8,
-    /// Deadline of the live timer-wheel entry.
-    pub armed_at: Option<Instant>,
+    /// The timer-wheel entries it has.
+    pub armed: super::timer::Armed,
 
     // Send sequence space (RFC 9293 §3.3.1).
     iss: Seq,
@@ -93,6 +93,9 @@ pub(super) struct Conn<A> {
     /// Highest sequence number sent (snd_nxt moves back on timeout).
     snd_max: Seq,
     snd_wnd: u32,
+    /// The largest window the peer has offered (RFC 5961 §5.2's
+    /// MAX.SND.WND; half of it is the sender's SWS threshold, §3.8.6.2.1).
+    max_snd_wnd: u32,
     snd_wl1: Seq,
     snd_wl2: Seq,
     /// Shift for the peer's window field.
@@ -134,6 +137,9 @@ pub(super) struct Conn<A> {
     probe: bool,
     /// Keepalive probes sent since the peer was last heard.
     ka_sent: u8,
+    /// Challenge ACKs sent in second `challenge_sec` (RFC 5961 §7).
+    challenges: u8,
+    challenge_sec: u32,
     /// Send a keepalive probe with the next transmit.
     ka_probe: bool,
 
@@ -168,12 +174,13 @@ impl<A: Default> Conn<A> {
             accepted: false,
             queued: false,
             gen: 0,
-            armed_at: None,
+            armed: super::timer::Armed::default(),
             iss,
             snd_una: iss,
             snd_nxt: iss,
             snd_max: iss,
             snd_wnd: 0,
+            max_snd_wnd: 0,
             snd_wl1: Seq(0),
             snd_wl2: iss,
             snd_shift: 0,
@@ -203,6 +210,8 @@ impl<A: Default> Conn<A> {
             probe: false,
             ka_sent: 0,
             ka_probe: false,
+            challenges: 0,
+            challenge_sec: 0,
             cwnd: 10 * seg_size,
             ssthresh: u32::MAX / 2,
             dupacks: 0,
@@ -249,7 +258,7 @@ impl<A: Default> Conn<A> {
         c.state = State::SynReceived;
         c.take_syn_options(syn, cfg);
         // The SYN's window is never scaled (RFC 7323 §2.2).
-        c.snd_wnd = u32::from(syn.window_len);
+        c.set_snd_wnd(u32::from(syn.window_len));
         c
     }
 
@@ -285,7 +294,7 @@ impl<A: Default> Conn<A> {
         if let Some(a) = ack.filter(|_| ack_ok) {
             // The SYN-ACK: established (the SYN-ACK's window is unscaled).
             self.snd_una = a;
-            self.snd_wnd = u32::from(seg.window_len);
+            self.set_snd_wnd(u32::from(seg.window_len));
             self.snd_wl2 = a;
             self.rto_at = None;
             self.retries = 0;
@@ -343,7 +352,7 @@ impl<A: Default> Conn<A> {
         c.snd_una = iss + 1;
         c.snd_nxt = iss + 1;
         c.snd_max = iss + 1;
-        c.snd_wnd = u32::from(ack_seg.window_len) << c.snd_shift;
+        c.set_snd_wnd(u32::from(ack_seg.window_len) << c.snd_shift);
         c.snd_wl1 = Seq(ack_seg.seq_number.0 as u32);
         c.snd_wl2 = iss + 1;
         c
@@ -458,6 +467,31 @@ impl<A: Default> Conn<A> {
     }
 
     // ---- windows ----
+
+    /// The peer's window, noting the largest.
+    fn set_snd_wnd(&mut self, window: u32) {
+        self.snd_wnd = window;
+        self.max_snd_wnd = self.max_snd_wnd.max(window);
+    }
+
+    /// Payload bytes the next segment may carry: the segment size less the
+    /// SACK blocks our ACK field carries with it (RFC 2018 §3: options
+    /// count against the MSS), so no packet exceeds the MTU.
+    fn data_room(&self) -> u32 {
+        let blocks = if self.sack_ok {
+            self.ooo.len.min(3) as u32
+        } else {
+            0
+        };
+        if blocks == 0 {
+            return self.seg_size;
+        }
+        let ts = if self.ts_recent.is_some() { 10 } else { 0 };
+        let options = |n: u32| (ts + if n > 0 { 2 + 8 * n } else { 0 }).div_ceil(4) * 4;
+        self.seg_size
+            .saturating_sub(options(blocks) - options(0))
+            .max(1)
+    }
 
     fn recv_free(&self, cfg: &TcpConfig) -> u32 {
         self.recv.as_ref().map_or(cfg.buffer_size, RingBuf::free) as u32

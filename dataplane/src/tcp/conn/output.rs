@@ -72,20 +72,31 @@ impl<A: Default> Conn<A> {
             out.send = true;
         }
         if self.rto_at.is_some_and(|t| now >= t) {
-            // RFC 6298 §5: retransmission timeout.
+            // RFC 6298 §5: retransmission timeout, or the persist timer.
             if self.retries >= cfg.max_retransmits {
                 out.closed = Some(CloseReason::TimedOut);
                 return out;
             }
             self.retries += 1;
-            counters.retransmits += 1;
-            counters.rto_expiries += 1;
             self.rto = (self.rto * 2).min(cfg.max_rto);
             self.rto_at = None;
-            if matches!(self.state, State::SynSent | State::SynReceived) {
-                self.synack_needed = true;
-            } else if self.snd_wnd == 0 && self.snd_una == self.snd_max {
+            let handshake = matches!(self.state, State::SynSent | State::SynReceived);
+            if !handshake && (self.snd_wnd == 0 || self.snd_una == self.snd_max) {
+                // Persist (RFC 9293 §3.8.6.1): the window is closed (or too
+                // small to send into, §3.8.6.2.1's override): probe it
+                // again with the byte at SND.UNA, the interval doubling up
+                // to max_rto. Any ACK resets `retries`, so only a peer that
+                // stops answering is given up on.
+                self.snd_nxt = self.snd_una;
                 self.probe = true;
+                counters.window_probes += 1;
+                out.send = true;
+                return out;
+            }
+            counters.retransmits += 1;
+            counters.rto_expiries += 1;
+            if handshake {
+                self.synack_needed = true;
             } else {
                 self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
                 self.cwnd = self.seg_size;
@@ -197,8 +208,10 @@ impl<A: Default> Conn<A> {
             counters.segments_out += 1;
             self.ka_probe = false;
         }
-        if self.snd_wnd == 0 && self.snd_nxt.diff(data_end) < 0 && self.rto_at.is_none() {
-            // Persist timer (RFC 9293 §3.8.6.1).
+        if self.snd_nxt.diff(data_end) < 0 && self.rto_at.is_none() {
+            // Data waits and nothing is outstanding: the window is closed or
+            // too small to be worth a segment. Persist timer (RFC 9293
+            // §3.8.6.1).
             self.rto_at = Some(now + self.rto);
         }
         if self.ack_now {
@@ -253,7 +266,7 @@ impl<A: Default> Conn<A> {
                 .find(|&&(l, _)| l.diff(at) > 0)
                 .map_or(limit, |&(l, _)| l);
             let len = (hole_end - at)
-                .min(self.seg_size)
+                .min(self.data_room())
                 .min(data_end.max(at) - at);
             let off = (at - self.buf_seq) as usize;
             let payload = self
@@ -308,9 +321,27 @@ impl<A: Default> Conn<A> {
             let fin_due = self
                 .fin_seq
                 .is_some_and(|f| self.snd_nxt.diff(f) >= 0 && self.snd_nxt.diff(f + 1) < 0);
-            if self.snd_nxt.diff(data_end) < 0 && usable > 0 {
+            let queued = if self.snd_nxt.diff(data_end) < 0 {
+                data_end - self.snd_nxt
+            } else {
+                0
+            };
+            let room = self.data_room();
+            let len = queued.min(room).min(usable);
+            // Sender-side silly window avoidance (RFC 9293 §3.8.6.2.1,
+            // MUST-38): when the peer's window is what limits us, send a
+            // full segment, all that is queued, or at least half the
+            // largest window it offered; else wait for more room (the
+            // persist timer overrides). Where the congestion window
+            // limits, what it allows goes.
+            let window_bound = self.snd_wnd < self.cwnd;
+            let worth = !window_bound
+                || len == room
+                || len == queued
+                || len >= self.max_snd_wnd / 2
+                || self.probe;
+            if len > 0 && worth {
                 let off = (self.snd_nxt - self.buf_seq) as usize;
-                let len = (data_end - self.snd_nxt).min(self.seg_size).min(usable);
                 let payload = self
                     .send
                     .as_ref()
