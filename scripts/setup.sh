@@ -21,6 +21,9 @@ PACKAGES=(
     # TCP and TLS tests: a SYN flooder, a second TLS client, a TLS scanner
     # (curl, openssl and ab come with dpbench's list below)
     hping3 gnutls-bin testssl.sh python3-prometheus-client
+    # TCP conformance suite (tests/conformance/tcp_conformance.py): hand-built
+    # segments, sent and parsed with scapy
+    python3-scapy
     # dpbench: peer terminators, cleartext backend, cross-check clients, certificates
     nginx haproxy stunnel4 nghttp2-client apache2-utils wrk openssl curl util-linux
 )
