@@ -783,21 +783,24 @@ def zero_window_probes_back_off_rfc9293_3_8_6_1(ctx):
     """RFC 9293 §3.8.6.1 / RFC 1122 §4.2.2.17: facing a zero window the
     sender probes it, the first probe after an RTO and then at
     exponentially growing intervals, and keeps the connection open as long
-    as the probes are ACKed, even with window 0. We take 2000 bytes of a
-    100 kB response, ACK them with window 0 and ACK each probe with window
-    0 (not taking its byte); we want ≥ 3 probes within 8.5 s, each interval
-    ≥ 1.3× the one before, then a window update lets the response finish."""
-    c = Conn(ctx.link, window=2000)
+    as the probes are ACKed, even with window 0. We take 2920 bytes (two
+    full segments: a remainder below a segment and below half the largest
+    window would rightly wait for the persist timer, §3.8.6.2.1 MUST-38) of
+    a 100 kB response, ACK them with window 0 and ACK each probe with
+    window 0 (not taking its byte); we want ≥ 3 probes within 8.5 s, each
+    interval ≥ 1.3× the one before, then a window update lets the response
+    finish."""
+    c = Conn(ctx.link, window=2920)
     c.open()
     c.send("PA", http_get("/bytes/100000"))
     got = bytearray()
     deadline = time.monotonic() + 2.0
-    while len(got) < 2000 and time.monotonic() < deadline:
+    while len(got) < 2920 and time.monotonic() < deadline:
         s = c.recv(deadline - time.monotonic(), lambda s: s.payload)
         if s is not None and s.seq == c.rcv_nxt:
             got += s.payload
             c.rcv_nxt = wrap(c.rcv_nxt + len(s.payload))
-    expect(len(got) == 2000, f"dpd sent {len(got)} bytes into a 2000-byte window")
+    expect(len(got) == 2920, f"dpd sent {len(got)} bytes into a 2920-byte window")
     c.window = 0
     c.ack()
     t_zero = time.monotonic()

@@ -51,9 +51,12 @@ impl<A: Default> Conn<A> {
             return out;
         }
 
-        // Timestamps (RFC 7323), on a connection that uses them; an RST is
-        // taken whatever its timestamp (§5.3, "RST segments").
-        if let (Some(recent), true) = (self.ts_recent, seg.control != TcpControl::Rst) {
+        // Timestamps (RFC 7323), on a connection that uses them. An RST is
+        // taken whatever its timestamp (§5.3, "RST segments"); so is a SYN,
+        // which only ever gets a challenge ACK (RFC 5961 §4: a peer that
+        // restarted, perhaps without timestamps, learns from it to reset).
+        let exempt = matches!(seg.control, TcpControl::Rst | TcpControl::Syn);
+        if let (Some(recent), false) = (self.ts_recent, exempt) {
             match seg.timestamp {
                 // §3.2: a non-RST segment without the option SHOULD be
                 // dropped silently. Linux takes it; we follow the RFC (an
@@ -167,9 +170,11 @@ impl<A: Default> Conn<A> {
         } else if ack == self.snd_una
             && seg_len == 0
             && window == self.snd_wnd
+            && window > 0
             && self.snd_max != self.snd_una
         {
-            // A duplicate ACK (RFC 5681 §2).
+            // A duplicate ACK (RFC 5681 §2). Not with a closed window: those
+            // answer persist probes, whose byte the peer could not take.
             self.dupacks = self.dupacks.saturating_add(1);
             if self.dupacks == 3 && self.recover.is_none() {
                 self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
@@ -206,6 +211,9 @@ impl<A: Default> Conn<A> {
             && (self.snd_wl1.diff(seq) < 0 || (self.snd_wl1 == seq && self.snd_wl2.diff(ack) <= 0))
         {
             if self.snd_wnd == 0 && window > 0 {
+                // The window opened: the last probe's byte may not have been
+                // taken, so go on from SND.UNA.
+                self.snd_nxt = self.snd_una;
                 out.send = true;
             }
             self.set_snd_wnd(window);
