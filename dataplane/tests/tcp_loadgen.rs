@@ -234,63 +234,95 @@ fn keep_alive_requests_and_loss() {
 }
 
 /// Goodput by loss rate, our TCP against our TCP, in simulated time (1 ms
-/// each way, seeded loss on both directions). Deterministic, so it is kept as
-/// a snapshot: a change in loss recovery shows up as a diff to review.
-/// Refresh with `UPDATE_SNAPSHOTS=1 cargo test -p dataplane --test tcp_loadgen`.
+/// each way, seeded loss on both directions, 4 MB on one connection).
+///
+/// Floors, not a snapshot: any correct improvement keeps passing. A
+/// loss-based congestion control cannot beat the steady-state bound of
+/// Mathis et al., MSS/RTT · sqrt(3/(2p)) (71 Mbit/s at 1 % here), so the
+/// floors are fractions of it (means of three seeds): loss recovery (SACK,
+/// RACK-TLP) must keep within 2× of it at 0.5 and 1 %, 2.5× at 2 %, where
+/// a tail loss or a lost retransmission waiting for the 200 ms RTO would
+/// cost more than the whole transfer. The table is printed
+/// (`--nocapture`) and kept in docs/tcp.md as a report.
 #[test]
-fn goodput_by_loss_snapshot() {
+fn goodput_by_loss_keeps_its_floors() {
     let mut table = String::from(
-        "loss %  goodput Mbit/s  retransmits  RTO expiries  (4 MB, one connection, RTT 2 ms)\n",
+        "loss %  goodput Mbit/s  Mathis bound  retransmits  RTO expiries  tail loss probes  RACK lost rtx  (means of 3 seeds)\n",
     );
-    for loss in [0.0, 0.005, 0.01, 0.02, 0.05] {
-        let load = LoadConfig {
-            server: SRV,
-            port: 80,
-            body: 4_000_000,
-            requests_per_conn: 1,
-            concurrency: 1,
-            total_conns: 1,
-            sources: 1,
-        };
-        let impair = ImpairConfig {
-            seed: 5,
-            loss,
-            delay: Duration::from_millis(1),
-            ..ImpairConfig::default()
-        };
-        let cfg = EngineConfig {
-            isn_key: Some(1),
-            ..EngineConfig::default()
-        };
-        let (mut server, mut client) = setup(cfg, load, impair, 6);
-        let start = Instant::from_millis(1);
-        let mut now = start;
-        while !client.done() {
-            now = now + Duration::from_micros(50);
-            assert!(now < start + Duration::from_secs(600), "stalled at {loss}");
-            client.poll(now);
-            server.poll(now);
+    let mut failures = Vec::new();
+    for (loss, share) in [
+        (0.0, 0.0),
+        (0.005, 0.5),
+        (0.01, 0.5),
+        (0.02, 0.4),
+        (0.05, 0.1),
+    ] {
+        let seeds = [5, 7, 11];
+        let mut mbps = 0.0;
+        let mut t = dataplane::tcp::TcpCounters::default();
+        for seed in seeds {
+            let load = LoadConfig {
+                server: SRV,
+                port: 80,
+                body: 4_000_000,
+                requests_per_conn: 1,
+                concurrency: 1,
+                total_conns: 1,
+                sources: 1,
+            };
+            let impair = ImpairConfig {
+                seed,
+                loss,
+                delay: Duration::from_millis(1),
+                ..ImpairConfig::default()
+            };
+            let cfg = EngineConfig {
+                isn_key: Some(1),
+                ..EngineConfig::default()
+            };
+            let (mut server, mut client) = setup(cfg, load, impair, seed + 1);
+            let start = Instant::from_millis(1);
+            let mut now = start;
+            while !client.done() {
+                now = now + Duration::from_micros(50);
+                assert!(now < start + Duration::from_secs(600), "stalled at {loss}");
+                client.poll(now);
+                server.poll(now);
+            }
+            mbps += 4_000_000.0 * 8.0 / (now - start).as_secs_f64() / 1e6 / seeds.len() as f64;
+            let c = server.tcp().counters();
+            t.retransmits += c.retransmits;
+            t.rto_expiries += c.rto_expiries;
+            t.tail_loss_probes += c.tail_loss_probes;
+            t.lost_retransmits += c.lost_retransmits;
         }
-        let secs = (now - start).as_secs_f64();
-        let t = server.tcp().counters();
+        let n = seeds.len() as f64;
+        // MSS 1448 (with timestamps), RTT 2 ms.
+        let bound = if loss > 0.0 {
+            1448.0 * 8.0 / 0.002 * (1.5_f64 / loss).sqrt() / 1e6
+        } else {
+            f64::INFINITY
+        };
         table += &format!(
-            "{:>6.1}  {:>14.1}  {:>11}  {:>12}\n",
+            "{:>6.1}  {:>14.1}  {:>12.1}  {:>11.1}  {:>12.1}  {:>16.1}  {:>13.1}\n",
             loss * 100.0,
-            4_000_000.0 * 8.0 / secs / 1e6,
-            t.retransmits,
-            t.rto_expiries
+            mbps,
+            bound,
+            t.retransmits as f64 / n,
+            t.rto_expiries as f64 / n,
+            t.tail_loss_probes as f64 / n,
+            t.lost_retransmits as f64 / n
         );
+        let floor = if loss > 0.0 { share * bound } else { 500.0 };
+        if mbps < floor {
+            failures.push(format!(
+                "{}% loss: {mbps:.1} Mbit/s < {floor:.1}",
+                loss * 100.0
+            ));
+        }
     }
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/snapshots/goodput_by_loss.txt");
-    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-        std::fs::write(&path, &table).unwrap();
-    }
-    let kept = std::fs::read_to_string(&path).unwrap_or_default();
-    assert_eq!(
-        kept, table,
-        "goodput changed; review and refresh with UPDATE_SNAPSHOTS=1:\n{table}"
-    );
+    eprintln!("{table}");
+    assert!(failures.is_empty(), "{failures:?}\n{table}");
 }
 
 #[test]

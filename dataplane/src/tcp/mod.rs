@@ -200,6 +200,10 @@ pub struct TcpCounters {
     pub timestamp_missing: u64,
     /// Zero-window (persist) probes sent (RFC 9293 §3.8.6.1).
     pub window_probes: u64,
+    /// Tail loss probes sent (RFC 8985 §7), and retransmissions found lost
+    /// by RACK's time rule (§6.2) instead of waiting for the RTO.
+    pub tail_loss_probes: u64,
+    pub lost_retransmits: u64,
     pub syn_dropped: u64,
     pub syn_cookies_sent: u64,
     pub syn_cookies_accepted: u64,

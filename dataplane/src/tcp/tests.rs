@@ -988,4 +988,83 @@ mod pair_tests {
         assert_eq!((rst.control, rst.seq_number.0), (TcpControl::Rst, 12345));
         assert_eq!(p.a.counters().half_open, 1);
     }
+
+    /// A sends `n` bytes to B through `drop(seq, times_seen)`, a filter on
+    /// A's data segments; returns when B has them all, or after 2 s.
+    fn transfer_with_drops(
+        n: usize,
+        mut drop: impl FnMut(u32, u32, u32) -> bool,
+    ) -> (Pair, Duration) {
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        p.run(10, 30); // RTT samples: SRTT ≈ 2 ms
+        let start = p.now;
+        let data = vec![9u8; n];
+        let mut sent = 0;
+        let mut got = 0;
+        let mut seen = std::collections::HashMap::<u32, u32>::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        while got < n && p.now < start + Duration::from_secs(2) {
+            sent += p.a.send(ca, &data[sent..]);
+            p.run_filtered(1, 1, |from_a, seg| {
+                if !from_a || seg.payload.is_empty() {
+                    return true;
+                }
+                let seq = seg.seq_number.0 as u32;
+                let times = seen.entry(seq).or_default();
+                *times += 1;
+                !drop(seq, seg.payload.len() as u32, *times)
+            });
+            loop {
+                let k = p.b.recv(cb, &mut buf);
+                if k == 0 {
+                    break;
+                }
+                got += k;
+            }
+        }
+        assert_eq!(got, n, "everything arrived");
+        let took = p.now - start;
+        (p, took)
+    }
+
+    #[test]
+    fn a_lost_tail_is_repaired_by_a_probe_not_the_rto() {
+        // RFC 8985 §7: the last two segments of a 20-segment flight are
+        // lost; no duplicate ACK can tell. The probe timeout (2·SRTT)
+        // sends the last segment again; its ACK's SACK block starts
+        // recovery. Without it: the 200 ms RTO.
+        let mut first = None;
+        let mut sent_end = 0;
+        let (p, took) = transfer_with_drops(20 * 1448, |seq, len, _| {
+            let base = *first.get_or_insert(seq);
+            let (off, end) = (seq.wrapping_sub(base), seq.wrapping_sub(base) + len);
+            let new = end > sent_end;
+            sent_end = sent_end.max(end);
+            // The first transmission of the last two segments' bytes.
+            new && off >= 18 * 1448
+        });
+        let t = p.a.counters();
+        assert!(t.tail_loss_probes >= 1, "{t:?}");
+        assert_eq!(t.rto_expiries, 0, "{t:?}");
+        assert!(took < Duration::from_millis(60), "took {took:?}");
+    }
+
+    #[test]
+    fn a_lost_retransmission_is_found_by_time_not_the_rto() {
+        // RFC 8985 §6.2: a segment is lost, and so is its first
+        // retransmission; later data keeps arriving. The retransmission
+        // is found lost a reordering window after data sent after it was
+        // SACKed, and goes again.
+        let mut first = None;
+        let (p, took) = transfer_with_drops(200 * 1448, |seq, len, times| {
+            let base = *first.get_or_insert(seq);
+            let at = 30 * 1448;
+            let off = seq.wrapping_sub(base);
+            off <= at && at < off + len && times <= 2
+        });
+        let t = p.a.counters();
+        assert!(t.lost_retransmits >= 1, "{t:?}");
+        assert_eq!(t.rto_expiries, 0, "{t:?}");
+        assert!(took < Duration::from_millis(150), "took {took:?}");
+    }
 }

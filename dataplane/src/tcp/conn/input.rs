@@ -10,6 +10,10 @@ use crate::tcp::buffer::BufferPool;
 use crate::tcp::{CloseReason, Seq, TcpConfig, TcpCounters};
 use crate::time::Instant;
 
+/// RFC 8985 §7.2's WCDelAckT: how long a receiver may delay its ACK of a
+/// lone segment.
+const WORST_CASE_DELAYED_ACK: Duration = Duration::from_millis(200);
+
 /// Challenge ACKs one connection sends per second at most (RFC 5961 §7).
 const CHALLENGE_ACKS_PER_SEC: u8 = 10;
 
@@ -193,7 +197,17 @@ impl<A: Default> Conn<A> {
         // loss, without waiting for three duplicate ACKs; in recovery each
         // ACK lets the next holes go out.
         if sack_news && self.scoreboard.len > 0 {
-            if self.recover.is_none() && self.scoreboard.bytes() > 3 * self.seg_size {
+            // RACK after a tail loss probe (RFC 8985 §6.2, §7.4): the probe
+            // went out 2·SRTT after everything below it; SACKed while a
+            // hole stays open below, that hole is lost (three segments'
+            // worth of SACKs may never come at the tail of a flight).
+            let probe_arrived = self
+                .tlp_seq
+                .take()
+                .is_some_and(|p| self.scoreboard.covering(p).is_some() && self.snd_una.diff(p) < 0);
+            if self.recover.is_none()
+                && (probe_arrived || self.scoreboard.bytes() > 3 * self.seg_size)
+            {
                 self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
                 self.cwnd = self.ssthresh;
                 self.recover = Some(self.snd_max);
@@ -203,6 +217,7 @@ impl<A: Default> Conn<A> {
             if self.recover.is_some() {
                 self.fast_rtx = true;
                 out.send = true;
+                self.rack_lost_retransmissions(now, counters);
             }
         }
         // RFC 9293 §3.10.7.4: the window from a segment not older than the
@@ -391,12 +406,75 @@ impl<A: Default> Conn<A> {
                     .on_ack(now, acked, self.cwnd, self.seg_size, srtt);
             }
         }
-        self.rto_at = if self.snd_una == self.snd_max {
-            None
+        // New data acknowledged: a tail loss probe may be sent again, and
+        // the loss timer restarts (PTO or RTO).
+        self.tlp_out = false;
+        if self.recover.is_none() {
+            self.rtx_sent = None;
+        }
+        if self.snd_una == self.snd_max {
+            self.rto_at = None;
+            self.tlp_armed = false;
         } else {
-            Some(now + self.rto)
-        };
+            self.arm_loss_timer(now, true);
+        }
         out.send = true;
+    }
+
+    /// RACK's time rule (RFC 8985 §6.2) for retransmissions: data sent
+    /// after the latest recovery retransmission has been SACKed, more than a
+    /// reordering window (SRTT/4) after that retransmission went out, while
+    /// the holes it filled are still open below: those retransmissions were
+    /// lost too. They go again now rather than at the RTO.
+    fn rack_lost_retransmissions(&mut self, now: Instant, counters: &mut TcpCounters) {
+        let Some((sent, mark)) = self.rtx_sent else {
+            return;
+        };
+        let reo_wnd = (self.srtt.unwrap_or(self.rto) / 4).max(Duration::from_millis(1));
+        let later_arrived = self.scoreboard.highest().is_some_and(|h| h.diff(mark) > 0);
+        if later_arrived && now.saturating_since(sent) >= reo_wnd {
+            self.rtx_sent = None;
+            self.rtx_next = self.snd_una;
+            self.fast_rtx = true;
+            counters.lost_retransmits += 1;
+        }
+    }
+
+    /// Arms the loss timer after new data went out or new data was
+    /// acknowledged: the tail loss probe's timeout where RFC 8985 §7.2
+    /// allows one (SACK in use, not in recovery, no probe out, an RTT
+    /// measured, the window open: else this is the persist timer): PTO = 2·SRTT, plus the worst-case delayed ACK (200 ms)
+    /// when one segment is in flight; the RTO where that is sooner or no
+    /// probe is allowed. `restart`: new data was acknowledged.
+    pub(super) fn arm_loss_timer(&mut self, now: Instant, restart: bool) {
+        let pto = match self.srtt {
+            Some(srtt)
+                if self.sack_ok && self.recover.is_none() && !self.tlp_out && self.snd_wnd > 0 =>
+            {
+                let mut pto = srtt * 2;
+                if self.snd_max - self.snd_una <= self.seg_size {
+                    pto += WORST_CASE_DELAYED_ACK;
+                }
+                Some(pto.max(Duration::from_millis(2)))
+            }
+            _ => None,
+        };
+        // The RTO keeps its deadline while it runs (RFC 6298 §5.1), unless
+        // new data was acknowledged (§5.3).
+        let rto_at = match (restart, self.tlp_armed, self.rto_at) {
+            (false, false, Some(t)) => t,
+            _ => now + self.rto,
+        };
+        match pto.map(|p| now + p).filter(|&p| p < rto_at) {
+            Some(p) => {
+                self.rto_at = Some(p);
+                self.tlp_armed = true;
+            }
+            None => {
+                self.rto_at = Some(rto_at);
+                self.tlp_armed = false;
+            }
+        }
     }
 
     /// Queues a challenge ACK (RFC 5961 §§3.2, 4.2, 5.2) unless this

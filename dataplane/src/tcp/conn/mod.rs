@@ -152,6 +152,22 @@ pub(super) struct Conn<A> {
 
     cubic: Cubic,
 
+    // RACK-TLP (RFC 8985).
+    /// `rto_at` is the probe timeout (PTO), not the RTO.
+    tlp_armed: bool,
+    /// A probe is out; no other until an ACK acknowledges new data.
+    tlp_out: bool,
+    /// The probe to send: one new segment (past the congestion window), or
+    /// the last segment again.
+    tlp_new: bool,
+    tlp_rtx: bool,
+    /// Where the probe that went out starts.
+    tlp_seq: Option<Seq>,
+    /// When the latest recovery retransmission went out, and SND.MAX then:
+    /// data above it was sent later, so its arrival while the retransmitted
+    /// holes stay open means those retransmissions were lost.
+    rtx_sent: Option<(Instant, Seq)>,
+
     // SACK (RFC 2018), sender side: what the peer holds above snd_una.
     sack_ok: bool,
     scoreboard: Scoreboard,
@@ -218,6 +234,12 @@ impl<A: Default> Conn<A> {
             recover: None,
             fast_rtx: false,
             cubic: Cubic::default(),
+            tlp_armed: false,
+            tlp_out: false,
+            tlp_new: false,
+            tlp_rtx: false,
+            tlp_seq: None,
+            rtx_sent: None,
             sack_ok: false,
             scoreboard: Scoreboard::default(),
             ooo: Scoreboard::default(),

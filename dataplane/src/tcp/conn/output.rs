@@ -71,6 +71,28 @@ impl<A: Default> Conn<A> {
             self.ack_now = true;
             out.send = true;
         }
+        if self.tlp_armed && self.rto_at.is_some_and(|t| now >= t) {
+            self.tlp_armed = false;
+            self.rto_at = Some(now + self.rto);
+            if self.recover.is_none() && self.snd_wnd > 0 && self.snd_una != self.snd_max {
+                // Tail loss probe (RFC 8985 §7.3): no ACK for 2·SRTT, so the
+                // tail of the flight (or its ACKs) may be lost and nothing
+                // would tell us but the RTO. One segment elicits an ACK whose
+                // SACK blocks start recovery: new data if there is some and
+                // the peer's window takes it, else the last segment again.
+                self.tlp_out = true;
+                counters.tail_loss_probes += 1;
+                let data_end = self.buf_seq + self.send.as_ref().map_or(0, RingBuf::len) as u32;
+                let in_flight = self.snd_nxt - self.snd_una;
+                if self.snd_nxt.diff(data_end) < 0 && self.snd_wnd > in_flight {
+                    self.tlp_new = true;
+                } else {
+                    self.tlp_rtx = true;
+                }
+                out.send = true;
+            }
+            return out;
+        }
         if self.rto_at.is_some_and(|t| now >= t) {
             // RFC 6298 §5: retransmission timeout, or the persist timer.
             if self.retries >= cfg.max_retransmits {
@@ -95,6 +117,8 @@ impl<A: Default> Conn<A> {
             }
             counters.retransmits += 1;
             counters.rto_expiries += 1;
+            self.tlp_out = false;
+            self.rtx_sent = None;
             if handshake {
                 self.synack_needed = true;
             } else {
@@ -195,6 +219,9 @@ impl<A: Default> Conn<A> {
         if self.fast_rtx && !self.emit_retransmissions(now, cfg, counters, emit, data_end) {
             return false;
         }
+        if self.tlp_rtx && !self.emit_tail_probe(now, cfg, counters, emit, data_end) {
+            return false;
+        }
         if !self.emit_new(now, cfg, counters, emit, data_end) {
             return false;
         }
@@ -291,11 +318,69 @@ impl<A: Default> Conn<A> {
             counters.segments_out += 1;
             counters.retransmits += 1;
             self.sent_ack(cfg);
-            self.rto_at.get_or_insert(now + self.rto);
+            if self.rto_at.is_none() || self.tlp_armed {
+                self.rto_at = Some(now + self.rto);
+                self.tlp_armed = false;
+            }
+            self.rtx_sent = Some((now, self.snd_max));
             at = at + plen + u32::from(fin);
             self.rtx_next = at;
             budget -= 1;
         }
+        true
+    }
+
+    /// The tail loss probe that resends the last segment sent (its data,
+    /// and our FIN if it carried it). Returns false if `emit` refused.
+    fn emit_tail_probe(
+        &mut self,
+        now: Instant,
+        cfg: &TcpConfig,
+        counters: &mut TcpCounters,
+        emit: &mut impl FnMut(&Outgoing<'_>) -> bool,
+        data_end: Seq,
+    ) -> bool {
+        let fin_sent = self.fin_seq.filter(|&f| self.snd_max.diff(f) > 0);
+        let data_sent_end = if self.snd_max.diff(data_end) < 0 {
+            self.snd_max
+        } else {
+            data_end
+        };
+        let len = if data_sent_end.diff(self.snd_una) > 0 {
+            (data_sent_end - self.snd_una).min(self.data_room())
+        } else {
+            0
+        };
+        let at = data_sent_end + len.wrapping_neg();
+        let off = (at - self.buf_seq) as usize;
+        let payload = self
+            .send
+            .as_ref()
+            .map_or(&[][..], |r| r.slice_at(off, len as usize));
+        let plen = payload.len() as u32;
+        let fin = fin_sent == Some(at + plen);
+        if plen == 0 && !fin {
+            self.tlp_rtx = false;
+            return true;
+        }
+        let control = if fin {
+            TcpControl::Fin
+        } else {
+            TcpControl::Psh
+        };
+        let repr = self.repr(cfg, now, control, at, payload);
+        if !emit(&Outgoing {
+            src: self.key.local,
+            dst: self.key.remote,
+            repr,
+        }) {
+            return false;
+        }
+        self.tlp_rtx = false;
+        self.tlp_seq = Some(at);
+        counters.segments_out += 1;
+        counters.retransmits += 1;
+        self.sent_ack(cfg);
         true
     }
 
@@ -317,6 +402,11 @@ impl<A: Default> Conn<A> {
             let mut usable = wnd.saturating_sub(in_flight);
             if self.probe && usable == 0 {
                 usable = 1;
+            }
+            if self.tlp_new {
+                // The tail loss probe: one segment past the congestion
+                // window, within the peer's.
+                usable = usable.max(self.snd_wnd.saturating_sub(in_flight).min(self.seg_size));
             }
             let fin_due = self
                 .fin_seq
@@ -370,8 +460,13 @@ impl<A: Default> Conn<A> {
                     self.on_fin_sent();
                 }
                 self.snd_max = self.snd_max.max(self.snd_nxt);
-                self.rto_at.get_or_insert(now + self.rto);
+                self.arm_loss_timer(now, false);
                 self.sent_ack(cfg);
+                if self.tlp_new {
+                    self.tlp_new = false;
+                    self.tlp_seq = Some(self.snd_nxt + (plen + u32::from(with_fin)).wrapping_neg());
+                    break;
+                }
                 continue;
             }
             if fin_due && self.snd_nxt == data_end {
@@ -383,7 +478,7 @@ impl<A: Default> Conn<A> {
                 self.snd_nxt = self.snd_nxt + 1;
                 self.snd_max = self.snd_max.max(self.snd_nxt);
                 self.on_fin_sent();
-                self.rto_at.get_or_insert(now + self.rto);
+                self.arm_loss_timer(now, false);
                 self.sent_ack(cfg);
             }
             break;
