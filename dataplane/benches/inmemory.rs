@@ -8,6 +8,7 @@
 //!   cargo bench -p dataplane --bench inmemory -- --hold [--tls] CONNS
 //!   cargo bench -p dataplane --bench inmemory -- --scale [--tls] [MAX_ENGINES]
 //!   cargo bench -p dataplane --bench inmemory -- --steer
+//!   cargo bench -p dataplane --bench inmemory -- --defaults [CONNS]
 //!
 //! `--scale` runs 1, 2, 4 ... engines at once, each on its own thread with
 //! its own generator and in-memory link (share-nothing, as in `dpd`; the
@@ -66,6 +67,19 @@ fn setup_with(
     max_conns: usize,
     tls: Option<LoadClientConfig>,
 ) -> (Engine<MemPort>, LoadGen<MemPort>) {
+    let tcp = TcpConfig {
+        max_conns,
+        ..TcpConfig::default()
+    };
+    setup_tcp(load, tcp, tls)
+}
+
+/// [`setup_with`] with the server's whole `[tcp]` configuration.
+fn setup_tcp(
+    load: LoadConfig,
+    tcp: TcpConfig,
+    tls: Option<LoadClientConfig>,
+) -> (Engine<MemPort>, LoadGen<MemPort>) {
     let iface = |addr| InterfaceConfig {
         mac: EthernetAddress([0; 6]),
         addr,
@@ -78,10 +92,6 @@ fn setup_with(
         8192,
         65536,
     );
-    let tcp = TcpConfig {
-        max_conns,
-        ..TcpConfig::default()
-    };
     let mut server = Engine::new(
         EngineConfig {
             tcp,
@@ -91,7 +101,13 @@ fn setup_with(
     );
     server.add_port(a, iface(SRV));
     server.listen(SRV, 80);
-    let mut client = LoadGen::new(b, iface(CLI), tcp, load);
+    // The generator closes second: it holds no TIME-WAIT, and its own
+    // limit never gets in the way of the server's.
+    let client_tcp = TcpConfig {
+        max_conns: 1 << 20,
+        ..tcp
+    };
+    let mut client = LoadGen::new(b, iface(CLI), client_tcp, load);
     if let Some(t) = tls {
         server.listen_tls(SRV, 443, tls_config());
         client = client.with_tls(t);
@@ -104,7 +120,21 @@ fn run(load: LoadConfig) -> Result {
 }
 
 fn run_with(load: LoadConfig, tls: Option<LoadClientConfig>) -> Result {
-    let (mut server, mut client) = setup_with(load, 1 << 20, tls);
+    let tcp = TcpConfig {
+        max_conns: 1 << 20,
+        ..TcpConfig::default()
+    };
+    run_tcp(load, tcp, tls).0
+}
+
+/// [`run_with`] with the server's `[tcp]` settings; also returns the
+/// server engine at the end.
+fn run_tcp(
+    load: LoadConfig,
+    tcp: TcpConfig,
+    tls: Option<LoadClientConfig>,
+) -> (Result, Engine<MemPort>) {
+    let (mut server, mut client) = setup_tcp(load, tcp, tls);
     let clock = TscClock::new();
     let (mut srv_ticks, mut cli_ticks) = (0u64, 0u64);
     let start = clock.ticks();
@@ -116,8 +146,15 @@ fn run_with(load: LoadConfig, tls: Option<LoadClientConfig>) -> Result {
         let t1 = clock.ticks();
         let b = server.poll(clock.at(t1));
         let t2 = clock.ticks();
-        cli_ticks += t1 - t0;
-        srv_ticks += t2 - t1;
+        // Busy time only, as dpd counts it (`busy_cycles`): a poll that
+        // found nothing to do is idle time (waiting on the generator, an
+        // ARP reply, a retransmission timer), not the cost of connections.
+        if a > 0 {
+            cli_ticks += t1 - t0;
+        }
+        if b > 0 {
+            srv_ticks += t2 - t1;
+        }
         polls += 1;
         if a + b == 0 {
             idle += 1;
@@ -143,14 +180,46 @@ fn run_with(load: LoadConfig, tls: Option<LoadClientConfig>) -> Result {
     }
     let s = client.stats();
     assert_eq!(s.failed, 0, "{s:?}");
-    Result {
+    let r = Result {
         conns: s.completed,
         responses: s.responses,
         bytes: s.body_bytes,
         server_s: srv_ticks as f64 / hz,
         client_s: cli_ticks as f64 / hz,
         wall_s: (clock.ticks() - start) as f64 / hz,
-    }
+    };
+    (r, server)
+}
+
+/// CPS with the default `[tcp]` settings (65,536 connections, 262,144
+/// TIME-WAIT entries) and more connections than TIME-WAIT holds: the
+/// server closes first, so its TIME-WAIT table fills and recycles, and no
+/// SYN may be refused.
+fn cps_defaults(conns: u64) {
+    let load = LoadConfig {
+        server: SRV,
+        port: 80,
+        body: 64,
+        requests_per_conn: 1,
+        concurrency: 256,
+        total_conns: conns,
+        sources: 64,
+    };
+    let (r, server) = run_tcp(load, TcpConfig::default(), None);
+    let t = server.tcp().counters();
+    println!(
+        "CPS   {} connections from 64 addresses, default [tcp]: server engine {:.0} ns/connection = {:.0} connections/s per core; TIME-WAIT {} (bound {}), {} recycled, {} SYNs refused; server state {} MiB; wall {:.2} s",
+        r.conns,
+        r.server_s * 1e9 / r.conns as f64,
+        r.conns as f64 / r.server_s,
+        t.time_wait,
+        TcpConfig::default().max_time_wait,
+        t.time_wait_recycled,
+        t.syn_dropped,
+        server.state_bytes() >> 20,
+        r.wall_s
+    );
+    assert_eq!(t.syn_dropped, 0, "TIME-WAIT refused connections");
 }
 
 /// Opens `conns` connections and holds them idle; reports the server
@@ -240,6 +309,11 @@ fn main() {
     }
     if tls {
         tls_runs(conns);
+        return;
+    }
+    if std::env::args().any(|a| a == "--defaults") {
+        // cargo bench -p dataplane --bench inmemory -- --defaults 600000
+        cps_defaults(conns);
         return;
     }
     let r = run(LoadConfig {

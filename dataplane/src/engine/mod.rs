@@ -108,9 +108,10 @@ impl<B> TxVia<B> {
     }
 }
 
-/// Most frames held per port while their next hop is resolved (Linux keeps
-/// a few per neighbour too: `unres_qlen`).
-const MAX_UNRESOLVED: usize = 16;
+/// Most frames held per port while their next hop is resolved (Linux
+/// holds up to `unres_qlen`, 101, per neighbour): enough for the SYN-ACKs
+/// of a burst of new on-link clients, each waiting for its ARP reply.
+const MAX_UNRESOLVED: usize = 256;
 /// How long a frame waits for ARP before it is dropped.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Most frames waiting for the TX queue per port. Beyond it, TCP stops

@@ -1,13 +1,18 @@
-//! The ARP cache (RFC 826) of one interface: a small fixed table with
-//! reachable and incomplete entries, probe pacing and eviction of the oldest
-//! entry. Engines talk to few neighbours (a gateway, local backends), so a
-//! linear scan over a few dozen entries beats hashing.
+//! The ARP cache (RFC 826) of one interface: reachable and incomplete
+//! entries, probe pacing, and eviction by second chance (a FIFO where an
+//! entry used since it was queued goes round once more). Hashed: an engine
+//! facing on-link clients talks to thousands of neighbours, and a scan per
+//! frame over them (or per insert, to find the oldest) would be a cost a
+//! sender of spoofed addresses controls.
 
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use smoltcp::wire::EthernetAddress;
 
+use crate::tcp::FxHasher;
 use crate::time::Instant;
 
 /// How long a learned mapping is trusted.
@@ -28,9 +33,9 @@ enum State {
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
-    ip: Ipv4Addr,
     state: State,
-    touched: Instant,
+    /// Looked up since it was last queued (its second chance).
+    used: bool,
 }
 
 /// Result of [`ArpCache::lookup`].
@@ -43,17 +48,20 @@ pub enum ArpLookup {
     Miss { probe: bool },
 }
 
-/// A fixed-size ARP table.
+/// A bounded ARP table.
 #[derive(Debug)]
 pub struct ArpCache {
-    entries: Vec<Entry>,
+    entries: HashMap<Ipv4Addr, Entry, BuildHasherDefault<FxHasher>>,
+    /// Every address in `entries`, in the order it was (re)queued.
+    order: VecDeque<Ipv4Addr>,
     capacity: usize,
 }
 
 impl ArpCache {
     pub fn new(capacity: usize) -> Self {
         Self {
-            entries: Vec::with_capacity(capacity),
+            entries: HashMap::default(),
+            order: VecDeque::new(),
             capacity: capacity.max(1),
         }
     }
@@ -66,36 +74,35 @@ impl ArpCache {
         self.entries.is_empty()
     }
 
-    /// The MAC for `ip`, or whether to ask for it.
+    /// Looks `ip` up; a miss makes an incomplete entry (and paces probes).
     pub fn lookup(&mut self, ip: Ipv4Addr, now: Instant) -> ArpLookup {
-        match self.entries.iter_mut().find(|e| e.ip == ip) {
-            Some(e) => match e.state {
-                State::Reachable { mac, expires } if now < expires => {
-                    e.touched = now;
-                    ArpLookup::Hit(mac)
+        match self.entries.get_mut(&ip) {
+            Some(e) => {
+                e.used = true;
+                match e.state {
+                    State::Reachable { mac, expires } if now < expires => ArpLookup::Hit(mac),
+                    State::Reachable { .. } => {
+                        e.state = State::Incomplete {
+                            next_probe: now + PROBE_INTERVAL,
+                        };
+                        ArpLookup::Miss { probe: true }
+                    }
+                    State::Incomplete { next_probe } if now >= next_probe => {
+                        e.state = State::Incomplete {
+                            next_probe: now + PROBE_INTERVAL,
+                        };
+                        ArpLookup::Miss { probe: true }
+                    }
+                    State::Incomplete { .. } => ArpLookup::Miss { probe: false },
                 }
-                State::Reachable { .. } => {
-                    e.state = State::Incomplete {
-                        next_probe: now + PROBE_INTERVAL,
-                    };
-                    ArpLookup::Miss { probe: true }
-                }
-                State::Incomplete { next_probe } if now >= next_probe => {
-                    e.state = State::Incomplete {
-                        next_probe: now + PROBE_INTERVAL,
-                    };
-                    ArpLookup::Miss { probe: true }
-                }
-                State::Incomplete { .. } => ArpLookup::Miss { probe: false },
-            },
+            }
             None => {
-                self.insert(Entry {
+                self.insert(
                     ip,
-                    state: State::Incomplete {
+                    State::Incomplete {
                         next_probe: now + PROBE_INTERVAL,
                     },
-                    touched: now,
-                });
+                );
                 ArpLookup::Miss { probe: true }
             }
         }
@@ -109,43 +116,41 @@ impl ArpCache {
             mac,
             expires: now + REACHABLE_TIME,
         };
-        if let Some(e) = self.entries.iter_mut().find(|e| e.ip == ip) {
+        if let Some(e) = self.entries.get_mut(&ip) {
             e.state = state;
-            e.touched = now;
+            e.used = true;
         } else if create {
-            self.insert(Entry {
-                ip,
-                state,
-                touched: now,
-            });
+            self.insert(ip, state);
         }
     }
 
     /// The fresh mapping for `ip`, without side effects.
     pub fn peek(&self, ip: Ipv4Addr, now: Instant) -> Option<EthernetAddress> {
-        self.entries
-            .iter()
-            .find(|e| e.ip == ip)
-            .and_then(|e| match e.state {
-                State::Reachable { mac, expires } if now < expires => Some(mac),
-                _ => None,
-            })
+        self.entries.get(&ip).and_then(|e| match e.state {
+            State::Reachable { mac, expires } if now < expires => Some(mac),
+            _ => None,
+        })
     }
 
-    fn insert(&mut self, entry: Entry) {
-        if self.entries.len() < self.capacity {
-            self.entries.push(entry);
-            return;
+    fn insert(&mut self, ip: Ipv4Addr, state: State) {
+        // Full: the oldest entry not used since it was queued goes (each
+        // entry passed over loses its mark, so this ends within two turns).
+        while self.entries.len() >= self.capacity {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            match self.entries.get_mut(&old) {
+                Some(e) if e.used => {
+                    e.used = false;
+                    self.order.push_back(old);
+                }
+                _ => {
+                    self.entries.remove(&old);
+                }
+            }
         }
-        // Evict the least recently used entry.
-        let oldest = self
-            .entries
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, e)| e.touched)
-            .map(|(i, _)| i)
-            .expect("capacity >= 1");
-        self.entries[oldest] = entry;
+        self.entries.insert(ip, Entry { state, used: false });
+        self.order.push_back(ip);
     }
 }
 
@@ -199,7 +204,7 @@ mod tests {
     }
 
     #[test]
-    fn full_table_evicts_least_recently_used() {
+    fn full_table_evicts_what_was_not_used_since() {
         let mut c = ArpCache::new(2);
         let (a, b, d) = (
             Ipv4Addr::new(10, 0, 0, 1),
@@ -214,7 +219,7 @@ mod tests {
         assert_eq!(
             c.peek(b, Instant::from_millis(5)),
             None,
-            "b was least recently used"
+            "b was not used since it was learned"
         );
         assert_eq!(c.peek(a, Instant::from_millis(5)), Some(MAC));
     }

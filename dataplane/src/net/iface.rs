@@ -21,6 +21,9 @@ use crate::time::Instant;
 const MIN_FRAME: usize = 60;
 /// Most ARP requests queued for sending between two engine iterations.
 const MAX_PENDING_PROBES: usize = 16;
+/// Neighbours each interface remembers: on-link clients, backends and the
+/// gateway (about 40 bytes each).
+const ARP_ENTRIES: usize = 4096;
 
 /// Addresses of one interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +114,7 @@ impl Interface {
     pub fn new(cfg: InterfaceConfig) -> Self {
         Self {
             cfg,
-            arp: ArpCache::new(64),
+            arp: ArpCache::new(ARP_ENTRIES),
             probes: Vec::with_capacity(MAX_PENDING_PROBES),
             next_ident: 1,
             extra: Vec::new(),

@@ -271,9 +271,18 @@ impl Hasher for FxHasher {
     fn write_u32(&mut self, n: u32) {
         self.0 = (self.0.rotate_left(5) ^ u64::from(n)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
     }
+    /// With a final avalanche (MurmurHash3's fmix64): the multiply-xor
+    /// rounds leave the low bits, which pick the table bucket, depending
+    /// on little of the input, and 4-tuples from many addresses and ports
+    /// then crowd a few buckets.
     #[inline]
     fn finish(&self) -> u64 {
-        self.0
+        let mut x = self.0;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        x ^ (x >> 33)
     }
 }
 
