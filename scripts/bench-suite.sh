@@ -14,6 +14,9 @@
 #   PEERS="nginx haproxy stunnel"   (add "backend" for the cleartext pool alone,
 #                                    "dpd" for tlsdp's dataplane: plain HTTP tests)
 #   OUT=/tmp/dpbench-results/<date>  WORK=/tmp/dpbench-<NAME> (certs, configs, logs)
+#   BENCH_SRC_COUNT=16   client source addresses (dpbench --src NET.10-...)
+#   DPD_TCP=defaults     run dpd with the default [tcp] settings (as users do)
+#   DPD_STATS=1          after the run, dpd's TCP counters and memory
 #   VERIFY=1   verify certificates (default: --dangerous-no-verify, the
 #              cheapest client, so the DUT saturates first)
 set -euo pipefail
@@ -52,7 +55,15 @@ verify=(--dangerous-no-verify)
 mkdir -p "$out"
 cmd=("$DPBENCH" "$sub")
 [ "$sub" = suite ] || { cmd+=("$1"); shift; }
-cmd+=("${targets[@]}" "${verify[@]}" --cores "$cli_core" --src "$net.10-25" --out "$out" "$@")
+nsrc=${BENCH_SRC_COUNT:-16}
+cmd+=("${targets[@]}" "${verify[@]}" --cores "$cli_core" --src "$net.10-$((10 + nsrc - 1))" --out "$out" "$@")
 echo "+ ${cmd[*]}" | tee "$out/command.txt"
 ip netns exec "$name-cli" "${cmd[@]}" | tee "$out/report.md"
+if [ "${DPD_STATS:-0}" = 1 ] && [ -s "$work/run/dpd.pid" ]; then
+    {
+        echo "dpd after the run:"
+        "$target_dir/release/dpctl" --socket "$work/run/dpd.sock" stats || true
+        grep -E '^(VmRSS|VmHWM)' "/proc/$(cat "$work/run/dpd.pid")/status" || true
+    } | tee "$out/dpd-after.txt"
+fi
 echo "reports in $out"

@@ -62,6 +62,7 @@ macro_rules! with_counters {
             rx_bytes: Counter, "tlsdp_rx_bytes_total", "Bytes received.";
             tx_packets: Counter, "tlsdp_tx_packets_total", "Frames sent.";
             tx_bytes: Counter, "tlsdp_tx_bytes_total", "Bytes sent.";
+            tx_blocked: Counter, "tlsdp_tx_blocked_total", "Times TCP stopped sending for a full transmit buffer (it sends the rest later; nothing is lost).";
             arp_replies: Counter, "tlsdp_arp_replies_total", "ARP replies sent.";
             arp_requests: Counter, "tlsdp_arp_requests_total", "ARP requests sent.";
             icmp_echo_replies: Counter, "tlsdp_icmp_echo_replies_total", "ICMP echo replies sent.";
@@ -93,7 +94,6 @@ macro_rules! with_counters {
             health_checks: Counter, "tlsdp_health_checks_total", "Health checks run.";
             health_failures: Counter, "tlsdp_health_check_failures_total", "Health checks failed.";
             health_changes: Counter, "tlsdp_health_state_changes_total", "Pool members going down or up.";
-            tx_blocked: Counter, "tlsdp_tx_blocked_total", "Times TCP stopped sending for a full transmit buffer (it sends the rest later; nothing is lost).";
             frames_steered: Counter, "tlsdp_frames_steered_total", "Frames received by the engine and handed to the engine owning their flow (software RSS).";
             config_version: Version, "tlsdp_config_version", "Version of the configuration the engine uses (1 at start, one up per change).";
             busy_cycles: Cycles, "tlsdp_busy_seconds_total", "Time the engine loop spent in iterations that did work.";

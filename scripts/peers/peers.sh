@@ -364,9 +364,7 @@ listen = "$dpd_ip:4473"
 pool = "rip"
 certs = [{ cert = "$dir/p384.crt", key = "$dir/p384.key" }]
 
-[tcp]
-max_connections = 1000000
-max_half_open = 65536
+$(if [ "${DPD_TCP:-}" != defaults ]; then printf '[tcp]\nmax_connections = 1000000\nmax_half_open = 65536\n'; fi)
 
 [control]
 socket = "$run/dpd.sock"

@@ -9,16 +9,16 @@
 //! control block.
 //!
 //! What this version does: passive and active open (simultaneous open
-//! answered) with MSS, window scaling, timestamps (RFC 7323) and
+//! answered) with MSS, window scaling, timestamps with PAWS (RFC 7323) and
 //! SACK-permitted; SYN cookies (RFC 4987); in-order data both ways and
 //! out-of-order data held behind the gap, reported in SACK blocks;
 //! retransmission (RFC 6298 with exponential backoff), fast retransmit,
-//! NewReno (RFC 6582) and SACK-based recovery (RFC 6675); CUBIC (RFC
-//! 9438); delayed ACKs, zero-window probes, keepalive; graceful close from
-//! either side, TIME-WAIT (with reuse by a newer SYN); RST validation and
-//! challenge ACKs (RFC 5961); handshake and idle timeouts; resets for
-//! segments to no connection. The full list, and what is not built yet
-//! (RACK/TLP, PAWS, challenge-ACK rate limits): docs/architecture.md, "TCP".
+//! NewReno (RFC 6582), SACK-based recovery (RFC 6675) and RACK-TLP (RFC
+//! 8985); CUBIC (RFC 9438); delayed ACKs, zero-window probes, silly window
+//! avoidance, keepalive; graceful close from either side, TIME-WAIT in a
+//! bounded table of its own; RST validation and rate-limited challenge
+//! ACKs (RFC 5961); handshake and idle timeouts; resets for segments to no
+//! connection. The full list: docs/architecture.md, "TCP".
 
 mod buffer;
 mod config;
