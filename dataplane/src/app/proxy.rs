@@ -266,18 +266,9 @@ impl Services {
     ) -> Option<(ConnId, FlowKey)> {
         let (src, steering) = Uplink::route(cx.uplinks, *addr.ip())?;
         let tries = 64 * steering.map_or(1, |s| usize::from(s.queues));
-        let offset = {
-            use std::hash::Hasher;
-            let mut h = self.port_secret;
-            h.write_u32(u32::from(src));
-            h.write_u32(u32::from(*addr.ip()));
-            h.write_u16(addr.port());
-            h.finish() as u32
-        };
-        let range = u32::from(*EPHEMERAL.end() - *EPHEMERAL.start()) + 1;
         for _ in 0..tries {
             self.port_counter = self.port_counter.wrapping_add(1);
-            let port = *EPHEMERAL.start() + (offset.wrapping_add(self.port_counter) % range) as u16;
+            let port = source_port(&self.port_secret, src, addr, self.port_counter);
             if let Some(s) = steering {
                 let h = crate::net::toeplitz::tcp4(s.key, *addr.ip(), src, addr.port(), port);
                 if s.queue_of(h) != s.queue {
@@ -389,5 +380,51 @@ impl Services {
                 }
             }
         }
+    }
+}
+
+/// RFC 6056 §3.3.3 (algorithm 3): the `counter`-th source port towards
+/// `dst` from `src`, over [`EPHEMERAL`] from an offset the secret keyed
+/// hash of the addresses gives (so it cannot be guessed off-path, and each
+/// destination walks the whole range on its own).
+fn source_port(
+    secret: &siphasher::sip::SipHasher24,
+    src: std::net::Ipv4Addr,
+    dst: SocketAddrV4,
+    counter: u32,
+) -> u16 {
+    use std::hash::Hasher;
+    let mut h = *secret;
+    h.write_u32(u32::from(src));
+    h.write_u32(u32::from(*dst.ip()));
+    h.write_u16(dst.port());
+    let offset = h.finish() as u32;
+    let range = u32::from(*EPHEMERAL.end() - *EPHEMERAL.start()) + 1;
+    *EPHEMERAL.start() + (offset.wrapping_add(counter) % range) as u16
+}
+
+#[cfg(test)]
+mod port_tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn source_ports_walk_the_whole_range_from_a_secret_offset_per_destination() {
+        let key = siphasher::sip::SipHasher24::new_with_keys(1, 2);
+        let src = Ipv4Addr::new(10, 0, 0, 1);
+        let a = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 20), 80);
+        let b = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 21), 80);
+        let range = u32::from(*EPHEMERAL.end() - *EPHEMERAL.start()) + 1;
+        let mut seen = std::collections::HashSet::new();
+        for n in 0..range {
+            let p = source_port(&key, src, a, n);
+            assert!(EPHEMERAL.contains(&p));
+            assert!(seen.insert(p), "port {p} twice");
+        }
+        assert_eq!(seen.len(), 64_512, "every port of 1024-65535");
+        // Another destination, or another secret, starts elsewhere.
+        assert_ne!(source_port(&key, src, a, 0), source_port(&key, src, b, 0));
+        let other = siphasher::sip::SipHasher24::new_with_keys(3, 4);
+        assert_ne!(source_port(&key, src, a, 0), source_port(&other, src, a, 0));
     }
 }

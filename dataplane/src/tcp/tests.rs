@@ -1067,4 +1067,38 @@ mod pair_tests {
         assert_eq!(t.rto_expiries, 0, "{t:?}");
         assert!(took < Duration::from_millis(150), "took {took:?}");
     }
+
+    #[test]
+    fn an_old_ack_does_not_set_the_window() {
+        // RFC 9293 §3.10.7.4: the window is taken from a segment only if
+        // SND.UNA =< SEG.ACK; a reordered segment with newer data but an
+        // older ACK (here with window 0) must not close A's send window.
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        assert_eq!(p.a.send(ca, &[1u8; 1000]), 1000);
+        p.run(1, 5);
+        let mut buf = [0u8; 2000];
+        assert_eq!(p.b.recv(cb, &mut buf), 1000);
+        let una = live(&p.a.conns, ca).unwrap().snd_una;
+        let c = live(&p.b.conns, cb).unwrap();
+        let stale = emit_from_b(TcpRepr {
+            src_port: 5000,
+            dst_port: 80,
+            control: TcpControl::Psh,
+            // Above SND.WL1 (B's data so far ends at SND.NXT): newer data.
+            seq_number: TcpSeqNumber((c.snd_nxt + 1).0 as i32),
+            ack_number: Some(TcpSeqNumber((una + (u32::MAX - 499)).0 as i32)),
+            window_len: 0,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: Some(TcpTimestampRepr::new(b_tsval(&p), 1)),
+            payload: b"x",
+        });
+        p.a.input(p.now, B, A, &stale).unwrap();
+        assert_eq!(p.a.send(ca, &[2u8; 3000]), 3000);
+        let out = a_sends(&mut p);
+        let data: usize = out.iter().map(|&(_, n, _)| n).sum();
+        assert_eq!(data, 3000, "the window stayed open: {out:?}");
+    }
 }
