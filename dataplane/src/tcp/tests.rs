@@ -1,6 +1,47 @@
 //! The TCP engine's unit tests: control-block size, the listen path,
 //! and pairs of engines talking to each other in simulated time.
 
+use std::net::Ipv4Addr;
+
+use smoltcp::phy::ChecksumCapabilities;
+use smoltcp::wire::{IpAddress, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber};
+
+/// A segment `src_port` → `dst_port` with no options, window 65535.
+fn seg(
+    src_port: u16,
+    dst_port: u16,
+    control: TcpControl,
+    seq: u32,
+    ack: Option<u32>,
+) -> TcpRepr<'static> {
+    TcpRepr {
+        src_port,
+        dst_port,
+        control,
+        seq_number: TcpSeqNumber(seq as i32),
+        ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
+        window_len: 65535,
+        window_scale: None,
+        max_seg_size: None,
+        sack_permitted: false,
+        sack_ranges: [None; 3],
+        timestamp: None,
+        payload: &[],
+    }
+}
+
+/// `repr` as segment bytes from `src` to `dst`, checksummed.
+fn wire(repr: &TcpRepr<'_>, src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
+    let mut buf = vec![0u8; repr.buffer_len()];
+    repr.emit(
+        &mut TcpPacket::new_unchecked(&mut buf[..]),
+        &IpAddress::Ipv4(src),
+        &IpAddress::Ipv4(dst),
+        &ChecksumCapabilities::default(),
+    );
+    buf
+}
+
 mod size_tests {
     #[test]
     fn control_block_size() {
@@ -15,60 +56,19 @@ mod size_tests {
 mod listen_tests {
 
     use crate::tcp::*;
-    use smoltcp::wire::TcpSeqNumber;
 
     fn syn(port: u16) -> Vec<u8> {
-        let repr = TcpRepr {
-            src_port: port,
-            dst_port: 80,
-            control: TcpControl::Syn,
-            seq_number: TcpSeqNumber(1000),
-            ack_number: None,
-            window_len: 65535,
-            window_scale: Some(7),
-            max_seg_size: Some(1460),
-            sack_permitted: true,
-            sack_ranges: [None; 3],
-            timestamp: None,
-            payload: &[],
-        };
-        let mut buf = vec![0u8; repr.buffer_len()];
-        let (src, dst) = (
-            IpAddress::Ipv4(Ipv4Addr::new(10, 0, 0, 2)),
-            IpAddress::Ipv4(Ipv4Addr::new(10, 0, 0, 1)),
-        );
-        repr.emit(
-            &mut TcpPacket::new_unchecked(&mut buf[..]),
-            &src,
-            &dst,
-            &ChecksumCapabilities::default(),
-        );
-        buf
+        syn_from(Ipv4Addr::new(10, 0, 0, 2), port, 1000)
     }
 
     fn syn_from(src: Ipv4Addr, port: u16, seq: i32) -> Vec<u8> {
-        let repr = TcpRepr {
-            src_port: port,
-            dst_port: 80,
-            control: TcpControl::Syn,
-            seq_number: TcpSeqNumber(seq),
-            ack_number: None,
-            window_len: 65535,
+        let syn = TcpRepr {
             window_scale: Some(7),
             max_seg_size: Some(1460),
             sack_permitted: true,
-            sack_ranges: [None; 3],
-            timestamp: None,
-            payload: &[],
+            ..super::seg(port, 80, TcpControl::Syn, seq as u32, None)
         };
-        let mut buf = vec![0u8; repr.buffer_len()];
-        repr.emit(
-            &mut TcpPacket::new_unchecked(&mut buf[..]),
-            &IpAddress::Ipv4(src),
-            &IpAddress::Ipv4(Ipv4Addr::new(10, 0, 0, 1)),
-            &ChecksumCapabilities::default(),
-        );
-        buf
+        super::wire(&syn, src, Ipv4Addr::new(10, 0, 0, 1))
     }
 
     /// Transmits everything owed; returns the SYN-ACKs (cookie or not) by
@@ -87,28 +87,8 @@ mod listen_tests {
 
     /// The final ACK of a handshake answered with cookie `iss`.
     fn ack_from(src: Ipv4Addr, port: u16, seq: u32, ack: u32) -> Vec<u8> {
-        let repr = TcpRepr {
-            src_port: port,
-            dst_port: 80,
-            control: TcpControl::None,
-            seq_number: TcpSeqNumber(seq as i32),
-            ack_number: Some(TcpSeqNumber(ack as i32)),
-            window_len: 65535,
-            window_scale: None,
-            max_seg_size: None,
-            sack_permitted: false,
-            sack_ranges: [None; 3],
-            timestamp: None,
-            payload: &[],
-        };
-        let mut buf = vec![0u8; repr.buffer_len()];
-        repr.emit(
-            &mut TcpPacket::new_unchecked(&mut buf[..]),
-            &IpAddress::Ipv4(src),
-            &IpAddress::Ipv4(Ipv4Addr::new(10, 0, 0, 1)),
-            &ChecksumCapabilities::default(),
-        );
-        buf
+        let repr = super::seg(port, 80, TcpControl::None, seq, Some(ack));
+        super::wire(&repr, src, Ipv4Addr::new(10, 0, 0, 1))
     }
 
     #[test]
@@ -393,14 +373,7 @@ mod pair_tests {
     }
 
     fn emit_from_b(repr: TcpRepr<'_>) -> Vec<u8> {
-        let mut buf = vec![0u8; repr.buffer_len()];
-        repr.emit(
-            &mut TcpPacket::new_unchecked(&mut buf[..]),
-            &IpAddress::Ipv4(B),
-            &IpAddress::Ipv4(A),
-            &ChecksumCapabilities::default(),
-        );
-        buf
+        super::wire(&repr, B, A)
     }
 
     /// B's timestamp clock now (ms, like every engine's).
@@ -411,27 +384,10 @@ mod pair_tests {
     /// A segment from B's port `port` to A:80, checksummed.
     fn segment(port: u16, control: TcpControl, seq: Seq, ack: Option<Seq>, data: &[u8]) -> Vec<u8> {
         let repr = TcpRepr {
-            src_port: port,
-            dst_port: 80,
-            control,
-            seq_number: TcpSeqNumber(seq.0 as i32),
-            ack_number: ack.map(|a| TcpSeqNumber(a.0 as i32)),
-            window_len: 65535,
-            window_scale: None,
-            max_seg_size: None,
-            sack_permitted: false,
-            sack_ranges: [None; 3],
-            timestamp: None,
             payload: data,
+            ..super::seg(port, 80, control, seq.0, ack.map(|a| a.0))
         };
-        let mut buf = vec![0u8; repr.buffer_len()];
-        repr.emit(
-            &mut TcpPacket::new_unchecked(&mut buf[..]),
-            &IpAddress::Ipv4(B),
-            &IpAddress::Ipv4(A),
-            &ChecksumCapabilities::default(),
-        );
-        buf
+        super::wire(&repr, B, A)
     }
 
     fn key(local: Ipv4Addr, lp: u16, remote: Ipv4Addr, rp: u16) -> FlowKey {
@@ -842,18 +798,16 @@ mod pair_tests {
         let una = live(&p.a.conns, ca).unwrap().snd_una;
         let c = live(&p.b.conns, cb).unwrap();
         let forged = emit_from_b(TcpRepr {
-            src_port: 5000,
-            dst_port: 80,
-            control: TcpControl::Psh,
-            seq_number: TcpSeqNumber(c.snd_nxt.0 as i32),
-            ack_number: Some(TcpSeqNumber((una + (u32::MAX - (1 << 30))).0 as i32)),
             window_len: 2048,
-            window_scale: None,
-            max_seg_size: None,
-            sack_permitted: false,
-            sack_ranges: [None; 3],
             timestamp: Some(TcpTimestampRepr::new(b_tsval(&p), 1)),
             payload: b"GET /injected",
+            ..super::seg(
+                5000,
+                80,
+                TcpControl::Psh,
+                c.snd_nxt.0,
+                Some((una + (u32::MAX - (1 << 30))).0),
+            )
         });
         p.a.input(p.now, B, A, &forged).unwrap();
         let mut buf = [0u8; 64];
@@ -871,18 +825,8 @@ mod pair_tests {
         let mut acks = 0;
         for i in 0..50u32 {
             let rst = emit_from_b(TcpRepr {
-                src_port: 5000,
-                dst_port: 80,
-                control: TcpControl::Rst,
-                seq_number: TcpSeqNumber((b_nxt + 100 + i).0 as i32),
-                ack_number: None,
                 window_len: 0,
-                window_scale: None,
-                max_seg_size: None,
-                sack_permitted: false,
-                sack_ranges: [None; 3],
-                timestamp: None,
-                payload: &[],
+                ..super::seg(5000, 80, TcpControl::Rst, (b_nxt + 100 + i).0, None)
             });
             p.a.input(p.now, B, A, &rst).unwrap();
             acks += a_sends(&mut p).len();
@@ -919,18 +863,9 @@ mod pair_tests {
         // B offers a tiny window (field 1 at scale 7 = 128 bytes).
         let c = live(&p.b.conns, cb).unwrap();
         let small = emit_from_b(TcpRepr {
-            src_port: 5000,
-            dst_port: 80,
-            control: TcpControl::None,
-            seq_number: TcpSeqNumber(c.snd_nxt.0 as i32),
-            ack_number: Some(TcpSeqNumber(c.rcv_nxt.0 as i32)),
             window_len: 1,
-            window_scale: None,
-            max_seg_size: None,
-            sack_permitted: false,
-            sack_ranges: [None; 3],
             timestamp: Some(TcpTimestampRepr::new(b_tsval(&p), 1)),
-            payload: &[],
+            ..super::seg(5000, 80, TcpControl::None, c.snd_nxt.0, Some(c.rcv_nxt.0))
         });
         p.a.input(p.now, B, A, &small).unwrap();
         assert_eq!(p.a.send(ca, &[5u8; 10_000]), 10_000);

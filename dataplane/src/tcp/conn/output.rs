@@ -247,6 +247,14 @@ impl<A: Default> Conn<A> {
         true
     }
 
+    /// Up to `len` bytes of the send buffer from sequence number `at`.
+    fn sent_bytes(&self, at: Seq, len: u32) -> &[u8] {
+        let off = (at - self.buf_seq) as usize;
+        self.send
+            .as_ref()
+            .map_or(&[][..], |r| r.slice_at(off, len as usize))
+    }
+
     /// Fast retransmit / SACK recovery: resends holes, `snd_nxt`
     /// unchanged. Without SACK information this is the one segment at
     /// `snd_una` (RFC 5681/6582); with it, every hole below the highest
@@ -295,11 +303,7 @@ impl<A: Default> Conn<A> {
             let len = (hole_end - at)
                 .min(self.data_room())
                 .min(data_end.max(at) - at);
-            let off = (at - self.buf_seq) as usize;
-            let payload = self
-                .send
-                .as_ref()
-                .map_or(&[][..], |r| r.slice_at(off, len as usize));
+            let payload = self.sent_bytes(at, len);
             let plen = payload.len() as u32;
             let fin = self.fin_seq == Some(at + plen);
             if plen == 0 && !fin {
@@ -352,11 +356,7 @@ impl<A: Default> Conn<A> {
             0
         };
         let at = data_sent_end + len.wrapping_neg();
-        let off = (at - self.buf_seq) as usize;
-        let payload = self
-            .send
-            .as_ref()
-            .map_or(&[][..], |r| r.slice_at(off, len as usize));
+        let payload = self.sent_bytes(at, len);
         let plen = payload.len() as u32;
         let fin = fin_sent == Some(at + plen);
         if plen == 0 && !fin {
@@ -431,11 +431,7 @@ impl<A: Default> Conn<A> {
                 || len >= self.max_snd_wnd / 2
                 || self.probe;
             if len > 0 && worth {
-                let off = (self.snd_nxt - self.buf_seq) as usize;
-                let payload = self
-                    .send
-                    .as_ref()
-                    .map_or(&[][..], |r| r.slice_at(off, len as usize));
+                let payload = self.sent_bytes(self.snd_nxt, len);
                 let plen = payload.len() as u32;
                 let with_fin = self.fin_seq == Some(self.snd_nxt + plen);
                 let control = if with_fin {
