@@ -34,10 +34,6 @@ set +e
 # dpbench's tests run in release (one aws-lc build) from bench-test.sh.
 cargo test --workspace --exclude bench --no-fail-fast 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-# Tests marked to run alone (see their doc comments), one at a time.
-echo "== tests run alone"
-cargo test -p e2e --test proxy -- --ignored --test-threads 1 2>&1 | tee -a "$log"
-[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 if [ -x scripts/bench-test.sh ]; then
     echo "== dpbench tests"
     scripts/bench-test.sh 2>&1 | tee -a "$log"

@@ -540,6 +540,13 @@ impl ServerSession {
         matches!(self.state, State::Handshake(_))
     }
 
+    /// Input the session holds that [`ServerSession::read`] has not opened
+    /// yet (what came with the handshake's last flight): read again even
+    /// with nothing new from the peer.
+    pub fn has_pending_input(&self) -> bool {
+        matches!(&self.state, State::Established(e) if !e.leftover.is_empty())
+    }
+
     /// The server name the client sent (SNI), once the handshake is done.
     pub fn server_name(&self) -> Option<&str> {
         self.sni.as_deref()
@@ -648,12 +655,25 @@ impl ServerSession {
                         est.open_records(a, b, outgoing, plaintext, plain_limit, progress)?;
                     return Ok(());
                 }
+                // Bytes that came with the handshake's last flight are
+                // opened first, joined to the caller's so a record may span
+                // both; the caller's bytes are taken only as far as whole
+                // records used them. The leftover never grows: taking all
+                // the caller's bytes into it would let a peer fill memory
+                // past `plain_limit` while the reader of `plaintext` is
+                // slow, and leave them unread once no more arrive.
                 let mut buf = std::mem::take(&mut est.leftover);
+                let lead = buf.len();
                 buf.extend_from_slice(a);
                 buf.extend_from_slice(b);
-                progress.consumed = a.len() + b.len();
                 let n = est.open_records(&buf, &[], outgoing, plaintext, plain_limit, progress)?;
-                est.leftover = keep_rest(buf, n);
+                if n >= lead {
+                    progress.consumed = n - lead;
+                } else {
+                    progress.consumed = 0;
+                    buf.truncate(lead);
+                    est.leftover = keep_rest(buf, n);
+                }
                 Ok(())
             }
         }
@@ -1203,6 +1223,56 @@ mod tests {
             assert_eq!(p.consumed + p2.consumed, wire.len());
             assert_eq!(got, data);
         }
+    }
+
+    #[test]
+    fn a_record_split_after_the_finished_never_pulls_in_more_than_it_needs() {
+        // The read that ends the handshake stops inside an application
+        // record; the session keeps that part. The next read joins it to
+        // the caller's bytes but takes of those only what completes whole
+        // records within the plaintext limit. (It took them all into its
+        // own buffer, unbounded while the reader was slow, and once the
+        // peer went quiet nothing opened them: a 100 MB upload through the
+        // proxy stalled with its bytes taken and not passed on.)
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = TlsConfig::new(test_store(dir.path())).unwrap();
+        let mut c = client(dir.path(), "p256.test", TLS13);
+        let mut s = ServerSession::new(&cfg).unwrap();
+        let (mut wire, mut out, mut plain) = (Vec::new(), Vec::new(), Vec::new());
+        c.write_tls(&mut wire).unwrap();
+        let p = s
+            .read((&wire, &[]), &mut out, &mut plain, usize::MAX)
+            .unwrap();
+        wire.drain(..p.consumed);
+        c.read_tls(&mut &out[..]).unwrap();
+        c.process_new_packets().unwrap();
+        let data: Vec<u8> = (0..60_000u32).map(|i| (i % 251) as u8).collect();
+        c.writer().write_all(&data).unwrap();
+        c.write_tls(&mut wire).unwrap();
+        // Finished and most of the data; the last record cut short.
+        let cut = wire.len() - 3000;
+        let p = s
+            .read((&wire[..cut], &[]), &mut Vec::new(), &mut plain, 1000)
+            .unwrap();
+        assert!(p.handshake_done);
+        assert_eq!(p.consumed, cut);
+        assert!(s.has_pending_input(), "the split record is kept");
+        // The rest of that record, then more from the client.
+        c.writer().write_all(b"more").unwrap();
+        let mut tail = wire[cut..].to_vec();
+        c.write_tls(&mut tail).unwrap();
+        let mut got = std::mem::take(&mut plain);
+        let p = s
+            .read((&tail, &[]), &mut Vec::new(), &mut plain, 1000)
+            .unwrap();
+        assert_eq!(p.consumed, 3000, "only what completes the split record");
+        assert!(!s.has_pending_input());
+        got.append(&mut plain);
+        assert_eq!(got, data);
+        let p = s
+            .read((&tail[3000..], &[]), &mut Vec::new(), &mut plain, 1000)
+            .unwrap();
+        assert_eq!((p.consumed, &plain[..]), (tail.len() - 3000, &b"more"[..]));
     }
 
     #[test]

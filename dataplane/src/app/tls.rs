@@ -271,7 +271,8 @@ pub fn drive(
         let mut progressed = false;
         let (a, b) = tcp.peek(id);
         let waiting = a.len() + b.len();
-        if waiting > 0 && tls.plain_in.len() < PLAIN_IN_MAX {
+        let input = waiting > 0 || tls.session.has_pending_input();
+        if input && tls.plain_in.len() < PLAIN_IN_MAX {
             if tls.session.is_handshaking() {
                 if *handshake_budget == 0 {
                     outcome.deferred = true;
@@ -279,13 +280,14 @@ pub fn drive(
                 }
                 *handshake_budget -= 1;
             }
+            let plain_before = tls.plain_in.len();
             let result =
                 tls.session
                     .read((a, b), &mut tls.cipher_out, &mut tls.plain_in, PLAIN_IN_MAX);
             match result {
                 Ok(p) => {
                     tcp.consume(id, p.consumed);
-                    progressed = p.consumed > 0;
+                    progressed = p.consumed > 0 || tls.plain_in.len() != plain_before;
                     note(&mut outcome, &p, &tls.session);
                     if p.peer_closed {
                         match inner {
