@@ -162,6 +162,24 @@ fn hping_syns(lab: &Lab, secs: u32, extra: &[&str]) -> std::process::Child {
         .expect("hping3 (apt-get install hping3; scripts/setup.sh does)")
 }
 
+/// Downloads 10 kB again and again for `secs` while `flood` runs, then
+/// waits for the flood to end; returns how many downloads completed.
+fn downloads_during(lab: &Lab, flood: &mut std::process::Child, secs: u64) -> u64 {
+    let t0 = Instant::now();
+    let mut ok = 0;
+    while t0.elapsed() < Duration::from_secs(secs) {
+        let (text, _) = curl_download(lab, 10_000, 5);
+        assert!(text.starts_with("200 10000"), "{text}");
+        ok += 1;
+    }
+    let status = flood.wait().expect("hping3 ends");
+    assert!(
+        status.code() == Some(124) || status.success(),
+        "hping3 did not run: {status}"
+    );
+    ok
+}
+
 #[test]
 fn spoofed_syn_flood_engages_cookies_with_the_default_settings() {
     // RFC 4987: SYNs from random (spoofed) sources whose SYN-ACKs nobody
@@ -171,18 +189,7 @@ fn spoofed_syn_flood_engages_cookies_with_the_default_settings() {
     let dpd = Dpd::start(&lab, |s| lab.config_with_vip("net_af_packet", s));
     let mut flood = hping_syns(&lab, 4, &["--rand-source"]);
     let during = dpd.stats_when(Duration::from_secs(3), |s| s.tcp_syn_cookies_sent > 0);
-    let mut ok = 0;
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(2) {
-        let (text, _) = curl_download(&lab, 10_000, 5);
-        assert!(text.starts_with("200 10000"), "{text}");
-        ok += 1;
-    }
-    let status = flood.wait().expect("hping3 ends");
-    assert!(
-        status.code() == Some(124) || status.success(),
-        "hping3 did not run: {status}"
-    );
+    let ok = downloads_during(&lab, &mut flood, 2);
     let stats = dpd.stats();
     eprintln!("{ok} downloads during the flood; {stats:?}");
     assert!(
@@ -208,18 +215,7 @@ fn syn_flood_does_not_stop_real_clients() {
     });
     let mut flood = hping_syns(&lab, 4, &[]);
     std::thread::sleep(Duration::from_millis(500));
-    let t0 = Instant::now();
-    let mut ok = 0;
-    while t0.elapsed() < Duration::from_secs(3) {
-        let (text, _) = curl_download(&lab, 10_000, 5);
-        assert!(text.starts_with("200 10000"), "{text}");
-        ok += 1;
-    }
-    let status = flood.wait().expect("hping3 ends");
-    assert!(
-        status.code() == Some(124) || status.success(),
-        "hping3 did not run: {status}"
-    );
+    let ok = downloads_during(&lab, &mut flood, 3);
     std::thread::sleep(Duration::from_millis(50));
     let stats = dpd.stats();
     eprintln!("{ok} downloads during the flood; {stats:?}");

@@ -268,7 +268,6 @@ impl<A: Default> Conn<A> {
         emit: &mut impl FnMut(&Outgoing<'_>) -> bool,
         data_end: Seq,
     ) -> bool {
-        let (src, dst) = (self.key.local, self.key.remote);
         self.fast_rtx = false;
         let pipe = (self.snd_nxt - self.snd_una).saturating_sub(self.scoreboard.bytes());
         let mut budget = (self.cwnd.saturating_sub(pipe) / self.seg_size).max(1);
@@ -303,31 +302,19 @@ impl<A: Default> Conn<A> {
             let len = (hole_end - at)
                 .min(self.data_room())
                 .min(data_end.max(at) - at);
-            let payload = self.sent_bytes(at, len);
-            let plen = payload.len() as u32;
-            let fin = self.fin_seq == Some(at + plen);
-            if plen == 0 && !fin {
-                break;
-            }
-            let control = if fin {
-                TcpControl::Fin
-            } else {
-                TcpControl::Psh
-            };
-            let repr = self.repr(cfg, now, control, at, payload);
-            if !emit(&Outgoing { src, dst, repr }) {
+            let Some(sent) = self.resend(now, cfg, counters, emit, at, len, self.fin_seq) else {
                 self.fast_rtx = true;
                 return false;
+            };
+            if sent == 0 {
+                break;
             }
-            counters.segments_out += 1;
-            counters.retransmits += 1;
-            self.sent_ack(cfg);
             if self.rto_at.is_none() || self.tlp_armed {
                 self.rto_at = Some(now + self.rto);
                 self.tlp_armed = false;
             }
             self.rtx_sent = Some((now, self.snd_max));
-            at = at + plen + u32::from(fin);
+            at = at + sent;
             self.rtx_next = at;
             budget -= 1;
         }
@@ -356,12 +343,35 @@ impl<A: Default> Conn<A> {
             0
         };
         let at = data_sent_end + len.wrapping_neg();
+        let Some(sent) = self.resend(now, cfg, counters, emit, at, len, fin_sent) else {
+            return false;
+        };
+        self.tlp_rtx = false;
+        if sent > 0 {
+            self.tlp_seq = Some(at);
+        }
+        true
+    }
+
+    /// Sends again up to `len` bytes from `at`, with our FIN when it is at
+    /// `fin_at` right after them. Returns the sequence space sent (0:
+    /// nothing to send), or None if `emit` refused.
+    #[allow(clippy::too_many_arguments)]
+    fn resend(
+        &mut self,
+        now: Instant,
+        cfg: &TcpConfig,
+        counters: &mut TcpCounters,
+        emit: &mut impl FnMut(&Outgoing<'_>) -> bool,
+        at: Seq,
+        len: u32,
+        fin_at: Option<Seq>,
+    ) -> Option<u32> {
         let payload = self.sent_bytes(at, len);
         let plen = payload.len() as u32;
-        let fin = fin_sent == Some(at + plen);
+        let fin = fin_at == Some(at + plen);
         if plen == 0 && !fin {
-            self.tlp_rtx = false;
-            return true;
+            return Some(0);
         }
         let control = if fin {
             TcpControl::Fin
@@ -374,14 +384,12 @@ impl<A: Default> Conn<A> {
             dst: self.key.remote,
             repr,
         }) {
-            return false;
+            return None;
         }
-        self.tlp_rtx = false;
-        self.tlp_seq = Some(at);
         counters.segments_out += 1;
         counters.retransmits += 1;
         self.sent_ack(cfg);
-        true
+        Some(plen + u32::from(fin))
     }
 
     /// New data and our FIN, as far as the send and congestion windows
