@@ -8,7 +8,7 @@ mod common;
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
-use common::host::{HostLab, Seg, DUT_IP, HOST_IP};
+use common::host::{HostConn, HostLab, Seg, DUT_IP, HOST_IP};
 use dataplane::app::health::{HealthCheck, HealthKind};
 use dataplane::app::pool::{Balance, Member, MemberState, Pool};
 use smoltcp::wire::TcpControl;
@@ -25,10 +25,15 @@ struct Lab {
 
 impl Lab {
     fn new() -> Self {
+        Self::with_check(true)
+    }
+
+    /// With the pool's HTTP health check, or without one.
+    fn with_check(check: bool) -> Self {
         let mut host = HostLab::new();
         let member = Member::new(SocketAddrV4::new(HOST_IP, BACKEND_PORT), 1, MemberState::Up);
         let mut pool = Pool::new("web".into(), Balance::RoundRobin, vec![member]);
-        pool.check = Some(HealthCheck {
+        pool.check = check.then_some(HealthCheck {
             kind: HealthKind::Http,
             request: b"GET / HTTP/1.0\r\n\r\n".to_vec(),
             expect: 200,
@@ -172,4 +177,58 @@ fn events_of_a_closed_connection_do_not_reach_the_next_in_its_slot() {
     );
     assert_eq!(fin_after, Some(reply.len()), "FIN after the reply");
     assert_eq!(lab.host.mem.engine.counters().proxy_backend_connects, 1);
+}
+
+/// A client reads the whole answer, then resets (as curl does when it
+/// closes with bytes of ours unread), with its ACK and reset in one burst:
+/// the backend had said all it had, so its connection ends with a FIN,
+/// not a reset. (Before, the backend was reset: the pair's end was
+/// decided by whether the client's RST came in the burst after its FIN
+/// or in the same one.)
+#[test]
+fn a_client_reset_after_the_whole_answer_closes_the_backend_cleanly() {
+    for with_fin in [false, true] {
+        let mut lab = Lab::with_check(false);
+        let mut client = HostConn::client(CLIENT_PORT, VIP_PORT, 1_000);
+        let syn = client.next(TcpControl::Syn, b"");
+        client.absorb(&lab.exchange(&[syn]));
+        let request = b"GET / HTTP/1.0\r\n\r\n";
+        let ask = client.next(TcpControl::Psh, request);
+        let sent = lab.exchange(&[ask]);
+        let backend_syn = sent
+            .iter()
+            .find(|s| s.dst_port == BACKEND_PORT && s.control == TcpControl::Syn)
+            .expect("the backend connection opens")
+            .clone();
+        let mut backend = HostConn::accepted(&backend_syn, 7_000);
+        let synack = backend.next(TcpControl::Syn, b"");
+        backend.absorb(&lab.exchange(&[synack]));
+        assert_eq!(backend.received, request, "the request reaches the backend");
+        let reply = b"HTTP/1.0 200 OK\r\n\r\nhello";
+        let answer = backend.next(TcpControl::Fin, reply);
+        let sent = lab.exchange(&[answer]);
+        client.absorb(&sent);
+        backend.absorb(&sent);
+        assert_eq!(client.received, reply);
+        assert_eq!(
+            client.fin_at,
+            Some(reply.len()),
+            "the backend's FIN passed on"
+        );
+
+        let mut burst = vec![client.next(TcpControl::None, b"")];
+        if with_fin {
+            burst.push(client.next(TcpControl::Fin, b""));
+        }
+        burst.push(client.next(TcpControl::Rst, b""));
+        let sent = lab.exchange(&burst);
+        backend.absorb(&sent);
+        assert!(!backend.reset, "with_fin {with_fin}: {sent:?}");
+        assert_eq!(
+            backend.fin_at,
+            Some(request.len()),
+            "with_fin {with_fin}: {sent:?}"
+        );
+        assert_eq!(lab.host.mem.engine.counters().tcp_resets_sent, 0);
+    }
 }

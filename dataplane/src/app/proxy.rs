@@ -373,9 +373,13 @@ impl Services {
                 if link.fin_passed && backend_done {
                     // Both directions finished: the backend connection is
                     // closing (or in TIME-WAIT) on its own.
-                } else if reason != CloseReason::Normal || !link.connected {
+                } else if !link.connected || (reason != CloseReason::Normal && !backend_done) {
+                    // The backend's answer has nowhere to go.
                     cx.tcp.abort(b);
                 } else {
+                    // A clean end, or a client that reset once the backend
+                    // had said all it had (curl closing with our
+                    // close_notify unread): nothing is lost, so a FIN.
                     cx.tcp.close(b);
                 }
             }

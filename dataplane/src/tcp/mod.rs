@@ -27,6 +27,7 @@ mod cookie;
 mod cubic;
 mod listen;
 mod output;
+mod read;
 pub mod seq;
 mod time_wait;
 mod timer;
@@ -339,6 +340,9 @@ pub struct TcpEngine<A> {
     /// Apps of released connections, in the order of their Closed events:
     /// pending (not yet drained) and the batch of the last drain.
     closed_apps: std::collections::VecDeque<A>,
+    /// Unread bytes of connections that ended, readable until the
+    /// application has had their `Closed` event.
+    remains: read::Remains,
     /// Connections past their handshake in TIME-WAIT: compact entries.
     time_wait: TimeWaitTable,
     /// ACKs owed from TIME-WAIT entries (bounded per iteration).
@@ -377,6 +381,7 @@ impl<A: Default> TcpEngine<A> {
             buffers: BufferPool::new(cfg.buffer_size),
             events: Vec::with_capacity(256),
             closed_apps: std::collections::VecDeque::with_capacity(256),
+            remains: read::Remains::default(),
             time_wait: TimeWaitTable::new(cfg.max_time_wait),
             time_wait_acks: Vec::with_capacity(MAX_RESETS),
             closed_batch: std::collections::VecDeque::with_capacity(256),
@@ -503,6 +508,7 @@ impl<A: Default> TcpEngine<A> {
         // the caller did not take are dropped now.
         self.closed_batch.clear();
         std::mem::swap(&mut self.closed_batch, &mut self.closed_apps);
+        self.remains.next_batch(&mut self.buffers);
     }
 
     /// The application state of the next connection whose
@@ -511,52 +517,6 @@ impl<A: Default> TcpEngine<A> {
     /// that is gone. Valid until the next `drain_events`.
     pub fn take_closed_app(&mut self) -> Option<A> {
         self.closed_batch.pop_front()
-    }
-
-    /// Moves up to `max` received bytes of `from` into the send buffer of
-    /// `to` (ring to ring, no other copy) and consumes them; returns how
-    /// many. A proxy's data path.
-    pub fn splice(&mut self, from: ConnId, to: ConnId, max: usize) -> usize {
-        if live(&self.conns, from).is_none() || live(&self.conns, to).is_none() {
-            return 0;
-        }
-        let (f, t) = (from.slot(), to.slot());
-        if f == t {
-            return 0;
-        }
-        let size = self.cfg.buffer_size;
-        let (src, dst) = if f < t {
-            let (lo, hi) = self.conns.split_at_mut(t);
-            (&mut lo[f], &mut hi[0])
-        } else {
-            let (lo, hi) = self.conns.split_at_mut(f);
-            (&mut hi[0], &mut lo[t])
-        };
-        let (Some(src), Some(dst)) = (src.as_mut(), dst.as_mut()) else {
-            return 0;
-        };
-        let mut moved = 0;
-        loop {
-            let (a, b) = src.peek();
-            let chunk = if a.is_empty() { b } else { a };
-            let want = chunk.len().min(max - moved);
-            if want == 0 {
-                break;
-            }
-            let n = dst.send(&chunk[..want], size, &mut self.buffers);
-            if n == 0 {
-                break;
-            }
-            src.consume(n, &mut self.buffers);
-            moved += n;
-        }
-        if moved > 0 {
-            mark_dirty(&mut self.dirty, dst, to);
-            if src.window_update_due(&self.cfg) || src.state == State::TimeWait {
-                mark_dirty(&mut self.dirty, src, from);
-            }
-        }
-        moved
     }
 
     /// The application state of a connection.
@@ -607,39 +567,6 @@ impl<A: Default> TcpEngine<A> {
         mark_dirty(&mut self.dirty, c, id);
         self.rearm(id, now);
         Ok(id)
-    }
-
-    /// Copies received bytes into `buf`; returns how many.
-    pub fn recv(&mut self, id: ConnId, buf: &mut [u8]) -> usize {
-        let Some(c) = live_mut(&mut self.conns, id) else {
-            return 0;
-        };
-        let n = c.recv(buf, &mut self.buffers);
-        // Opening the window may need an update to the peer; a connection
-        // in TIME-WAIT read to the end can leave its slot.
-        if n > 0 && (c.window_update_due(&self.cfg) || c.state == State::TimeWait) {
-            mark_dirty(&mut self.dirty, c, id);
-        }
-        n
-    }
-
-    /// Received bytes, without consuming them (up to two slices).
-    pub fn peek(&self, id: ConnId) -> (&[u8], &[u8]) {
-        match live(&self.conns, id) {
-            Some(c) => c.peek(),
-            None => (&[], &[]),
-        }
-    }
-
-    /// Consumes `n` received bytes (after [`TcpEngine::peek`]).
-    pub fn consume(&mut self, id: ConnId, n: usize) {
-        let Some(c) = live_mut(&mut self.conns, id) else {
-            return;
-        };
-        c.consume(n, &mut self.buffers);
-        if c.window_update_due(&self.cfg) || c.state == State::TimeWait {
-            mark_dirty(&mut self.dirty, c, id);
-        }
     }
 
     /// Free space in the send buffer.
@@ -860,6 +787,13 @@ impl<A: Default> TcpEngine<A> {
             return;
         };
         self.account(Some(c.state), None);
+        // Bytes the peer sent before it reset (or before we gave up) stay
+        // readable through this batch of events; an abort discards them.
+        if c.accepted && reason != CloseReason::Aborted {
+            if let Some(ring) = c.take_unread() {
+                self.remains.keep(id, ring);
+            }
+        }
         c.release_buffers(&mut self.buffers);
         self.flows.remove(&c.key);
         self.counters.closed += 1;

@@ -791,6 +791,52 @@ mod pair_tests {
     }
 
     #[test]
+    fn bytes_before_a_reset_in_the_same_burst_are_read_then_given_back() {
+        // Data and FIN, then RST, in one burst: the application hears of
+        // all three in one batch of events and still reads the data (RFC
+        // 9293 flushes the queues at the RST; the burst boundary must not
+        // decide whether the bytes were delivered).
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        let c = live(&p.b.conns, cb).unwrap();
+        let (seq, ack) = (c.snd_nxt, c.rcv_nxt);
+        let tsval = Some(TcpTimestampRepr::new(b_tsval(&p), 1));
+        let data = emit_from_b(TcpRepr {
+            window_len: 2048,
+            timestamp: tsval,
+            payload: b"GET / HTTP/1.0\r\n\r\n",
+            ..super::seg(5000, 80, TcpControl::Fin, seq.0, Some(ack.0))
+        });
+        let rst = emit_from_b(TcpRepr {
+            window_len: 0,
+            ..super::seg(5000, 80, TcpControl::Rst, (seq + 19).0, None)
+        });
+        p.a.input(p.now, B, A, &data).unwrap();
+        p.a.input(p.now, B, A, &rst).unwrap();
+        let mut ev = Vec::new();
+        p.a.drain_events(&mut ev);
+        assert_eq!(
+            ev,
+            [
+                Event::Readable(ca),
+                Event::PeerClosed(ca),
+                Event::Closed(ca, CloseReason::Reset)
+            ]
+        );
+        assert_eq!(p.a.state(ca), None, "the connection is gone");
+        assert_eq!(p.a.peek(ca).0, b"GET / HTTP/1.0\r\n\r\n");
+        let mut buf = [0u8; 64];
+        assert_eq!(p.a.recv(ca, &mut buf[..4]), 4);
+        p.a.consume(ca, 4);
+        assert_eq!(p.a.recv(ca, &mut buf), 10, "the rest");
+        assert_eq!(&buf[..10], b"TP/1.0\r\n\r\n");
+        // The ring goes back to the pool once that batch is handled.
+        assert_eq!(p.a.buffers().in_use(), 1);
+        p.a.drain_events(&mut ev);
+        assert_eq!(p.a.buffers().in_use(), 0);
+        assert_eq!(p.a.peek(ca), (&[][..], &[][..]));
+    }
+
+    #[test]
     fn an_ack_too_old_to_be_a_duplicate_is_discarded_with_its_data() {
         // RFC 5961 §5.2: SEG.ACK < SND.UNA − MAX.SND.WND: a blind
         // injection; discarded (its data too), answered by a challenge ACK.

@@ -479,6 +479,11 @@ impl<A: Default> Conn<A> {
         }
     }
 
+    /// The receive ring, when it holds bytes the application has not read.
+    pub fn take_unread(&mut self) -> Option<RingBuf> {
+        self.recv.take_if(|r| !r.is_empty())
+    }
+
     pub fn release_buffers(&mut self, pool: &mut BufferPool) {
         if let Some(r) = self.send.take() {
             pool.give(r);

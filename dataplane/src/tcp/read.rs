@@ -1,0 +1,201 @@
+//! The application's read side: received bytes of live connections and,
+//! until the application has had their `Closed` event, of connections
+//! that ended with bytes unread. A reset that arrives in the same burst
+//! as data (data then RST, request then FIN then RST) therefore loses
+//! nothing the burst boundary would otherwise have let through: the
+//! application reads those bytes while it handles that burst's events
+//! (docs/architecture.md, "TCP").
+
+use super::buffer::RingBuf;
+use super::*;
+
+/// Receive rings of released connections: `pending` since the last
+/// `drain_events`, `batch` those whose `Closed` event it returned. A
+/// ring is given back to the pool one drain after its batch.
+#[derive(Debug, Default)]
+pub(super) struct Remains {
+    pending: Vec<(ConnId, RingBuf)>,
+    batch: Vec<(ConnId, RingBuf)>,
+}
+
+impl Remains {
+    /// Keeps `ring`, the unread bytes of `id`, which was just released.
+    pub(super) fn keep(&mut self, id: ConnId, ring: RingBuf) {
+        self.pending.push((id, ring));
+    }
+
+    /// At `drain_events`: the last batch's rings go back to `pool`, and
+    /// those pending become the batch the application now reads.
+    pub(super) fn next_batch(&mut self, pool: &mut BufferPool) {
+        for (_, ring) in self.batch.drain(..) {
+            pool.give(ring);
+        }
+        std::mem::swap(&mut self.batch, &mut self.pending);
+    }
+
+    fn ring(&self, id: ConnId) -> Option<&RingBuf> {
+        self.batch
+            .iter()
+            .chain(&self.pending)
+            .find(|(i, _)| *i == id)
+            .map(|(_, r)| r)
+    }
+
+    fn ring_mut(&mut self, id: ConnId) -> Option<&mut RingBuf> {
+        self.batch
+            .iter_mut()
+            .chain(&mut self.pending)
+            .find(|(i, _)| *i == id)
+            .map(|(_, r)| r)
+    }
+}
+
+/// Where spliced bytes come from: a live connection's receive buffer or
+/// the unread ring of one that ended.
+trait Source {
+    /// The next contiguous received bytes.
+    fn chunk(&self) -> &[u8];
+    fn consume(&mut self, n: usize, pool: &mut BufferPool);
+}
+
+impl<A: Default> Source for Conn<A> {
+    fn chunk(&self) -> &[u8] {
+        let (a, b) = self.peek();
+        if a.is_empty() {
+            b
+        } else {
+            a
+        }
+    }
+    fn consume(&mut self, n: usize, pool: &mut BufferPool) {
+        Conn::consume(self, n, pool);
+    }
+}
+
+impl Source for RingBuf {
+    fn chunk(&self) -> &[u8] {
+        let (a, b) = self.as_slices();
+        if a.is_empty() {
+            b
+        } else {
+            a
+        }
+    }
+    fn consume(&mut self, n: usize, _: &mut BufferPool) {
+        RingBuf::consume(self, n);
+    }
+}
+
+/// Moves up to `max` bytes from `src` into `dst`'s send buffer (buffers
+/// of `size` from `pool`); returns how many.
+fn splice_into<A: Default>(
+    src: &mut impl Source,
+    dst: &mut Conn<A>,
+    max: usize,
+    size: usize,
+    pool: &mut BufferPool,
+) -> usize {
+    let mut moved = 0;
+    loop {
+        let chunk = src.chunk();
+        let want = chunk.len().min(max - moved);
+        if want == 0 {
+            return moved;
+        }
+        let n = dst.send(&chunk[..want], size, pool);
+        if n == 0 {
+            return moved;
+        }
+        src.consume(n, pool);
+        moved += n;
+    }
+}
+
+impl<A: Default> TcpEngine<A> {
+    /// Copies received bytes into `buf`; returns how many.
+    pub fn recv(&mut self, id: ConnId, buf: &mut [u8]) -> usize {
+        let Some(c) = live_mut(&mut self.conns, id) else {
+            return self.remains.ring_mut(id).map_or(0, |r| r.pop_into(buf));
+        };
+        let n = c.recv(buf, &mut self.buffers);
+        // Opening the window may need an update to the peer; a connection
+        // in TIME-WAIT read to the end can leave its slot.
+        if n > 0 && (c.window_update_due(&self.cfg) || c.state == State::TimeWait) {
+            mark_dirty(&mut self.dirty, c, id);
+        }
+        n
+    }
+
+    /// Received bytes, without consuming them (up to two slices).
+    pub fn peek(&self, id: ConnId) -> (&[u8], &[u8]) {
+        match live(&self.conns, id) {
+            Some(c) => c.peek(),
+            None => self.remains.ring(id).map_or((&[], &[]), RingBuf::as_slices),
+        }
+    }
+
+    /// Consumes `n` received bytes (after [`TcpEngine::peek`]).
+    pub fn consume(&mut self, id: ConnId, n: usize) {
+        let Some(c) = live_mut(&mut self.conns, id) else {
+            if let Some(r) = self.remains.ring_mut(id) {
+                r.consume(n);
+            }
+            return;
+        };
+        c.consume(n, &mut self.buffers);
+        if c.window_update_due(&self.cfg) || c.state == State::TimeWait {
+            mark_dirty(&mut self.dirty, c, id);
+        }
+    }
+
+    /// Moves up to `max` received bytes of `from` into the send buffer of
+    /// `to` (ring to ring, no other copy) and consumes them; returns how
+    /// many. A proxy's data path. `from` may have ended with bytes unread
+    /// (see the module doc); `to` must be live.
+    pub fn splice(&mut self, from: ConnId, to: ConnId, max: usize) -> usize {
+        if live(&self.conns, to).is_none() {
+            return 0;
+        }
+        if live(&self.conns, from).is_none() {
+            return self.splice_remains(from, to, max);
+        }
+        let (f, t) = (from.slot(), to.slot());
+        if f == t {
+            return 0;
+        }
+        let size = self.cfg.buffer_size;
+        let (src, dst) = if f < t {
+            let (lo, hi) = self.conns.split_at_mut(t);
+            (&mut lo[f], &mut hi[0])
+        } else {
+            let (lo, hi) = self.conns.split_at_mut(f);
+            (&mut hi[0], &mut lo[t])
+        };
+        let (Some(src), Some(dst)) = (src.as_mut(), dst.as_mut()) else {
+            return 0;
+        };
+        let moved = splice_into(src, dst, max, size, &mut self.buffers);
+        if moved > 0 {
+            mark_dirty(&mut self.dirty, dst, to);
+            if src.window_update_due(&self.cfg) || src.state == State::TimeWait {
+                mark_dirty(&mut self.dirty, src, from);
+            }
+        }
+        moved
+    }
+
+    /// [`TcpEngine::splice`] from the unread bytes of a connection that
+    /// ended.
+    fn splice_remains(&mut self, from: ConnId, to: ConnId, max: usize) -> usize {
+        let size = self.cfg.buffer_size;
+        let (Some(src), Some(dst)) = (self.remains.ring_mut(from), live_mut(&mut self.conns, to))
+        else {
+            return 0;
+        };
+        let moved = splice_into(src, dst, max, size, &mut self.buffers);
+        if moved > 0 {
+            mark_dirty(&mut self.dirty, dst, to);
+        }
+        moved
+    }
+}
