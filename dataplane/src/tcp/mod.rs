@@ -35,6 +35,7 @@ mod timer;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::Ipv4Addr;
+use std::time::Duration;
 
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{IpAddress, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber, TcpTimestampRepr};
@@ -133,6 +134,9 @@ pub enum CloseReason {
     Reset,
     /// Retransmissions, handshake or idle time ran out.
     TimedOut,
+    /// The application's deadline for it passed
+    /// ([`TcpEngine::set_deadline`]): reset, as by an abort.
+    Deadline,
     /// We aborted it.
     Aborted,
     /// An active open was answered with a reset.
@@ -302,7 +306,7 @@ struct Reset {
 
 /// How long a 4-tuple stays in TIME-WAIT before `connect` may reuse it
 /// (when the old connection used timestamps).
-const TIME_WAIT_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
+const TIME_WAIT_REUSE: Duration = Duration::from_secs(1);
 
 /// Most resets queued per engine iteration (never an amplifier).
 const MAX_RESETS: usize = 64;
@@ -606,6 +610,32 @@ impl<A: Default> TcpEngine<A> {
         n
     }
 
+    /// Ends the connection at `at` unless it is set again first (`None`
+    /// clears it): a reset, then `Closed(_, Deadline)`. For the
+    /// application's own limits (a handshake, a request head); one per
+    /// connection, not in TIME-WAIT.
+    pub fn set_deadline(&mut self, id: ConnId, at: Option<Instant>, now: Instant) {
+        if let Some(c) = live_mut(&mut self.conns, id) {
+            c.deadline = at;
+            self.rearm(id, now);
+        }
+    }
+
+    /// How long this connection's peer may stay silent before it is reset
+    /// (default: `[tcp] idle_timeout`).
+    pub fn set_idle_timeout(&mut self, id: ConnId, timeout: Duration, now: Instant) {
+        if let Some(c) = live_mut(&mut self.conns, id) {
+            c.idle_timeout = Some(timeout);
+            self.rearm(id, now);
+        }
+    }
+
+    /// When the connection began: the peer's SYN (or its cookie's ACK), or
+    /// our connect.
+    pub fn opened_at(&self, id: ConnId) -> Option<Instant> {
+        live(&self.conns, id).map(|c| c.opened)
+    }
+
     /// Closes our side after the queued bytes (FIN).
     pub fn close(&mut self, id: ConnId) {
         if let Some(c) = live_mut(&mut self.conns, id) {
@@ -738,7 +768,7 @@ impl<A: Default> TcpEngine<A> {
             }
             // A connection given up on (idle, retransmissions) is reset, so
             // a peer that is still there does not hang on it.
-            if reason == CloseReason::TimedOut {
+            if matches!(reason, CloseReason::TimedOut | CloseReason::Deadline) {
                 if let Some(c) = live(&self.conns, id).filter(|c| c.state.is_synchronized()) {
                     let (key, seq) = (c.key, c.snd_nxt);
                     self.queue_reset(key, seq, None);

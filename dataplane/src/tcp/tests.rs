@@ -836,6 +836,83 @@ mod pair_tests {
         assert_eq!(p.a.peek(ca), (&[][..], &[][..]));
     }
 
+    /// Events A queued, drained.
+    fn a_events(p: &mut Pair) -> Vec<Event> {
+        let mut ev = Vec::new();
+        p.a.drain_events(&mut ev);
+        ev
+    }
+
+    #[test]
+    fn only_acceptable_segments_keep_a_connection_alive() {
+        // Out-of-window data and blind resets every second (what an
+        // off-path attacker can send) must not hold a silent peer's
+        // connection past its idle timeout.
+        let cfg = TcpConfig {
+            idle_timeout: Duration::from_secs(10),
+            ..TcpConfig::default()
+        };
+        let (mut p, ca, cb) = established(cfg);
+        a_events(&mut p);
+        let c = live(&p.b.conns, cb).unwrap();
+        let (seq, ack) = (c.snd_nxt, c.rcv_nxt);
+        let mut closed_at = None;
+        for s in 1..=30u64 {
+            p.now = p.now + Duration::from_secs(1);
+            let tsval = Some(TcpTimestampRepr::new(b_tsval(&p), 1));
+            let far = emit_from_b(TcpRepr {
+                window_len: 2048,
+                timestamp: tsval,
+                payload: b"x",
+                ..super::seg(5000, 80, TcpControl::Psh, (seq + (1 << 30)).0, Some(ack.0))
+            });
+            let blind = emit_from_b(TcpRepr {
+                window_len: 0,
+                ..super::seg(5000, 80, TcpControl::Rst, (seq + 100_000).0, None)
+            });
+            let _ = p.a.input(p.now, B, A, &far);
+            let _ = p.a.input(p.now, B, A, &blind);
+            p.a.poll_timers(p.now);
+            if a_events(&mut p).contains(&Event::Closed(ca, CloseReason::TimedOut)) {
+                closed_at = Some(s);
+                break;
+            }
+        }
+        assert_eq!(closed_at, Some(10), "timed out after 10 s of silence");
+    }
+
+    #[test]
+    fn an_application_deadline_resets_the_connection_when_it_passes() {
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        a_events(&mut p);
+        let opened = p.a.opened_at(ca).expect("live");
+        assert!(opened <= p.now);
+        p.a.set_deadline(ca, Some(p.now + Duration::from_secs(5)), p.now);
+        p.run(1000, 3);
+        // Moved later before it passed: it holds until the new time.
+        p.a.set_deadline(ca, Some(p.now + Duration::from_secs(5)), p.now);
+        p.run(1000, 4);
+        assert_eq!(p.a.state(ca), Some(State::Established));
+        p.run(1000, 2);
+        assert!(
+            a_events(&mut p).contains(&Event::Closed(ca, CloseReason::Deadline)),
+            "the deadline passed"
+        );
+        assert_eq!(p.b.state(cb), None, "B was reset");
+        // Cleared, a deadline never fires; a per-connection idle timeout
+        // replaces the engine's.
+        let (mut p, ca, _) = established(TcpConfig::default());
+        p.a.set_deadline(ca, Some(p.now + Duration::from_secs(1)), p.now);
+        p.a.set_deadline(ca, None, p.now);
+        p.a.set_idle_timeout(ca, Duration::from_secs(20), p.now);
+        p.now = p.now + Duration::from_secs(19);
+        p.a.poll_timers(p.now);
+        assert_eq!(p.a.state(ca), Some(State::Established));
+        p.now = p.now + Duration::from_secs(2);
+        p.a.poll_timers(p.now);
+        assert_eq!(p.a.state(ca), None, "idle for 20 s");
+    }
+
     #[test]
     fn an_ack_too_old_to_be_a_duplicate_is_discarded_with_its_data() {
         // RFC 5961 §5.2: SEG.ACK < SND.UNA − MAX.SND.WND: a blind

@@ -18,6 +18,12 @@ const WORST_CASE_DELAYED_ACK: Duration = Duration::from_millis(200);
 const CHALLENGE_ACKS_PER_SEC: u8 = 10;
 
 impl<A: Default> Conn<A> {
+    /// An acceptable segment came: the peer is there.
+    fn heard(&mut self, now: Instant) {
+        self.last_activity = now;
+        self.ka_sent = 0;
+    }
+
     /// A segment for this connection (RFC 9293 §3.10.7.3–4).
     ///
     /// Long on purpose: it is the RFC's segment-arrival procedure in the
@@ -33,9 +39,8 @@ impl<A: Default> Conn<A> {
         pool: &mut BufferPool,
         counters: &mut TcpCounters,
     ) -> Input {
-        self.last_activity = now;
-        self.ka_sent = 0;
         if self.state == State::SynSent {
+            self.heard(now);
             return self.input_syn_sent(now, seg, cfg);
         }
         let mut out = Input::default();
@@ -154,6 +159,10 @@ impl<A: Default> Conn<A> {
             out.send = self.challenge(now, counters);
             return out;
         }
+        // Only a segment that got this far keeps the connection alive: an
+        // out-of-window segment, a blind RST or SYN, or a forged ACK does
+        // not refresh the idle and keepalive timers.
+        self.heard(now);
         // RFC 7323 §4.3: TS.Recent from a segment that covers RCV.NXT
         // (our last ACK), never moving back.
         if let (Some(ts), Some(recent)) = (seg.timestamp, self.ts_recent) {

@@ -130,7 +130,13 @@ pub(super) struct Conn<A> {
     ack_at: Option<Instant>,
     ack_now: bool,
     unacked_segs: u8,
-    handshake_until: Instant,
+    /// When the connection began (the peer's SYN, or our connect; a
+    /// cookie's ACK): its handshake deadline counts from here.
+    pub opened: Instant,
+    /// The application's deadline (`TcpEngine::set_deadline`).
+    pub deadline: Option<Instant>,
+    /// This connection's idle timeout, when not `[tcp] idle_timeout`.
+    pub idle_timeout: Option<Duration>,
     timewait_until: Option<Instant>,
     last_activity: Instant,
     /// Send one byte past a zero window (persist probe).
@@ -220,7 +226,9 @@ impl<A: Default> Conn<A> {
             ack_at: None,
             ack_now: false,
             unacked_segs: 0,
-            handshake_until: now + cfg.handshake_timeout,
+            opened: now,
+            deadline: None,
+            idle_timeout: None,
             timewait_until: None,
             last_activity: now,
             probe: false,

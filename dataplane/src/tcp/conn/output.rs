@@ -21,14 +21,22 @@ impl<A: Default> Conn<A> {
         consider(self.ack_at);
         consider(self.rto_at);
         match self.state {
-            State::SynSent | State::SynReceived => consider(Some(self.handshake_until)),
+            State::SynSent | State::SynReceived => {
+                consider(Some(self.opened + cfg.handshake_timeout));
+            }
             State::TimeWait => {}
             _ => {
-                consider(Some(self.last_activity + cfg.idle_timeout));
+                consider(self.deadline);
+                consider(Some(self.last_activity + self.idle_timeout(cfg)));
                 consider(self.keepalive_due(cfg));
             }
         }
         at
+    }
+
+    /// How long the peer may stay silent.
+    fn idle_timeout(&self, cfg: &TcpConfig) -> Duration {
+        self.idle_timeout.unwrap_or(cfg.idle_timeout)
     }
 
     /// When the next keepalive probe is due (established, nothing in flight).
@@ -44,15 +52,18 @@ impl<A: Default> Conn<A> {
             out.closed = Some(CloseReason::Normal);
             return out;
         }
-        if matches!(self.state, State::SynSent | State::SynReceived) && now >= self.handshake_until
+        if matches!(self.state, State::SynSent | State::SynReceived)
+            && now >= self.opened + cfg.handshake_timeout
         {
             out.closed = Some(CloseReason::TimedOut);
             return out;
         }
-        if self.state != State::TimeWait
-            && self.state.is_synchronized()
-            && now >= self.last_activity + cfg.idle_timeout
-        {
+        let open = self.state != State::TimeWait && self.state.is_synchronized();
+        if open && self.deadline.is_some_and(|t| now >= t) {
+            out.closed = Some(CloseReason::Deadline);
+            return out;
+        }
+        if open && now >= self.last_activity + self.idle_timeout(cfg) {
             out.closed = Some(CloseReason::TimedOut);
             return out;
         }
