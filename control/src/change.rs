@@ -372,6 +372,9 @@ mod tests {
             certs: vec![CertRef::Name("web-rsa".into())],
             tls: None,
             enabled: true,
+            handshake_timeout_ms: crate::config::DEFAULT_HANDSHAKE_TIMEOUT_MS,
+            request_timeout_ms: crate::config::DEFAULT_REQUEST_TIMEOUT_MS,
+            idle_timeout_s: None,
         }
     }
 

@@ -113,6 +113,50 @@ pub struct Vip {
     /// TLS policy of a VIP with certificates; defaults when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSettings>,
+    /// A TLS handshake not finished this long after the client's SYN is
+    /// reset (100 to 300000; default 10000).
+    #[serde(
+        default = "default_handshake_timeout",
+        skip_serializing_if = "is_default_handshake_timeout"
+    )]
+    pub handshake_timeout_ms: u32,
+    /// A request head (built-in responder) or a client's first bytes
+    /// (pool) not there this long after the connection is ready for one
+    /// (accepted, handshake done, last response sent) is reset (100 to
+    /// 3600000; default 30000). Keep-alive connections wait this long for
+    /// their next request.
+    #[serde(
+        default = "default_request_timeout",
+        skip_serializing_if = "is_default_request_timeout"
+    )]
+    pub request_timeout_ms: u32,
+    /// A client silent this long is reset (1 to 86400; default:
+    /// `[tcp] idle_timeout_s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_s: Option<u32>,
+}
+
+/// [`Vip::handshake_timeout_ms`]'s default.
+pub const DEFAULT_HANDSHAKE_TIMEOUT_MS: u32 = 10_000;
+/// [`Vip::request_timeout_ms`]'s default.
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u32 = 30_000;
+
+fn default_handshake_timeout() -> u32 {
+    DEFAULT_HANDSHAKE_TIMEOUT_MS
+}
+
+fn default_request_timeout() -> u32 {
+    DEFAULT_REQUEST_TIMEOUT_MS
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if
+fn is_default_handshake_timeout(v: &u32) -> bool {
+    *v == DEFAULT_HANDSHAKE_TIMEOUT_MS
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if
+fn is_default_request_timeout(v: &u32) -> bool {
+    *v == DEFAULT_REQUEST_TIMEOUT_MS
 }
 
 /// A pool of backend servers (`[[pool]]`).
@@ -943,6 +987,27 @@ impl Config {
         }
         for (i, vip) in self.vips.iter().enumerate() {
             let at = |f: &str| format!("vip[{i}].{f}");
+            if !(100..=300_000).contains(&vip.handshake_timeout_ms) {
+                return Err(ConfigError::new(
+                    at("handshake_timeout_ms"),
+                    vip.handshake_timeout_ms,
+                    "must be 100 to 300000",
+                ));
+            }
+            if !(100..=3_600_000).contains(&vip.request_timeout_ms) {
+                return Err(ConfigError::new(
+                    at("request_timeout_ms"),
+                    vip.request_timeout_ms,
+                    "must be 100 to 3600000",
+                ));
+            }
+            if let Some(idle) = vip.idle_timeout_s.filter(|s| !(1..=86_400).contains(s)) {
+                return Err(ConfigError::new(
+                    at("idle_timeout_s"),
+                    idle,
+                    "must be 1 to 86400",
+                ));
+            }
             match (&vip.respond, &vip.pool) {
                 (Some(_), None) => {}
                 (None, Some(p)) if pool_names.contains(p.as_str()) => {}
@@ -1247,6 +1312,38 @@ mod tests {
                 spec: "net_af_packet0,iface=veth-dut".into()
             }
         );
+    }
+
+    #[test]
+    fn vip_timeouts_default_and_are_checked() {
+        let vip = |extra: &str| {
+            format!("{GOOD}\n[[vip]]\nname = \"w\"\nlisten = \"10.77.0.1:80\"\nrespond = \"builtin\"\n{extra}\n")
+        };
+        let c = Config::parse(&vip("")).unwrap();
+        let v = &c.vips[0];
+        assert_eq!(
+            (
+                v.handshake_timeout_ms,
+                v.request_timeout_ms,
+                v.idle_timeout_s
+            ),
+            (10_000, 30_000, None)
+        );
+        // Defaults are not written back; others are, and parse again.
+        assert!(!c.to_toml().contains("timeout_ms"));
+        let set =
+            vip("handshake_timeout_ms = 5000\nrequest_timeout_ms = 2000\nidle_timeout_s = 60");
+        let c = Config::parse(&set).unwrap();
+        let again = Config::parse(&c.to_toml()).unwrap();
+        assert_eq!(again.vips, c.vips);
+        assert_eq!(c.vips[0].idle_timeout_s, Some(60));
+        for (extra, field) in [
+            ("handshake_timeout_ms = 50", "vip[0].handshake_timeout_ms"),
+            ("request_timeout_ms = 0", "vip[0].request_timeout_ms"),
+            ("idle_timeout_s = 0", "vip[0].idle_timeout_s"),
+        ] {
+            assert_eq!(err_of(&vip(extra)).field, field);
+        }
     }
 
     #[test]

@@ -87,6 +87,8 @@ macro_rules! with_counters {
             tls_resumed: Counter, "tlsdp_tls_resumed_total", "TLS handshakes that resumed a session.";
             tls_key_updates: Counter, "tlsdp_tls_key_updates_total", "TLS 1.3 KeyUpdates received.";
             tls_renegotiations_refused: Counter, "tlsdp_tls_renegotiations_refused_total", "TLS 1.2 renegotiations refused.";
+            tls_handshake_timeouts: Counter, "tlsdp_tls_handshake_timeouts_total", "TLS connections reset because their handshake had not finished within the VIP's handshake_timeout_ms of the SYN.";
+            request_timeouts: Counter, "tlsdp_request_timeouts_total", "Connections reset because no request head (responder) or first bytes (proxy) came within the VIP's request_timeout_ms.";
             tls_handshakes_deferred: Counter, "tlsdp_tls_handshakes_deferred_total", "Times handshake work waited for the next loop iteration (the per-iteration budget was spent).";
             proxy_backend_connects: Counter, "tlsdp_proxy_backend_connects_total", "Backend connections opened.";
             proxy_backend_failures: Counter, "tlsdp_proxy_backend_failures_total", "Backend connects that failed (retried on another member).";
@@ -114,6 +116,8 @@ macro_rules! with_vip_counters {
             tls_handshakes: Counter, "tlsdp_vip_tls_handshakes_total", "TLS handshakes completed on the VIP.";
             tls_failures: Counter, "tlsdp_vip_tls_failures_total", "TLS connections of the VIP failed.";
             proxy_no_member: Counter, "tlsdp_vip_no_member_total", "Clients of the VIP ended for want of a pool member.";
+            handshake_timeouts: Counter, "tlsdp_vip_tls_handshake_timeouts_total", "Connections of the VIP reset at their TLS handshake deadline.";
+            request_timeouts: Counter, "tlsdp_vip_request_timeouts_total", "Connections of the VIP reset at their request deadline.";
         }
     };
 }

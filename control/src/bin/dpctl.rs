@@ -390,6 +390,9 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
                     certs: certs.iter().map(|c| CertRef::Name(c.clone())).collect(),
                     tls: tls.settings()?,
                     enabled: !disabled,
+                    handshake_timeout_ms: control::config::DEFAULT_HANDSHAKE_TIMEOUT_MS,
+                    request_timeout_ms: control::config::DEFAULT_REQUEST_TIMEOUT_MS,
+                    idle_timeout_s: None,
                 },
             },
             VipCmd::Set {

@@ -7,6 +7,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 
 use crypto::session::TlsConfig;
 
+use super::deadlines::Timeouts;
 use super::pool::Pool;
 pub use crate::stats::MAX_VIPS;
 
@@ -37,6 +38,8 @@ pub struct VipSpec {
     pub tls: Option<TlsConfig>,
     /// The pool's name, or `None` for the built-in responder.
     pub pool: Option<String>,
+    /// How long its clients may take (handshake, request, silence).
+    pub timeouts: Timeouts,
 }
 
 /// A pool as one engine sees it.

@@ -9,6 +9,7 @@
 //! [`role::Role`] per connection.
 
 pub mod config;
+pub mod deadlines;
 pub mod health;
 pub mod pool;
 pub mod proxy;

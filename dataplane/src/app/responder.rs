@@ -40,6 +40,25 @@ pub struct Session {
     pub(crate) peer_closed: bool,
     /// We called close.
     closing: bool,
+    /// Requests answered on this connection (wrapping).
+    answered: u32,
+}
+
+impl Session {
+    /// Requests answered so far (wrapping): a new wait for a head starts
+    /// with each.
+    pub fn answered(&self) -> u32 {
+        self.answered
+    }
+
+    /// Waiting for a request head: no response in progress, not closing.
+    pub fn awaiting_head(&self) -> bool {
+        self.body_left == 0
+            && self.fixed.is_none()
+            && !self.close_after
+            && !self.closing
+            && !self.peer_closed
+    }
 }
 
 /// Counters of the responder.
@@ -241,6 +260,7 @@ impl Responder {
         );
         s.send(&self.head);
         if let Some(h) = s.http() {
+            h.answered = h.answered.wrapping_add(1);
             h.close_after = req.close;
             match req.body {
                 Body::Pattern(n) => {

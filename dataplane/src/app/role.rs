@@ -4,6 +4,7 @@
 //! role's code borrows its own state and the TCP engine side by side and
 //! nothing is taken out and put back (docs/architecture.md, "Roles").
 
+use super::deadlines::Wait;
 use super::health::Probe;
 use super::proxy::ProxyLink;
 use super::responder::Session;
@@ -79,6 +80,8 @@ pub struct Entry<R = Role> {
     /// The counter slot of the VIP the connection came in on, while it
     /// counts as open there (cleared when it enters TIME-WAIT).
     pub vip: Option<u16>,
+    /// What the connection waits for of its client (its deadline's kind).
+    pub wait: Wait,
     pub role: R,
 }
 
@@ -114,7 +117,12 @@ impl<R> Roles<R> {
         if self.slots[slot].is_none() {
             self.len += 1;
         }
-        self.slots[slot] = Some(Entry { id, vip, role });
+        self.slots[slot] = Some(Entry {
+            id,
+            vip,
+            wait: Wait::Nothing,
+            role,
+        });
     }
 
     pub fn get(&self, id: ConnId) -> Option<&Entry<R>> {

@@ -7,6 +7,7 @@ use std::net::Ipv4Addr;
 use crypto::session::TlsConfig;
 
 use super::config::{MemberView, PoolView, Snapshot, MAX_VIPS};
+use super::deadlines::Timeouts;
 use super::health::HealthShare;
 use super::pool::Pool;
 use super::proxy::{self, ClientStream, ProxyLink, Side};
@@ -32,6 +33,7 @@ pub struct VipEntry {
     pub tls: Option<TlsConfig>,
     /// Index in the engine's pools; `None`: the built-in responder.
     pub pool: Option<u16>,
+    pub timeouts: Timeouts,
 }
 
 /// The VIPs of one engine and the connections they have.
@@ -117,7 +119,19 @@ impl Services {
             enabled: true,
             tls,
             pool,
+            timeouts: Timeouts::default(),
         });
+    }
+
+    /// Sets how long clients of VIP `addr:port` may take.
+    pub fn set_vip_timeouts(&mut self, addr: Ipv4Addr, port: u16, timeouts: Timeouts) {
+        for v in self
+            .vips
+            .iter_mut()
+            .filter(|v| v.addr == addr && v.port == port)
+        {
+            v.timeouts = timeouts;
+        }
     }
 
     /// Adds a backend pool; returns its index.
@@ -187,7 +201,7 @@ impl Services {
             cx.tcp.abort(id);
             return false;
         };
-        let (tls, pool, slot) = (vip.tls.clone(), vip.pool, vip.slot);
+        let (tls, pool, slot, timeouts) = (vip.tls.clone(), vip.pool, vip.slot, vip.timeouts);
         let role = match (tls, pool) {
             (None, None) => Role::Responder(Session::default()),
             (None, Some(p)) => Role::Client(Box::new(ProxyLink::new(Side::Client, p))),
@@ -212,6 +226,10 @@ impl Services {
         vc.active += 1;
         let plain_proxy = matches!(role, Role::Client(_));
         self.roles.insert(id, Some(slot), role);
+        if let Some(idle) = timeouts.idle {
+            cx.tcp.set_idle_timeout(id, idle, cx.now);
+        }
+        self.settle_deadline(cx, id);
         if plain_proxy {
             self.connect_backend(cx, id);
         }
@@ -221,6 +239,9 @@ impl Services {
     /// A connection is gone: its counts, and what its role leaves behind
     /// (the other side of a proxied pair, a health check's result).
     fn closed(&mut self, cx: &mut Cx<'_>, entry: Entry, reason: CloseReason) {
+        if reason == CloseReason::Deadline {
+            self.count_deadline(cx, entry.vip, entry.wait);
+        }
         if let Some(slot) = entry.vip {
             let vc = &mut self.vip_counters[usize::from(slot)];
             vc.active = vc.active.saturating_sub(1);
@@ -228,7 +249,7 @@ impl Services {
         match entry.role {
             Role::Responder(_) => {}
             Role::Tls(t) => {
-                if t.conn.is_handshaking() && !t.conn.failed() {
+                if t.conn.is_handshaking() && !t.conn.failed() && reason != CloseReason::Deadline {
                     cx.counters.tls_abandoned += 1;
                 }
                 if let Inner::Proxy(link) = &t.inner {
@@ -387,6 +408,7 @@ impl Application for Services {
             };
             if queued {
                 self.drive_tls(cx, id, false);
+                self.settle_deadline(cx, id);
             }
         }
         self.deferred_scratch.clear();
@@ -428,6 +450,7 @@ impl Application for Services {
                 self.on_probe(cx, id, probe, ev);
             }
         }
+        self.settle_deadline(cx, id);
     }
 
     fn on_tick(&mut self, cx: &mut Cx<'_>) {
@@ -480,6 +503,7 @@ impl Application for Services {
                     enabled: v.enabled && !lost,
                     tls: v.tls.clone(),
                     pool: pool.flatten(),
+                    timeouts: v.timeouts,
                 }
             })
             .collect();

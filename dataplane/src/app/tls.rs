@@ -345,13 +345,16 @@ pub fn drive(
             tcp.close(id);
             break;
         }
-        if let Inner::Responder(http) = inner {
-            if http.peer_closed && tls.plain_in.is_empty() && tls.pending.is_empty() && !tls.closing
-            {
-                // The client is done and nothing is in progress: close too.
-                tls.closing = true;
-                continue;
-            }
+        let peer_done = match inner {
+            Inner::Responder(http) => http.peer_closed,
+            // A proxied client that closes before its handshake ends has
+            // no backend to hand its FIN to.
+            Inner::Proxy(link) => link.fin_received && tls.session.is_handshaking(),
+        };
+        if peer_done && tls.plain_in.is_empty() && tls.pending.is_empty() && !tls.closing {
+            // The client is done and nothing is in progress: close too.
+            tls.closing = true;
+            continue;
         }
         if !progressed {
             break;

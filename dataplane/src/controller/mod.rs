@@ -24,6 +24,7 @@ use control::config::{Config, ConfigError};
 use crypto::certs::{Cert, CertStore};
 use crypto::session::TlsConfig;
 
+use crate::app::deadlines::Timeouts;
 use crate::app::pool as dataplane_pool;
 use crate::snapshot::{
     write_pcap, Capture, ControlLink, FromEngine, PoolView, Snapshot, ToEngine, VipSpec, MAX_VIPS,
@@ -376,6 +377,13 @@ impl Controller {
                 enabled: vip.enabled,
                 tls: tls_config,
                 pool: vip.pool.clone(),
+                timeouts: Timeouts {
+                    handshake: Duration::from_millis(u64::from(vip.handshake_timeout_ms)),
+                    request: Duration::from_millis(u64::from(vip.request_timeout_ms)),
+                    idle: vip
+                        .idle_timeout_s
+                        .map(|s| Duration::from_secs(u64::from(s))),
+                },
             });
         }
         let pools = next.pools.iter().map(engine_pool).collect();

@@ -1,0 +1,127 @@
+//! What each client connection is waiting for, and the deadline that
+//! goes with it, so no client holds a connection by sending nothing or
+//! trickling: a TLS handshake must end within the VIP's
+//! `handshake_timeout` of the SYN; a request head (the responder) or the
+//! first bytes (the proxy, which does not parse requests) must come within
+//! `request_timeout` of the connection being ready for it (accepted,
+//! handshake done, previous response sent). A deadline that passes resets
+//! the connection (`CloseReason::Deadline`) and is counted by what it
+//! waited for. Silence past the VIP's `idle_timeout` ends any connection
+//! (TCP's own timer). See docs/architecture.md, "Roles".
+
+use std::time::Duration;
+
+use super::role::{Inner, Role};
+use super::{Cx, Services};
+use crate::tcp::ConnId;
+
+/// A VIP's limits on how long a client may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// From the SYN to the end of the TLS handshake.
+    pub handshake: Duration,
+    /// From being ready for a request to its complete head (responder) or
+    /// its first bytes (proxy).
+    pub request: Duration,
+    /// Silence from the client, at most (`None`: `[tcp] idle_timeout`).
+    pub idle: Option<Duration>,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            handshake: Duration::from_secs(10),
+            request: Duration::from_secs(30),
+            idle: None,
+        }
+    }
+}
+
+/// What a client connection waits for (its deadline's kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Wait {
+    /// Nothing of the client (a response in progress, a backend's turn,
+    /// a connection of ours).
+    #[default]
+    Nothing,
+    Handshake,
+    /// A request head after `n` answered (a new wait with each answer).
+    Request(u32),
+}
+
+impl Wait {
+    /// What the connection in `role` waits for now; `unread` is whether
+    /// TCP holds bytes of it not read yet.
+    fn of(role: &Role, unread: bool) -> Wait {
+        match role {
+            Role::Responder(http) if http.awaiting_head() => Wait::Request(http.answered()),
+            Role::Client(link) if link.forwarded == 0 && !unread && !link.fin_received => {
+                Wait::Request(0)
+            }
+            Role::Tls(t) if t.conn.is_handshaking() => Wait::Handshake,
+            Role::Tls(t) => match &t.inner {
+                Inner::Responder(http) if http.awaiting_head() => Wait::Request(http.answered()),
+                Inner::Proxy(link)
+                    if link.forwarded == 0 && t.conn.plain_in.is_empty() && !link.fin_received =>
+                {
+                    Wait::Request(0)
+                }
+                _ => Wait::Nothing,
+            },
+            _ => Wait::Nothing,
+        }
+    }
+}
+
+impl Services {
+    /// Gives connection `id` the deadline of what it now waits for (none,
+    /// when it waits for nothing); unchanged while that stays the same.
+    pub(super) fn settle_deadline(&mut self, cx: &mut Cx<'_>, id: ConnId) {
+        let Some(entry) = self.roles.get(id) else {
+            return;
+        };
+        let (a, b) = cx.tcp.peek(id);
+        let wait = Wait::of(&entry.role, a.len() + b.len() > 0);
+        if wait == entry.wait {
+            return;
+        }
+        let timeouts = self.timeouts_of(entry.vip);
+        if let Some(entry) = self.roles.get_mut(id) {
+            entry.wait = wait;
+        }
+        let at = match wait {
+            Wait::Nothing => None,
+            Wait::Handshake => cx.tcp.opened_at(id).map(|t| t + timeouts.handshake),
+            Wait::Request(_) => Some(cx.now + timeouts.request),
+        };
+        cx.tcp.set_deadline(id, at, cx.now);
+    }
+
+    /// The timeouts of the VIP with counter slot `slot` (defaults when it
+    /// is gone).
+    pub(super) fn timeouts_of(&self, slot: Option<u16>) -> Timeouts {
+        slot.and_then(|s| self.vips.iter().find(|v| v.slot == s))
+            .map(|v| v.timeouts)
+            .unwrap_or_default()
+    }
+
+    /// A connection reset at its deadline: counted by what it waited for.
+    pub(super) fn count_deadline(&mut self, cx: &mut Cx<'_>, slot: Option<u16>, wait: Wait) {
+        let vc = slot.and_then(|s| self.vip_counters.get_mut(usize::from(s)));
+        match wait {
+            Wait::Handshake => {
+                cx.counters.tls_handshake_timeouts += 1;
+                if let Some(vc) = vc {
+                    vc.handshake_timeouts += 1;
+                }
+            }
+            Wait::Request(_) => {
+                cx.counters.request_timeouts += 1;
+                if let Some(vc) = vc {
+                    vc.request_timeouts += 1;
+                }
+            }
+            Wait::Nothing => {}
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! Deadlines for what a client owes, over the in-memory link with the
+//! test's host as client and backend: a client that sends nothing,
+//! trickles a request head or a ClientHello, or goes quiet between
+//! requests is reset at its VIP's deadline (counted by kind) instead of
+//! being held until TCP's 300 s idle timeout; a proxied TLS client that
+//! closes mid-handshake is closed at once. Simulated time, one second a
+//! step.
+
+mod common;
+
+use std::net::SocketAddrV4;
+use std::time::Duration;
+
+use common::host::{HostConn, HostLab, Seg, DUT_IP, HOST_IP};
+use crypto::certs::CertStore;
+use crypto::policy::TlsPolicy;
+use crypto::session::TlsConfig;
+use crypto::testcert::{self_signed, P256};
+use dataplane::app::deadlines::Timeouts;
+use dataplane::app::pool::{Balance, Member, MemberState, Pool};
+use smoltcp::wire::TcpControl;
+
+const PLAIN: u16 = 80;
+const TLS: u16 = 443;
+const PROXY: u16 = 8080;
+const PROXY_TLS: u16 = 8443;
+const BACKEND: u16 = 8081;
+
+fn tls_config() -> TlsConfig {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = CertStore::new();
+    store.add(self_signed(dir.path(), "ec", P256, "tlsdp.test"));
+    TlsConfig::with_policy(store, &TlsPolicy::default()).unwrap()
+}
+
+/// The engine with a plain, a TLS, a proxied and a proxied TLS VIP, with
+/// the default timeouts (their pool: one member on the host).
+fn lab() -> HostLab {
+    let mut lab = HostLab::new();
+    let tls = tls_config();
+    let e = &mut lab.mem.engine;
+    e.listen(DUT_IP, PLAIN);
+    e.listen_tls(DUT_IP, TLS, tls.clone());
+    let member = Member::new(SocketAddrV4::new(HOST_IP, BACKEND), 1, MemberState::Up);
+    let pool = e.add_pool(Pool::new("web".into(), Balance::RoundRobin, vec![member]));
+    e.listen_pool(DUT_IP, PROXY, None, pool);
+    e.listen_pool(DUT_IP, PROXY_TLS, Some(tls), pool);
+    lab
+}
+
+/// The host's side of the lab: its clients and the backend connections
+/// the engine opened to it (each accepted at once).
+struct Host {
+    lab: HostLab,
+    backends: Vec<HostConn>,
+}
+
+impl Host {
+    fn new(lab: HostLab) -> Self {
+        Self {
+            lab,
+            backends: Vec::new(),
+        }
+    }
+
+    /// Sends `segs`, hands what came back to `clients` and the backends,
+    /// and accepts new backend connections.
+    fn exchange(&mut self, segs: &[Seg], clients: &mut [&mut HostConn]) {
+        let mut out = self.lab.exchange(segs);
+        loop {
+            for c in clients.iter_mut() {
+                c.absorb(&out);
+            }
+            for b in &mut self.backends {
+                b.absorb(&out);
+            }
+            let mut accept = Vec::new();
+            for syn in out
+                .iter()
+                .filter(|s| s.dst_port == BACKEND && s.control == TcpControl::Syn)
+            {
+                let mut b = HostConn::accepted(syn, 9_000);
+                accept.push(b.next(TcpControl::Syn, b""));
+                self.backends.push(b);
+            }
+            if accept.is_empty() {
+                return;
+            }
+            out = self.lab.exchange(&accept);
+        }
+    }
+
+    /// A connection to `port`, its handshake done.
+    fn connect(&mut self, port: u16, vip: u16) -> HostConn {
+        let mut c = HostConn::client(port, vip, 1_000);
+        let syn = c.next(TcpControl::Syn, b"");
+        self.exchange(&[syn], &mut [&mut c]);
+        let ack = c.next(TcpControl::None, b"");
+        self.exchange(&[ack], &mut [&mut c]);
+        assert!(c.rcv_nxt.is_some() && !c.reset, "connected to :{vip}");
+        c
+    }
+
+    /// Runs up to `max_s` seconds, one a step, sending what `each(second,
+    /// conn)` gives at each; the second at which `c` was reset. (Each
+    /// exchange takes a few simulated µs, so a deadline of `d` seconds
+    /// passes in step `d` or `d + 1`: see [`within_a_second_of`].)
+    fn reset_after(
+        &mut self,
+        c: &mut HostConn,
+        max_s: u64,
+        mut each: impl FnMut(u64, &mut HostConn) -> Vec<Seg>,
+    ) -> Option<u64> {
+        for s in 1..=max_s {
+            self.lab.mem.now = self.lab.mem.now + Duration::from_secs(1);
+            let segs = each(s, c);
+            self.exchange(&segs, &mut [&mut *c]);
+            if c.reset {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    fn counters(&self) -> dataplane::stats::Counters {
+        *self.lab.mem.engine.counters()
+    }
+}
+
+/// Whether a reset seen at step `at` is the deadline of `d` seconds.
+fn within_a_second_of(at: Option<u64>, d: u64) -> bool {
+    at.is_some_and(|s| s == d || s == d + 1)
+}
+
+/// Nothing, each second.
+fn silent(_: u64, _: &mut HostConn) -> Vec<Seg> {
+    Vec::new()
+}
+
+#[test]
+fn a_client_that_sends_nothing_is_reset_at_its_deadline() {
+    let mut host = Host::new(lab());
+    // TLS: 10 s from the SYN to the handshake's end; plain: 30 s for the
+    // request head (the responder) or the first bytes (the proxy).
+    for (i, (vip, deadline)) in [(TLS, 10), (PROXY_TLS, 10), (PLAIN, 30), (PROXY, 30)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut c = host.connect(40_000 + i as u16, vip);
+        let at = host.reset_after(&mut c, 120, silent);
+        assert!(
+            within_a_second_of(at, deadline),
+            "a silent client of :{vip}: {at:?}"
+        );
+    }
+    let n = host.counters();
+    assert_eq!((n.tls_handshake_timeouts, n.request_timeouts), (2, 2));
+    assert_eq!(n.tls_abandoned, 0, "timeouts are not counted as abandoned");
+    // The plain proxy's backend connection went with its client.
+    assert!(host.backends.iter().all(|b| b.reset), "backends reset");
+    assert_eq!(host.lab.mem.engine.tcp().counters().active, 0);
+}
+
+#[test]
+fn a_trickled_head_or_client_hello_is_reset_at_its_deadline() {
+    let mut host = Host::new(lab());
+    // One byte a second of a request head that never ends.
+    let mut c = host.connect(41_000, PLAIN);
+    let head =
+        b"GET / HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let at = host.reset_after(&mut c, 120, |s, c| {
+        vec![c.next(TcpControl::Psh, &head[s as usize - 1..s as usize])]
+    });
+    assert!(
+        within_a_second_of(at, 30),
+        "a trickled request head: {at:?}"
+    );
+    // One byte a second of a ClientHello record (a 512-byte handshake
+    // record that never completes).
+    let mut hello = vec![
+        0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03,
+    ];
+    hello.resize(512, 0x42);
+    for (vip, port) in [(TLS, 41_001), (PROXY_TLS, 41_002)] {
+        let mut c = host.connect(port, vip);
+        let at = host.reset_after(&mut c, 120, |s, c| {
+            vec![c.next(TcpControl::Psh, &hello[s as usize - 1..s as usize])]
+        });
+        assert!(
+            within_a_second_of(at, 10),
+            "a trickled ClientHello to :{vip}: {at:?}"
+        );
+    }
+    let n = host.counters();
+    assert_eq!((n.tls_handshake_timeouts, n.request_timeouts), (2, 1));
+}
+
+#[test]
+fn keep_alive_waits_the_request_timeout_for_each_next_request() {
+    let mut host = Host::new(lab());
+    let mut c = host.connect(42_000, PLAIN);
+    let get = b"GET /bytes/10 HTTP/1.1\r\nHost: t\r\n\r\n";
+    // A request every 20 s keeps it: each answer starts a new 30 s wait.
+    let at = host.reset_after(&mut c, 100, |s, c| {
+        let mut segs = vec![c.next(TcpControl::None, b"")];
+        if s % 20 == 0 {
+            segs.push(c.next(TcpControl::Psh, get));
+        }
+        segs
+    });
+    assert_eq!(at, None, "a request every 20 s keeps the connection");
+    let answers = String::from_utf8_lossy(&c.received)
+        .matches("HTTP/1.1 200")
+        .count();
+    assert_eq!(answers, 5, "every request answered");
+    // Then quiet: reset 30 s after the last answer (at second 100).
+    let at = host.reset_after(&mut c, 60, silent);
+    assert!(within_a_second_of(at, 30), "{at:?}");
+    assert_eq!(host.counters().request_timeouts, 1);
+}
+
+#[test]
+fn a_vips_own_timeouts_replace_the_defaults() {
+    let mut host = Host::new(lab());
+    let app = host.lab.mem.engine.app_mut();
+    let short = Timeouts {
+        handshake: Duration::from_secs(2),
+        request: Duration::from_secs(60),
+        idle: Some(Duration::from_secs(5)),
+    };
+    app.set_vip_timeouts(DUT_IP, TLS, short);
+    app.set_vip_timeouts(DUT_IP, PLAIN, short);
+    let mut c = host.connect(43_000, TLS);
+    let at = host.reset_after(&mut c, 30, silent);
+    assert!(within_a_second_of(at, 2), "handshake 2 s: {at:?}");
+    // Silence ends the plain connection at its idle timeout (5 s) before
+    // its request deadline (60 s).
+    let mut c = host.connect(43_001, PLAIN);
+    let at = host.reset_after(&mut c, 90, silent);
+    assert!(within_a_second_of(at, 5), "idle 5 s: {at:?}");
+    let n = host.counters();
+    assert_eq!((n.tls_handshake_timeouts, n.request_timeouts), (1, 0));
+}
+
+#[test]
+fn a_proxied_tls_client_that_closes_mid_handshake_is_closed_at_once() {
+    let mut host = Host::new(lab());
+    let mut c = host.connect(44_000, PROXY_TLS);
+    let part = c.next(TcpControl::Psh, &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]);
+    let fin = c.next(TcpControl::Fin, b"");
+    host.exchange(&[part, fin], &mut [&mut c]);
+    host.lab.mem.now = host.lab.mem.now + Duration::from_millis(10);
+    host.exchange(&[], &mut [&mut c]);
+    assert!(
+        c.fin_at.is_some() || c.reset,
+        "the engine closed its side too (it used to sit in CLOSE-WAIT for 300 s)"
+    );
+    assert_eq!(host.backends.len(), 0, "no backend was opened");
+}
