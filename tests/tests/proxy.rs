@@ -534,3 +534,81 @@ fn a_backend_lost_mid_run_leaves_no_client_hanging() {
         "new connections avoid it: {got:?}"
     );
 }
+
+/// A client that sends its request and shuts down its write side (TCP FIN;
+/// for TLS without close_notify, as HTTP/1.0 clients and `nc -N` do)
+/// still gets the whole answer through the proxy: the FIN reaches the
+/// backend after the request, the answer comes back, nothing is cut off
+/// when the client's side ends. Plain and TLS, 1 MiB, 5 each. The backend
+/// is Python's http.server, which answers a half-closed client in full
+/// (nginx takes a client's FIN while it is still sending as an abort and
+/// stops: it is not used here).
+#[test]
+fn a_half_closed_client_gets_the_whole_answer_plain_and_tls() {
+    const SIZE: usize = 1 << 20;
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up("phc");
+    backend_addr(&lab, 12, "add");
+    let page: String = dataplane_pattern()
+        .iter()
+        .cycle()
+        .take(SIZE)
+        .map(|&b| char::from(b))
+        .collect();
+    let _backend = e2e::HttpBackend::start(&lab, &format!("{}.12", lab.net), 8090, &page);
+    let dpd = Dpd::start(&lab, |s| {
+        let c = certs.path().display();
+        format!(
+            "{base}\n[[vip]]\nname = \"plain\"\nlisten = \"{ip}:8090\"\npool = \"py\"\n\
+             [[vip]]\nname = \"tls\"\nlisten = \"{ip}:443\"\npool = \"py\"\n\
+             certs = [{{ cert = \"{c}/p256.pem\", key = \"{c}/p256.key\" }}]\n\
+             [[pool]]\nname = \"py\"\nmembers = [{{ addr = \"{net}.12:8090\" }}]\n",
+            base = lab.config("net_af_packet", s, ""),
+            ip = lab.dut_ip(),
+            net = lab.net,
+        )
+    });
+    let script = format!(
+        r#"
+import socket, ssl
+ctx = ssl.create_default_context(cafile="{ca}")
+for tls in (False, True):
+    for _ in range(5):
+        raw = socket.create_connection(("{ip}", 443 if tls else 8090), timeout=20)
+        s = ctx.wrap_socket(raw, server_hostname="p256.test") if tls else raw
+        s.sendall(b"GET / HTTP/1.0\r\nHost: p256.test\r\n\r\n")
+        # The TCP socket's shutdown, under the TLS layer (no close_notify).
+        socket.socket.shutdown(s, socket.SHUT_WR)
+        data = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except (ssl.SSLError, OSError) as e:
+                print("error", e)
+                break
+            if not chunk:
+                break
+            data += chunk
+        body = data.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in data else b""
+        print("tls" if tls else "plain", len(body), body[:10])
+        s.close()
+"#,
+        ca = certs.path().join("ca.pem").display(),
+        ip = lab.dut_ip()
+    );
+    let out = lab.client(&["timeout", "120", "/usr/bin/python3", "-c", &script]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let report = format!(
+        "{text}{}\n{:?}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        dpd.stats(),
+        dpd.log_text()
+    );
+    let whole = |kind: &str| {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{kind} {SIZE} b'0123456789'")))
+            .count()
+    };
+    assert_eq!((whole("plain"), whole("tls")), (5, 5), "{report}");
+}
