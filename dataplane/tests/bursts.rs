@@ -75,6 +75,9 @@ fn settle_and_check_nothing_held(lab: &mut HostLab) {
     for _ in 0..900 {
         lab.advance(Duration::from_secs(1));
         if lab.mem.engine.tcp().counters().active == 0 {
+            // A connection retired to TIME-WAIT while transmitting is
+            // `Closed` for the application in the next iteration.
+            lab.advance(Duration::from_secs(1));
             break;
         }
     }
@@ -237,6 +240,7 @@ enum BackendBurst {
     /// the client gets all of it, then FIN.
     SynAckDataFin,
     SynAckFin,
+    /// Data, then RST: the client gets the data, then a reset.
     SynAckDataRst,
     Refused,
 }
@@ -305,6 +309,25 @@ fn backend_bursts() {
     for c in &mut clients {
         c.absorb(&out);
     }
+    // The clients acknowledge what they got (a client whose backend reset
+    // after its answer is reset once the answer is delivered).
+    let acks: Vec<Seg> = clients
+        .iter_mut()
+        .filter(|c| !c.reset)
+        .map(|c| c.next(TcpControl::None, b""))
+        .collect();
+    let out = lab.exchange(&acks);
+    for c in &mut clients {
+        c.absorb(&out);
+    }
+    let cut = clients
+        .iter()
+        .filter(|c| c.received == REPLY && c.reset && c.fin_at.is_none())
+        .count();
+    assert_eq!(
+        cut, EACH,
+        "an answer cut by a reset: all of it, then a reset"
+    );
     let whole = clients
         .iter()
         .filter(|c| c.received == REPLY && c.fin_at == Some(REPLY.len()))

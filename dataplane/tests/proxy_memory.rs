@@ -232,3 +232,42 @@ fn a_client_reset_after_the_whole_answer_closes_the_backend_cleanly() {
         assert_eq!(lab.host.mem.engine.counters().tcp_resets_sent, 0);
     }
 }
+
+/// A backend that answers and resets in one burst: the client gets every
+/// byte the backend sent before its reset, then a reset (not a FIN: the
+/// answer was cut short, and must not look complete).
+#[test]
+fn a_backend_reset_after_data_delivers_the_data_then_resets_the_client() {
+    let mut lab = Lab::with_check(false);
+    let mut client = HostConn::client(CLIENT_PORT, VIP_PORT, 1_000);
+    let syn = client.next(TcpControl::Syn, b"");
+    client.absorb(&lab.exchange(&[syn]));
+    let ask = client.next(TcpControl::Psh, b"GET / HTTP/1.0\r\n\r\n");
+    let sent = lab.exchange(&[ask]);
+    let backend_syn = sent
+        .iter()
+        .find(|s| s.dst_port == BACKEND_PORT && s.control == TcpControl::Syn)
+        .expect("the backend connection opens")
+        .clone();
+    let mut backend = HostConn::accepted(&backend_syn, 7_000);
+    let synack = backend.next(TcpControl::Syn, b"");
+    backend.absorb(&lab.exchange(&[synack]));
+    let chunk = [b'x'; 1000];
+    let mut burst: Vec<Seg> = (0..3)
+        .map(|_| backend.next(TcpControl::Psh, &chunk))
+        .collect();
+    burst.push(backend.next(TcpControl::Rst, b""));
+    let mut sent = lab.exchange(&burst);
+    // The client acknowledges what it got until the engine has sent all.
+    for _ in 0..10 {
+        client.absorb(&sent);
+        if client.reset {
+            break;
+        }
+        let ack = client.next(TcpControl::None, b"");
+        sent = lab.exchange(&[ack]);
+    }
+    assert_eq!(client.received.len(), 3000, "every byte before the reset");
+    assert!(client.reset, "then a reset");
+    assert_eq!(client.fin_at, None, "no FIN: the answer was cut");
+}

@@ -82,7 +82,11 @@ fn silent_and_trickling_clients_are_reset_at_their_vips_deadlines() {
     }
     let stats = dpd.stats_when(Duration::from_secs(5), |s| s.tcp_active == 0);
     assert_eq!(
-        (stats.tls_handshake_timeouts, stats.request_timeouts, stats.tcp_active),
+        (
+            stats.tls_handshake_timeouts,
+            stats.request_timeouts,
+            stats.tcp_active
+        ),
         (100, 100, 0),
         "{stats:?}"
     );

@@ -360,7 +360,13 @@ impl Services {
                     cx.counters.proxy_backend_failures += 1;
                     self.connect_backend(cx, client);
                 } else if reason != CloseReason::Normal {
-                    cx.tcp.abort(client);
+                    // What the backend sent before its reset (or timeout)
+                    // is already on its way: the client gets all of it,
+                    // then the reset (not a FIN: the answer was cut).
+                    if let Some(Role::Tls(t)) = self.roles.get_mut(client).map(|e| &mut e.role) {
+                        t.conn.flush_alert(cx.tcp, client);
+                    }
+                    cx.tcp.abort_after_send(client);
                 }
             }
             Side::Client => {

@@ -644,6 +644,23 @@ impl<A: Default> TcpEngine<A> {
         }
     }
 
+    /// Resets the connection once the bytes already queued have been
+    /// delivered (acknowledged), taking nothing more to send and sending
+    /// no FIN: the peer gets everything, then learns the stream was cut
+    /// (a proxy whose backend reset). At once when nothing is queued; a
+    /// peer that stops acknowledging is given up by the retransmission
+    /// timeout as usual.
+    pub fn abort_after_send(&mut self, id: ConnId) {
+        let Some(c) = live_mut(&mut self.conns, id) else {
+            return;
+        };
+        if c.all_acked() || !c.state.is_synchronized() {
+            self.abort(id);
+            return;
+        }
+        c.reset_when_sent = true;
+    }
+
     /// Resets the connection and frees it at once.
     pub fn abort(&mut self, id: ConnId) {
         let Some(c) = live_mut(&mut self.conns, id) else {
@@ -778,6 +795,10 @@ impl<A: Default> TcpEngine<A> {
             return;
         }
         let c = live_mut(&mut self.conns, id).expect("live");
+        if c.reset_when_sent && c.all_acked() {
+            self.abort(id);
+            return;
+        }
         if out.send {
             mark_dirty(&mut self.dirty, c, id);
         }

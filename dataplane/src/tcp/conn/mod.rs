@@ -133,6 +133,9 @@ pub(super) struct Conn<A> {
     /// When the connection began (the peer's SYN, or our connect; a
     /// cookie's ACK): its handshake deadline counts from here.
     pub opened: Instant,
+    /// Reset once everything queued is acknowledged
+    /// (`TcpEngine::abort_after_send`); nothing more is taken to send.
+    pub reset_when_sent: bool,
     /// The application's deadline (`TcpEngine::set_deadline`).
     pub deadline: Option<Instant>,
     /// This connection's idle timeout, when not `[tcp] idle_timeout`.
@@ -227,6 +230,7 @@ impl<A: Default> Conn<A> {
             ack_now: false,
             unacked_segs: 0,
             opened: now,
+            reset_when_sent: false,
             deadline: None,
             idle_timeout: None,
             timewait_until: None,
@@ -416,6 +420,7 @@ impl<A: Default> Conn<A> {
 
     fn can_send(&self) -> bool {
         self.fin_seq.is_none()
+            && !self.reset_when_sent
             && matches!(
                 self.state,
                 State::SynReceived | State::Established | State::CloseWait
@@ -485,6 +490,11 @@ impl<A: Default> Conn<A> {
             entered: now,
             until: self.timewait_until.unwrap_or(now + cfg.time_wait),
         }
+    }
+
+    /// Everything queued to send has been acknowledged.
+    pub fn all_acked(&self) -> bool {
+        self.snd_una == self.snd_max && self.send.as_ref().is_none_or(RingBuf::is_empty)
     }
 
     /// The receive ring, when it holds bytes the application has not read.
