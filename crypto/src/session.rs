@@ -93,10 +93,18 @@ pub enum Failure {
     /// TLS 1.2 reached the cipher's record limit (it cannot rekey).
     RecordLimit,
     Other,
+    /// A field with a value the protocol does not allow (a KeyUpdate's
+    /// request_update other than 0 or 1).
+    IllegalParameter,
 }
 
+/// The fixed part of a ClientHello body: client_version (2), random
+/// (32), session_id length (1), cipher_suites length (2) and one suite
+/// (2), compression_methods length (1) and one method (1).
+const MIN_CLIENT_HELLO: usize = 41;
+
 /// Failure reasons counted, by [`Failure::index`].
-pub const FAILURES: [&str; 11] = [
+pub const FAILURES: [&str; 12] = [
     "protocol_version",
     "no_shared_parameters",
     "no_certificate",
@@ -108,6 +116,7 @@ pub const FAILURES: [&str; 11] = [
     "peer_alert",
     "record_limit",
     "other",
+    "illegal_parameter",
 ];
 
 impl Failure {
@@ -381,6 +390,7 @@ impl Established {
             },
             content::HANDSHAKE => {
                 let mut msgs = body;
+                let mut hellos = 0;
                 while !msgs.is_empty() {
                     let [t, a, b, c, rest @ ..] = msgs else {
                         return Err(TlsError::new(
@@ -401,6 +411,15 @@ impl Established {
                         // KeyUpdate: the peer's next records use its next key;
                         // update_requested asks us to move ours too.
                         (Protocol::Tls13, 24, [request @ (0 | 1)]) => {
+                            // RFC 8446 §5.1: a key change ends its record
+                            // (so one record cannot ask for thousands of
+                            // updates either).
+                            if !msgs.is_empty() {
+                                return Err(TlsError::new(
+                                    Failure::UnexpectedMessage,
+                                    "KeyUpdate not at the end of its record",
+                                ));
+                            }
                             let (seq, secrets) =
                                 self.kernel.update_rx_secret().map_err(TlsError::rustls)?;
                             self.rx = RecordKey::new(Protocol::Tls13, &secrets, seq);
@@ -410,12 +429,38 @@ impl Established {
                                 progress.key_updates_sent += 1;
                             }
                         }
+                        // RFC 8446 §4.6.3: request_update is 0 or 1; any
+                        // other value is illegal_parameter.
+                        (Protocol::Tls13, 24, [_]) => {
+                            return Err(TlsError::new(
+                                Failure::IllegalParameter,
+                                "KeyUpdate request_update not 0 or 1",
+                            ))
+                        }
                         (Protocol::Tls13, 24, _) => {
                             return Err(TlsError::new(Failure::DecodeError, "malformed KeyUpdate"))
+                        }
+                        // A ClientHello shorter than its fixed fields
+                        // (version, random, session id, suites, methods).
+                        (Protocol::Tls12, 1, m) if m.len() < MIN_CLIENT_HELLO => {
+                            return Err(TlsError::new(
+                                Failure::DecodeError,
+                                "truncated ClientHello",
+                            ))
+                        }
+                        // One renegotiation attempt per record is answered;
+                        // a record packed with ClientHellos (a reply
+                        // amplifier) is not something a client does.
+                        (Protocol::Tls12, 1, _) if hellos > 0 => {
+                            return Err(TlsError::new(
+                                Failure::UnexpectedMessage,
+                                "several ClientHellos in one record",
+                            ))
                         }
                         // A TLS 1.2 ClientHello: renegotiation, refused with a
                         // warning (RFC 5246 §7.2.2); the connection goes on.
                         (Protocol::Tls12, 1, _) => {
+                            hellos += 1;
                             self.alert_warning(100, out);
                             progress.renegotiations_refused += 1;
                         }
@@ -504,6 +549,7 @@ impl Established {
             if let Err(e) = result {
                 let alert = match e.reason {
                     Failure::DecodeError => 50,
+                    Failure::IllegalParameter => 47,
                     Failure::PeerAlert => 0,
                     _ => 10,
                 };
@@ -1332,6 +1378,125 @@ mod tests {
         assert_eq!(e.reason, Failure::RecordLimit);
     }
 
+    /// A session past a real handshake with `versions`, the client's
+    /// record key (to forge its records) and its receive key (to read
+    /// ours).
+    #[allow(deprecated)] // dangerous_extract_secrets: to forge client records
+    fn established_forger(
+        dir: &std::path::Path,
+        versions: Versions,
+    ) -> (ServerSession, RecordKey, RecordKey) {
+        let cfg = TlsConfig::new(test_store(dir)).unwrap();
+        let mut ccfg = (*client_config(dir, versions)).clone();
+        ccfg.enable_secret_extraction = true;
+        let mut c = client_with(Arc::new(ccfg), "p256.test");
+        let mut s = ServerSession::new(&cfg).unwrap();
+        pump(&mut c, &mut s, &mut Vec::new(), &mut Vec::new());
+        let protocol = if versions == TLS13 {
+            crate::record::Protocol::Tls13
+        } else {
+            crate::record::Protocol::Tls12
+        };
+        let secrets = c.dangerous_extract_secrets().unwrap();
+        let tx = RecordKey::new(protocol, &secrets.tx.1, secrets.tx.0);
+        let rx = RecordKey::new(protocol, &secrets.rx.1, secrets.rx.0);
+        (s, tx, rx)
+    }
+
+    /// One record of `typ` around `payload`, sealed with `key`.
+    fn sealed(key: &mut RecordKey, typ: u8, payload: &[u8]) -> Vec<u8> {
+        let mut rec = vec![0u8; payload.len() + key.overhead()];
+        let pre = key.prefix_len();
+        rec[pre..pre + payload.len()].copy_from_slice(payload);
+        let n = key.seal_in_place(typ, &mut rec, payload.len());
+        rec.truncate(n);
+        rec
+    }
+
+    /// The alerts (level, description) among our records in `out`.
+    fn alerts_in(key: &mut RecordKey, mut out: &[u8]) -> Vec<(u8, u8)> {
+        let mut found = Vec::new();
+        while out.len() >= HEADER_LEN {
+            let mut header = [0u8; HEADER_LEN];
+            header.copy_from_slice(&out[..HEADER_LEN]);
+            let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
+            let body = &out[HEADER_LEN..HEADER_LEN + len];
+            let mut plain = vec![0u8; len];
+            let (typ, n) = key.open(&header, body, &mut plain).unwrap();
+            if typ == content::ALERT && n == 2 {
+                found.push((plain[0], plain[1]));
+            }
+            out = &out[HEADER_LEN + len..];
+        }
+        found
+    }
+
+    /// A ClientHello handshake message with just its fixed fields.
+    fn client_hello_message() -> Vec<u8> {
+        let mut body = vec![3, 3];
+        body.extend_from_slice(&[0x11; 32]);
+        body.extend_from_slice(&[0, 0, 2, 0x00, 0x2f, 1, 0]);
+        let mut m = vec![1, 0, 0, body.len() as u8];
+        m.extend_from_slice(&body);
+        m
+    }
+
+    #[test]
+    fn a_key_update_ends_its_record_and_a_bad_request_is_illegal_parameter() {
+        let dir = tempfile::tempdir().unwrap();
+        // A record packed with KeyUpdate(update_requested): RFC 8446 §5.1
+        // wants a key change at the end of its record, so it is refused
+        // with unexpected_message before any update (there used to be one
+        // reply per message: thousands per record).
+        let (mut s, mut tx, mut rx) = established_forger(dir.path(), TLS13);
+        let packed: Vec<u8> = [24u8, 0, 0, 1, 1].repeat(3000);
+        let rec = sealed(&mut tx, content::HANDSHAKE, &packed);
+        let mut out = Vec::new();
+        let e = s.process(&rec, &mut out, &mut Vec::new()).unwrap_err();
+        assert_eq!(e.reason, Failure::UnexpectedMessage, "{e}");
+        assert_eq!(
+            alerts_in(&mut rx, &out),
+            [(2, 10)],
+            "one fatal alert, no update"
+        );
+        // request_update = 2 (RFC 8446 §4.6.3): illegal_parameter.
+        let (mut s, mut tx, mut rx) = established_forger(dir.path(), TLS13);
+        let rec = sealed(&mut tx, content::HANDSHAKE, &[24, 0, 0, 1, 2]);
+        let mut out = Vec::new();
+        let e = s.process(&rec, &mut out, &mut Vec::new()).unwrap_err();
+        assert_eq!(e.reason, Failure::IllegalParameter, "{e}");
+        assert_eq!(alerts_in(&mut rx, &out), [(2, 47)]);
+        // A well-formed one at the end of its record still works.
+        let (mut s, mut tx, _) = established_forger(dir.path(), TLS13);
+        let rec = sealed(&mut tx, content::HANDSHAKE, &[24, 0, 0, 1, 0]);
+        let p = s.process(&rec, &mut Vec::new(), &mut Vec::new()).unwrap();
+        assert_eq!(p.key_updates_received, 1);
+    }
+
+    #[test]
+    fn tls12_hellos_packed_in_a_record_are_refused_not_answered_each() {
+        let dir = tempfile::tempdir().unwrap();
+        // Empty ClientHellos (a 4-byte header each): decode_error.
+        let (mut s, mut tx, mut rx) = established_forger(dir.path(), TLS12);
+        let rec = sealed(&mut tx, content::HANDSHAKE, &[1u8, 0, 0, 0].repeat(4000));
+        let mut out = Vec::new();
+        let e = s.process(&rec, &mut out, &mut Vec::new()).unwrap_err();
+        assert_eq!(e.reason, Failure::DecodeError, "{e}");
+        assert_eq!(alerts_in(&mut rx, &out), [(2, 50)]);
+        // Well-formed ones: the first gets its no_renegotiation warning,
+        // the second ends the connection.
+        let (mut s, mut tx, mut rx) = established_forger(dir.path(), TLS12);
+        let rec = sealed(
+            &mut tx,
+            content::HANDSHAKE,
+            &client_hello_message().repeat(100),
+        );
+        let mut out = Vec::new();
+        let e = s.process(&rec, &mut out, &mut Vec::new()).unwrap_err();
+        assert_eq!(e.reason, Failure::UnexpectedMessage, "{e}");
+        assert_eq!(alerts_in(&mut rx, &out), [(1, 100), (2, 10)]);
+    }
+
     /// A TLS 1.2 client that tries to renegotiate gets a no_renegotiation
     /// warning and the connection carries on.
     #[test]
@@ -1346,11 +1511,12 @@ mod tests {
         pump(&mut c, &mut s, &mut Vec::new(), &mut Vec::new());
         let tx = c.dangerous_extract_secrets().unwrap().tx;
         let mut forge = RecordKey::new(crate::record::Protocol::Tls12, &tx.1, tx.0);
-        let mut rec = vec![0u8; 64];
+        let mut rec = vec![0u8; 128];
         let pre = forge.prefix_len();
-        // A (truncated) ClientHello handshake message.
-        rec[pre..pre + 8].copy_from_slice(&[1, 0, 0, 4, 3, 3, 0, 0]);
-        let n = forge.seal_in_place(content::HANDSHAKE, &mut rec, 8);
+        // A ClientHello handshake message with its fixed fields.
+        let hello = client_hello_message();
+        rec[pre..pre + hello.len()].copy_from_slice(&hello);
+        let n = forge.seal_in_place(content::HANDSHAKE, &mut rec, hello.len());
         rec.truncate(n);
         let mut rec2 = vec![0u8; 64];
         rec2[pre..pre + 5].copy_from_slice(b"hello");

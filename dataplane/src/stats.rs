@@ -124,13 +124,13 @@ macro_rules! engine_counters {
             $(#[doc = $help] pub $f: u64,)*
             /// Handshakes by version, suite and group (indices of
             /// `crypto::session::{VERSIONS, SUITES, GROUPS}`).
-            pub tls_versions: [u64; 2],
-            pub tls_suites: [u64; 10],
-            pub tls_groups: [u64; 5],
+            pub tls_versions: [u64; crypto::session::VERSIONS.len()],
+            pub tls_suites: [u64; crypto::session::SUITES.len()],
+            pub tls_groups: [u64; crypto::session::GROUPS.len()],
             /// Handshakes by certificate key type (`crypto::session::KEY_TYPES`).
-            pub tls_key_types: [u64; 6],
+            pub tls_key_types: [u64; crypto::session::KEY_TYPES.len()],
             /// Failures by reason (`crypto::session::FAILURES`).
-            pub tls_failure_reasons: [u64; 11],
+            pub tls_failure_reasons: [u64; crypto::session::FAILURES.len()],
             /// Dropped frames by reason ([`DropReason`]).
             pub drops: [u64; DropReason::COUNT],
         }
@@ -233,7 +233,11 @@ fn named(names: &[&str], counts: &[u64]) -> BTreeMap<String, u64> {
         .collect()
 }
 
-const TLS_FIELDS: usize = 2 + 10 + 5 + 6 + 11;
+/// The labelled TLS counters' fields, from the name lists they index.
+const TLS_FIELDS: usize = {
+    use crypto::session::{FAILURES, GROUPS, KEY_TYPES, SUITES, VERSIONS};
+    VERSIONS.len() + SUITES.len() + GROUPS.len() + KEY_TYPES.len() + FAILURES.len()
+};
 const FIELDS: usize = counters::COUNT + DropReason::COUNT + TLS_FIELDS;
 
 /// The published copy of one engine's [`Counters`].
@@ -376,7 +380,10 @@ mod tests {
             assert_eq!(json[info.field].as_u64(), Some(v), "{} in JSON", info.field);
         }
         assert_eq!(api.drops.len(), DropReason::COUNT);
-        assert_eq!(api.tls_failure_reasons.len(), 11);
+        assert_eq!(
+            api.tls_failure_reasons.len(),
+            crypto::session::FAILURES.len()
+        );
         let hz = 1_000;
         let text = control::metrics::render(&control::api::Stats {
             cores: vec![api.clone()],

@@ -21,6 +21,11 @@ use crate::tcp::ConnId;
 /// Decrypted bytes waiting for the responder, at most; beyond it records
 /// stay in the TCP ring and its window closes (back-pressure).
 const PLAIN_IN_MAX: usize = 32 * 1024;
+/// TLS bytes of the session's own (alerts, KeyUpdates, handshake
+/// flights) waiting for the TCP send ring, beyond which no more input is
+/// read: a client that never reads cannot make them pile up (the TCP
+/// window then closes on it). A handshake flight is well below this.
+const CIPHER_OUT_MAX: usize = 64 * 1024;
 /// Small writes coalesced into the next record, at most.
 const PENDING_MAX: usize = 16 * 1024;
 /// Largest plaintext per record.
@@ -272,7 +277,7 @@ pub fn drive(
         let (a, b) = tcp.peek(id);
         let waiting = a.len() + b.len();
         let input = waiting > 0 || tls.session.has_pending_input();
-        if input && tls.plain_in.len() < PLAIN_IN_MAX {
+        if input && tls.plain_in.len() < PLAIN_IN_MAX && tls.cipher_out.len() < CIPHER_OUT_MAX {
             if tls.session.is_handshaking() {
                 if *handshake_budget == 0 {
                     outcome.deferred = true;
