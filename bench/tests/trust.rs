@@ -263,7 +263,9 @@ fn agrees_with_h2load_within_ten_percent() {
     let lab = Lab::up("dpbt3");
     let t = lab.target();
     // Rate-limited 1 MB pages (8 MB/s per response): neither client is
-    // CPU-bound, so both must measure the same request rate.
+    // CPU-bound, so both must measure the same request rate. dpbench's
+    // median of three runs: one run in a CI machine's busy moment measured
+    // 12 % low once, where runs usually agree within 2 %.
     let v = lab.dpbench(
         "tput",
         &[
@@ -273,7 +275,7 @@ fn agrees_with_h2load_within_ten_percent() {
             &t,
             "--dangerous-no-verify",
             "--repeat",
-            "1",
+            "3",
             "--ramp-up",
             "1",
             "--sustain",
@@ -289,7 +291,15 @@ fn agrees_with_h2load_within_ten_percent() {
         ],
     );
     assert!(run0(&v)["rejected"].is_null(), "{v}");
-    let ours = run0(&v)["requests_per_s"].as_f64().unwrap();
+    let mut rates: Vec<f64> = v["results"][0]["runs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no runs: {v}"))
+        .iter()
+        .filter_map(|r| r["requests_per_s"].as_f64())
+        .collect();
+    assert_eq!(rates.len(), 3, "{v}");
+    rates.sort_by(f64::total_cmp);
+    let ours = rates[1];
     let out = sh(Command::new("ip").args([
         "netns",
         "exec",

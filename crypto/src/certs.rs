@@ -286,6 +286,25 @@ impl CertStore {
         self.tls12_only = only;
     }
 
+    /// The certificates for `sni`: its exact name, else its one-label
+    /// wildcard, else the default.
+    fn candidates(&self, sni: Option<&str>) -> &[Cert] {
+        let name = sni.map(str::to_ascii_lowercase);
+        name.as_deref()
+            .and_then(|n| {
+                self.exact.get(n).or_else(|| {
+                    n.split_once('.')
+                        .and_then(|(_, parent)| self.wildcard.get(parent))
+                })
+            })
+            .unwrap_or(&self.default)
+    }
+
+    /// The first certificate for `sni`, whatever its key.
+    fn first_for(&self, sni: Option<&str>) -> Option<&Cert> {
+        self.candidates(sni).first()
+    }
+
     /// The certificate for a handshake: by name (exact, then one-label
     /// wildcard, then default), then the first one whose key can sign with
     /// one of the client's schemes (ECDSA is preferred when both can).
@@ -298,14 +317,7 @@ impl CertStore {
         schemes: &[SignatureScheme],
         tls12_groups: Option<&[NamedGroup]>,
     ) -> Option<&Cert> {
-        let name = sni.map(str::to_ascii_lowercase);
-        let by_name = name.as_deref().and_then(|n| {
-            self.exact.get(n).or_else(|| {
-                n.split_once('.')
-                    .and_then(|(_, parent)| self.wildcard.get(parent))
-            })
-        });
-        let candidates = by_name.unwrap_or(&self.default);
+        let candidates = self.candidates(sni);
         let pick = |alg, curve_ok: &dyn Fn(&Cert) -> bool| {
             candidates
                 .iter()
@@ -379,7 +391,14 @@ impl ResolvesServerCert for CertStore {
         } else {
             None
         };
-        let cert = self.select(hello.server_name(), hello.signature_schemes(), tls12_groups)?;
+        // No certificate suits the client's signature schemes: hand rustls
+        // the name's first one anyway, so the handshake fails as RFC 8446
+        // §4.4.2.2 / RFC 5246 §7.4.2 name it (handshake_failure, no scheme
+        // in common) rather than with access_denied, which scanners read
+        // as a policy refusal.
+        let cert = self
+            .select(hello.server_name(), hello.signature_schemes(), tls12_groups)
+            .or_else(|| self.first_for(hello.server_name()))?;
         let sni = hello.server_name().map(Box::from);
         LAST_SELECTED.with(|c| {
             c.set(Some(Selected {

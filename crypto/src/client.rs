@@ -13,7 +13,7 @@ use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureSch
 use crate::session::TlsError;
 
 #[derive(Debug)]
-struct NoVerification(Vec<SignatureScheme>);
+pub(crate) struct NoVerification(pub(crate) Vec<SignatureScheme>);
 
 impl ServerCertVerifier for NoVerification {
     fn verify_server_cert(

@@ -1442,6 +1442,50 @@ mod tests {
     }
 
     #[test]
+    fn no_signature_scheme_in_common_is_a_handshake_failure() {
+        // A client that can verify only RSA-PSS asks for p256.test, whose
+        // certificate is ECDSA: RFC 8446 §4.1.1 names handshake_failure
+        // (40); it used to be access_denied (49), which scanners take for
+        // a policy refusal. The same for TLS 1.2.
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = TlsConfig::new(test_store(dir.path())).unwrap();
+        for versions in [TLS13, TLS12] {
+            let verifier = Arc::new(crate::client::NoVerification(vec![
+                rustls::SignatureScheme::RSA_PSS_SHA256,
+            ]));
+            let ccfg = ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::aws_lc_rs::default_provider(),
+            ))
+            .with_protocol_versions(versions)
+            .unwrap()
+            .dangerous()
+            .with_custom_certificate_verifier(verifier)
+            .with_no_client_auth();
+            let mut c = client_with(Arc::new(ccfg), "p256.test");
+            let mut s = ServerSession::new(&cfg).unwrap();
+            let mut failure = None;
+            for _ in 0..5 {
+                let mut wire = Vec::new();
+                c.write_tls(&mut wire).unwrap();
+                let mut out = Vec::new();
+                if let Err(e) = s.process(&wire, &mut out, &mut Vec::new()) {
+                    failure.get_or_insert(e.reason);
+                }
+                c.read_tls(&mut &out[..]).unwrap();
+                if let Err(e) = c.process_new_packets() {
+                    assert_eq!(
+                        e,
+                        rustls::Error::AlertReceived(rustls::AlertDescription::HandshakeFailure),
+                        "{versions:?}"
+                    );
+                    break;
+                }
+            }
+            assert_eq!(failure, Some(Failure::NoSharedParameters), "{versions:?}");
+        }
+    }
+
+    #[test]
     fn a_key_update_ends_its_record_and_a_bad_request_is_illegal_parameter() {
         let dir = tempfile::tempdir().unwrap();
         // A record packed with KeyUpdate(update_requested): RFC 8446 §5.1
