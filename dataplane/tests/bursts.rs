@@ -13,26 +13,16 @@ mod common;
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
-use common::host::{HostConn, HostLab, Seg, DUT_IP, HOST_IP};
-use crypto::certs::CertStore;
+use common::host::{HostConn, HostLab, Seg, HOST_IP};
+use common::vips::{lab, BACKEND, PLAIN, PROXY, PROXY_TLS, TLS, VIPS};
 use crypto::client::{LoadClientConfig, LoadClientSession};
-use crypto::policy::TlsPolicy;
-use crypto::session::TlsConfig;
-use crypto::testcert::{self_signed, P256};
 use dataplane::app::health::{HealthCheck, HealthKind};
 use dataplane::app::pool::{Balance, Member, MemberState, Pool};
 use dataplane::app::responder::PATTERN;
 use smoltcp::wire::TcpControl;
 
-const PLAIN: u16 = 80;
-const TLS: u16 = 443;
-const PROXY: u16 = 8080;
-const PROXY_TLS: u16 = 8443;
-const BACKEND: u16 = 8081;
 /// Health-checked members listen from here up.
 const CHECKED: u16 = 9000;
-/// VIPs in the order they are added: their counter slots.
-const VIPS: [u16; 4] = [PLAIN, TLS, PROXY, PROXY_TLS];
 const REQUEST: &[u8] = b"GET /bytes/100 HTTP/1.1\r\nHost: tlsdp\r\n\r\n";
 /// Connections per pattern and VIP.
 const EACH: usize = 8;
@@ -45,28 +35,6 @@ fn body(n: usize) -> String {
         .take(n)
         .map(|&b| char::from(b))
         .collect()
-}
-
-fn tls_config() -> TlsConfig {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = CertStore::new();
-    store.add(self_signed(dir.path(), "ec", P256, "tlsdp.test"));
-    TlsConfig::with_policy(store, &TlsPolicy::default()).unwrap()
-}
-
-/// The engine with a plain, a TLS, a proxied and a proxied TLS VIP (their
-/// pool: one member on the host, `BACKEND`).
-fn lab() -> HostLab {
-    let mut lab = HostLab::new();
-    let tls = tls_config();
-    let e = &mut lab.mem.engine;
-    e.listen(DUT_IP, PLAIN);
-    e.listen_tls(DUT_IP, TLS, tls.clone());
-    let member = Member::new(SocketAddrV4::new(HOST_IP, BACKEND), 1, MemberState::Up);
-    let pool = e.add_pool(Pool::new("web".into(), Balance::RoundRobin, vec![member]));
-    e.listen_pool(DUT_IP, PROXY, None, pool);
-    e.listen_pool(DUT_IP, PROXY_TLS, Some(tls), pool);
-    lab
 }
 
 /// Runs the engine for simulated minutes (every retransmission given up,

@@ -8,45 +8,12 @@
 
 mod common;
 
-use std::net::SocketAddrV4;
 use std::time::Duration;
 
-use common::host::{HostConn, HostLab, Seg, DUT_IP, HOST_IP};
-use crypto::certs::CertStore;
-use crypto::policy::TlsPolicy;
-use crypto::session::TlsConfig;
-use crypto::testcert::{self_signed, P256};
+use common::host::{HostConn, HostLab, Seg, DUT_IP};
+use common::vips::{lab, BACKEND, PLAIN, PROXY, PROXY_TLS, TLS};
 use dataplane::app::deadlines::Timeouts;
-use dataplane::app::pool::{Balance, Member, MemberState, Pool};
 use smoltcp::wire::TcpControl;
-
-const PLAIN: u16 = 80;
-const TLS: u16 = 443;
-const PROXY: u16 = 8080;
-const PROXY_TLS: u16 = 8443;
-const BACKEND: u16 = 8081;
-
-fn tls_config() -> TlsConfig {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = CertStore::new();
-    store.add(self_signed(dir.path(), "ec", P256, "tlsdp.test"));
-    TlsConfig::with_policy(store, &TlsPolicy::default()).unwrap()
-}
-
-/// The engine with a plain, a TLS, a proxied and a proxied TLS VIP, with
-/// the default timeouts (their pool: one member on the host).
-fn lab() -> HostLab {
-    let mut lab = HostLab::new();
-    let tls = tls_config();
-    let e = &mut lab.mem.engine;
-    e.listen(DUT_IP, PLAIN);
-    e.listen_tls(DUT_IP, TLS, tls.clone());
-    let member = Member::new(SocketAddrV4::new(HOST_IP, BACKEND), 1, MemberState::Up);
-    let pool = e.add_pool(Pool::new("web".into(), Balance::RoundRobin, vec![member]));
-    e.listen_pool(DUT_IP, PROXY, None, pool);
-    e.listen_pool(DUT_IP, PROXY_TLS, Some(tls), pool);
-    lab
-}
 
 /// The host's side of the lab: its clients and the backend connections
 /// the engine opened to it (each accepted at once).

@@ -55,7 +55,30 @@ impl Lab {
     fn wait_for_syn(&mut self) -> Seg {
         self.host.wait_for_syn()
     }
+
+    /// A client connects and sends `request`; the backend connection it
+    /// opens is accepted (the request then reaches it). The host's two
+    /// ends.
+    fn proxied_request(&mut self, request: &[u8]) -> (HostConn, HostConn) {
+        let mut client = HostConn::client(CLIENT_PORT, VIP_PORT, 1_000);
+        let syn = client.next(TcpControl::Syn, b"");
+        client.absorb(&self.exchange(&[syn]));
+        let ask = client.next(TcpControl::Psh, request);
+        let sent = self.exchange(&[ask]);
+        let backend_syn = sent
+            .iter()
+            .find(|s| s.dst_port == BACKEND_PORT && s.control == TcpControl::Syn)
+            .expect("the backend connection opens")
+            .clone();
+        let mut backend = HostConn::accepted(&backend_syn, 7_000);
+        let synack = backend.next(TcpControl::Syn, b"");
+        backend.absorb(&self.exchange(&[synack]));
+        (client, backend)
+    }
 }
+
+/// What the proxied tests' client asks.
+const REQUEST: &[u8] = b"GET / HTTP/1.0\r\n\r\n";
 
 /// A health check's connection ends (its answer read, then reset) in the
 /// same burst as a client's handshake completes: the client's backend
@@ -189,21 +212,8 @@ fn events_of_a_closed_connection_do_not_reach_the_next_in_its_slot() {
 fn a_client_reset_after_the_whole_answer_closes_the_backend_cleanly() {
     for with_fin in [false, true] {
         let mut lab = Lab::with_check(false);
-        let mut client = HostConn::client(CLIENT_PORT, VIP_PORT, 1_000);
-        let syn = client.next(TcpControl::Syn, b"");
-        client.absorb(&lab.exchange(&[syn]));
-        let request = b"GET / HTTP/1.0\r\n\r\n";
-        let ask = client.next(TcpControl::Psh, request);
-        let sent = lab.exchange(&[ask]);
-        let backend_syn = sent
-            .iter()
-            .find(|s| s.dst_port == BACKEND_PORT && s.control == TcpControl::Syn)
-            .expect("the backend connection opens")
-            .clone();
-        let mut backend = HostConn::accepted(&backend_syn, 7_000);
-        let synack = backend.next(TcpControl::Syn, b"");
-        backend.absorb(&lab.exchange(&[synack]));
-        assert_eq!(backend.received, request, "the request reaches the backend");
+        let (mut client, mut backend) = lab.proxied_request(REQUEST);
+        assert_eq!(backend.received, REQUEST, "the request reaches the backend");
         let reply = b"HTTP/1.0 200 OK\r\n\r\nhello";
         let answer = backend.next(TcpControl::Fin, reply);
         let sent = lab.exchange(&[answer]);
@@ -226,7 +236,7 @@ fn a_client_reset_after_the_whole_answer_closes_the_backend_cleanly() {
         assert!(!backend.reset, "with_fin {with_fin}: {sent:?}");
         assert_eq!(
             backend.fin_at,
-            Some(request.len()),
+            Some(REQUEST.len()),
             "with_fin {with_fin}: {sent:?}"
         );
         assert_eq!(lab.host.mem.engine.counters().tcp_resets_sent, 0);
@@ -239,19 +249,7 @@ fn a_client_reset_after_the_whole_answer_closes_the_backend_cleanly() {
 #[test]
 fn a_backend_reset_after_data_delivers_the_data_then_resets_the_client() {
     let mut lab = Lab::with_check(false);
-    let mut client = HostConn::client(CLIENT_PORT, VIP_PORT, 1_000);
-    let syn = client.next(TcpControl::Syn, b"");
-    client.absorb(&lab.exchange(&[syn]));
-    let ask = client.next(TcpControl::Psh, b"GET / HTTP/1.0\r\n\r\n");
-    let sent = lab.exchange(&[ask]);
-    let backend_syn = sent
-        .iter()
-        .find(|s| s.dst_port == BACKEND_PORT && s.control == TcpControl::Syn)
-        .expect("the backend connection opens")
-        .clone();
-    let mut backend = HostConn::accepted(&backend_syn, 7_000);
-    let synack = backend.next(TcpControl::Syn, b"");
-    backend.absorb(&lab.exchange(&[synack]));
+    let (mut client, mut backend) = lab.proxied_request(REQUEST);
     let chunk = [b'x'; 1000];
     let mut burst: Vec<Seg> = (0..3)
         .map(|_| backend.next(TcpControl::Psh, &chunk))

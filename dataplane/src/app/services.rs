@@ -226,10 +226,10 @@ impl Services {
         vc.active += 1;
         let plain_proxy = matches!(role, Role::Client(_));
         self.roles.insert(id, Some(slot), role);
+        // Its first deadline is set once the event is handled (on_event).
         if let Some(idle) = timeouts.idle {
             cx.tcp.set_idle_timeout(id, idle, cx.now);
         }
-        self.settle_deadline(cx, id);
         if plain_proxy {
             self.connect_backend(cx, id);
         }

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod host;
+pub mod vips;
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
