@@ -265,7 +265,7 @@ fn agrees_with_h2load_within_ten_percent() {
     // Rate-limited 1 MB pages (8 MB/s per response): neither client is
     // CPU-bound, so both must measure the same request rate. dpbench's
     // median of three runs: one run in a CI machine's busy moment measured
-    // 12 % low once, where runs usually agree within 2 %.
+    // 12 % low once, where runs usually agree within 2-5 %.
     let v = lab.dpbench(
         "tput",
         &[
@@ -300,30 +300,37 @@ fn agrees_with_h2load_within_ten_percent() {
     assert_eq!(rates.len(), 3, "{v}");
     rates.sort_by(f64::total_cmp);
     let ours = rates[1];
-    let out = sh(Command::new("ip").args([
-        "netns",
-        "exec",
-        "dpbt3-cli",
-        "timeout",
-        "60",
-        "h2load",
-        "--h1",
-        "-n",
-        "128",
-        "-c",
-        "4",
-        "https://10.77.0.1:4431/slow/1m",
-    ]));
-    let line = out
-        .lines()
-        .find(|l| l.starts_with("finished in"))
-        .unwrap_or_else(|| panic!("no result line from h2load:\n{out}"));
-    let theirs: f64 = line
-        .split(", ")
-        .find_map(|p| p.strip_suffix(" req/s"))
-        .and_then(|x| x.trim().parse().ok())
-        .unwrap_or_else(|| panic!("cannot parse h2load: {line}"));
-    assert!(out.contains("128 succeeded"), "h2load had failures:\n{out}");
+    // h2load's median of three runs too (one run alone measured 15 %
+    // low once on a fresh CI machine).
+    let mut theirs: Vec<f64> = (0..3)
+        .map(|_| {
+            let out = sh(Command::new("ip").args([
+                "netns",
+                "exec",
+                "dpbt3-cli",
+                "timeout",
+                "60",
+                "h2load",
+                "--h1",
+                "-n",
+                "128",
+                "-c",
+                "4",
+                "https://10.77.0.1:4431/slow/1m",
+            ]));
+            let line = out
+                .lines()
+                .find(|l| l.starts_with("finished in"))
+                .unwrap_or_else(|| panic!("no result line from h2load:\n{out}"));
+            assert!(out.contains("128 succeeded"), "h2load had failures:\n{out}");
+            line.split(", ")
+                .find_map(|p| p.strip_suffix(" req/s"))
+                .and_then(|x| x.trim().parse().ok())
+                .unwrap_or_else(|| panic!("cannot parse h2load: {line}"))
+        })
+        .collect();
+    theirs.sort_by(f64::total_cmp);
+    let theirs = theirs[1];
     let diff = (ours - theirs).abs() / theirs;
     eprintln!(
         "dpbench {ours:.2} req/s, h2load {theirs:.2} req/s, diff {:.1} %",
