@@ -375,6 +375,8 @@ mod tests {
             handshake_timeout_ms: crate::config::DEFAULT_HANDSHAKE_TIMEOUT_MS,
             request_timeout_ms: crate::config::DEFAULT_REQUEST_TIMEOUT_MS,
             idle_timeout_s: None,
+            max_connections: None,
+            max_new_per_source: None,
         }
     }
 

@@ -58,6 +58,11 @@ pub struct Tcp {
     /// Seconds of idleness before keepalive probes (0: off); then every
     /// 75 s, 9 probes (Linux's defaults).
     pub keepalive_s: u32,
+    /// MiB of byte rings per engine (16 to 1048576). A connection's rings
+    /// start at 4 KiB and grow to 256 KiB as bytes come; at this cap
+    /// received data is dropped for the peer to send again, sends wait and
+    /// new SYNs are dropped (`tcp_buffer_denied`, `tcp_syn_no_memory`).
+    pub buffer_memory_mib: u32,
 }
 
 impl Default for Tcp {
@@ -71,6 +76,7 @@ impl Default for Tcp {
             idle_timeout_s: 300,
             handshake_timeout_s: 10,
             keepalive_s: 0,
+            buffer_memory_mib: 1024,
         }
     }
 }
@@ -134,6 +140,19 @@ pub struct Vip {
     /// `[tcp] idle_timeout_s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout_s: Option<u32>,
+    /// Most connections open at once (TIME-WAIT not counted); a SYN over
+    /// it gets a reset (`refused_conn_limit`). Shared out among engines,
+    /// each taking its share rounded up. Default: no cap but
+    /// `[tcp] max_connections`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u32>,
+    /// Most new connections per second from one client address, with
+    /// bursts of one second's worth; a SYN over it gets a reset
+    /// (`refused_source_rate`). Shared out among engines like
+    /// `max_connections` (RSS spreads a client's connections). Default: no
+    /// limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_new_per_source: Option<u32>,
 }
 
 /// [`Vip::handshake_timeout_ms`]'s default.
@@ -1008,6 +1027,26 @@ impl Config {
                     "must be 1 to 86400",
                 ));
             }
+            if let Some(n) = vip
+                .max_connections
+                .filter(|n| !(1..=16_000_000).contains(n))
+            {
+                return Err(ConfigError::new(
+                    at("max_connections"),
+                    n,
+                    "must be 1 to 16000000",
+                ));
+            }
+            if let Some(n) = vip
+                .max_new_per_source
+                .filter(|n| !(1..=1_000_000).contains(n))
+            {
+                return Err(ConfigError::new(
+                    at("max_new_per_source"),
+                    n,
+                    "must be 1 to 1000000 a second",
+                ));
+            }
             match (&vip.respond, &vip.pool) {
                 (Some(_), None) => {}
                 (None, Some(p)) if pool_names.contains(p.as_str()) => {}
@@ -1086,6 +1125,13 @@ impl Config {
                 "tcp.max_connections",
                 self.tcp.max_connections,
                 "must be 1 to 16000000",
+            ));
+        }
+        if !(16..=1_048_576).contains(&self.tcp.buffer_memory_mib) {
+            return Err(ConfigError::new(
+                "tcp.buffer_memory_mib",
+                self.tcp.buffer_memory_mib,
+                "must be 16 to 1048576 MiB",
             ));
         }
         if !(1..=86_400).contains(&self.tcp.idle_timeout_s) {
@@ -1344,6 +1390,33 @@ mod tests {
         ] {
             assert_eq!(err_of(&vip(extra)).field, field);
         }
+    }
+
+    #[test]
+    fn vip_limits_and_buffer_memory_default_and_are_checked() {
+        let vip = |extra: &str| {
+            format!("{GOOD}\n[[vip]]\nname = \"w\"\nlisten = \"10.77.0.1:80\"\nrespond = \"builtin\"\n{extra}\n")
+        };
+        let c = Config::parse(&vip("")).unwrap();
+        assert_eq!(
+            (c.vips[0].max_connections, c.vips[0].max_new_per_source),
+            (None, None)
+        );
+        assert_eq!(c.tcp.buffer_memory_mib, 1024);
+        let c = Config::parse(&vip("max_connections = 1000\nmax_new_per_source = 20")).unwrap();
+        assert_eq!(
+            (c.vips[0].max_connections, c.vips[0].max_new_per_source),
+            (Some(1000), Some(20))
+        );
+        assert_eq!(Config::parse(&c.to_toml()).unwrap().vips, c.vips);
+        for (extra, field) in [
+            ("max_connections = 0", "vip[0].max_connections"),
+            ("max_new_per_source = 0", "vip[0].max_new_per_source"),
+        ] {
+            assert_eq!(err_of(&vip(extra)).field, field);
+        }
+        let small = format!("{GOOD}\n[tcp]\nbuffer_memory_mib = 8\n");
+        assert_eq!(err_of(&small).field, "tcp.buffer_memory_mib");
     }
 
     #[test]

@@ -80,6 +80,9 @@ macro_rules! with_counters {
             tcp_paws_rejected: Counter, "tlsdp_tcp_paws_rejected_total", "Segments dropped for a timestamp older than the connection's (PAWS, RFC 7323).";
             tcp_timestamp_missing: Counter, "tlsdp_tcp_timestamp_missing_total", "Segments dropped for lacking the timestamp option on a connection that uses it (RFC 7323 section 3.2).";
             tcp_window_probes: Counter, "tlsdp_tcp_window_probes_total", "Zero-window (persist) probes sent.";
+            tcp_buffer_bytes: Gauge, "tlsdp_tcp_buffer_bytes", "Bytes of the engine's TCP byte rings (in use and idle), at most tcp.buffer_memory_mib.";
+            tcp_buffer_denied: Counter, "tlsdp_tcp_buffer_denied_total", "Byte rings (or larger ones) refused at tcp.buffer_memory_mib: received data dropped for the peer to send again, or a send that waits.";
+            tcp_syn_no_memory: Counter, "tlsdp_tcp_syn_no_memory_total", "SYNs dropped because tcp.buffer_memory_mib was reached.";
             http_requests: Counter, "tlsdp_http_requests_total", "Requests answered by the built-in responder.";
             tls_handshakes: Counter, "tlsdp_tls_handshakes_total", "TLS handshakes completed.";
             tls_failures: Counter, "tlsdp_tls_failures_total", "TLS connections failed.";
@@ -118,6 +121,8 @@ macro_rules! with_vip_counters {
             proxy_no_member: Counter, "tlsdp_vip_no_member_total", "Clients of the VIP ended for want of a pool member.";
             handshake_timeouts: Counter, "tlsdp_vip_tls_handshake_timeouts_total", "Connections of the VIP reset at their TLS handshake deadline.";
             request_timeouts: Counter, "tlsdp_vip_request_timeouts_total", "Connections of the VIP reset at their request deadline.";
+            refused_conn_limit: Counter, "tlsdp_vip_refused_connection_limit_total", "SYNs to the VIP reset because its max_connections were open.";
+            refused_source_rate: Counter, "tlsdp_vip_refused_source_rate_total", "SYNs to the VIP reset because their source was over max_new_per_source.";
         }
     };
 }

@@ -52,10 +52,14 @@ pub enum DropReason {
     BadTcpChecksum,
     /// A TCP segment for no connection and no listener (answered by RST).
     NoConnection,
-    /// A SYN refused: the half-open or connection limit was reached.
+    /// A SYN dropped: the half-open, connection or buffer-memory limit
+    /// was reached.
     ListenOverflow,
     /// Software RSS: another engine's inbox was full.
     SteerFull,
+    /// A SYN refused by its VIP's limits (connection cap or per-source
+    /// rate), answered by RST.
+    ListenRefused,
 }
 
 impl From<crate::tcp::SegmentDrop> for DropReason {
@@ -66,12 +70,13 @@ impl From<crate::tcp::SegmentDrop> for DropReason {
             SegmentDrop::BadChecksum => Self::BadTcpChecksum,
             SegmentDrop::NoConnection => Self::NoConnection,
             SegmentDrop::ListenOverflow => Self::ListenOverflow,
+            SegmentDrop::Refused => Self::ListenRefused,
         }
     }
 }
 
 impl DropReason {
-    pub const COUNT: usize = 16;
+    pub const COUNT: usize = 17;
     pub const ALL: [DropReason; Self::COUNT] = [
         Self::Malformed,
         Self::NotForUs,
@@ -89,6 +94,7 @@ impl DropReason {
         Self::NoConnection,
         Self::ListenOverflow,
         Self::SteerFull,
+        Self::ListenRefused,
     ];
 
     /// A stable snake_case name (used in stats output and metrics).
@@ -111,6 +117,7 @@ impl DropReason {
             Self::NoConnection => "no_connection",
             Self::ListenOverflow => "listen_overflow",
             Self::SteerFull => "steer_full",
+            Self::ListenRefused => "listen_refused",
         }
     }
 }

@@ -40,6 +40,8 @@ pub struct VipSpec {
     pub pool: Option<String>,
     /// How long its clients may take (handshake, request, silence).
     pub timeouts: Timeouts,
+    /// What its listener admits on each engine (its share of the VIP's).
+    pub limits: crate::tcp::ListenLimits,
 }
 
 /// A pool as one engine sees it.

@@ -99,4 +99,7 @@ pub trait Application {
     fn vip_counters(&self) -> &[VipCounters] {
         &[]
     }
+    /// Takes TCP's counts of SYNs refused by each VIP's limits (`refused`
+    /// of a VIP slot) into the per-VIP counters.
+    fn count_refusals(&mut self, _refused: &dyn Fn(u16) -> crate::tcp::Refusals) {}
 }

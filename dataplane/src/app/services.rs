@@ -34,6 +34,8 @@ pub struct VipEntry {
     /// Index in the engine's pools; `None`: the built-in responder.
     pub pool: Option<u16>,
     pub timeouts: Timeouts,
+    /// What its listener admits on this engine.
+    pub limits: crate::tcp::ListenLimits,
 }
 
 /// The VIPs of one engine and the connections they have.
@@ -120,6 +122,7 @@ impl Services {
             tls,
             pool,
             timeouts: Timeouts::default(),
+            limits: crate::tcp::ListenLimits::default(),
         });
     }
 
@@ -132,6 +135,22 @@ impl Services {
         {
             v.timeouts = timeouts;
         }
+    }
+
+    /// Sets what VIP `addr:port` admits; returns its counter slot (`None`
+    /// when no VIP is there).
+    pub fn set_vip_limits(
+        &mut self,
+        addr: Ipv4Addr,
+        port: u16,
+        limits: crate::tcp::ListenLimits,
+    ) -> Option<u16> {
+        let v = self
+            .vips
+            .iter_mut()
+            .find(|v| v.addr == addr && v.port == port)?;
+        v.limits = limits;
+        Some(v.slot)
     }
 
     /// Adds a backend pool; returns its index.
@@ -504,6 +523,7 @@ impl Application for Services {
                     tls: v.tls.clone(),
                     pool: pool.flatten(),
                     timeouts: v.timeouts,
+                    limits: v.limits,
                 }
             })
             .collect();
@@ -547,5 +567,13 @@ impl Application for Services {
 
     fn vip_counters(&self) -> &[VipCounters] {
         &self.vip_counters[..self.vip_slots_used]
+    }
+
+    fn count_refusals(&mut self, refused: &dyn Fn(u16) -> crate::tcp::Refusals) {
+        for (slot, c) in (0..).zip(&mut self.vip_counters[..self.vip_slots_used]) {
+            let r = refused(slot);
+            c.refused_conn_limit = r.conn_limit;
+            c.refused_source_rate = r.source_rate;
+        }
     }
 }

@@ -30,6 +30,7 @@ use crate::snapshot::{
     write_pcap, Capture, ControlLink, FromEngine, PoolView, Snapshot, ToEngine, VipSpec, MAX_VIPS,
 };
 use crate::stats::{Counters, SharedCounters};
+use crate::tcp::ListenLimits;
 
 mod capture;
 mod views;
@@ -285,6 +286,10 @@ impl Controller {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
         let mut generation = self.generation;
+        // A VIP's limits are shared out among the engines (RSS spreads its
+        // clients, and each client's connections), each share rounded up.
+        let engines = u32::try_from(self.links.len().max(1)).unwrap_or(u32::MAX);
+        let share = |n: u32| n.div_ceil(engines).max(1);
         let mut certs = HashMap::new();
         for (k, c) in next.certs.iter().enumerate() {
             let cached = self.certs.get(&c.name).filter(|l| {
@@ -383,6 +388,10 @@ impl Controller {
                     idle: vip
                         .idle_timeout_s
                         .map(|s| Duration::from_secs(u64::from(s))),
+                },
+                limits: ListenLimits {
+                    max_conns: vip.max_connections.map(share),
+                    per_source_rate: vip.max_new_per_source.map(share),
                 },
             });
         }

@@ -358,6 +358,7 @@ fn engine_config(cfg: &Config) -> EngineConfig {
     e.tcp.keepalive = (cfg.tcp.keepalive_s > 0).then(|| secs(cfg.tcp.keepalive_s));
     e.tcp.max_conns = cfg.tcp.max_connections as usize;
     e.tcp.max_half_open = cfg.tcp.max_half_open as usize;
+    e.tcp.buffer_memory = (cfg.tcp.buffer_memory_mib as usize) << 20;
     e.tcp.syn_cookies = match cfg.tcp.syn_cookies {
         SynCookieMode::WhenFull => SynCookies::WhenFull,
         SynCookieMode::Always => SynCookies::Always,

@@ -8,6 +8,7 @@ use super::Engine;
 use crate::app::Application;
 use crate::port::Port;
 use crate::snapshot::{FromEngine, Snapshot, ToEngine};
+use crate::tcp::ListenLimits;
 
 impl<P: Port, A: Application> Engine<P, A> {
     /// Switches to `snap` between packets. Listeners, VIP addresses and
@@ -23,13 +24,15 @@ impl<P: Port, A: Application> Engine<P, A> {
             ep.iface
                 .retain_addresses(|a| vips.iter().any(|v| v.addr == *a));
         }
-        let wanted: Vec<(Ipv4Addr, u16, bool)> =
-            vips.iter().map(|v| (v.addr, v.port, v.enabled)).collect();
-        for (addr, port, enabled) in wanted {
+        let wanted: Vec<(Ipv4Addr, u16, bool, ListenLimits, u16)> = vips
+            .iter()
+            .map(|v| (v.addr, v.port, v.enabled, v.limits, v.slot))
+            .collect();
+        for (addr, port, enabled, limits, slot) in wanted {
             // Disabled VIPs keep their address (ARP, ICMP) and reset SYNs.
             self.claim_address(addr);
             if enabled {
-                self.tcp.listen(addr, port);
+                self.tcp.listen_with(addr, port, limits, Some(slot));
             }
         }
     }

@@ -27,7 +27,7 @@ use crate::port::{PacketBuf, Port};
 use crate::snapshot::{Capture, ControlLink, HealthShare, PoolView};
 use crate::stats::{Counters, DropReason, SharedCounters, VipCounters};
 use crate::steer::{PortShare, SteerLink, Steered};
-use crate::tcp::{Event, Secret, TcpConfig, TcpEngine};
+use crate::tcp::{Event, ListenLimits, Secret, TcpConfig, TcpEngine};
 use crate::time::Instant;
 use io::{flush, queue, receive, release_resolved, steer};
 
@@ -175,6 +175,14 @@ impl<P: Port> Engine<P> {
         self.claim_address(addr);
         self.tcp.listen(addr, port);
         self.app.add_vip(addr, port, tls, pool);
+    }
+
+    /// Sets what VIP `addr:port`'s listener admits on this engine (as a
+    /// snapshot's VIP limits do).
+    pub fn set_vip_limits(&mut self, addr: Ipv4Addr, port: u16, limits: ListenLimits) {
+        if let Some(slot) = self.app.set_vip_limits(addr, port, limits) {
+            self.tcp.listen_with(addr, port, limits, Some(slot));
+        }
     }
 
     /// Splits health checks with the other engines: this one checks only
@@ -479,6 +487,7 @@ impl<P: Port, A: Application> Engine<P, A> {
         for ev in self.events.drain(..) {
             self.app.on_event(&mut cx, ev);
         }
+        cx.tcp.events_handled();
         self.app.pending()
     }
 
@@ -553,7 +562,12 @@ impl<P: Port, A: Application> Engine<P, A> {
         c.tcp_paws_rejected = t.paws_rejected;
         c.tcp_timestamp_missing = t.timestamp_missing;
         c.tcp_window_probes = t.window_probes;
+        c.tcp_buffer_bytes = t.buffer_bytes;
+        c.tcp_buffer_denied = t.buffer_denied;
+        c.tcp_syn_no_memory = t.syn_no_memory;
         self.app.count(c);
+        let tcp = &self.tcp;
+        self.app.count_refusals(&|slot| tcp.refusals(slot));
         self.shared.publish(&self.counters);
         self.shared.publish_vips(self.app.vip_counters());
     }

@@ -123,6 +123,18 @@ impl RingBuf {
         self.len += n;
     }
 
+    /// Moves the bytes (and any written ahead of them) into the empty,
+    /// larger `dst`, which then reads the same.
+    fn move_into(&self, dst: &mut RingBuf) {
+        debug_assert!(dst.is_empty() && dst.capacity() >= self.capacity());
+        let cap = self.bytes.len();
+        let first = cap - self.head;
+        dst.bytes[..first].copy_from_slice(&self.bytes[self.head..]);
+        dst.bytes[first..cap].copy_from_slice(&self.bytes[..self.head]);
+        dst.head = 0;
+        dst.len = self.len;
+    }
+
     /// Copies out and consumes up to `buf.len()` bytes.
     pub fn pop_into(&mut self, buf: &mut [u8]) -> usize {
         let (a, b) = self.as_slices();
@@ -135,24 +147,67 @@ impl RingBuf {
     }
 }
 
-/// Rings of one size, recycled.
+/// The smallest ring: what a connection takes first. A peer that sends
+/// one byte (or a response of a few hundred) holds this much, not the
+/// full size.
+pub const SMALLEST_RING: usize = 4096;
+/// Ring sizes grow by this factor, up to the full size.
+const GROWTH: usize = 8;
+/// Most ring sizes of a pool (4 KiB × 8⁴ = 16 MiB covers any full size).
+const MAX_CLASSES: usize = 5;
+
+/// Rings of a few sizes (4 KiB, ×8 up to the full size), recycled, under
+/// one cap on the bytes they hold. A connection takes the smallest ring
+/// its bytes fit in and moves to a larger one as they outgrow it (the
+/// bytes are copied once per step); at the cap a ring or a larger one is
+/// refused (counted) and the caller keeps what it has. Received bytes
+/// (and new connections) may use seven eighths of the cap: the last
+/// eighth is for sending, so what was received can still be answered and
+/// its rings freed.
 #[derive(Debug)]
 pub struct BufferPool {
-    size: usize,
-    free: Vec<RingBuf>,
+    /// Ring sizes, smallest first; `sizes[classes - 1]` is the full size.
+    sizes: [usize; MAX_CLASSES],
+    classes: usize,
+    idle: [Vec<RingBuf>; MAX_CLASSES],
     in_use: usize,
-    /// Most idle rings kept; more are freed.
-    keep: usize,
+    in_use_bytes: usize,
+    idle_bytes: usize,
+    /// Most bytes held, in use and idle together.
+    cap: usize,
+    /// Rings (or larger rings) refused at the cap.
+    denied: u64,
 }
 
 impl BufferPool {
-    pub fn new(size: usize) -> Self {
-        Self {
-            size,
-            free: Vec::new(),
-            in_use: 0,
-            keep: 1024,
+    /// Rings up to `full` bytes, at most `cap` bytes in all (at least one
+    /// full ring's worth).
+    pub fn new(full: usize, cap: usize) -> Self {
+        let full = full.max(1);
+        let mut sizes = [full; MAX_CLASSES];
+        let mut classes = 0;
+        let mut size = SMALLEST_RING;
+        while size < full && classes < MAX_CLASSES - 1 {
+            sizes[classes] = size;
+            classes += 1;
+            size *= GROWTH;
         }
+        sizes[classes] = full;
+        Self {
+            sizes,
+            classes: classes + 1,
+            idle: Default::default(),
+            in_use: 0,
+            in_use_bytes: 0,
+            idle_bytes: 0,
+            cap: cap.max(full),
+            denied: 0,
+        }
+    }
+
+    /// The largest ring: what a connection may buffer per direction.
+    pub fn full_size(&self) -> usize {
+        self.sizes[self.classes - 1]
     }
 
     /// Rings held by connections now.
@@ -160,22 +215,169 @@ impl BufferPool {
         self.in_use
     }
 
-    /// Rings idle in the pool.
-    pub fn idle(&self) -> usize {
-        self.free.len()
+    /// Bytes in the rings held by connections now.
+    pub fn bytes_in_use(&self) -> usize {
+        self.in_use_bytes
     }
 
-    pub fn take(&mut self) -> RingBuf {
+    /// Bytes held, in use and idle: the pool's memory.
+    pub fn bytes_held(&self) -> usize {
+        self.in_use_bytes + self.idle_bytes
+    }
+
+    /// Rings idle in the pool.
+    pub fn idle(&self) -> usize {
+        self.idle[..self.classes].iter().map(Vec::len).sum()
+    }
+
+    /// Rings (or larger rings) refused at the cap so far.
+    pub fn denied(&self) -> u64 {
+        self.denied
+    }
+
+    /// Whether a new connection's first ring could be had now.
+    pub fn can_take(&self) -> bool {
+        self.in_use_bytes + SMALLEST_RING.min(self.full_size()) <= self.receive_cap()
+    }
+
+    /// What received bytes may use of the cap.
+    fn receive_cap(&self) -> usize {
+        self.cap - self.cap / 8
+    }
+
+    /// The class of the smallest ring holding `bytes` (the full size when
+    /// none does).
+    fn class_for(&self, bytes: usize) -> usize {
+        self.sizes[..self.classes]
+            .iter()
+            .position(|&s| s >= bytes)
+            .unwrap_or(self.classes - 1)
+    }
+
+    fn class_of(&self, ring: &RingBuf) -> usize {
+        self.class_for(ring.capacity())
+    }
+
+    /// A ring of class `class`, if `limit` allows one besides those in
+    /// use less `returning` bytes (a ring about to come back).
+    fn take_class(&mut self, class: usize, returning: usize, limit: usize) -> Option<RingBuf> {
+        let size = self.sizes[class];
+        if self.in_use_bytes - returning + size > limit {
+            self.denied += 1;
+            return None;
+        }
+        let ring = match self.idle[class].pop() {
+            Some(r) => {
+                self.idle_bytes -= size;
+                r
+            }
+            None => {
+                // Idle rings of other sizes make room first.
+                let mut c = 0;
+                while self.bytes_held() + size > self.cap && c < self.classes {
+                    match self.idle[c].pop() {
+                        Some(r) => self.idle_bytes -= r.capacity(),
+                        None => c += 1,
+                    }
+                }
+                RingBuf::new(size)
+            }
+        };
         self.in_use += 1;
-        self.free.pop().unwrap_or_else(|| RingBuf::new(self.size))
+        self.in_use_bytes += size;
+        Some(ring)
+    }
+
+    /// The smallest ring, if the cap allows.
+    pub fn take(&mut self) -> Option<RingBuf> {
+        self.take_class(0, 0, self.cap)
+    }
+
+    /// Makes `slot` a send ring with room for `need` more bytes: a new one
+    /// of the smallest size that holds them, or the ring there moved into
+    /// a larger one (bytes, and any written ahead of them, kept in place).
+    /// At the cap, or past the full size, it is the ring there (with less
+    /// room than asked); `None` only when there is none and none can be
+    /// had.
+    pub fn reserve<'a>(
+        &mut self,
+        slot: &'a mut Option<RingBuf>,
+        need: usize,
+    ) -> Option<&'a mut RingBuf> {
+        self.reserve_within(slot, need, self.cap)
+    }
+
+    /// [`BufferPool::reserve`] for received bytes: within seven eighths
+    /// of the cap.
+    pub fn reserve_receive<'a>(
+        &mut self,
+        slot: &'a mut Option<RingBuf>,
+        need: usize,
+    ) -> Option<&'a mut RingBuf> {
+        self.reserve_within(slot, need, self.receive_cap())
+    }
+
+    fn reserve_within<'a>(
+        &mut self,
+        slot: &'a mut Option<RingBuf>,
+        need: usize,
+        limit: usize,
+    ) -> Option<&'a mut RingBuf> {
+        match slot {
+            None => {
+                let class = self.class_for(need);
+                *slot = self.take_class(class, 0, limit);
+            }
+            Some(ring) if ring.free() < need && ring.capacity() < self.full_size() => {
+                let want = self.class_for(ring.capacity() - ring.free() + need);
+                let old = ring.capacity();
+                if let Some(mut bigger) =
+                    self.take_class(want.max(self.class_of(ring) + 1), old, limit)
+                {
+                    ring.move_into(&mut bigger);
+                    let old = std::mem::replace(ring, bigger);
+                    self.give(old);
+                }
+            }
+            Some(_) => {}
+        }
+        slot.as_mut()
+    }
+
+    /// Room a ring could be given now for `ring`'s connection: the full
+    /// size less what it holds, when the cap allows the full size, else
+    /// the room it has.
+    pub fn room(&self, ring: Option<&RingBuf>) -> usize {
+        let (cap, len) = ring.map_or((0, 0), |r| (r.capacity(), r.len()));
+        let full = self.full_size();
+        if cap == full || self.in_use_bytes - cap + full <= self.cap {
+            full - len
+        } else if cap == 0 {
+            // Not even the full size: the smallest, if it can be had.
+            if self.in_use_bytes + SMALLEST_RING.min(full) <= self.cap {
+                SMALLEST_RING.min(full)
+            } else {
+                0
+            }
+        } else {
+            cap - len
+        }
     }
 
     pub fn give(&mut self, mut ring: RingBuf) {
+        let size = ring.capacity();
         self.in_use -= 1;
+        self.in_use_bytes -= size;
         ring.consume(ring.len());
         ring.head = 0;
-        if self.free.len() < self.keep {
-            self.free.push(ring);
+        // Idle rings: at most a quarter of the cap, and within it.
+        let class = self.class_of(&ring);
+        if ring.capacity() == self.sizes[class]
+            && self.idle_bytes + size <= self.cap / 4
+            && self.bytes_held() + size <= self.cap
+        {
+            self.idle_bytes += size;
+            self.idle[class].push(ring);
         }
     }
 }
@@ -215,13 +417,99 @@ mod tests {
 
     #[test]
     fn pool_recycles() {
-        let mut p = BufferPool::new(16);
-        let mut a = p.take();
-        a.push(b"xyz");
-        p.give(a);
+        let mut p = BufferPool::new(16, 1 << 20);
+        let mut slot = None;
+        p.reserve(&mut slot, 3).map(|r| r.push(b"xyz"));
+        p.give(slot.take().unwrap());
         assert_eq!((p.in_use(), p.idle()), (0, 1));
-        let b = p.take();
+        let b = p.take().unwrap();
         assert!(b.is_empty(), "recycled rings come back empty");
-        assert_eq!(b.capacity(), 16);
+        assert_eq!(b.capacity(), 16, "a full size under 4 KiB is the only size");
+    }
+
+    #[test]
+    fn rings_start_small_and_grow_keeping_their_bytes() {
+        let full = 256 * 1024;
+        let mut p = BufferPool::new(full, 64 << 20);
+        let mut slot = None;
+        let r = p.reserve(&mut slot, 1).unwrap();
+        assert_eq!(
+            r.capacity(),
+            SMALLEST_RING,
+            "one byte takes the smallest ring"
+        );
+        let pattern: Vec<u8> = (0..SMALLEST_RING).map(|i| i as u8).collect();
+        assert_eq!(r.push(&pattern), SMALLEST_RING);
+        r.consume(100); // the head is not at 0
+        assert_eq!(r.push(&pattern[..100]), 100); // and the bytes wrap
+        assert!(!r.write_ahead(10, b"ahead"), "no room ahead yet");
+        let r = p.reserve(&mut slot, 40).unwrap();
+        assert_eq!(r.capacity(), 32 * 1024, "the next size");
+        assert!(r.write_ahead(10, b"ahead"));
+        r.commit(15);
+        let mut out = vec![0; r.len()];
+        r.pop_into(&mut out);
+        let mut want = pattern[100..].to_vec();
+        want.extend_from_slice(&pattern[..100]);
+        want.extend_from_slice(&[0; 10]);
+        want.extend_from_slice(b"ahead");
+        assert_eq!(&out[..want.len() - 15], &want[..want.len() - 15]);
+        assert_eq!(
+            &out[out.len() - 5..],
+            b"ahead",
+            "bytes written ahead moved too"
+        );
+        assert_eq!(p.in_use(), 1, "the small ring went back");
+        assert_eq!(p.bytes_in_use(), 32 * 1024);
+        // A large need goes straight to the full size.
+        let mut big = None;
+        assert_eq!(p.reserve(&mut big, 100_000).unwrap().capacity(), full);
+    }
+
+    #[test]
+    fn the_cap_refuses_rings_and_growth_and_counts() {
+        let mut p = BufferPool::new(32 * 1024, 40 * 1024);
+        let mut a = None;
+        assert_eq!(p.reserve(&mut a, 20_000).unwrap().capacity(), 32 * 1024);
+        assert_eq!(p.room(a.as_ref()), 32 * 1024);
+        let mut b = None;
+        let r = p.reserve(&mut b, 1).unwrap();
+        assert_eq!(r.capacity(), 4096);
+        r.push(&[1; 4096]);
+        assert_eq!(p.room(b.as_ref()), 0, "no room to grow into");
+        let r = p.reserve(&mut b, 1).unwrap();
+        assert_eq!(r.capacity(), 4096, "growth refused: the ring stays");
+        assert_eq!(p.denied(), 1);
+        let mut c = None;
+        assert!(p.reserve(&mut c, 1).is_some(), "36 KiB of 40 in use");
+        let mut d = None;
+        assert!(p.reserve(&mut d, 1).is_none(), "40 KiB in use");
+        assert!(!p.can_take());
+        assert_eq!(p.denied(), 2);
+        p.give(a.take().unwrap());
+        assert!(p.can_take());
+        assert!(p.bytes_held() <= 40 * 1024, "{}", p.bytes_held());
+        // The room given back lets b grow.
+        assert_eq!(p.reserve(&mut b, 8000).unwrap().capacity(), 32 * 1024);
+        assert!(p.bytes_held() <= 40 * 1024, "{}", p.bytes_held());
+    }
+
+    #[test]
+    fn received_bytes_leave_the_last_eighth_for_sending() {
+        let mut p = BufferPool::new(4096, 64 * 1024);
+        let mut rx: Vec<Option<RingBuf>> = (0..16).map(|_| None).collect();
+        let mut took = 0;
+        for slot in &mut rx {
+            took += usize::from(p.reserve_receive(slot, 1).is_some());
+        }
+        assert_eq!(took, 14, "56 of 64 KiB");
+        assert!(!p.can_take(), "no new connection either");
+        let mut tx: Vec<Option<RingBuf>> = (0..4).map(|_| None).collect();
+        let mut sent = 0;
+        for slot in &mut tx {
+            sent += usize::from(p.reserve(slot, 1).is_some());
+        }
+        assert_eq!(sent, 2, "the last 8 KiB are for sends");
+        assert_eq!(p.denied(), 2 + 2);
     }
 }

@@ -20,8 +20,12 @@ pub struct TcpConfig {
     pub mss: u16,
     /// Our window scale shift.
     pub window_scale: u8,
-    /// Bytes buffered per connection and direction.
+    /// Most bytes buffered per connection and direction (rings start at
+    /// 4 KiB and grow to this as bytes come).
     pub buffer_size: usize,
+    /// Most bytes in all rings of the engine; past it rings are refused
+    /// (data dropped for the peer to resend, sends wait) and SYNs dropped.
+    pub buffer_memory: usize,
     /// Most connections (slots) per engine.
     pub max_conns: usize,
     /// Most connections in SYN-RECEIVED.
@@ -53,6 +57,7 @@ impl Default for TcpConfig {
             mss: 1460,
             window_scale: 7,
             buffer_size: 256 * 1024,
+            buffer_memory: 1 << 30,
             max_conns: 65536,
             max_half_open: 4096,
             syn_cookies: SynCookies::WhenFull,

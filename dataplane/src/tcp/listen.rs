@@ -31,6 +31,19 @@ impl<A: Default> TcpEngine<A> {
             self.counters.syn_dropped += 1;
             return Err(SegmentDrop::ListenOverflow);
         }
+        if !self.buffers.can_take() {
+            self.counters.syn_no_memory += 1;
+            return Err(SegmentDrop::ListenOverflow);
+        }
+        let Some(listener) = self.listener_for(key.local, key.local_port) else {
+            // A SYN reopening a TIME-WAIT 4-tuple no listener takes.
+            self.reset_for(&key, repr);
+            return Err(SegmentDrop::NoConnection);
+        };
+        if self.admit(listener, &key, now).is_err() {
+            self.reset_for(&key, repr);
+            return Err(SegmentDrop::Refused);
+        }
         let full = self.states[State::SynReceived as usize] as usize >= self.cfg.max_half_open;
         match self.cfg.syn_cookies {
             SynCookies::Always => return self.send_cookie(now, key, repr),
@@ -45,12 +58,58 @@ impl<A: Default> TcpEngine<A> {
         let id = self.alloc_slot();
         let conn = Conn::accept(key, repr, iss, now, &self.cfg);
         self.install(id, conn);
+        self.listener_opened(listener, id);
         self.flows.insert(key, id);
         self.account(None, Some(State::SynReceived));
         let c = live_mut(&mut self.conns, id).expect("just made");
         mark_dirty(&mut self.dirty, c, id);
         self.rearm(id, now);
         Ok(())
+    }
+
+    /// Whether listener `i` admits a SYN for `key` now (counted if not).
+    fn admit(&mut self, i: usize, key: &FlowKey, now: Instant) -> Result<(), limits::Refusal> {
+        let hash = {
+            let mut h = self.secret.prf(b's');
+            h.write_u32(u32::from(key.remote));
+            h.finish()
+        };
+        let result = self.listeners[i].admit(key.remote, hash, now);
+        if let Err(why) = result {
+            self.count_refusal(i, why);
+        }
+        result
+    }
+
+    fn count_refusal(&mut self, i: usize, why: limits::Refusal) {
+        let tag = self.listeners[i].tag.map(usize::from);
+        if let Some(r) = tag.and_then(|t| self.refused.get_mut(t)) {
+            r.count(why);
+        }
+    }
+
+    /// Connection `id`, just installed, counts as listener `i`'s.
+    fn listener_opened(&mut self, i: usize, id: ConnId) {
+        let l = &mut self.listeners[i];
+        l.open += 1;
+        if let Some(c) = live_mut(&mut self.conns, id) {
+            c.listener = Some(l.addr);
+        }
+    }
+
+    /// A connection of listener `addr:port` ended.
+    pub(super) fn listener_closed(&mut self, addr: Ipv4Addr, port: u16) {
+        if let Some(i) = self
+            .listeners
+            .iter()
+            .position(|l| l.addr == addr && l.port == port)
+        {
+            let l = &mut self.listeners[i];
+            l.open = l.open.saturating_sub(1);
+            if !l.accepting && l.open == 0 {
+                self.listeners.swap_remove(i);
+            }
+        }
     }
 
     /// Answers a SYN statelessly with a cookie SYN-ACK.
@@ -114,6 +173,21 @@ impl<A: Default> TcpEngine<A> {
             self.counters.syn_dropped += 1;
             return Err(SegmentDrop::ListenOverflow);
         }
+        // The SYN was admitted against the rate when its cookie went out;
+        // the connection cap is looked at again now.
+        let Some(listener) = self.listener_for(key.local, key.local_port) else {
+            self.reset_for(&key, repr);
+            return Err(SegmentDrop::NoConnection);
+        };
+        if self.listeners[listener]
+            .limits
+            .max_conns
+            .is_some_and(|m| self.listeners[listener].open >= m)
+        {
+            self.count_refusal(listener, limits::Refusal::ConnLimit);
+            self.reset_for(&key, repr);
+            return Err(SegmentDrop::Refused);
+        }
         self.counters.syn_cookies_accepted += 1;
         let id = self.alloc_slot();
         let mut conn = Conn::from_cookie(
@@ -130,6 +204,7 @@ impl<A: Default> TcpEngine<A> {
         let out = conn.input(now, repr, &self.cfg, &mut self.buffers, &mut self.counters);
         let state = conn.state;
         self.install(id, conn);
+        self.listener_opened(listener, id);
         self.flows.insert(key, id);
         self.account(None, Some(state));
         self.counters.accepted += 1;

@@ -25,6 +25,7 @@ mod config;
 mod conn;
 mod cookie;
 mod cubic;
+mod limits;
 mod listen;
 mod output;
 mod read;
@@ -44,6 +45,8 @@ pub use buffer::BufferPool;
 pub use config::{SynCookies, TcpConfig};
 pub use conn::State;
 use conn::{Conn, Input};
+use limits::Listener;
+pub use limits::{ListenLimits, Refusals};
 pub use seq::Seq;
 use time_wait::{TimeWait, TimeWaitTable};
 use timer::TimerWheel;
@@ -163,8 +166,11 @@ pub enum SegmentDrop {
     /// For no connection and no listener (answered by RST where the RFC
     /// says so).
     NoConnection,
-    /// A SYN refused: the half-open or connection limit was reached.
+    /// A SYN dropped: the half-open, connection or buffer-memory limit
+    /// was reached.
     ListenOverflow,
+    /// A SYN refused by its listener's limits (answered by RST).
+    Refused,
 }
 
 /// A segment to transmit: addresses and the TCP header and payload.
@@ -210,6 +216,12 @@ pub struct TcpCounters {
     pub tail_loss_probes: u64,
     pub lost_retransmits: u64,
     pub syn_dropped: u64,
+    /// SYNs dropped because the buffer cap left no ring for them.
+    pub syn_no_memory: u64,
+    /// Bytes of the ring pool (in use and idle), and rings or larger rings
+    /// it refused at its cap.
+    pub buffer_bytes: u64,
+    pub buffer_denied: u64,
     pub syn_cookies_sent: u64,
     pub syn_cookies_accepted: u64,
     pub syn_cookies_rejected: u64,
@@ -329,7 +341,9 @@ struct CookieSynAck {
 #[derive(Debug)]
 pub struct TcpEngine<A> {
     cfg: TcpConfig,
-    listeners: Vec<(Ipv4Addr, u16)>,
+    listeners: Vec<Listener>,
+    /// SYNs refused by listener limits, by listener tag (a VIP's slot).
+    refused: Vec<Refusals>,
     flows: FlowTable,
     conns: Vec<Option<Conn<A>>>,
     /// Free slots, each with the generation its next connection gets.
@@ -376,13 +390,14 @@ impl<A: Default> TcpEngine<A> {
         Self {
             cfg,
             listeners: Vec::new(),
+            refused: Vec::new(),
             flows: FlowTable::default(),
             conns: Vec::new(),
             free: Vec::new(),
             released: Vec::new(),
             closing_slots: Vec::new(),
             timers: TimerWheel::new(now),
-            buffers: BufferPool::new(cfg.buffer_size),
+            buffers: BufferPool::new(cfg.buffer_size, cfg.buffer_memory),
             events: Vec::with_capacity(256),
             closed_apps: std::collections::VecDeque::with_capacity(256),
             remains: read::Remains::default(),
@@ -414,14 +429,63 @@ impl<A: Default> TcpEngine<A> {
     /// Keeps the listeners `keep(addr, port)` holds true for; SYNs to the
     /// others get a reset. Open connections are not touched.
     pub fn retain_listeners(&mut self, mut keep: impl FnMut(Ipv4Addr, u16) -> bool) {
-        self.listeners.retain(|&(a, p)| keep(a, p));
+        for l in &mut self.listeners {
+            l.accepting &= keep(l.addr, l.port);
+        }
+        self.listeners.retain(|l| l.accepting || l.open > 0);
     }
 
     /// Accepts connections to `addr:port`.
     pub fn listen(&mut self, addr: Ipv4Addr, port: u16) {
-        if !self.listeners.contains(&(addr, port)) {
-            self.listeners.push((addr, port));
+        self.listen_with(addr, port, ListenLimits::default(), None);
+    }
+
+    /// Accepts connections to `addr:port` within `limits`, counting its
+    /// refusals under `tag` ([`TcpEngine::refusals`]); an existing
+    /// listener takes the new limits.
+    pub fn listen_with(
+        &mut self,
+        addr: Ipv4Addr,
+        port: u16,
+        limits: ListenLimits,
+        tag: Option<u16>,
+    ) {
+        if let Some(t) = tag {
+            let need = usize::from(t) + 1;
+            if self.refused.len() < need {
+                self.refused.resize(need, Refusals::default());
+            }
         }
+        match self
+            .listeners
+            .iter_mut()
+            .find(|l| l.addr == addr && l.port == port)
+        {
+            Some(l) => {
+                l.accepting = true;
+                l.tag = tag;
+                l.set_limits(limits);
+            }
+            None => self.listeners.push(Listener::new(addr, port, limits, tag)),
+        }
+    }
+
+    /// SYNs refused by the limits of listeners tagged `tag`, ever.
+    pub fn refusals(&self, tag: u16) -> Refusals {
+        self.refused
+            .get(usize::from(tag))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// The listener taking SYNs to `addr:port` (its own or a wildcard's).
+    fn listener_for(&self, addr: Ipv4Addr, port: u16) -> Option<usize> {
+        let at = |a: Ipv4Addr| {
+            self.listeners
+                .iter()
+                .position(|l| l.accepting && l.addr == a && l.port == port)
+        };
+        at(addr).or_else(|| at(Ipv4Addr::UNSPECIFIED))
     }
 
     pub fn counters(&self) -> TcpCounters {
@@ -433,11 +497,13 @@ impl<A: Default> TcpEngine<A> {
         c.half_open = self.states[State::SynReceived as usize];
         c.time_wait = self.time_wait.len() as u64 + in_slot;
         c.time_wait_recycled = self.time_wait.recycled;
+        c.buffer_bytes = self.buffers.bytes_held() as u64;
+        c.buffer_denied = self.buffers.denied();
         c
     }
 
     /// Bytes of connection state held: the slot slab, the flow table and
-    /// the timer wheel (capacities, not lengths), plus rings in use.
+    /// the timer wheel (capacities, not lengths), plus the ring pool's bytes.
     pub fn state_bytes(&self) -> usize {
         let slot = std::mem::size_of::<Option<Conn<A>>>();
         // hashbrown: one control byte per bucket besides the entry.
@@ -447,7 +513,7 @@ impl<A: Default> TcpEngine<A> {
             + self.free.capacity() * 4
             + self.timers.entry_bytes()
             + self.time_wait.bytes()
-            + self.buffers.in_use() * self.cfg.buffer_size
+            + self.buffers.bytes_held()
     }
 
     /// The application state of every live connection.
@@ -515,6 +581,14 @@ impl<A: Default> TcpEngine<A> {
         self.remains.next_batch(&mut self.buffers);
     }
 
+    /// The application has handled the events the last
+    /// [`TcpEngine::drain_events`] returned: the unread bytes of the
+    /// connections that ended in them go back to the pool now rather than
+    /// at the next call (which may be long on an idle engine).
+    pub fn events_handled(&mut self) {
+        self.remains.release_batch(&mut self.buffers);
+    }
+
     /// The application state of the next connection whose
     /// `Event::Closed` the last [`TcpEngine::drain_events`] returned (one
     /// per such event, in order): what the app kept about a connection
@@ -575,16 +649,15 @@ impl<A: Default> TcpEngine<A> {
 
     /// Free space in the send buffer.
     pub fn send_space(&self, id: ConnId) -> usize {
-        live(&self.conns, id).map_or(0, |c| c.send_space(self.cfg.buffer_size))
+        live(&self.conns, id).map_or(0, |c| c.send_space(&self.buffers))
     }
 
     /// Queues bytes to send; returns how many fitted.
     pub fn send(&mut self, id: ConnId, data: &[u8]) -> usize {
-        let size = self.cfg.buffer_size;
         let Some(c) = live_mut(&mut self.conns, id) else {
             return 0;
         };
-        let n = c.send(data, size, &mut self.buffers);
+        let n = c.send(data, &mut self.buffers);
         if n > 0 {
             mark_dirty(&mut self.dirty, c, id);
         }
@@ -599,11 +672,10 @@ impl<A: Default> TcpEngine<A> {
         max: usize,
         fill: impl FnOnce(&mut [u8]) -> usize,
     ) -> usize {
-        let size = self.cfg.buffer_size;
         let Some(c) = live_mut(&mut self.conns, id) else {
             return 0;
         };
-        let n = c.send_with(max, size, &mut self.buffers, fill);
+        let n = c.send_with(max, &mut self.buffers, fill);
         if n > 0 {
             mark_dirty(&mut self.dirty, c, id);
         }
@@ -729,11 +801,7 @@ impl<A: Default> TcpEngine<A> {
         if let Some(tw) = self.time_wait.get(&key) {
             return self.on_time_wait(now, tw, &repr);
         }
-        if self.listeners.contains(&(dst, repr.dst_port))
-            || self
-                .listeners
-                .contains(&(Ipv4Addr::UNSPECIFIED, repr.dst_port))
-        {
+        if self.listener_for(dst, repr.dst_port).is_some() {
             return self.on_listen(now, key, &repr);
         }
         self.reset_for(&key, &repr);
@@ -846,6 +914,9 @@ impl<A: Default> TcpEngine<A> {
             }
         }
         c.release_buffers(&mut self.buffers);
+        if let Some(addr) = c.listener {
+            self.listener_closed(addr, c.key.local_port);
+        }
         self.flows.remove(&c.key);
         self.counters.closed += 1;
         if reason == CloseReason::TimedOut {

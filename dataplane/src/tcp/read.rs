@@ -33,6 +33,13 @@ impl Remains {
         std::mem::swap(&mut self.batch, &mut self.pending);
     }
 
+    /// The application has handled the batch: its rings go back now.
+    pub(super) fn release_batch(&mut self, pool: &mut BufferPool) {
+        for (_, ring) in self.batch.drain(..) {
+            pool.give(ring);
+        }
+    }
+
     fn ring(&self, id: ConnId) -> Option<&RingBuf> {
         self.batch
             .iter()
@@ -86,13 +93,12 @@ impl Source for RingBuf {
     }
 }
 
-/// Moves up to `max` bytes from `src` into `dst`'s send buffer (buffers
-/// of `size` from `pool`); returns how many.
+/// Moves up to `max` bytes from `src` into `dst`'s send buffer (rings
+/// from `pool`); returns how many.
 fn splice_into<A: Default>(
     src: &mut impl Source,
     dst: &mut Conn<A>,
     max: usize,
-    size: usize,
     pool: &mut BufferPool,
 ) -> usize {
     let mut moved = 0;
@@ -102,7 +108,7 @@ fn splice_into<A: Default>(
         if want == 0 {
             return moved;
         }
-        let n = dst.send(&chunk[..want], size, pool);
+        let n = dst.send(&chunk[..want], pool);
         if n == 0 {
             return moved;
         }
@@ -163,7 +169,6 @@ impl<A: Default> TcpEngine<A> {
         if f == t {
             return 0;
         }
-        let size = self.cfg.buffer_size;
         let (src, dst) = if f < t {
             let (lo, hi) = self.conns.split_at_mut(t);
             (&mut lo[f], &mut hi[0])
@@ -174,7 +179,7 @@ impl<A: Default> TcpEngine<A> {
         let (Some(src), Some(dst)) = (src.as_mut(), dst.as_mut()) else {
             return 0;
         };
-        let moved = splice_into(src, dst, max, size, &mut self.buffers);
+        let moved = splice_into(src, dst, max, &mut self.buffers);
         if moved > 0 {
             mark_dirty(&mut self.dirty, dst, to);
             if src.window_update_due(&self.cfg) || src.state == State::TimeWait {
@@ -187,12 +192,11 @@ impl<A: Default> TcpEngine<A> {
     /// [`TcpEngine::splice`] from the unread bytes of a connection that
     /// ended.
     fn splice_remains(&mut self, from: ConnId, to: ConnId, max: usize) -> usize {
-        let size = self.cfg.buffer_size;
         let (Some(src), Some(dst)) = (self.remains.ring_mut(from), live_mut(&mut self.conns, to))
         else {
             return 0;
         };
-        let moved = splice_into(src, dst, max, size, &mut self.buffers);
+        let moved = splice_into(src, dst, max, &mut self.buffers);
         if moved > 0 {
             mark_dirty(&mut self.dirty, dst, to);
         }

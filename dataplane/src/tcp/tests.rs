@@ -836,6 +836,30 @@ mod pair_tests {
         assert_eq!(p.a.peek(ca), (&[][..], &[][..]));
     }
 
+    #[test]
+    fn a_ring_grows_as_bytes_come_and_the_window_never_waits_for_it() {
+        // B sends 200,000 bytes that A does not read: A's receive ring
+        // goes 4 KiB → 32 KiB → 256 KiB as they come, the window it
+        // advertised from the start (the full size) is honoured, and the
+        // bytes read back in order.
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        assert_eq!(p.b.send(cb, &data), data.len());
+        p.run(1, 200);
+        assert_eq!(p.a.buffers().in_use(), 1);
+        assert_eq!(
+            p.a.buffers().bytes_in_use(),
+            256 * 1024,
+            "grown to the full size"
+        );
+        assert_eq!(p.b.buffers().in_use(), 0, "all of it acknowledged");
+        assert_eq!(p.a.counters().buffer_denied, 0);
+        let mut got = vec![0; data.len() + 1];
+        assert_eq!(p.a.recv(ca, &mut got), data.len());
+        assert_eq!(&got[..data.len()], &data[..]);
+        assert_eq!(p.a.buffers().in_use(), 0, "drained: given back");
+    }
+
     /// Events A queued, drained.
     fn a_events(p: &mut Pair) -> Vec<Event> {
         let mut ev = Vec::new();

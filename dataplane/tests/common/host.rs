@@ -60,6 +60,12 @@ impl Seg {
 
     /// The host's frame carrying it to the engine.
     pub fn frame(&self) -> Vec<u8> {
+        self.frame_from(HOST_IP)
+    }
+
+    /// The frame carrying it from `src` (an address the host routes for,
+    /// in a [`HostLab::routed`] lab) to the engine.
+    pub fn frame_from(&self, src: Ipv4Addr) -> Vec<u8> {
         let tcp = TcpRepr {
             src_port: self.src_port,
             dst_port: self.dst_port,
@@ -75,7 +81,7 @@ impl Seg {
             payload: &self.payload,
         };
         let ip = Ipv4Repr {
-            src_addr: HOST_IP,
+            src_addr: src,
             dst_addr: DUT_IP,
             next_header: IpProtocol::Tcp,
             payload_len: tcp.buffer_len(),
@@ -84,7 +90,7 @@ impl Seg {
         super::ipv4_frame(HOST_MAC, DUT_MAC, &ip, |payload| {
             tcp.emit(
                 &mut TcpPacket::new_unchecked(payload),
-                &IpAddress::Ipv4(HOST_IP),
+                &IpAddress::Ipv4(src),
                 &IpAddress::Ipv4(DUT_IP),
                 &ChecksumCapabilities::default(),
             );
@@ -93,6 +99,11 @@ impl Seg {
 
     /// The segment an engine frame carries, if it is TCP.
     pub fn parse(frame: &[u8]) -> Option<Self> {
+        Self::parse_to(frame).map(|(_, s)| s)
+    }
+
+    /// The segment an engine frame carries and its destination address.
+    pub fn parse_to(frame: &[u8]) -> Option<(Ipv4Addr, Self)> {
         let eth = EthernetFrame::new_checked(frame).ok()?;
         if eth.ethertype() != EthernetProtocol::Ipv4 {
             return None;
@@ -109,14 +120,17 @@ impl Seg {
             &ChecksumCapabilities::ignored(),
         )
         .ok()?;
-        Some(Self {
-            src_port: repr.src_port,
-            dst_port: repr.dst_port,
-            seq: repr.seq_number.0 as u32,
-            ack: repr.ack_number.map(|a| a.0 as u32),
-            control: repr.control,
-            payload: repr.payload.to_vec(),
-        })
+        Some((
+            ip.dst_addr(),
+            Self {
+                src_port: repr.src_port,
+                dst_port: repr.dst_port,
+                seq: repr.seq_number.0 as u32,
+                ack: repr.ack_number.map(|a| a.0 as u32),
+                control: repr.control,
+                payload: repr.payload.to_vec(),
+            },
+        ))
     }
 }
 
@@ -130,7 +144,22 @@ impl HostLab {
     /// The lab, with the host's address already in the engine's ARP
     /// cache (so bursts of replies are not held for resolution).
     pub fn new() -> Self {
-        let mut mem = MemLab::new(DUT_MAC, HOST_MAC, DUT_IP, None);
+        Self::with(MemLab::new(DUT_MAC, HOST_MAC, DUT_IP, None))
+    }
+
+    /// A lab whose engine routes everything off its subnet through the
+    /// host: clients from any address, and `tcp` for the engine's TCP.
+    pub fn routed(tcp: dataplane::tcp::TcpConfig) -> Self {
+        Self::with(MemLab::with_tcp(
+            DUT_MAC,
+            HOST_MAC,
+            DUT_IP,
+            Some(HOST_IP),
+            tcp,
+        ))
+    }
+
+    fn with(mut mem: MemLab) -> Self {
         let request = super::arp_frame(
             ArpOperation::Request,
             HOST_MAC,
@@ -145,14 +174,28 @@ impl HostLab {
     /// Sends `segs` in one burst, runs the engine until it is idle, and
     /// returns the TCP segments it sent (ARP requests answered here).
     pub fn exchange(&mut self, segs: &[Seg]) -> Vec<Seg> {
-        let mut frames: Vec<Vec<u8>> = segs.iter().map(Seg::frame).collect();
+        let frames = segs.iter().map(Seg::frame).collect();
+        self.exchange_frames(frames)
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect()
+    }
+
+    /// [`HostLab::exchange`] from several addresses: `(source, segment)`
+    /// in, `(destination, segment)` out.
+    pub fn exchange_from(&mut self, segs: &[(Ipv4Addr, Seg)]) -> Vec<(Ipv4Addr, Seg)> {
+        let frames = segs.iter().map(|(a, s)| s.frame_from(*a)).collect();
+        self.exchange_frames(frames)
+    }
+
+    fn exchange_frames(&mut self, mut frames: Vec<Vec<u8>>) -> Vec<(Ipv4Addr, Seg)> {
         let mut out = Vec::new();
         for _ in 0..4 {
             let sent = self.mem.exchange(std::mem::take(&mut frames));
             for f in &sent {
                 match arp_reply_to(f) {
                     Some(reply) => frames.push(reply),
-                    None => out.extend(Seg::parse(f)),
+                    None => out.extend(Seg::parse_to(f)),
                 }
             }
             if frames.is_empty() {

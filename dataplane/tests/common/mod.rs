@@ -16,6 +16,7 @@ use dataplane::engine::{Engine, EngineConfig};
 use dataplane::net::InterfaceConfig;
 use dataplane::port::{link, MemBuf, MemPort, PacketBuf, Port};
 use dataplane::stats::{DropReason, SharedCounters};
+use dataplane::tcp::TcpConfig;
 use dataplane::time::Instant;
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
@@ -37,8 +38,23 @@ impl MemLab {
         addr: Ipv4Addr,
         gateway: Option<Ipv4Addr>,
     ) -> Self {
+        Self::with_tcp(dut_mac, host_mac, addr, gateway, TcpConfig::default())
+    }
+
+    /// [`MemLab::new`] with `tcp` for the engine's TCP.
+    pub fn with_tcp(
+        dut_mac: EthernetAddress,
+        host_mac: EthernetAddress,
+        addr: Ipv4Addr,
+        gateway: Option<Ipv4Addr>,
+        tcp: TcpConfig,
+    ) -> Self {
         let (dut, host) = link(dut_mac, host_mac, 256, 1024);
-        let mut engine = Engine::new(EngineConfig::default(), Arc::new(SharedCounters::default()));
+        let cfg = EngineConfig {
+            tcp,
+            ..EngineConfig::default()
+        };
+        let mut engine = Engine::new(cfg, Arc::new(SharedCounters::default()));
         engine.add_port(
             dut,
             InterfaceConfig {

@@ -266,24 +266,28 @@ impl<A: Default> Conn<A> {
             if seq.diff(self.rcv_nxt) <= 0 {
                 let skip = (self.rcv_nxt - seq) as usize;
                 let data = &seg.payload[skip.min(seg.payload.len())..];
-                let ring = self.recv.get_or_insert_with(|| pool.take());
-                let mut n = ring.push(data) as u32;
-                // The gap may now be filled: take in the out-of-order data
-                // already written behind it.
-                let mut end = self.rcv_nxt + n;
-                while let Some(&(l, r)) = self.ooo.ranges().first() {
-                    if l.diff(end) > 0 {
-                        break;
+                // At the buffer cap what does not fit is dropped (the peer
+                // sends it again).
+                let mut n = 0;
+                if let Some(ring) = pool.reserve_receive(&mut self.recv, data.len()) {
+                    n = ring.push(data) as u32;
+                    // The gap may now be filled: take in the out-of-order
+                    // data already written behind it.
+                    let mut end = self.rcv_nxt + n;
+                    while let Some(&(l, r)) = self.ooo.ranges().first() {
+                        if l.diff(end) > 0 {
+                            break;
+                        }
+                        if r.diff(end) > 0 {
+                            ring.commit((r - end) as usize);
+                            n += r - end;
+                            end = r;
+                        }
+                        self.ooo.prune(r);
                     }
-                    if r.diff(end) > 0 {
-                        ring.commit((r - end) as usize);
-                        n += r - end;
-                        end = r;
-                    }
-                    self.ooo.prune(r);
                 }
-                if ring.is_empty() && self.ooo.len == 0 {
-                    pool.give(self.recv.take().expect("some"));
+                if let Some(ring) = self.recv.take_if(|r| r.is_empty() && self.ooo.len == 0) {
+                    pool.give(ring);
                 }
                 self.rcv_nxt = self.rcv_nxt + n;
                 if n > 0 {
@@ -303,11 +307,16 @@ impl<A: Default> Conn<A> {
                 // Out of order: keep it behind the gap (where it fits) and
                 // send a duplicate ACK at once, with SACK blocks.
                 let offset = (seq - self.rcv_nxt) as usize;
-                let ring = self.recv.get_or_insert_with(|| pool.take());
-                if ring.write_ahead(offset, seg.payload) {
-                    let (l, r) = (seq, seq + seg.payload.len() as u32);
-                    self.ooo
-                        .add(l, r, self.rcv_nxt, self.rcv_nxt + ring.free() as u32);
+                if let Some(ring) = pool.reserve_receive(&mut self.recv, offset + seg.payload.len())
+                {
+                    if ring.write_ahead(offset, seg.payload) {
+                        let (l, r) = (seq, seq + seg.payload.len() as u32);
+                        self.ooo
+                            .add(l, r, self.rcv_nxt, self.rcv_nxt + ring.free() as u32);
+                    }
+                }
+                if let Some(ring) = self.recv.take_if(|r| r.is_empty() && self.ooo.len == 0) {
+                    pool.give(ring);
                 }
                 self.ack_now = true;
             }

@@ -79,6 +79,9 @@ pub(super) struct Conn<A> {
     pub app: A,
     /// Reached ESTABLISHED (the application knows it).
     pub accepted: bool,
+    /// The address of the listener whose SYN opened it (its own or
+    /// `0.0.0.0`; counted in that listener's open connections).
+    pub listener: Option<std::net::Ipv4Addr>,
     /// On the engine's dirty list.
     pub queued: bool,
     /// The generation of the slot this connection occupies (see `ConnId`).
@@ -197,6 +200,7 @@ impl<A: Default> Conn<A> {
             state: State::SynSent,
             app: A::default(),
             accepted: false,
+            listener: None,
             queued: false,
             gen: 0,
             armed: super::timer::Armed::default(),
@@ -427,17 +431,19 @@ impl<A: Default> Conn<A> {
             )
     }
 
-    pub fn send_space(&self, size: usize) -> usize {
+    /// Bytes the application may queue now: the full ring's room, less
+    /// at the buffer cap.
+    pub fn send_space(&self, pool: &BufferPool) -> usize {
         if !self.can_send() {
             return 0;
         }
-        self.send.as_ref().map_or(size, RingBuf::free)
+        pool.room(self.send.as_ref())
     }
 
-    pub fn send(&mut self, data: &[u8], size: usize, pool: &mut BufferPool) -> usize {
+    pub fn send(&mut self, data: &[u8], pool: &mut BufferPool) -> usize {
         let mut done = 0;
         while done < data.len() {
-            let n = self.send_with(data.len() - done, size, pool, |room| {
+            let n = self.send_with(data.len() - done, pool, |room| {
                 room.copy_from_slice(&data[done..done + room.len()]);
                 room.len()
             });
@@ -452,17 +458,17 @@ impl<A: Default> Conn<A> {
     pub fn send_with(
         &mut self,
         max: usize,
-        _size: usize,
         pool: &mut BufferPool,
         fill: impl FnOnce(&mut [u8]) -> usize,
     ) -> usize {
         if !self.can_send() || max == 0 {
             return 0;
         }
-        let ring = self.send.get_or_insert_with(|| pool.take());
-        let n = ring.push_with(max, fill);
-        if ring.is_empty() {
-            pool.give(self.send.take().expect("some"));
+        let n = pool
+            .reserve(&mut self.send, max)
+            .map_or(0, |ring| ring.push_with(max, fill));
+        if let Some(ring) = self.send.take_if(|r| r.is_empty()) {
+            pool.give(ring);
         }
         n
     }
@@ -539,7 +545,9 @@ impl<A: Default> Conn<A> {
     }
 
     fn recv_free(&self, cfg: &TcpConfig) -> u32 {
-        self.recv.as_ref().map_or(cfg.buffer_size, RingBuf::free) as u32
+        // The full ring's room: a smaller ring grows as bytes come.
+        cfg.buffer_size
+            .saturating_sub(self.recv.as_ref().map_or(0, RingBuf::len)) as u32
     }
 
     /// The window field to send, and the right edge it advertises.

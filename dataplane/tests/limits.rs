@@ -1,0 +1,291 @@
+//! Limits a client cannot get past: the byte-ring memory a connection
+//! pins, the engine's cap on it, and a VIP's caps on open connections and
+//! on new connections per source address. Clients come from thousands of
+//! addresses (the engine routes them through the test's host), with the
+//! default settings unless a test says otherwise.
+
+mod common;
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use common::host::{HostConn, HostLab, Seg, DUT_IP};
+use common::vips::{PLAIN, TLS};
+use dataplane::stats::DropReason;
+use dataplane::tcp::{ListenLimits, TcpConfig};
+use smoltcp::wire::TcpControl;
+
+/// The `i`-th client address (100.64.0.0/10, off the engine's subnet).
+fn client_addr(i: u32) -> Ipv4Addr {
+    Ipv4Addr::from(0x6440_0000 + i)
+}
+
+/// The engine with the four VIPs, clients from anywhere.
+fn lab(tcp: TcpConfig) -> HostLab {
+    let mut lab = HostLab::routed(tcp);
+    let tls = common::vips::tls_config();
+    let e = &mut lab.mem.engine;
+    e.listen(DUT_IP, PLAIN);
+    e.listen_tls(DUT_IP, TLS, tls);
+    lab
+}
+
+/// A client connection from `addr`.
+struct Client {
+    addr: Ipv4Addr,
+    conn: HostConn,
+}
+
+impl Client {
+    fn new(i: u32, dut_port: u16) -> Self {
+        Self {
+            addr: client_addr(i),
+            conn: HostConn::client(40_000 + (i % 20_000) as u16, dut_port, 1_000 + i * 7),
+        }
+    }
+
+    fn absorb(&mut self, out: &[(Ipv4Addr, Seg)]) {
+        let mine: Vec<Seg> = out
+            .iter()
+            .filter(|(a, _)| *a == self.addr)
+            .map(|(_, s)| s.clone())
+            .collect();
+        self.conn.absorb(&mine);
+    }
+}
+
+/// Sends one segment per client (`make` builds it), in bursts of 128, and
+/// gives each client what the engine sent back.
+fn round(lab: &mut HostLab, clients: &mut [Client], make: impl Fn(&mut Client) -> Option<Seg>) {
+    for chunk in clients.chunks_mut(128) {
+        let segs: Vec<(Ipv4Addr, Seg)> = chunk
+            .iter_mut()
+            .filter_map(|c| make(c).map(|s| (c.addr, s)))
+            .collect();
+        let out = lab.exchange_from(&segs);
+        for c in chunk.iter_mut() {
+            c.absorb(&out);
+        }
+    }
+}
+
+/// Opens every client's connection (SYN, then the ACK of the SYN-ACK).
+fn open(lab: &mut HostLab, clients: &mut [Client]) {
+    round(lab, clients, |c| Some(c.conn.next(TcpControl::Syn, b"")));
+    round(lab, clients, |c| {
+        c.conn.rcv_nxt.map(|_| c.conn.next(TcpControl::None, b""))
+    });
+}
+
+#[test]
+fn a_slowloris_of_ten_thousand_pins_small_rings_until_its_deadlines() {
+    // Half on the responder (the start of a request head), half on TLS
+    // (the start of a record header), each from its own address.
+    const CLIENTS: u32 = 10_000;
+    let mut lab = lab(TcpConfig::default());
+    let port = |i: u32| if i.is_multiple_of(2) { PLAIN } else { TLS };
+    let mut clients: Vec<Client> = (0..CLIENTS).map(|i| Client::new(i, port(i))).collect();
+    open(&mut lab, &mut clients);
+    let heap_before = malloc_in_use();
+    round(&mut lab, &mut clients, |c| {
+        let first: &[u8] = if c.conn.dut_port == PLAIN {
+            b"GE"
+        } else {
+            &[0x16, 0x03]
+        };
+        Some(c.conn.next(TcpControl::None, first))
+    });
+    let heap = malloc_in_use() - heap_before;
+    let tcp = lab.mem.engine.tcp();
+    assert_eq!(tcp.counters().active, u64::from(CLIENTS), "all held");
+    let (rings, in_use) = (tcp.buffers().in_use(), tcp.buffers().bytes_in_use());
+    let (tls_conns, tls_bytes) = lab.mem.engine.tls_buffers();
+    eprintln!(
+        "{CLIENTS} connections with 2 bytes each: heap +{} KiB; TCP: {rings} rings, {} KiB (a full ring is {} KiB); TLS: {tls_conns} connections, {} KiB buffered",
+        heap >> 10,
+        in_use >> 10,
+        tcp.config().buffer_size >> 10,
+        tls_bytes >> 10,
+    );
+    // The responder reads a head in place: its bytes stay in TCP's ring,
+    // the smallest one. TLS takes a record's first bytes into its own
+    // (bounded) buffer.
+    assert_eq!(rings, CLIENTS as usize / 2);
+    assert_eq!(in_use, CLIENTS as usize / 2 * 4096, "one 4 KiB ring each");
+    assert!(heap < CLIENTS as usize * 8192, "{heap} bytes of heap");
+    assert!(clients.iter().all(|c| !c.conn.reset));
+    // The handshake deadline (10 s from the SYN) frees the TLS ones, the
+    // request deadline (30 s) the others.
+    lab.advance(Duration::from_millis(10_100));
+    assert_eq!(
+        lab.mem.engine.tcp().counters().active,
+        u64::from(CLIENTS) / 2
+    );
+    lab.advance(Duration::from_secs(20));
+    let tcp = lab.mem.engine.tcp();
+    assert_eq!(tcp.counters().active, 0);
+    assert_eq!(tcp.buffers().bytes_in_use(), 0);
+    let c = lab.mem.engine.counters();
+    assert_eq!(
+        (c.tls_handshake_timeouts, c.request_timeouts),
+        (u64::from(CLIENTS) / 2, u64::from(CLIENTS) / 2)
+    );
+}
+
+/// Bytes malloc has handed out and not taken back (Rust and AWS-LC).
+fn malloc_in_use() -> usize {
+    // SAFETY: mallinfo2 has no preconditions; it reads allocator totals.
+    unsafe { libc::mallinfo2() }.uordblks
+}
+
+#[test]
+fn at_the_buffer_cap_data_and_syns_wait_and_nothing_is_lost() {
+    // 256 KiB: 64 small rings, 56 of them for received bytes.
+    let tcp = TcpConfig {
+        buffer_memory: 256 * 1024,
+        ..TcpConfig::default()
+    };
+    let mut lab = lab(tcp);
+    let mut clients: Vec<Client> = (0..80).map(|i| Client::new(i, PLAIN)).collect();
+    open(&mut lab, &mut clients);
+    round(&mut lab, &mut clients, |c| {
+        Some(c.conn.next(TcpControl::None, b"G"))
+    });
+    let counters = lab.mem.engine.tcp().counters();
+    assert_eq!(lab.mem.engine.tcp().buffers().in_use(), 56);
+    assert_eq!(counters.buffer_denied, 24, "24 first bytes had no ring");
+    let (held, waiting) = clients.split_at_mut(56);
+    // A new connection is not taken while no ring can be had.
+    let mut late = vec![Client::new(500, PLAIN)];
+    round(&mut lab, &mut late, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
+    assert!(late[0].conn.rcv_nxt.is_none(), "no SYN-ACK at the cap");
+    assert_eq!(lab.mem.engine.tcp().counters().syn_no_memory, 1);
+    assert_eq!(lab.mem.dropped(DropReason::ListenOverflow), 1);
+    // The held clients finish their requests and are answered; their
+    // rings come back.
+    round(&mut lab, held, |c| {
+        Some(
+            c.conn
+                .next(TcpControl::None, b"ET /bytes/5 HTTP/1.1\r\nHost: t\r\n\r\n"),
+        )
+    });
+    for c in held.iter() {
+        let text = String::from_utf8_lossy(&c.conn.received);
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    }
+    // Their ACKs free the responses' rings.
+    round(&mut lab, held, |c| Some(c.conn.next(TcpControl::None, b"")));
+    assert_eq!(lab.mem.engine.tcp().buffers().bytes_in_use(), 0);
+    // The waiting clients send again what was dropped, with the rest.
+    let waiting_starts: Vec<u32> = waiting.iter().map(|c| c.conn.snd_nxt - 1).collect();
+    for (c, start) in waiting.iter_mut().zip(&waiting_starts) {
+        c.conn.snd_nxt = *start;
+    }
+    round(&mut lab, waiting, |c| {
+        Some(c.conn.next(
+            TcpControl::None,
+            b"GET /bytes/5 HTTP/1.1\r\nHost: t\r\n\r\n",
+        ))
+    });
+    for c in waiting.iter() {
+        let text = String::from_utf8_lossy(&c.conn.received);
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    }
+    assert_eq!(lab.mem.engine.responder().counters.requests, 80);
+    // The late client's SYN, sent again, is taken now.
+    late[0].conn.snd_nxt -= 1;
+    round(&mut lab, &mut late, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
+    assert!(
+        late[0].conn.rcv_nxt.is_some(),
+        "SYN-ACK once rings are free"
+    );
+}
+
+#[test]
+fn a_vip_over_its_connection_cap_resets_new_syns_until_one_closes() {
+    let mut lab = lab(TcpConfig::default());
+    let limits = ListenLimits {
+        max_conns: Some(3),
+        per_source_rate: None,
+    };
+    lab.mem.engine.set_vip_limits(DUT_IP, PLAIN, limits);
+    let mut clients: Vec<Client> = (0..5).map(|i| Client::new(i, PLAIN)).collect();
+    // Five SYNs in one burst: three taken, two reset.
+    round(&mut lab, &mut clients, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
+    let taken: Vec<bool> = clients.iter().map(|c| c.conn.rcv_nxt.is_some()).collect();
+    assert_eq!(taken, [true, true, true, false, false]);
+    assert!(clients[3].conn.reset && clients[4].conn.reset);
+    // The TLS VIP next to it is not limited.
+    let mut other = vec![Client::new(9, TLS)];
+    round(&mut lab, &mut other, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
+    assert!(other[0].conn.rcv_nxt.is_some());
+    // One of the three resets: a new SYN is taken.
+    round(&mut lab, &mut clients[..1], |c| {
+        Some(c.conn.next(TcpControl::Rst, b""))
+    });
+    let mut again = vec![Client::new(3, PLAIN)];
+    again[0].conn.port += 1;
+    round(&mut lab, &mut again, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
+    assert!(again[0].conn.rcv_nxt.is_some(), "room again");
+    lab.mem.engine.publish();
+    let vip = lab.mem.engine.vip_counters(0);
+    assert_eq!((vip.refused_conn_limit, vip.refused_source_rate), (2, 0));
+    assert_eq!(lab.mem.dropped(DropReason::ListenRefused), 2);
+}
+
+#[test]
+fn a_source_over_its_rate_is_reset_and_others_are_not() {
+    let mut lab = lab(TcpConfig::default());
+    let limits = ListenLimits {
+        max_conns: None,
+        per_source_rate: Some(5),
+    };
+    lab.mem.engine.set_vip_limits(DUT_IP, TLS, limits);
+    // Eight SYNs from one address in a burst, then one from each of 1,000
+    // others.
+    let mut same: Vec<Client> = (0..8)
+        .map(|i| {
+            let mut c = Client::new(7, TLS);
+            c.conn.port += i as u16;
+            c
+        })
+        .collect();
+    round(&mut lab, &mut same, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
+    let taken = same.iter().filter(|c| c.conn.rcv_nxt.is_some()).count();
+    assert_eq!(taken, 5, "a second's worth");
+    assert_eq!(same.iter().filter(|c| c.conn.reset).count(), 3);
+    let mut others: Vec<Client> = (100..1_100).map(|i| Client::new(i, TLS)).collect();
+    round(&mut lab, &mut others, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
+    assert!(others.iter().all(|c| c.conn.rcv_nxt.is_some()));
+    // 200 ms later the limited source has one more.
+    lab.advance(Duration::from_millis(200));
+    let mut later: Vec<Client> = (0..2)
+        .map(|i| {
+            let mut c = Client::new(7, TLS);
+            c.conn.port += 100 + i;
+            c
+        })
+        .collect();
+    round(&mut lab, &mut later, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
+    let taken: Vec<bool> = later.iter().map(|c| c.conn.rcv_nxt.is_some()).collect();
+    assert_eq!(taken, [true, false]);
+    lab.mem.engine.publish();
+    let vip = lab.mem.engine.vip_counters(1);
+    assert_eq!((vip.refused_conn_limit, vip.refused_source_rate), (0, 4));
+}
