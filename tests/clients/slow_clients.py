@@ -11,10 +11,13 @@ namespace over the lab link:
   trickle-plain  sends a request head one byte every INTERVAL seconds,
                  never its end.
 
-Then waits (at most --limit seconds) for dpd to end each connection (EOF
-or reset) and prints one line per kind: the kind, how many ended, and the
-shortest and longest hold in seconds. Exit status 0 once every connection
-ended within the limit, 1 otherwise.
+--kinds picks some of them (comma-separated). Once every connection is
+open and has sent its first byte, prints "ready N" (scripts/
+slowloris-memory.sh samples dpd's memory then). Then waits (at most
+--limit seconds) for dpd to end each connection (EOF or reset) and prints
+one line per kind: the kind, how many ended, and the shortest and longest
+hold in seconds. Exit status 0 once every connection ended within the
+limit, 1 otherwise.
 """
 
 import argparse
@@ -32,6 +35,7 @@ def main():
     ap.add_argument("--count", type=int, default=50)
     ap.add_argument("--interval", type=float, default=0.5)
     ap.add_argument("--limit", type=float, default=20.0)
+    ap.add_argument("--kinds", default="silent-tls,trickle-tls,silent-plain,trickle-plain")
     a = ap.parse_args()
 
     hello = bytes([0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xFC, 0x03, 0x03]) + b"\x42" * 501
@@ -42,6 +46,11 @@ def main():
         "silent-plain": (a.plain_port, None),
         "trickle-plain": (a.plain_port, head),
     }
+    wanted = a.kinds.split(",")
+    unknown = [k for k in wanted if k not in kinds]
+    if unknown:
+        ap.error(f"unknown kinds {unknown}; known: {list(kinds)}")
+    kinds = {k: v for k, v in kinds.items() if k in wanted}
     sel = selectors.DefaultSelector()
     conns = []
     for kind, (port, data) in kinds.items():
@@ -53,6 +62,7 @@ def main():
             sel.register(s, selectors.EVENT_READ, c)
     next_send = time.monotonic()
     deadline = time.monotonic() + a.limit
+    ready = False
     while time.monotonic() < deadline and any(c["end"] is None for c in conns):
         now = time.monotonic()
         if now >= next_send:
@@ -64,6 +74,9 @@ def main():
                         c["sent"] += 1
                     except OSError:
                         pass  # reset: the read below sees it
+            if not ready:
+                ready = True
+                print(f"ready {len(conns)}", flush=True)
         for key, _ in sel.select(timeout=min(0.05, max(0.0, next_send - time.monotonic()))):
             c = key.data
             try:
