@@ -17,6 +17,14 @@ pub use crate::stats::MAX_VIPS;
 pub enum ToEngine {
     /// Switch to this snapshot; answer [`FromEngine::Applied`].
     Apply(Arc<Snapshot>),
+    /// Keep this snapshot ready (replacing one kept before); answer
+    /// [`FromEngine::Prepared`]. Nothing changes until its `Commit`.
+    Prepare(Arc<Snapshot>),
+    /// Switch to the snapshot kept with this version, if it is the one
+    /// kept; answer [`FromEngine::Applied`].
+    Commit(u64),
+    /// Drop the snapshot kept with this version, if it is the one kept.
+    Abort(u64),
     /// Answer [`FromEngine::Pools`].
     Pools,
     /// Copy frames received and sent on port `port` (index) into `capture`
@@ -29,6 +37,7 @@ pub enum ToEngine {
 /// An engine's answer; `engine` is its index.
 #[derive(Debug)]
 pub enum FromEngine {
+    Prepared { engine: usize, version: u64 },
     Applied { engine: usize, version: u64 },
     Pools { engine: usize, pools: Vec<PoolView> },
 }

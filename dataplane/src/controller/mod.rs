@@ -79,6 +79,10 @@ pub struct Controller {
     cfg: Config,
     config_path: Option<PathBuf>,
     version: u64,
+    /// The last version number handed to the engines (committed or not):
+    /// the next change takes the one after, so no number means two
+    /// configurations.
+    issued: u64,
     slots: HashMap<String, u16>,
     slot_names: SlotNames,
     certs: HashMap<String, LoadedCert>,
@@ -125,6 +129,7 @@ impl Controller {
             cfg: cfg.clone(),
             config_path,
             version: 0,
+            issued: 0,
             slots: HashMap::new(),
             slot_names: Arc::new(RwLock::new(Vec::new())),
             certs: HashMap::new(),
@@ -263,8 +268,13 @@ impl Controller {
             Err(e) => return Reply::error(format!("refused: {e}")),
         };
         let version = built.snapshot.version;
+        self.issued = version;
         if let Err(e) = self.push(&built.snapshot) {
-            return Reply::error(format!("not applied: {e}"));
+            log::warn!("configuration {version} ({what}) not applied: {e}");
+            return Reply::error(format!(
+                "not applied: {e}; no engine changed (configuration {} goes on)",
+                self.version
+            ));
         }
         self.commit(next, built);
         log::info!("configuration {version}: {what}");
@@ -398,7 +408,7 @@ impl Controller {
         let pools = next.pools.iter().map(engine_pool).collect();
         Ok(Built {
             snapshot: Arc::new(Snapshot {
-                version: self.version + 1,
+                version: self.issued + 1,
                 vips,
                 pools,
             }),
@@ -413,6 +423,7 @@ impl Controller {
     fn commit(&mut self, next: Config, built: Built) {
         self.cfg = next;
         self.version = built.snapshot.version;
+        self.issued = self.issued.max(self.version);
         self.certs = built.certs;
         self.tls = built.tls;
         self.tickets_epoch = built.tickets_epoch;
@@ -425,35 +436,78 @@ impl Controller {
         *self.slot_names.write().expect("not poisoned") = names;
     }
 
-    /// Sends `snap` to every engine and waits until all use it.
+    /// Switches every engine to `snap`, or none: each is sent the
+    /// snapshot to prepare, and only once all have it ready are they told
+    /// to commit it (a commit cannot fail: the snapshot is there and the
+    /// ring had room a moment ago). An engine whose ring is full or that
+    /// does not answer in time makes the others drop it (`Abort`); a late
+    /// engine drops it when it gets there, since the abort follows the
+    /// prepare in its ring and versions are never reused.
     fn push(&self, snap: &Arc<Snapshot>) -> Result<(), String> {
-        for l in &self.links {
-            l.to_engine
-                .push(ToEngine::Apply(snap.clone()))
-                .map_err(|_| format!("engine {}'s ring is full", l.engine))?;
-        }
-        let mut done = vec![false; self.links.len()];
-        self.await_engines(|msg| match msg {
-            FromEngine::Applied { engine, version } if version == snap.version => {
-                done[engine] = true;
-                done.iter().all(|d| *d)
+        let version = snap.version;
+        let abort = |upto: usize| {
+            for l in &self.links[..upto] {
+                let _ = l.to_engine.push(ToEngine::Abort(version));
             }
-            _ => false,
-        })
-        .then_some(())
-        .ok_or_else(|| {
-            let late: Vec<String> = done
-                .iter()
-                .enumerate()
-                .filter(|(_, d)| !**d)
-                .map(|(i, _)| i.to_string())
-                .collect();
-            format!(
-                "engine(s) {} did not take configuration {} within {ENGINE_REPLY:?}",
-                late.join(", "),
-                snap.version
-            )
-        })
+        };
+        for (i, l) in self.links.iter().enumerate() {
+            if l.to_engine.push(ToEngine::Prepare(snap.clone())).is_err() {
+                abort(i);
+                return Err(format!("engine {}'s ring is full", l.engine));
+            }
+        }
+        let late = self.await_all(|m| match m {
+            FromEngine::Prepared { engine, version: v } if v == version => Some(engine),
+            _ => None,
+        });
+        if !late.is_empty() {
+            abort(self.links.len());
+            return Err(format!(
+                "engine(s) {late} did not take configuration {version} within {ENGINE_REPLY:?}"
+            ));
+        }
+        let deadline = Instant::now() + ENGINE_REPLY;
+        for l in &self.links {
+            while l.to_engine.push(ToEngine::Commit(version)).is_err() {
+                if Instant::now() > deadline {
+                    // Never expected (the engine emptied its ring to
+                    // prepare): it keeps the old one until it is restarted.
+                    log::error!(
+                        "engine {}: no room to commit configuration {version}",
+                        l.engine
+                    );
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        let late = self.await_all(|m| match m {
+            FromEngine::Applied { engine, version: v } if v == version => Some(engine),
+            _ => None,
+        });
+        if !late.is_empty() {
+            // Committed: it switches when it next runs.
+            log::warn!("engine(s) {late} had not switched to configuration {version} within {ENGINE_REPLY:?}");
+        }
+        Ok(())
+    }
+
+    /// Waits until every engine has sent the reply `of` picks (its engine
+    /// index), or the time is up; the engines that had not, as a list.
+    fn await_all(&self, of: impl Fn(FromEngine) -> Option<usize>) -> String {
+        let mut done = vec![false; self.links.len()];
+        self.await_engines(|msg| {
+            if let Some(e) = of(msg).and_then(|e| done.get_mut(e)) {
+                *e = true;
+            }
+            done.iter().all(|d| *d)
+        });
+        done.iter()
+            .enumerate()
+            .filter(|(_, d)| !**d)
+            .map(|(i, _)| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// Reads engines' replies until `done` says so or the time is up.

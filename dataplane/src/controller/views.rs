@@ -114,7 +114,7 @@ impl Controller {
                 views[engine] = Some(pools);
                 views.iter().all(Option::is_some)
             }
-            FromEngine::Applied { .. } => false,
+            FromEngine::Applied { .. } | FromEngine::Prepared { .. } => false,
         });
         if !answered {
             return Reply::error(format!("engines did not answer within {ENGINE_REPLY:?}"));

@@ -69,6 +69,29 @@ impl<P: Port, A: Application> Engine<P, A> {
                         version: snap.version,
                     }
                 }
+                ToEngine::Prepare(snap) => {
+                    let version = snap.version;
+                    self.staged = Some(snap);
+                    FromEngine::Prepared {
+                        engine: link.engine,
+                        version,
+                    }
+                }
+                ToEngine::Commit(version) => {
+                    let Some(snap) = self.staged.take_if(|s| s.version == version) else {
+                        continue;
+                    };
+                    self.apply(&snap);
+                    self.publish();
+                    FromEngine::Applied {
+                        engine: link.engine,
+                        version,
+                    }
+                }
+                ToEngine::Abort(version) => {
+                    self.staged.take_if(|s| s.version == version);
+                    continue;
+                }
                 ToEngine::Pools => FromEngine::Pools {
                     engine: link.engine,
                     pools: self.app.pool_views(),

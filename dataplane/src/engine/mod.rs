@@ -137,6 +137,8 @@ pub struct Engine<P: Port, A: Application = Services> {
     app: A,
     /// Rings to and from the control thread.
     control: Option<ControlLink>,
+    /// A snapshot prepared and waiting for its commit (two-phase apply).
+    staged: Option<Arc<crate::snapshot::Snapshot>>,
     /// Rings to the other engines, for ports steered in software.
     steer: Option<SteerLink<P::Buf>>,
     events: Vec<Event>,
@@ -283,6 +285,7 @@ impl<P: Port, A: Application> Engine<P, A> {
             ),
             app,
             control: None,
+            staged: None,
             steer: None,
             events: Vec::with_capacity(256),
         }

@@ -1,0 +1,132 @@
+//! Run-time changes are all or nothing: the control thread and two real
+//! engines on their rings, one of them stalled. A change every engine
+//! cannot take changes none, and its version number is never used again.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use common::host::{DUT_IP, DUT_MAC, HOST_MAC};
+use control::api::{Answer, Body, Reply, Request};
+use control::config::Config;
+use dataplane::controller::Controller;
+use dataplane::dpdk::TscClock;
+use dataplane::engine::{Engine, EngineConfig};
+use dataplane::net::InterfaceConfig;
+use dataplane::port::{link, MemPort};
+use dataplane::snapshot::ControlLink;
+use dataplane::stats::SharedCounters;
+
+const CONFIG: &str = r#"
+[eal]
+lcores = [1, 2]
+args = ["--in-memory"]
+[[port]]
+name = "p0"
+device = "net_ring0"
+address = "10.78.0.1/24"
+[[vip]]
+name = "web"
+listen = "10.78.0.1:80"
+respond = "builtin"
+"#;
+
+fn engine(control: &ControlLink, shared: Arc<SharedCounters>) -> Engine<MemPort> {
+    let (dut, _host) = link(DUT_MAC, HOST_MAC, 64, 64);
+    let mut e = Engine::new(EngineConfig::default(), shared);
+    e.add_port(
+        dut,
+        InterfaceConfig {
+            mac: DUT_MAC,
+            addr: DUT_IP,
+            prefix_len: 24,
+            gateway: None,
+        },
+    );
+    e.set_control(control.clone());
+    e
+}
+
+fn reply(a: Answer) -> Reply {
+    match a {
+        Answer::Now(r) => r,
+        Answer::Later(rx) => rx.recv().expect("a reply"),
+    }
+}
+
+/// The engines' clock (one for the whole test: engine time never goes
+/// back).
+static CLOCK: std::sync::LazyLock<TscClock> = std::sync::LazyLock::new(TscClock::new);
+
+/// Runs `engines` on their own threads while `f` runs.
+fn running<T>(engines: &mut [&mut Engine<MemPort>], f: impl FnOnce() -> T) -> T {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for e in engines.iter_mut() {
+            let stop = &stop;
+            s.spawn(move || {
+                let clock = &*CLOCK;
+                while !stop.load(Ordering::Relaxed) {
+                    e.poll(clock.now());
+                }
+            });
+        }
+        let out = f();
+        stop.store(true, Ordering::Relaxed);
+        out
+    })
+}
+
+fn web_enabled(e: &Engine<MemPort>) -> bool {
+    use dataplane::app::Application;
+    e.app().vips().iter().any(|v| v.enabled)
+}
+
+#[test]
+fn a_change_one_engine_cannot_take_changes_none_and_its_version_is_not_reused() {
+    let cfg = Config::parse(CONFIG).unwrap();
+    let links = ControlLink::new_set(2);
+    let shared: Vec<(u32, Arc<SharedCounters>)> = (1..=2)
+        .map(|l| (l, Arc::new(SharedCounters::default())))
+        .collect();
+    let (mut ctl, first) =
+        Controller::start(cfg, None, links.clone(), shared.clone(), 1_000_000_000).unwrap();
+    let mut e0 = engine(&links[0], shared[0].1.clone());
+    let mut e1 = engine(&links[1], shared[1].1.clone());
+    e0.apply(&first);
+    e1.apply(&first);
+    let disable = Request::VipDisable { name: "web".into() };
+
+    // Engine 1 is stalled: the change is refused and engine 0, which had
+    // prepared it, never switches.
+    let r = running(&mut [&mut e0], || reply(ctl.handle(&disable)));
+    assert!(!r.ok, "{r:?}");
+    let error = r.error.unwrap();
+    assert!(
+        error.contains("engine(s) 1 did not take configuration 2"),
+        "{error}"
+    );
+    assert!(
+        error.contains("no engine changed (configuration 1 goes on)"),
+        "{error}"
+    );
+    assert!(web_enabled(&e0), "engine 0 kept configuration 1");
+    // The stalled engine wakes: it prepares 2 and drops it.
+    running(&mut [&mut e1], || {
+        std::thread::sleep(std::time::Duration::from_millis(50))
+    });
+    assert!(web_enabled(&e1));
+    assert_eq!(e0.counters().config_version, 1);
+    assert_eq!(e1.counters().config_version, 1);
+
+    // With both running, the change goes through as configuration 3.
+    let r = running(&mut [&mut e0, &mut e1], || reply(ctl.handle(&disable)));
+    let Some(Body::Applied(applied)) = r.body else {
+        panic!("{r:?}");
+    };
+    assert_eq!(applied.version, 3, "2 is never used again");
+    assert!(!web_enabled(&e0) && !web_enabled(&e1));
+    assert_eq!(e0.counters().config_version, 3);
+    assert_eq!(e1.counters().config_version, 3);
+}
