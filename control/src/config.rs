@@ -155,6 +155,9 @@ pub struct Vip {
     pub max_new_per_source: Option<u32>,
 }
 
+/// Largest configuration file read.
+pub const MAX_CONFIG_FILE: u64 = 16 << 20;
+
 /// [`Vip::handshake_timeout_ms`]'s default.
 pub const DEFAULT_HANDSHAKE_TIMEOUT_MS: u32 = 10_000;
 /// [`Vip::request_timeout_ms`]'s default.
@@ -550,6 +553,10 @@ pub struct Control {
     /// dpd stops anyway (seconds).
     #[serde(default = "default_drain_timeout")]
     pub drain_timeout_s: u32,
+    /// Refuse a private key or ticket key file that its group or others
+    /// can read (by default such a file is used, with a warning naming it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub strict_key_permissions: bool,
 }
 
 fn default_drain_timeout() -> u32 {
@@ -566,6 +573,7 @@ impl Default for Control {
             socket: default_socket(),
             metrics: default_metrics(),
             drain_timeout_s: default_drain_timeout(),
+            strict_key_permissions: false,
         }
     }
 }
@@ -672,6 +680,21 @@ impl Config {
     /// When the file cannot be read, is not valid TOML of this shape (unknown
     /// keys included), or fails [`Config::validate`].
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        // A FIFO or device named by mistake would block or never end.
+        let cannot = |why: String| {
+            ConfigError::new(
+                "",
+                "",
+                format!("cannot read config {}: {why}", path.display()),
+            )
+        };
+        let meta = std::fs::metadata(path).map_err(|e| cannot(e.to_string()))?;
+        if !meta.is_file() {
+            return Err(cannot("not a regular file".into()));
+        }
+        if meta.len() > MAX_CONFIG_FILE {
+            return Err(cannot(format!("larger than {MAX_CONFIG_FILE} bytes")));
+        }
         let text = std::fs::read_to_string(path).map_err(|e| {
             ConfigError::new(
                 "",
@@ -1708,5 +1731,9 @@ mod tests {
     fn load_names_the_file() {
         let e = Config::load(Path::new("/nonexistent/dpd.toml")).unwrap_err();
         assert!(e.to_string().contains("/nonexistent/dpd.toml"), "{e}");
+        // A device or FIFO is refused without reading (it would never end
+        // or block).
+        let e = Config::load(Path::new("/dev/zero")).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
     }
 }

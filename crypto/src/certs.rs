@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -107,6 +106,9 @@ pub struct Cert {
     pub not_after: i64,
     /// Certificates in the chain (leaf first).
     pub chain_len: usize,
+    /// Permission bits of the key file when it was read (see
+    /// [`crate::files::exposed`]).
+    pub key_mode: u32,
     certified: Arc<CertifiedKey>,
 }
 
@@ -125,8 +127,12 @@ impl Cert {
             file: key_file.to_path_buf(),
             kind,
         };
-        let cert_pem = fs::read(cert_file).map_err(|e| cert_err(CertErrorKind::Read(e)))?;
-        let key_pem = fs::read(key_file).map_err(|e| key_err(CertErrorKind::Read(e)))?;
+        let read = |f: &Path| crate::files::read_capped(f, crate::files::MAX_PEM_FILE);
+        let cert_pem = read(cert_file)
+            .map_err(|e| cert_err(CertErrorKind::Read(e)))?
+            .bytes;
+        let key_file_read = read(key_file).map_err(|e| key_err(CertErrorKind::Read(e)))?;
+        let (key_pem, key_mode) = (key_file_read.bytes, key_file_read.mode);
 
         let chain: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut &cert_pem[..])
             .collect::<Result<_, _>>()
@@ -215,6 +221,7 @@ impl Cert {
             not_before,
             not_after,
             chain_len,
+            key_mode,
             certified: Arc::new(certified),
         })
     }
@@ -453,7 +460,7 @@ mod tests {
         assert!(matches!(e.kind, CertErrorKind::NotYetValid { .. }), "{e}");
 
         let garbage = dir.path().join("garbage.pem");
-        fs::write(
+        std::fs::write(
             &garbage,
             "-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n",
         )
@@ -461,7 +468,7 @@ mod tests {
         let e = Cert::load(&garbage, &k1, now()).unwrap_err();
         assert!(matches!(e.kind, CertErrorKind::Malformed(_)), "{e}");
         let empty = dir.path().join("empty.pem");
-        fs::write(&empty, "nothing here\n").unwrap();
+        std::fs::write(&empty, "nothing here\n").unwrap();
         assert!(matches!(
             Cert::load(&empty, &k1, now()).unwrap_err().kind,
             CertErrorKind::NoCertificate
@@ -589,12 +596,13 @@ mod tests {
                 .with_no_client_auth()
                 .with_cert_resolver(Arc::new(store)),
         );
-        let ca_der = rustls_pemfile::certs(&mut &fs::read(dir.path().join("ca.pem")).unwrap()[..])
-            .next()
-            .unwrap()
-            .unwrap();
+        let ca_der =
+            rustls_pemfile::certs(&mut &std::fs::read(dir.path().join("ca.pem")).unwrap()[..])
+                .next()
+                .unwrap()
+                .unwrap();
         for (sni, pem) in [("rsa.test", &c_rsa), ("ec.test", &c_ec)] {
-            let der = rustls_pemfile::certs(&mut &fs::read(pem).unwrap()[..])
+            let der = rustls_pemfile::certs(&mut &std::fs::read(pem).unwrap()[..])
                 .next()
                 .unwrap()
                 .unwrap();

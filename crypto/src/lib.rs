@@ -5,6 +5,7 @@
 //!
 //! - [`certs`]: certificates and keys, chosen by SNI and signature scheme;
 //! - [`client`]: a non-verifying client for load generators and tests;
+//! - [`files`]: reading operators' certificate and key files, bounded;
 //! - [`policy`]: a VIP's versions, suites, groups, ALPN and resumption;
 //! - [`session`]: one connection, handshake on rustls' unbuffered API;
 //! - [`record`]: the record layer on AWS-LC after the handshake;
@@ -13,6 +14,7 @@
 
 pub mod certs;
 pub mod client;
+pub mod files;
 pub mod policy;
 pub mod record;
 pub mod session;

@@ -96,8 +96,9 @@ impl TicketKeys {
     /// # Errors
     /// Unreadable or too short, naming the file.
     pub fn from_file(path: &Path, rotate_s: u64) -> Result<Self, TicketKeyError> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| TicketKeyError(format!("ticket key file {}: {e}", path.display())))?;
+        let bytes = crate::files::read_capped(path, crate::files::MAX_TICKET_KEY_FILE)
+            .map_err(|e| TicketKeyError(format!("ticket key file {}: {e}", path.display())))?
+            .bytes;
         if bytes.len() < MIN_KEY_FILE {
             return Err(TicketKeyError(format!(
                 "ticket key file {}: {} bytes, at least {MIN_KEY_FILE} needed (openssl rand 80 > FILE)",

@@ -9,6 +9,7 @@ pub mod daemon;
 #[allow(unsafe_code)]
 pub mod dpdk;
 pub mod engine;
+pub mod files;
 pub mod fuzzing;
 pub mod loadgen;
 pub mod net;

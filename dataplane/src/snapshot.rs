@@ -125,12 +125,13 @@ impl Capture {
     }
 }
 
-/// Writes `frames` as a pcap file (microsecond timestamps, Ethernet).
+/// Writes `frames` as a pcap file (microsecond timestamps, Ethernet),
+/// atomically and mode 0600 (frames may carry cleartext):
+/// [`crate::files::write_atomically`].
 ///
 /// # Errors
 /// When the file cannot be written.
 pub fn write_pcap(path: &std::path::Path, frames: &[CapturedFrame]) -> std::io::Result<()> {
-    use std::io::Write;
     let mut out = Vec::with_capacity(24 + frames.iter().map(|f| 16 + f.data.len()).sum::<usize>());
     out.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
     out.extend_from_slice(&2u16.to_le_bytes());
@@ -147,9 +148,7 @@ pub fn write_pcap(path: &std::path::Path, frames: &[CapturedFrame]) -> std::io::
         out.extend_from_slice(&len.to_le_bytes());
         out.extend_from_slice(&f.data);
     }
-    let mut file = std::fs::File::create(path)?;
-    file.write_all(&out)?;
-    file.sync_all()
+    crate::files::write_atomically(path, &out, 0o600)
 }
 
 #[cfg(test)]

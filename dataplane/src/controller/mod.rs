@@ -312,8 +312,10 @@ impl Controller {
                         .origin
                         .clone()
                         .unwrap_or_else(|| format!("cert[{k}] ({})", c.name));
-                    let cert = Cert::load(&c.cert, &c.key, now)
-                        .map_err(|e| ConfigError::new(field, e.file.display(), e.to_string()))?;
+                    let cert = Cert::load(&c.cert, &c.key, now).map_err(|e| {
+                        ConfigError::new(field.clone(), e.file.display(), e.to_string())
+                    })?;
+                    secret_permissions(next, &field, &c.key, cert.key_mode)?;
                     generation += 1;
                     LoadedCert {
                         cert_file: c.cert.clone(),
@@ -360,6 +362,13 @@ impl Controller {
                                 l.cert.names.join(", ")
                             );
                             store.add(l.cert.clone());
+                        }
+                        let ticket_file = vip.tls.as_ref().and_then(|t| t.tickets.as_ref());
+                        if let Some(f) = ticket_file.and_then(|t| t.key_file.as_deref()) {
+                            if let Ok(mode) = crypto::files::mode_of(f) {
+                                let field = format!("vip[{i}].tls.tickets.key_file");
+                                secret_permissions(next, &field, f, mode)?;
+                            }
                         }
                         TlsConfig::with_policy(store, &tls_policy(vip.tls.as_ref())).map_err(
                             |e| ConfigError::new(format!("vip[{i}].tls"), "", e.to_string()),
@@ -530,8 +539,8 @@ impl Controller {
         false
     }
 
-    /// Writes the running configuration as TOML (through a temporary file
-    /// renamed over the target, so a reader never sees half a file).
+    /// Writes the running configuration as TOML, atomically
+    /// ([`crate::files::write_atomically`]).
     fn save(&self, path: Option<&Path>) -> Reply {
         let Some(path) = path.or(self.config_path.as_deref()) else {
             return Reply::error("no file given and dpd was not started from one");
@@ -541,19 +550,39 @@ impl Controller {
             self.version,
             self.cfg.to_toml()
         );
-        let tmp = path.with_extension("toml.tmp");
-        let result = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path));
-        match result {
+        // Mode 0600: it names key files.
+        match crate::files::write_atomically(path, text.as_bytes(), 0o600) {
             Ok(()) => {
                 log::info!("configuration {} saved to {}", self.version, path.display());
                 Reply::ok(Body::Saved(path.to_path_buf()))
             }
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                Reply::error(format!("cannot write {}: {e}", path.display()))
-            }
+            Err(e) => Reply::error(format!("cannot write {}: {e}", path.display())),
         }
     }
+}
+
+/// A private key or ticket key file (`field`, at `path`) with permission
+/// bits `mode`: one its group or others can read is refused under `[control]
+/// strict_key_permissions`, else used with a warning naming it.
+fn secret_permissions(
+    cfg: &Config,
+    field: &str,
+    path: &Path,
+    mode: u32,
+) -> Result<(), ConfigError> {
+    if !crypto::files::exposed(mode) {
+        return Ok(());
+    }
+    let what = format!("readable by group or others (mode {mode:04o}); chmod 600 it");
+    if cfg.control.strict_key_permissions {
+        return Err(ConfigError::new(
+            field,
+            path.display(),
+            format!("{what}: [control] strict_key_permissions refuses it"),
+        ));
+    }
+    log::warn!("{field}: {} is {what}", path.display());
+    Ok(())
 }
 
 /// Counters of every engine and their total, per VIP too.
