@@ -3,6 +3,7 @@
 //! per dataplane core, serves the control socket, and stops cleanly (the plan in `plan`, the
 //! helper threads in `threads`).
 
+mod metrics_http;
 mod plan;
 mod threads;
 

@@ -63,7 +63,7 @@ impl Helpers {
                 log::info!("metrics on http://{addr}/metrics");
                 let (quit, stats) = (quit.clone(), stats.clone());
                 Some(std::thread::spawn(move || {
-                    serve_metrics(&listener, &quit, stats);
+                    serve_metrics(listener, &quit, stats);
                 }))
             }
             _ => None,
@@ -136,41 +136,20 @@ pub(crate) fn open_connections(total: &CoreStats) -> u64 {
 }
 
 /// Serves `GET /metrics` (Prometheus text format) on `listener` until
-/// `stop`; one short request at a time (scrapes are seconds apart).
-fn serve_metrics(listener: &std::net::TcpListener, stop: &AtomicBool, stats: impl Fn() -> Stats) {
-    use std::io::{Read, Write};
-    if listener.set_nonblocking(true).is_err() {
-        return;
-    }
-    while !stop.load(Ordering::Relaxed) {
-        let mut conn = match listener.accept() {
-            Ok((c, _)) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-                continue;
-            }
-            Err(_) => continue,
-        };
-        let _ = conn.set_nonblocking(false);
-        let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(2)));
-        let mut head = Vec::with_capacity(1024);
-        let mut buf = [0u8; 1024];
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
-            match conn.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => head.extend_from_slice(&buf[..n]),
-            }
+/// `stop` ([`super::metrics_http`]: several scrapers at once, none able to
+/// hold it).
+fn serve_metrics(listener: std::net::TcpListener, stop: &AtomicBool, stats: impl Fn() -> Stats) {
+    let mut http = match super::metrics_http::MetricsHttp::new(listener) {
+        Ok(h) => h,
+        Err(e) => {
+            log::error!("metrics endpoint: {e}");
+            return;
         }
-        let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
-        let (status, body) = if line.starts_with(b"GET /metrics ") || line == b"GET /metrics" {
-            ("200 OK", control::metrics::render(&stats()))
-        } else {
-            ("404 Not Found", "try GET /metrics\n".to_string())
-        };
-        let _ = write!(
-            conn,
-            "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
+    };
+    let mut body = || control::metrics::render(&stats());
+    while !stop.load(Ordering::Relaxed) {
+        if !http.step(std::time::Instant::now(), &mut body) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 }
