@@ -102,6 +102,9 @@ pub enum Failure {
 /// (32), session_id length (1), cipher_suites length (2) and one suite
 /// (2), compression_methods length (1) and one method (1).
 const MIN_CLIENT_HELLO: usize = 41;
+/// Longest post-handshake message taken in (a TLS 1.2 renegotiation
+/// ClientHello is the largest a client may send; it is refused anyway).
+const MAX_POST_HANDSHAKE_MESSAGE: usize = 64 * 1024;
 
 /// Failure reasons counted, by [`Failure::index`].
 pub const FAILURES: [&str; 12] = [
@@ -220,6 +223,15 @@ struct Handshake {
     /// Received TLS bytes not yet discarded by rustls: the unbuffered API
     /// must see them again on every call.
     incoming: Vec<u8>,
+    /// Offset in `incoming` of the next record header not yet judged by
+    /// [`judge_headers`].
+    checked: usize,
+    /// ChangeCipherSpec records the client sent (0 or 1; its records after
+    /// one are encrypted).
+    ccs: u8,
+    /// Our first flight went out: from then on rustls judges the records
+    /// (its alerts are encrypted where they must be).
+    answered: bool,
 }
 
 struct Established {
@@ -233,6 +245,9 @@ struct Established {
     /// Sequence number at which the send key must change (TLS 1.3) or the
     /// connection close (TLS 1.2).
     tx_limit: u64,
+    /// The start of a post-handshake message whose rest is in the next
+    /// record(s) (RFC 8446 §5.1: no other record type may come between).
+    hs_partial: Vec<u8>,
 }
 
 enum State {
@@ -346,6 +361,7 @@ impl Established {
             kernel,
             leftover,
             tx_limit: limit,
+            hs_partial: Vec::new(),
         })
     }
 
@@ -373,6 +389,12 @@ impl Established {
         out: &mut Vec<u8>,
         progress: &mut Progress,
     ) -> Result<(), TlsError> {
+        if typ != content::HANDSHAKE && !self.hs_partial.is_empty() {
+            return Err(TlsError::new(
+                Failure::UnexpectedMessage,
+                "a record between the fragments of a handshake message",
+            ));
+        }
         match typ {
             content::ALERT => match body {
                 [_, 0] => {
@@ -389,25 +411,49 @@ impl Established {
                 _ => Err(TlsError::new(Failure::DecodeError, "malformed alert")),
             },
             content::HANDSHAKE => {
-                let mut msgs = body;
+                // RFC 8446 §5.1, RFC 5246 §6.2.1: never a zero-length
+                // fragment of a handshake message.
+                if body.is_empty() {
+                    return Err(TlsError::new(
+                        Failure::UnexpectedMessage,
+                        "zero-length handshake record",
+                    ));
+                }
+                // A message may span records: the start of one kept from
+                // the last record comes first.
+                let joined;
+                let mut msgs = if self.hs_partial.is_empty() {
+                    body
+                } else {
+                    let mut j = std::mem::take(&mut self.hs_partial);
+                    j.extend_from_slice(body);
+                    joined = j;
+                    &joined[..]
+                };
                 let mut hellos = 0;
                 while !msgs.is_empty() {
-                    let [t, a, b, c, rest @ ..] = msgs else {
-                        return Err(TlsError::new(
-                            Failure::DecodeError,
-                            "fragmented post-handshake message",
-                        ));
+                    let (t, len, rest) = match msgs {
+                        [t, a, b, c, rest @ ..] => (
+                            *t,
+                            usize::from(*a) << 16 | usize::from(*b) << 8 | usize::from(*c),
+                            rest,
+                        ),
+                        _ => (0, 0, &[][..]),
                     };
-                    let len = usize::from(*a) << 16 | usize::from(*b) << 8 | usize::from(*c);
-                    if rest.len() < len {
-                        return Err(TlsError::new(
-                            Failure::DecodeError,
-                            "fragmented post-handshake message",
-                        ));
+                    if msgs.len() < 4 || rest.len() < len {
+                        if len > MAX_POST_HANDSHAKE_MESSAGE {
+                            return Err(TlsError::new(
+                                Failure::UnexpectedMessage,
+                                format!("post-handshake message of {len} bytes"),
+                            ));
+                        }
+                        // Its rest comes in the next record.
+                        self.hs_partial = msgs.to_vec();
+                        break;
                     }
                     let (msg, next) = rest.split_at(len);
                     msgs = next;
-                    match (self.rx.protocol(), *t, msg) {
+                    match (self.rx.protocol(), t, msg) {
                         // KeyUpdate: the peer's next records use its next key;
                         // update_requested asks us to move ours too.
                         (Protocol::Tls13, 24, [request @ (0 | 1)]) => {
@@ -481,6 +527,28 @@ impl Established {
         }
     }
 
+    /// Whether a record of outer type `typ` may come after the handshake:
+    /// in TLS 1.3 only application_data (everything is encrypted; a
+    /// ChangeCipherSpec after the handshake is unexpected_message, RFC
+    /// 8446 §5), in TLS 1.2 alert, handshake and application data.
+    fn expect_record_type(&self, typ: u8) -> Result<(), TlsError> {
+        let ok = match self.rx.protocol() {
+            Protocol::Tls13 => typ == content::APPLICATION_DATA,
+            Protocol::Tls12 => matches!(
+                typ,
+                content::ALERT | content::HANDSHAKE | content::APPLICATION_DATA
+            ),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(TlsError::new(
+                Failure::UnexpectedMessage,
+                format!("record type {typ} after the handshake"),
+            ))
+        }
+    }
+
     /// A warning-level alert (close_notify, no_renegotiation).
     fn alert_warning(&mut self, description: u8, out: &mut Vec<u8>) {
         seal_small(&mut self.tx, content::ALERT, &[1, description], out);
@@ -505,8 +573,16 @@ impl Established {
             for (i, h) in header.iter_mut().enumerate() {
                 *h = byte_at(a, b, at + i);
             }
+            // The header is judged at once: bytes that are not TLS (or a
+            // record type that cannot come now) end the connection without
+            // waiting for the length they seem to announce.
+            if let Err(e) = self.expect_record_type(header[0]) {
+                self.alert(10, out);
+                return Err(e);
+            }
             let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
             if len > record::MAX_CIPHERTEXT {
+                self.alert(22, out);
                 return Err(TlsError::new(Failure::RecordOverflow, "record too long"));
             }
             if total - at < HEADER_LEN + len {
@@ -540,7 +616,7 @@ impl Established {
                 }
             };
             at = body.end;
-            if typ == content::APPLICATION_DATA {
+            if typ == content::APPLICATION_DATA && self.hs_partial.is_empty() {
                 plaintext.truncate(start + n);
                 continue;
             }
@@ -574,6 +650,9 @@ impl ServerSession {
                 conn: UnbufferedServerConnection::new(config.rustls().clone())
                     .map_err(TlsError::rustls)?,
                 incoming: Vec::new(),
+                checked: 0,
+                ccs: 0,
+                answered: false,
             })),
             key: None,
             sni: None,
@@ -666,7 +745,14 @@ impl ServerSession {
                 h.incoming.extend_from_slice(a);
                 h.incoming.extend_from_slice(b);
                 progress.consumed = a.len() + b.len();
+                if let Err((alert, e)) = judge_headers(h) {
+                    // In plaintext: what rustls encrypts is its own.
+                    outgoing.extend_from_slice(&[content::ALERT, 3, 3, 0, 2, 2, alert]);
+                    return Err(e);
+                }
+                let before = outgoing.len();
                 let done = handshake(h, outgoing, plaintext, progress);
+                h.answered |= outgoing.len() > before;
                 // rustls resolved the certificate (if it did) inside this
                 // call, on this thread: note its key type now, before
                 // another session's handshake runs.
@@ -682,7 +768,7 @@ impl ServerSession {
                 let State::Handshake(h) = std::mem::replace(&mut self.state, State::Failed) else {
                     unreachable!()
                 };
-                let Handshake { conn, incoming } = *h;
+                let Handshake { conn, incoming, .. } = *h;
                 self.negotiated = Some(negotiated(&conn, self.key));
                 let mut est = Established::new(conn, incoming)?;
                 progress.handshake_done = true;
@@ -927,7 +1013,9 @@ fn handshake(
             // 0-RTT is not enabled; anything new in rustls: stop here.
             Ok(_) => result = Some(false),
         }
-        h.incoming.drain(..(discard + extra).min(h.incoming.len()));
+        let taken = (discard + extra).min(h.incoming.len());
+        h.incoming.drain(..taken);
+        h.checked = h.checked.saturating_sub(taken);
         if let Some(e) = failure {
             // The alert rustls queued comes out; then the session is dead.
             let UnbufferedStatus { state, .. } = h.conn.process_tls_records(&mut h.incoming);
@@ -940,6 +1028,52 @@ fn handshake(
             return Ok(done);
         }
     }
+}
+
+/// Judges the headers of the client's records in the handshake as they
+/// arrive, before rustls sees them, as RFC 8446 §5 and §5.1 name it. In
+/// its first flight: a record type that is not TLS's (non-TLS bytes, an
+/// SSLv2-format hello) is unexpected_message; a plaintext record
+/// (handshake or alert, before any ChangeCipherSpec) over 2^14 bytes, or
+/// any over 2^14 + 2048, is record_overflow at once, without waiting for
+/// the body it announces; a zero-length handshake, alert or
+/// ChangeCipherSpec record is unexpected_message. Throughout: a second
+/// ChangeCipherSpec is unexpected_message (RFC 8446 D.4 allows one; rustls
+/// drops any number). Returns the alert to send.
+fn judge_headers(h: &mut Handshake) -> Result<(), (u8, TlsError)> {
+    const PLAINTEXT_MAX: usize = record::MAX_PLAINTEXT;
+    const ANY_MAX: usize = record::MAX_PLAINTEXT + 2048;
+    while h.incoming.len() >= h.checked + HEADER_LEN {
+        let header = &h.incoming[h.checked..h.checked + HEADER_LEN];
+        let typ = header[0];
+        let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
+        let unexpected = |why: String| (10, TlsError::new(Failure::UnexpectedMessage, why));
+        let overflow = |why: String| (22, TlsError::new(Failure::RecordOverflow, why));
+        if typ == content::CHANGE_CIPHER_SPEC {
+            if h.ccs > 0 {
+                return Err(unexpected("a second ChangeCipherSpec".into()));
+            }
+            h.ccs = 1;
+        }
+        if !h.answered {
+            match typ {
+                content::CHANGE_CIPHER_SPEC
+                | content::ALERT
+                | content::HANDSHAKE
+                | content::APPLICATION_DATA => {}
+                _ => return Err(unexpected(format!("record type {typ}: not TLS"))),
+            }
+            let plaintext = h.ccs == 0 && typ != content::APPLICATION_DATA;
+            if len > ANY_MAX || (plaintext && len > PLAINTEXT_MAX) {
+                return Err(overflow(format!("a record of {len} bytes")));
+            }
+            if len == 0 && typ != content::APPLICATION_DATA {
+                return Err(unexpected(format!("a zero-length record of type {typ}")));
+            }
+        }
+        h.checked += HEADER_LEN + len;
+    }
+    Ok(())
 }
 
 /// Fuzz entry point for the TLS input path (handshake and records): feeds
@@ -1082,9 +1216,9 @@ mod tests {
     use std::io::{Read, Write};
     use std::sync::Arc;
 
-    type Versions = &'static [&'static rustls::SupportedProtocolVersion];
-    const TLS13: Versions = &[&rustls::version::TLS13];
-    const TLS12: Versions = &[&rustls::version::TLS12];
+    pub(super) type Versions = &'static [&'static rustls::SupportedProtocolVersion];
+    pub(super) const TLS13: Versions = &[&rustls::version::TLS13];
+    pub(super) const TLS12: Versions = &[&rustls::version::TLS12];
 
     fn server(dir: &std::path::Path, f: impl FnOnce(&mut TlsPolicy)) -> TlsConfig {
         let mut p = TlsPolicy::default();
@@ -1096,7 +1230,7 @@ mod tests {
         ClientConnection::new(cfg, ServerName::try_from(sni.to_string()).unwrap()).unwrap()
     }
 
-    fn client(dir: &std::path::Path, sni: &str, versions: Versions) -> ClientConnection {
+    pub(super) fn client(dir: &std::path::Path, sni: &str, versions: Versions) -> ClientConnection {
         client_with(client_config(dir, versions), sni)
     }
 
@@ -1382,7 +1516,7 @@ mod tests {
     /// record key (to forge its records) and its receive key (to read
     /// ours).
     #[allow(deprecated)] // dangerous_extract_secrets: to forge client records
-    fn established_forger(
+    pub(super) fn established_forger(
         dir: &std::path::Path,
         versions: Versions,
     ) -> (ServerSession, RecordKey, RecordKey) {
@@ -1404,7 +1538,7 @@ mod tests {
     }
 
     /// One record of `typ` around `payload`, sealed with `key`.
-    fn sealed(key: &mut RecordKey, typ: u8, payload: &[u8]) -> Vec<u8> {
+    pub(super) fn sealed(key: &mut RecordKey, typ: u8, payload: &[u8]) -> Vec<u8> {
         let mut rec = vec![0u8; payload.len() + key.overhead()];
         let pre = key.prefix_len();
         rec[pre..pre + payload.len()].copy_from_slice(payload);
@@ -1414,7 +1548,7 @@ mod tests {
     }
 
     /// The alerts (level, description) among our records in `out`.
-    fn alerts_in(key: &mut RecordKey, mut out: &[u8]) -> Vec<(u8, u8)> {
+    pub(super) fn alerts_in(key: &mut RecordKey, mut out: &[u8]) -> Vec<(u8, u8)> {
         let mut found = Vec::new();
         while out.len() >= HEADER_LEN {
             let mut header = [0u8; HEADER_LEN];
@@ -1689,7 +1823,7 @@ mod tests {
         let mut out = Vec::new();
         let err = s.process(&junk, &mut out, &mut Vec::new()).unwrap_err();
         assert!(err.to_string().starts_with("TLS: "), "{err}");
-        assert_eq!(err.reason, Failure::DecodeError, "{err}");
+        assert_eq!(err.reason, Failure::UnexpectedMessage, "{err}");
         assert!(!out.is_empty(), "an alert is sent before closing");
         assert!(
             s.encrypt(b"x", &mut Vec::new()).is_err(),
@@ -1715,3 +1849,7 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "session_rfc_tests.rs"]
+mod rfc_tests;
