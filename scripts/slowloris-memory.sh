@@ -10,6 +10,8 @@
 #   DPD       the dpd binary (default target/release/dpd: build it first)
 #   COUNT     connections per kind (default 10000)
 #   LIMIT_S   how long to wait for dpd to end them (default 40)
+#   KINDS     the kinds to run (default: silent-tls trickle-tls after-hello
+#             silent-plain trickle-plain)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -67,7 +69,7 @@ ulimit -n $((COUNT + 1024))
 rss_kib() { awk '/^VmRSS/ { print $2 }' "/proc/$1/status"; }
 
 echo "dpd $DPD, $COUNT connections a kind"
-for kind in silent-tls trickle-tls silent-plain trickle-plain; do
+for kind in ${KINDS:-silent-tls trickle-tls after-hello silent-plain trickle-plain}; do
     rm -f "$WORK/control.sock"
     ip netns exec "$LAB-dut" "$DPD" --config "$WORK/dpd.toml" >"$WORK/dpd.log" 2>&1 &
     DPD_PID=$!

@@ -9,7 +9,10 @@ namespace over the lab link:
                  then one byte every INTERVAL seconds;
   silent-plain   connects to the plain port and sends nothing;
   trickle-plain  sends a request head one byte every INTERVAL seconds,
-                 never its end.
+                 never its end;
+  after-hello    sends a whole ClientHello (Python's ssl, TLS 1.3) at once,
+                 takes the server's first flight and sends nothing more
+                 (only with --kinds).
 
 --kinds picks some of them (comma-separated). Once every connection is
 open and has sent its first byte, prints "ready N" (scripts/
@@ -24,7 +27,22 @@ import argparse
 import errno
 import selectors
 import socket
+import ssl
 import time
+
+
+def client_hello():
+    """A fresh ClientHello from Python's ssl (no verification)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(incoming, outgoing, server_hostname="tlsdp.test")
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
 
 
 def main():
@@ -45,6 +63,7 @@ def main():
         "trickle-tls": (a.tls_port, hello),
         "silent-plain": (a.plain_port, None),
         "trickle-plain": (a.plain_port, head),
+        "after-hello": (a.tls_port, "hello"),
     }
     wanted = a.kinds.split(",")
     unknown = [k for k in wanted if k not in kinds]
@@ -57,7 +76,10 @@ def main():
         for _ in range(a.count):
             s = socket.create_connection((a.dut, port), timeout=5)
             s.setblocking(False)
-            c = {"kind": kind, "sock": s, "data": data, "sent": 0, "start": time.monotonic(), "end": None}
+            whole = data == "hello"
+            if whole:
+                data = client_hello()
+            c = {"kind": kind, "sock": s, "data": data, "whole": whole, "sent": 0, "start": time.monotonic(), "end": None}
             conns.append(c)
             sel.register(s, selectors.EVENT_READ, c)
     next_send = time.monotonic()
@@ -69,9 +91,9 @@ def main():
             next_send = now + a.interval
             for c in conns:
                 if c["end"] is None and c["data"] is not None and c["sent"] < len(c["data"]):
+                    step = len(c["data"]) if c["whole"] else 1
                     try:
-                        c["sock"].send(c["data"][c["sent"] : c["sent"] + 1])
-                        c["sent"] += 1
+                        c["sent"] += c["sock"].send(c["data"][c["sent"] : c["sent"] + step])
                     except OSError:
                         pass  # reset: the read below sees it
             if not ready:
