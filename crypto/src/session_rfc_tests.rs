@@ -180,3 +180,237 @@ fn a_second_change_cipher_spec_in_the_handshake_is_unexpected() {
     let e = s.process(&ccs, &mut out, &mut Vec::new()).unwrap_err();
     assert_eq!(e.reason, Failure::UnexpectedMessage, "{e}");
 }
+
+/// A hand-built ClientHello, field by field.
+struct Hello {
+    legacy_version: u16,
+    suites: Vec<u16>,
+    /// `supported_versions`, when sent.
+    versions: Option<Vec<u16>>,
+    groups: Vec<u16>,
+    /// `(group, key_exchange)`.
+    shares: Vec<(u16, Vec<u8>)>,
+}
+
+impl Hello {
+    /// A TLS 1.3 ClientHello with GREASE-like unknown values (RFC 8701)
+    /// among the valid ones: suites, versions, groups and a key share.
+    fn tls13() -> Self {
+        Self {
+            legacy_version: 0x0303,
+            suites: vec![0x0a0a, 0x1301, 0xc02b],
+            versions: Some(vec![0x7a7a, 0x0304]),
+            groups: vec![0x1a1a, 0x001d],
+            shares: vec![(0x1a1a, vec![0]), (0x001d, vec![9; 32])],
+        }
+    }
+
+    fn record(&self) -> Vec<u8> {
+        fn ext(out: &mut Vec<u8>, typ: u16, body: &[u8]) {
+            out.extend_from_slice(&typ.to_be_bytes());
+            out.extend_from_slice(&(body.len() as u16).to_be_bytes());
+            out.extend_from_slice(body);
+        }
+        fn list16(items: &[u16]) -> Vec<u8> {
+            let mut v = ((items.len() * 2) as u16).to_be_bytes().to_vec();
+            items
+                .iter()
+                .for_each(|i| v.extend_from_slice(&i.to_be_bytes()));
+            v
+        }
+        let mut exts = Vec::new();
+        let name = b"p256.test";
+        let mut sni = ((name.len() + 3) as u16).to_be_bytes().to_vec();
+        sni.push(0);
+        sni.extend_from_slice(&(name.len() as u16).to_be_bytes());
+        sni.extend_from_slice(name);
+        ext(&mut exts, 0, &sni);
+        if let Some(v) = &self.versions {
+            let mut body = vec![(v.len() * 2) as u8];
+            v.iter()
+                .for_each(|x| body.extend_from_slice(&x.to_be_bytes()));
+            ext(&mut exts, 43, &body);
+        }
+        ext(&mut exts, 10, &list16(&self.groups));
+        ext(&mut exts, 11, &[1, 0]); // ec_point_formats: uncompressed
+        ext(&mut exts, 13, &list16(&[0x0403, 0x0804, 0x0401]));
+        ext(&mut exts, 23, &[]); // extended_master_secret
+        ext(&mut exts, 0xff01, &[0]); // renegotiation_info
+        let mut shares = Vec::new();
+        for (g, k) in &self.shares {
+            shares.extend_from_slice(&g.to_be_bytes());
+            shares.extend_from_slice(&(k.len() as u16).to_be_bytes());
+            shares.extend_from_slice(k);
+        }
+        let mut ks = (shares.len() as u16).to_be_bytes().to_vec();
+        ks.extend_from_slice(&shares);
+        ext(&mut exts, 51, &ks);
+        ext(&mut exts, 45, &[1, 1]); // psk_key_exchange_modes: psk_dhe_ke
+        let mut body = self.legacy_version.to_be_bytes().to_vec();
+        body.extend_from_slice(&[7; 32]);
+        body.push(32);
+        body.extend_from_slice(&[5; 32]);
+        body.extend_from_slice(&list16(&self.suites));
+        body.extend_from_slice(&[1, 0]);
+        body.extend_from_slice(&(exts.len() as u16).to_be_bytes());
+        body.extend_from_slice(&exts);
+        let mut msg = vec![1, 0, (body.len() >> 8) as u8, body.len() as u8];
+        msg.extend_from_slice(&body);
+        let mut rec = vec![22, 3, 1, (msg.len() >> 8) as u8, msg.len() as u8];
+        rec.extend_from_slice(&msg);
+        rec
+    }
+}
+
+/// How the server answered a ClientHello.
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    /// A ServerHello: the version chosen (supported_versions, else
+    /// legacy_version) and the suite.
+    ServerHello {
+        version: u16,
+        suite: u16,
+    },
+    HelloRetryRequest {
+        group: u16,
+    },
+    Alert(u8),
+}
+
+const HRR_RANDOM: [u8; 32] = [
+    0xcf, 0x21, 0xad, 0x74, 0xe5, 0x9a, 0x61, 0x11, 0xbe, 0x1d, 0x8c, 0x02, 0x1e, 0x65, 0xb8, 0x91,
+    0xc2, 0xa2, 0x11, 0x16, 0x7a, 0xbb, 0x8c, 0x5e, 0x07, 0x9e, 0x09, 0xe2, 0xc8, 0xa8, 0x33, 0x9c,
+];
+
+fn answer_to(hello: &Hello) -> Answer {
+    let (_, out) = first_answer(&hello.record());
+    assert!(out.len() > HEADER_LEN, "an answer: {out:02x?}");
+    let body = &out[HEADER_LEN..];
+    match out[0] {
+        content::ALERT => Answer::Alert(body[1]),
+        content::HANDSHAKE => {
+            assert_eq!(body[0], 2, "a ServerHello");
+            let len = usize::from(body[1]) << 16 | usize::from(body[2]) << 8 | usize::from(body[3]);
+            let sh = &body[4..4 + len];
+            let legacy = u16::from_be_bytes([sh[0], sh[1]]);
+            let random = &sh[2..34];
+            let sid = usize::from(sh[34]);
+            let at = 35 + sid;
+            let suite = u16::from_be_bytes([sh[at], sh[at + 1]]);
+            let mut exts = &sh[at + 5..];
+            let (mut version, mut group) = (legacy, 0);
+            while exts.len() >= 4 {
+                let typ = u16::from_be_bytes([exts[0], exts[1]]);
+                let len = usize::from(u16::from_be_bytes([exts[2], exts[3]]));
+                let data = &exts[4..4 + len];
+                match typ {
+                    43 => version = u16::from_be_bytes([data[0], data[1]]),
+                    51 => group = u16::from_be_bytes([data[0], data[1]]),
+                    _ => {}
+                }
+                exts = &exts[4 + len..];
+            }
+            if random == HRR_RANDOM {
+                Answer::HelloRetryRequest { group }
+            } else {
+                Answer::ServerHello { version, suite }
+            }
+        }
+        t => panic!("record type {t}"),
+    }
+}
+
+#[test]
+fn unknown_values_in_a_client_hello_are_passed_over() {
+    // RFC 8446 §4.1.2, §4.2 and RFC 8701: unknown suites, versions,
+    // groups and key shares are ignored; the valid ones are negotiated.
+    let tls13 = Answer::ServerHello {
+        version: 0x0304,
+        suite: 0x1301,
+    };
+    assert_eq!(answer_to(&Hello::tls13()), tls13);
+    // With supported_versions, legacy_version takes no part (§4.2.1),
+    // even one no version has.
+    let odd_legacy = Hello {
+        legacy_version: 0x0399,
+        ..Hello::tls13()
+    };
+    assert_eq!(answer_to(&odd_legacy), tls13);
+    // Without it, a legacy_version of TLS 1.3 or above (known or not)
+    // negotiates TLS 1.2 (§4.2.1, RFC 5246 E.1).
+    for legacy_version in [0x0304, 0x0305] {
+        let hello = Hello {
+            legacy_version,
+            versions: None,
+            ..Hello::tls13()
+        };
+        assert_eq!(
+            answer_to(&hello),
+            Answer::ServerHello {
+                version: 0x0303,
+                suite: 0xc02b
+            },
+            "{legacy_version:#06x}"
+        );
+    }
+    // A key share only for a group it does not know, one it does listed:
+    // a HelloRetryRequest for that group (§4.1.4).
+    let retry = Hello {
+        shares: vec![(0x1a1a, vec![0])],
+        ..Hello::tls13()
+    };
+    assert_eq!(
+        answer_to(&retry),
+        Answer::HelloRetryRequest { group: 0x001d }
+    );
+}
+
+#[test]
+fn a_client_hello_with_nothing_usable_gets_the_alert_the_rfc_names() {
+    // No suite, or no group, in common: handshake_failure (§4.1.1).
+    let no_suite = Hello {
+        suites: vec![0x0a0a, 0x00ff, 0x0005],
+        ..Hello::tls13()
+    };
+    assert_eq!(answer_to(&no_suite), Answer::Alert(40));
+    let no_group = Hello {
+        groups: vec![0x1a1a, 0x0019],
+        shares: vec![(0x1a1a, vec![0])],
+        ..Hello::tls13()
+    };
+    assert_eq!(answer_to(&no_group), Answer::Alert(40));
+    // No version in common: protocol_version (§4.2.1; RFC 5246 E.1 for a
+    // TLS 1.0 client).
+    let no_version = Hello {
+        versions: Some(vec![0x7a7a, 0x0305]),
+        ..Hello::tls13()
+    };
+    assert_eq!(answer_to(&no_version), Answer::Alert(70));
+    let tls10 = Hello {
+        legacy_version: 0x0301,
+        versions: None,
+        ..Hello::tls13()
+    };
+    assert_eq!(answer_to(&tls10), Answer::Alert(70));
+}
+
+#[test]
+fn malformed_key_shares_are_illegal_parameter() {
+    // RFC 8446 §4.2.8: two shares for one group; §4.2.8.2: an X25519 key
+    // is 32 bytes; §7.4.2: an all-zero shared secret (a zero public key)
+    // is refused.
+    for (what, shares) in [
+        ("short X25519 key", vec![(0x001d, vec![9; 31])]),
+        (
+            "two X25519 shares",
+            vec![(0x001d, vec![9; 32]), (0x001d, vec![9; 32])],
+        ),
+        ("zero X25519 key", vec![(0x001d, vec![0; 32])]),
+    ] {
+        let h = Hello {
+            shares,
+            ..Hello::tls13()
+        };
+        assert_eq!(answer_to(&h), Answer::Alert(47), "{what}");
+    }
+}
