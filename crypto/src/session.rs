@@ -102,6 +102,9 @@ pub enum Failure {
 /// (32), session_id length (1), cipher_suites length (2) and one suite
 /// (2), compression_methods length (1) and one method (1).
 const MIN_CLIENT_HELLO: usize = 41;
+/// Bytes of our own output (alerts, KeyUpdates) waiting in the caller's
+/// buffer past which no more records are opened.
+pub const OUTGOING_MAX: usize = 64 * 1024;
 /// Longest post-handshake message taken in (a TLS 1.2 renegotiation
 /// ClientHello is the largest a client may send; it is refused anyway).
 const MAX_POST_HANDSHAKE_MESSAGE: usize = 64 * 1024;
@@ -555,8 +558,11 @@ impl Established {
     }
 
     /// Opens whole records of `a ++ b` from the start, appending
-    /// application data to `plaintext` until it holds `plain_limit` bytes.
-    /// Returns the bytes of the records opened.
+    /// application data to `plaintext` until it holds `plain_limit` bytes,
+    /// and stopping once [`OUTGOING_MAX`] bytes of our own (alerts,
+    /// KeyUpdates) wait in `out`: a peer that sends requests for them and
+    /// never reads cannot make them pile up. Returns the bytes of the
+    /// records opened.
     fn open_records(
         &mut self,
         a: &[u8],
@@ -568,7 +574,11 @@ impl Established {
     ) -> Result<usize, TlsError> {
         let total = a.len() + b.len();
         let mut at = 0;
-        while total - at >= HEADER_LEN && plaintext.len() < plain_limit && !progress.peer_closed {
+        while total - at >= HEADER_LEN
+            && plaintext.len() < plain_limit
+            && out.len() < OUTGOING_MAX
+            && !progress.peer_closed
+        {
             let mut header = [0u8; HEADER_LEN];
             for (i, h) in header.iter_mut().enumerate() {
                 *h = byte_at(a, b, at + i);
@@ -695,7 +705,8 @@ impl ServerSession {
     /// Takes received TLS bytes (`input`: the receive buffer's two slices,
     /// in order) and processes them: appends TLS bytes to send to
     /// `outgoing` and decrypted application data to `plaintext`, stopping
-    /// once `plaintext` holds `plain_limit` bytes. During the handshake all
+    /// once `plaintext` holds `plain_limit` bytes or `outgoing`
+    /// [`OUTGOING_MAX`]. During the handshake all
     /// input is taken; afterwards only whole records are, and the rest
     /// stays in the caller's buffer. [`Progress::consumed`] says how much.
     ///
@@ -1566,7 +1577,7 @@ mod tests {
     }
 
     /// A ClientHello handshake message with just its fixed fields.
-    fn client_hello_message() -> Vec<u8> {
+    pub(super) fn client_hello_message() -> Vec<u8> {
         let mut body = vec![3, 3];
         body.extend_from_slice(&[0x11; 32]);
         body.extend_from_slice(&[0, 0, 2, 0x00, 0x2f, 1, 0]);

@@ -414,3 +414,44 @@ fn malformed_key_shares_are_illegal_parameter() {
         assert_eq!(answer_to(&h), Answer::Alert(47), "{what}");
     }
 }
+
+#[test]
+fn answers_a_client_never_reads_stop_piling_up() {
+    // 5,000 renegotiation attempts, each in its own record, in one read:
+    // each is answered (a no_renegotiation warning), but no more records
+    // are opened once OUTGOING_MAX bytes of answers wait; the rest stays
+    // unread (the TCP window closes on the client) until they are sent.
+    let dir = tempfile::tempdir().unwrap();
+    let (mut s, mut tx, _) = established_forger(dir.path(), TLS12);
+    let hello = super::tests::client_hello_message();
+    let wire: Vec<u8> = (0..5000)
+        .flat_map(|_| sealed(&mut tx, content::HANDSHAKE, &hello))
+        .collect();
+    let mut out = Vec::new();
+    let p = s
+        .read((&wire, &[]), &mut out, &mut Vec::new(), usize::MAX)
+        .unwrap();
+    assert!(out.len() >= OUTGOING_MAX, "{}", out.len());
+    assert!(
+        out.len() < OUTGOING_MAX + 64,
+        "at most one answer past the bound: {}",
+        out.len()
+    );
+    assert!(
+        p.consumed < wire.len() / 2,
+        "{} of {}",
+        p.consumed,
+        wire.len()
+    );
+    // Sent, the answers make room: the next read goes on where it stopped.
+    out.clear();
+    let q = s
+        .read(
+            (&wire[p.consumed..], &[]),
+            &mut out,
+            &mut Vec::new(),
+            usize::MAX,
+        )
+        .unwrap();
+    assert!(q.consumed > 0);
+}

@@ -24,8 +24,10 @@ const PLAIN_IN_MAX: usize = 32 * 1024;
 /// TLS bytes of the session's own (alerts, KeyUpdates, handshake
 /// flights) waiting for the TCP send ring, beyond which no more input is
 /// read: a client that never reads cannot make them pile up (the TCP
-/// window then closes on it). A handshake flight is well below this.
-const CIPHER_OUT_MAX: usize = 64 * 1024;
+/// window then closes on it). A handshake flight is well below this; the
+/// session itself stops opening records at the same bound, so one read
+/// adds at most one record's answer past it.
+const CIPHER_OUT_MAX: usize = crypto::session::OUTGOING_MAX;
 /// Small writes coalesced into the next record, at most.
 const PENDING_MAX: usize = 16 * 1024;
 /// Largest plaintext per record.
