@@ -226,15 +226,25 @@ struct Handshake {
     /// Received TLS bytes not yet discarded by rustls: the unbuffered API
     /// must see them again on every call.
     incoming: Vec<u8>,
-    /// Offset in `incoming` of the next record header not yet judged by
-    /// [`judge_headers`].
-    checked: usize,
-    /// ChangeCipherSpec records the client sent (0 or 1; its records after
-    /// one are encrypted).
-    ccs: u8,
+    /// The client's record headers, judged as its bytes arrive.
+    headers: HeaderJudge,
     /// Our first flight went out: from then on rustls judges the records
     /// (its alerts are encrypted where they must be).
     answered: bool,
+}
+
+/// Follows the record framing of the client's byte stream in the
+/// handshake (apart from `incoming`, which rustls rewrites as it joins
+/// fragments) to judge each header as it completes: [`HeaderJudge::feed`].
+#[derive(Default)]
+struct HeaderJudge {
+    /// Body bytes of the current record still to come.
+    skip: usize,
+    header: [u8; HEADER_LEN],
+    have: usize,
+    /// ChangeCipherSpec records the client sent (0 or 1; its records after
+    /// one are encrypted).
+    ccs: u8,
 }
 
 struct Established {
@@ -660,8 +670,7 @@ impl ServerSession {
                 conn: UnbufferedServerConnection::new(config.rustls().clone())
                     .map_err(TlsError::rustls)?,
                 incoming: Vec::new(),
-                checked: 0,
-                ccs: 0,
+                headers: HeaderJudge::default(),
                 answered: false,
             })),
             key: None,
@@ -753,10 +762,14 @@ impl ServerSession {
         match &mut self.state {
             State::Failed => Err(TlsError::new(Failure::Other, "session already failed")),
             State::Handshake(h) => {
+                let judged = h
+                    .headers
+                    .feed(a, h.answered)
+                    .and_then(|()| h.headers.feed(b, h.answered));
                 h.incoming.extend_from_slice(a);
                 h.incoming.extend_from_slice(b);
                 progress.consumed = a.len() + b.len();
-                if let Err((alert, e)) = judge_headers(h) {
+                if let Err((alert, e)) = judged {
                     // In plaintext: what rustls encrypts is its own.
                     outgoing.extend_from_slice(&[content::ALERT, 3, 3, 0, 2, 2, alert]);
                     return Err(e);
@@ -1024,9 +1037,7 @@ fn handshake(
             // 0-RTT is not enabled; anything new in rustls: stop here.
             Ok(_) => result = Some(false),
         }
-        let taken = (discard + extra).min(h.incoming.len());
-        h.incoming.drain(..taken);
-        h.checked = h.checked.saturating_sub(taken);
+        h.incoming.drain(..(discard + extra).min(h.incoming.len()));
         if let Some(e) = failure {
             // The alert rustls queued comes out; then the session is dead.
             let UnbufferedStatus { state, .. } = h.conn.process_tls_records(&mut h.incoming);
@@ -1041,32 +1052,53 @@ fn handshake(
     }
 }
 
-/// Judges the headers of the client's records in the handshake as they
-/// arrive, before rustls sees them, as RFC 8446 §5 and §5.1 name it. In
-/// its first flight: a record type that is not TLS's (non-TLS bytes, an
-/// SSLv2-format hello) is unexpected_message; a plaintext record
-/// (handshake or alert, before any ChangeCipherSpec) over 2^14 bytes, or
-/// any over 2^14 + 2048, is record_overflow at once, without waiting for
-/// the body it announces; a zero-length handshake, alert or
-/// ChangeCipherSpec record is unexpected_message. Throughout: a second
-/// ChangeCipherSpec is unexpected_message (RFC 8446 D.4 allows one; rustls
-/// drops any number). Returns the alert to send.
-fn judge_headers(h: &mut Handshake) -> Result<(), (u8, TlsError)> {
-    const PLAINTEXT_MAX: usize = record::MAX_PLAINTEXT;
-    const ANY_MAX: usize = record::MAX_PLAINTEXT + 2048;
-    while h.incoming.len() >= h.checked + HEADER_LEN {
-        let header = &h.incoming[h.checked..h.checked + HEADER_LEN];
-        let typ = header[0];
-        let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
+impl HeaderJudge {
+    /// Judges the record headers completed by `bytes`, the client's next
+    /// bytes in the handshake, as RFC 8446 §5 and §5.1 name it, before
+    /// rustls sees them. While the client is on its first flight (not
+    /// `answered`): a record type that is not TLS's (non-TLS bytes, an
+    /// SSLv2-format hello) is unexpected_message; a plaintext record
+    /// (handshake or alert, before any ChangeCipherSpec) over 2^14 bytes,
+    /// or any over 2^14 + 2048, is record_overflow at once, without
+    /// waiting for the body it announces; a zero-length handshake, alert
+    /// or ChangeCipherSpec record is unexpected_message. Throughout: a
+    /// second ChangeCipherSpec is unexpected_message (RFC 8446 D.4 allows
+    /// one; rustls drops any number). Returns the alert to send.
+    fn feed(&mut self, bytes: &[u8], answered: bool) -> Result<(), (u8, TlsError)> {
+        let mut i = 0;
+        while i < bytes.len() {
+            if self.skip > 0 {
+                let n = self.skip.min(bytes.len() - i);
+                self.skip -= n;
+                i += n;
+                continue;
+            }
+            self.header[self.have] = bytes[i];
+            self.have += 1;
+            i += 1;
+            if self.have == HEADER_LEN {
+                self.have = 0;
+                self.skip = self.judge(answered)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Judges the header just completed; the length of its body.
+    fn judge(&mut self, answered: bool) -> Result<usize, (u8, TlsError)> {
+        const PLAINTEXT_MAX: usize = record::MAX_PLAINTEXT;
+        const ANY_MAX: usize = record::MAX_PLAINTEXT + 2048;
+        let typ = self.header[0];
+        let len = usize::from(u16::from_be_bytes([self.header[3], self.header[4]]));
         let unexpected = |why: String| (10, TlsError::new(Failure::UnexpectedMessage, why));
         let overflow = |why: String| (22, TlsError::new(Failure::RecordOverflow, why));
         if typ == content::CHANGE_CIPHER_SPEC {
-            if h.ccs > 0 {
+            if self.ccs > 0 {
                 return Err(unexpected("a second ChangeCipherSpec".into()));
             }
-            h.ccs = 1;
+            self.ccs = 1;
         }
-        if !h.answered {
+        if !answered {
             match typ {
                 content::CHANGE_CIPHER_SPEC
                 | content::ALERT
@@ -1074,7 +1106,7 @@ fn judge_headers(h: &mut Handshake) -> Result<(), (u8, TlsError)> {
                 | content::APPLICATION_DATA => {}
                 _ => return Err(unexpected(format!("record type {typ}: not TLS"))),
             }
-            let plaintext = h.ccs == 0 && typ != content::APPLICATION_DATA;
+            let plaintext = self.ccs == 0 && typ != content::APPLICATION_DATA;
             if len > ANY_MAX || (plaintext && len > PLAINTEXT_MAX) {
                 return Err(overflow(format!("a record of {len} bytes")));
             }
@@ -1082,9 +1114,8 @@ fn judge_headers(h: &mut Handshake) -> Result<(), (u8, TlsError)> {
                 return Err(unexpected(format!("a zero-length record of type {typ}")));
             }
         }
-        h.checked += HEADER_LEN + len;
+        Ok(len)
     }
-    Ok(())
 }
 
 /// Fuzz entry point for the TLS input path (handshake and records): feeds

@@ -455,3 +455,36 @@ fn answers_a_client_never_reads_stop_piling_up() {
         .unwrap();
     assert!(q.consumed > 0);
 }
+
+#[test]
+fn headers_are_judged_one_byte_at_a_time_and_across_fragments() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = TlsConfig::new(crate::testutil::test_store(dir.path())).unwrap();
+    // The fifth byte of an oversized header ends it.
+    let mut s = ServerSession::new(&cfg).unwrap();
+    let mut out = Vec::new();
+    for b in [22u8, 3, 1, 0x40] {
+        s.process(&[b], &mut out, &mut Vec::new()).unwrap();
+    }
+    let e = s.process(&[0x01], &mut out, &mut Vec::new()).unwrap_err();
+    assert_eq!(
+        (e.reason, &out[..]),
+        (Failure::RecordOverflow, &[21, 3, 3, 0, 2, 2, 22][..])
+    );
+    // A ClientHello split over two records, a byte at a time, is answered.
+    let record = Hello::tls13().record();
+    let msg = &record[HEADER_LEN..];
+    let (first, second) = msg.split_at(40);
+    let mut split = Vec::new();
+    for part in [first, second] {
+        split.extend_from_slice(&[22, 3, 1, 0, part.len() as u8]);
+        split.extend_from_slice(part);
+    }
+    let mut s = ServerSession::new(&cfg).unwrap();
+    let mut out = Vec::new();
+    for b in &split {
+        s.process(std::slice::from_ref(b), &mut out, &mut Vec::new())
+            .unwrap();
+    }
+    assert_eq!(out[0], content::HANDSHAKE, "a ServerHello");
+}
