@@ -5,6 +5,7 @@
 //!
 //!   cargo bench -p dataplane --bench inmemory [-- CONNS]
 //!   cargo bench -p dataplane --bench inmemory -- --tls [CONNS]
+//!   cargo bench -p dataplane --bench inmemory -- --tls --rps
 //!   cargo bench -p dataplane --bench inmemory -- --hold [--tls] CONNS
 //!   cargo bench -p dataplane --bench inmemory -- --scale [--tls] [MAX_ENGINES]
 //!   cargo bench -p dataplane --bench inmemory -- --steer
@@ -307,8 +308,14 @@ fn main() {
         hold(conns, tls);
         return;
     }
+    if tls && std::env::args().any(|a| a == "--rps") {
+        // cargo bench -p dataplane --bench inmemory -- --tls --rps
+        tls_rps();
+        return;
+    }
     if tls {
         tls_runs(conns);
+        tls_rps();
         return;
     }
     if std::env::args().any(|a| a == "--defaults") {
@@ -403,6 +410,30 @@ fn tls_runs(conns: u64) {
         r.server_s * 1e6 / mb,
         r.bytes as f64 * 8.0 / r.server_s / 1e9,
         r.client_s * 1e6 / mb,
+    );
+}
+
+/// Small requests over TLS keep-alive connections: the per-request path
+/// (records in and out, the responder, buffers), no handshakes to speak of.
+fn tls_rps() {
+    let r = run_with(
+        LoadConfig {
+            server: SRV,
+            port: 443,
+            body: 64,
+            requests_per_conn: 2_000,
+            concurrency: 16,
+            total_conns: 16,
+            sources: 1,
+        },
+        Some(LoadClientConfig::new(true, true)),
+    );
+    println!(
+        "TLS RPS  {} requests (GET 64 B) over 16 keep-alive connections (TLS 1.3, AES-128-GCM): server engine {:.2} µs/request = {:.0} requests/s per core; generator {:.2} µs/request",
+        r.responses,
+        r.server_s * 1e6 / r.responses as f64,
+        r.responses as f64 / r.server_s,
+        r.client_s * 1e6 / r.responses as f64,
     );
 }
 

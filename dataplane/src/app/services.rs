@@ -59,6 +59,8 @@ pub struct Services {
     pub(super) port_secret: siphasher::sip::SipHasher24,
     /// Backend bytes on their way into a TLS record.
     pub(super) proxy_scratch: Vec<u8>,
+    /// Plaintext buffers TLS connections gave back, for the next request.
+    pub(super) tls_spare: super::tls::SpareBuffers,
     /// Backend connects in progress and when each is given up.
     pub(super) connecting: Vec<(ConnId, FlowKey, Instant)>,
     /// TLS connections whose handshake input waits for the next iteration
@@ -93,6 +95,7 @@ impl Services {
                 siphasher::sip::SipHasher24::new_with_keys(k0, k1)
             },
             proxy_scratch: vec![0; crypto::record::MAX_PLAINTEXT],
+            tls_spare: super::tls::SpareBuffers::default(),
             connecting: Vec::with_capacity(256),
             deferred: Vec::with_capacity(256),
             deferred_scratch: Vec::with_capacity(256),
@@ -310,6 +313,7 @@ impl Services {
             peer_closed,
             &mut self.budget,
             &mut self.proxy_scratch,
+            &mut self.tls_spare,
         );
         let slot = entry.vip;
         // A TLS VIP with a pool: its backend connection opens once the

@@ -7,8 +7,9 @@
 //! send ring, between room left for the record header and tag, and the
 //! session seals it there in place; small writes (response heads) are
 //! coalesced into the next record. Only where the ring's free space wraps
-//! is a record built aside and copied in. Buffers are dropped whenever
-//! they empty, so an idle connection holds none.
+//! is a record built aside and copied in. Buffers are given back whenever
+//! they empty (the plaintext ones to the engine's [`SpareBuffers`], for
+//! the next request), so an idle connection holds none.
 
 use crypto::session::{Failure, Negotiated, Progress, ServerSession, TlsConfig};
 
@@ -35,6 +36,35 @@ const RECORD: usize = crypto::record::MAX_PLAINTEXT;
 /// Least contiguous ring room worth sealing a record in place (below it
 /// the record is built aside and copied: the free space wraps).
 const MIN_IN_PLACE: usize = 512;
+
+/// Empty plaintext buffers of an engine's TLS connections, kept for the
+/// next one that needs one: a keep-alive request takes a buffer from here
+/// rather than from the allocator, and an idle connection still holds
+/// none. At most [`SPARE_MAX`] buffers of at most [`SPARE_CAPACITY`].
+#[derive(Debug, Default)]
+pub struct SpareBuffers {
+    free: Vec<Vec<u8>>,
+}
+
+/// Most spare buffers an engine keeps.
+const SPARE_MAX: usize = 64;
+/// Largest spare buffer kept (a record's plaintext and a little more).
+const SPARE_CAPACITY: usize = 32 * 1024;
+
+impl SpareBuffers {
+    /// An empty buffer, with the capacity a spare one has.
+    fn take(&mut self) -> Vec<u8> {
+        self.free.pop().unwrap_or_default()
+    }
+
+    /// Keeps `v` (emptied) if there is room and it is not too large.
+    fn give(&mut self, mut v: Vec<u8>) {
+        if self.free.len() < SPARE_MAX && v.capacity() <= SPARE_CAPACITY {
+            v.clear();
+            self.free.push(v);
+        }
+    }
+}
 
 /// One connection's TLS state and buffers.
 #[derive(Debug)]
@@ -105,12 +135,15 @@ impl TlsConn {
         self.flush_cipher(tcp, id);
     }
 
-    /// Gives back buffers that emptied.
-    fn release_idle(&mut self) {
-        for v in [&mut self.plain_in, &mut self.pending, &mut self.cipher_out] {
+    /// Gives back buffers that emptied: the plaintext ones to `spare`.
+    fn release_idle(&mut self, spare: &mut SpareBuffers) {
+        for v in [&mut self.plain_in, &mut self.pending] {
             if v.is_empty() && v.capacity() > 0 {
-                *v = Vec::new();
+                spare.give(std::mem::take(v));
             }
+        }
+        if self.cipher_out.is_empty() && self.cipher_out.capacity() > 0 {
+            self.cipher_out = Vec::new();
         }
     }
 
@@ -262,6 +295,7 @@ pub fn drive(
     peer_closed: bool,
     handshake_budget: &mut u32,
     scratch: &mut [u8],
+    spare: &mut SpareBuffers,
 ) -> TlsOutcome {
     let mut outcome = TlsOutcome::default();
     let TlsRole { conn: tls, inner } = t;
@@ -286,6 +320,9 @@ pub fn drive(
                     break;
                 }
                 *handshake_budget -= 1;
+            }
+            if tls.plain_in.capacity() == 0 {
+                tls.plain_in = spare.take();
             }
             let plain_before = tls.plain_in.len();
             let result =
@@ -329,6 +366,9 @@ pub fn drive(
             }
             Inner::Responder(http) => {
                 if ready && !tls.close_sent {
+                    if tls.pending.capacity() == 0 {
+                        tls.pending = spare.take();
+                    }
                     let before = tcp.send_space(id);
                     responder.pump(&mut TlsStream { tcp, id, http, tls });
                     // Heads and small bodies still waiting: seal them now.
@@ -367,7 +407,7 @@ pub fn drive(
             break;
         }
     }
-    tls.release_idle();
+    tls.release_idle(spare);
     outcome
 }
 
