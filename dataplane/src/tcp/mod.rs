@@ -371,7 +371,10 @@ pub struct TcpEngine<A> {
     accepting: bool,
     /// Connections with something to send.
     dirty: Vec<ConnId>,
+    /// Resets for segments to no connection (at most `MAX_RESETS` an
+    /// iteration), and those ending our own connections (all of them).
     resets: Vec<Reset>,
+    own_resets: Vec<Reset>,
     cookie_synacks: Vec<CookieSynAck>,
     counters: TcpCounters,
     secret: Secret,
@@ -407,6 +410,7 @@ impl<A: Default> TcpEngine<A> {
             accepting: true,
             dirty: Vec::with_capacity(256),
             resets: Vec::with_capacity(MAX_RESETS),
+            own_resets: Vec::with_capacity(MAX_RESETS),
             cookie_synacks: Vec::with_capacity(MAX_COOKIE_SYNACKS),
             counters: TcpCounters::default(),
             secret,
@@ -740,7 +744,7 @@ impl<A: Default> TcpEngine<A> {
         };
         if c.state != State::SynSent {
             let (key, seq) = (c.key, c.snd_nxt);
-            self.queue_reset(key, seq, None);
+            self.own_reset(key, seq);
         }
         self.release(id, CloseReason::Aborted);
     }
@@ -856,7 +860,7 @@ impl<A: Default> TcpEngine<A> {
             if matches!(reason, CloseReason::TimedOut | CloseReason::Deadline) {
                 if let Some(c) = live(&self.conns, id).filter(|c| c.state.is_synchronized()) {
                     let (key, seq) = (c.key, c.snd_nxt);
-                    self.queue_reset(key, seq, None);
+                    self.own_reset(key, seq);
                 }
             }
             self.release(id, reason);
@@ -881,6 +885,21 @@ impl<A: Default> TcpEngine<A> {
                 self.timers.arm(id, at);
             }
         }
+    }
+
+    /// Queues the RST that ends one of our connections (an abort, a
+    /// timeout, a deadline). Every one goes out, however many end at once
+    /// (at most one per connection slot are ever queued), unlike the
+    /// bounded resets for stray segments.
+    fn own_reset(&mut self, key: FlowKey, seq: Seq) {
+        self.own_resets.push(Reset {
+            src: key.local,
+            dst: key.remote,
+            src_port: key.local_port,
+            dst_port: key.remote_port,
+            seq,
+            ack: None,
+        });
     }
 
     /// Queues a RST from our side of `key` (bounded per iteration).

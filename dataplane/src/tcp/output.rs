@@ -26,11 +26,18 @@ impl<A: Default> TcpEngine<A> {
         self.fired = due;
     }
 
-    /// Produces every segment owed: resets, handshakes, data, FINs, ACKs.
-    /// `emit` builds and queues the frame; it returns false when it cannot
-    /// (no buffer), and transmission stops there until the next call.
-    pub fn transmit(&mut self, now: Instant, mut emit: impl FnMut(&Outgoing<'_>) -> bool) {
-        while let Some(r) = self.resets.pop() {
+    /// Sends the queued resets (ours, or those for stray segments); false
+    /// when `emit` could not take one (it stays queued).
+    fn send_resets(&mut self, own: bool, emit: &mut impl FnMut(&Outgoing<'_>) -> bool) -> bool {
+        loop {
+            let queue = if own {
+                &mut self.own_resets
+            } else {
+                &mut self.resets
+            };
+            let Some(r) = queue.pop() else {
+                return true;
+            };
             let repr = TcpRepr {
                 src_port: r.src_port,
                 dst_port: r.dst_port,
@@ -50,11 +57,22 @@ impl<A: Default> TcpEngine<A> {
                 dst: r.dst,
                 repr,
             }) {
-                self.resets.push(r);
-                return;
+                queue.push(r);
+                return false;
             }
             self.counters.resets_sent += 1;
             self.counters.segments_out += 1;
+        }
+    }
+
+    /// Produces every segment owed: resets, handshakes, data, FINs, ACKs.
+    /// `emit` builds and queues the frame; it returns false when it cannot
+    /// (no buffer), and transmission stops there until the next call.
+    pub fn transmit(&mut self, now: Instant, mut emit: impl FnMut(&Outgoing<'_>) -> bool) {
+        for own in [true, false] {
+            if !self.send_resets(own, &mut emit) {
+                return;
+            }
         }
         while let Some(tw) = self.time_wait_acks.pop() {
             let repr = TcpRepr {
