@@ -845,25 +845,35 @@ fn print_pool(p: &PoolInfo) {
 }
 
 fn print_stats(c: &CoreStats) {
-    match c.lcore {
-        Some(l) => println!(
+    print!("{}", stats_text(c));
+}
+
+/// `dpctl stats`' text for one core or the total.
+fn stats_text(c: &CoreStats) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = match c.lcore {
+        Some(l) => writeln!(
+            out,
             "core {l} (configuration {}), busy {:.1} %:",
             c.config_version,
             100.0 * c.busy()
         ),
-        None => println!("total, busy {:.1} %:", 100.0 * c.busy()),
-    }
+        None => writeln!(out, "total, busy {:.1} %:", 100.0 * c.busy()),
+    };
     // Every declared counter (control::counters) by its field name, one
-    // line per prefix; a line whose counters are all zero is left out, but
-    // for rx, tx and tcp.
+    // line per prefix (in the order prefixes first appear; counters of one
+    // prefix need not be declared together); a line whose counters are
+    // all zero is left out, but for rx, tx and tcp.
     let mut lines: Vec<(&str, Vec<String>, bool)> = Vec::new();
     for (info, v) in counters::SCALARS.iter().zip(c.scalars()) {
         if matches!(info.kind, Kind::Cycles | Kind::Version) || info.field == "loops" {
             continue; // in the header
         }
         let (group, name) = info.field.split_once('_').unwrap_or((info.field, ""));
-        match lines.last_mut() {
-            Some((g, items, any)) if *g == group => {
+        match lines.iter_mut().find(|(g, _, _)| *g == group) {
+            Some((_, items, any)) => {
                 items.push(format!("{name} {v}"));
                 *any |= v > 0;
             }
@@ -872,7 +882,7 @@ fn print_stats(c: &CoreStats) {
     }
     for (group, items, any) in lines {
         if any || matches!(group, "rx" | "tx" | "tcp") {
-            println!("  {group}: {}", items.join(", "));
+            let _ = writeln!(out, "  {group}: {}", items.join(", "));
         }
         if group == "tls" {
             for (what, counts) in [
@@ -885,7 +895,7 @@ fn print_stats(c: &CoreStats) {
                 if !counts.is_empty() {
                     let list: Vec<String> =
                         counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
-                    println!("    tls {what}: {}", list.join(", "));
+                    let _ = writeln!(out, "    tls {what}: {}", list.join(", "));
                 }
             }
         }
@@ -897,7 +907,7 @@ fn print_stats(c: &CoreStats) {
                 .zip(v.scalars())
                 .map(|(info, n)| format!("{} {n}", info.field))
                 .collect();
-            println!("  vip {name}: {}", items.join(", "));
+            let _ = writeln!(out, "  vip {name}: {}", items.join(", "));
         }
     }
     let drops: Vec<String> = c
@@ -906,7 +916,8 @@ fn print_stats(c: &CoreStats) {
         .filter(|(_, &n)| n > 0)
         .map(|(k, n)| format!("{k} {n}"))
         .collect();
-    println!(
+    let _ = writeln!(
+        out,
         "  drops: {}",
         if drops.is_empty() {
             "none".to_string()
@@ -914,6 +925,7 @@ fn print_stats(c: &CoreStats) {
             drops.join(", ")
         }
     );
+    out
 }
 
 /// `stats --watch`: a line of rates per interval.
@@ -1031,4 +1043,29 @@ fn clock_now() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     format!("{:02}:{:02}:{:02}", s / 3600 % 24, s / 60 % 60, s % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_print_each_prefix_once_with_its_labelled_counts() {
+        let mut c = CoreStats {
+            tls_handshakes: 5,
+            tls_handshakes_deferred: 2,
+            request_timeouts: 1,
+            ..CoreStats::default()
+        };
+        c.tls_versions.insert("TLSv1.3".into(), 5);
+        let text = stats_text(&c);
+        let tls: Vec<&str> = text.lines().filter(|l| l.starts_with("  tls:")).collect();
+        assert_eq!(tls.len(), 1, "{text}");
+        assert!(
+            tls[0].contains("handshakes 5") && tls[0].contains("handshakes_deferred 2"),
+            "{text}"
+        );
+        assert_eq!(text.matches("tls versions: TLSv1.3 5").count(), 1, "{text}");
+        assert!(text.contains("  request: timeouts 1"), "{text}");
+    }
 }
