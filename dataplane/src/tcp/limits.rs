@@ -66,19 +66,25 @@ impl Listener {
         self.limits = limits;
     }
 
-    /// Whether a SYN from a source whose keyed hash is `source_hash` may
-    /// open a connection now; `Err` names the limit it is over.
+    /// Whether its connection cap is reached.
+    pub fn at_conn_limit(&self) -> bool {
+        self.limits.max_conns.is_some_and(|m| self.open >= m)
+    }
+
+    /// Whether a SYN from `source` may open a connection now; `Err` names
+    /// the limit it is over. `source_hash` (the source's keyed hash) is
+    /// asked for only when a rate limit is set.
     pub fn admit(
         &mut self,
         source: Ipv4Addr,
-        source_hash: u64,
+        source_hash: impl FnOnce() -> u64,
         now: Instant,
     ) -> Result<(), Refusal> {
-        if self.limits.max_conns.is_some_and(|m| self.open >= m) {
+        if self.at_conn_limit() {
             return Err(Refusal::ConnLimit);
         }
         if let (Some(rate), Some(t)) = (self.limits.per_source_rate, self.sources.as_mut()) {
-            if !t.admit(source, source_hash, now, rate) {
+            if !t.admit(source, source_hash(), now, rate) {
                 return Err(Refusal::SourceRate);
             }
         }
@@ -226,10 +232,10 @@ mod tests {
             Some(0),
         );
         let src = Ipv4Addr::new(10, 0, 0, 2);
-        assert_eq!(l.admit(src, 0, at(0)), Ok(()));
+        assert_eq!(l.admit(src, || 0, at(0)), Ok(()));
         l.open = 2;
-        assert_eq!(l.admit(src, 0, at(0)), Err(Refusal::ConnLimit));
+        assert_eq!(l.admit(src, || 0, at(0)), Err(Refusal::ConnLimit));
         l.open = 1;
-        assert_eq!(l.admit(src, 0, at(0)), Ok(()));
+        assert_eq!(l.admit(src, || 0, at(0)), Ok(()));
     }
 }

@@ -69,8 +69,9 @@ impl<A: Default> TcpEngine<A> {
 
     /// Whether listener `i` admits a SYN for `key` now (counted if not).
     fn admit(&mut self, i: usize, key: &FlowKey, now: Instant) -> Result<(), limits::Refusal> {
-        let hash = {
-            let mut h = self.secret.prf(b's');
+        let secret = &self.secret;
+        let hash = || {
+            let mut h = secret.prf(b's');
             h.write_u32(u32::from(key.remote));
             h.finish()
         };
@@ -179,11 +180,7 @@ impl<A: Default> TcpEngine<A> {
             self.reset_for(&key, repr);
             return Err(SegmentDrop::NoConnection);
         };
-        if self.listeners[listener]
-            .limits
-            .max_conns
-            .is_some_and(|m| self.listeners[listener].open >= m)
-        {
+        if self.listeners[listener].at_conn_limit() {
             self.count_refusal(listener, limits::Refusal::ConnLimit);
             self.reset_for(&key, repr);
             return Err(SegmentDrop::Refused);
