@@ -27,9 +27,7 @@ impl Remains {
     /// At `drain_events`: the last batch's rings go back to `pool`, and
     /// those pending become the batch the application now reads.
     pub(super) fn next_batch(&mut self, pool: &mut BufferPool) {
-        for (_, ring) in self.batch.drain(..) {
-            pool.give(ring);
-        }
+        self.release_batch(pool);
         std::mem::swap(&mut self.batch, &mut self.pending);
     }
 
