@@ -80,6 +80,11 @@ macro_rules! with_counters {
             tcp_paws_rejected: Counter, "tlsdp_tcp_paws_rejected_total", "Segments dropped for a timestamp older than the connection's (PAWS, RFC 7323).";
             tcp_timestamp_missing: Counter, "tlsdp_tcp_timestamp_missing_total", "Segments dropped for lacking the timestamp option on a connection that uses it (RFC 7323 section 3.2).";
             tcp_window_probes: Counter, "tlsdp_tcp_window_probes_total", "Zero-window (persist) probes sent.";
+            tcp_rto_expiries: Counter, "tlsdp_tcp_rto_expiries_total", "Retransmission timeouts (RFC 6298): losses nothing else repaired.";
+            tcp_tail_loss_probes: Counter, "tlsdp_tcp_tail_loss_probes_total", "Tail loss probes sent (RFC 8985 section 7).";
+            tcp_tlp_repairs: Counter, "tlsdp_tcp_tlp_repairs_total", "Tail loss probes that repaired a loss, answered with a congestion window cut (RFC 8985 section 7.4.2).";
+            tcp_rack_losses: Counter, "tlsdp_tcp_rack_losses_total", "Times RACK's time rule found sent data lost (RFC 8985 section 6.2).";
+            tcp_lost_retransmits: Counter, "tlsdp_tcp_lost_retransmits_total", "Retransmissions found lost again by RACK's time rule.";
             tcp_buffer_bytes: Gauge, "tlsdp_tcp_buffer_bytes", "Bytes of the engine's TCP byte rings (in use and idle), at most tcp.buffer_memory_mib.";
             tcp_buffer_denied: Counter, "tlsdp_tcp_buffer_denied_total", "Byte rings (or larger ones) refused at tcp.buffer_memory_mib: received data dropped for the peer to send again, or a send that waits.";
             tcp_syn_no_memory: Counter, "tlsdp_tcp_syn_no_memory_total", "SYNs dropped because tcp.buffer_memory_mib was reached.";

@@ -247,7 +247,7 @@ fn keep_alive_requests_and_loss() {
 #[test]
 fn goodput_by_loss_keeps_its_floors() {
     let mut table = String::from(
-        "loss %  goodput Mbit/s  Mathis bound  retransmits  RTO expiries  tail loss probes  RACK lost rtx  (means of 3 seeds)\n",
+        "loss %  goodput Mbit/s  Mathis bound  retransmits  RTO expiries  tail loss probes  RACK lost rtx  RACK losses  TLP repairs  (means of 3 seeds)\n",
     );
     let mut failures = Vec::new();
     for (loss, share) in [
@@ -295,6 +295,8 @@ fn goodput_by_loss_keeps_its_floors() {
             t.rto_expiries += c.rto_expiries;
             t.tail_loss_probes += c.tail_loss_probes;
             t.lost_retransmits += c.lost_retransmits;
+            t.rack_losses += c.rack_losses;
+            t.tlp_repairs += c.tlp_repairs;
         }
         let n = seeds.len() as f64;
         // MSS 1448 (with timestamps), RTT 2 ms.
@@ -304,14 +306,16 @@ fn goodput_by_loss_keeps_its_floors() {
             f64::INFINITY
         };
         table += &format!(
-            "{:>6.1}  {:>14.1}  {:>12.1}  {:>11.1}  {:>12.1}  {:>16.1}  {:>13.1}\n",
+            "{:>6.1}  {:>14.1}  {:>12.1}  {:>11.1}  {:>12.1}  {:>16.1}  {:>13.1}  {:>11.1}  {:>11.1}\n",
             loss * 100.0,
             mbps,
             bound,
             t.retransmits as f64 / n,
             t.rto_expiries as f64 / n,
             t.tail_loss_probes as f64 / n,
-            t.lost_retransmits as f64 / n
+            t.lost_retransmits as f64 / n,
+            t.rack_losses as f64 / n,
+            t.tlp_repairs as f64 / n
         );
         let floor = if loss > 0.0 { share * bound } else { 500.0 };
         if mbps < floor {

@@ -939,6 +939,120 @@ def segments_within_peer_mss_rfc9293_3_7_1(ctx):
            f"payload {len(big.payload)} + options {big.opt_len} > MSS 1000")
 
 
+def slow_round_trips(c, delay=0.03, rounds=5):
+    """Requests answered with our ACKs held back `delay` s, so that dpd's
+    SRTT (and with it the loss probe's timeout, 2·SRTT) is well above the
+    time this script takes to answer a flight: the probe then cannot fire
+    while we are still reading."""
+    for _ in range(rounds):
+        c.send("PA", http_get("/bytes/10"))
+        data = bytearray()
+        deadline = time.monotonic() + 2.0
+        while not response_complete(data)[0] and time.monotonic() < deadline:
+            s = c.recv(deadline - time.monotonic(), lambda s: s.payload)
+            if s is not None and s.seq == c.rcv_nxt:
+                data += s.payload
+                c.rcv_nxt = wrap(c.rcv_nxt + len(s.payload))
+        expect(response_complete(data)[0], "no answer to a warm-up request")
+        time.sleep(delay)
+        c.ack()
+
+
+def first_flight(c, path):
+    """Sends GET path and gathers dpd's data segments, unacknowledged,
+    until the response is complete; returns them in order."""
+    c.send("PA", http_get(path))
+    segs = []
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        s = c.recv(deadline - time.monotonic(), lambda s: s.payload)
+        if s is None:
+            break
+        segs.append(s)
+        if response_complete(b"".join(x.payload for x in segs))[0]:
+            break
+    expect(response_complete(b"".join(x.payload for x in segs))[0],
+           f"response incomplete: {len(segs)} segments")
+    return segs
+
+
+def stat_delta(before, after, names):
+    return {n: after[n] - before[n] for n in names}
+
+
+LOSS_COUNTERS = ("tcp_tail_loss_probes", "tcp_rto_expiries", "tcp_rack_losses")
+
+
+@check()
+def tail_loss_probe_long_before_the_rto_rfc8985_7_3(ctx):
+    """RFC 8985 §7.2–7.3: when the ACKs for the tail of a flight do not
+    come, the sender sends a loss probe (the last segment again, or new
+    data) a probe timeout (2·SRTT here: more than one segment is out) after
+    the last ACK, long before the RTO (200 ms at least). We ACK an 8 kB
+    response up to its second-to-last segment and no further: dpd's next
+    data segment must come within 150 ms, counted as a tail loss probe and
+    not as an RTO. (Linux probes the same way.)"""
+    c = Conn(ctx.link, sack=True, ts=True, wscale=7, window=1 << 20)
+    c.open()
+    slow_round_trips(c)
+    before = dpd_stats(ctx.control)
+    segs = first_flight(c, "/bytes/8000")
+    expect(len(segs) >= 4, f"only {len(segs)} segments")
+    hold = segs[-2].seq
+    c.send("A", ack=hold)
+    t = time.monotonic()
+    s = c.recv(1.0, lambda s: s.payload)
+    expect(s is not None, "nothing sent again within 1 s of the last ACK")
+    took = s.t - t
+    expect(sdiff(s.seq, hold) >= 0, f"resent {s}, below our ACK {hold}")
+    expect(took < 0.15, f"first resend {took * 1000:.0f} ms after our ACK (an RTO, not a probe)")
+    c.rcv_nxt = wrap(segs[-1].seq + len(segs[-1].payload))
+    c.ack()
+    if before is not None:
+        d = stat_delta(before, dpd_stats(ctx.control), LOSS_COUNTERS)
+        expect(d["tcp_tail_loss_probes"] >= 1 and d["tcp_rto_expiries"] == 0, f"counters {d}")
+    c.expect_alive()
+    return f"probe {took * 1000:.1f} ms after the last ACK"
+
+
+@check()
+def rack_resends_a_hole_with_one_segment_sacked_above_rfc8985_6_2(ctx):
+    """RFC 8985 §6.2: a segment sent before one the receiver holds (it is
+    SACKed), and still missing a reordering window later (min RTT/4), is
+    lost, however few segments are SACKed above it (RFC 6675 alone wants
+    three segments' worth, so would wait for a probe or the RTO). We ACK an
+    8 kB response up to its third-to-last segment and SACK the last one:
+    the hole must be sent again before a probe would be (2·SRTT), found by
+    RACK (tcp_rack_losses), with no probe and no RTO. (Linux's RACK does
+    the same.)"""
+    c = Conn(ctx.link, sack=True, ts=True, wscale=7, window=1 << 20)
+    c.open()
+    slow_round_trips(c)
+    before = dpd_stats(ctx.control)
+    segs = first_flight(c, "/bytes/8000")
+    expect(len(segs) >= 4, f"only {len(segs)} segments")
+    hole, last = segs[-2], segs[-1]
+    end = wrap(last.seq + len(last.payload))
+    c.rcv_nxt = hole.seq
+    opts = [("NOP", None), ("NOP", None), ("Timestamp", (c.tsval(), c.ts_recent)),
+            ("NOP", None), ("NOP", None), ("SAck", (last.seq, end))]
+    c.send("A", options=opts)
+    t = time.monotonic()
+    s = c.recv(1.0, lambda s: s.payload)
+    expect(s is not None, "the hole was not sent again within 1 s")
+    took = s.t - t
+    expect(s.seq == hole.seq, f"resent {s}, want the hole at {hole.seq}")
+    c.rcv_nxt = end
+    c.ack()
+    if before is not None:
+        d = stat_delta(before, dpd_stats(ctx.control), LOSS_COUNTERS)
+        expect(d["tcp_rack_losses"] >= 1, f"not found by RACK: counters {d}")
+        expect(d["tcp_tail_loss_probes"] == 0 and d["tcp_rto_expiries"] == 0,
+               f"a probe or an RTO was needed: counters {d}")
+    c.expect_alive()
+    return f"hole resent {took * 1000:.1f} ms after the SACK"
+
+
 @check()
 def closed_port_syn_gets_rst_ack_rfc9293_3_10_7_1(ctx):
     """RFC 9293 §3.10.7.1 (CLOSED): a segment without ACK to a port with no

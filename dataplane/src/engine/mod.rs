@@ -565,6 +565,11 @@ impl<P: Port, A: Application> Engine<P, A> {
         c.tcp_paws_rejected = t.paws_rejected;
         c.tcp_timestamp_missing = t.timestamp_missing;
         c.tcp_window_probes = t.window_probes;
+        c.tcp_rto_expiries = t.rto_expiries;
+        c.tcp_tail_loss_probes = t.tail_loss_probes;
+        c.tcp_tlp_repairs = t.tlp_repairs;
+        c.tcp_rack_losses = t.rack_losses;
+        c.tcp_lost_retransmits = t.lost_retransmits;
         c.tcp_buffer_bytes = t.buffer_bytes;
         c.tcp_buffer_denied = t.buffer_denied;
         c.tcp_syn_no_memory = t.syn_no_memory;

@@ -215,6 +215,11 @@ pub struct TcpCounters {
     /// by RACK's time rule (§6.2) instead of waiting for the RTO.
     pub tail_loss_probes: u64,
     pub lost_retransmits: u64,
+    /// Times RACK's time rule found first transmissions lost (RFC 8985
+    /// §6.2), and probes that repaired a loss and so cut the congestion
+    /// window (§7.4.2).
+    pub rack_losses: u64,
+    pub tlp_repairs: u64,
     pub syn_dropped: u64,
     /// SYNs dropped because the buffer cap left no ring for them.
     pub syn_no_memory: u64,

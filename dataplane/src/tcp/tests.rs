@@ -1131,6 +1131,102 @@ mod pair_tests {
         assert!(took < Duration::from_millis(60), "took {took:?}");
     }
 
+    /// The first transmission of segments `lost` (indices of 1448-byte
+    /// segments counted from the first data) is dropped: a filter for
+    /// [`transfer_with_drops`].
+    fn drop_first_sends(lost: &'static [u32]) -> impl FnMut(u32, u32, u32) -> bool {
+        let mut first = None;
+        move |seq, _len, times| {
+            let base = *first.get_or_insert(seq);
+            times == 1 && lost.contains(&(seq.wrapping_sub(base) / 1448))
+        }
+    }
+
+    #[test]
+    fn a_first_transmission_is_found_lost_by_time() {
+        // RFC 8985 §6.2: segment 17 of 20 is lost. Only two segments are
+        // SACKed above it, short of RFC 6675's three, and no more data
+        // follows. RACK: segments sent after it arrived, so a reordering
+        // window later it is lost and goes again, with no probe and no RTO.
+        let (p, took) = transfer_with_drops(20 * 1448, drop_first_sends(&[17]));
+        let t = p.a.counters();
+        assert!(t.rack_losses >= 1, "{t:?}");
+        assert_eq!((t.tail_loss_probes, t.rto_expiries), (0, 0), "{t:?}");
+        assert!(took < Duration::from_millis(40), "took {took:?}");
+    }
+
+    #[test]
+    fn a_probe_that_repairs_a_loss_cuts_the_window_one_that_does_not_leaves_it() {
+        // RFC 8985 §7.4.2. The last segment of a flight is lost: the probe
+        // resends it and repairs the loss, which nothing else reports, so
+        // once an ACK passes the probe the congestion window is cut as a
+        // fast recovery would. Then, the ACKs of a flight's tail are lost
+        // instead: the probe arrives as a duplicate, B reports it with a
+        // D-SACK (RFC 2883), and the window stays.
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        p.run(10, 30);
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut seen = std::collections::HashSet::new();
+        let mut flight = |p: &mut Pair, lose_data: bool| {
+            let base = live(&p.a.conns, ca).unwrap().snd_nxt;
+            assert_eq!(p.a.send(ca, &[7u8; 10 * 1448]), 10 * 1448);
+            let last = base + 9 * 1448;
+            let mut acks_lost = 0;
+            for _ in 0..300 {
+                p.run_filtered(1, 1, |from_a, seg| {
+                    let seq = Seq(seg.seq_number.0 as u32);
+                    if from_a {
+                        // The tail's first transmission.
+                        return !(lose_data && seq == last && seen.insert(seq.0));
+                    }
+                    // B's ACKs of the tail, until the probe's.
+                    let ack = seg.ack_number.map(|a| Seq(a.0 as u32));
+                    let lose = !lose_data && ack == Some(last + 1448) && acks_lost < 1;
+                    acks_lost += u32::from(lose);
+                    !lose
+                });
+                while p.b.recv(cb, &mut buf) > 0 {}
+            }
+        };
+        flight(&mut p, true);
+        let t = p.a.counters();
+        assert_eq!((t.tail_loss_probes, t.tlp_repairs), (1, 0), "{t:?}");
+        flight(&mut p, false);
+        let t = p.a.counters();
+        assert_eq!(
+            t.tlp_repairs, 1,
+            "the next flight's ACK ended the episode: {t:?}"
+        );
+        assert_eq!(t.tail_loss_probes, 2, "{t:?}");
+        flight(&mut p, false);
+        let t = p.a.counters();
+        assert_eq!(t.tlp_repairs, 1, "a D-SACKed probe repaired nothing: {t:?}");
+        assert_eq!(t.rto_expiries, 0, "{t:?}");
+    }
+
+    #[test]
+    fn data_that_comes_twice_is_reported_in_a_dsack_block() {
+        // RFC 2883 §4: the first SACK block of the ACK for a duplicate
+        // segment names the duplicate.
+        let (mut p, ca, _cb) = established(TcpConfig::default());
+        assert_eq!(p.a.send(ca, &[3u8; 1000]), 1000);
+        let now = p.now;
+        let sent = Pair::output(&mut p.a, now);
+        assert_eq!(sent.len(), 1);
+        let (s, d, seg) = &sent[0];
+        p.b.input(now, *s, *d, seg).unwrap();
+        p.b.input(now, *s, *d, seg).unwrap();
+        let acks = Pair::output(&mut p.b, now);
+        let data = parse(*s, *d, seg);
+        let start = data.seq_number.0 as u32;
+        let dsack = acks
+            .iter()
+            .map(|(s, d, b)| parse(*s, *d, b).sack_ranges[0])
+            .find(Option::is_some)
+            .flatten();
+        assert_eq!(dsack, Some((start, start + 1000)), "{acks:?}");
+    }
+
     #[test]
     fn a_lost_retransmission_is_found_by_time_not_the_rto() {
         // RFC 8985 §6.2: a segment is lost, and so is its first

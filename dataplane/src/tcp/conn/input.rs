@@ -103,6 +103,12 @@ impl<A: Default> Conn<A> {
                 if self.state == State::TimeWait && seg.control == TcpControl::Fin {
                     self.timewait_until = Some(now + cfg.time_wait);
                 }
+                // Data we already have: a D-SACK block tells the sender
+                // this copy was not needed (RFC 2883 §4).
+                let end = seq + seg.payload.len() as u32;
+                if self.sack_ok && !seg.payload.is_empty() && end.diff(self.rcv_nxt) <= 0 {
+                    self.dsack = Some((seq, end));
+                }
                 self.ack_now = true;
                 out.send = true;
             }
@@ -172,6 +178,12 @@ impl<A: Default> Conn<A> {
         }
         let window = u32::from(seg.window_len) << self.snd_shift;
         let sack_news = self.sack_ok && seg.sack_ranges.iter().any(Option::is_some);
+        let dsack = if sack_news {
+            dsack_block(seg, ack)
+        } else {
+            None
+        };
+        self.settle_tlp_episode(ack, seg_len == 0 && !sack_news, dsack, counters);
         if sack_news {
             for &(l, r) in seg.sack_ranges.iter().flatten() {
                 self.scoreboard
@@ -190,12 +202,9 @@ impl<A: Default> Conn<A> {
             // answer persist probes, whose byte the peer could not take.
             self.dupacks = self.dupacks.saturating_add(1);
             if self.dupacks == 3 && self.recover.is_none() {
-                self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
+                self.enter_recovery();
                 self.cwnd = self.ssthresh + 3 * self.seg_size;
-                self.recover = Some(self.snd_max);
-                self.rtx_next = self.snd_una;
                 self.fast_rtx = true;
-                counters.retransmits += 1;
                 out.send = true;
             } else if self.dupacks > 3 {
                 self.cwnd += self.seg_size;
@@ -214,14 +223,25 @@ impl<A: Default> Conn<A> {
                 .tlp_seq
                 .take()
                 .is_some_and(|p| self.scoreboard.covering(p).is_some() && self.snd_una.diff(p) < 0);
+            // RACK (RFC 8985 §6.2): the latest-sent data delivered is the
+            // highest SACKed, unless that is a probe's resent tail (not a
+            // first send: its time is not the log's).
+            if let Some(high) = self.scoreboard.highest() {
+                let resent_tail = self
+                    .tlp_episode
+                    .is_some_and(|e| e.retrans && high.diff(e.start) > 0 && high.diff(e.end) <= 0);
+                if !resent_tail {
+                    self.rack.delivered(high, now);
+                }
+            }
+            let rack_found = self.rack_detect(now);
             if self.recover.is_none()
-                && (probe_arrived || self.scoreboard.bytes() > 3 * self.seg_size)
+                && (probe_arrived || rack_found || self.scoreboard.bytes() > 3 * self.seg_size)
             {
-                self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
-                self.cwnd = self.ssthresh;
-                self.recover = Some(self.snd_max);
-                self.rtx_next = self.snd_una;
-                counters.retransmits += 1;
+                self.enter_recovery();
+            }
+            if rack_found {
+                counters.rack_losses += 1;
             }
             if self.recover.is_some() {
                 self.fast_rtx = true;
@@ -265,6 +285,10 @@ impl<A: Default> Conn<A> {
         if !seg.payload.is_empty() && self.state.receives_data() && !self.peer_fin {
             if seq.diff(self.rcv_nxt) <= 0 {
                 let skip = (self.rcv_nxt - seq) as usize;
+                if skip > 0 && self.sack_ok {
+                    // The start came twice (RFC 2883 §4).
+                    self.dsack = Some((seq, seq + skip.min(seg.payload.len()) as u32));
+                }
                 let data = &seg.payload[skip.min(seg.payload.len())..];
                 // At the buffer cap what does not fit is dropped (the peer
                 // sends it again).
@@ -394,6 +418,11 @@ impl<A: Default> Conn<A> {
         if let Some(r) = sample {
             self.rtt_probe = None;
             self.update_rto(r, cfg);
+            self.rack.rtt_sample(r);
+        }
+        self.rack.log.prune(ack);
+        if self.rack_lost.diff(ack) < 0 {
+            self.rack_lost = ack;
         }
         self.retries = 0;
         self.dupacks = 0;
@@ -433,10 +462,73 @@ impl<A: Default> Conn<A> {
         if self.snd_una == self.snd_max {
             self.rto_at = None;
             self.tlp_armed = false;
+            self.reo_at = None;
         } else {
             self.arm_loss_timer(now, true);
         }
         out.send = true;
+    }
+
+    /// Fast recovery begins (RFC 6675 §5, RFC 8985 §6.2): the window is
+    /// cut, holes go out from SND.UNA, and a probe's episode is over (its
+    /// loss gets this response, §7.1).
+    pub(super) fn enter_recovery(&mut self) {
+        self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
+        self.cwnd = self.ssthresh;
+        self.recover = Some(self.snd_max);
+        self.rtx_next = self.snd_una;
+        self.tlp_episode = None;
+    }
+
+    /// RACK's loss detection (RFC 8985 §6.2 step 5) and its reordering
+    /// timer (§6.3). Returns whether it found lost data not yet resent.
+    pub(super) fn rack_detect(&mut self, now: Instant) -> bool {
+        if !self.sack_ok {
+            return false;
+        }
+        let reo_wnd = self.rack.reo_wnd(self.srtt.unwrap_or(self.rto));
+        let (lost, next) = self
+            .rack
+            .detect(now, reo_wnd, self.snd_una, &self.scoreboard);
+        self.reo_at = next;
+        if lost.diff(self.rack_lost) > 0 {
+            self.rack_lost = lost;
+        }
+        let from = match self.recover {
+            Some(_) => self.rtx_next.max(self.snd_una),
+            None => self.snd_una,
+        };
+        lost.diff(from) > 0 && self.scoreboard.has_gap(from, lost)
+    }
+
+    /// Ends a tail loss probe's episode once an ACK reaches TLP.end_seq
+    /// (RFC 8985 §7.4.2). A probe of new data, a D-SACK of the resent
+    /// tail, or a bare duplicate ACK (the original had arrived): nothing
+    /// was lost. An ACK beyond it with none of those: the probe repaired
+    /// a loss, which gets the congestion response fast recovery would
+    /// have. An ACK of exactly TLP.end_seq waits for the next.
+    fn settle_tlp_episode(
+        &mut self,
+        ack: Seq,
+        bare: bool,
+        dsack: Option<(Seq, Seq)>,
+        counters: &mut TcpCounters,
+    ) {
+        let Some(e) = self.tlp_episode.filter(|e| ack.diff(e.end) >= 0) else {
+            return;
+        };
+        let dsacked = dsack.is_some_and(|(l, r)| r.diff(e.start) > 0 && l.diff(e.end) < 0);
+        let duplicate = bare && ack == self.snd_una;
+        if !e.retrans || dsacked || duplicate {
+            self.tlp_episode = None;
+        } else if ack.diff(e.end) > 0 {
+            self.tlp_episode = None;
+            if self.recover.is_none() {
+                self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
+                self.cwnd = self.ssthresh;
+                counters.tlp_repairs += 1;
+            }
+        }
     }
 
     /// RACK's time rule (RFC 8985 §6.2) for retransmissions: data sent
@@ -461,9 +553,10 @@ impl<A: Default> Conn<A> {
     /// Arms the loss timer after new data went out or new data was
     /// acknowledged: the tail loss probe's timeout where RFC 8985 §7.2
     /// allows one (SACK in use, not in recovery, no probe out, an RTT
-    /// measured, the window open: else this is the persist timer): PTO = 2·SRTT, plus the worst-case delayed ACK (200 ms)
-    /// when one segment is in flight; the RTO where that is sooner or no
-    /// probe is allowed. `restart`: new data was acknowledged.
+    /// measured, the window open: else this is the persist timer): PTO =
+    /// 2·SRTT, plus the worst-case delayed ACK (200 ms) when one segment is
+    /// in flight, and never past the RTO's expiry; the RTO where no probe
+    /// is allowed. `restart`: new data was acknowledged.
     pub(super) fn arm_loss_timer(&mut self, now: Instant, restart: bool) {
         let pto = match self.srtt {
             Some(srtt)
@@ -483,7 +576,8 @@ impl<A: Default> Conn<A> {
             (false, false, Some(t)) => t,
             _ => now + self.rto,
         };
-        match pto.map(|p| now + p).filter(|&p| p < rto_at) {
+        // §7.2: a PTO past the RTO's expiry fires at the expiry instead.
+        match pto.map(|p| (now + p).min(rto_at)) {
             Some(p) => {
                 self.rto_at = Some(p);
                 self.tlp_armed = true;
@@ -546,4 +640,14 @@ impl<A: Default> Conn<A> {
     }
 
     // ---- timers ----
+}
+
+/// A D-SACK block in `seg` (RFC 2883 §4): its first block lies below the
+/// cumulative ACK, or inside its second block.
+fn dsack_block(seg: &TcpRepr<'_>, ack: Seq) -> Option<(Seq, Seq)> {
+    let (l, r) = seg.sack_ranges[0].map(|(l, r)| (Seq(l), Seq(r)))?;
+    let below = r.diff(ack) <= 0;
+    let inside =
+        seg.sack_ranges[1].is_some_and(|(l2, r2)| l.diff(Seq(l2)) >= 0 && r.diff(Seq(r2)) <= 0);
+    (below || inside).then_some((l, r))
 }

@@ -6,12 +6,14 @@ use smoltcp::wire::{TcpControl, TcpRepr, TcpSeqNumber};
 
 mod input;
 mod output;
+mod rack;
 mod sack;
 
 use super::buffer::{BufferPool, RingBuf};
 use super::cubic::Cubic;
 use super::{CloseReason, FlowKey, Seq, TcpConfig};
 use crate::time::Instant;
+use rack::Rack;
 use sack::Scoreboard;
 
 /// Connection states, named as RFC 9293 §3.3.2 names them (LISTEN is the
@@ -175,6 +177,16 @@ pub(super) struct Conn<A> {
     tlp_rtx: bool,
     /// Where the probe that went out starts.
     tlp_seq: Option<Seq>,
+    /// The probe's episode (RFC 8985 §7.4), until an ACK settles whether
+    /// it repaired a loss.
+    tlp_episode: Option<TlpEpisode>,
+    /// RACK (§6): when the data in flight was sent, and what it found.
+    rack: Rack,
+    /// Data below this the peer does not hold is lost by RACK's time rule.
+    rack_lost: Seq,
+    /// RACK's reordering timer (§6.3): when data sent before the latest
+    /// delivered and still missing will count as lost.
+    reo_at: Option<Instant>,
     /// When the latest recovery retransmission went out, and SND.MAX then:
     /// data above it was sent later, so its arrival while the retransmitted
     /// holes stay open means those retransmissions were lost.
@@ -186,8 +198,20 @@ pub(super) struct Conn<A> {
     /// Receive side: out-of-order ranges above rcv_nxt already written into
     /// the receive ring's free space (same sorted-ranges structure).
     ooo: Scoreboard,
+    /// Data that arrived again, for a D-SACK block in our next segment
+    /// (RFC 2883).
+    dsack: Option<(Seq, Seq)>,
     /// Next sequence number to consider for retransmission in recovery.
     rtx_next: Seq,
+}
+
+/// A tail loss probe's episode (RFC 8985 §7.4.1): TLP.end_seq and
+/// TLP.is_retrans, and where the probe started.
+#[derive(Debug, Clone, Copy)]
+struct TlpEpisode {
+    start: Seq,
+    end: Seq,
+    retrans: bool,
 }
 
 impl<A: Default> Conn<A> {
@@ -255,10 +279,15 @@ impl<A: Default> Conn<A> {
             tlp_new: false,
             tlp_rtx: false,
             tlp_seq: None,
+            tlp_episode: None,
+            rack: Rack::default(),
+            rack_lost: iss,
+            reo_at: None,
             rtx_sent: None,
             sack_ok: false,
             scoreboard: Scoreboard::default(),
             ooo: Scoreboard::default(),
+            dsack: None,
             rtx_next: Seq(0),
         }
     }
@@ -530,7 +559,7 @@ impl<A: Default> Conn<A> {
     /// count against the MSS), so no packet exceeds the MTU.
     fn data_room(&self) -> u32 {
         let blocks = if self.sack_ok {
-            self.ooo.len.min(3) as u32
+            (self.ooo.len + u8::from(self.dsack.is_some())).min(3) as u32
         } else {
             0
         };

@@ -20,6 +20,7 @@ impl<A: Default> Conn<A> {
         consider(self.timewait_until);
         consider(self.ack_at);
         consider(self.rto_at);
+        consider(self.reo_at);
         match self.state {
             State::SynSent | State::SynReceived => {
                 consider(Some(self.opened + cfg.handshake_timeout));
@@ -82,6 +83,19 @@ impl<A: Default> Conn<A> {
             self.ack_now = true;
             out.send = true;
         }
+        if self.reo_at.is_some_and(|t| now >= t) {
+            // RACK's reordering timer (RFC 8985 §6.3): data sent before
+            // what arrived is still missing a reordering window later.
+            self.reo_at = None;
+            if self.rack_detect(now) {
+                if self.recover.is_none() {
+                    self.enter_recovery();
+                }
+                counters.rack_losses += 1;
+                self.fast_rtx = true;
+                out.send = true;
+            }
+        }
         if self.tlp_armed && self.rto_at.is_some_and(|t| now >= t) {
             self.tlp_armed = false;
             self.rto_at = Some(now + self.rto);
@@ -130,6 +144,12 @@ impl<A: Default> Conn<A> {
             counters.rto_expiries += 1;
             self.tlp_out = false;
             self.rtx_sent = None;
+            // RFC 8985 §7.1: an RTO ends a probe's episode; what is in
+            // flight goes again from SND.UNA, so RACK starts over.
+            self.tlp_episode = None;
+            self.rack.reset(now);
+            self.rack_lost = self.snd_una;
+            self.reo_at = None;
             if handshake {
                 self.synack_needed = true;
             } else {
@@ -175,12 +195,18 @@ impl<A: Default> Conn<A> {
         }
     }
 
-    /// SACK blocks for our ACKs (RFC 2018 §4): out-of-order ranges, highest
-    /// first.
+    /// SACK blocks for our ACKs (RFC 2018 §4): a D-SACK block if data
+    /// came twice, then out-of-order ranges, highest first.
     fn sack_blocks(&self) -> [Option<(u32, u32)>; 3] {
         let mut blocks = [None; 3];
         if self.sack_ok {
-            for (slot, &(l, r)) in blocks.iter_mut().zip(self.ooo.ranges().iter().rev()) {
+            // A D-SACK block goes first (RFC 2883 §4).
+            let first = usize::from(self.dsack.is_some());
+            blocks[0] = self.dsack.map(|(l, r)| (l.0, r.0));
+            for (slot, &(l, r)) in blocks[first..]
+                .iter_mut()
+                .zip(self.ooo.ranges().iter().rev())
+            {
                 *slot = Some((l.0, r.0));
             }
         }
@@ -190,6 +216,7 @@ impl<A: Default> Conn<A> {
     fn sent_ack(&mut self, cfg: &TcpConfig) {
         let (_, right) = self.window_field(cfg);
         self.adv_right = right;
+        self.dsack = None;
         self.ack_now = false;
         self.ack_at = None;
         self.unacked_segs = 0;
@@ -295,11 +322,13 @@ impl<A: Default> Conn<A> {
             }
             // RFC 6675 IsLost: a hole counts as lost once at least
             // three segments' worth is SACKed above it (reordering
-            // alone rarely gets that far). The first hole, at snd_una,
-            // always goes (NewReno's partial-ACK rule).
+            // alone rarely gets that far), or RACK's time rule says so
+            // (RFC 8985 §6.2). The first hole, at snd_una, always goes
+            // (NewReno's partial-ACK rule).
             if self.scoreboard.len > 0
                 && at != self.snd_una
                 && self.scoreboard.above(at) < 3 * self.seg_size
+                && self.rack_lost.diff(at) <= 0
             {
                 break;
             }
@@ -360,8 +389,30 @@ impl<A: Default> Conn<A> {
         self.tlp_rtx = false;
         if sent > 0 {
             self.tlp_seq = Some(at);
+            self.start_tlp_episode(at, true);
         }
         true
+    }
+
+    /// SND.MAX follows SND.NXT; what first went out now is logged for
+    /// RACK.
+    fn advance_snd_max(&mut self, now: Instant) {
+        if self.snd_nxt.diff(self.snd_max) > 0 {
+            self.snd_max = self.snd_nxt;
+            self.rack.log.record(self.snd_max, now);
+        }
+    }
+
+    /// A probe went out from `start` (RFC 8985 §7.4.1): unless an episode
+    /// is open, one starts, ending at SND.NXT.
+    fn start_tlp_episode(&mut self, start: Seq, retrans: bool) {
+        if self.tlp_episode.is_none() {
+            self.tlp_episode = Some(TlpEpisode {
+                start,
+                end: self.snd_max,
+                retrans,
+            });
+        }
     }
 
     /// Sends again up to `len` bytes from `at`, with our FIN when it is at
@@ -474,12 +525,14 @@ impl<A: Default> Conn<A> {
                 if with_fin {
                     self.on_fin_sent();
                 }
-                self.snd_max = self.snd_max.max(self.snd_nxt);
+                self.advance_snd_max(now);
                 self.arm_loss_timer(now, false);
                 self.sent_ack(cfg);
                 if self.tlp_new {
                     self.tlp_new = false;
-                    self.tlp_seq = Some(self.snd_nxt + (plen + u32::from(with_fin)).wrapping_neg());
+                    let start = self.snd_nxt + (plen + u32::from(with_fin)).wrapping_neg();
+                    self.tlp_seq = Some(start);
+                    self.start_tlp_episode(start, false);
                     break;
                 }
                 continue;
@@ -491,7 +544,7 @@ impl<A: Default> Conn<A> {
                 }
                 counters.segments_out += 1;
                 self.snd_nxt = self.snd_nxt + 1;
-                self.snd_max = self.snd_max.max(self.snd_nxt);
+                self.advance_snd_max(now);
                 self.on_fin_sent();
                 self.arm_loss_timer(now, false);
                 self.sent_ack(cfg);

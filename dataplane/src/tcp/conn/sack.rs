@@ -83,6 +83,18 @@ impl Scoreboard {
             .sum()
     }
 
+    /// Whether some byte of `from..to` is not SACKed.
+    pub(in crate::tcp) fn has_gap(&self, from: Seq, to: Seq) -> bool {
+        let mut at = from;
+        while at.diff(to) < 0 {
+            match self.covering(at) {
+                Some(end) => at = end,
+                None => return true,
+            }
+        }
+        false
+    }
+
     /// The end of the SACKed range containing `seq`, if any.
     pub(in crate::tcp) fn covering(&self, seq: Seq) -> Option<Seq> {
         self.ranges()
