@@ -193,6 +193,57 @@ fn unknown_neighbour_is_resolved_then_answered() {
     assert_eq!(lab.dropped(DropReason::NeighborMiss), 0);
 }
 
+/// The target of an ARP request frame, if `frame` is one.
+fn requested(frame: &[u8]) -> Option<Ipv4Addr> {
+    let frame = EthernetFrame::new_checked(frame).ok()?;
+    match ArpRepr::parse(&ArpPacket::new_checked(frame.payload()).ok()?).ok()? {
+        ArpRepr::EthernetIpv4 {
+            operation: ArpOperation::Request,
+            target_protocol_addr,
+            ..
+        } => Some(target_protocol_addr),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_burst_from_many_new_neighbours_asks_for_each_at_once() {
+    // 40 hosts on the link ping in one burst, none known: more misses than
+    // the engine queues requests for in one go (16). Each host must still
+    // be asked within milliseconds, not after the 1 s probe interval, and
+    // every reply leaves once its host answers.
+    let mut lab = new_lab(None);
+    let hosts: Vec<Ipv4Addr> = (10..50).map(|i| Ipv4Addr::new(10, 77, 0, i)).collect();
+    let mac = |i: usize| EthernetAddress([0x02, 0, 0, 0, 1, i as u8]);
+    let pings = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, &h)| ping(mac(i), h, DUT_IP, 7, 1, b"x"))
+        .collect();
+    let mut asked: Vec<Ipv4Addr> = lab
+        .exchange(pings)
+        .iter()
+        .filter_map(|f| requested(f))
+        .collect();
+    for _ in 0..5 {
+        asked.extend(
+            lab.advance(Duration::from_millis(1))
+                .iter()
+                .filter_map(|f| requested(f)),
+        );
+    }
+    asked.sort();
+    assert_eq!(asked, hosts, "one request for each host within 5 ms");
+    let answers = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, &h)| arp(ArpOperation::Reply, mac(i), h, DUT_MAC, DUT_IP))
+        .collect();
+    let replies = lab.exchange(answers);
+    assert_eq!(replies.len(), hosts.len(), "every held echo reply left");
+    assert_eq!(lab.dropped(DropReason::NeighborMiss), 0);
+}
+
 #[test]
 fn unanswered_resolution_drops_after_timeout() {
     let mut lab = new_lab(None);

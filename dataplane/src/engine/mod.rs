@@ -83,6 +83,10 @@ struct EnginePort<P: Port> {
     tx_since: Option<Instant>,
     /// Frames waiting for a next hop's MAC: (next hop, frame, given up at).
     unresolved: Vec<(Ipv4Addr, P::Buf, Instant)>,
+    /// The ARP table's `learned` count when `unresolved` was last looked
+    /// over: until it moves, only the tick looks again (for deadlines and
+    /// paced requests), not every iteration.
+    unresolved_seen: u64,
     /// The last receive burst came back short: the queue is drained.
     rx_drained: bool,
     /// A capture asked for by the control thread (`dpctl capture`).
@@ -343,6 +347,7 @@ impl<P: Port, A: Application> Engine<P, A> {
             tx: Vec::with_capacity(2 * self.cfg.burst),
             tx_since: None,
             unresolved: Vec::with_capacity(MAX_UNRESOLVED),
+            unresolved_seen: 0,
             rx_drained: true,
             capture: None,
             tx_captured: 0,
@@ -375,14 +380,17 @@ impl<P: Port, A: Application> Engine<P, A> {
     pub fn poll(&mut self, now: Instant) -> usize {
         // Timers first, so what they queue (ARP probes) leaves with this
         // iteration's transmissions.
-        if now >= self.next_tick {
+        let ticked = now >= self.next_tick;
+        if ticked {
             self.next_tick = now + self.cfg.tick;
             self.tick(now);
         }
         let mut work = self.receive_bursts(now);
         work += self.receive_inbox(now);
         for ep in &mut self.ports {
-            if !ep.unresolved.is_empty() {
+            let learned = ep.iface.arp().learned();
+            if !ep.unresolved.is_empty() && (ticked || learned != ep.unresolved_seen) {
+                ep.unresolved_seen = learned;
                 release_resolved(ep, now, &mut self.counters);
             }
         }

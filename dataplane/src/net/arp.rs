@@ -55,6 +55,8 @@ pub struct ArpCache {
     /// Every address in `entries`, in the order it was (re)queued.
     order: VecDeque<Ipv4Addr>,
     capacity: usize,
+    /// Entries made reachable so far (wrapping).
+    learned: u64,
 }
 
 impl ArpCache {
@@ -63,6 +65,7 @@ impl ArpCache {
             entries: HashMap::default(),
             order: VecDeque::new(),
             capacity: capacity.max(1),
+            learned: 0,
         }
     }
 
@@ -74,36 +77,30 @@ impl ArpCache {
         self.entries.is_empty()
     }
 
-    /// Looks `ip` up; a miss makes an incomplete entry (and paces probes).
-    pub fn lookup(&mut self, ip: Ipv4Addr, now: Instant) -> ArpLookup {
+    /// Looks `ip` up; a miss makes an incomplete entry and, when
+    /// `can_probe` (the caller has room to send one), paces probes: a probe
+    /// the caller could not send is asked for again at the next lookup.
+    pub fn lookup(&mut self, ip: Ipv4Addr, now: Instant, can_probe: bool) -> ArpLookup {
+        let next_probe = if can_probe { now + PROBE_INTERVAL } else { now };
         match self.entries.get_mut(&ip) {
             Some(e) => {
                 e.used = true;
                 match e.state {
                     State::Reachable { mac, expires } if now < expires => ArpLookup::Hit(mac),
                     State::Reachable { .. } => {
-                        e.state = State::Incomplete {
-                            next_probe: now + PROBE_INTERVAL,
-                        };
-                        ArpLookup::Miss { probe: true }
+                        e.state = State::Incomplete { next_probe };
+                        ArpLookup::Miss { probe: can_probe }
                     }
-                    State::Incomplete { next_probe } if now >= next_probe => {
-                        e.state = State::Incomplete {
-                            next_probe: now + PROBE_INTERVAL,
-                        };
-                        ArpLookup::Miss { probe: true }
+                    State::Incomplete { next_probe: due } if now >= due => {
+                        e.state = State::Incomplete { next_probe };
+                        ArpLookup::Miss { probe: can_probe }
                     }
                     State::Incomplete { .. } => ArpLookup::Miss { probe: false },
                 }
             }
             None => {
-                self.insert(
-                    ip,
-                    State::Incomplete {
-                        next_probe: now + PROBE_INTERVAL,
-                    },
-                );
-                ArpLookup::Miss { probe: true }
+                self.insert(ip, State::Incomplete { next_probe });
+                ArpLookup::Miss { probe: can_probe }
             }
         }
     }
@@ -121,7 +118,16 @@ impl ArpCache {
             e.used = true;
         } else if create {
             self.insert(ip, state);
+        } else {
+            return;
         }
+        self.learned = self.learned.wrapping_add(1);
+    }
+
+    /// Counts the addresses learned or refreshed: frames waiting for a
+    /// neighbour need looking at again only when it moved.
+    pub fn learned(&self) -> u64 {
+        self.learned
     }
 
     /// The fresh mapping for `ip`, without side effects.
@@ -165,17 +171,33 @@ mod tests {
         let mut c = ArpCache::new(4);
         let ip = Ipv4Addr::new(10, 0, 0, 9);
         let t0 = Instant::from_millis(1000);
-        assert_eq!(c.lookup(ip, t0), ArpLookup::Miss { probe: true });
+        assert_eq!(c.lookup(ip, t0, true), ArpLookup::Miss { probe: true });
         assert_eq!(
-            c.lookup(ip, t0 + Duration::from_millis(10)),
+            c.lookup(ip, t0 + Duration::from_millis(10), true),
             ArpLookup::Miss { probe: false }
         );
         assert_eq!(
-            c.lookup(ip, t0 + PROBE_INTERVAL),
+            c.lookup(ip, t0 + PROBE_INTERVAL, true),
             ArpLookup::Miss { probe: true }
         );
         c.learn(ip, MAC, t0 + PROBE_INTERVAL, false);
-        assert_eq!(c.lookup(ip, t0 + PROBE_INTERVAL), ArpLookup::Hit(MAC));
+        assert_eq!(c.lookup(ip, t0 + PROBE_INTERVAL, true), ArpLookup::Hit(MAC));
+    }
+
+    #[test]
+    fn a_probe_the_caller_could_not_send_is_asked_for_at_the_next_lookup() {
+        // A burst of misses overflows the caller's request queue: those
+        // left out must not wait a whole probe interval for their request.
+        let mut c = ArpCache::new(4);
+        let ip = Ipv4Addr::new(10, 0, 0, 9);
+        let t0 = Instant::from_millis(1000);
+        assert_eq!(c.lookup(ip, t0, false), ArpLookup::Miss { probe: false });
+        let t1 = t0 + Duration::from_millis(1);
+        assert_eq!(c.lookup(ip, t1, true), ArpLookup::Miss { probe: true });
+        assert_eq!(c.lookup(ip, t1, true), ArpLookup::Miss { probe: false });
+        assert_eq!(c.learned(), 0);
+        c.learn(ip, MAC, t1, false);
+        assert_eq!(c.learned(), 1);
     }
 
     #[test]
@@ -191,7 +213,7 @@ mod tests {
             Some(MAC)
         );
         assert_eq!(
-            c.lookup(ip, Instant::ZERO + REACHABLE_TIME),
+            c.lookup(ip, Instant::ZERO + REACHABLE_TIME, true),
             ArpLookup::Miss { probe: true }
         );
     }
@@ -213,7 +235,10 @@ mod tests {
         );
         c.learn(a, MAC, Instant::from_millis(1), true);
         c.learn(b, MAC, Instant::from_millis(2), true);
-        assert_eq!(c.lookup(a, Instant::from_millis(3)), ArpLookup::Hit(MAC));
+        assert_eq!(
+            c.lookup(a, Instant::from_millis(3), true),
+            ArpLookup::Hit(MAC)
+        );
         c.learn(d, MAC, Instant::from_millis(4), true);
         assert_eq!(c.len(), 2);
         assert_eq!(

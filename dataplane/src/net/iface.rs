@@ -152,12 +152,14 @@ impl Interface {
         self.cfg.next_hop(dst)
     }
 
-    /// The MAC of next hop `hop`, queueing an ARP request on a miss.
+    /// The MAC of next hop `hop`, queueing an ARP request on a miss (paced
+    /// per address; with the request queue full, the next miss asks again).
     pub fn resolve(&mut self, hop: Ipv4Addr, now: Instant) -> Option<EthernetAddress> {
-        match self.arp.lookup(hop, now) {
+        let room = self.probes.len() < MAX_PENDING_PROBES;
+        match self.arp.lookup(hop, now, room) {
             ArpLookup::Hit(mac) => Some(mac),
             ArpLookup::Miss { probe } => {
-                if probe && self.probes.len() < MAX_PENDING_PROBES {
+                if probe {
                     self.probes.push(hop);
                 }
                 None
