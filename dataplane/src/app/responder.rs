@@ -247,17 +247,21 @@ impl Responder {
         } else {
             self.counters.responses_4xx += 1;
         }
-        self.head.clear();
-        use std::io::Write;
-        let _ = write!(
-            self.head,
-            "HTTP/1.1 {} {}\r\nServer: tlsdp\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: {}\r\n\r\n",
-            req.status,
-            reason,
-            ctype,
-            len,
-            if req.close { "close" } else { "keep-alive" }
-        );
+        // Built by hand: `write!` costs more than the rest of a small
+        // response's head.
+        let h = &mut self.head;
+        h.clear();
+        h.extend_from_slice(b"HTTP/1.1 ");
+        push_decimal(h, u64::from(req.status));
+        h.push(b' ');
+        h.extend_from_slice(reason.as_bytes());
+        h.extend_from_slice(b"\r\nServer: tlsdp\r\nContent-Type: ");
+        h.extend_from_slice(ctype.as_bytes());
+        h.extend_from_slice(b"\r\nContent-Length: ");
+        push_decimal(h, len);
+        h.extend_from_slice(b"\r\nConnection: ");
+        h.extend_from_slice(if req.close { b"close" } else { b"keep-alive" });
+        h.extend_from_slice(b"\r\n\r\n");
         s.send(&self.head);
         if let Some(h) = s.http() {
             h.answered = h.answered.wrapping_add(1);
@@ -319,6 +323,21 @@ pub fn fill_pattern(out: &mut [u8], pos: u64) {
     }
 }
 
+/// Appends `n` in decimal.
+fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
 /// Parses one request head from the received bytes (given as two slices).
 fn parse_request(a: &[u8], b: &[u8]) -> Option<Request> {
     // Find the end of the head across the two slices.
@@ -356,43 +375,48 @@ fn parse_request(a: &[u8], b: &[u8]) -> Option<Request> {
             head_len,
         })
     };
-    let Ok(text) = std::str::from_utf8(head) else {
+    if std::str::from_utf8(head).is_err() {
         return bad(true);
-    };
-    let mut lines = text.split("\r\n");
+    }
+    // Lines end in CRLF (a bare LF is taken as one too, RFC 9112 §2.2);
+    // bytes throughout, no searcher for a two-byte pattern.
+    let mut lines = head
+        .split(|&c| c == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
     let request_line = lines.next().unwrap_or_default();
-    let mut parts = request_line.split(' ');
+    let mut parts = request_line.split(|&c| c == b' ');
     let (Some(method), Some(target), Some(version), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return bad(true);
     };
     let http10 = match version {
-        "HTTP/1.1" => false,
-        "HTTP/1.0" => true,
+        b"HTTP/1.1" => false,
+        b"HTTP/1.0" => true,
         _ => return bad(true),
     };
     let mut close = http10;
     for line in lines.filter(|l| !l.is_empty()) {
-        let Some((name, value)) = line.split_once(':') else {
+        let Some(colon) = line.iter().position(|&c| c == b':') else {
             return bad(true);
         };
-        if name.eq_ignore_ascii_case("connection") {
-            for token in value.split(',').map(str::trim) {
-                if token.eq_ignore_ascii_case("close") {
+        let (name, value) = (&line[..colon], &line[colon + 1..]);
+        if name.eq_ignore_ascii_case(b"connection") {
+            for token in value.split(|&c| c == b',').map(<[u8]>::trim_ascii) {
+                if token.eq_ignore_ascii_case(b"close") {
                     close = true;
-                } else if token.eq_ignore_ascii_case("keep-alive") {
+                } else if token.eq_ignore_ascii_case(b"keep-alive") {
                     close = false;
                 }
             }
-        } else if name.eq_ignore_ascii_case("content-length") && value.trim() != "0"
-            || name.eq_ignore_ascii_case("transfer-encoding")
+        } else if name.eq_ignore_ascii_case(b"content-length") && value.trim_ascii() != b"0"
+            || name.eq_ignore_ascii_case(b"transfer-encoding")
         {
             // Request bodies are not read: refuse rather than misparse.
             return bad(true);
         }
     }
-    if method != "GET" && method != "HEAD" {
+    if method != b"GET" && method != b"HEAD" {
         return Some(Request {
             status: 405,
             body: Body::Fixed(b"method not allowed\n"),
@@ -400,23 +424,24 @@ fn parse_request(a: &[u8], b: &[u8]) -> Option<Request> {
             head_len,
         });
     }
-    let head_only = method == "HEAD";
-    let path = target.split('?').next().unwrap_or_default();
+    let head_only = method == b"HEAD";
+    let path = target.split(|&c| c == b'?').next().unwrap_or_default();
     let bench_page = match path {
-        "/64b" => Some(64),
-        "/1k" => Some(1024),
-        "/250k" => Some(256_000),
-        "/1m" => Some(1 << 20),
-        "/2m" => Some(2 << 20),
+        b"/64b" => Some(64),
+        b"/1k" => Some(1024),
+        b"/250k" => Some(256_000),
+        b"/1m" => Some(1 << 20),
+        b"/2m" => Some(2 << 20),
         _ => None,
     };
-    let (status, body) = if path == "/" {
+    let (status, body) = if path == b"/" {
         (200, Body::Fixed(INDEX))
     } else if let Some(n) = bench_page {
         (200, Body::Pattern(n))
-    } else if let Some(n) = path.strip_prefix("/bytes/") {
-        match n.parse::<u64>() {
-            Ok(n) if n <= MAX_BODY => (200, Body::Pattern(n)),
+    } else if let Some(n) = path.strip_prefix(b"/bytes/") {
+        // UTF-8: the whole head was checked above.
+        match std::str::from_utf8(n).map(str::parse::<u64>) {
+            Ok(Ok(n)) if n <= MAX_BODY => (200, Body::Pattern(n)),
             _ => (404, Body::Fixed(b"not found\n")),
         }
     } else {
@@ -438,6 +463,30 @@ mod tests {
     fn parse(text: &str) -> Option<Request> {
         let (a, b) = text.as_bytes().split_at(text.len() / 2);
         parse_request(a, b)
+    }
+
+    #[test]
+    fn decimals() {
+        for n in [0, 7, 10, 404, 1 << 20, u64::MAX] {
+            let mut out = b"x".to_vec();
+            push_decimal(&mut out, n);
+            assert_eq!(out, format!("x{n}").into_bytes());
+        }
+    }
+
+    #[test]
+    fn header_lines_end_in_crlf_or_a_bare_lf() {
+        let r = parse("GET /bytes/5 HTTP/1.1\r\nConnection: x, Close \r\n\r\n").unwrap();
+        assert!(r.close && matches!(r.body, Body::Pattern(5)));
+        let r = parse("GET /bytes/5 HTTP/1.1\nConnection: close\r\n\r\n").unwrap();
+        assert!(r.close, "RFC 9112 §2.2: a bare LF ends a line too");
+        assert_eq!(
+            parse("GET / HTTP/1.1\r\nNoColon\r\n\r\n").unwrap().status,
+            400
+        );
+        assert_eq!(parse("GET /\u{e9} HTTP/1.1\r\n\r\n").unwrap().status, 404);
+        let bad_utf8 = parse_request(b"GET /\xff HTTP/1.1\r\n\r\n", b"").unwrap();
+        assert_eq!(bad_utf8.status, 400);
     }
 
     #[test]
