@@ -1,7 +1,7 @@
 //! TCP conformance: `tests/conformance/tcp_conformance.py` sends hand-built
 //! segments (scapy) from the client namespace to dpd's built-in HTTP
 //! responder and checks each answer against the RFC rule it names (RFC
-//! 9293, 5961, 7323, 2018, 5681, 6298, 1337, 4987). One line per check,
+//! 9293, 5961, 7323, 2018, 5681, 6298, 8985, 1337, 4987). One line per check,
 //! `PASS name` or `FAIL name: why`; the test fails if any check failed and
 //! shows them all. The list and how to run it: docs/testing.md.
 //!

@@ -91,8 +91,10 @@ impl SendLog {
         let n = usize::from(self.len);
         self.ends.copy_within(i + 1..n, i);
         self.at.copy_within(i + 1..n, i);
-        let below = self.merged & ((1u8 << i) - 1);
-        self.merged = below | ((self.merged >> (i + 1)) << i);
+        // In u16: for the last entry, i + 1 is the width of a u8.
+        let merged = u16::from(self.merged);
+        let below = merged & ((1 << i) - 1);
+        self.merged = (below | ((merged >> (i + 1)) << i)) as u8;
         self.len -= 1;
     }
 
