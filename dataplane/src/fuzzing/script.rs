@@ -14,7 +14,10 @@
 //! - `c`: bit 0 ends the burst (the engine polls), bit 1 shifts the
 //!   sequence number by `b` (out of window), bit 2 flips byte `b` of the
 //!   frame, bits 3–4 advance time before the burst by 0, 1, 50 or
-//!   `b × 10` ms.
+//!   `b × 10` ms; on an ACK, bit 5 reports a hole: the ACK stays
+//!   `(b & 15) × 1448 + 1` bytes below what the peer holds and a SACK block
+//!   covers all of it but the first `((b >> 4) + 1) × 512` bytes (RACK and
+//!   SACK recovery), and bit 6 adds a D-SACK block below the ACK first.
 //!
 //! A burst holds at most [`super::MAX_BURST`] frames.
 
@@ -156,6 +159,7 @@ impl Peer {
         let mut control = TcpControl::None;
         let mut ack = conn.rcv_nxt;
         let mut body: &[u8] = &[];
+        let mut sack_ranges = [None; 3];
         match kind {
             Kind::Syn if !opened_side => {
                 let vip = self.vips[usize::from(b) % self.vips.len()];
@@ -170,7 +174,24 @@ impl Peer {
                 ack = None;
             }
             Kind::Syn => control = TcpControl::Syn, // SYN-ACK
-            Kind::Ack => {}
+            Kind::Ack => {
+                if let (Some(held), true) = (ack, c & 0x60 != 0) {
+                    let below = if c & 0x20 != 0 {
+                        u32::from(b & 0x0f) * 1448 + 1
+                    } else {
+                        0
+                    };
+                    let at = held.wrapping_sub(below);
+                    let hole = (u32::from(b >> 4) + 1) * 512;
+                    let dsack = (c & 0x40 != 0).then(|| (at.wrapping_sub(hole), at));
+                    let sacked = (below > hole).then(|| (at.wrapping_add(hole), held));
+                    let blocks = [dsack, sacked].into_iter().flatten();
+                    for (slot, block) in sack_ranges.iter_mut().zip(blocks) {
+                        *slot = Some(block);
+                    }
+                    ack = Some(at);
+                }
+            }
             Kind::Data | Kind::DataFin => {
                 body = payload(b, self.client_hello.as_deref());
                 if kind == Kind::DataFin {
@@ -203,7 +224,7 @@ impl Peer {
             window_scale: (control == TcpControl::Syn).then_some(7),
             max_seg_size: (control == TcpControl::Syn).then_some(1460),
             sack_permitted: control == TcpControl::Syn,
-            sack_ranges: [None; 3],
+            sack_ranges,
             timestamp: None,
             payload: body,
         };
