@@ -976,6 +976,18 @@ def first_flight(c, path):
     return segs
 
 
+def unacknowledged_flight(ctx):
+    """A SACK and timestamp connection with a slow SRTT, dpd's counters,
+    then an 8 kB response's segments, none acknowledged yet."""
+    c = Conn(ctx.link, sack=True, ts=True, wscale=7, window=1 << 20)
+    c.open()
+    slow_round_trips(c)
+    before = dpd_stats(ctx.control)
+    segs = first_flight(c, "/bytes/8000")
+    expect(len(segs) >= 4, f"only {len(segs)} segments")
+    return c, before, segs
+
+
 def stat_delta(before, after, names):
     return {n: after[n] - before[n] for n in names}
 
@@ -992,12 +1004,7 @@ def tail_loss_probe_long_before_the_rto_rfc8985_7_3(ctx):
     response up to its second-to-last segment and no further: dpd's next
     data segment must come within 150 ms, counted as a tail loss probe and
     not as an RTO. (Linux probes the same way.)"""
-    c = Conn(ctx.link, sack=True, ts=True, wscale=7, window=1 << 20)
-    c.open()
-    slow_round_trips(c)
-    before = dpd_stats(ctx.control)
-    segs = first_flight(c, "/bytes/8000")
-    expect(len(segs) >= 4, f"only {len(segs)} segments")
+    c, before, segs = unacknowledged_flight(ctx)
     hold = segs[-2].seq
     c.send("A", ack=hold)
     t = time.monotonic()
@@ -1025,12 +1032,7 @@ def rack_resends_a_hole_with_one_segment_sacked_above_rfc8985_6_2(ctx):
     the hole must be sent again before a probe would be (2·SRTT), found by
     RACK (tcp_rack_losses), with no probe and no RTO. (Linux's RACK does
     the same.)"""
-    c = Conn(ctx.link, sack=True, ts=True, wscale=7, window=1 << 20)
-    c.open()
-    slow_round_trips(c)
-    before = dpd_stats(ctx.control)
-    segs = first_flight(c, "/bytes/8000")
-    expect(len(segs) >= 4, f"only {len(segs)} segments")
+    c, before, segs = unacknowledged_flight(ctx)
     hole, last = segs[-2], segs[-1]
     end = wrap(last.seq + len(last.payload))
     c.rcv_nxt = hole.seq
