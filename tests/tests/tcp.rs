@@ -97,7 +97,10 @@ fn downloads_survive_two_percent_drops() {
     );
     // Linux's ACKs carry SACK blocks: holes are found by RACK's time rule
     // (RFC 8985 §6.2) as well as RFC 6675's three segments.
-    assert!(stats.tcp_rack_losses > 0, "RACK never found a loss: {stats:?}");
+    assert!(
+        stats.tcp_rack_losses > 0,
+        "RACK never found a loss: {stats:?}"
+    );
 }
 
 #[test]

@@ -106,7 +106,8 @@ pub struct Interface {
     /// IPv4 identification of the next packet we originate.
     next_ident: u16,
     /// Further local addresses on this port's link (VIPs, load-generator
-    /// sources), answered for in ARP and ICMP like the port's own.
+    /// sources), answered for in ARP and ICMP like the port's own. Sorted:
+    /// every received packet asks `is_local`, with hundreds of VIPs.
     extra: Vec<Ipv4Addr>,
 }
 
@@ -133,14 +134,16 @@ impl Interface {
 
     /// Adds a local address (on the port's subnet or routed to it).
     pub fn add_address(&mut self, ip: Ipv4Addr) {
-        if ip != self.cfg.addr && !self.extra.contains(&ip) {
-            self.extra.push(ip);
+        if ip != self.cfg.addr {
+            if let Err(at) = self.extra.binary_search(&ip) {
+                self.extra.insert(at, ip);
+            }
         }
     }
 
     /// Whether `ip` is one of this interface's addresses.
     pub fn is_local(&self, ip: Ipv4Addr) -> bool {
-        ip == self.cfg.addr || self.extra.contains(&ip)
+        ip == self.cfg.addr || self.extra.binary_search(&ip).is_ok()
     }
 
     pub fn arp(&self) -> &ArpCache {
@@ -438,5 +441,36 @@ impl Interface {
         ip.fill_checksum();
         counters.icmp_echo_replies += 1;
         Ok(IpAction::Reply { hop, len: total })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_addresses_are_found_however_they_were_added() {
+        let mut iface = Interface::new(InterfaceConfig {
+            mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            addr: Ipv4Addr::new(10, 0, 0, 1),
+            prefix_len: 24,
+            gateway: None,
+        });
+        for last in [200, 3, 77, 3, 1, 150, 9] {
+            iface.add_address(Ipv4Addr::new(10, 0, 0, last));
+        }
+        let local = |i: &Interface| {
+            (0..=255)
+                .filter(|&n| i.is_local(Ipv4Addr::new(10, 0, 0, n)))
+                .collect::<Vec<u8>>()
+        };
+        assert_eq!(local(&iface), [1, 3, 9, 77, 150, 200]);
+        iface.retain_addresses(|a| a.octets()[3] > 50);
+        assert_eq!(
+            local(&iface),
+            [1, 77, 150, 200],
+            "the port's own address stays"
+        );
+        assert!(!iface.is_local(Ipv4Addr::new(10, 0, 1, 77)));
     }
 }
