@@ -473,11 +473,17 @@ impl<A: Default> Conn<A> {
     /// cut, holes go out from SND.UNA, and a probe's episode is over (its
     /// loss gets this response, §7.1).
     pub(super) fn enter_recovery(&mut self) {
-        self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
-        self.cwnd = self.ssthresh;
+        self.cut_window();
         self.recover = Some(self.snd_max);
         self.rtx_next = self.snd_una;
         self.tlp_episode = None;
+    }
+
+    /// The congestion response to a loss: ssthresh from CUBIC, and the
+    /// window down to it.
+    fn cut_window(&mut self) {
+        self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
+        self.cwnd = self.ssthresh;
     }
 
     /// RACK's loss detection (RFC 8985 §6.2 step 5) and its reordering
@@ -524,8 +530,7 @@ impl<A: Default> Conn<A> {
         } else if ack.diff(e.end) > 0 {
             self.tlp_episode = None;
             if self.recover.is_none() {
-                self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
-                self.cwnd = self.ssthresh;
+                self.cut_window();
                 counters.tlp_repairs += 1;
             }
         }
