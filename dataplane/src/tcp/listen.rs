@@ -27,7 +27,7 @@ impl<A: Default> TcpEngine<A> {
             (TcpControl::Syn, None) => {}
             _ => return Err(SegmentDrop::NoConnection),
         }
-        if self.flows.len() >= self.cfg.max_conns {
+        if self.flows.conns() >= self.cfg.max_conns {
             self.counters.syn_dropped += 1;
             return Err(SegmentDrop::ListenOverflow);
         }
@@ -59,7 +59,7 @@ impl<A: Default> TcpEngine<A> {
         let conn = Conn::accept(key, repr, iss, now, &self.cfg);
         self.install(id, conn);
         self.listener_opened(listener, id);
-        self.flows.insert(key, id);
+        self.flows.insert_conn(key, id);
         self.account(None, Some(State::SynReceived));
         let c = live_mut(&mut self.conns, id).expect("just made");
         mark_dirty(&mut self.dirty, c, id);
@@ -170,7 +170,7 @@ impl<A: Default> TcpEngine<A> {
             self.reset_for(&key, repr);
             return Err(SegmentDrop::NoConnection);
         };
-        if self.flows.len() >= self.cfg.max_conns {
+        if self.flows.conns() >= self.cfg.max_conns {
             self.counters.syn_dropped += 1;
             return Err(SegmentDrop::ListenOverflow);
         }
@@ -202,7 +202,7 @@ impl<A: Default> TcpEngine<A> {
         let state = conn.state;
         self.install(id, conn);
         self.listener_opened(listener, id);
-        self.flows.insert(key, id);
+        self.flows.insert_conn(key, id);
         self.account(None, Some(state));
         self.counters.accepted += 1;
         self.events.push(Event::Accepted(id));
@@ -246,11 +246,13 @@ impl<A: Default> TcpEngine<A> {
                     _ => seq > tw.rcv_nxt,
                 };
                 if newer {
-                    self.time_wait.remove(&tw.key);
+                    self.flows.end_time_wait(&tw.key);
                     return self.on_listen(now, tw.key, repr);
                 }
             }
-            TcpControl::Fin => self.time_wait.restart(&tw.key, now + self.cfg.time_wait),
+            TcpControl::Fin => self
+                .flows
+                .restart_time_wait(&tw.key, now + self.cfg.time_wait),
             _ => {}
         }
         if repr.segment_len() == 0 && seq == tw.rcv_nxt && repr.control != TcpControl::Syn {

@@ -25,6 +25,7 @@ mod config;
 mod conn;
 mod cookie;
 mod cubic;
+mod flow_table;
 mod limits;
 mod listen;
 mod output;
@@ -32,23 +33,23 @@ mod read;
 pub mod seq;
 mod time_wait;
 mod timer;
+pub(crate) mod wire;
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::Hasher;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use smoltcp::phy::ChecksumCapabilities;
-use smoltcp::wire::{IpAddress, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber, TcpTimestampRepr};
+use smoltcp::wire::{TcpControl, TcpRepr, TcpSeqNumber, TcpTimestampRepr};
 
 pub use buffer::BufferPool;
 pub use config::{SynCookies, TcpConfig};
 pub use conn::State;
 use conn::{Conn, Input};
+use flow_table::{FlowTable, Found};
 use limits::Listener;
 pub use limits::{ListenLimits, Refusals};
 pub use seq::Seq;
-use time_wait::{TimeWait, TimeWaitTable};
+use time_wait::TimeWait;
 use timer::TimerWheel;
 
 use crate::time::Instant;
@@ -308,8 +309,6 @@ impl Hasher for FxHasher {
     }
 }
 
-type FlowTable = HashMap<FlowKey, ConnId, BuildHasherDefault<FxHasher>>;
-
 /// A reset owed to a segment that matched no connection.
 #[derive(Debug, Clone, Copy)]
 struct Reset {
@@ -367,7 +366,6 @@ pub struct TcpEngine<A> {
     /// application has had their `Closed` event.
     remains: read::Remains,
     /// Connections past their handshake in TIME-WAIT: compact entries.
-    time_wait: TimeWaitTable,
     /// ACKs owed from TIME-WAIT entries (bounded per iteration).
     time_wait_acks: Vec<TimeWait>,
     closed_batch: std::collections::VecDeque<A>,
@@ -399,7 +397,7 @@ impl<A: Default> TcpEngine<A> {
             cfg,
             listeners: Vec::new(),
             refused: Vec::new(),
-            flows: FlowTable::default(),
+            flows: FlowTable::new(cfg.max_time_wait),
             conns: Vec::new(),
             free: Vec::new(),
             released: Vec::new(),
@@ -409,7 +407,6 @@ impl<A: Default> TcpEngine<A> {
             events: Vec::with_capacity(256),
             closed_apps: std::collections::VecDeque::with_capacity(256),
             remains: read::Remains::default(),
-            time_wait: TimeWaitTable::new(cfg.max_time_wait),
             time_wait_acks: Vec::with_capacity(MAX_RESETS),
             closed_batch: std::collections::VecDeque::with_capacity(256),
             accepting: true,
@@ -502,10 +499,10 @@ impl<A: Default> TcpEngine<A> {
         // A connection in TIME-WAIT keeps its slot until the application
         // has read what the peer sent; either way it is not open.
         let in_slot = self.states[State::TimeWait as usize];
-        c.active = self.flows.len() as u64 - in_slot;
+        c.active = self.flows.conns() as u64 - in_slot;
         c.half_open = self.states[State::SynReceived as usize];
-        c.time_wait = self.time_wait.len() as u64 + in_slot;
-        c.time_wait_recycled = self.time_wait.recycled;
+        c.time_wait = self.flows.time_wait_len() as u64 + in_slot;
+        c.time_wait_recycled = self.flows.recycled;
         c.buffer_bytes = self.buffers.bytes_held() as u64;
         c.buffer_denied = self.buffers.denied();
         c
@@ -515,13 +512,10 @@ impl<A: Default> TcpEngine<A> {
     /// the timer wheel (capacities, not lengths), plus the ring pool's bytes.
     pub fn state_bytes(&self) -> usize {
         let slot = std::mem::size_of::<Option<Conn<A>>>();
-        // hashbrown: one control byte per bucket besides the entry.
-        let flow = std::mem::size_of::<(FlowKey, ConnId)>() + 1;
         self.conns.capacity() * slot
-            + self.flows.capacity() * flow
+            + self.flows.bytes()
             + self.free.capacity() * 4
             + self.timers.entry_bytes()
-            + self.time_wait.bytes()
             + self.buffers.bytes_held()
     }
 
@@ -559,7 +553,7 @@ impl<A: Default> TcpEngine<A> {
 
     /// Whether `key` is waiting out TIME-WAIT (in the compact table).
     pub fn in_time_wait(&self, key: &FlowKey) -> bool {
-        self.time_wait.get(key).is_some()
+        self.flows.time_wait(key).is_some()
     }
 
     /// Moves a connection in TIME-WAIT whose received bytes are all read
@@ -571,7 +565,7 @@ impl<A: Default> TcpEngine<A> {
         };
         let tw = c.time_wait_entry(now, &self.cfg);
         self.release(id, CloseReason::Normal);
-        self.time_wait.insert(tw);
+        self.flows.enter_time_wait(tw);
     }
 
     /// Takes the queued events.
@@ -630,25 +624,25 @@ impl<A: Default> TcpEngine<A> {
     /// # Errors
     /// When the 4-tuple is taken or the connection limit is reached.
     pub fn connect(&mut self, now: Instant, key: FlowKey) -> Result<ConnId, ConnectError> {
-        if self.flows.contains_key(&key) {
+        if self.flows.conn(&key).is_some() {
             return Err(ConnectError::InUse);
         }
-        if let Some(tw) = self.time_wait.get(&key) {
+        if let Some(tw) = self.flows.time_wait(&key) {
             // RFC 6191: our SYN's TSval (a millisecond clock) is above any
             // the old connection sent, so the peer can tell them apart once
             // timestamps were in use; Linux's tcp_tw_reuse waits 1 s more.
             if tw.ts_recent.is_none() || now.saturating_since(tw.entered) < TIME_WAIT_REUSE {
                 return Err(ConnectError::InUse);
             }
-            self.time_wait.remove(&key);
+            self.flows.end_time_wait(&key);
         }
-        if self.flows.len() >= self.cfg.max_conns {
+        if self.flows.conns() >= self.cfg.max_conns {
             return Err(ConnectError::TooMany);
         }
         let iss = self.isn(&key, now);
         let id = self.alloc_slot();
         self.install(id, Conn::connect(key, iss, now, &self.cfg));
-        self.flows.insert(key, id);
+        self.flows.insert_conn(key, id);
         self.account(None, Some(State::SynSent));
         let c = live_mut(&mut self.conns, id).expect("just made");
         mark_dirty(&mut self.dirty, c, id);
@@ -766,15 +760,13 @@ impl<A: Default> TcpEngine<A> {
         dst: Ipv4Addr,
         bytes: &[u8],
     ) -> Result<(), SegmentDrop> {
-        let packet = TcpPacket::new_checked(bytes).map_err(|_| SegmentDrop::Malformed)?;
+        if !wire::well_sized(bytes) {
+            return Err(SegmentDrop::Malformed);
+        }
         if !crate::checksum::tcp_ok(src.octets(), dst.octets(), bytes) {
             return Err(SegmentDrop::BadChecksum);
         }
-        // Checked above, faster than smoltcp would.
-        let mut caps = ChecksumCapabilities::default();
-        caps.tcp = smoltcp::phy::Checksum::None;
-        let repr = TcpRepr::parse(&packet, &IpAddress::Ipv4(src), &IpAddress::Ipv4(dst), &caps)
-            .map_err(|_| SegmentDrop::Malformed)?;
+        let repr = wire::parse(bytes).ok_or(SegmentDrop::Malformed)?;
         self.counters.segments_in += 1;
         let key = FlowKey {
             local: dst,
@@ -782,39 +774,40 @@ impl<A: Default> TcpEngine<A> {
             remote: src,
             remote_port: repr.src_port,
         };
-        if let Some(&id) = self.flows.get(&key) {
-            let Some(c) = live_mut(&mut self.conns, id) else {
-                // A flow entry outlived its connection (never expected:
-                // `release` removes both); forget it rather than abort.
-                debug_assert!(false, "flow {key:?} maps to a released slot");
-                self.flows.remove(&key);
+        let id = match self.flows.find(&key) {
+            Found::Conn(id) => id,
+            Found::TimeWait(tw) => return self.on_time_wait(now, tw, &repr),
+            Found::Nothing => {
+                if self.listener_for(dst, repr.dst_port).is_some() {
+                    return self.on_listen(now, key, &repr);
+                }
+                self.reset_for(&key, &repr);
                 return Err(SegmentDrop::NoConnection);
-            };
-            // RFC 9293 §3.6.1: a new SYN may reopen a connection in TIME-WAIT
-            // when its sequence number is above the old one's.
-            if c.state == State::TimeWait
-                && repr.control == TcpControl::Syn
-                && repr.ack_number.is_none()
-                && Seq(repr.seq_number.0 as u32) > c.rcv_nxt
-            {
-                self.release(id, CloseReason::Normal);
-                return self.on_listen(now, key, &repr);
             }
-            let before = c.state;
-            let out = c.input(now, &repr, &self.cfg, &mut self.buffers, &mut self.counters);
-            let after = c.state;
-            self.transition(before, after);
-            self.apply(id, out, now);
-            return Ok(());
-        }
-        if let Some(tw) = self.time_wait.get(&key) {
-            return self.on_time_wait(now, tw, &repr);
-        }
-        if self.listener_for(dst, repr.dst_port).is_some() {
+        };
+        let Some(c) = live_mut(&mut self.conns, id) else {
+            // A flow entry outlived its connection (never expected:
+            // `release` removes both); forget it rather than abort.
+            debug_assert!(false, "flow {key:?} maps to a released slot");
+            self.flows.remove_conn(&key);
+            return Err(SegmentDrop::NoConnection);
+        };
+        // RFC 9293 §3.6.1: a new SYN may reopen a connection in TIME-WAIT
+        // when its sequence number is above the old one's.
+        if c.state == State::TimeWait
+            && repr.control == TcpControl::Syn
+            && repr.ack_number.is_none()
+            && Seq(repr.seq_number.0 as u32) > c.rcv_nxt
+        {
+            self.release(id, CloseReason::Normal);
             return self.on_listen(now, key, &repr);
         }
-        self.reset_for(&key, &repr);
-        Err(SegmentDrop::NoConnection)
+        let before = c.state;
+        let out = c.input(now, &repr, &self.cfg, &mut self.buffers, &mut self.counters);
+        let after = c.state;
+        self.transition(before, after);
+        self.apply(id, out, now);
+        Ok(())
     }
 
     /// A free slot, with the generation its next connection gets.
@@ -941,7 +934,7 @@ impl<A: Default> TcpEngine<A> {
         if let Some(addr) = c.listener {
             self.listener_closed(addr, c.key.local_port);
         }
-        self.flows.remove(&c.key);
+        self.flows.remove_conn(&c.key);
         self.counters.closed += 1;
         if reason == CloseReason::TimedOut {
             self.counters.timeouts += 1;

@@ -6,7 +6,7 @@ use super::*;
 impl<A: Default> TcpEngine<A> {
     /// Runs due timers.
     pub fn poll_timers(&mut self, now: Instant) {
-        self.time_wait.expire(now);
+        self.flows.expire(now);
         let mut due = std::mem::take(&mut self.fired);
         self.timers.expire(now, |id, at| due.push((id, at)));
         for &(id, at) in &due {

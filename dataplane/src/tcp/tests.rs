@@ -263,7 +263,8 @@ mod pair_tests {
     //! for the transitions a client/server exchange never reaches.
     use std::time::Duration;
 
-    use smoltcp::wire::{TcpSeqNumber, TcpTimestampRepr};
+    use smoltcp::phy::ChecksumCapabilities;
+    use smoltcp::wire::{IpAddress, TcpPacket, TcpSeqNumber, TcpTimestampRepr};
 
     use crate::tcp::*;
 
@@ -544,7 +545,7 @@ mod pair_tests {
         p.a.listen(A, 80);
         server_closes_first(&mut p, 7000);
         let k = key(A, 80, B, 7000);
-        let tw = p.a.time_wait.get(&k).expect("in TIME-WAIT");
+        let tw = p.a.flows.time_wait(&k).expect("in TIME-WAIT");
         let now = p.now;
         let (seq, ack) = (tw.rcv_nxt, tw.snd_nxt);
         // RFC 1337: an RST at RCV.NXT does not end TIME-WAIT.
