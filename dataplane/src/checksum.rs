@@ -61,6 +61,16 @@ pub fn tcp_ok(src: [u8; 4], dst: [u8; 4], segment: &[u8]) -> bool {
     fold(pseudo_header(src, dst, segment.len()) + sum_native(segment)) == 0xffff
 }
 
+/// The checksum of an IPv4 header (its checksum field zero).
+pub fn ipv4_header(header: &[u8]) -> u16 {
+    !fold(sum_native(header))
+}
+
+/// Whether a received IPv4 header's checksum is right.
+pub fn ipv4_header_ok(header: &[u8]) -> bool {
+    fold(sum_native(header)) == 0xffff
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +108,34 @@ mod tests {
                 seg[len / 2] ^= 0x40;
                 assert!(!tcp_ok(src, dst, &seg), "len {len}: corruption seen");
             }
+        }
+    }
+
+    #[test]
+    fn ipv4_headers_as_smoltcp_sums_them() {
+        use smoltcp::wire::Ipv4Packet;
+        let mut x = 0x9e37_79b9_u32;
+        for n in 0..2000 {
+            let words = 5 + n % 11; // options too
+            let mut h: Vec<u8> = (0..words * 4)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    x as u8
+                })
+                .collect();
+            h[0] = 0x40 | words as u8;
+            h[10..12].fill(0);
+            let mut p = Ipv4Packet::new_unchecked(&mut h[..]);
+            p.fill_checksum();
+            let want = p.checksum();
+            h[10..12].fill(0);
+            assert_eq!(ipv4_header(&h), want);
+            h[10..12].copy_from_slice(&want.to_be_bytes());
+            assert!(ipv4_header_ok(&h));
+            h[n % (words * 4)] ^= 0x10;
+            assert!(!ipv4_header_ok(&h));
         }
     }
 }

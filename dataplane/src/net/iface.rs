@@ -4,11 +4,9 @@
 
 use std::net::Ipv4Addr;
 
-use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
-    Icmpv4Message, Icmpv4Packet, IpAddress, IpProtocol, Ipv4Packet, Ipv4Repr, TcpPacket,
-    ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
+    Icmpv4Message, Icmpv4Packet, IpProtocol, Ipv4Packet, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
 };
 
 use super::arp::{ArpCache, ArpLookup};
@@ -220,38 +218,32 @@ impl Interface {
         let Some(hop) = self.next_hop(seg.dst) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
-        let tcp_len = seg.repr.buffer_len();
-        buf.set_len(ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + tcp_len);
-        let caps = ChecksumCapabilities::default();
-        let mut frame = EthernetFrame::new_unchecked(buf.data_mut());
-        frame.set_src_addr(self.cfg.mac);
-        frame.set_ethertype(EthernetProtocol::Ipv4);
-        let mut ip = Ipv4Packet::new_unchecked(frame.payload_mut());
-        Ipv4Repr {
-            src_addr: seg.src,
-            dst_addr: seg.dst,
-            next_header: IpProtocol::Tcp,
-            payload_len: tcp_len,
-            hop_limit: 64,
-        }
-        .emit(&mut ip, &caps);
-        ip.set_ident(self.next_ident);
+        let tcp_len = crate::tcp::wire::header_len(&seg.repr) + seg.repr.payload.len();
+        let ip_len = IPV4_HEADER_LEN + tcp_len;
+        buf.set_len(ETHERNET_HEADER_LEN + ip_len);
+        // Written field by field (smoltcp's emitters cost more than the
+        // checksums); `wire`'s tests hold the TCP part to smoltcp's.
+        let (eth, packet) = buf.data_mut().split_at_mut(ETHERNET_HEADER_LEN);
+        eth[6..12].copy_from_slice(self.cfg.mac.as_bytes());
+        eth[12..14].copy_from_slice(&u16::from(EthernetProtocol::Ipv4).to_be_bytes());
+        let (ip, tcp) = packet.split_at_mut(IPV4_HEADER_LEN);
+        ip[0] = 0x45; // version 4, 5 words
+        ip[1] = 0; // DSCP, ECN
+        ip[2..4].copy_from_slice(&(ip_len as u16).to_be_bytes());
+        ip[4..6].copy_from_slice(&self.next_ident.to_be_bytes());
         self.next_ident = self.next_ident.wrapping_add(1);
-        ip.set_dont_frag(true);
-        ip.fill_checksum();
-        // smoltcp writes the segment; our checksum (much faster) fills it.
-        let mut no_tcp_sum = caps.clone();
-        no_tcp_sum.tcp = smoltcp::phy::Checksum::None;
-        let mut tcp = TcpPacket::new_unchecked(ip.payload_mut());
-        seg.repr.emit(
-            &mut tcp,
-            &IpAddress::Ipv4(seg.src),
-            &IpAddress::Ipv4(seg.dst),
-            &no_tcp_sum,
-        );
-        tcp.set_checksum(0);
-        let sum = crate::checksum::tcp(seg.src.octets(), seg.dst.octets(), tcp.into_inner());
-        TcpPacket::new_unchecked(ip.payload_mut()).set_checksum(sum);
+        ip[6..8].copy_from_slice(&0x4000u16.to_be_bytes()); // DF, offset 0
+        ip[8] = 64;
+        ip[9] = u8::from(IpProtocol::Tcp);
+        ip[10..12].fill(0);
+        ip[12..16].copy_from_slice(&seg.src.octets());
+        ip[16..20].copy_from_slice(&seg.dst.octets());
+        let sum = crate::checksum::ipv4_header(ip);
+        ip[10..12].copy_from_slice(&sum.to_be_bytes());
+        crate::tcp::wire::emit(&seg.repr, tcp);
+        let sum = crate::checksum::tcp(seg.src.octets(), seg.dst.octets(), &tcp[..tcp_len]);
+        tcp[16..18].copy_from_slice(&sum.to_be_bytes());
+        let mut frame = EthernetFrame::new_unchecked(buf.data_mut());
         match self.resolve(hop, now) {
             Some(mac) => {
                 frame.set_dst_addr(mac);
@@ -393,7 +385,8 @@ impl Interface {
         if ip.version() != 4 {
             return Err(DropReason::Malformed);
         }
-        if !ip.verify_checksum() {
+        let header_len = usize::from(ip.header_len()); // checked by new_checked
+        if !crate::checksum::ipv4_header_ok(&ip.as_ref()[..header_len]) {
             return Err(DropReason::BadIpChecksum);
         }
         let dst = ip.dst_addr();
