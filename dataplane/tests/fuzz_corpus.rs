@@ -9,7 +9,7 @@ use std::time::Duration;
 use crypto::certs::CertStore;
 use crypto::session::TlsConfig;
 use dataplane::fuzzing::{
-    encode_records, engine_input, engine_script, fuzz_engine, FUZZ_ADDR, SAME_BURST,
+    encode_records, engine_input, engine_script, fuzz_engine, tcp_header, FUZZ_ADDR, SAME_BURST,
 };
 use dataplane::loadgen::{LoadConfig, LoadGen};
 use dataplane::net::InterfaceConfig;
@@ -68,6 +68,16 @@ fn engine_input_corpus_replays() {
 /// A recorded exchange delivered as one burst (records joined with
 /// `SAME_BURST`): every frame is taken, over several receive bursts of
 /// the engine at one instant.
+#[test]
+fn tcp_header_corpus_replays() {
+    let files = corpus("tcp_header");
+    assert!(files.len() >= 4, "the seeds are there");
+    for (name, data) in files {
+        eprintln!("replaying {name}");
+        tcp_header(&data);
+    }
+}
+
 #[test]
 fn raw_frames_in_one_burst() {
     let corpus = corpus("engine_input");
