@@ -76,21 +76,25 @@ mod tests {
     use super::*;
     use smoltcp::wire::{IpAddress, TcpPacket};
 
+    /// `len` pseudo-random bytes from the xorshift state `x`.
+    fn noise(x: &mut u32, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|_| {
+                *x ^= *x << 13;
+                *x ^= *x >> 17;
+                *x ^= *x << 5;
+                *x as u8
+            })
+            .collect()
+    }
+
     /// Against smoltcp's checksum for every length up to 1600 and odd
     /// alignments, and a known vector.
     #[test]
     fn matches_smoltcp_on_every_length() {
         let src = [10, 1, 0, 2];
         let dst = [10, 1, 0, 1];
-        let mut x = 0x1234_5678_u32;
-        let bytes: Vec<u8> = (0..1700)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                x as u8
-            })
-            .collect();
+        let bytes = noise(&mut 0x1234_5678_u32, 1700);
         for start in 0..3 {
             for len in 20..1600 {
                 let mut seg = bytes[start..start + len].to_vec();
@@ -117,14 +121,7 @@ mod tests {
         let mut x = 0x9e37_79b9_u32;
         for n in 0..2000 {
             let words = 5 + n % 11; // options too
-            let mut h: Vec<u8> = (0..words * 4)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 17;
-                    x ^= x << 5;
-                    x as u8
-                })
-                .collect();
+            let mut h = noise(&mut x, words * 4);
             h[0] = 0x40 | words as u8;
             h[10..12].fill(0);
             let mut p = Ipv4Packet::new_unchecked(&mut h[..]);
