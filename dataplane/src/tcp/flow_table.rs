@@ -16,13 +16,12 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 
 use super::time_wait::{TimeWait, TimeWaitQueue};
-use super::{ConnId, FlowKey, FxHasher};
+use super::{ConnId, FlowHashing, FlowKey};
 use crate::time::Instant;
 
-type Map<V> = HashMap<FlowKey, V, BuildHasherDefault<FxHasher>>;
+type Map<V> = HashMap<FlowKey, V, FlowHashing>;
 
 /// What a lookup found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,10 +45,12 @@ pub(super) struct FlowTable {
 }
 
 impl FlowTable {
-    pub fn new(max_time_wait: usize) -> Self {
+    /// A table keeping at most `max_time_wait` TIME-WAIT entries, its
+    /// maps hashed under `hashing` (the engine's seed).
+    pub fn new(max_time_wait: usize, hashing: FlowHashing) -> Self {
         Self {
-            conns: Map::default(),
-            waiting: Map::default(),
+            conns: Map::with_hasher(hashing),
+            waiting: Map::with_hasher(hashing),
             time_wait: TimeWaitQueue::default(),
             max_time_wait,
             recycled: 0,
@@ -210,7 +211,7 @@ mod tests {
 
     #[test]
     fn full_table_recycles_the_oldest_and_expiry_follows_arrival() {
-        let mut t = FlowTable::new(3);
+        let mut t = FlowTable::new(3, FlowHashing::default());
         for p in 1..=5 {
             t.enter_time_wait(tw(p, u64::from(p)));
         }
@@ -231,7 +232,7 @@ mod tests {
     #[test]
     fn agrees_with_a_plain_model() {
         // Random inserts, removals, restarts and expiries against a list.
-        let mut t = FlowTable::new(50);
+        let mut t = FlowTable::new(50, FlowHashing::default());
         let mut model: Vec<TimeWait> = Vec::new();
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
         let mut now = 0u64;
@@ -284,7 +285,7 @@ mod tests {
 
     #[test]
     fn one_lookup_finds_connections_and_time_wait_apart() {
-        let mut t = FlowTable::new(2);
+        let mut t = FlowTable::new(2, FlowHashing::default());
         let (a, b, c) = (tw(1, 0), tw(2, 0), tw(3, 0));
         t.insert_conn(a.key, ConnId::new(7, 0));
         t.insert_conn(b.key, ConnId::new(8, 0));
@@ -309,5 +310,25 @@ mod tests {
         t.expire(Instant::from_millis(31_000));
         assert_eq!((t.conns(), t.time_wait_len()), (2, 0));
         assert_eq!(t.find(&c.key), Found::Conn(ConnId::new(9, 0)));
+    }
+
+    #[test]
+    fn the_seed_moves_every_key() {
+        use std::hash::BuildHasher;
+        let (a, b) = (
+            crate::tcp::Secret::from_seed(1).flow_hashing(),
+            crate::tcp::Secret::from_seed(2).flow_hashing(),
+        );
+        for port in 1..200 {
+            let key = tw(port, 0).key;
+            assert_ne!(a.hash_one(key), b.hash_one(key), "port {port}");
+            assert_ne!(a.hash_one(key), FlowHashing::default().hash_one(key));
+        }
+        // A seeded table works as an unseeded one.
+        let mut t = FlowTable::new(4, a);
+        t.insert_conn(tw(1, 0).key, ConnId::new(1, 0));
+        t.enter_time_wait(tw(2, 0));
+        assert_eq!(t.find(&tw(1, 0).key), Found::Conn(ConnId::new(1, 0)));
+        assert_eq!(t.find(&tw(2, 0).key), Found::TimeWait(tw(2, 0)));
     }
 }

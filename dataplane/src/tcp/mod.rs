@@ -260,6 +260,11 @@ impl Secret {
         Self([mix(seed), mix(seed ^ 0x9e37_79b9_7f4a_7c15)])
     }
 
+    /// The seed of the engine's flow-table hashing ([`FlowHashing`]).
+    pub fn flow_hashing(&self) -> FlowHashing {
+        FlowHashing(self.prf(b'h').finish())
+    }
+
     /// The PRF for one use, `domain` keeping uses apart.
     fn prf(&self, domain: u8) -> siphasher::sip::SipHasher24 {
         let mut h = siphasher::sip::SipHasher24::new_with_keys(self.0[0], self.0[1]);
@@ -274,10 +279,27 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-/// FxHash: the flow table's keys are not attacker-chosen in a way that
-/// matters more than the per-core table size bound; speed wins here.
+/// FxHash (a few multiplies per key, much faster than SipHash on the
+/// per-segment lookup), started from a seed: see [`FlowHashing`].
 #[derive(Debug, Default, Clone, Copy)]
 pub struct FxHasher(u64);
+
+/// Builds the flow tables' hashers from a per-engine seed drawn from the
+/// engine's secret ([`Secret::flow_hashing`]). Peers choose the 4-tuples
+/// (a spoofed SYN's addresses and ports), and an unseeded FxHash is a
+/// public function: keys crafted to share buckets would make every lookup
+/// walk one long probe sequence (hash flooding). Seeded, the bucket of a
+/// 4-tuple cannot be computed from outside. Not a cryptographic MAC: the
+/// ISNs and cookies use SipHash.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FlowHashing(u64);
+
+impl std::hash::BuildHasher for FlowHashing {
+    type Hasher = FxHasher;
+    fn build_hasher(&self) -> FxHasher {
+        FxHasher(self.0)
+    }
+}
 
 impl Hasher for FxHasher {
     #[inline]
@@ -397,7 +419,7 @@ impl<A: Default> TcpEngine<A> {
             cfg,
             listeners: Vec::new(),
             refused: Vec::new(),
-            flows: FlowTable::new(cfg.max_time_wait),
+            flows: FlowTable::new(cfg.max_time_wait, secret.flow_hashing()),
             conns: Vec::new(),
             free: Vec::new(),
             released: Vec::new(),
