@@ -344,7 +344,11 @@ fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
 /// again (rare: a browser sends about a dozen).
 const LINE_ENDS: usize = 32;
 
-/// The line feeds of a request head, found by the scan that found its end.
+/// Line feed positions are below `MAX_HEAD`, so they fit the `u16`s kept.
+const _: () = assert!(MAX_HEAD <= u16::MAX as usize);
+
+/// The line feeds of a request head, found by the scan that found its end
+/// (`n` counts them all; only the first `LINE_ENDS` are in `at`).
 struct LineEnds {
     at: [u16; LINE_ENDS],
     n: usize,
@@ -367,14 +371,14 @@ fn head_len(a: &[u8], b: &[u8], ends: &mut LineEnds) -> Option<usize> {
                 return false;
             }
             if ends.n < LINE_ENDS {
-                ends.at[ends.n] = i as u16; // i < MAX_HEAD
+                ends.at[ends.n] = i as u16; // i < limit <= MAX_HEAD
             }
             ends.n += 1;
             true
         });
         return found;
     }
-    ends.n = usize::MAX; // not recorded
+    ends.n = usize::MAX; // not recorded: `head_lines` splits the head
     let at = |i: usize| if i < a.len() { a[i] } else { b[i - a.len()] };
     (3..limit)
         .find(|&i| at(i) == b'\n' && at(i - 1) == b'\r' && at(i - 2) == b'\n' && at(i - 3) == b'\r')
@@ -420,7 +424,8 @@ fn head_lines<'h>(head: &'h [u8], ends: &'h LineEnds) -> impl Iterator<Item = &'
     } else {
         (&[][..], Some(head.split_inclusive(|&c| c == b'\n')))
     };
-    // The kept ends leave out the head's last line (its blank line).
+    // The kept ends leave out the head's last line (its blank line); they
+    // rise and lie inside the head, which ends past the last of them.
     let mut start = 0;
     let from_ends = kept.iter().map(move |&lf| {
         let line = &head[start..usize::from(lf)];

@@ -229,7 +229,8 @@ impl Interface {
         let (ip, tcp) = packet.split_at_mut(IPV4_HEADER_LEN);
         ip[0] = 0x45; // version 4, 5 words
         ip[1] = 0; // DSCP, ECN
-        ip[2..4].copy_from_slice(&(ip_len as u16).to_be_bytes());
+        let total = ip_len as u16; // segments are sized to the MSS: under 64 KiB
+        ip[2..4].copy_from_slice(&total.to_be_bytes());
         ip[4..6].copy_from_slice(&self.next_ident.to_be_bytes());
         self.next_ident = self.next_ident.wrapping_add(1);
         ip[6..8].copy_from_slice(&0x4000u16.to_be_bytes()); // DF, offset 0
