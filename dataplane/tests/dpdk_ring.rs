@@ -43,6 +43,7 @@ fn dpdk() -> &'static Mutex<Dpdk> {
                 rx_desc: 1024,
                 tx_desc: 1024,
                 mempool: pool,
+                checksum_offload: true,
             },
         )
         .expect("port start");
@@ -154,6 +155,7 @@ fn too_many_queues_is_a_clear_error() {
             rx_desc: 64,
             tx_desc: 64,
             mempool: d.pool,
+            checksum_offload: true,
         },
     )
     .unwrap_err();

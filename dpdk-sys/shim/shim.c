@@ -75,6 +75,19 @@ uint64_t tlsdp_pktmbuf_ol_flags(const struct rte_mbuf *m)
 	return m->ol_flags;
 }
 
+void tlsdp_pktmbuf_set_tx_offload(struct rte_mbuf *m, uint64_t flags, uint8_t l2_len, uint16_t l3_len)
+{
+	m->ol_flags = flags;
+	m->l2_len = l2_len;
+	m->l3_len = l3_len;
+}
+
+void tlsdp_pktmbuf_copy_offload(struct rte_mbuf *to, const struct rte_mbuf *from)
+{
+	to->ol_flags = from->ol_flags;
+	to->tx_offload = from->tx_offload;
+}
+
 uint32_t tlsdp_pktmbuf_rss_hash(const struct rte_mbuf *m)
 {
 	return m->hash.rss;

@@ -30,6 +30,11 @@ uint16_t tlsdp_pktmbuf_capacity(const struct rte_mbuf *m);
 /* Sets data_len and pkt_len of a single-segment mbuf; len <= capacity. */
 void tlsdp_pktmbuf_set_len(struct rte_mbuf *m, uint16_t len);
 uint64_t tlsdp_pktmbuf_ol_flags(const struct rte_mbuf *m);
+/* Sets ol_flags to `flags` (RTE_MBUF_F_TX_*) and the header lengths the
+ * transmit offloads read. */
+void tlsdp_pktmbuf_set_tx_offload(struct rte_mbuf *m, uint64_t flags, uint8_t l2_len, uint16_t l3_len);
+/* Copies ol_flags and the header lengths of `from` to `to`. */
+void tlsdp_pktmbuf_copy_offload(struct rte_mbuf *to, const struct rte_mbuf *from);
 /* The RSS hash the NIC computed (valid when ol_flags has RTE_MBUF_F_RX_RSS_HASH). */
 uint32_t tlsdp_pktmbuf_rss_hash(const struct rte_mbuf *m);
 

@@ -85,6 +85,9 @@ pub struct EthPortConfig {
     pub rx_desc: u16,
     pub tx_desc: u16,
     pub mempool: Mempool,
+    /// Use the device's IPv4 and TCP checksum offloads where it has them
+    /// (off: every checksum in software).
+    pub checksum_offload: bool,
 }
 
 /// Link state.
@@ -191,16 +194,18 @@ impl EthPort {
             }
             conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
         }
+        let wanted = |capa: u64, flag: u64| cfg.checksum_offload && capa & flag != 0;
         let offloads = Offloads {
-            rx_ipv4_cksum: info.rx_offload_capa & c::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM != 0,
-            rx_tcp_cksum: info.rx_offload_capa & c::RTE_ETH_RX_OFFLOAD_TCP_CKSUM != 0,
-            tx_ipv4_cksum: info.tx_offload_capa & c::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM != 0,
-            tx_tcp_cksum: info.tx_offload_capa & c::RTE_ETH_TX_OFFLOAD_TCP_CKSUM != 0,
+            rx_ipv4_cksum: wanted(info.rx_offload_capa, c::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM),
+            rx_tcp_cksum: wanted(info.rx_offload_capa, c::RTE_ETH_RX_OFFLOAD_TCP_CKSUM),
+            tx_ipv4_cksum: wanted(info.tx_offload_capa, c::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM),
+            tx_tcp_cksum: wanted(info.tx_offload_capa, c::RTE_ETH_TX_OFFLOAD_TCP_CKSUM),
         };
-        conf.rxmode.offloads = info.rx_offload_capa
-            & (c::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | c::RTE_ETH_RX_OFFLOAD_TCP_CKSUM);
-        conf.txmode.offloads = info.tx_offload_capa
-            & (c::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | c::RTE_ETH_TX_OFFLOAD_TCP_CKSUM);
+        let flag = |on: bool, flag: u64| if on { flag } else { 0 };
+        conf.rxmode.offloads = flag(offloads.rx_ipv4_cksum, c::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM)
+            | flag(offloads.rx_tcp_cksum, c::RTE_ETH_RX_OFFLOAD_TCP_CKSUM);
+        conf.txmode.offloads = flag(offloads.tx_ipv4_cksum, c::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM)
+            | flag(offloads.tx_tcp_cksum, c::RTE_ETH_TX_OFFLOAD_TCP_CKSUM);
 
         // SAFETY: conf is fully initialised and outlives the call; the RSS
         // key it points to is static.

@@ -179,6 +179,22 @@ impl Mbuf {
         // SAFETY: reads a field of a valid mbuf.
         unsafe { dpdk_sys::tlsdp_pktmbuf_ol_flags(self.0.as_ptr()) }
     }
+
+    /// Replaces the offload flags with the transmit requests `flags`
+    /// (`RTE_MBUF_F_TX_*`) and records the header lengths they need.
+    #[inline]
+    pub fn set_tx_offload(&mut self, flags: u64, l2_len: u8, l3_len: u16) {
+        // SAFETY: writes fields of a valid mbuf we own.
+        unsafe { dpdk_sys::tlsdp_pktmbuf_set_tx_offload(self.0.as_ptr(), flags, l2_len, l3_len) }
+    }
+
+    /// Gives this mbuf `other`'s offload flags and header lengths (a copy
+    /// of a frame transmits as the original would).
+    #[inline]
+    pub fn copy_offload_from(&mut self, other: &Mbuf) {
+        // SAFETY: both are valid mbufs; `self` is ours to write.
+        unsafe { dpdk_sys::tlsdp_pktmbuf_copy_offload(self.0.as_ptr(), other.0.as_ptr()) }
+    }
 }
 
 impl Drop for Mbuf {

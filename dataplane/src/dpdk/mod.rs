@@ -14,8 +14,8 @@ mod mbuf;
 pub use clock::TscClock;
 pub use eal::{register_thread, tsc_hz, tsc_now, Eal, LaunchedLcore, LcoreId};
 pub use ethdev::{
-    link_status, port_id_by_name, EthPort, EthPortConfig, EthQueue, LinkStatus, PortId, PortInfo,
-    QueueId, SYMMETRIC_RSS_KEY,
+    link_status, port_id_by_name, EthPort, EthPortConfig, EthQueue, LinkStatus, Offloads, PortId,
+    PortInfo, QueueId, SYMMETRIC_RSS_KEY,
 };
 pub use logs::route_to_log;
 pub use mbuf::{Mbuf, Mempool};

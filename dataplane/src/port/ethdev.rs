@@ -2,9 +2,10 @@
 
 use smoltcp::wire::EthernetAddress;
 
-use super::{ChecksumOffload, PacketBuf, Port};
+use super::{Check, ChecksumOffload, PacketBuf, Port, RxChecks};
 use crate::dpdk::{EthQueue, Mbuf};
 use crate::time::Instant;
+use dpdk_sys::consts as c;
 
 impl PacketBuf for Mbuf {
     #[inline]
@@ -22,6 +23,46 @@ impl PacketBuf for Mbuf {
     #[inline]
     fn set_len(&mut self, len: usize) {
         Mbuf::set_len(self, len)
+    }
+
+    #[inline]
+    fn rx_checks(&self) -> RxChecks {
+        let flags = self.ol_flags();
+        // Four values under each mask: UNKNOWN (0), BAD, GOOD, and NONE
+        // (both bits: the checksum field is not filled in but the data
+        // was verified, as virtio's partial checksums): good too.
+        let check = |mask: u64, good: u64, bad: u64| match flags & mask {
+            0 => Check::Unknown,
+            f if f == bad => Check::Bad,
+            f if f == good || f == good | bad => Check::Good,
+            _ => Check::Unknown,
+        };
+        RxChecks {
+            ipv4: check(
+                c::RTE_MBUF_F_RX_IP_CKSUM_MASK,
+                c::RTE_MBUF_F_RX_IP_CKSUM_GOOD,
+                c::RTE_MBUF_F_RX_IP_CKSUM_BAD,
+            ),
+            l4: check(
+                c::RTE_MBUF_F_RX_L4_CKSUM_MASK,
+                c::RTE_MBUF_F_RX_L4_CKSUM_GOOD,
+                c::RTE_MBUF_F_RX_L4_CKSUM_BAD,
+            ),
+        }
+    }
+
+    #[inline]
+    fn request_tx_checksums(&mut self, l2_len: u8, l3_len: u8) {
+        self.set_tx_offload(
+            c::RTE_MBUF_F_TX_IPV4 | c::RTE_MBUF_F_TX_IP_CKSUM | c::RTE_MBUF_F_TX_TCP_CKSUM,
+            l2_len,
+            u16::from(l3_len),
+        );
+    }
+
+    #[inline]
+    fn copy_offload_from(&mut self, other: &Self) {
+        Mbuf::copy_offload_from(self, other)
     }
 }
 
@@ -61,10 +102,9 @@ impl Port for EthQueue {
         let o = self.offloads();
         ChecksumOffload {
             rx_ipv4: o.rx_ipv4_cksum,
-            // Transmit offload also needs per-mbuf flags and l2/l3 lengths;
-            // the engine fills checksums in software until the TCP engine
-            // sets those.
-            tx_ipv4: false,
+            rx_tcp: o.rx_tcp_cksum,
+            tx_ipv4: o.tx_ipv4_cksum,
+            tx_tcp: o.tx_tcp_cksum,
         }
     }
 }

@@ -143,6 +143,7 @@ impl<P: Port> Port for Impaired<P> {
                 if let Some(mut copy) = self.inner.alloc() {
                     copy.set_len(buf.data().len());
                     copy.data_mut().copy_from_slice(buf.data());
+                    copy.copy_offload_from(&buf);
                     self.stats.duplicated += 1;
                     hold(&mut self.held, at, copy);
                 }

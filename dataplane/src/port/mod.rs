@@ -32,16 +32,71 @@ pub trait PacketBuf: Send {
     /// # Panics
     /// When `len > capacity()`.
     fn set_len(&mut self, len: usize);
+
+    /// What the port's receive checks found of this frame's checksums
+    /// (nothing checked unless the port offloads them).
+    #[inline]
+    fn rx_checks(&self) -> RxChecks {
+        RxChecks::default()
+    }
+
+    /// Asks the port to fill this frame's IPv4 header and TCP checksums
+    /// as it transmits it. The frame is an Ethernet header of `l2_len`
+    /// bytes, an IPv4 header of `l3_len` bytes with a zero checksum, and
+    /// a TCP segment whose checksum field holds the pseudo-header sum.
+    /// Only for frames to a port whose [`Port::checksum_offload`] has
+    /// `tx_tcp` set; other buffers ignore it.
+    #[inline]
+    fn request_tx_checksums(&mut self, _l2_len: u8, _l3_len: u8) {}
+
+    /// Takes over `other`'s offload requests (a copy of a frame is sent
+    /// as the original would be).
+    #[inline]
+    fn copy_offload_from(&mut self, _other: &Self)
+    where
+        Self: Sized,
+    {
+    }
 }
 
-/// Checksum work a port does in hardware.
+/// One checksum as the port's receive check found it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Check {
+    /// Not checked: software verifies it.
+    #[default]
+    Unknown,
+    Good,
+    Bad,
+}
+
+/// The port's receive checks of one frame.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RxChecks {
+    pub ipv4: Check,
+    /// The TCP (or other layer-4) checksum.
+    pub l4: Check,
+}
+
+/// Checksum work a port does in hardware (or its driver does for it).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChecksumOffload {
-    /// Received IPv4 header checksums are verified by the port (bad ones are
-    /// flagged, so software need not recompute).
+    /// Received IPv4 header checksums are checked by the port; frames
+    /// carry the verdict ([`PacketBuf::rx_checks`]).
     pub rx_ipv4: bool,
+    /// Received TCP checksums likewise.
+    pub rx_tcp: bool,
     /// The port fills IPv4 header checksums on transmit.
     pub tx_ipv4: bool,
+    /// The port fills TCP checksums on transmit.
+    pub tx_tcp: bool,
+}
+
+impl ChecksumOffload {
+    /// Whether the engine leaves both transmit checksums of its TCP
+    /// frames to the port (it asks for both or neither).
+    pub fn tx(&self) -> bool {
+        self.tx_ipv4 && self.tx_tcp
+    }
 }
 
 /// One RX/TX queue pair seen by one engine.
