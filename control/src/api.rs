@@ -358,6 +358,43 @@ pub struct PortStatus {
     /// hardware RSS over a queue per engine).
     #[serde(default)]
     pub steered: bool,
+    /// Checksum work the device does for this port.
+    #[serde(default)]
+    pub checksum_offload: ChecksumOffloads,
+}
+
+/// The checksum offloads a port uses (what the device has, unless the
+/// port's `checksum_offload = false`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChecksumOffloads {
+    pub rx_ipv4: bool,
+    pub rx_tcp: bool,
+    pub tx_ipv4: bool,
+    pub tx_tcp: bool,
+}
+
+impl ChecksumOffloads {
+    /// `rx ipv4+tcp, tx ipv4+tcp`, `rx ipv4`, or `none`: for people.
+    pub fn summary(&self) -> String {
+        let side = |name: &str, ipv4: bool, tcp: bool| match (ipv4, tcp) {
+            (true, true) => Some(format!("{name} ipv4+tcp")),
+            (true, false) => Some(format!("{name} ipv4")),
+            (false, true) => Some(format!("{name} tcp")),
+            (false, false) => None,
+        };
+        let parts: Vec<String> = [
+            side("rx", self.rx_ipv4, self.rx_tcp),
+            side("tx", self.tx_ipv4, self.tx_tcp),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if parts.is_empty() {
+            "none".to_string()
+        } else {
+            parts.join(", ")
+        }
+    }
 }
 
 /// The reply to `stats`.

@@ -532,6 +532,10 @@ pub struct Port {
     /// Transmit descriptors per queue.
     #[serde(default = "default_desc")]
     pub tx_desc: u16,
+    /// Leave IPv4 and TCP checksums to the device where it can do them
+    /// (found at start, shown by `dpctl status`); `false`: all in software.
+    #[serde(default = "yes")]
+    pub checksum_offload: bool,
 }
 
 fn default_desc() -> u16 {
@@ -1641,6 +1645,7 @@ mod tests {
             gateway: None,
             rx_desc: 1024,
             tx_desc: 1024,
+            checksum_offload: true,
         };
         assert_eq!(
             port("0000:3B:00.1").device_kind().unwrap(),

@@ -56,6 +56,13 @@ pub fn tcp(src: [u8; 4], dst: [u8; 4], segment: &[u8]) -> u16 {
     !fold(pseudo_header(src, dst, segment.len()) + sum_native(segment))
 }
 
+/// The sum of the TCP pseudo-header for a `len`-byte segment from `src`
+/// to `dst`, not complemented: what a port offloading the TCP checksum
+/// expects in the checksum field.
+pub fn tcp_pseudo_header(src: [u8; 4], dst: [u8; 4], len: usize) -> u16 {
+    fold(pseudo_header(src, dst, len))
+}
+
 /// Whether a received TCP segment's checksum is right.
 pub fn tcp_ok(src: [u8; 4], dst: [u8; 4], segment: &[u8]) -> bool {
     fold(pseudo_header(src, dst, segment.len()) + sum_native(segment)) == 0xffff

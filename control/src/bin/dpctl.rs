@@ -614,7 +614,7 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
                 s.hugepages.join("; ")
             );
             println!(
-                "{:<8} {:<16} {:<18} {:<18} {:<6} {:>6} {:>4} {:<8}",
+                "{:<8} {:<16} {:<18} {:<18} {:<6} {:>6} {:>4} {:<8} CHECKSUM OFFLOAD",
                 "PORT", "ADDRESS", "MAC", "DRIVER", "LINK", "QUEUES", "RSS", "SPREAD"
             );
             for p in s.ports {
@@ -624,7 +624,7 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
                     (false, _) => "NIC",
                 };
                 println!(
-                    "{:<8} {:<16} {:<18} {:<18} {:<6} {:>6} {:>4} {:<8}",
+                    "{:<8} {:<16} {:<18} {:<18} {:<6} {:>6} {:>4} {:<8} {}",
                     p.name,
                     p.address,
                     p.mac,
@@ -632,7 +632,8 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
                     if p.link_up { "up" } else { "down" },
                     p.queues,
                     if p.rss { "yes" } else { "no" },
-                    spread
+                    spread,
+                    p.checksum_offload.summary()
                 );
             }
         }

@@ -284,12 +284,13 @@ fn start_ports(cfg: &Config) -> Result<Vec<StartedPort>, StartError> {
                 rx_desc: pc.rx_desc,
                 tx_desc: pc.tx_desc,
                 mempool: pool,
+                checksum_offload: pc.checksum_offload,
             },
         )
         .map_err(|e| e.context(format!("port {} ({})", pc.name, pc.device)))?;
         let link = port.link();
         log::info!(
-            "port {} ({}): driver {}, MAC {}, {} queue(s), RSS {} (key {} B, table {}), checksum offload rx {} tx {}, link {}",
+            "port {} ({}): driver {}, MAC {}, {} queue(s), RSS {} (key {} B, table {}), checksum offload {}, link {}",
             pc.name,
             pc.device,
             info.driver,
@@ -298,8 +299,7 @@ fn start_ports(cfg: &Config) -> Result<Vec<StartedPort>, StartError> {
             if port.rss() { "on" } else { "off" },
             info.hash_key_size,
             info.reta_size,
-            port.offloads().rx_ipv4_cksum,
-            port.offloads().tx_ipv4_cksum,
+            offload_summary(port.offloads(), pc.checksum_offload),
             if link.up { "up" } else { "down" }
         );
         let steered = engines > 1 && !(port.rss() && queues == engines);
@@ -329,6 +329,24 @@ fn engine_count(cfg: &Config) -> u16 {
 }
 
 /// A port as `dpctl status` shows it (link state filled in when asked).
+/// The log's words for a port's checksum offloads.
+fn offload_summary(o: crate::dpdk::Offloads, wanted: bool) -> String {
+    if !wanted {
+        return "off (checksum_offload = false)".to_string();
+    }
+    let used = control::api::ChecksumOffloads {
+        rx_ipv4: o.rx_ipv4_cksum,
+        rx_tcp: o.rx_tcp_cksum,
+        tx_ipv4: o.tx_ipv4_cksum,
+        tx_tcp: o.tx_tcp_cksum,
+    };
+    let mut s = used.summary();
+    if !(o.tx_ipv4_cksum && o.tx_tcp_cksum) {
+        s.push_str(" (transmit checksums in software)");
+    }
+    s
+}
+
 fn port_status(p: &StartedPort, pc: &control::config::Port) -> PortStatus {
     PortStatus {
         name: pc.name.clone(),
@@ -341,6 +359,15 @@ fn port_status(p: &StartedPort, pc: &control::config::Port) -> PortStatus {
         queues: p.queues,
         rss: p.port.rss(),
         steered: p.steered,
+        checksum_offload: {
+            let o = p.port.offloads();
+            control::api::ChecksumOffloads {
+                rx_ipv4: o.rx_ipv4_cksum,
+                rx_tcp: o.rx_tcp_cksum,
+                tx_ipv4: o.tx_ipv4_cksum,
+                tx_tcp: o.tx_tcp_cksum,
+            }
+        },
     }
 }
 

@@ -28,8 +28,10 @@ pub(super) fn receive<P: Port>(
             dst,
             start,
             end,
+            checksum,
         } => {
-            if let Err(reason) = tcp.input(now, src, dst, &buf.data()[start..end]) {
+            let segment = &buf.data()[start..end];
+            if let Err(reason) = tcp.input_checked(now, src, dst, segment, checksum) {
                 counters.drop(reason.into());
             }
         }

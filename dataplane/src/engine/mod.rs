@@ -341,9 +341,11 @@ impl<P: Port, A: Application> Engine<P, A> {
         iface.mac = port.mac();
         let steering = port.rss_steering();
         self.uplinks.push(Uplink { iface, steering });
+        let mut interface = Interface::new(iface);
+        interface.set_checksum_offload(port.checksum_offload());
         self.ports.push(EnginePort {
             port,
-            iface: Interface::new(iface),
+            iface: interface,
             tx: Vec::with_capacity(2 * self.cfg.burst),
             tx_since: None,
             unresolved: Vec::with_capacity(MAX_UNRESOLVED),

@@ -10,7 +10,7 @@ use smoltcp::wire::{
 };
 
 use super::arp::{ArpCache, ArpLookup};
-use crate::port::PacketBuf;
+use crate::port::{Check, ChecksumOffload, PacketBuf, RxChecks};
 use crate::stats::{Counters, DropReason};
 use crate::tcp::Outgoing;
 use crate::time::Instant;
@@ -67,12 +67,14 @@ pub enum Verdict {
     /// knows the MAC, then [`set_destination`] and transmit.
     AwaitNeighbor(Ipv4Addr),
     /// A TCP segment for us: `frame[start..end]` is the TCP header and
-    /// payload, from `src` to `dst`.
+    /// payload, from `src` to `dst`; `checksum` is what the port found of
+    /// its checksum (not yet checked unless the port did).
     Tcp {
         src: Ipv4Addr,
         dst: Ipv4Addr,
         start: usize,
         end: usize,
+        checksum: Check,
     },
 }
 
@@ -107,6 +109,8 @@ pub struct Interface {
     /// sources), answered for in ARP and ICMP like the port's own. Sorted:
     /// every received packet asks `is_local`, with hundreds of VIPs.
     extra: Vec<Ipv4Addr>,
+    /// Whether the port fills the checksums of the TCP frames we build.
+    tx_checksums_offloaded: bool,
 }
 
 impl Interface {
@@ -117,7 +121,15 @@ impl Interface {
             probes: Vec::with_capacity(MAX_PENDING_PROBES),
             next_ident: 1,
             extra: Vec::new(),
+            tx_checksums_offloaded: false,
         }
+    }
+
+    /// Uses the port's checksum offloads: with both transmit checksums
+    /// offloaded, [`Interface::write_tcp`] leaves them to the port.
+    /// (Received frames carry the port's verdicts themselves.)
+    pub fn set_checksum_offload(&mut self, offload: ChecksumOffload) {
+        self.tx_checksums_offloaded = offload.tx();
     }
 
     pub fn config(&self) -> &InterfaceConfig {
@@ -239,11 +251,20 @@ impl Interface {
         ip[10..12].fill(0);
         ip[12..16].copy_from_slice(&seg.src.octets());
         ip[16..20].copy_from_slice(&seg.dst.octets());
-        let sum = crate::checksum::ipv4_header(ip);
-        ip[10..12].copy_from_slice(&sum.to_be_bytes());
         crate::tcp::wire::emit(&seg.repr, tcp);
-        let sum = crate::checksum::tcp(seg.src.octets(), seg.dst.octets(), &tcp[..tcp_len]);
-        tcp[16..18].copy_from_slice(&sum.to_be_bytes());
+        let (src, dst) = (seg.src.octets(), seg.dst.octets());
+        if self.tx_checksums_offloaded {
+            // What the port starts from (DPDK's rte_ipv4_phdr_cksum): a
+            // zero IPv4 checksum, the TCP field holding the pseudo-header.
+            let sum = crate::checksum::tcp_pseudo_header(src, dst, tcp_len);
+            tcp[16..18].copy_from_slice(&sum.to_be_bytes());
+            buf.request_tx_checksums(ETHERNET_HEADER_LEN as u8, IPV4_HEADER_LEN as u8);
+        } else {
+            let sum = crate::checksum::ipv4_header(ip);
+            ip[10..12].copy_from_slice(&sum.to_be_bytes());
+            let sum = crate::checksum::tcp(src, dst, &tcp[..tcp_len]);
+            tcp[16..18].copy_from_slice(&sum.to_be_bytes());
+        }
         let mut frame = EthernetFrame::new_unchecked(buf.data_mut());
         match self.resolve(hop, now) {
             Some(mac) => {
@@ -262,7 +283,8 @@ impl Interface {
         buf: &mut B,
         counters: &mut Counters,
     ) -> Verdict {
-        let (verdict, new_len) = self.process_frame(now, buf.data_mut(), counters);
+        let checks = buf.rx_checks();
+        let (verdict, new_len) = self.process_frame(now, buf.data_mut(), checks, counters);
         if let Some(len) = new_len {
             let old = buf.data().len();
             buf.set_len(len);
@@ -277,6 +299,7 @@ impl Interface {
         &mut self,
         now: Instant,
         data: &mut [u8],
+        checks: RxChecks,
         counters: &mut Counters,
     ) -> (Verdict, Option<usize>) {
         let Ok(mut frame) = EthernetFrame::new_checked(data) else {
@@ -291,34 +314,37 @@ impl Interface {
             EthernetProtocol::Ipv4 if dst.is_broadcast() => {
                 (Verdict::Drop(DropReason::NotForUs), None)
             }
-            EthernetProtocol::Ipv4 => match self.process_ipv4(frame.payload_mut(), counters) {
-                Ok(IpAction::Tcp {
-                    src,
-                    dst,
-                    start,
-                    end,
-                }) => (
-                    Verdict::Tcp {
+            EthernetProtocol::Ipv4 => {
+                match self.process_ipv4(frame.payload_mut(), checks.ipv4, counters) {
+                    Ok(IpAction::Tcp {
                         src,
                         dst,
-                        start: ETHERNET_HEADER_LEN + start,
-                        end: ETHERNET_HEADER_LEN + end,
-                    },
-                    None,
-                ),
-                Ok(IpAction::Reply { hop, len: ip_len }) => {
-                    frame.set_src_addr(self.cfg.mac);
-                    let verdict = match self.resolve(hop, now) {
-                        Some(mac) => {
-                            frame.set_dst_addr(mac);
-                            Verdict::Transmit
-                        }
-                        None => Verdict::AwaitNeighbor(hop),
-                    };
-                    (verdict, Some(ETHERNET_HEADER_LEN + ip_len))
+                        start,
+                        end,
+                    }) => (
+                        Verdict::Tcp {
+                            src,
+                            dst,
+                            start: ETHERNET_HEADER_LEN + start,
+                            end: ETHERNET_HEADER_LEN + end,
+                            checksum: checks.l4,
+                        },
+                        None,
+                    ),
+                    Ok(IpAction::Reply { hop, len: ip_len }) => {
+                        frame.set_src_addr(self.cfg.mac);
+                        let verdict = match self.resolve(hop, now) {
+                            Some(mac) => {
+                                frame.set_dst_addr(mac);
+                                Verdict::Transmit
+                            }
+                            None => Verdict::AwaitNeighbor(hop),
+                        };
+                        (verdict, Some(ETHERNET_HEADER_LEN + ip_len))
+                    }
+                    Err(reason) => (Verdict::Drop(reason), None),
                 }
-                Err(reason) => (Verdict::Drop(reason), None),
-            },
+            }
             _ => (Verdict::Drop(DropReason::UnsupportedEtherType), None),
         }
     }
@@ -380,6 +406,7 @@ impl Interface {
     fn process_ipv4(
         &mut self,
         payload: &mut [u8],
+        checksum: Check,
         counters: &mut Counters,
     ) -> Result<IpAction, DropReason> {
         let mut ip = Ipv4Packet::new_checked(payload).map_err(|_| DropReason::Malformed)?;
@@ -387,7 +414,12 @@ impl Interface {
             return Err(DropReason::Malformed);
         }
         let header_len = usize::from(ip.header_len()); // checked by new_checked
-        if !crate::checksum::ipv4_header_ok(&ip.as_ref()[..header_len]) {
+        let checksum_ok = match checksum {
+            Check::Good => true,
+            Check::Bad => false,
+            Check::Unknown => crate::checksum::ipv4_header_ok(&ip.as_ref()[..header_len]),
+        };
+        if !checksum_ok {
             return Err(DropReason::BadIpChecksum);
         }
         let dst = ip.dst_addr();
@@ -466,5 +498,159 @@ mod tests {
             "the port's own address stays"
         );
         assert!(!iface.is_local(Ipv4Addr::new(10, 0, 1, 77)));
+    }
+
+    /// A frame buffer standing in for a device's: it records the transmit
+    /// request and hands out the receive verdicts it is given.
+    #[derive(Default)]
+    struct DeviceBuf {
+        bytes: Vec<u8>,
+        requested: Option<(u8, u8)>,
+        rx: RxChecks,
+    }
+
+    impl PacketBuf for DeviceBuf {
+        fn data(&self) -> &[u8] {
+            &self.bytes
+        }
+        fn data_mut(&mut self) -> &mut [u8] {
+            &mut self.bytes
+        }
+        fn capacity(&self) -> usize {
+            2048
+        }
+        fn set_len(&mut self, len: usize) {
+            self.bytes.resize(len, 0);
+        }
+        fn rx_checks(&self) -> RxChecks {
+            self.rx
+        }
+        fn request_tx_checksums(&mut self, l2_len: u8, l3_len: u8) {
+            self.requested = Some((l2_len, l3_len));
+        }
+    }
+
+    fn iface() -> Interface {
+        Interface::new(InterfaceConfig {
+            mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            addr: Ipv4Addr::new(10, 0, 0, 1),
+            prefix_len: 24,
+            gateway: None,
+        })
+    }
+
+    /// A 100-byte data segment from the interface's address, framed.
+    fn framed(iface: &mut Interface) -> DeviceBuf {
+        let payload = [7u8; 100];
+        let seg = Outgoing {
+            src: Ipv4Addr::new(10, 0, 0, 1),
+            dst: Ipv4Addr::new(10, 0, 0, 2),
+            repr: smoltcp::wire::TcpRepr {
+                src_port: 80,
+                dst_port: 40000,
+                control: smoltcp::wire::TcpControl::Psh,
+                seq_number: smoltcp::wire::TcpSeqNumber(1000),
+                ack_number: Some(smoltcp::wire::TcpSeqNumber(2000)),
+                window_len: 512,
+                window_scale: None,
+                max_seg_size: None,
+                sack_permitted: false,
+                sack_ranges: [None; 3],
+                timestamp: None,
+                payload: &payload,
+            },
+        };
+        let mut buf = DeviceBuf::default();
+        iface.write_tcp(Instant::from_millis(0), &seg, &mut buf);
+        buf
+    }
+
+    #[test]
+    fn offloaded_frames_leave_the_checksums_to_the_device() {
+        let mut soft = iface();
+        let whole = framed(&mut soft);
+        assert_eq!(whole.requested, None);
+        let mut hard = iface();
+        hard.set_checksum_offload(ChecksumOffload {
+            tx_ipv4: true,
+            tx_tcp: true,
+            ..ChecksumOffload::default()
+        });
+        let mut left = framed(&mut hard);
+        assert_eq!(left.requested, Some((14, 20)));
+        let (ip, tcp) = left.bytes[14..].split_at_mut(20);
+        assert_eq!(&ip[10..12], &[0, 0], "IPv4 checksum left zero");
+        // What the device does (Intel's and DPDK's own software fallback):
+        // the IPv4 sum over the header; the TCP sum over the segment with
+        // the pseudo-header sum already in its field.
+        let sum = crate::checksum::ipv4_header(ip);
+        ip[10..12].copy_from_slice(&sum.to_be_bytes());
+        let pseudo = u16::from_be_bytes([tcp[16], tcp[17]]);
+        assert_ne!(pseudo, 0);
+        let sum = !fold_sum(tcp);
+        tcp[16..18].copy_from_slice(&sum.to_be_bytes());
+        assert_eq!(
+            left.bytes, whole.bytes,
+            "the device's result is the software frame"
+        );
+
+        // Only both transmit checksums together are left to the device.
+        let mut half = iface();
+        half.set_checksum_offload(ChecksumOffload {
+            tx_ipv4: true,
+            ..ChecksumOffload::default()
+        });
+        let frame = framed(&mut half);
+        assert_eq!(frame.requested, None);
+        assert_eq!(frame.bytes, whole.bytes);
+    }
+
+    /// The one's-complement sum of `data` (no pseudo-header), folded.
+    fn fold_sum(data: &[u8]) -> u16 {
+        let mut s: u32 = data
+            .chunks(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))
+            .sum();
+        while s > 0xffff {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        s as u16
+    }
+
+    #[test]
+    fn received_checksums_follow_the_device_verdict() {
+        let mut sender = iface();
+
+        let mut receiver = Interface::new(InterfaceConfig {
+            mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
+            addr: Ipv4Addr::new(10, 0, 0, 2),
+            prefix_len: 24,
+            gateway: None,
+        });
+        let mut counters = Counters::default();
+        let mut deliver = |mut buf: DeviceBuf, ipv4: Check, l4: Check| {
+            buf.bytes[..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+            buf.rx = RxChecks { ipv4, l4 };
+            receiver.process(Instant::from_millis(0), &mut buf, &mut counters)
+        };
+        let tcp_check = |v: Verdict| match v {
+            Verdict::Tcp { checksum, .. } => Some(checksum),
+            _ => None,
+        };
+        // Unchecked: software judges (right here).
+        let v = deliver(framed(&mut sender), Check::Unknown, Check::Unknown);
+        assert_eq!(tcp_check(v), Some(Check::Unknown));
+        // The device said bad: dropped, though the bytes are right.
+        let v = deliver(framed(&mut sender), Check::Bad, Check::Unknown);
+        assert_eq!(v, Verdict::Drop(DropReason::BadIpChecksum));
+        // The device said good: trusted, not recomputed.
+        let mut wrong = framed(&mut sender);
+        wrong.bytes[14 + 10] ^= 0xff;
+        let v = deliver(wrong, Check::Good, Check::Good);
+        assert_eq!(tcp_check(v), Some(Check::Good));
+        let mut wrong = framed(&mut sender);
+        wrong.bytes[14 + 10] ^= 0xff;
+        let v = deliver(wrong, Check::Unknown, Check::Unknown);
+        assert_eq!(v, Verdict::Drop(DropReason::BadIpChecksum));
     }
 }

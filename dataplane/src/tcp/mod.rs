@@ -52,6 +52,7 @@ pub use seq::Seq;
 use time_wait::TimeWait;
 use timer::TimerWheel;
 
+use crate::port::Check;
 use crate::time::Instant;
 
 /// A connection's handle: its slot in the engine (low 24 bits) and the
@@ -782,10 +783,31 @@ impl<A: Default> TcpEngine<A> {
         dst: Ipv4Addr,
         bytes: &[u8],
     ) -> Result<(), SegmentDrop> {
+        self.input_checked(now, src, dst, bytes, Check::Unknown)
+    }
+
+    /// [`TcpEngine::input`] for a segment whose checksum the port has
+    /// already judged (`Good` or `Bad`; `Unknown` is checked here).
+    ///
+    /// # Errors
+    /// The reason a malformed or unwanted segment was dropped.
+    pub fn input_checked(
+        &mut self,
+        now: Instant,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        bytes: &[u8],
+        checksum: Check,
+    ) -> Result<(), SegmentDrop> {
         if !wire::well_sized(bytes) {
             return Err(SegmentDrop::Malformed);
         }
-        if !crate::checksum::tcp_ok(src.octets(), dst.octets(), bytes) {
+        let checksum_ok = match checksum {
+            Check::Good => true,
+            Check::Bad => false,
+            Check::Unknown => crate::checksum::tcp_ok(src.octets(), dst.octets(), bytes),
+        };
+        if !checksum_ok {
             return Err(SegmentDrop::BadChecksum);
         }
         let repr = wire::parse(bytes).ok_or(SegmentDrop::Malformed)?;

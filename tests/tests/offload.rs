@@ -1,0 +1,229 @@
+//! Checksum offload on a port whose driver has it: DPDK's `net_tap` takes
+//! transmit checksum requests in the mbuf (`RTE_MBUF_F_TX_IP_CKSUM`,
+//! `RTE_MBUF_F_TX_TCP_CKSUM`) and fills them before the frame reaches the
+//! kernel, and flags received frames' checksums good or bad. dpd then
+//! leaves the IPv4 checksum zero and only the pseudo-header sum in the TCP
+//! field: a frame the driver did not finish would be dropped by the
+//! kernel peer, so byte-exact transfers (plain, TLS, and plain under 2 %
+//! loss both ways) prove the path. The same runs with `checksum_offload =
+//! false` prove the software path; a SYN with a wrong checksum is dropped
+//! and counted either way.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use control::api::{Body, ChecksumOffloads, Client, Request};
+use e2e::{make_certs, run, verify_pattern_file, Dpd, Lab};
+
+const DUT: &str = "192.168.78.1";
+const CLIENT: &str = "192.168.78.2";
+
+#[test]
+fn tap_port_offloads_checksums() {
+    transfers_on_a_tap(true);
+}
+
+#[test]
+fn tap_port_with_offload_off_checksums_in_software() {
+    transfers_on_a_tap(false);
+}
+
+fn transfers_on_a_tap(offload: bool) {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let c = certs.path().display().to_string();
+    let lab = Lab::up(if offload { "of" } else { "so" });
+    let dpd = Dpd::start(&lab, |s| {
+        format!(
+            r#"[eal]
+lcores = [1]
+idle_sleep_us = 20
+
+[[port]]
+name = "p0"
+device = "net_tap0,iface=otap0"
+address = "{DUT}/24"
+checksum_offload = {offload}
+
+[[cert]]
+name = "p256"
+cert = "{c}/p256.pem"
+key = "{c}/p256.key"
+
+[[vip]]
+name = "plain"
+listen = "{DUT}:80"
+respond = "builtin"
+
+[[vip]]
+name = "tls"
+listen = "{DUT}:443"
+respond = "builtin"
+certs = ["p256"]
+
+[control]
+socket = "{}"
+"#,
+            s.display()
+        )
+    });
+    tap_to_client_namespace(&lab, "otap0", CLIENT);
+
+    let offloads = port_offloads(&dpd);
+    let want = if offload {
+        // What net_tap offers in DPDK 22.11 (tap_rx_offload_get_port_capa,
+        // tap_tx_offload_get_port_capa).
+        ChecksumOffloads {
+            rx_ipv4: true,
+            rx_tcp: true,
+            tx_ipv4: true,
+            tx_tcp: true,
+        }
+    } else {
+        ChecksumOffloads::default()
+    };
+    assert_eq!(offloads, want, "dpctl status shows what is in use");
+    let log = dpd.log_text();
+    let said = if offload {
+        "checksum offload rx ipv4+tcp, tx ipv4+tcp"
+    } else {
+        "checksum offload off (checksum_offload = false)"
+    };
+    assert!(
+        log.contains(said),
+        "dpd says which offloads it uses:\n{log}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("body");
+    let resolve = format!("p256.test:443:{DUT}");
+    download(
+        &lab,
+        &format!("http://{DUT}/bytes/100000000"),
+        &resolve,
+        certs.path(),
+        &body,
+    );
+    verify_pattern_file(&body, 100_000_000);
+    download(
+        &lab,
+        "https://p256.test/bytes/50000000",
+        &resolve,
+        certs.path(),
+        &body,
+    );
+    verify_pattern_file(&body, 50_000_000);
+
+    // A SYN whose TCP checksum is wrong: dropped and counted (by the
+    // driver's verdict with offload, by software without), not answered.
+    let before = dpd.stats();
+    let sent = lab.client(&[
+        "/usr/bin/python3",
+        "-c",
+        &format!(
+            "from scapy.all import *\n\
+             conf.verb = 0\n\
+             mac = getmacbyip('{DUT}')\n\
+             sendp(Ether(dst=mac)/IP(src='{CLIENT}', dst='{DUT}')/TCP(sport=40001, dport=80, flags='S', seq=1, chksum=0x1234), iface='otap0')\n\
+             sendp(Ether(dst=mac)/IP(src='{CLIENT}', dst='{DUT}', chksum=0x1234)/TCP(sport=40002, dport=80, flags='S', seq=1), iface='otap0')\n"
+        ),
+    ]);
+    assert!(
+        sent.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
+    let after = dpd.stats_when(Duration::from_secs(5), |s| {
+        s.drops["bad_tcp_checksum"] > before.drops["bad_tcp_checksum"]
+            && s.drops["bad_ip_checksum"] > before.drops["bad_ip_checksum"]
+    });
+    assert_eq!(
+        after.drops["bad_tcp_checksum"],
+        before.drops["bad_tcp_checksum"] + 1
+    );
+    assert_eq!(
+        after.drops["bad_ip_checksum"],
+        before.drops["bad_ip_checksum"] + 1
+    );
+    assert_eq!(after.tcp_accepted, before.tcp_accepted, "no SYN taken");
+
+    // Retransmissions are built by the same path: 2 % of the segments
+    // each way dropped.
+    lab.drop_tcp(2);
+    download(
+        &lab,
+        &format!("http://{DUT}/bytes/20000000"),
+        &resolve,
+        certs.path(),
+        &body,
+    );
+    verify_pattern_file(&body, 20_000_000);
+}
+
+/// Moves the kernel side of dpd's tap into the client namespace with
+/// `addr`; the kernel's transmit checksums are filled in (no partial
+/// checksums towards dpd).
+fn tap_to_client_namespace(lab: &Lab, tap: &str, addr: &str) {
+    let cli = format!("{}-cli", lab.name);
+    let o = run(Command::new("ip").args([
+        "-n",
+        &format!("{}-dut", lab.name),
+        "link",
+        "set",
+        tap,
+        "netns",
+        &cli,
+    ]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let prefix = format!("{addr}/24");
+    for args in [
+        &["ip", "addr", "add", &prefix, "dev", tap][..],
+        &["ip", "link", "set", tap, "up"],
+        &["ethtool", "-K", tap, "tx", "off"],
+    ] {
+        let o = lab.client(args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+/// The checksum offloads `dpctl status` reports for the port.
+fn port_offloads(dpd: &Dpd) -> ChecksumOffloads {
+    let reply = Client::connect(&dpd.socket)
+        .and_then(|mut c| c.call(&Request::Status))
+        .unwrap();
+    match reply.body {
+        Some(Body::Status(s)) => s.ports[0].checksum_offload,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// curl `url` from the client namespace into `out`; panics unless it got
+/// a 200 with every byte.
+fn download(lab: &Lab, url: &str, resolve: &str, certs: &Path, out: &Path) {
+    let o = lab.client(&[
+        "curl",
+        "-sS",
+        "--max-time",
+        "120",
+        "--cacert",
+        &format!("{}/ca.pem", certs.display()),
+        "--resolve",
+        resolve,
+        "-o",
+        out.to_str().unwrap(),
+        "-w",
+        "%{http_code} %{size_download}",
+        url,
+    ]);
+    let got = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && got.starts_with("200 "),
+        "{url}: {got} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
