@@ -92,6 +92,35 @@ mod listen_tests {
     }
 
     #[test]
+    fn a_checksum_the_port_judged_is_not_computed_again() {
+        let client = Ipv4Addr::new(10, 0, 0, 2);
+        let dut = Ipv4Addr::new(10, 0, 0, 1);
+        let mut tcp: TcpEngine<()> =
+            TcpEngine::new(TcpConfig::default(), Instant::ZERO, Secret::from_seed(5));
+        tcp.listen(dut, 80);
+        let t = Instant::from_millis(5);
+        let mut wrong = syn(4000);
+        wrong[16] ^= 0x55;
+        // Software finds the bad checksum; a port that says good is
+        // trusted, one that says bad is believed over right bytes.
+        assert_eq!(
+            tcp.input_checked(t, client, dut, &wrong, Check::Unknown),
+            Err(SegmentDrop::BadChecksum)
+        );
+        assert_eq!(
+            tcp.input_checked(t, client, dut, &syn(4001), Check::Bad),
+            Err(SegmentDrop::BadChecksum)
+        );
+        assert_eq!(
+            tcp.counters().accepted + synacks(&mut tcp, t).len() as u64,
+            0
+        );
+        tcp.input_checked(t, client, dut, &wrong, Check::Good)
+            .unwrap();
+        assert_eq!(synacks(&mut tcp, t).len(), 1);
+    }
+
+    #[test]
     fn cookie_acks_are_looked_at_only_while_cookies_are_out() {
         let client = Ipv4Addr::new(10, 0, 0, 2);
         let dut = Ipv4Addr::new(10, 0, 0, 1);
