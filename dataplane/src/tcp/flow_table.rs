@@ -7,17 +7,15 @@
 //! entries, looked up only by segments that match no connection (a new
 //! SYN, a late retransmission). One map for both (as Linux's established
 //! hash) was measured slower: the live lookups then miss the cache too.
-//! TIME-WAIT entries wait in the arrival-order [`TimeWaitQueue`]; their
-//! map holds their positions.
+//! TIME-WAIT entries are in their own table ([`TimeWaitTable`]).
 //!
 //! TIME-WAIT is bounded (`max_time_wait`): when it is full the oldest
 //! entry is recycled, as Linux does past `tcp_max_tw_buckets`, so it never
 //! refuses a new connection and never counts against `max_connections`.
 
-use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
-use super::time_wait::{TimeWait, TimeWaitQueue};
+use super::time_wait::{TimeWait, TimeWaitTable};
 use super::{ConnId, FlowHashing, FlowKey};
 use crate::time::Instant;
 
@@ -35,13 +33,7 @@ pub(super) enum Found {
 #[derive(Debug)]
 pub(super) struct FlowTable {
     conns: Map<ConnId>,
-    /// Position of each TIME-WAIT entry in `time_wait`.
-    waiting: Map<u32>,
-    time_wait: TimeWaitQueue,
-    max_time_wait: usize,
-    /// TIME-WAIT entries recycled before their time because the table
-    /// was full.
-    pub recycled: u64,
+    time_wait: TimeWaitTable,
 }
 
 impl FlowTable {
@@ -50,11 +42,14 @@ impl FlowTable {
     pub fn new(max_time_wait: usize, hashing: FlowHashing) -> Self {
         Self {
             conns: Map::with_hasher(hashing),
-            waiting: Map::with_hasher(hashing),
-            time_wait: TimeWaitQueue::default(),
-            max_time_wait,
-            recycled: 0,
+            time_wait: TimeWaitTable::new(max_time_wait, hashing),
         }
+    }
+
+    /// TIME-WAIT entries recycled before their time because the table
+    /// was full.
+    pub fn recycled(&self) -> u64 {
+        self.time_wait.recycled
     }
 
     /// What `key` belongs to: a connection, else TIME-WAIT.
@@ -80,21 +75,20 @@ impl FlowTable {
 
     /// Entries waiting out TIME-WAIT.
     pub fn time_wait_len(&self) -> usize {
-        self.waiting.len()
+        self.time_wait.len()
     }
 
     /// Bytes held (capacities; hashbrown keeps one control byte per
     /// bucket besides the entry).
     pub fn bytes(&self) -> usize {
         self.conns.capacity() * (std::mem::size_of::<(FlowKey, ConnId)>() + 1)
-            + self.waiting.capacity() * (std::mem::size_of::<(FlowKey, u32)>() + 1)
             + self.time_wait.bytes()
     }
 
     /// Records connection `id` for `key`, which must be free (a
     /// TIME-WAIT entry for it is ended first: [`FlowTable::end_time_wait`]).
     pub fn insert_conn(&mut self, key: FlowKey, id: ConnId) {
-        debug_assert!(!self.waiting.contains_key(&key), "{key:?} is in TIME-WAIT");
+        debug_assert!(self.time_wait(&key).is_none(), "{key:?} is in TIME-WAIT");
         let old = self.conns.insert(key, id);
         debug_assert!(old.is_none(), "{key:?} was taken");
     }
@@ -106,82 +100,35 @@ impl FlowTable {
 
     /// The TIME-WAIT entry of `key`.
     pub fn time_wait(&self, key: &FlowKey) -> Option<TimeWait> {
-        let tw = self.time_wait.get(*self.waiting.get(key)?);
-        // Never expected: a hole's key leaves the map with it.
-        debug_assert!(tw.is_some(), "{key:?} maps to a TIME-WAIT hole");
-        tw
+        self.time_wait.get(key)
     }
 
     /// Starts TIME-WAIT for `tw.key` (whose connection has left the
     /// table), recycling the oldest entry when the table is full. With a
     /// bound of 0 nothing is kept.
     pub fn enter_time_wait(&mut self, tw: TimeWait) {
-        if self.max_time_wait == 0 {
-            return;
-        }
         debug_assert!(
             !self.conns.contains_key(&tw.key),
             "{:?} has a connection",
             tw.key
         );
-        // Pushed first: a key already waiting is replaced, not counted
-        // twice, and the bound is kept without a lookup beforehand.
-        self.push(tw);
-        while self.waiting.len() > self.max_time_wait {
-            let Some(old) = self.time_wait.pop_front(None) else {
-                break;
-            };
-            self.waiting.remove(&old.key);
-            self.recycled += 1;
-        }
-    }
-
-    /// Queues `tw` last and records its position (replacing any entry of
-    /// its key: the caller has taken that one out of the queue).
-    fn push(&mut self, tw: TimeWait) {
-        // Holes left by early removals and restarts are dropped when they
-        // reach the front; a peer restarting one entry over and over must
-        // not grow the queue past twice the bound meanwhile.
-        if self.time_wait.slots() >= 2 * self.max_time_wait.max(64) {
-            let waiting = &mut self.waiting;
-            self.time_wait.compact(|key, at| {
-                if let Some(pos) = waiting.get_mut(key) {
-                    *pos = at;
-                }
-            });
-        }
-        let at = self.time_wait.push(tw);
-        if let Some(old) = self.waiting.insert(tw.key, at) {
-            // A key entering twice without leaving: keep the queue right.
-            self.time_wait.take(old);
-        }
+        self.time_wait.insert(tw);
     }
 
     /// Ends TIME-WAIT for `key` early (reopened by a SYN, reused by a
     /// connect).
     pub fn end_time_wait(&mut self, key: &FlowKey) -> Option<TimeWait> {
-        let at = self.waiting.remove(key)?;
-        self.time_wait.take(at)
+        self.time_wait.remove(key)
     }
 
-    /// Restarts the 2 MSL wait of `key` (a retransmitted FIN arrived): it
-    /// moves to the back of the queue, which stays in deadline order.
+    /// Restarts the 2 MSL wait of `key` (a retransmitted FIN arrived).
     pub fn restart_time_wait(&mut self, key: &FlowKey, until: Instant) {
-        let Entry::Occupied(e) = self.waiting.entry(*key) else {
-            return;
-        };
-        let at = e.remove();
-        if let Some(mut tw) = self.time_wait.take(at) {
-            tw.until = until;
-            self.push(tw);
-        }
+        self.time_wait.restart(key, until);
     }
 
     /// Ends the TIME-WAIT entries whose 2 MSL are over.
     pub fn expire(&mut self, now: Instant) {
-        while let Some(tw) = self.time_wait.pop_front(Some(now)) {
-            self.waiting.remove(&tw.key);
-        }
+        self.time_wait.expire(now);
     }
 }
 
@@ -204,82 +151,7 @@ mod tests {
             rcv_nxt: Seq(2),
             ts_recent: None,
             window: 100,
-            entered: Instant::from_millis(at),
             until: Instant::from_millis(at) + Duration::from_secs(30),
-        }
-    }
-
-    #[test]
-    fn full_table_recycles_the_oldest_and_expiry_follows_arrival() {
-        let mut t = FlowTable::new(3, FlowHashing::default());
-        for p in 1..=5 {
-            t.enter_time_wait(tw(p, u64::from(p)));
-        }
-        assert_eq!((t.time_wait_len(), t.recycled), (3, 2));
-        assert!(t.time_wait(&tw(1, 0).key).is_none() && t.time_wait(&tw(2, 0).key).is_none());
-        assert!(t.time_wait(&tw(5, 0).key).is_some());
-        // A restarted entry outlives the ones after it.
-        t.restart_time_wait(&tw(3, 0).key, Instant::from_millis(100_000));
-        t.end_time_wait(&tw(4, 0).key);
-        t.expire(Instant::from_millis(40_000));
-        assert_eq!(t.time_wait_len(), 1);
-        assert!(t.time_wait(&tw(3, 0).key).is_some());
-        t.expire(Instant::from_millis(100_000));
-        assert_eq!(t.time_wait_len(), 0);
-        assert!(t.time_wait.slots() == 0);
-    }
-
-    #[test]
-    fn agrees_with_a_plain_model() {
-        // Random inserts, removals, restarts and expiries against a list.
-        let mut t = FlowTable::new(50, FlowHashing::default());
-        let mut model: Vec<TimeWait> = Vec::new();
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut now = 0u64;
-        for _ in 0..20_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let port = (x % 97) as u16;
-            match (x >> 8) % 5 {
-                0 | 1 => {
-                    let e = tw(port, now);
-                    t.enter_time_wait(e);
-                    model.retain(|m| m.key != e.key);
-                    if model.len() == 50 {
-                        model.remove(0);
-                    }
-                    model.push(e);
-                }
-                2 => {
-                    let k = tw(port, 0).key;
-                    assert_eq!(t.end_time_wait(&k), {
-                        let i = model.iter().position(|m| m.key == k);
-                        i.map(|i| model.remove(i))
-                    });
-                }
-                3 => {
-                    let k = tw(port, 0).key;
-                    let until = Instant::from_millis(now) + Duration::from_secs(30);
-                    t.restart_time_wait(&k, until);
-                    if let Some(i) = model.iter().position(|m| m.key == k) {
-                        let mut m = model.remove(i);
-                        m.until = until;
-                        model.push(m);
-                    }
-                }
-                _ => {
-                    now += (x >> 20) % 3000;
-                    let at = Instant::from_millis(now);
-                    t.expire(at);
-                    model.retain(|m| m.until > at);
-                }
-            }
-            assert_eq!(t.time_wait_len(), model.len());
-            assert!(t.time_wait.slots() <= 2 * 64 + 1);
-        }
-        for m in &model {
-            assert_eq!(t.time_wait(&m.key), Some(*m));
         }
     }
 
@@ -300,7 +172,7 @@ mod tests {
         // Full TIME-WAIT recycles only TIME-WAIT entries.
         t.enter_time_wait(c);
         t.enter_time_wait(tw(4, 0));
-        assert_eq!((t.conns(), t.time_wait_len(), t.recycled), (1, 2, 1));
+        assert_eq!((t.conns(), t.time_wait_len(), t.recycled()), (1, 2, 1));
         assert_eq!(t.find(&b.key), Found::Nothing);
         assert_eq!(t.find(&a.key), Found::Conn(ConnId::new(7, 0)));
         // A SYN reopening c: its entry becomes a connection again.

@@ -525,7 +525,7 @@ impl<A: Default> TcpEngine<A> {
         c.active = self.flows.conns() as u64 - in_slot;
         c.half_open = self.states[State::SynReceived as usize];
         c.time_wait = self.flows.time_wait_len() as u64 + in_slot;
-        c.time_wait_recycled = self.flows.recycled;
+        c.time_wait_recycled = self.flows.recycled();
         c.buffer_bytes = self.buffers.bytes_held() as u64;
         c.buffer_denied = self.buffers.denied();
         c
@@ -653,8 +653,9 @@ impl<A: Default> TcpEngine<A> {
         if let Some(tw) = self.flows.time_wait(&key) {
             // RFC 6191: our SYN's TSval (a millisecond clock) is above any
             // the old connection sent, so the peer can tell them apart once
-            // timestamps were in use; Linux's tcp_tw_reuse waits 1 s more.
-            if tw.ts_recent.is_none() || now.saturating_since(tw.entered) < TIME_WAIT_REUSE {
+            // timestamps were in use; Linux's tcp_tw_reuse waits 1 s more
+            // after TIME-WAIT began (one `time_wait` before its end).
+            if tw.ts_recent.is_none() || now + self.cfg.time_wait < tw.until + TIME_WAIT_REUSE {
                 return Err(ConnectError::InUse);
             }
             self.flows.end_time_wait(&key);

@@ -522,7 +522,6 @@ impl<A: Default> Conn<A> {
             rcv_nxt: self.rcv_nxt,
             ts_recent: self.ts_recent,
             window: self.window_field(cfg).0,
-            entered: now,
             until: self.timewait_until.unwrap_or(now + cfg.time_wait),
         }
     }
