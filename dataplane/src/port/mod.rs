@@ -12,7 +12,7 @@ pub mod memory;
 pub mod pcap;
 
 pub use impair::{ImpairConfig, ImpairStats, Impaired};
-pub use memory::{link, MemBuf, MemPort};
+pub use memory::{link, link_with_offload, MemBuf, MemPort};
 pub use pcap::PcapTap;
 
 use smoltcp::wire::EthernetAddress;
