@@ -9,7 +9,13 @@
 //!   cargo bench -p dataplane --bench inmemory -- --hold [--tls] CONNS
 //!   cargo bench -p dataplane --bench inmemory -- --scale [--tls] [MAX_ENGINES]
 //!   cargo bench -p dataplane --bench inmemory -- --steer
-//!   cargo bench -p dataplane --bench inmemory -- --defaults [CONNS]
+//!   cargo bench -p dataplane --bench inmemory -- --defaults [--split] [CONNS]
+//!
+//! `--offload` (with any of these) joins engine and generator by a link
+//! that fills and checks IPv4 and TCP checksums as a NIC does, so the
+//! engine leaves them to the port as `dpd` does on such a NIC.
+//! `--split` runs the generator on CPU 0 and the server on CPU 1
+//! (`perf record` of the server alone).
 //!
 //! `--scale` runs 1, 2, 4 ... engines at once, each on its own thread with
 //! its own generator and in-memory link (share-nothing, as in `dpd`; the
@@ -26,7 +32,7 @@ use dataplane::dpdk::TscClock;
 use dataplane::engine::{Engine, EngineConfig};
 use dataplane::loadgen::{LoadConfig, LoadGen};
 use dataplane::net::InterfaceConfig;
-use dataplane::port::{link, MemPort};
+use dataplane::port::{link, link_with_offload, MemPort};
 use dataplane::stats::SharedCounters;
 use dataplane::tcp::TcpConfig;
 use smoltcp::wire::EthernetAddress;
@@ -87,7 +93,13 @@ fn setup_tcp(
         prefix_len: 8,
         gateway: None,
     };
-    let (a, b) = link(
+    // With `--offload` the link fills and checks checksums as a NIC does.
+    let make = if std::env::args().any(|a| a == "--offload") {
+        link_with_offload
+    } else {
+        link
+    };
+    let (a, b) = make(
         EthernetAddress([2, 0, 0, 0, 1, 1]),
         EthernetAddress([2, 0, 0, 0, 1, 2]),
         8192,
@@ -196,7 +208,7 @@ fn run_tcp(
 /// TIME-WAIT entries) and more connections than TIME-WAIT holds: the
 /// server closes first, so its TIME-WAIT table fills and recycles, and no
 /// SYN may be refused.
-fn cps_defaults(conns: u64) {
+fn cps_defaults(conns: u64, split: bool) {
     let load = LoadConfig {
         server: SRV,
         port: 80,
@@ -206,7 +218,11 @@ fn cps_defaults(conns: u64) {
         total_conns: conns,
         sources: 64,
     };
-    let (r, server) = run_tcp(load, TcpConfig::default(), None);
+    let (r, server) = if split {
+        run_split(load, TcpConfig::default())
+    } else {
+        run_tcp(load, TcpConfig::default(), None)
+    };
     let t = server.tcp().counters();
     println!(
         "CPS   {} connections from 64 addresses, default [tcp]: server engine {:.0} ns/connection = {:.0} connections/s per core; TIME-WAIT {} (bound {}), {} recycled, {} SYNs refused; server state {} MiB; wall {:.2} s",
@@ -221,6 +237,65 @@ fn cps_defaults(conns: u64) {
         r.wall_s
     );
     assert_eq!(t.syn_dropped, 0, "TIME-WAIT refused connections");
+}
+
+/// [`run_tcp`] with the generator on its own thread (CPU 0) and the
+/// server on this one (CPU 1), as a server and its clients run apart:
+/// `perf record -C 1` then profiles the server alone, and the generator's
+/// work no longer shares the server's caches. Frames cross cores.
+fn run_split(load: LoadConfig, tcp: TcpConfig) -> (Result, Engine<MemPort>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (mut server, client) = setup_tcp(load, tcp, None);
+    let done = AtomicBool::new(false);
+    let clock = TscClock::new();
+    let pin = |cpu: usize| {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET and
+        // sched_setaffinity only read and write that set.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    };
+    let start = clock.ticks();
+    let (mut srv_ticks, mut cli_ticks) = (0u64, 0u64);
+    let client = std::thread::scope(|s| {
+        let gen = s.spawn(|| {
+            pin(0);
+            let mut client = client;
+            let mut ticks = 0u64;
+            while !client.done() {
+                let t0 = clock.ticks();
+                if client.poll(clock.at(t0)) > 0 {
+                    ticks += clock.ticks() - t0;
+                }
+            }
+            done.store(true, Ordering::Release);
+            (client, ticks)
+        });
+        pin(1);
+        while !done.load(Ordering::Acquire) {
+            let t1 = clock.ticks();
+            if server.poll(clock.at(t1)) > 0 {
+                srv_ticks += clock.ticks() - t1;
+            }
+        }
+        let (client, ticks) = gen.join().expect("generator thread");
+        cli_ticks = ticks;
+        client
+    });
+    let hz = clock.hz() as f64;
+    let s = client.stats();
+    assert_eq!(s.failed, 0, "{s:?}");
+    let r = Result {
+        conns: s.completed,
+        responses: s.responses,
+        bytes: s.body_bytes,
+        server_s: srv_ticks as f64 / hz,
+        client_s: cli_ticks as f64 / hz,
+        wall_s: (clock.ticks() - start) as f64 / hz,
+    };
+    (r, server)
 }
 
 /// Opens `conns` connections and holds them idle; reports the server
@@ -320,7 +395,7 @@ fn main() {
     }
     if std::env::args().any(|a| a == "--defaults") {
         // cargo bench -p dataplane --bench inmemory -- --defaults 600000
-        cps_defaults(conns);
+        cps_defaults(conns, std::env::args().any(|a| a == "--split"));
         return;
     }
     let r = run(LoadConfig {
