@@ -196,7 +196,7 @@ fn judge_checksums(frame: &[u8]) -> RxChecks {
     let (Some(header), Some(packet)) = (ip.get(..ihl), ip.get(..total)) else {
         return checks;
     };
-    if ihl < 20 {
+    if ihl < 20 || total < ihl {
         return checks;
     }
     let good = |ok| if ok { Check::Good } else { Check::Bad };
@@ -514,5 +514,9 @@ mod tests {
         let mut short = tcp_frame(&mut a);
         short.set_len(30);
         assert_eq!(send(&mut a, &mut b, short).rx_checks(), RxChecks::default());
+        // A total length shorter than the header: judged by no one.
+        let mut liar = tcp_frame(&mut a);
+        liar.data_mut()[16..18].copy_from_slice(&10u16.to_be_bytes());
+        assert_eq!(send(&mut a, &mut b, liar).rx_checks(), RxChecks::default());
     }
 }
