@@ -191,17 +191,23 @@ fn run_tcp(
             client.tcp().counters()
         );
     }
+    let wall = clock.ticks() - start;
+    (result(&client, srv_ticks, cli_ticks, wall, hz), server)
+}
+
+/// A finished run's figures from the generator's count and the ticks
+/// each side was busy; no connection may have failed.
+fn result(client: &LoadGen<MemPort>, srv_ticks: u64, cli_ticks: u64, wall: u64, hz: f64) -> Result {
     let s = client.stats();
     assert_eq!(s.failed, 0, "{s:?}");
-    let r = Result {
+    Result {
         conns: s.completed,
         responses: s.responses,
         bytes: s.body_bytes,
         server_s: srv_ticks as f64 / hz,
         client_s: cli_ticks as f64 / hz,
-        wall_s: (clock.ticks() - start) as f64 / hz,
-    };
-    (r, server)
+        wall_s: wall as f64 / hz,
+    }
 }
 
 /// CPS with the default `[tcp]` settings (65,536 connections, 262,144
@@ -285,17 +291,8 @@ fn run_split(load: LoadConfig, tcp: TcpConfig) -> (Result, Engine<MemPort>) {
         client
     });
     let hz = clock.hz() as f64;
-    let s = client.stats();
-    assert_eq!(s.failed, 0, "{s:?}");
-    let r = Result {
-        conns: s.completed,
-        responses: s.responses,
-        bytes: s.body_bytes,
-        server_s: srv_ticks as f64 / hz,
-        client_s: cli_ticks as f64 / hz,
-        wall_s: (clock.ticks() - start) as f64 / hz,
-    };
-    (r, server)
+    let wall = clock.ticks() - start;
+    (result(&client, srv_ticks, cli_ticks, wall, hz), server)
 }
 
 /// Opens `conns` connections and holds them idle; reports the server

@@ -134,26 +134,8 @@ impl FlowTable {
 
 #[cfg(test)]
 mod tests {
+    use super::super::time_wait::tests::tw;
     use super::*;
-    use crate::tcp::Seq;
-    use std::net::Ipv4Addr;
-    use std::time::Duration;
-
-    fn tw(port: u16, at: u64) -> TimeWait {
-        TimeWait {
-            key: FlowKey {
-                local: Ipv4Addr::new(10, 0, 0, 1),
-                local_port: 80,
-                remote: Ipv4Addr::new(10, 0, 0, 2),
-                remote_port: port,
-            },
-            snd_nxt: Seq(1),
-            rcv_nxt: Seq(2),
-            ts_recent: None,
-            window: 100,
-            until: Instant::from_millis(at) + Duration::from_secs(30),
-        }
-    }
 
     #[test]
     fn one_lookup_finds_connections_and_time_wait_apart() {

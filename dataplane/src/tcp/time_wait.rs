@@ -266,6 +266,9 @@ impl TimeWaitTable {
         pos.wrapping_sub(self.head) < self.tail.wrapping_sub(self.head)
     }
 
+    /// `key`'s home bucket (the hash's low bits) and tag (its top 16);
+    /// only while there are buckets (`find` with entries, or after
+    /// `make_room`).
     fn hash(&self, key: &FlowKey) -> (usize, u16) {
         let h = self.hashing.hash_one(key);
         ((h as usize) & (self.buckets.len() - 1), (h >> 48) as u16)
@@ -391,12 +394,13 @@ impl TimeWaitTable {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::net::Ipv4Addr;
     use std::time::Duration;
 
-    fn tw(port: u16, at: u64) -> TimeWait {
+    /// An entry for 10.0.0.1:80 from 10.0.0.2:`port`, due 30 s after `at` ms.
+    pub(in crate::tcp) fn tw(port: u16, at: u64) -> TimeWait {
         TimeWait {
             key: FlowKey {
                 local: Ipv4Addr::new(10, 0, 0, 1),
