@@ -207,7 +207,9 @@ fn judge_checksums(frame: &[u8]) -> RxChecks {
             [ip[12], ip[13], ip[14], ip[15]],
             [ip[16], ip[17], ip[18], ip[19]],
         );
-        checks.l4 = good(crate::checksum::tcp_ok(src, dst, &packet[ihl..]));
+        if let Some(segment) = packet.get(ihl..) {
+            checks.l4 = good(crate::checksum::tcp_ok(src, dst, segment));
+        }
     }
     checks
 }

@@ -194,14 +194,18 @@ impl TimeWaitTable {
         if self.max == 0 {
             return;
         }
-        self.remove(&tw.key);
         self.make_room();
+        // One hash for both: the old entry's way and the new one's.
+        let (home, tag) = self.hash(&tw.key);
+        if let Some(w) = self.find_from(&tw.key, home, tag) {
+            self.take(w);
+        }
         let pos = self.tail;
         let len = self.ring.len();
         self.ring[pos as usize & (len - 1)] = Slot::new(&tw);
         self.tail = pos.wrapping_add(1);
         self.live += 1;
-        self.index(&tw.key, pos);
+        self.index_from(home, tag, pos);
         while self.live > self.max {
             if self.pop_front(None).is_none() {
                 break;
@@ -214,6 +218,11 @@ impl TimeWaitTable {
     /// connect).
     pub fn remove(&mut self, key: &FlowKey) -> Option<TimeWait> {
         let w = self.find(key)?;
+        Some(self.take(w))
+    }
+
+    /// Frees way `w` and leaves a hole in its ring slot.
+    fn take(&mut self, w: Way) -> TimeWait {
         let head = self.head;
         let b = &mut self.buckets[w.bucket];
         let pos = b.pos[w.way];
@@ -223,7 +232,7 @@ impl TimeWaitTable {
         let slot = &mut self.ring[pos as usize & mask];
         slot.live = false;
         self.live -= 1;
-        Some(slot.entry())
+        slot.entry()
     }
 
     /// Restarts `key`'s 2 MSL (a retransmitted FIN came): it moves to the
@@ -279,7 +288,12 @@ impl TimeWaitTable {
         if self.live == 0 {
             return None;
         }
-        let (mut bucket, tag) = self.hash(key);
+        let (home, tag) = self.hash(key);
+        self.find_from(key, home, tag)
+    }
+
+    /// [`Self::find`] from `key`'s home bucket and tag.
+    fn find_from(&self, key: &FlowKey, mut bucket: usize, tag: u16) -> Option<Way> {
         let mask = self.buckets.len() - 1;
         for _ in 0..self.buckets.len() {
             let b = &self.buckets[bucket];
@@ -302,7 +316,12 @@ impl TimeWaitTable {
     /// Records `key` at `pos` in the first free way from its bucket on,
     /// marking the full buckets it passes.
     fn index(&mut self, key: &FlowKey, pos: u32) {
-        let (mut bucket, tag) = self.hash(key);
+        let (home, tag) = self.hash(key);
+        self.index_from(home, tag, pos);
+    }
+
+    /// [`Self::index`] from the key's home bucket and tag.
+    fn index_from(&mut self, mut bucket: usize, tag: u16, pos: u32) {
         let mask = self.buckets.len() - 1;
         // Ways outnumber live entries (see `make_room`), so a free one
         // exists; the bound only keeps a broken invariant from looping.
@@ -317,7 +336,7 @@ impl TimeWaitTable {
             b.overflow = pos;
             bucket = (bucket + 1) & mask;
         }
-        debug_assert!(false, "no free way for {key:?}");
+        debug_assert!(false, "no free way from bucket {bucket}");
     }
 
     /// Makes room for one more slot at the tail and one more entry in the
