@@ -60,6 +60,8 @@ pub enum DropReason {
     /// A SYN refused by its VIP's limits (connection cap or per-source
     /// rate), answered by RST.
     ListenRefused,
+    /// A segment too long for the buffer or the port it was to go out on.
+    Oversize,
 }
 
 impl From<crate::tcp::SegmentDrop> for DropReason {
@@ -76,7 +78,7 @@ impl From<crate::tcp::SegmentDrop> for DropReason {
 }
 
 impl DropReason {
-    pub const COUNT: usize = 17;
+    pub const COUNT: usize = 18;
     pub const ALL: [DropReason; Self::COUNT] = [
         Self::Malformed,
         Self::NotForUs,
@@ -95,6 +97,7 @@ impl DropReason {
         Self::ListenOverflow,
         Self::SteerFull,
         Self::ListenRefused,
+        Self::Oversize,
     ];
 
     /// A stable snake_case name (used in stats output and metrics).
@@ -118,6 +121,7 @@ impl DropReason {
             Self::ListenOverflow => "listen_overflow",
             Self::SteerFull => "steer_full",
             Self::ListenRefused => "listen_refused",
+            Self::Oversize => "oversize",
         }
     }
 }

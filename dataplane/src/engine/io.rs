@@ -220,3 +220,20 @@ pub(super) fn flush<P: Port>(ep: &mut EnginePort<P>, now: Instant, counters: &mu
     ep.tx_captured = ep.tx.len();
     ep.tx_since = if ep.tx.is_empty() { None } else { Some(now) };
 }
+
+/// Payload bytes one TCP segment may carry for `port` to cut (TCP
+/// segmentation offload): what its largest frame leaves after the longest
+/// headers, and an IPv4 total length; 0 when it does not segment (or
+/// does not fill checksums, which segmenting needs).
+pub(super) fn segmentation_max<P: Port>(port: &P) -> u32 {
+    const HEADERS: usize = 14 + 20 + 60; // Ethernet, IPv4, TCP with options
+    match port.segmentation() {
+        Some(frame) if port.checksum_offload().tx() => {
+            let payload = frame
+                .saturating_sub(HEADERS)
+                .min(usize::from(u16::MAX) - 20 - 60);
+            payload as u32 // < 2^16
+        }
+        _ => 0,
+    }
+}

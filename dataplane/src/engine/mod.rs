@@ -343,6 +343,7 @@ impl<P: Port, A: Application> Engine<P, A> {
         self.uplinks.push(Uplink { iface, steering });
         let mut interface = Interface::new(iface);
         interface.set_checksum_offload(port.checksum_offload());
+        let segmentation = io::segmentation_max(&port);
         self.ports.push(EnginePort {
             port,
             iface: interface,
@@ -356,6 +357,14 @@ impl<P: Port, A: Application> Engine<P, A> {
             share: PortShare::OWN,
             tx_via: None,
         });
+        // TCP sizes a connection's segments without knowing its port:
+        // large ones only when every port cuts them.
+        let max = if self.ports.len() == 1 {
+            segmentation
+        } else {
+            segmentation.min(self.tcp.config().segmentation_max)
+        };
+        self.tcp.set_segmentation_max(max);
     }
 
     /// This engine's counters (up to date, unlike the published copy).
@@ -520,7 +529,12 @@ impl<P: Port, A: Application> Engine<P, A> {
                 counters.tx_blocked += 1;
                 return false;
             }
-            let Some(mut buf) = ep.port.alloc() else {
+            let buf = if seg.segment_size > 0 {
+                ep.port.alloc_large()
+            } else {
+                ep.port.alloc()
+            };
+            let Some(mut buf) = buf else {
                 counters.drop(DropReason::NoBuffer);
                 return false;
             };
@@ -566,6 +580,7 @@ impl<P: Port, A: Application> Engine<P, A> {
         c.tcp_active = t.active;
         c.tcp_time_wait_recycled = t.time_wait_recycled;
         c.tcp_retransmits = t.retransmits;
+        c.tcp_segmentation_offloads = t.offload_segments;
         c.tcp_resets_sent = t.resets_sent;
         c.tcp_timeouts = t.timeouts;
         c.tcp_syn_cookies_sent = t.syn_cookies_sent;

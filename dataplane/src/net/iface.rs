@@ -230,8 +230,18 @@ impl Interface {
         let Some(hop) = self.next_hop(seg.dst) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
-        let tcp_len = crate::tcp::wire::header_len(&seg.repr) + seg.repr.payload.len();
+        let header_len = crate::tcp::wire::header_len(&seg.repr);
+        let tcp_len = header_len + seg.repr.payload.len();
         let ip_len = IPV4_HEADER_LEN + tcp_len;
+        let segmented = seg.segment_size > 0;
+        if ETHERNET_HEADER_LEN + ip_len > buf.capacity()
+            || ip_len > usize::from(u16::MAX)
+            || segmented && !self.tx_checksums_offloaded
+        {
+            // TCP sizes segments to the port: only a port that changed
+            // under it (or a bug) gets here. Dropped; TCP resends.
+            return Verdict::Drop(DropReason::Oversize);
+        }
         buf.set_len(ETHERNET_HEADER_LEN + ip_len);
         // Written field by field (smoltcp's emitters cost more than the
         // checksums); `wire`'s tests hold the TCP part to smoltcp's.
@@ -241,7 +251,7 @@ impl Interface {
         let (ip, tcp) = packet.split_at_mut(IPV4_HEADER_LEN);
         ip[0] = 0x45; // version 4, 5 words
         ip[1] = 0; // DSCP, ECN
-        let total = ip_len as u16; // segments are sized to the MSS: under 64 KiB
+        let total = ip_len as u16; // checked above: under 64 KiB
         ip[2..4].copy_from_slice(&total.to_be_bytes());
         ip[4..6].copy_from_slice(&self.next_ident.to_be_bytes());
         self.next_ident = self.next_ident.wrapping_add(1);
@@ -258,7 +268,16 @@ impl Interface {
             // zero IPv4 checksum, the TCP field holding the pseudo-header.
             let sum = crate::checksum::tcp_pseudo_header(src, dst, tcp_len);
             tcp[16..18].copy_from_slice(&sum.to_be_bytes());
-            buf.request_tx_checksums(ETHERNET_HEADER_LEN as u8, IPV4_HEADER_LEN as u8);
+            if segmented {
+                buf.request_segmentation(
+                    ETHERNET_HEADER_LEN as u8,
+                    IPV4_HEADER_LEN as u8,
+                    header_len as u8, // at most 60
+                    seg.segment_size,
+                );
+            } else {
+                buf.request_tx_checksums(ETHERNET_HEADER_LEN as u8, IPV4_HEADER_LEN as u8);
+            }
         } else {
             let sum = crate::checksum::ipv4_header(ip);
             ip[10..12].copy_from_slice(&sum.to_be_bytes());
@@ -506,6 +525,8 @@ mod tests {
     struct DeviceBuf {
         bytes: Vec<u8>,
         requested: Option<(u8, u8)>,
+        /// A segmentation request: header lengths and segment size.
+        cut: Option<(u8, u8, u8, u16)>,
         rx: RxChecks,
     }
 
@@ -528,6 +549,9 @@ mod tests {
         fn request_tx_checksums(&mut self, l2_len: u8, l3_len: u8) {
             self.requested = Some((l2_len, l3_len));
         }
+        fn request_segmentation(&mut self, l2: u8, l3: u8, l4: u8, mss: u16) {
+            self.cut = Some((l2, l3, l4, mss));
+        }
     }
 
     fn iface() -> Interface {
@@ -541,7 +565,12 @@ mod tests {
 
     /// A 100-byte data segment from the interface's address, framed.
     fn framed(iface: &mut Interface) -> DeviceBuf {
-        let payload = [7u8; 100];
+        framed_as(iface, &[7u8; 100], 0).1
+    }
+
+    /// A data segment of `payload` for the port to cut at `segment_size`
+    /// (0: not cut), framed; and the verdict.
+    fn framed_as(iface: &mut Interface, payload: &[u8], segment_size: u16) -> (Verdict, DeviceBuf) {
         let seg = Outgoing {
             src: Ipv4Addr::new(10, 0, 0, 1),
             dst: Ipv4Addr::new(10, 0, 0, 2),
@@ -557,12 +586,37 @@ mod tests {
                 sack_permitted: false,
                 sack_ranges: [None; 3],
                 timestamp: None,
-                payload: &payload,
+                payload,
             },
+            segment_size,
         };
         let mut buf = DeviceBuf::default();
-        iface.write_tcp(Instant::from_millis(0), &seg, &mut buf);
-        buf
+        let verdict = iface.write_tcp(Instant::from_millis(0), &seg, &mut buf);
+        (verdict, buf)
+    }
+
+    #[test]
+    fn a_segment_to_cut_asks_the_device_and_fits_its_buffer() {
+        let mut hard = iface();
+        hard.set_checksum_offload(ChecksumOffload {
+            tx_ipv4: true,
+            tx_tcp: true,
+            ..ChecksumOffload::default()
+        });
+        let (_, cut) = framed_as(&mut hard, &[1u8; 1900], 1000);
+        assert_eq!(cut.cut, Some((14, 20, 20, 1000)));
+        assert_eq!(cut.bytes.len(), 14 + 40 + 1900);
+        // The pseudo-header sum covers the whole TCP length (Linux's
+        // partial checksum; a DPDK buffer takes the length back out).
+        let tcp = &cut.bytes[34..];
+        let pseudo = crate::checksum::tcp_pseudo_header([10, 0, 0, 1], [10, 0, 0, 2], 1920);
+        assert_eq!(u16::from_be_bytes([tcp[16], tcp[17]]), pseudo);
+        // Longer than the buffer, or to cut without checksum offload:
+        // dropped, never a panic.
+        let (verdict, _) = framed_as(&mut hard, &[1u8; 2100], 1000);
+        assert_eq!(verdict, Verdict::Drop(DropReason::Oversize));
+        let (verdict, _) = framed_as(&mut iface(), &[1u8; 1900], 1000);
+        assert_eq!(verdict, Verdict::Drop(DropReason::Oversize));
     }
 
     #[test]

@@ -140,7 +140,12 @@ impl<P: Port> Port for Impaired<P> {
                 at = at + self.cfg.reorder_delay;
             }
             if self.rng.chance(self.cfg.duplicate) {
-                if let Some(mut copy) = self.inner.alloc() {
+                let len = buf.data().len();
+                let copy = match self.inner.alloc() {
+                    Some(c) if c.capacity() >= len => Some(c),
+                    _ => self.inner.alloc_large().filter(|c| c.capacity() >= len),
+                };
+                if let Some(mut copy) = copy {
                     copy.set_len(buf.data().len());
                     copy.data_mut().copy_from_slice(buf.data());
                     copy.copy_offload_from(&buf);
@@ -160,6 +165,14 @@ impl<P: Port> Port for Impaired<P> {
 
     fn checksum_offload(&self) -> ChecksumOffload {
         self.inner.checksum_offload()
+    }
+
+    fn segmentation(&self) -> Option<usize> {
+        self.inner.segmentation()
+    }
+
+    fn alloc_large(&mut self) -> Option<P::Buf> {
+        self.inner.alloc_large()
     }
 
     fn rss_steering(&self) -> Option<super::RssSteering> {

@@ -8,9 +8,11 @@
 //! is the next one that thread takes (DPDK's per-lcore mempool cache), so
 //! frames are built in buffers still in the core's cache, not in the
 //! coldest of the pool. And a link may offload checksums as a NIC does
-//! ([`link_with_offload`]).
+//! ([`link_with_offload`]), and TCP segmentation too
+//! ([`link_with_segmentation`]).
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -23,6 +25,10 @@ use crate::time::Instant;
 /// Frame room of each buffer (a 1500-byte MTU frame plus slack).
 pub const MEM_BUF_SIZE: usize = 2048;
 
+/// Frame room of a large buffer, for a link that cuts TCP segments
+/// ([`Port::alloc_large`]): a 64 KiB IPv4 packet and its Ethernet header.
+pub const MEM_LARGE_BUF_SIZE: usize = 65536 + 14;
+
 /// Most buffers a thread keeps for one pool (DPDK's default cache is
 /// 512 a lcore at most; `dpd` uses 256).
 const CACHE_SIZE: usize = 256;
@@ -31,6 +37,8 @@ const CACHE_SIZE: usize = 256;
 struct Pool {
     free: ArrayQueue<Box<[u8]>>,
     limit: usize,
+    /// Bytes of each buffer.
+    size: usize,
     made: AtomicU64,
 }
 
@@ -46,6 +54,38 @@ thread_local! {
 }
 
 impl Pool {
+    fn new(limit: usize, size: usize) -> Arc<Self> {
+        Arc::new(Pool {
+            free: ArrayQueue::new(limit.max(1)),
+            limit,
+            size,
+            made: AtomicU64::new(0),
+        })
+    }
+
+    /// A buffer: a free one, else a new one while fewer than `limit`
+    /// exist.
+    fn alloc(self: &Arc<Self>) -> Option<MemBuf> {
+        let bytes = match self.take() {
+            Some(b) => b,
+            None => {
+                let made = self.made.fetch_add(1, Ordering::Relaxed);
+                if made as usize >= self.limit {
+                    self.made.fetch_sub(1, Ordering::Relaxed);
+                    return None;
+                }
+                vec![0u8; self.size].into_boxed_slice()
+            }
+        };
+        Some(MemBuf {
+            bytes,
+            len: 0,
+            pool: self.clone(),
+            fill: None,
+            cut: None,
+            rx: RxChecks::default(),
+        })
+    }
     /// A free buffer: this thread's latest freed, else the pool's.
     fn take(self: &Arc<Self>) -> Option<Box<[u8]>> {
         let cached = CACHES.with(|c| {
@@ -103,6 +143,9 @@ pub struct MemBuf {
     /// Checksums the sender's port is to fill (Ethernet and IPv4 header
     /// lengths), on a link that offloads them.
     fill: Option<(u8, u8)>,
+    /// Segments the sender's port is to cut this frame into, on a link
+    /// that does.
+    cut: Option<Cut>,
     rx: RxChecks,
 }
 
@@ -130,9 +173,22 @@ impl PacketBuf for MemBuf {
     fn request_tx_checksums(&mut self, l2_len: u8, l3_len: u8) {
         self.fill = Some((l2_len, l3_len));
     }
+    fn request_segmentation(&mut self, l2_len: u8, l3_len: u8, l4_len: u8, mss: u16) {
+        self.fill = Some((l2_len, l3_len));
+        self.cut = Some(Cut { l4: l4_len, mss });
+    }
     fn copy_offload_from(&mut self, other: &Self) {
         self.fill = other.fill;
+        self.cut = other.cut;
     }
+}
+
+/// A segmentation request: the TCP header's length and the payload
+/// bytes of each segment.
+#[derive(Debug, Clone, Copy)]
+struct Cut {
+    l4: u8,
+    mss: u16,
 }
 
 impl MemBuf {
@@ -152,6 +208,64 @@ impl MemBuf {
             (None, true) => self.rx = judge_checksums(self.data()),
             (None, false) => {}
         }
+    }
+}
+
+/// Cuts `frame` (Ethernet header of `l2` bytes, IPv4 of `l3`, TCP of
+/// `cut.l4`, then payload) into frames of at most `cut.mss` payload
+/// bytes as a NIC's TSO does: each gets the headers with its IPv4 total
+/// length, an identification one above the previous, its sequence
+/// number, FIN and PSH only on the last and CWR only on the first, and
+/// checksums filled. `piece` gives an empty buffer for each (none: the
+/// rest is dropped, as a NIC out of descriptors drops).
+fn cut_segments(
+    frame: &[u8],
+    l2: usize,
+    l3: usize,
+    cut: Cut,
+    mut piece: impl FnMut() -> Option<MemBuf>,
+    mut out: impl FnMut(MemBuf),
+) {
+    let headers = l2 + l3 + usize::from(cut.l4);
+    let mss = usize::from(cut.mss.max(1));
+    let (Some(head), Some(payload)) = (frame.get(..headers), frame.get(headers..)) else {
+        return;
+    };
+    if head.len() < l2 + l3 + 20 || l3 < 20 {
+        return;
+    }
+    let ident = u16::from_be_bytes([head[l2 + 4], head[l2 + 5]]);
+    let seq = u32::from_be_bytes([
+        head[l2 + l3 + 4],
+        head[l2 + l3 + 5],
+        head[l2 + l3 + 6],
+        head[l2 + l3 + 7],
+    ]);
+    let flags = head[l2 + l3 + 13];
+    let count = payload.len().div_ceil(mss).max(1);
+    for (i, at) in (0..count).map(|i| (i, i * mss)) {
+        let Some(mut b) = piece() else { return };
+        let data = &payload[at..(at + mss).min(payload.len())];
+        b.set_len(headers + data.len());
+        let f = b.data_mut();
+        f[..headers].copy_from_slice(head);
+        f[headers..].copy_from_slice(data);
+        let total = (l3 + usize::from(cut.l4) + data.len()) as u16; // < 64 KiB: cut from one
+        f[l2 + 2..l2 + 4].copy_from_slice(&total.to_be_bytes());
+        f[l2 + 4..l2 + 6].copy_from_slice(&ident.wrapping_add(i as u16).to_be_bytes());
+        let tcp = l2 + l3;
+        f[tcp + 4..tcp + 8].copy_from_slice(&seq.wrapping_add(at as u32).to_be_bytes());
+        let (fin, psh, cwr) = (0x01, 0x08, 0x80);
+        let mut fl = flags;
+        if i + 1 < count {
+            fl &= !(fin | psh);
+        }
+        if i > 0 {
+            fl &= !cwr;
+        }
+        f[tcp + 13] = fl;
+        fill_checksums(f, l2, l3);
+        out(b);
     }
 }
 
@@ -229,6 +343,11 @@ pub struct MemPort {
     tx: Arc<ArrayQueue<MemBuf>>,
     pool: Arc<Pool>,
     offload: bool,
+    /// Large buffers, where the link cuts TCP segments.
+    large: Option<Arc<Pool>>,
+    /// Segments cut from a received frame that the last burst had no
+    /// room for.
+    cut_pending: VecDeque<MemBuf>,
 }
 
 /// Makes a link of two ports with the given MACs; each direction holds at
@@ -239,7 +358,7 @@ pub fn link(
     depth: usize,
     buffers: usize,
 ) -> (MemPort, MemPort) {
-    link_with(mac_a, mac_b, depth, buffers, false)
+    link_with(mac_a, mac_b, depth, buffers, false, false)
 }
 
 /// [`link`] whose ports offload IPv4 and TCP checksums as a NIC does:
@@ -253,7 +372,21 @@ pub fn link_with_offload(
     depth: usize,
     buffers: usize,
 ) -> (MemPort, MemPort) {
-    link_with(mac_a, mac_b, depth, buffers, true)
+    link_with(mac_a, mac_b, depth, buffers, true, false)
+}
+
+/// [`link_with_offload`] whose ports also cut TCP segments (TSO): a
+/// frame of up to [`MEM_LARGE_BUF_SIZE`] bytes the sender asked to be
+/// segmented arrives as segments of the size asked, with their checksums
+/// judged good. Large buffers come from a pool of their own (an eighth
+/// of `buffers`, at least 4).
+pub fn link_with_segmentation(
+    mac_a: EthernetAddress,
+    mac_b: EthernetAddress,
+    depth: usize,
+    buffers: usize,
+) -> (MemPort, MemPort) {
+    link_with(mac_a, mac_b, depth, buffers, true, true)
 }
 
 fn link_with(
@@ -262,14 +395,12 @@ fn link_with(
     depth: usize,
     buffers: usize,
     offload: bool,
+    segmentation: bool,
 ) -> (MemPort, MemPort) {
     let ab = Arc::new(ArrayQueue::new(depth));
     let ba = Arc::new(ArrayQueue::new(depth));
-    let pool = Arc::new(Pool {
-        free: ArrayQueue::new(buffers),
-        limit: buffers,
-        made: AtomicU64::new(0),
-    });
+    let pool = Pool::new(buffers, MEM_BUF_SIZE);
+    let large = segmentation.then(|| Pool::new((buffers / 8).max(4), MEM_LARGE_BUF_SIZE));
     (
         MemPort {
             mac: mac_a,
@@ -277,6 +408,8 @@ fn link_with(
             tx: ab.clone(),
             pool: pool.clone(),
             offload,
+            large: large.clone(),
+            cut_pending: VecDeque::new(),
         },
         MemPort {
             mac: mac_b,
@@ -284,6 +417,8 @@ fn link_with(
             tx: ba,
             pool,
             offload,
+            large,
+            cut_pending: VecDeque::new(),
         },
     )
 }
@@ -319,8 +454,28 @@ impl Port for MemPort {
     fn rx_burst(&mut self, _now: Instant, out: &mut Vec<MemBuf>, max: usize) -> usize {
         let mut n = 0;
         while n < max {
+            if let Some(b) = self.cut_pending.pop_front() {
+                out.push(b);
+                n += 1;
+                continue;
+            }
             match self.rx.pop() {
                 Some(mut b) => {
+                    if let (Some(cut), Some((l2, l3))) = (b.cut.take(), b.fill) {
+                        // Cut by the sending NIC, each segment filled by it.
+                        let pool = &self.pool;
+                        let pending = &mut self.cut_pending;
+                        let good = RxChecks {
+                            ipv4: Check::Good,
+                            l4: Check::Good,
+                        };
+                        let piece = || pool.alloc();
+                        cut_segments(b.data(), l2.into(), l3.into(), cut, piece, |mut p| {
+                            p.rx = good;
+                            pending.push_back(p);
+                        });
+                        continue;
+                    }
                     b.arrive(self.offload);
                     out.push(b);
                     n += 1;
@@ -343,24 +498,18 @@ impl Port for MemPort {
     }
 
     fn alloc(&mut self) -> Option<MemBuf> {
-        let bytes = match self.pool.take() {
-            Some(b) => b,
-            None => {
-                let made = self.pool.made.fetch_add(1, Ordering::Relaxed);
-                if made as usize >= self.pool.limit {
-                    self.pool.made.fetch_sub(1, Ordering::Relaxed);
-                    return None;
-                }
-                vec![0u8; MEM_BUF_SIZE].into_boxed_slice()
-            }
-        };
-        Some(MemBuf {
-            bytes,
-            len: 0,
-            pool: self.pool.clone(),
-            fill: None,
-            rx: RxChecks::default(),
-        })
+        self.pool.alloc()
+    }
+
+    fn alloc_large(&mut self) -> Option<MemBuf> {
+        match &self.large {
+            Some(large) => large.alloc(),
+            None => self.pool.alloc(),
+        }
+    }
+
+    fn segmentation(&self) -> Option<usize> {
+        self.large.is_some().then_some(MEM_LARGE_BUF_SIZE)
     }
 
     fn checksum_offload(&self) -> ChecksumOffload {
@@ -475,6 +624,60 @@ mod tests {
         let mut got = Vec::new();
         assert_eq!(to.rx_burst(Instant::ZERO, &mut got, 1), 1);
         got.pop().unwrap()
+    }
+
+    #[test]
+    fn a_segmenting_link_cuts_a_large_frame_as_a_nic_does() {
+        let macs = (
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            EthernetAddress([2, 0, 0, 0, 0, 2]),
+        );
+        let (mut a, mut b) = link_with_segmentation(macs.0, macs.1, 8, 64);
+        assert_eq!(a.segmentation(), Some(MEM_LARGE_BUF_SIZE));
+        assert!(link(macs.0, macs.1, 8, 8).0.segmentation().is_none());
+        // 3,500 payload bytes, PSH and FIN, IPv4 id 7, seq 1000, cut at 1,000.
+        let mut big = a.alloc_large().unwrap();
+        assert_eq!(big.capacity(), MEM_LARGE_BUF_SIZE);
+        let payload: Vec<u8> = (0..3500u32).map(|i| i as u8).collect();
+        big.set_len(54 + payload.len());
+        let f = big.data_mut();
+        f.fill(0);
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        let total = (40 + payload.len()) as u16;
+        f[14..34].copy_from_slice(&[
+            0x45, 0, 0, 0, 0, 7, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ]);
+        f[16..18].copy_from_slice(&total.to_be_bytes());
+        f[34..38].copy_from_slice(&[0, 1, 0, 2]);
+        f[38..42].copy_from_slice(&1000u32.to_be_bytes());
+        f[46] = 5 << 4;
+        f[47] = 0x10 | 0x08 | 0x01; // ACK PSH FIN
+        f[54..].copy_from_slice(&payload);
+        let pseudo = crate::checksum::tcp_pseudo_header([10, 0, 0, 1], [10, 0, 0, 2], 20 + 3500);
+        f[50..52].copy_from_slice(&pseudo.to_be_bytes());
+        big.request_segmentation(14, 20, 20, 1000);
+        assert_eq!(a.tx_burst(Instant::ZERO, &mut vec![big]), 1);
+        // Fewer than the four pieces fit this burst; the rest come next.
+        let mut got = Vec::new();
+        assert_eq!(b.rx_burst(Instant::ZERO, &mut got, 3), 3);
+        assert_eq!(b.rx_burst(Instant::ZERO, &mut got, 8), 1);
+        let mut joined = Vec::new();
+        for (i, seg) in got.iter().enumerate() {
+            let d = seg.data();
+            let len = if i < 3 { 1000 } else { 500 };
+            assert_eq!(d.len(), 54 + len);
+            assert_eq!(u16::from_be_bytes([d[16], d[17]]) as usize, 40 + len);
+            assert_eq!(u16::from_be_bytes([d[18], d[19]]), 7 + i as u16);
+            let seq = u32::from_be_bytes([d[38], d[39], d[40], d[41]]);
+            assert_eq!(seq, 1000 + 1000 * i as u32);
+            let flags = if i < 3 { 0x10 } else { 0x19 };
+            assert_eq!(d[47], flags, "segment {i}");
+            // Filled right, and so judged.
+            assert_eq!(judge_checksums(d), seg.rx_checks());
+            assert_eq!(seg.rx_checks().l4, Check::Good);
+            joined.extend_from_slice(&d[54..]);
+        }
+        assert_eq!(joined, payload);
     }
 
     #[test]

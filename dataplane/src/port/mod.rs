@@ -12,7 +12,7 @@ pub mod memory;
 pub mod pcap;
 
 pub use impair::{ImpairConfig, ImpairStats, Impaired};
-pub use memory::{link, link_with_offload, MemBuf, MemPort};
+pub use memory::{link, link_with_offload, link_with_segmentation, MemBuf, MemPort};
 pub use pcap::PcapTap;
 
 use smoltcp::wire::EthernetAddress;
@@ -48,6 +48,16 @@ pub trait PacketBuf: Send {
     /// `tx_tcp` set; other buffers ignore it.
     #[inline]
     fn request_tx_checksums(&mut self, _l2_len: u8, _l3_len: u8) {}
+
+    /// Asks the port to cut this frame into TCP segments of at most
+    /// `mss` payload bytes as it transmits it (TCP segmentation offload),
+    /// filling every segment's checksums. The frame is laid out as for
+    /// [`PacketBuf::request_tx_checksums`] (the TCP checksum field holds
+    /// the pseudo-header sum over the whole frame's TCP length), with a
+    /// TCP header of `l4_len` bytes. Only for frames to a port whose
+    /// [`Port::segmentation`] is set; other buffers ignore it.
+    #[inline]
+    fn request_segmentation(&mut self, _l2_len: u8, _l3_len: u8, _l4_len: u8, _mss: u16) {}
 
     /// Takes over `other`'s offload requests (a copy of a frame is sent
     /// as the original would be).
@@ -122,6 +132,21 @@ pub trait Port {
     /// Checksum offloads in effect.
     fn checksum_offload(&self) -> ChecksumOffload {
         ChecksumOffload::default()
+    }
+
+    /// TCP segmentation the port does on transmit (TSO): the largest
+    /// frame, Ethernet header included, it takes to cut into segments
+    /// (`None`: it sends frames as they are). A port that segments also
+    /// offloads both transmit checksums.
+    fn segmentation(&self) -> Option<usize> {
+        None
+    }
+
+    /// A fresh buffer with room for the largest frame
+    /// [`Port::segmentation`] allows; a port that does not segment gives
+    /// an ordinary one.
+    fn alloc_large(&mut self) -> Option<Self::Buf> {
+        self.alloc()
     }
 
     /// How the port's RSS spreads received flows, when it has several

@@ -147,6 +147,14 @@ impl<P: Port> Port for PcapTap<P> {
         self.inner.checksum_offload()
     }
 
+    fn segmentation(&self) -> Option<usize> {
+        self.inner.segmentation()
+    }
+
+    fn alloc_large(&mut self) -> Option<P::Buf> {
+        self.inner.alloc_large()
+    }
+
     fn rss_steering(&self) -> Option<super::RssSteering> {
         self.inner.rss_steering()
     }

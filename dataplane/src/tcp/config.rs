@@ -49,6 +49,11 @@ pub struct TcpConfig {
     pub keepalive: Option<Duration>,
     pub keepalive_interval: Duration,
     pub keepalive_probes: u8,
+    /// Most payload bytes in one segment handed to the port. Above the
+    /// connection's segment size only where the port cuts segments itself
+    /// (TCP segmentation offload; the engine sets it from the port); 0:
+    /// one segment size.
+    pub segmentation_max: u32,
 }
 
 impl Default for TcpConfig {
@@ -73,6 +78,7 @@ impl Default for TcpConfig {
             keepalive: None,
             keepalive_interval: Duration::from_secs(75),
             keepalive_probes: 9,
+            segmentation_max: 0,
         }
     }
 }

@@ -181,6 +181,9 @@ pub struct Outgoing<'a> {
     pub src: Ipv4Addr,
     pub dst: Ipv4Addr,
     pub repr: TcpRepr<'a>,
+    /// The port is to cut the payload into segments of this many bytes
+    /// (TCP segmentation offload); 0: the segment goes as it is.
+    pub segment_size: u16,
 }
 
 /// Counters of the TCP engine.
@@ -234,6 +237,9 @@ pub struct TcpCounters {
     pub syn_cookies_rejected: u64,
     pub segments_in: u64,
     pub segments_out: u64,
+    /// Segments longer than one segment size, handed to the port to cut
+    /// (TCP segmentation offload).
+    pub offload_segments: u64,
 }
 
 /// The engine's secret (128 bits) for its keyed PRF, SipHash-2-4: ISNs
@@ -453,6 +459,12 @@ impl<A: Default> TcpEngine<A> {
 
     pub fn config(&self) -> &TcpConfig {
         &self.cfg
+    }
+
+    /// Payload bytes a segment may carry for the port to cut (TCP
+    /// segmentation offload; 0: none). See [`TcpConfig::segmentation_max`].
+    pub fn set_segmentation_max(&mut self, bytes: u32) {
+        self.cfg.segmentation_max = bytes;
     }
 
     /// Keeps the listeners `keep(addr, port)` holds true for; SYNs to the

@@ -56,6 +56,7 @@ impl<A: Default> TcpEngine<A> {
                 src: r.src,
                 dst: r.dst,
                 repr,
+                segment_size: 0,
             }) {
                 queue.push(r);
                 return false;
@@ -95,6 +96,7 @@ impl<A: Default> TcpEngine<A> {
                 src: tw.key.local,
                 dst: tw.key.remote,
                 repr,
+                segment_size: 0,
             }) {
                 self.time_wait_acks.push(tw);
                 return;
@@ -122,6 +124,7 @@ impl<A: Default> TcpEngine<A> {
                 src: c.key.local,
                 dst: c.key.remote,
                 repr,
+                segment_size: 0,
             }) {
                 self.cookie_synacks.push(c);
                 return;

@@ -267,7 +267,12 @@ impl<A: Default> Conn<A> {
             // RFC 9293 §3.8.4: SEG.SEQ = SND.NXT − 1, no data: the peer
             // answers with an ACK if it is there.
             let repr = self.repr(cfg, now, TcpControl::None, self.snd_nxt + u32::MAX, &[]);
-            if !emit(&Outgoing { src, dst, repr }) {
+            if !emit(&Outgoing {
+                src,
+                dst,
+                repr,
+                segment_size: 0,
+            }) {
                 return false;
             }
             counters.segments_out += 1;
@@ -445,6 +450,7 @@ impl<A: Default> Conn<A> {
             src: self.key.local,
             dst: self.key.remote,
             repr,
+            segment_size: 0,
         }) {
             return None;
         }
@@ -486,7 +492,8 @@ impl<A: Default> Conn<A> {
             } else {
                 0
             };
-            let room = self.data_room();
+            let segment = self.data_room();
+            let room = self.send_room(cfg, segment);
             let len = queued.min(room).min(usable);
             // Sender-side silly window avoidance (RFC 9293 §3.8.6.2.1,
             // MUST-38): when the peer's window is what limits us, send a
@@ -496,7 +503,7 @@ impl<A: Default> Conn<A> {
             // limits, what it allows goes.
             let window_bound = self.snd_wnd < self.cwnd;
             let worth = !window_bound
-                || len == room
+                || len >= segment
                 || len == queued
                 || len >= self.max_snd_wnd / 2
                 || self.probe;
@@ -510,10 +517,20 @@ impl<A: Default> Conn<A> {
                     TcpControl::Psh
                 };
                 let repr = self.repr(cfg, now, control, self.snd_nxt, payload);
-                if !emit(&Outgoing { src, dst, repr }) {
+                // Longer than a segment only where the port cuts it.
+                let segment_size = if plen > segment { segment as u16 } else { 0 };
+                if !emit(&Outgoing {
+                    src,
+                    dst,
+                    repr,
+                    segment_size,
+                }) {
                     return false;
                 }
                 counters.segments_out += 1;
+                if segment_size > 0 {
+                    counters.offload_segments += 1;
+                }
                 self.probe = false;
                 if self.rtt_probe.is_none()
                     && self.snd_nxt == self.snd_max
@@ -539,7 +556,12 @@ impl<A: Default> Conn<A> {
             }
             if fin_due && self.snd_nxt == data_end {
                 let repr = self.repr(cfg, now, TcpControl::Fin, self.snd_nxt, &[]);
-                if !emit(&Outgoing { src, dst, repr }) {
+                if !emit(&Outgoing {
+                    src,
+                    dst,
+                    repr,
+                    segment_size: 0,
+                }) {
                     return false;
                 }
                 counters.segments_out += 1;
@@ -552,6 +574,17 @@ impl<A: Default> Conn<A> {
             break;
         }
         true
+    }
+
+    /// Most new payload bytes for one segment handed to the port: one
+    /// `segment` (the data room of a segment), or as many whole ones as
+    /// fit `cfg.segmentation_max` where the port cuts them (TSO), and a
+    /// segment size the port's 16-bit field can carry.
+    fn send_room(&self, cfg: &TcpConfig, segment: u32) -> u32 {
+        if cfg.segmentation_max <= segment || segment > u32::from(u16::MAX) {
+            return segment;
+        }
+        cfg.segmentation_max / segment * segment
     }
 
     /// Sends our SYN (SYN-SENT) or SYN-ACK (SYN-RECEIVED) with its options
@@ -583,6 +616,7 @@ impl<A: Default> Conn<A> {
             src: self.key.local,
             dst: self.key.remote,
             repr,
+            segment_size: 0,
         }) {
             return false;
         }
@@ -610,6 +644,7 @@ impl<A: Default> Conn<A> {
             src: self.key.local,
             dst: self.key.remote,
             repr,
+            segment_size: 0,
         }) {
             return false;
         }
