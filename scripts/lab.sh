@@ -13,7 +13,14 @@
 #        as nginx); must be off while `dpd` owns the link, or the kernel answers
 #        ARP and ICMP too
 #
+#   scripts/lab.sh tap on|off [NAME]
+#        a persistent tap `tap-cli` with virtio-net headers in NAME-cli, with
+#        the kernel address $LAB_TAP_NET.2/24: the kernel side of dpd's
+#        offloading port (device = "vnet_tap,iface=tap-cli,netns=NAME-cli",
+#        address $LAB_TAP_NET.1/24). It has no carrier until dpd attaches.
+#
 #   LAB_NET=10.77.0      the /24 used (tests pass their own to stay apart)
+#   LAB_TAP_NET=10.78.0  the /24 of the tap link
 #   LAB_TX_CSUM=off      checksum offload on the client side's veth. With "off"
 #                        the kernel sends full checksums (we turn offload off so
 #                        frames leaving the client carry complete TCP checksums);
@@ -22,7 +29,7 @@ set -euo pipefail
 
 cmd=${1:-}
 case "$cmd" in
-    peer) mode=${2:?usage: lab.sh peer on|off [NAME]}; name=${3:-tlsdp} ;;
+    peer|tap) mode=${2:?usage: lab.sh $cmd on|off [NAME]}; name=${3:-tlsdp} ;;
     *) name=${2:-tlsdp} ;;
 esac
 net=${LAB_NET:-10.77.0}
@@ -53,6 +60,21 @@ up() {
     echo "lab $name up: $cli/veth-cli $net.2/24 <-> $dut/veth-dut (DUT $net.1)"
 }
 
+tap() {
+    local tap_net=${LAB_TAP_NET:-10.78.0}
+    case "$mode" in
+        on)
+            ip -n "$cli" link del tap-cli 2>/dev/null || true
+            ip -n "$cli" tuntap add dev tap-cli mode tap vnet_hdr
+            ip netns exec "$cli" sysctl -qw net.ipv6.conf.tap-cli.disable_ipv6=1
+            ip -n "$cli" addr add "$tap_net.2/24" dev tap-cli
+            ip -n "$cli" link set tap-cli up
+            echo "tap-cli in $cli: $tap_net.2/24 (dpd: vnet_tap,iface=tap-cli,netns=$cli at $tap_net.1)" ;;
+        off) ip -n "$cli" link del tap-cli 2>/dev/null || true ;;
+        *) echo "usage: lab.sh tap on|off [NAME]" >&2; exit 2 ;;
+    esac
+}
+
 down() {
     ip netns del "$cli" 2>/dev/null || true
     ip netns del "$dut" 2>/dev/null || true
@@ -67,5 +89,6 @@ case "$cmd" in
             off) ip -n "$dut" addr flush dev veth-dut ;;
             *) echo "usage: lab.sh peer on|off [NAME]" >&2; exit 2 ;;
         esac ;;
-    *) echo "usage: lab.sh up|down|peer on|off [NAME]" >&2; exit 2 ;;
+    tap) tap ;;
+    *) echo "usage: lab.sh up|down|peer on|off|tap on|off [NAME]" >&2; exit 2 ;;
 esac

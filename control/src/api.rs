@@ -361,6 +361,10 @@ pub struct PortStatus {
     /// Checksum work the device does for this port.
     #[serde(default)]
     pub checksum_offload: ChecksumOffloads,
+    /// The device cuts TCP segments of many MSS (TSO): the largest frame
+    /// it takes, 0 when it does not.
+    #[serde(default)]
+    pub segmentation_max_frame: u32,
 }
 
 /// The checksum offloads a port uses (what the device has, unless the

@@ -518,8 +518,10 @@ pub enum HugepagePolicy {
 #[serde(deny_unknown_fields)]
 pub struct Port {
     pub name: String,
-    /// `0000:01:00.0` (PCI) or a virtual device with its arguments, e.g.
-    /// `net_af_packet0,iface=veth-dut`.
+    /// `0000:01:00.0` (PCI), a DPDK virtual device with its arguments,
+    /// e.g. `net_af_packet0,iface=veth-dut`, or tlsdp's own tap port with
+    /// virtio-net headers, `vnet_tap,iface=TAP[,netns=NAMESPACE]` (a
+    /// persistent tap made beforehand, in that namespace if given).
     pub device: String,
     /// The port's IPv4 address with prefix length, e.g. `10.77.0.1/24`.
     pub address: String,
@@ -536,6 +538,10 @@ pub struct Port {
     /// (found at start, shown by `dpctl status`); `false`: all in software.
     #[serde(default = "yes")]
     pub checksum_offload: bool,
+    /// Hand the device TCP segments of many MSS to cut (TSO) where it can
+    /// (and checksums are offloaded); `false`: one MSS per frame.
+    #[serde(default = "yes")]
+    pub segmentation_offload: bool,
 }
 
 fn default_desc() -> u16 {
@@ -609,6 +615,25 @@ pub enum DeviceKind {
     Pci(String),
     /// A virtual device: its name (`net_af_packet0`) and the whole string.
     Virtual { name: String, spec: String },
+    /// tlsdp's tap port with virtio-net headers: the tap, and the network
+    /// namespace it is in (`None`: dpd's).
+    VnetTap {
+        iface: String,
+        netns: Option<String>,
+    },
+}
+
+impl DeviceKind {
+    /// What names the device uniquely among the ports.
+    pub fn key(&self) -> String {
+        match self {
+            DeviceKind::Pci(a) => a.clone(),
+            DeviceKind::Virtual { name, .. } => name.clone(),
+            DeviceKind::VnetTap { iface, netns } => {
+                format!("vnet_tap:{}:{iface}", netns.as_deref().unwrap_or(""))
+            }
+        }
+    }
 }
 
 /// An IPv4 address with its prefix length.
@@ -867,11 +892,7 @@ impl Config {
             let kind = port
                 .device_kind()
                 .map_err(|reason| ConfigError::new(at("device"), &port.device, reason))?;
-            let key = match &kind {
-                DeviceKind::Pci(a) => a.clone(),
-                DeviceKind::Virtual { name, .. } => name.clone(),
-            };
-            if !devices.insert(key) {
+            if !devices.insert(kind.key()) {
                 return Err(ConfigError::new(
                     at("device"),
                     &port.device,
@@ -1267,6 +1288,9 @@ impl Port {
             return Ok(DeviceKind::Pci(pci));
         }
         let name = spec.split(',').next().unwrap_or_default();
+        if name == "vnet_tap" {
+            return parse_vnet_tap(spec);
+        }
         if name.starts_with("net_")
             && name.len() > 4
             && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -1276,7 +1300,7 @@ impl Port {
                 spec: spec.to_string(),
             });
         }
-        Err("expected a PCI address (0000:01:00.0) or a DPDK virtual device (net_af_packet0,iface=IFACE)".into())
+        Err("expected a PCI address (0000:01:00.0), a DPDK virtual device (net_af_packet0,iface=IFACE) or vnet_tap,iface=TAP[,netns=NAMESPACE]".into())
     }
 
     /// The existing kernel interface a virtual device attaches to
@@ -1286,11 +1310,50 @@ impl Port {
         if self.device.starts_with("net_tap") {
             return None;
         }
+        if self.device.starts_with("vnet_tap") && self.device.contains("netns=") {
+            return None; // in another namespace: the attach says
+        }
         self.device
             .split(',')
             .skip(1)
             .find_map(|kv| kv.strip_prefix("iface="))
     }
+}
+
+/// `vnet_tap,iface=TAP[,netns=NAMESPACE]`.
+fn parse_vnet_tap(spec: &str) -> Result<DeviceKind, String> {
+    let (mut iface, mut netns) = (None, None);
+    for kv in spec.split(',').skip(1) {
+        match kv.split_once('=') {
+            Some(("iface", v)) => iface = Some(v),
+            Some(("netns", v)) => netns = Some(v),
+            _ => {
+                return Err(format!(
+                    "vnet_tap: unknown argument {kv:?} (iface=, netns=)"
+                ))
+            }
+        }
+    }
+    let name_ok = |s: &str, max: usize| {
+        !s.is_empty()
+            && s.len() <= max
+            && !s.starts_with('.')
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    };
+    let iface = iface.ok_or("vnet_tap: iface=TAP is required")?;
+    if !name_ok(iface, 15) {
+        return Err(format!("vnet_tap: {iface:?} is not an interface name (15 characters of letters, digits, '-', '_', '.')"));
+    }
+    if let Some(ns) = netns {
+        if !name_ok(ns, 64) {
+            return Err(format!("vnet_tap: {ns:?} is not a network namespace name"));
+        }
+    }
+    Ok(DeviceKind::VnetTap {
+        iface: iface.to_string(),
+        netns: netns.map(str::to_string),
+    })
 }
 
 /// `0000:01:00.0` or `01:00.0` → full form; anything else → None.
@@ -1385,6 +1448,44 @@ mod tests {
                 spec: "net_af_packet0,iface=veth-dut".into()
             }
         );
+    }
+
+    #[test]
+    fn vnet_tap_devices_parse_and_bad_ones_are_named() {
+        let port = |device: &str| Port {
+            name: "p".into(),
+            device: device.into(),
+            address: "10.0.0.1/24".into(),
+            gateway: None,
+            rx_desc: 1024,
+            tx_desc: 1024,
+            checksum_offload: true,
+            segmentation_offload: true,
+        };
+        assert_eq!(
+            port("vnet_tap,iface=tap0,netns=lab-cli")
+                .device_kind()
+                .unwrap(),
+            DeviceKind::VnetTap {
+                iface: "tap0".into(),
+                netns: Some("lab-cli".into())
+            }
+        );
+        assert_eq!(
+            port("vnet_tap,iface=tap0,netns=lab-cli").kernel_iface(),
+            None
+        );
+        assert_eq!(port("vnet_tap,iface=tap0").kernel_iface(), Some("tap0"));
+        for (bad, says) in [
+            ("vnet_tap", "iface=TAP is required"),
+            ("vnet_tap,iface=", "not an interface name"),
+            ("vnet_tap,iface=a-very-long-name-x", "not an interface name"),
+            ("vnet_tap,iface=t,netns=../x", "not a network namespace"),
+            ("vnet_tap,iface=t,queues=2", "unknown argument"),
+        ] {
+            let e = port(bad).device_kind().unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]
@@ -1646,6 +1747,7 @@ mod tests {
             rx_desc: 1024,
             tx_desc: 1024,
             checksum_offload: true,
+            segmentation_offload: true,
         };
         assert_eq!(
             port("0000:3B:00.1").device_kind().unwrap(),

@@ -88,6 +88,28 @@ void tlsdp_pktmbuf_copy_offload(struct rte_mbuf *to, const struct rte_mbuf *from
 	to->tx_offload = from->tx_offload;
 }
 
+void tlsdp_pktmbuf_set_tso(struct rte_mbuf *m, uint64_t flags, uint8_t l2_len, uint16_t l3_len, uint8_t l4_len, uint16_t tso_segsz)
+{
+	m->ol_flags = flags;
+	m->l2_len = l2_len;
+	m->l3_len = l3_len;
+	m->l4_len = l4_len;
+	m->tso_segsz = tso_segsz;
+}
+
+void tlsdp_pktmbuf_tx_lens(const struct rte_mbuf *m, uint8_t *l2_len, uint16_t *l3_len, uint8_t *l4_len, uint16_t *tso_segsz)
+{
+	*l2_len = m->l2_len;
+	*l3_len = m->l3_len;
+	*l4_len = m->l4_len;
+	*tso_segsz = m->tso_segsz;
+}
+
+void tlsdp_pktmbuf_set_ol_flags(struct rte_mbuf *m, uint64_t flags)
+{
+	m->ol_flags = flags;
+}
+
 uint32_t tlsdp_pktmbuf_rss_hash(const struct rte_mbuf *m)
 {
 	return m->hash.rss;

@@ -35,6 +35,9 @@ uint64_t tlsdp_pktmbuf_ol_flags(const struct rte_mbuf *m);
 void tlsdp_pktmbuf_set_tx_offload(struct rte_mbuf *m, uint64_t flags, uint8_t l2_len, uint16_t l3_len);
 /* Copies ol_flags and the header lengths of `from` to `to`. */
 void tlsdp_pktmbuf_copy_offload(struct rte_mbuf *to, const struct rte_mbuf *from);
+void tlsdp_pktmbuf_set_tso(struct rte_mbuf *m, uint64_t flags, uint8_t l2_len, uint16_t l3_len, uint8_t l4_len, uint16_t tso_segsz);
+void tlsdp_pktmbuf_tx_lens(const struct rte_mbuf *m, uint8_t *l2_len, uint16_t *l3_len, uint8_t *l4_len, uint16_t *tso_segsz);
+void tlsdp_pktmbuf_set_ol_flags(struct rte_mbuf *m, uint64_t flags);
 /* The RSS hash the NIC computed (valid when ol_flags has RTE_MBUF_F_RX_RSS_HASH). */
 uint32_t tlsdp_pktmbuf_rss_hash(const struct rte_mbuf *m);
 

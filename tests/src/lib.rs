@@ -163,6 +163,21 @@ impl Lab {
 }
 
 impl Lab {
+    /// Makes the persistent tap `tap-cli` with virtio-net headers in the
+    /// client namespace, with `NET.2/24` (`scripts/lab.sh tap on`): the
+    /// kernel side of a `vnet_tap` port (`vnet_tap,iface=tap-cli,
+    /// netns=<name>-cli`, at `NET.1`). Goes with the namespace.
+    pub fn add_vnet_tap(&self, net: &str) {
+        let out = run(Command::new(repo_root().join("scripts/lab.sh"))
+            .args(["tap", "on", &self.name])
+            .env("LAB_TAP_NET", net));
+        assert!(
+            out.status.success(),
+            "lab.sh tap on failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Adds `NET.last_octet/24` to the client namespace's veth (for
     /// backends); returns the address.
     pub fn add_client_address(&self, last_octet: u8) -> String {

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use control::api::{Body, ChecksumOffloads, Client, Request};
+use control::api::{Body, ChecksumOffloads, Client, PortStatus, Request};
 use e2e::{make_certs, run, verify_pattern_file, Dpd, Lab};
 
 const DUT: &str = "192.168.78.1";
@@ -27,6 +27,128 @@ fn tap_port_offloads_checksums() {
 #[test]
 fn tap_port_with_offload_off_checksums_in_software() {
     transfers_on_a_tap(false);
+}
+
+/// tlsdp's own tap port with virtio-net headers: TCP segments of many
+/// MSS go to the kernel whole (GSO), checksums are the kernel's to finish.
+#[test]
+fn vnet_tap_port_segments_and_offloads() {
+    transfers_on_a_vnet_tap(true);
+}
+
+/// The same port with `checksum_offload = false`: every frame one MSS,
+/// every checksum in software.
+#[test]
+fn vnet_tap_port_with_offloads_off() {
+    transfers_on_a_vnet_tap(false);
+}
+
+fn transfers_on_a_vnet_tap(offload: bool) {
+    const DUT: &str = "192.168.79.1";
+    const CLIENT: &str = "192.168.79.2";
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let c = certs.path().display().to_string();
+    let lab = Lab::up(if offload { "vo" } else { "vs" });
+    lab.add_vnet_tap("192.168.79");
+    let ns = format!("{}-cli", lab.name);
+    let dpd = Dpd::start(&lab, |s| {
+        format!(
+            r#"[eal]
+lcores = [1]
+idle_sleep_us = 20
+
+[[port]]
+name = "p0"
+device = "vnet_tap,iface=tap-cli,netns={ns}"
+address = "{DUT}/24"
+checksum_offload = {offload}
+
+[[cert]]
+name = "p256"
+cert = "{c}/p256.pem"
+key = "{c}/p256.key"
+
+[[vip]]
+name = "plain"
+listen = "{DUT}:80"
+respond = "builtin"
+
+[[vip]]
+name = "tls"
+listen = "{DUT}:443"
+respond = "builtin"
+certs = ["p256"]
+
+[control]
+socket = "{}"
+"#,
+            s.display()
+        )
+    });
+    let status = port_status(&dpd);
+    assert_eq!(status.driver, "vnet_tap");
+    assert!(status.link_up);
+    if offload {
+        assert_eq!(
+            status.checksum_offload,
+            ChecksumOffloads {
+                rx_ipv4: false,
+                rx_tcp: true,
+                tx_ipv4: true,
+                tx_tcp: true,
+            }
+        );
+        assert!(status.segmentation_max_frame > 60_000, "{status:?}");
+    } else {
+        assert_eq!(status.checksum_offload, ChecksumOffloads::default());
+        assert_eq!(status.segmentation_max_frame, 0);
+    }
+
+    // A gigabyte each, plain and TLS, every byte checked.
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("body");
+    let resolve = format!("p256.test:443:{DUT}");
+    let plain = format!("http://{DUT}/bytes/1000000000");
+    download(&lab, &plain, &resolve, certs.path(), &body);
+    verify_pattern_file(&body, 1_000_000_000);
+    let tls = "https://p256.test/bytes/1000000000";
+    download(&lab, tls, &resolve, certs.path(), &body);
+    verify_pattern_file(&body, 1_000_000_000);
+    let stats = dpd.stats();
+    if offload {
+        // At least a gigabyte in segments of many MSS: ~20,000 of ~1.4 M.
+        assert!(stats.tcp_segmentation_offloads > 10_000, "{stats:?}");
+    } else {
+        assert_eq!(stats.tcp_segmentation_offloads, 0);
+    }
+    assert_eq!(stats.drops["oversize"], 0);
+
+    bad_checksums_are_dropped(&lab, &dpd, DUT, CLIENT, "tap-cli");
+
+    // 2 % of TCP segments each way dropped (on the kernel side, where a
+    // segment of many MSS is one packet): retransmissions take the same
+    // path, plain and TLS.
+    lab.drop_tcp(2);
+    lab.drop_tcp_port(443, 2);
+    download(
+        &lab,
+        &format!("http://{DUT}/bytes/30000000"),
+        &resolve,
+        certs.path(),
+        &body,
+    );
+    verify_pattern_file(&body, 30_000_000);
+    download(
+        &lab,
+        "https://p256.test/bytes/30000000",
+        &resolve,
+        certs.path(),
+        &body,
+    );
+    verify_pattern_file(&body, 30_000_000);
+    let lossy = dpd.stats();
+    assert!(lossy.tcp_retransmits > stats.tcp_retransmits, "{lossy:?}");
 }
 
 fn transfers_on_a_tap(offload: bool) {
@@ -117,6 +239,24 @@ socket = "{}"
 
     // A SYN whose TCP checksum is wrong: dropped and counted (by the
     // driver's verdict with offload, by software without), not answered.
+    bad_checksums_are_dropped(&lab, &dpd, DUT, CLIENT, "otap0");
+
+    // Retransmissions are built by the same path: 2 % of the segments
+    // each way dropped.
+    lab.drop_tcp(2);
+    download(
+        &lab,
+        &format!("http://{DUT}/bytes/20000000"),
+        &resolve,
+        certs.path(),
+        &body,
+    );
+    verify_pattern_file(&body, 20_000_000);
+}
+
+/// Two SYNs from `client` on `iface`, one with a wrong TCP checksum, one
+/// with a wrong IPv4 checksum: each dropped and counted, neither taken.
+fn bad_checksums_are_dropped(lab: &Lab, dpd: &Dpd, dut: &str, client: &str, iface: &str) {
     let before = dpd.stats();
     let sent = lab.client(&[
         "/usr/bin/python3",
@@ -124,9 +264,9 @@ socket = "{}"
         &format!(
             "from scapy.all import *\n\
              conf.verb = 0\n\
-             mac = getmacbyip('{DUT}')\n\
-             sendp(Ether(dst=mac)/IP(src='{CLIENT}', dst='{DUT}')/TCP(sport=40001, dport=80, flags='S', seq=1, chksum=0x1234), iface='otap0')\n\
-             sendp(Ether(dst=mac)/IP(src='{CLIENT}', dst='{DUT}', chksum=0x1234)/TCP(sport=40002, dport=80, flags='S', seq=1), iface='otap0')\n"
+             mac = getmacbyip('{dut}')\n\
+             sendp(Ether(dst=mac)/IP(src='{client}', dst='{dut}')/TCP(sport=40001, dport=80, flags='S', seq=1, chksum=0x1234), iface='{iface}')\n\
+             sendp(Ether(dst=mac)/IP(src='{client}', dst='{dut}', chksum=0x1234)/TCP(sport=40002, dport=80, flags='S', seq=1), iface='{iface}')\n"
         ),
     ]);
     assert!(
@@ -147,18 +287,6 @@ socket = "{}"
         before.drops["bad_ip_checksum"] + 1
     );
     assert_eq!(after.tcp_accepted, before.tcp_accepted, "no SYN taken");
-
-    // Retransmissions are built by the same path: 2 % of the segments
-    // each way dropped.
-    lab.drop_tcp(2);
-    download(
-        &lab,
-        &format!("http://{DUT}/bytes/20000000"),
-        &resolve,
-        certs.path(),
-        &body,
-    );
-    verify_pattern_file(&body, 20_000_000);
 }
 
 /// Moves the kernel side of dpd's tap into the client namespace with
@@ -193,11 +321,16 @@ fn tap_to_client_namespace(lab: &Lab, tap: &str, addr: &str) {
 
 /// The checksum offloads `dpctl status` reports for the port.
 fn port_offloads(dpd: &Dpd) -> ChecksumOffloads {
+    port_status(dpd).checksum_offload
+}
+
+/// The first port as `dpctl status` reports it.
+fn port_status(dpd: &Dpd) -> PortStatus {
     let reply = Client::connect(&dpd.socket)
         .and_then(|mut c| c.call(&Request::Status))
         .unwrap();
     match reply.body {
-        Some(Body::Status(s)) => s.ports[0].checksum_offload,
+        Some(Body::Status(s)) => s.ports[0].clone(),
         other => panic!("{other:?}"),
     }
 }

@@ -614,7 +614,7 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
                 s.hugepages.join("; ")
             );
             println!(
-                "{:<8} {:<16} {:<18} {:<18} {:<6} {:>6} {:>4} {:<8} CHECKSUM OFFLOAD",
+                "{:<8} {:<16} {:<18} {:<18} {:<6} {:>6} {:>4} {:<8} OFFLOADS",
                 "PORT", "ADDRESS", "MAC", "DRIVER", "LINK", "QUEUES", "RSS", "SPREAD"
             );
             for p in s.ports {
@@ -624,7 +624,7 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
                     (false, _) => "NIC",
                 };
                 println!(
-                    "{:<8} {:<16} {:<18} {:<18} {:<6} {:>6} {:>4} {:<8} {}",
+                    "{:<8} {:<16} {:<18} {:<18} {:<6} {:>6} {:>4} {:<8} {}{}",
                     p.name,
                     p.address,
                     p.mac,
@@ -633,7 +633,11 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
                     p.queues,
                     if p.rss { "yes" } else { "no" },
                     spread,
-                    p.checksum_offload.summary()
+                    p.checksum_offload.summary(),
+                    match p.segmentation_max_frame {
+                        0 => String::new(),
+                        n => format!(", tso {n} B"),
+                    }
                 );
             }
         }

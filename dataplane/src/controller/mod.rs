@@ -105,7 +105,9 @@ pub struct DaemonInfo {
     pub started: Instant,
     pub lcores: Vec<u32>,
     /// Each port's status (link state asked for at each request) and id.
-    pub ports: Vec<(PortStatus, crate::dpdk::PortId)>,
+    /// Each port, with its DPDK port id (`None`: a tap of our own, up
+    /// while attached).
+    pub ports: Vec<(PortStatus, Option<crate::dpdk::PortId>)>,
     pub hugepages: Vec<String>,
     pub hugepages_in_use: bool,
     /// Set to stop new connections on every VIP.

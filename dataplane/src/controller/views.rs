@@ -15,6 +15,12 @@ impl Controller {
             .ports
             .iter()
             .map(|(p, id)| {
+                let Some(id) = id else {
+                    return PortStatus {
+                        link_up: true,
+                        ..p.clone()
+                    };
+                };
                 let link = crate::dpdk::link_status(*id);
                 PortStatus {
                     link_up: link.up,

@@ -23,9 +23,13 @@ pub(crate) use threads::open_connections;
 
 use crate::controller::{collect_stats, Controller, DaemonInfo};
 use crate::dpdk::TscClock;
-use crate::dpdk::{self, Eal, EthPort, EthPortConfig, LaunchedLcore, LcoreId, Mempool, QueueId};
+use crate::dpdk::{
+    self, Eal, EthPort, EthPortConfig, LaunchedLcore, LcoreId, Mempool, QueueId, VnetTap,
+    VnetTapConfig,
+};
 use crate::engine::{Engine, EngineConfig};
 use crate::net::InterfaceConfig;
+use crate::port::{DeviceQueue, Port};
 use crate::snapshot::{ControlLink, HealthNews, HealthShare, Snapshot};
 use crate::stats::SharedCounters;
 use crate::steer::{PortShare, SteerLink};
@@ -73,13 +77,38 @@ fn mac_string(m: [u8; 6]) -> String {
         .join(":")
 }
 
-/// A started DPDK port and how the engines share it.
+/// A started port and how the engines share it.
 struct StartedPort {
-    port: EthPort,
+    device: Device,
     /// Queue pairs (one per engine where the device has them).
     queues: u16,
     /// Flows spread over the engines in software.
     steered: bool,
+}
+
+/// The device under a port.
+enum Device {
+    /// A DPDK ethdev.
+    Eth(EthPort),
+    /// tlsdp's tap with virtio-net headers (one queue).
+    Tap(VnetTap),
+}
+
+impl Device {
+    fn mac(&self) -> [u8; 6] {
+        match self {
+            Device::Eth(p) => p.mac(),
+            Device::Tap(t) => t.mac(),
+        }
+    }
+
+    /// Engine `q`'s queue: the device's queue `q % queues`.
+    fn queue(&self, q: u16, queues: u16) -> DeviceQueue {
+        match self {
+            Device::Eth(p) => DeviceQueue::Eth(p.queue(QueueId(q % queues))),
+            Device::Tap(t) => DeviceQueue::Tap(t.handle()),
+        }
+    }
 }
 
 /// The engines, launched on their lcores.
@@ -159,7 +188,13 @@ pub fn run(
         ports: ports
             .iter()
             .zip(&cfg.ports)
-            .map(|(p, pc)| (port_status(p, pc), p.port.id()))
+            .map(|(p, pc)| {
+                let id = match &p.device {
+                    Device::Eth(e) => Some(e.id()),
+                    Device::Tap(_) => None,
+                };
+                (port_status(p, pc), id)
+            })
             .collect(),
         hugepages: machine.hugepages.clone(),
         hugepages_in_use: plan.use_hugepages,
@@ -238,15 +273,19 @@ fn shut_down(
 /// as the device has), its mbufs from a mempool of its NUMA socket.
 fn start_ports(cfg: &Config) -> Result<Vec<StartedPort>, StartError> {
     let engines = engine_count(cfg);
-    let mut pools: Vec<(i32, Mempool)> = Vec::new();
+    let mut pools = Pools::default();
     let mut ports = Vec::new();
     for (i, pc) in cfg.ports.iter().enumerate() {
-        let name = match pc
+        let kind = pc
             .device_kind()
-            .map_err(|r| ConfigError::new(format!("port[{i}].device"), &pc.device, r))?
-        {
+            .map_err(|r| ConfigError::new(format!("port[{i}].device"), &pc.device, r))?;
+        let name = match kind {
             DeviceKind::Pci(addr) => addr,
             DeviceKind::Virtual { name, .. } => name,
+            DeviceKind::VnetTap { iface, netns } => {
+                ports.push(start_vnet_tap(cfg, pc, iface, netns, &mut pools, engines)?);
+                continue;
+            }
         };
         let id = dpdk::port_id_by_name(&name).map_err(|e| {
             ConfigError::new(
@@ -257,20 +296,7 @@ fn start_ports(cfg: &Config) -> Result<Vec<StartedPort>, StartError> {
         })?;
         let info = EthPort::info(id)?;
         let socket = info.socket.max(0);
-        let pool = match pools.iter().find(|(s, _)| *s == socket) {
-            Some((_, p)) => *p,
-            None => {
-                let p = Mempool::create(
-                    &format!("mbufs-s{socket}"),
-                    cfg.eal.mbufs,
-                    256,
-                    dpdk_sys::consts::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
-                    socket,
-                )?;
-                pools.push((socket, p));
-                p
-            }
-        };
+        let pool = pools.ordinary(cfg, socket)?;
         // One queue pair per engine where the device has them; engines
         // beyond its queues send through the engine that has one.
         let queues = engines
@@ -304,23 +330,125 @@ fn start_ports(cfg: &Config) -> Result<Vec<StartedPort>, StartError> {
         );
         let steered = engines > 1 && !(port.rss() && queues == engines);
         if steered {
-            log::warn!(
-                "port {}: {}; the {engines} engines spread flows among themselves by the Toeplitz hash in software (a frame crosses cores at most once)",
-                pc.name,
-                if queues < engines {
-                    format!("{queues} queue pair(s) for {engines} engines")
-                } else {
-                    "no hardware RSS".to_string()
-                }
-            );
+            warn_steered(pc, queues, engines);
         }
         ports.push(StartedPort {
-            port,
+            device: Device::Eth(port),
             queues,
             steered,
         });
     }
     Ok(ports)
+}
+
+/// Attaches a `vnet_tap` port: one queue, flows spread in software when
+/// there are several engines.
+fn start_vnet_tap(
+    cfg: &Config,
+    pc: &control::config::Port,
+    iface: String,
+    netns: Option<String>,
+    pools: &mut Pools,
+    engines: u16,
+) -> Result<StartedPort, StartError> {
+    let socket = 0;
+    let segmentation = pc.checksum_offload && pc.segmentation_offload;
+    let tap = VnetTap::open(&VnetTapConfig {
+        iface,
+        netns,
+        checksum_offload: pc.checksum_offload,
+        segmentation,
+        mempool: pools.ordinary(cfg, socket)?,
+        large: if segmentation {
+            Some(pools.large(socket)?)
+        } else {
+            None
+        },
+    })
+    .map_err(|e| e.context(format!("port {} ({})", pc.name, pc.device)))?;
+    let offloads = Port::checksum_offload(&tap);
+    log::info!(
+        "port {} ({}): tlsdp vnet_tap, MAC {}, 1 queue, checksum offload {}, segmentation offload {}",
+        pc.name,
+        pc.device,
+        mac_string(tap.mac()),
+        if pc.checksum_offload {
+            api_offloads(offloads).summary()
+        } else {
+            "off (checksum_offload = false)".to_string()
+        },
+        match tap.segmentation() {
+            Some(frame) => format!("on (up to {frame} B)"),
+            None if !pc.segmentation_offload => "off (segmentation_offload = false)".to_string(),
+            None => "off (needs checksum offload)".to_string(),
+        }
+    );
+    let steered = engines > 1;
+    if steered {
+        warn_steered(pc, 1, engines);
+    }
+    Ok(StartedPort {
+        device: Device::Tap(tap),
+        queues: 1,
+        steered,
+    })
+}
+
+fn warn_steered(pc: &control::config::Port, queues: u16, engines: u16) {
+    log::warn!(
+        "port {}: {}; the {engines} engines spread flows among themselves by the Toeplitz hash in software (a frame crosses cores at most once)",
+        pc.name,
+        if queues < engines {
+            format!("{queues} queue pair(s) for {engines} engines")
+        } else {
+            "no hardware RSS".to_string()
+        }
+    );
+}
+
+/// The mempools, made as ports need them: one of ordinary mbufs per NUMA
+/// socket, and one of large mbufs (a 64 KiB data room) per socket for
+/// ports that cut TCP segments.
+#[derive(Default)]
+struct Pools {
+    ordinary: Vec<(i32, Mempool)>,
+    large: Vec<(i32, Mempool)>,
+}
+
+/// Large mbufs per socket: segments of many MSS live from the engine's
+/// transmit to the device's write, or a few ms waiting for ARP.
+const LARGE_MBUFS: u32 = 511;
+
+impl Pools {
+    fn ordinary(&mut self, cfg: &Config, socket: i32) -> Result<Mempool, StartError> {
+        if let Some((_, p)) = self.ordinary.iter().find(|(s, _)| *s == socket) {
+            return Ok(*p);
+        }
+        let p = Mempool::create(
+            &format!("mbufs-s{socket}"),
+            cfg.eal.mbufs,
+            256,
+            dpdk_sys::consts::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
+            socket,
+        )?;
+        self.ordinary.push((socket, p));
+        Ok(p)
+    }
+
+    fn large(&mut self, socket: i32) -> Result<Mempool, StartError> {
+        if let Some((_, p)) = self.large.iter().find(|(s, _)| *s == socket) {
+            return Ok(*p);
+        }
+        let p = Mempool::create(
+            &format!("mbufs-large-s{socket}"),
+            LARGE_MBUFS,
+            32,
+            u16::MAX,
+            socket,
+        )?;
+        self.large.push((socket, p));
+        Ok(p)
+    }
 }
 
 /// Engines: one per configured lcore (validated: a few hundred at most).
@@ -348,26 +476,47 @@ fn offload_summary(o: crate::dpdk::Offloads, wanted: bool) -> String {
 }
 
 fn port_status(p: &StartedPort, pc: &control::config::Port) -> PortStatus {
-    PortStatus {
-        name: pc.name.clone(),
-        device: pc.device.clone(),
-        driver: p.port.port_info().driver.clone(),
-        mac: mac_string(p.port.mac()),
-        address: pc.address.clone(),
-        link_up: false,
-        speed_mbps: 0,
-        queues: p.queues,
-        rss: p.port.rss(),
-        steered: p.steered,
-        checksum_offload: {
-            let o = p.port.offloads();
-            control::api::ChecksumOffloads {
+    let (driver, rss, checksum_offload, segmentation) = match &p.device {
+        Device::Eth(e) => {
+            let o = e.offloads();
+            let used = control::api::ChecksumOffloads {
                 rx_ipv4: o.rx_ipv4_cksum,
                 rx_tcp: o.rx_tcp_cksum,
                 tx_ipv4: o.tx_ipv4_cksum,
                 tx_tcp: o.tx_tcp_cksum,
-            }
-        },
+            };
+            (e.port_info().driver.clone(), e.rss(), used, None)
+        }
+        Device::Tap(t) => (
+            "vnet_tap".to_string(),
+            false,
+            api_offloads(Port::checksum_offload(t)),
+            t.segmentation(),
+        ),
+    };
+    PortStatus {
+        name: pc.name.clone(),
+        device: pc.device.clone(),
+        driver,
+        mac: mac_string(p.device.mac()),
+        address: pc.address.clone(),
+        link_up: false,
+        speed_mbps: 0,
+        queues: p.queues,
+        rss,
+        steered: p.steered,
+        checksum_offload,
+        segmentation_max_frame: segmentation.map_or(0, |f| u32::try_from(f).unwrap_or(u32::MAX)),
+    }
+}
+
+/// A port's checksum offloads as the API shows them.
+fn api_offloads(o: crate::port::ChecksumOffload) -> control::api::ChecksumOffloads {
+    control::api::ChecksumOffloads {
+        rx_ipv4: o.rx_ipv4,
+        rx_tcp: o.rx_tcp,
+        tx_ipv4: o.tx_ipv4,
+        tx_tcp: o.tx_tcp,
     }
 }
 
@@ -439,9 +588,9 @@ fn launch_engines(
                 .as_deref()
                 .and_then(|g| g.parse::<Ipv4Addr>().ok());
             engine.add_port(
-                p.port.queue(QueueId(q16 % p.queues)),
+                p.device.queue(q16, p.queues),
                 InterfaceConfig {
-                    mac: EthernetAddress(p.port.mac()),
+                    mac: EthernetAddress(p.device.mac()),
                     addr: cidr.addr,
                     prefix_len: cidr.prefix_len,
                     gateway,

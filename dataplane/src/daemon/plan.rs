@@ -163,6 +163,7 @@ pub fn plan(
         {
             DeviceKind::Pci(addr) => args.push(format!("--allow={addr}")),
             DeviceKind::Virtual { spec, .. } => args.push(format!("--vdev={spec}")),
+            DeviceKind::VnetTap { .. } => {} // dpd's own, not DPDK's
         }
     }
     // Memory: never leave shared files behind, so several dpd (and tests)

@@ -17,6 +17,7 @@ use super::DpdkError;
 pub struct Mempool {
     ptr: NonNull<rte_mempool>,
     size: u32,
+    data_room: u16,
 }
 
 // SAFETY: DPDK mempools are designed for concurrent use from many lcores
@@ -45,7 +46,11 @@ impl Mempool {
             dpdk_sys::rte_pktmbuf_pool_create(cname.as_ptr(), n, cache, 0, data_room, socket)
         };
         NonNull::new(ptr)
-            .map(|ptr| Self { ptr, size: n })
+            .map(|ptr| Self {
+                ptr,
+                size: n,
+                data_room,
+            })
             .ok_or_else(|| {
                 DpdkError::from_rte_errno("rte_pktmbuf_pool_create").context(format!(
                     "pool {name}: {n} mbufs of {data_room} bytes on socket {socket}"
@@ -71,6 +76,11 @@ impl Mempool {
     /// Mbufs the pool was created with.
     pub fn size(&self) -> u32 {
         self.size
+    }
+
+    /// Frame room of each mbuf (its data room less the headroom).
+    pub fn frame_room(&self) -> usize {
+        usize::from(self.data_room).saturating_sub(dpdk_sys::consts::RTE_PKTMBUF_HEADROOM as usize)
     }
 
     pub(crate) fn as_ptr(&self) -> *mut rte_mempool {
@@ -186,6 +196,44 @@ impl Mbuf {
     pub fn set_tx_offload(&mut self, flags: u64, l2_len: u8, l3_len: u16) {
         // SAFETY: writes fields of a valid mbuf we own.
         unsafe { dpdk_sys::tlsdp_pktmbuf_set_tx_offload(self.0.as_ptr(), flags, l2_len, l3_len) }
+    }
+
+    /// Asks for TCP segmentation (`RTE_MBUF_F_TX_TCP_SEG` in `flags`) in
+    /// segments of `tso_segsz` payload bytes, with the header lengths it
+    /// needs.
+    #[inline]
+    pub fn set_tso(&mut self, flags: u64, l2_len: u8, l3_len: u16, l4_len: u8, tso_segsz: u16) {
+        // SAFETY: writes fields of a valid mbuf we own.
+        unsafe {
+            dpdk_sys::tlsdp_pktmbuf_set_tso(
+                self.0.as_ptr(),
+                flags,
+                l2_len,
+                l3_len,
+                l4_len,
+                tso_segsz,
+            )
+        }
+    }
+
+    /// The header lengths and segment size of the transmit requests:
+    /// (l2, l3, l4, tso_segsz).
+    #[inline]
+    pub fn tx_lens(&self) -> (u8, u16, u8, u16) {
+        let (mut l2, mut l3, mut l4, mut seg) = (0, 0, 0, 0);
+        // SAFETY: reads fields of a valid mbuf into four locals.
+        unsafe {
+            dpdk_sys::tlsdp_pktmbuf_tx_lens(self.0.as_ptr(), &mut l2, &mut l3, &mut l4, &mut seg)
+        };
+        (l2, l3, l4, seg)
+    }
+
+    /// Replaces the offload flags (a port that is not an ethdev marks
+    /// what it checked of a received frame, `RTE_MBUF_F_RX_*`).
+    #[inline]
+    pub fn set_ol_flags(&mut self, flags: u64) {
+        // SAFETY: writes a field of a valid mbuf we own.
+        unsafe { dpdk_sys::tlsdp_pktmbuf_set_ol_flags(self.0.as_ptr(), flags) }
     }
 
     /// Gives this mbuf `other`'s offload flags and header lengths (a copy

@@ -10,6 +10,7 @@ mod eal;
 mod ethdev;
 mod logs;
 mod mbuf;
+mod vnet_tap;
 
 pub use clock::TscClock;
 pub use eal::{register_thread, tsc_hz, tsc_now, Eal, LaunchedLcore, LcoreId};
@@ -19,6 +20,7 @@ pub use ethdev::{
 };
 pub use logs::route_to_log;
 pub use mbuf::{Mbuf, Mempool};
+pub use vnet_tap::{VnetTap, VnetTapConfig, VnetTapStats};
 
 use std::ffi::CStr;
 use std::fmt;

@@ -61,6 +61,31 @@ impl PacketBuf for Mbuf {
     }
 
     #[inline]
+    fn request_segmentation(&mut self, l2_len: u8, l3_len: u8, l4_len: u8, mss: u16) {
+        // DPDK's TSO starts from the pseudo-header sum without the length
+        // (rte_ipv4_phdr_cksum for a TSO mbuf); the frame has it with.
+        let (l2, l3) = (usize::from(l2_len), usize::from(l3_len));
+        let frame = self.data_mut();
+        if let Some(ip) = frame.get(l2..l2 + l3).filter(|ip| ip.len() >= 20) {
+            let (src, dst) = (
+                [ip[12], ip[13], ip[14], ip[15]],
+                [ip[16], ip[17], ip[18], ip[19]],
+            );
+            let sum = crate::checksum::tcp_pseudo_header(src, dst, 0);
+            if let Some(field) = frame.get_mut(l2 + l3 + 16..l2 + l3 + 18) {
+                field.copy_from_slice(&sum.to_be_bytes());
+            }
+        }
+        self.set_tso(
+            c::RTE_MBUF_F_TX_IPV4 | c::RTE_MBUF_F_TX_IP_CKSUM | c::RTE_MBUF_F_TX_TCP_SEG,
+            l2_len,
+            u16::from(l3_len),
+            l4_len,
+            mss,
+        );
+    }
+
+    #[inline]
     fn copy_offload_from(&mut self, other: &Self) {
         Mbuf::copy_offload_from(self, other)
     }

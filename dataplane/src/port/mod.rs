@@ -1,16 +1,20 @@
 //! Ports: where an engine's packets come from and go to.
 //!
 //! One trait, several backends: a queue pair of a DPDK ethdev (NICs and
-//! virtual devices), an in-memory link joining two ports in one process, and
+//! virtual devices), a tap with virtio-net headers (the lab's offloading
+//! port), an in-memory link joining two ports in one process, and
 //! wrappers that impair traffic (loss, reordering, duplication, delay) or
 //! write it to a pcap file. The engine is generic over [`Port`], so tests and
 //! simulations run the very code the daemon runs.
 
+mod device;
 mod ethdev;
 pub mod impair;
 pub mod memory;
 pub mod pcap;
+mod vnet_tap;
 
+pub use device::DeviceQueue;
 pub use impair::{ImpairConfig, ImpairStats, Impaired};
 pub use memory::{link, link_with_offload, link_with_segmentation, MemBuf, MemPort};
 pub use pcap::PcapTap;
