@@ -44,6 +44,7 @@ fn dpdk() -> &'static Mutex<Dpdk> {
                 tx_desc: 1024,
                 mempool: pool,
                 checksum_offload: true,
+                segmentation: None,
             },
         )
         .expect("port start");
@@ -142,6 +143,38 @@ fn mempool_exhaustion_and_mbuf_lengths() {
     assert_eq!(pool.available(), POOL_SIZE);
 }
 
+/// A TSO request on an mbuf is DPDK's: the segmentation flag with both
+/// checksums, the three header lengths and the MSS, and the TCP field
+/// holding the pseudo-header sum without the length (rte_ipv4_phdr_cksum
+/// for a TSO mbuf), where the engine wrote it with.
+#[test]
+fn segmentation_requests_are_dpdks() {
+    use dataplane::port::PacketBuf;
+    use dpdk_sys::consts as c;
+    let d = dpdk().lock().unwrap();
+    let mut m = d.pool.alloc().expect("pool has mbufs");
+    m.set_len(14 + 20 + 32 + 1900);
+    let f = m.data_mut();
+    f.fill(0);
+    f[14] = 0x45;
+    f[26..30].copy_from_slice(&[10, 0, 0, 1]);
+    f[30..34].copy_from_slice(&[10, 0, 0, 2]);
+    let with_len = dataplane::checksum::tcp_pseudo_header([10, 0, 0, 1], [10, 0, 0, 2], 32 + 1900);
+    f[50..52].copy_from_slice(&with_len.to_be_bytes());
+    m.request_segmentation(14, 20, 32, 1448);
+    let flags = m.ol_flags();
+    for flag in [
+        c::RTE_MBUF_F_TX_TCP_SEG,
+        c::RTE_MBUF_F_TX_IP_CKSUM,
+        c::RTE_MBUF_F_TX_IPV4,
+    ] {
+        assert_ne!(flags & flag, 0, "flag {flag:#x} in {flags:#x}");
+    }
+    assert_eq!(m.tx_lens(), (14, 20, 32, 1448));
+    let without = dataplane::checksum::tcp_pseudo_header([10, 0, 0, 1], [10, 0, 0, 2], 0);
+    assert_eq!(&m.data()[50..52], &without.to_be_bytes());
+}
+
 #[test]
 fn too_many_queues_is_a_clear_error() {
     let d = dpdk().lock().unwrap();
@@ -156,6 +189,7 @@ fn too_many_queues_is_a_clear_error() {
             tx_desc: 64,
             mempool: d.pool,
             checksum_offload: true,
+            segmentation: None,
         },
     )
     .unwrap_err();

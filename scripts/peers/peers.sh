@@ -28,6 +28,13 @@
 #   NET.2:8081-8084, pinned to the client core: SSL offload, as the kernel
 #   peers do it (they reach their pool over the DUT's loopback).
 #   DPD_BIN and DPCTL_BIN name the binaries (default target/release/).
+#   DPD_PORT: dpd's port. af_packet (default) on veth-dut beside the kernel
+#   peers; af_xdp on veth-dut (it takes every frame of the link: run it
+#   without kernel peers); vnet_tap, tlsdp's tap with virtio-net headers
+#   (checksums and TSO left to the kernel, docs/architecture.md "Ports"):
+#   a tap in the client namespace on LAB_TAP_NET (10.78.0; dpd at .1 with
+#   the client's .2 as gateway back to the client addresses).
+#   DPD_OFFLOAD=off: the port's checksum (and so segmentation) offloads off.
 #   scripts/peers/peers.sh targets NAME DIR     print dpbench --target specs
 #
 # DIR holds certificates (made if missing), configs, pages, logs and pidfiles.
@@ -51,7 +58,14 @@ conf=$dir/conf
 www=$dir/www
 log=$dir/log
 
-dpd_ip=$net.100
+dpd_port=${DPD_PORT:-af_packet}
+tap_net=${LAB_TAP_NET:-10.78.0}
+case "$dpd_port" in
+    af_packet) dpd_ip=$net.100; dpd_device="net_af_packet0,iface=veth-dut"; dpd_gateway= ;;
+    af_xdp) dpd_ip=$net.100; dpd_device="net_af_xdp0,iface=veth-dut"; dpd_gateway= ;;
+    vnet_tap) dpd_ip=$tap_net.1; dpd_device="vnet_tap,iface=tap-cli,netns=$name-cli"; dpd_gateway=$tap_net.2 ;;
+    *) echo "peers: DPD_PORT must be af_packet, af_xdp or vnet_tap" >&2; exit 1 ;;
+esac
 root=$(cd "$here/../.." && pwd)
 dpd_bin=${DPD_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/dpd}
 dpctl_bin=${DPCTL_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/dpctl}
@@ -298,6 +312,12 @@ start() {
             fi
             [ -s "$run/dpd.pid" ] && continue
             [ -x "$dpd_bin" ] || die "dpd not built ($dpd_bin): cargo build --release -p dataplane -p control"
+            if [ "$dpd_port" = vnet_tap ]; then
+                LAB_TAP_NET=$tap_net "$root/scripts/lab.sh" tap on "$name" >/dev/null
+                # The client stack's receive work on the client core (RPS), as
+                # bench-lab.sh does for veth-cli.
+                ip netns exec "$name-cli" sh -c "printf '%x' $((1 << cli_core)) > /sys/class/net/tap-cli/queues/rx-0/rps_cpus"
+            fi
             cat > "$conf/dpd.toml" <<EOT
 # tlsdp on the bench lab: the DUT core, AF_PACKET on veth-dut beside the
 # kernel peers, an idle pause so it leaves the core to them between its runs.
@@ -307,8 +327,10 @@ idle_sleep_us = 50
 
 [[port]]
 name = "lab"
-device = "net_af_packet0,iface=veth-dut"
+device = "$dpd_device"
 address = "$dpd_ip/24"
+$([ -n "$dpd_gateway" ] && echo "gateway = \"$dpd_gateway\"")
+$([ "${DPD_OFFLOAD:-on}" = off ] && echo "checksum_offload = false")
 
 [[vip]]
 name = "http"

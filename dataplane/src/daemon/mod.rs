@@ -297,6 +297,18 @@ fn start_ports(cfg: &Config) -> Result<Vec<StartedPort>, StartError> {
         let info = EthPort::info(id)?;
         let socket = info.socket.max(0);
         let pool = pools.ordinary(cfg, socket)?;
+        // DPDK 22.11's net_tap offers TSO but cuts in software inside the
+        // PMD and refuses a segment whose MSS plus headers exceeds the MTU
+        // (so every full-size one): no gain, only loss. Not used there.
+        let offered = info.tx_offload_capa & dpdk_sys::consts::RTE_ETH_TX_OFFLOAD_TCP_TSO != 0;
+        let unfit = (offered && info.driver == "net_tap")
+            .then_some("off (net_tap's TSO refuses full-size segments)");
+        let tso = offered && unfit.is_none() && pc.checksum_offload && pc.segmentation_offload;
+        let segmentation = if tso {
+            Some(pools.large(socket)?)
+        } else {
+            None
+        };
         // One queue pair per engine where the device has them; engines
         // beyond its queues send through the engine that has one.
         let queues = engines
@@ -311,12 +323,13 @@ fn start_ports(cfg: &Config) -> Result<Vec<StartedPort>, StartError> {
                 tx_desc: pc.tx_desc,
                 mempool: pool,
                 checksum_offload: pc.checksum_offload,
+                segmentation,
             },
         )
         .map_err(|e| e.context(format!("port {} ({})", pc.name, pc.device)))?;
         let link = port.link();
         log::info!(
-            "port {} ({}): driver {}, MAC {}, {} queue(s), RSS {} (key {} B, table {}), checksum offload {}, link {}",
+            "port {} ({}): driver {}, MAC {}, {} queue(s), RSS {} (key {} B, table {}), checksum offload {}, segmentation offload {}, link {}",
             pc.name,
             pc.device,
             info.driver,
@@ -326,6 +339,7 @@ fn start_ports(cfg: &Config) -> Result<Vec<StartedPort>, StartError> {
             info.hash_key_size,
             info.reta_size,
             offload_summary(port.offloads(), pc.checksum_offload),
+            unfit.map_or_else(|| segmentation_summary(port.segmentation(), pc), str::to_string),
             if link.up { "up" } else { "down" }
         );
         let steered = engines > 1 && !(port.rss() && queues == engines);
@@ -377,11 +391,7 @@ fn start_vnet_tap(
         } else {
             "off (checksum_offload = false)".to_string()
         },
-        match tap.segmentation() {
-            Some(frame) => format!("on (up to {frame} B)"),
-            None if !pc.segmentation_offload => "off (segmentation_offload = false)".to_string(),
-            None => "off (needs checksum offload)".to_string(),
-        }
+        segmentation_summary(tap.segmentation(), pc)
     );
     let steered = engines > 1;
     if steered {
@@ -392,6 +402,16 @@ fn start_vnet_tap(
         queues: 1,
         steered,
     })
+}
+
+/// The log's words for a port's TCP segmentation offload.
+fn segmentation_summary(frame: Option<usize>, pc: &control::config::Port) -> String {
+    match frame {
+        Some(frame) => format!("on (up to {frame} B)"),
+        None if !pc.segmentation_offload => "off (segmentation_offload = false)".to_string(),
+        None if !pc.checksum_offload => "off (checksum_offload = false)".to_string(),
+        None => "off (not offered by the device)".to_string(),
+    }
 }
 
 fn warn_steered(pc: &control::config::Port, queues: u16, engines: u16) {
@@ -485,7 +505,12 @@ fn port_status(p: &StartedPort, pc: &control::config::Port) -> PortStatus {
                 tx_ipv4: o.tx_ipv4_cksum,
                 tx_tcp: o.tx_tcp_cksum,
             };
-            (e.port_info().driver.clone(), e.rss(), used, None)
+            (
+                e.port_info().driver.clone(),
+                e.rss(),
+                used,
+                e.segmentation(),
+            )
         }
         Device::Tap(t) => (
             "vnet_tap".to_string(),

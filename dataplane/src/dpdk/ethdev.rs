@@ -88,6 +88,10 @@ pub struct EthPortConfig {
     /// Use the device's IPv4 and TCP checksum offloads where it has them
     /// (off: every checksum in software).
     pub checksum_offload: bool,
+    /// Mbufs with a 64 KiB data room for TCP segmentation offload: TSO is
+    /// used where the device has it, with both transmit checksums
+    /// (`None`: one MSS per frame).
+    pub segmentation: Option<Mempool>,
 }
 
 /// Link state.
@@ -104,6 +108,8 @@ pub struct Offloads {
     pub rx_tcp_cksum: bool,
     pub tx_ipv4_cksum: bool,
     pub tx_tcp_cksum: bool,
+    /// TCP segmentation (`RTE_ETH_TX_OFFLOAD_TCP_TSO`).
+    pub tx_tcp_tso: bool,
 }
 
 /// A configured and started ethdev port. Stopped and closed on drop.
@@ -116,6 +122,8 @@ pub struct EthPort {
     rss: bool,
     offloads: Offloads,
     mempool: Mempool,
+    /// Large mbufs, with TSO on.
+    large: Option<Mempool>,
     started: bool,
 }
 
@@ -195,17 +203,24 @@ impl EthPort {
             conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
         }
         let wanted = |capa: u64, flag: u64| cfg.checksum_offload && capa & flag != 0;
-        let offloads = Offloads {
+        let mut offloads = Offloads {
             rx_ipv4_cksum: wanted(info.rx_offload_capa, c::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM),
             rx_tcp_cksum: wanted(info.rx_offload_capa, c::RTE_ETH_RX_OFFLOAD_TCP_CKSUM),
             tx_ipv4_cksum: wanted(info.tx_offload_capa, c::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM),
             tx_tcp_cksum: wanted(info.tx_offload_capa, c::RTE_ETH_TX_OFFLOAD_TCP_CKSUM),
+            tx_tcp_tso: false,
         };
+        // TSO fills both checksums of every segment: only with them.
+        offloads.tx_tcp_tso = cfg.segmentation.is_some()
+            && offloads.tx_ipv4_cksum
+            && offloads.tx_tcp_cksum
+            && wanted(info.tx_offload_capa, c::RTE_ETH_TX_OFFLOAD_TCP_TSO);
         let flag = |on: bool, flag: u64| if on { flag } else { 0 };
         conf.rxmode.offloads = flag(offloads.rx_ipv4_cksum, c::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM)
             | flag(offloads.rx_tcp_cksum, c::RTE_ETH_RX_OFFLOAD_TCP_CKSUM);
         conf.txmode.offloads = flag(offloads.tx_ipv4_cksum, c::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM)
-            | flag(offloads.tx_tcp_cksum, c::RTE_ETH_TX_OFFLOAD_TCP_CKSUM);
+            | flag(offloads.tx_tcp_cksum, c::RTE_ETH_TX_OFFLOAD_TCP_CKSUM)
+            | flag(offloads.tx_tcp_tso, c::RTE_ETH_TX_OFFLOAD_TCP_TSO);
 
         // SAFETY: conf is fully initialised and outlives the call; the RSS
         // key it points to is static.
@@ -221,6 +236,7 @@ impl EthPort {
             rss,
             offloads,
             mempool: cfg.mempool,
+            large: cfg.segmentation.filter(|_| offloads.tx_tcp_tso),
             started: false,
         };
         let (mut rx_desc, mut tx_desc) = (cfg.rx_desc, cfg.tx_desc);
@@ -322,6 +338,11 @@ impl EthPort {
         self.offloads
     }
 
+    /// With TSO on: the largest frame a segment of many MSS may take.
+    pub fn segmentation(&self) -> Option<usize> {
+        self.large.map(|p| p.frame_room())
+    }
+
     /// The link state, without waiting.
     pub fn link(&self) -> LinkStatus {
         link_status(self.id)
@@ -338,6 +359,7 @@ impl EthPort {
             port: self.id,
             queue: q,
             mempool: self.mempool,
+            large: self.large,
             mac: self.mac,
             offloads: self.offloads,
             rss_spread: (self.rss && self.queues > 1).then_some((self.queues, self.info.reta_size)),
@@ -364,6 +386,8 @@ pub struct EthQueue {
     port: PortId,
     queue: QueueId,
     mempool: Mempool,
+    /// Large mbufs, with TSO on.
+    large: Option<Mempool>,
     mac: [u8; 6],
     offloads: Offloads,
     /// With RSS over several queues: the queue count and RETA size.
@@ -395,6 +419,11 @@ impl EthQueue {
 
     pub fn mempool(&self) -> Mempool {
         self.mempool
+    }
+
+    /// The large mbufs' pool, with TSO on.
+    pub fn large_mempool(&self) -> Option<Mempool> {
+        self.large
     }
 
     /// Receives up to `max` (≤ [`MAX_BURST`]) packets, appended to `out`.

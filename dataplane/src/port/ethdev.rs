@@ -123,6 +123,15 @@ impl Port for EthQueue {
         })
     }
 
+    #[inline]
+    fn alloc_large(&mut self) -> Option<Mbuf> {
+        self.large_mempool().unwrap_or(self.mempool()).alloc()
+    }
+
+    fn segmentation(&self) -> Option<usize> {
+        self.large_mempool().map(|p| p.frame_room())
+    }
+
     fn checksum_offload(&self) -> ChecksumOffload {
         let o = self.offloads();
         ChecksumOffload {
