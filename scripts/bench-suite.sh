@@ -17,6 +17,11 @@
 #   BENCH_SRC_COUNT=16   client source addresses (dpbench --src NET.10-...)
 #   DPD_TCP=defaults     run dpd with the default [tcp] settings (as users do)
 #   DPD_STATS=1          after the run, dpd's TCP counters and memory
+#   DPD_PORT=af_packet|af_xdp|vnet_tap|memif   dpd's port (scripts/peers/peers.sh)
+#   BYPASS=1   dpbench's kernel-bypass client (tlsdp's stack on DPDK, on the
+#              client core): over memif with DPD_PORT=memif, else through
+#              net_af_packet on veth-cli at NET.200 (closed-loop tests; the
+#              kernel peers are then measured by the same client)
 #   VERIFY=1   verify certificates (default: --dangerous-no-verify, the
 #              cheapest client, so the DUT saturates first)
 set -euo pipefail
@@ -56,7 +61,15 @@ mkdir -p "$out"
 cmd=("$DPBENCH" "$sub")
 [ "$sub" = suite ] || { cmd+=("$1"); shift; }
 nsrc=${BENCH_SRC_COUNT:-16}
-cmd+=("${targets[@]}" "${verify[@]}" --cores "$cli_core" --src "$net.10-$((10 + nsrc - 1))" --out "$out" "$@")
+cmd+=("${targets[@]}" "${verify[@]}" --cores "$cli_core" --src "$net.10-$((10 + nsrc - 1))" --out "$out")
+if [ "${BYPASS:-0}" = 1 ]; then
+    if [ "${DPD_PORT:-af_packet}" = memif ]; then
+        cmd+=(--bypass "net_memif0,role=client,socket=$work/run/memif.sock,socket-abstract=no" --bypass-addr "${MEMIF_NET:-10.79.0}.2/24,sources=$nsrc")
+    else
+        cmd+=(--bypass "net_af_packet0,iface=veth-cli" --bypass-addr "$net.200/24,sources=$nsrc")
+    fi
+fi
+cmd+=("$@")
 echo "+ ${cmd[*]}" | tee "$out/command.txt"
 ip netns exec "$name-cli" "${cmd[@]}" | tee "$out/report.md"
 if [ "${DPD_STATS:-0}" = 1 ] && [ -s "$work/run/dpd.pid" ]; then

@@ -113,7 +113,7 @@ impl Counter {
 pub struct Counters([AtomicU64; 14]);
 
 impl Counters {
-    fn add(&self, c: Counter, n: u64) {
+    pub(crate) fn add(&self, c: Counter, n: u64) {
         self.0[c as usize].fetch_add(n, Ordering::Relaxed);
     }
     fn sub(&self, c: Counter, n: u64) {

@@ -143,6 +143,15 @@ struct Common {
     /// Crypto ceiling measurement time per operation (ms), 0 to skip.
     #[arg(long, default_value_t = 300)]
     ceiling_ms: u64,
+    /// Kernel-bypass client: run on tlsdp's own stack over this DPDK
+    /// virtual device (net_memif0,role=client,socket=PATH;
+    /// net_af_packet0,iface=IFACE), on the first of --cores. Closed-loop
+    /// tests only.
+    #[arg(long, requires = "bypass_addr")]
+    bypass: Option<String>,
+    /// The bypass client's address: ADDR/LEN[,gw=GATEWAY][,sources=N].
+    #[arg(long)]
+    bypass_addr: Option<String>,
 }
 
 fn parse_sources(s: &str) -> Result<Vec<IpAddr>> {
@@ -222,6 +231,14 @@ impl Common {
         s.cores.clone_from(&self.cores);
         s.sources = parse_sources(&self.src)?;
         s.tolerance = self.tolerance;
+        if let (Some(dev), Some(addr)) = (&self.bypass, &self.bypass_addr) {
+            let core = self.cores.first().copied().unwrap_or(0);
+            s.bypass =
+                Some(bench::bypass::Bypass::parse(dev, addr, core).map_err(anyhow::Error::msg)?);
+            if !matches!(s.load, Load::Closed { .. }) {
+                bail!("--bypass runs closed-loop tests (cps, tps, l4cps, rps, throughput)");
+            }
+        }
         Ok(s)
     }
 

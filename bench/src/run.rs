@@ -99,6 +99,9 @@ pub struct TestSpec {
     pub repeat: u32,
     /// Highest error fraction a run may have and still count (0.001).
     pub tolerance: f64,
+    /// Run the client on tlsdp's own stack over this DPDK port (one
+    /// worker, on `bypass.core`) instead of kernel sockets.
+    pub bypass: Option<crate::bypass::Bypass>,
 }
 
 impl TestSpec {
@@ -138,6 +141,7 @@ impl TestSpec {
             sources: Vec::new(),
             repeat: 3,
             tolerance: 0.001,
+            bypass: None,
         };
         match kind {
             TestKind::Cps => {}
@@ -452,7 +456,11 @@ pub fn run_once(
         load: spec.load,
         phases: spec.phases,
     };
-    let threads = spec.threads.max(1);
+    let threads = if spec.bypass.is_some() {
+        1
+    } else {
+        spec.threads.max(1)
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let counters: Vec<Arc<Counters>> = (0..threads)
         .map(|_| Arc::new(Counters::default()))
@@ -462,7 +470,24 @@ pub fn run_once(
     // Give workers a moment to start before second 0.
     let start = Instant::now() + Duration::from_millis(50);
     let mut handles = Vec::new();
-    for (i, c) in counters.iter().enumerate() {
+    if let Some(b) = &spec.bypass {
+        let (b, w, c, stop) = (
+            b.clone(),
+            workload.clone(),
+            counters[0].clone(),
+            stop.clone(),
+        );
+        let h = std::thread::Builder::new()
+            .name("dpbench-bypass-run".into())
+            .spawn(move || crate::bypass::run(&b, w, c, stop, start))
+            .map_err(|e| RunError::Thread(e.to_string()))?;
+        handles.push(h);
+    }
+    for (i, c) in counters
+        .iter()
+        .enumerate()
+        .filter(|_| spec.bypass.is_none())
+    {
         let core = spec.cores.get(i % spec.cores.len().max(1)).copied();
         let worker = Worker::new(workload.clone(), i, threads, c.clone(), stop.clone(), start);
         let h = std::thread::Builder::new()

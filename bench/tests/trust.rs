@@ -44,6 +44,8 @@ fn sh(cmd: &mut Command) -> String {
 struct Lab {
     name: String,
     dir: PathBuf,
+    /// Environment for peers.sh (its start, targets and stop agree).
+    env: Vec<(String, String)>,
 }
 
 impl Lab {
@@ -52,6 +54,10 @@ impl Lab {
     }
 
     fn with_peers(name: &str, peers: &[&str]) -> Lab {
+        Lab::with_peers_env(name, peers, &[])
+    }
+
+    fn with_peers_env(name: &str, peers: &[&str], env: &[(&str, &str)]) -> Lab {
         for t in ["ip", "nginx", "openssl", "taskset"] {
             require(t);
         }
@@ -68,11 +74,16 @@ impl Lab {
         let lab = Lab {
             name: name.to_string(),
             dir,
+            env: env
+                .iter()
+                .map(|&(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         sh(Command::new(repo().join("scripts/peers/peers.sh"))
             .args(["start", name])
             .arg(&lab.dir)
             .args(peers)
+            .envs(env.iter().copied())
             .env("PEER_ACCESS_LOG", "1"));
         lab
     }
@@ -85,7 +96,8 @@ impl Lab {
         sh(Command::new(repo().join("scripts/peers/peers.sh"))
             .args(["targets", &self.name])
             .arg(&self.dir)
-            .arg(peer))
+            .arg(peer)
+            .envs(self.env.iter().map(|(k, v)| (k, v))))
         .trim()
         .to_string()
     }
@@ -119,6 +131,7 @@ impl Drop for Lab {
         let _ = Command::new(repo().join("scripts/peers/peers.sh"))
             .args(["stop", &self.name])
             .arg(&self.dir)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .output();
         let _ = Command::new(repo().join("scripts/bench-lab.sh"))
             .args(["down", &self.name])
@@ -474,4 +487,69 @@ fn dpd_negotiates_every_group_with_a_rustls_client() {
     assert_eq!(total["tls_versions"]["TLSv1.2"], 60, "{total}");
     assert_eq!(total["tls_key_types"]["ECDSA-P256"], 140, "{total}");
     assert_eq!(total["tls_failures"], 0, "{total}");
+}
+
+/// dpbench's kernel-bypass client (tlsdp's stack on DPDK) against dpd
+/// over memif: every connection and every byte it counts, dpd counts too;
+/// throughput responses arrive whole (the run's end lets the ones under
+/// way finish).
+#[test]
+#[ignore = "needs root and a release dpd: run scripts/bench-test.sh"]
+fn bypass_client_counts_agree_with_dpd() {
+    let lab = Lab::with_peers_env("dpbt7", &["dpd"], &[("DPD_PORT", "memif")]);
+    let t = lab.target_of("dpd");
+    assert!(t.contains("host=10.79.0.1"), "{t}");
+    let sock = format!(
+        "net_memif0,role=client,socket={},socket-abstract=no",
+        lab.dir.join("run/memif.sock").display()
+    );
+    let common = [
+        "--target",
+        &t,
+        "--key",
+        "p256",
+        "--dangerous-no-verify",
+        "--repeat",
+        "1",
+        "--ramp-up",
+        "0",
+        "--ramp-down",
+        "0",
+        "--bypass",
+        &sock,
+        "--bypass-addr",
+        "10.79.0.2/24,sources=4",
+    ];
+    let mut args = vec!["test", "cps", "--sustain", "20", "-c", "4", "--conns", "40"];
+    args.extend(common);
+    let v = lab.dpbench("bypass-cps", &args);
+    assert_eq!(total(&v, "transactions"), 40, "{v}");
+    assert_eq!(total(&v, "handshakes"), 40, "{v}");
+    assert!(run0(&v)["rejected"].is_null(), "{v}");
+    let mut args = vec!["test", "throughput", "--sustain", "2", "-c", "2"];
+    args.extend(common);
+    let v = lab.dpbench("bypass-tp", &args);
+    let requests = total(&v, "requests");
+    assert!(requests > 0, "{v}");
+    assert_eq!(
+        total(&v, "body_bytes"),
+        requests << 20,
+        "whole 1 MiB bodies: {v}"
+    );
+    assert_eq!(
+        total(&v, "transactions"),
+        2,
+        "both connections finished: {v}"
+    );
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
+    let stats = sh(Command::new(target.join("release/dpctl"))
+        .args(["--socket"])
+        .arg(lab.dir.join("run/dpd.sock"))
+        .args(["stats", "--json"]));
+    let v: Value = serde_json::from_str(&stats).unwrap();
+    let total = &v["stats"]["total"];
+    assert_eq!(total["tls_versions"]["TLSv1.3"], 42, "{total}");
+    assert_eq!(total["tls_failures"], 0, "{total}");
+    assert_eq!(total["tcp_accepted"], 42, "{total}");
 }

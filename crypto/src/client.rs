@@ -92,6 +92,12 @@ impl LoadClientConfig {
         cfg.resumption = rustls::client::Resumption::disabled();
         Self(Arc::new(cfg))
     }
+
+    /// Client settings made elsewhere (dpbench's: its version, groups,
+    /// verification and resumption choices).
+    pub fn from_rustls(cfg: Arc<ClientConfig>) -> Self {
+        Self(cfg)
+    }
 }
 
 /// One client connection.

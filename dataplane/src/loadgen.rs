@@ -41,6 +41,8 @@ pub struct LoadConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LoadStats {
     pub opened: u64,
+    /// Connections established (plain) or TLS handshakes completed.
+    pub handshakes: u64,
     pub completed: u64,
     pub failed: u64,
     pub responses: u64,
@@ -59,6 +61,8 @@ pub struct ClientConn {
     /// Its last response arrived: it counts as completed at once, not when
     /// TIME-WAIT ends.
     finished: bool,
+    /// TLS mode: the handshake completed (and was counted).
+    handshaken: bool,
 }
 
 /// The load generator's application: opens connections, asks, reads.
@@ -81,6 +85,12 @@ pub struct LoadClient {
     request: Vec<u8>,
     /// TLS mode: client settings, and buffers shared by all connections.
     tls: Option<LoadClientConfig>,
+    /// TLS mode: the server name sent (SNI).
+    sni: String,
+    /// The first source port (then upwards, wrapping at 65,535).
+    first_port: u16,
+    /// The run is over: each connection's current response is its last.
+    winding_down: bool,
     tls_out: Vec<u8>,
     plain: Vec<u8>,
 }
@@ -88,6 +98,8 @@ pub struct LoadClient {
 /// The load generator: [`LoadClient`] on an engine of its own.
 pub struct LoadGen<P: Port> {
     engine: Engine<P, LoadClient>,
+    /// Its addresses were announced (gratuitous ARP).
+    announced: bool,
 }
 
 impl<P: Port> std::fmt::Debug for LoadGen<P> {
@@ -105,11 +117,7 @@ impl<P: Port> LoadGen<P> {
         } else {
             "keep-alive"
         };
-        let request = format!(
-            "GET /bytes/{} HTTP/1.1\r\nHost: tlsdp\r\nConnection: {close}\r\n\r\n",
-            cfg.body
-        )
-        .into_bytes();
+        let request = request_for(&format!("/bytes/{}", cfg.body), "tlsdp", close);
         let client = LoadClient {
             cfg,
             stats: LoadStats::default(),
@@ -122,6 +130,9 @@ impl<P: Port> LoadGen<P> {
             in_flight: 0,
             request,
             tls: None,
+            sni: "tlsdp.test".to_string(),
+            first_port: 10_000,
+            winding_down: false,
             tls_out: Vec::new(),
             plain: Vec::new(),
         };
@@ -139,7 +150,10 @@ impl<P: Port> LoadGen<P> {
         for i in 1..u32::from(cfg.sources.max(1)) {
             engine.add_address(Ipv4Addr::from(u32::from(iface_cfg.addr) + i));
         }
-        Self { engine }
+        Self {
+            engine,
+            announced: false,
+        }
     }
 
     /// Speaks TLS to the server (full handshake per connection).
@@ -148,6 +162,48 @@ impl<P: Port> LoadGen<P> {
         c.tls = Some(cfg);
         c.plain = vec![0; 64 * 1024];
         self
+    }
+
+    /// Asks for `path` from `host` (the Host header, and the TLS server
+    /// name) instead of `/bytes/N`; the body must then be `cfg.body`
+    /// bytes long only if the caller checks it (every response is read to
+    /// its Content-Length).
+    pub fn with_target(mut self, path: &str, host: &str) -> Self {
+        let c = self.engine.app_mut();
+        let close = if c.cfg.requests_per_conn <= 1 {
+            "close"
+        } else {
+            "keep-alive"
+        };
+        c.request = request_for(path, host, close);
+        c.sni = host.to_string();
+        self
+    }
+
+    /// Source ports start at `port` (10,000 by default): a second run
+    /// against the same server starts where the first one's 4-tuples are
+    /// not in the server's TIME-WAIT.
+    pub fn with_first_port(mut self, port: u16) -> Self {
+        self.engine.app_mut().first_port = port.max(1024);
+        self
+    }
+
+    /// Keeps `n` connections in flight from now on (a ramp).
+    pub fn set_concurrency(&mut self, n: usize) {
+        self.engine.app_mut().cfg.concurrency = n;
+    }
+
+    /// The run is over: opens no more connections, and each one in
+    /// flight ends (completed) after the response under way.
+    pub fn stop_opening(&mut self) {
+        let c = self.engine.app_mut();
+        c.cfg.total_conns = c.stats.opened;
+        c.winding_down = true;
+    }
+
+    /// Connections open now, not yet completed.
+    pub fn in_flight(&self) -> usize {
+        self.engine.app().in_flight
     }
 
     pub fn stats(&self) -> LoadStats {
@@ -183,6 +239,11 @@ impl<P: Port> LoadGen<P> {
     /// One iteration of its engine; connections open once the server's
     /// next hop is resolved (so no SYN waits on ARP).
     pub fn poll(&mut self, now: Instant) -> usize {
+        if !self.announced {
+            // Our addresses may be known at another MAC (a previous run).
+            self.engine.announce(now);
+            self.announced = true;
+        }
         if !self.engine.app().ready {
             let server = self.engine.app().cfg.server;
             self.engine.app_mut().ready = self.engine.resolve(server, now);
@@ -236,7 +297,8 @@ impl LoadClient {
         let sources = u64::from(self.cfg.sources.max(1));
         let n = self.stats.opened + self.skipped;
         let source = Ipv4Addr::from(u32::from(self.source) + (n % sources) as u32);
-        let port = 10_000 + ((n / sources) % 55_535) as u16;
+        let span = u64::from(u16::MAX - 1024) + 1;
+        let port = 1024 + ((u64::from(self.first_port - 1024) + n / sources) % span) as u16;
         let key = FlowKey {
             local: source,
             local_port: port,
@@ -258,8 +320,11 @@ impl LoadClient {
     }
 
     fn connected(&mut self, cx: &mut Cx<'_>, id: ConnId) {
+        if self.tls.is_none() {
+            self.stats.handshakes += 1;
+        }
         if let Some(cfg) = &self.tls {
-            match LoadClientSession::new(cfg, "tlsdp.test") {
+            match LoadClientSession::new(cfg, &self.sni) {
                 Ok(t) => {
                     if let Some(e) = self.conns.get_mut(id) {
                         e.role.tls = Some(Box::new(t));
@@ -336,6 +401,10 @@ impl LoadClient {
                 cx.tcp.abort(id);
                 return;
             };
+            if !e.role.handshaken && !t.is_handshaking() {
+                e.role.handshaken = true;
+                self.stats.handshakes += 1;
+            }
             cx.tcp.consume(id, taken);
             loop {
                 let Some(t) = self.conns.get_mut(id).and_then(|e| e.role.tls.as_mut()) else {
@@ -399,7 +468,7 @@ impl LoadClient {
             return;
         };
         e.role.requests_left = e.role.requests_left.saturating_sub(1);
-        if e.role.requests_left == 0 {
+        if e.role.requests_left == 0 || self.winding_down {
             cx.tcp.close(id);
             self.finish(id);
         } else {
@@ -452,6 +521,11 @@ impl LoadClient {
             }
         }
     }
+}
+
+/// An HTTP/1.1 GET of `path` from `host`.
+fn request_for(path: &str, host: &str, connection: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: {connection}\r\n\r\n").into_bytes()
 }
 
 fn content_length(head: &[u8]) -> Option<u64> {

@@ -33,7 +33,10 @@
 #   without kernel peers); vnet_tap, tlsdp's tap with virtio-net headers
 #   (checksums and TSO left to the kernel, docs/architecture.md "Ports"):
 #   a tap in the client namespace on LAB_TAP_NET (10.78.0; dpd at .1 with
-#   the client's .2 as gateway back to the client addresses).
+#   the client's .2 as gateway back to the client addresses); memif, a DPDK
+#   memif server on DIR/run/memif.sock for dpbench's kernel-bypass client
+#   (--bypass net_memif0,role=client,socket=DIR/run/memif.sock,socket-abstract=no
+#   --bypass-addr MEMIF_NET.2/24; dpd at MEMIF_NET.1, default 10.79.0).
 #   DPD_OFFLOAD=off: the port's checksum (and so segmentation) offloads off.
 #   scripts/peers/peers.sh targets NAME DIR     print dpbench --target specs
 #
@@ -64,7 +67,8 @@ case "$dpd_port" in
     af_packet) dpd_ip=$net.100; dpd_device="net_af_packet0,iface=veth-dut"; dpd_gateway= ;;
     af_xdp) dpd_ip=$net.100; dpd_device="net_af_xdp0,iface=veth-dut"; dpd_gateway= ;;
     vnet_tap) dpd_ip=$tap_net.1; dpd_device="vnet_tap,iface=tap-cli,netns=$name-cli"; dpd_gateway=$tap_net.2 ;;
-    *) echo "peers: DPD_PORT must be af_packet, af_xdp or vnet_tap" >&2; exit 1 ;;
+    memif) dpd_ip=${MEMIF_NET:-10.79.0}.1; dpd_device="net_memif0,role=server,socket=$run/memif.sock,socket-abstract=no"; dpd_gateway= ;;
+    *) echo "peers: DPD_PORT must be af_packet, af_xdp, vnet_tap or memif" >&2; exit 1 ;;
 esac
 root=$(cd "$here/../.." && pwd)
 dpd_bin=${DPD_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/dpd}
@@ -318,9 +322,48 @@ start() {
                 # bench-lab.sh does for veth-cli.
                 ip netns exec "$name-cli" sh -c "printf '%x' $((1 << cli_core)) > /sys/class/net/tap-cli/queues/rx-0/rps_cpus"
             fi
+            # A memif server binds its socket afresh (a stale one fails it).
+            [ "$dpd_port" = memif ] && rm -f "$run/memif.sock"
+            # The pool lives on the veth: not reachable over memif.
+            proxy_section=
+            if [ "$dpd_port" != memif ]; then
+                proxy_section=$(cat <<EOS
+# Peer "dpd-proxy": the same TLS termination with the cleartext forwarded to
+# the rip-test pool (SSL offload, as the kernel peers do), on 4471-4473/8071.
+[[pool]]
+name = "rip"
+balance = "weighted_least_conn"
+members = [{ addr = "$net.2:8081" }, { addr = "$net.2:8082" }, { addr = "$net.2:8083" }, { addr = "$net.2:8084" }]
+
+[[vip]]
+name = "proxy-http"
+listen = "$dpd_ip:8071"
+pool = "rip"
+
+[[vip]]
+name = "proxy-rsa2048"
+listen = "$dpd_ip:4471"
+pool = "rip"
+certs = [{ cert = "$dir/rsa2048.crt", key = "$dir/rsa2048.key" }]
+
+[[vip]]
+name = "proxy-p256"
+listen = "$dpd_ip:4472"
+pool = "rip"
+certs = [{ cert = "$dir/p256.crt", key = "$dir/p256.key" }]
+
+[[vip]]
+name = "proxy-p384"
+listen = "$dpd_ip:4473"
+pool = "rip"
+certs = [{ cert = "$dir/p384.crt", key = "$dir/p384.key" }]
+EOS
+)
+            fi
             cat > "$conf/dpd.toml" <<EOT
-# tlsdp on the bench lab: the DUT core, AF_PACKET on veth-dut beside the
-# kernel peers, an idle pause so it leaves the core to them between its runs.
+# tlsdp on the bench lab: the DUT core, the port DPD_PORT names (AF_PACKET on
+# veth-dut beside the kernel peers by default), an idle pause so it leaves
+# the core to them between its runs.
 [eal]
 lcores = [$dut_core]
 idle_sleep_us = 50
@@ -356,36 +399,7 @@ listen = "$dpd_ip:4463"
 respond = "builtin"
 certs = [{ cert = "$dir/p384.crt", key = "$dir/p384.key" }]
 
-# Peer "dpd-proxy": the same TLS termination with the cleartext forwarded to
-# the rip-test pool (SSL offload, as the kernel peers do), on 4471-4473/8071.
-[[pool]]
-name = "rip"
-balance = "weighted_least_conn"
-members = [{ addr = "$net.2:8081" }, { addr = "$net.2:8082" }, { addr = "$net.2:8083" }, { addr = "$net.2:8084" }]
-
-[[vip]]
-name = "proxy-http"
-listen = "$dpd_ip:8071"
-pool = "rip"
-
-[[vip]]
-name = "proxy-rsa2048"
-listen = "$dpd_ip:4471"
-pool = "rip"
-certs = [{ cert = "$dir/rsa2048.crt", key = "$dir/rsa2048.key" }]
-
-[[vip]]
-name = "proxy-p256"
-listen = "$dpd_ip:4472"
-pool = "rip"
-certs = [{ cert = "$dir/p256.crt", key = "$dir/p256.key" }]
-
-[[vip]]
-name = "proxy-p384"
-listen = "$dpd_ip:4473"
-pool = "rip"
-certs = [{ cert = "$dir/p384.crt", key = "$dir/p384.key" }]
-
+$proxy_section
 $(if [ "${DPD_TCP:-}" != defaults ]; then printf '[tcp]\nmax_connections = 1000000\nmax_half_open = 65536\n'; fi)
 
 [control]

@@ -252,6 +252,25 @@ impl<P: Port, A: Application> Engine<P, A> {
         self.claim_address(addr);
     }
 
+    /// Announces every address of every port (gratuitous ARP, RFC 5227
+    /// §2.3) with the next transmit: neighbours that knew one of them at
+    /// another MAC (a host restarted with a new one) take ours.
+    pub fn announce(&mut self, now: Instant) {
+        for ep in &mut self.ports {
+            let addrs: Vec<Ipv4Addr> = ep.iface.addresses().collect();
+            for addr in addrs {
+                match ep.port.alloc() {
+                    Some(mut buf) => {
+                        ep.iface.write_arp_announcement(addr, &mut buf);
+                        ep.tx.push(buf);
+                        ep.tx_since.get_or_insert(now);
+                    }
+                    None => self.counters.drop(DropReason::NoBuffer),
+                }
+            }
+        }
+    }
+
     /// Whether the next hop towards `dst` is resolved; on a miss an ARP
     /// request goes out with this iteration's frames.
     pub fn resolve(&mut self, dst: Ipv4Addr, now: Instant) -> bool {

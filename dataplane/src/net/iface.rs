@@ -200,8 +200,24 @@ impl Interface {
         self.probes.pop()
     }
 
+    /// This port's addresses: its own, then the extra ones.
+    pub fn addresses(&self) -> impl Iterator<Item = Ipv4Addr> + '_ {
+        std::iter::once(self.cfg.addr).chain(self.extra.iter().copied())
+    }
+
+    /// Builds an ARP announcement of our address `addr` in `buf` (RFC 5227
+    /// §2.3: a request with sender and target both `addr`): neighbours
+    /// that know `addr` take our MAC for it.
+    pub fn write_arp_announcement<B: PacketBuf>(&self, addr: Ipv4Addr, buf: &mut B) {
+        self.write_arp(addr, addr, buf);
+    }
+
     /// Builds an ARP request for `target` in `buf`.
     pub fn write_arp_request<B: PacketBuf>(&self, target: Ipv4Addr, buf: &mut B) {
+        self.write_arp(self.cfg.addr, target, buf);
+    }
+
+    fn write_arp<B: PacketBuf>(&self, sender: Ipv4Addr, target: Ipv4Addr, buf: &mut B) {
         buf.set_len(MIN_FRAME);
         let data = buf.data_mut();
         data.fill(0);
@@ -212,7 +228,7 @@ impl Interface {
         ArpRepr::EthernetIpv4 {
             operation: ArpOperation::Request,
             source_hardware_addr: self.cfg.mac,
-            source_protocol_addr: self.cfg.addr,
+            source_protocol_addr: sender,
             target_hardware_addr: EthernetAddress([0; 6]),
             target_protocol_addr: target,
         }
@@ -398,6 +414,10 @@ impl Interface {
                 .learn(source_protocol_addr, source_hardware_addr, now, for_us);
         }
         if !for_us {
+            if source_protocol_addr == target_protocol_addr {
+                // An announcement (gratuitous ARP): taken above, no drop.
+                return (Verdict::Consumed, None);
+            }
             return (Verdict::Drop(DropReason::NotForUs), None);
         }
         if operation != ArpOperation::Request {
@@ -593,6 +613,54 @@ mod tests {
         let mut buf = DeviceBuf::default();
         let verdict = iface.write_tcp(Instant::from_millis(0), &seg, &mut buf);
         (verdict, buf)
+    }
+
+    /// A neighbour that restarts at another MAC announces its addresses
+    /// (RFC 5227 §2.3): a known one moves to the new MAC, an unknown one
+    /// is not added, and neither counts as a drop.
+    #[test]
+    fn announcements_move_known_neighbours_and_are_no_drops() {
+        let mut dut = iface();
+        let now = Instant::from_millis(0);
+        let mut counters = Counters::default();
+        let peer = |mac: u8, extra: Option<Ipv4Addr>| {
+            let mut p = Interface::new(InterfaceConfig {
+                mac: EthernetAddress([2, 0, 0, 0, 0, mac]),
+                addr: Ipv4Addr::new(10, 0, 0, 2),
+                prefix_len: 24,
+                gateway: None,
+            });
+            if let Some(a) = extra {
+                p.add_address(a);
+            }
+            p
+        };
+        // The DUT asked for 10.0.0.2 and learned it at MAC ..:02.
+        let old = peer(2, None);
+        let mut ask = DeviceBuf::default();
+        old.write_arp_request(Ipv4Addr::new(10, 0, 0, 1), &mut ask);
+        dut.process(now, &mut ask, &mut counters);
+        assert_eq!(
+            dut.arp().peek(Ipv4Addr::new(10, 0, 0, 2), now),
+            Some(EthernetAddress([2, 0, 0, 0, 0, 2]))
+        );
+        // Restarted at ..:09 with a second address: both announced.
+        let new = peer(9, Some(Ipv4Addr::new(10, 0, 0, 3)));
+        assert_eq!(new.addresses().count(), 2);
+        for addr in new.addresses() {
+            let mut frame = DeviceBuf::default();
+            new.write_arp_announcement(addr, &mut frame);
+            assert_eq!(
+                dut.process(now, &mut frame, &mut counters),
+                Verdict::Consumed
+            );
+        }
+        assert_eq!(
+            dut.arp().peek(Ipv4Addr::new(10, 0, 0, 2), now),
+            Some(EthernetAddress([2, 0, 0, 0, 0, 9]))
+        );
+        assert_eq!(dut.arp().peek(Ipv4Addr::new(10, 0, 0, 3), now), None);
+        assert_eq!(counters.drops.iter().sum::<u64>(), 0);
     }
 
     #[test]
