@@ -62,6 +62,9 @@ pub enum DropReason {
     ListenRefused,
     /// A segment too long for the buffer or the port it was to go out on.
     Oversize,
+    /// A frame the device refused to send or failed to deliver to us
+    /// (its driver's error count).
+    PortError,
 }
 
 impl From<crate::tcp::SegmentDrop> for DropReason {
@@ -78,7 +81,7 @@ impl From<crate::tcp::SegmentDrop> for DropReason {
 }
 
 impl DropReason {
-    pub const COUNT: usize = 18;
+    pub const COUNT: usize = 19;
     pub const ALL: [DropReason; Self::COUNT] = [
         Self::Malformed,
         Self::NotForUs,
@@ -98,6 +101,7 @@ impl DropReason {
         Self::SteerFull,
         Self::ListenRefused,
         Self::Oversize,
+        Self::PortError,
     ];
 
     /// A stable snake_case name (used in stats output and metrics).
@@ -122,6 +126,7 @@ impl DropReason {
             Self::SteerFull => "steer_full",
             Self::ListenRefused => "listen_refused",
             Self::Oversize => "oversize",
+            Self::PortError => "port_error",
         }
     }
 }

@@ -592,6 +592,8 @@ impl<P: Port, A: Application> Engine<P, A> {
     pub fn publish(&mut self) {
         let t = self.tcp.counters();
         let c = &mut self.counters;
+        c.drops[DropReason::PortError as usize] =
+            self.ports.iter().map(|ep| ep.port.errors()).sum();
         c.tcp_accepted = t.accepted;
         // Open connections and TIME-WAIT apart: what an operator counts as
         // open is what still talks, not what waits out 2 MSL.

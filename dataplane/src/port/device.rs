@@ -59,6 +59,10 @@ impl Port for DeviceQueue {
         each!(self, q => Port::segmentation(q))
     }
 
+    fn errors(&self) -> u64 {
+        each!(self, q => Port::errors(q))
+    }
+
     fn rss_steering(&self) -> Option<RssSteering> {
         each!(self, q => Port::rss_steering(q))
     }

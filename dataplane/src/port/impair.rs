@@ -171,6 +171,10 @@ impl<P: Port> Port for Impaired<P> {
         self.inner.segmentation()
     }
 
+    fn errors(&self) -> u64 {
+        self.inner.errors()
+    }
+
     fn alloc_large(&mut self) -> Option<P::Buf> {
         self.inner.alloc_large()
     }

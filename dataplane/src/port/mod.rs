@@ -146,6 +146,12 @@ pub trait Port {
         None
     }
 
+    /// Frames the device refused to send, or failed to receive, so far
+    /// (counted by the port; the engine shows them as `port_error` drops).
+    fn errors(&self) -> u64 {
+        0
+    }
+
     /// A fresh buffer with room for the largest frame
     /// [`Port::segmentation`] allows; a port that does not segment gives
     /// an ordinary one.

@@ -50,4 +50,9 @@ impl Port for VnetTap {
     fn segmentation(&self) -> Option<usize> {
         VnetTap::segmentation(self)
     }
+
+    fn errors(&self) -> u64 {
+        let s = self.stats();
+        s.rx_errors + s.tx_errors
+    }
 }
