@@ -72,6 +72,7 @@ macro_rules! with_counters {
             tcp_time_wait_recycled: Counter, "tlsdp_tcp_time_wait_recycled_total", "TIME-WAIT entries ended early because tcp.max_time_wait was reached (oldest first).";
             tcp_retransmits: Counter, "tlsdp_tcp_retransmits_total", "TCP segments retransmitted.";
             tcp_segmentation_offloads: Counter, "tlsdp_tcp_segmentation_offloads_total", "TCP segments of several segment sizes handed to a port that cuts them (TSO).";
+            tcp_large_segments_in: Counter, "tlsdp_tcp_large_segments_in_total", "TCP segments received longer than one segment size (the port's LRO or GRO).";
             tcp_resets_sent: Counter, "tlsdp_tcp_resets_sent_total", "TCP resets sent.";
             tcp_timeouts: Counter, "tlsdp_tcp_timeouts_total", "TCP connections ended by a timeout.";
             tcp_syn_cookies_sent: Counter, "tlsdp_tcp_syn_cookies_sent_total", "SYN cookies sent.";

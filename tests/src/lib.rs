@@ -533,3 +533,63 @@ pub fn dpd_refuses(config: &str) -> (ExitStatus, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// An upload sink in the client namespace on `ip:port`: answers each POST
+/// with the body's length and SHA-256. Stopped on drop.
+#[derive(Debug)]
+pub struct UploadSink(Child);
+
+impl UploadSink {
+    pub fn start(lab: &Lab, ip: &str, port: u16) -> Self {
+        let script = r#"
+import hashlib, http.server, sys
+
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        n = int(self.headers['Content-Length'])
+        h = hashlib.sha256()
+        left = n
+        while left > 0:
+            b = self.rfile.read(min(left, 1 << 20))
+            if not b:
+                break
+            h.update(b)
+            left -= len(b)
+        body = ('%d %s\n' % (n - left, h.hexdigest())).encode()
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+http.server.HTTPServer((sys.argv[1], int(sys.argv[2])), H).serve_forever()
+"#;
+        let child = lab
+            .client_command(&["python3", "-c", script, ip, &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3");
+        for _ in 0..100 {
+            if lab
+                .client(&["sh", "-c", &format!("exec 3<>/dev/tcp/{ip}/{port}")])
+                .status
+                .success()
+            {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Self(child)
+    }
+}
+
+impl Drop for UploadSink {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

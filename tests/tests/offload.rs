@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use control::api::{Body, ChecksumOffloads, Client, PortStatus, Request};
-use e2e::{make_certs, run, verify_pattern_file, Dpd, Lab};
+use e2e::{make_certs, run, verify_pattern_file, Dpd, Lab, UploadSink};
 
 const DUT: &str = "192.168.78.1";
 const CLIENT: &str = "192.168.78.2";
@@ -30,7 +30,8 @@ fn tap_port_with_offload_off_checksums_in_software() {
 }
 
 /// tlsdp's own tap port with virtio-net headers: TCP segments of many
-/// MSS go to the kernel whole (GSO), checksums are the kernel's to finish.
+/// MSS go to the kernel whole (GSO) and come from it whole (an upload),
+/// checksums are the kernel's to finish.
 #[test]
 fn vnet_tap_port_segments_and_offloads() {
     transfers_on_a_vnet_tap(true);
@@ -80,12 +81,23 @@ listen = "{DUT}:443"
 respond = "builtin"
 certs = ["p256"]
 
+[[vip]]
+name = "up"
+listen = "{DUT}:6443"
+pool = "sink"
+certs = ["p256"]
+
+[[pool]]
+name = "sink"
+members = [{{ addr = "{CLIENT}:8082" }}]
+
 [control]
 socket = "{}"
 "#,
             s.display()
         )
     });
+    let _sink = UploadSink::start(&lab, CLIENT, 8082);
     let status = port_status(&dpd);
     assert_eq!(status.driver, "vnet_tap");
     assert!(status.link_up);
@@ -115,14 +127,52 @@ socket = "{}"
     let tls = "https://p256.test/bytes/1000000000";
     download(&lab, tls, &resolve, certs.path(), &body);
     verify_pattern_file(&body, 1_000_000_000);
+    // 200 MB up through a TLS VIP to a sink behind the same tap: the
+    // client's kernel hands its segments of many MSS over whole (GSO, as
+    // a NIC's LRO), and the sink's SHA-256 is the file's.
+    let up = dir.path().join("up");
+    let o = run(Command::new("head")
+        .args(["-c", "200000000", "/dev/urandom"])
+        .stdout(std::fs::File::create(&up).unwrap()));
+    assert!(o.status.success());
+    let sum = run(Command::new("sha256sum").arg(&up));
+    let want = String::from_utf8_lossy(&sum.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let o = lab.client(&[
+        "curl",
+        "-sS",
+        "--max-time",
+        "240",
+        "--cacert",
+        &format!("{}/ca.pem", certs.path().display()),
+        "--resolve",
+        &format!("p256.test:6443:{DUT}"),
+        "-H",
+        "Expect:",
+        "--data-binary",
+        &format!("@{}", up.display()),
+        "https://p256.test:6443/upload",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("200000000 {want}\n"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let stats = dpd.stats();
     if offload {
         // At least a gigabyte in segments of many MSS: ~20,000 of ~1.4 M.
         assert!(stats.tcp_segmentation_offloads > 10_000, "{stats:?}");
+        assert!(stats.tcp_large_segments_in > 100, "{stats:?}");
     } else {
         assert_eq!(stats.tcp_segmentation_offloads, 0);
+        assert_eq!(stats.tcp_large_segments_in, 0);
     }
     assert_eq!(stats.drops["oversize"], 0);
+    assert_eq!(stats.drops["port_error"], 0);
 
     bad_checksums_are_dropped(&lab, &dpd, DUT, CLIENT, "tap-cli");
 

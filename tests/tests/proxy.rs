@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::{Child, Stdio};
 
-use e2e::{make_certs, verify_pattern_file, Dpd, Lab};
+use e2e::{make_certs, verify_pattern_file, Dpd, Lab, UploadSink};
 
 /// Three nginx servers on `.11`, `.12`, `.13` port 80, in the lab's client
 /// namespace; `/` answers "You are viewing rip-test-N", `/big` a file of
@@ -355,66 +355,6 @@ fn proxy_protocol_v2_tells_the_backend_who_the_client_is() {
     );
 }
 
-/// An upload sink on `.13:8082`: answers each POST with the body's length
-/// and SHA-256.
-struct UploadSink(Child);
-
-impl UploadSink {
-    fn start(lab: &Lab) -> Self {
-        let script = r#"
-import hashlib, http.server, sys
-
-class H(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        n = int(self.headers['Content-Length'])
-        h = hashlib.sha256()
-        left = n
-        while left > 0:
-            b = self.rfile.read(min(left, 1 << 20))
-            if not b:
-                break
-            h.update(b)
-            left -= len(b)
-        body = ('%d %s\n' % (n - left, h.hexdigest())).encode()
-        self.send_response(200)
-        self.send_header('Content-Length', str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *a):
-        pass
-
-http.server.HTTPServer((sys.argv[1], int(sys.argv[2])), H).serve_forever()
-"#;
-        let ip = format!("{}.13", lab.net);
-        let child = lab
-            .client_command(&["python3", "-c", script, &ip, "8082"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("python3");
-        for _ in 0..100 {
-            if lab
-                .client(&["sh", "-c", &format!("exec 3<>/dev/tcp/{ip}/8082")])
-                .status
-                .success()
-            {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        Self(child)
-    }
-}
-
-impl Drop for UploadSink {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Also the regression test of a stall (2 of 3 full runs, more often
 /// beside other tests): when the read that ended the client's handshake
 /// stopped inside a record, the TLS session took every later byte from
@@ -426,7 +366,7 @@ impl Drop for UploadSink {
 fn a_100_mb_upload_and_download_through_the_proxy_with_2_percent_drops_both_sides() {
     let size = 100_000_000u64;
     let (certs, lab, _backends) = lab_with_backends("pu", size);
-    let _sink = UploadSink::start(&lab);
+    let _sink = UploadSink::start(&lab, &format!("{}.13", lab.net), 8082);
     let dpd = Dpd::start(&lab, |s| {
         config(&lab, s, certs.path(), "round_robin", [1, 1, 1])
     });

@@ -10,9 +10,10 @@
 //! `write` carries up to 45 segments. On receive, `TUNSETOFFLOAD` with
 //! `TUN_F_CSUM` lets the kernel hand over frames whose TCP checksum it
 //! left partial (its own traffic, not yet summed): the header says so and
-//! the frame is marked checked. The kernel is not offered `TUN_F_TSO4`,
-//! so it cuts its segments to the MTU before the tap: receive buffers stay
-//! 2 KiB mbufs. DPDK's `net_tap` was not used: its TSO and checksum
+//! the frame is marked checked. With segmentation on, `TUN_F_TSO4` too:
+//! the kernel hands over its TCP segments of many MSS whole (as a NIC's
+//! LRO would), read into a large mbuf; a frame that fits an ordinary one
+//! is copied down into one (the large mbuf is kept for the next read). DPDK's `net_tap` was not used: its TSO and checksum
 //! offloads are done in software inside the PMD (`rte_gso` and its own
 //! checksum code) before a plain write, so the kernel never sees a large
 //! segment (docs/architecture.md, "Ports").
@@ -64,6 +65,8 @@ pub struct VnetTapStats {
     pub tx_errors: u64,
     /// Reads that failed other than for want of frames.
     pub rx_errors: u64,
+    /// TCP segments of many MSS received whole (the kernel's GSO).
+    pub rx_large: u64,
 }
 
 /// One attached tap: its receive and transmit path (one queue).
@@ -75,6 +78,8 @@ pub struct VnetTap {
     mac: [u8; 6],
     mempool: Mempool,
     large: Option<Mempool>,
+    /// With segmentation on: the large mbuf the next read goes into.
+    spare: Option<Mbuf>,
     checksum_offload: bool,
     stats: VnetTapStats,
 }
@@ -91,10 +96,13 @@ impl VnetTap {
             Some(ns) => in_netns(ns, || attach(&cfg.iface))?,
             None => attach(&cfg.iface)?,
         };
-        let offloads = if cfg.checksum_offload {
-            libc::TUN_F_CSUM
-        } else {
-            0
+        let large = cfg
+            .large
+            .filter(|_| cfg.segmentation && cfg.checksum_offload);
+        let offloads = match (cfg.checksum_offload, large.is_some()) {
+            (false, _) => 0,
+            (true, false) => libc::TUN_F_CSUM,
+            (true, true) => libc::TUN_F_CSUM | libc::TUN_F_TSO4,
         };
         // SAFETY: fd is an open tun file; TUNSETOFFLOAD takes the flags
         // by value.
@@ -112,9 +120,8 @@ impl VnetTap {
             fd: Arc::new(fd),
             mac: mac_for(&cfg.iface),
             mempool: cfg.mempool,
-            large: cfg
-                .large
-                .filter(|_| cfg.segmentation && cfg.checksum_offload),
+            large,
+            spare: None,
             checksum_offload: cfg.checksum_offload,
             stats: VnetTapStats::default(),
         })
@@ -128,6 +135,7 @@ impl VnetTap {
             mac: self.mac,
             mempool: self.mempool,
             large: self.large,
+            spare: None,
             checksum_offload: self.checksum_offload,
             stats: VnetTapStats::default(),
         }
@@ -171,7 +179,14 @@ impl VnetTap {
     pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
         let mut n = 0;
         while n < max {
-            let Some(mut m) = self.mempool.alloc() else {
+            // Large segments come whole: read into a large mbuf when
+            // there is one (the spare), else an ordinary one.
+            let spare = match (self.spare.take(), self.large) {
+                (Some(m), _) => Some(m),
+                (None, Some(pool)) => pool.alloc(),
+                (None, None) => None,
+            };
+            let Some(mut m) = spare.or_else(|| self.mempool.alloc()) else {
                 break;
             };
             let room = m.capacity();
@@ -196,20 +211,47 @@ impl VnetTap {
                 if e != libc::EAGAIN && e != libc::EINTR {
                     self.stats.rx_errors += 1;
                 }
+                self.keep_spare(m);
                 break;
             }
             let got = got as usize; // non-negative: checked above
             if got <= VNET_HDR_LEN {
+                self.keep_spare(m);
                 continue; // nothing but a header: not a frame
             }
-            m.set_len((got - VNET_HDR_LEN).min(room));
+            let len = (got - VNET_HDR_LEN).min(room);
+            let is_large = self.large.is_some_and(|p| room == p.frame_room());
+            let mut m = if is_large && len <= self.mempool.frame_room() {
+                // Fits an ordinary mbuf: copied down, the large one kept.
+                let Some(mut small) = self.mempool.alloc() else {
+                    self.keep_spare(m);
+                    break;
+                };
+                small.set_len(len);
+                small.data_mut().copy_from_slice(&m.data()[..len]);
+                self.keep_spare(m);
+                small
+            } else {
+                m.set_len(len);
+                m
+            };
             if hdr[0] & (VIRTIO_NET_HDR_F_NEEDS_CSUM | VIRTIO_NET_HDR_F_DATA_VALID) != 0 {
                 m.set_ol_flags(c::RTE_MBUF_F_RX_L4_CKSUM_GOOD);
+            }
+            if hdr[1] != 0 {
+                self.stats.rx_large += 1;
             }
             out.push(m);
             n += 1;
         }
         n
+    }
+
+    /// Keeps a large mbuf for the next read (an ordinary one goes back).
+    fn keep_spare(&mut self, m: Mbuf) {
+        if self.large.is_some_and(|p| m.capacity() == p.frame_room()) {
+            self.spare = Some(m);
+        }
     }
 
     /// Writes frames from the front of `batch`, each with its header;

@@ -602,6 +602,7 @@ impl<P: Port, A: Application> Engine<P, A> {
         c.tcp_time_wait_recycled = t.time_wait_recycled;
         c.tcp_retransmits = t.retransmits;
         c.tcp_segmentation_offloads = t.offload_segments;
+        c.tcp_large_segments_in = t.large_segments_in;
         c.tcp_resets_sent = t.resets_sent;
         c.tcp_timeouts = t.timeouts;
         c.tcp_syn_cookies_sent = t.syn_cookies_sent;

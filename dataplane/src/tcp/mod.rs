@@ -240,6 +240,8 @@ pub struct TcpCounters {
     /// Segments longer than one segment size, handed to the port to cut
     /// (TCP segmentation offload).
     pub offload_segments: u64,
+    /// Segments received longer than one segment size (LRO/GRO).
+    pub large_segments_in: u64,
 }
 
 /// The engine's secret (128 bits) for its keyed PRF, SipHash-2-4: ISNs

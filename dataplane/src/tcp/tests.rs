@@ -993,6 +993,44 @@ mod pair_tests {
         assert_eq!(a_sends(&mut p).len(), 1);
     }
 
+    /// A segment of several MSS at once (the peer's port did LRO or the
+    /// kernel's GRO) is taken whole, counted, and ACKed at once as the
+    /// segments it holds (RFC 5681 §4.2: at least every second one); a
+    /// single full segment still waits for the delayed ACK.
+    #[test]
+    fn a_segment_of_several_mss_is_taken_whole_and_acked_at_once() {
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        // The segment size with timestamps on (12 bytes of options).
+        let mss = usize::from(TcpConfig::default().mss) - 12;
+        let c = live(&p.b.conns, cb).unwrap();
+        let (seq, ack) = (c.snd_nxt.0, c.rcv_nxt.0);
+        let one = vec![b'a'; mss];
+        let ts = b_tsval(&p);
+        let data = |seq: u32, payload: &[u8]| {
+            emit_from_b(TcpRepr {
+                window_len: 2048,
+                timestamp: Some(TcpTimestampRepr::new(ts, 1)),
+                payload,
+                ..super::seg(5000, 80, TcpControl::Psh, seq, Some(ack))
+            })
+        };
+        let three = vec![b'b'; 3 * mss];
+        p.a.input(p.now, B, A, &data(seq, &three)).unwrap();
+        let sent = a_sends(&mut p);
+        let seq2 = seq.wrapping_add(3 * mss as u32);
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert_eq!(sent[0].2, Some(seq2), "all of it acknowledged at once");
+        assert_eq!(p.a.counters().large_segments_in, 1);
+        p.a.input(p.now, B, A, &data(seq2, &one)).unwrap();
+        assert!(
+            a_sends(&mut p).is_empty(),
+            "one segment: the ACK is delayed"
+        );
+        assert_eq!(p.a.counters().large_segments_in, 1);
+        let mut buf = vec![0u8; 8 * mss];
+        assert_eq!(p.a.recv(ca, &mut buf), 4 * mss);
+    }
+
     #[test]
     fn challenge_acks_are_limited_per_connection() {
         // RFC 5961 §7: 50 in-window RSTs not at RCV.NXT in one second get at

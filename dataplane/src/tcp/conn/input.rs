@@ -282,6 +282,10 @@ impl<A: Default> Conn<A> {
         }
 
         // Seventh: segment text.
+        if seg.payload.len() > self.seg_size as usize {
+            // Several segments in one (the port's LRO or the kernel's GRO).
+            counters.large_segments_in += 1;
+        }
         if !seg.payload.is_empty() && self.state.receives_data() && !self.peer_fin {
             if seq.diff(self.rcv_nxt) <= 0 {
                 let skip = (self.rcv_nxt - seq) as usize;
@@ -317,7 +321,10 @@ impl<A: Default> Conn<A> {
                 if n > 0 {
                     out.readable = true;
                 }
-                self.unacked_segs = self.unacked_segs.saturating_add(1);
+                // A segment of several (a NIC's LRO, the kernel's GRO)
+                // counts as as many: ACK at least every second one.
+                let segs = (data.len() / (self.seg_size.max(1) as usize)).clamp(1, 255) as u8;
+                self.unacked_segs = self.unacked_segs.saturating_add(segs);
                 if (n as usize) < data.len()
                     || self.unacked_segs >= 2
                     || data.len() < self.seg_size as usize
