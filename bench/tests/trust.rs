@@ -114,6 +114,18 @@ impl Lab {
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap()
     }
 
+    /// dpd's summed counters (`dpctl stats --json`, release build).
+    fn dpd_totals(&self) -> Value {
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map_or_else(|| repo().join("target"), PathBuf::from);
+        let stats = sh(Command::new(target.join("release/dpctl"))
+            .args(["--socket"])
+            .arg(self.dir.join("run/dpd.sock"))
+            .args(["stats", "--json"]));
+        let v: Value = serde_json::from_str(&stats).unwrap();
+        v["stats"]["total"].clone()
+    }
+
     /// nginx's access log lines (stops nginx first, so all is flushed), then
     /// truncates it and starts nginx again.
     fn access_log(&self) -> Vec<Vec<String>> {
@@ -471,16 +483,9 @@ fn dpd_negotiates_every_group_with_a_rustls_client() {
         assert_eq!(total(&v, "transactions"), 20, "TLS {tls} {group}: {v}");
         assert!(run0(&v)["rejected"].is_null(), "{v}");
     }
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
-    let stats = sh(Command::new(target.join("release/dpctl"))
-        .args(["--socket"])
-        .arg(lab.dir.join("run/dpd.sock"))
-        .args(["stats", "--json"]));
-    let v: Value = serde_json::from_str(&stats).unwrap();
-    let total = &v["stats"]["total"];
+    let total = lab.dpd_totals();
     let groups = &total["tls_groups"];
-    assert_eq!(groups["X25519MLKEM768"], 20, "{v}");
+    assert_eq!(groups["X25519MLKEM768"], 20, "{total}");
     assert_eq!(groups["X25519"], 40, "{groups}");
     assert_eq!(groups["secp256r1"], 40, "{groups}");
     assert_eq!(groups["secp384r1"], 40, "{groups}");
@@ -541,14 +546,7 @@ fn bypass_client_counts_agree_with_dpd() {
         2,
         "both connections finished: {v}"
     );
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
-    let stats = sh(Command::new(target.join("release/dpctl"))
-        .args(["--socket"])
-        .arg(lab.dir.join("run/dpd.sock"))
-        .args(["stats", "--json"]));
-    let v: Value = serde_json::from_str(&stats).unwrap();
-    let total = &v["stats"]["total"];
+    let total = lab.dpd_totals();
     assert_eq!(total["tls_versions"]["TLSv1.3"], 42, "{total}");
     assert_eq!(total["tls_failures"], 0, "{total}");
     assert_eq!(total["tcp_accepted"], 42, "{total}");

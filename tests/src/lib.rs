@@ -593,3 +593,44 @@ impl Drop for UploadSink {
         let _ = self.0.wait();
     }
 }
+
+impl UploadSink {
+    /// POSTs `file` from the client namespace to `url` (curl, TLS checked
+    /// against `ca`, the name resolved as `resolve` says) and returns what
+    /// the sink answered: the length and SHA-256 it got.
+    pub fn upload(lab: &Lab, ca: &str, resolve: &str, url: &str, file: &Path) -> String {
+        let o = lab.client(&[
+            "curl",
+            "-sS",
+            "--max-time",
+            "240",
+            "--cacert",
+            ca,
+            "--resolve",
+            resolve,
+            "-H",
+            "Expect:",
+            "--data-binary",
+            &format!("@{}", file.display()),
+            url,
+        ]);
+        assert!(
+            o.status.success(),
+            "upload to {url}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// What the sink answers for `file` ("LENGTH SHA256\n").
+    pub fn expected(file: &Path) -> String {
+        let len = fs::metadata(file).expect("file").len();
+        let sum = run(Command::new("sha256sum").arg(file));
+        let hex = String::from_utf8_lossy(&sum.stdout)
+            .split_whitespace()
+            .next()
+            .expect("sha256sum output")
+            .to_string();
+        format!("{len} {hex}\n")
+    }
+}

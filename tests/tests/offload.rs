@@ -53,35 +53,8 @@ fn transfers_on_a_vnet_tap(offload: bool) {
     let lab = Lab::up(if offload { "vo" } else { "vs" });
     lab.add_vnet_tap("192.168.79");
     let ns = format!("{}-cli", lab.name);
-    let dpd = Dpd::start(&lab, |s| {
-        format!(
-            r#"[eal]
-lcores = [1]
-idle_sleep_us = 20
-
-[[port]]
-name = "p0"
-device = "vnet_tap,iface=tap-cli,netns={ns}"
-address = "{DUT}/24"
-checksum_offload = {offload}
-
-[[cert]]
-name = "p256"
-cert = "{c}/p256.pem"
-key = "{c}/p256.key"
-
-[[vip]]
-name = "plain"
-listen = "{DUT}:80"
-respond = "builtin"
-
-[[vip]]
-name = "tls"
-listen = "{DUT}:443"
-respond = "builtin"
-certs = ["p256"]
-
-[[vip]]
+    let sink = format!(
+        r#"[[vip]]
 name = "up"
 listen = "{DUT}:6443"
 pool = "sink"
@@ -90,13 +63,10 @@ certs = ["p256"]
 [[pool]]
 name = "sink"
 members = [{{ addr = "{CLIENT}:8082" }}]
-
-[control]
-socket = "{}"
-"#,
-            s.display()
-        )
-    });
+"#
+    );
+    let device = format!("vnet_tap,iface=tap-cli,netns={ns}");
+    let dpd = Dpd::start(&lab, |s| config(&device, DUT, offload, &c, &sink, s));
     let _sink = UploadSink::start(&lab, CLIENT, 8082);
     let status = port_status(&dpd);
     assert_eq!(status.driver, "vnet_tap");
@@ -135,33 +105,14 @@ socket = "{}"
         .args(["-c", "200000000", "/dev/urandom"])
         .stdout(std::fs::File::create(&up).unwrap()));
     assert!(o.status.success());
-    let sum = run(Command::new("sha256sum").arg(&up));
-    let want = String::from_utf8_lossy(&sum.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string();
-    let o = lab.client(&[
-        "curl",
-        "-sS",
-        "--max-time",
-        "240",
-        "--cacert",
+    let got = UploadSink::upload(
+        &lab,
         &format!("{}/ca.pem", certs.path().display()),
-        "--resolve",
         &format!("p256.test:6443:{DUT}"),
-        "-H",
-        "Expect:",
-        "--data-binary",
-        &format!("@{}", up.display()),
         "https://p256.test:6443/upload",
-    ]);
-    assert_eq!(
-        String::from_utf8_lossy(&o.stdout),
-        format!("200000000 {want}\n"),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
+        &up,
     );
+    assert_eq!(got, UploadSink::expected(&up));
     let stats = dpd.stats();
     if offload {
         // At least a gigabyte in segments of many MSS: ~20,000 of ~1.4 M.
@@ -207,38 +158,7 @@ fn transfers_on_a_tap(offload: bool) {
     let c = certs.path().display().to_string();
     let lab = Lab::up(if offload { "of" } else { "so" });
     let dpd = Dpd::start(&lab, |s| {
-        format!(
-            r#"[eal]
-lcores = [1]
-idle_sleep_us = 20
-
-[[port]]
-name = "p0"
-device = "net_tap0,iface=otap0"
-address = "{DUT}/24"
-checksum_offload = {offload}
-
-[[cert]]
-name = "p256"
-cert = "{c}/p256.pem"
-key = "{c}/p256.key"
-
-[[vip]]
-name = "plain"
-listen = "{DUT}:80"
-respond = "builtin"
-
-[[vip]]
-name = "tls"
-listen = "{DUT}:443"
-respond = "builtin"
-certs = ["p256"]
-
-[control]
-socket = "{}"
-"#,
-            s.display()
-        )
+        config("net_tap0,iface=otap0", DUT, offload, &c, "", s)
     });
     tap_to_client_namespace(&lab, "otap0", CLIENT);
 
@@ -302,6 +222,52 @@ socket = "{}"
         &body,
     );
     verify_pattern_file(&body, 20_000_000);
+}
+
+/// dpd on one port (`device`, at `dut`, checksum offload as given) with a
+/// plain and a TLS (P-256, certificates in `certs`) responder VIP; `extra`
+/// (more VIPs and pools) appended.
+fn config(
+    device: &str,
+    dut: &str,
+    offload: bool,
+    certs: &str,
+    extra: &str,
+    socket: &Path,
+) -> String {
+    format!(
+        r#"[eal]
+lcores = [1]
+idle_sleep_us = 20
+
+[[port]]
+name = "p0"
+device = "{device}"
+address = "{dut}/24"
+checksum_offload = {offload}
+
+[[cert]]
+name = "p256"
+cert = "{certs}/p256.pem"
+key = "{certs}/p256.key"
+
+[[vip]]
+name = "plain"
+listen = "{dut}:80"
+respond = "builtin"
+
+[[vip]]
+name = "tls"
+listen = "{dut}:443"
+respond = "builtin"
+certs = ["p256"]
+
+{extra}
+[control]
+socket = "{}"
+"#,
+        socket.display()
+    )
 }
 
 /// Two SYNs from `client` on `iface`, one with a wrong TCP checksum, one

@@ -404,37 +404,14 @@ fn a_100_mb_upload_and_download_through_the_proxy_with_2_percent_drops_both_side
     );
     verify_pattern_file(&out, size);
     // Upload the same file; the sink answers its length and SHA-256.
-    let sum = std::process::Command::new("sha256sum")
-        .arg(&out)
-        .output()
-        .unwrap();
-    let want = String::from_utf8_lossy(&sum.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string();
-    let o = lab.client(&[
-        "curl",
-        "-sS",
-        "--max-time",
-        "240",
-        "--cacert",
+    let got = UploadSink::upload(
+        &lab,
         &ca,
-        "--resolve",
         &format!("p256.test:6443:{}", lab.dut_ip()),
-        "-H",
-        "Expect:",
-        "--data-binary",
-        &format!("@{}", out.display()),
         "https://p256.test:6443/upload",
-    ]);
-    assert_eq!(
-        String::from_utf8_lossy(&o.stdout),
-        format!("{size} {want}\n"),
-        "{}\n{:?}",
-        String::from_utf8_lossy(&o.stderr),
-        dpd.stats()
+        &out,
     );
+    assert_eq!(got, UploadSink::expected(&out), "{:?}", dpd.stats());
     let stats = dpd.stats();
     assert!(stats.tcp_retransmits > 0, "loss happened: {stats:?}");
     assert_eq!(stats.tls_failures, 0);
