@@ -257,8 +257,7 @@ impl<P: Port, A: Application> Engine<P, A> {
     /// another MAC (a host restarted with a new one) take ours.
     pub fn announce(&mut self, now: Instant) {
         for ep in &mut self.ports {
-            let addrs: Vec<Ipv4Addr> = ep.iface.addresses().collect();
-            for addr in addrs {
+            for addr in ep.iface.addresses() {
                 match ep.port.alloc() {
                     Some(mut buf) => {
                         ep.iface.write_arp_announcement(addr, &mut buf);
