@@ -12,6 +12,10 @@ use bench::tls::{Group, TlsVersion};
 use bench::{ceiling, report, scenario};
 use clap::{Args, Parser, Subcommand};
 
+/// dpd's allocator: the kernel-bypass client runs the same stack.
+#[global_allocator]
+static ALLOCATOR: dataplane::Allocator = dataplane::Allocator;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "dpbench",

@@ -6,6 +6,7 @@
 //!   cargo bench -p dataplane --bench inmemory [-- CONNS]
 //!   cargo bench -p dataplane --bench inmemory -- --tls [CONNS]
 //!   cargo bench -p dataplane --bench inmemory -- --tls --rps
+//!   cargo bench -p dataplane --bench inmemory -- --tls --cps [CONNS]
 //!   cargo bench -p dataplane --bench inmemory -- --hold [--tls] CONNS
 //!   cargo bench -p dataplane --bench inmemory -- --scale [--tls] [MAX_ENGINES]
 //!   cargo bench -p dataplane --bench inmemory -- --steer
@@ -36,6 +37,10 @@ use dataplane::port::{link, link_with_offload, MemPort};
 use dataplane::stats::SharedCounters;
 use dataplane::tcp::TcpConfig;
 use smoltcp::wire::EthernetAddress;
+
+/// The allocator `dpd` runs with.
+#[global_allocator]
+static ALLOCATOR: dataplane::Allocator = dataplane::Allocator;
 
 const SRV: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 1);
 const CLI: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 2);
@@ -386,7 +391,12 @@ fn main() {
         return;
     }
     if tls {
-        tls_runs(conns);
+        // cargo bench -p dataplane --bench inmemory -- --tls --cps 2000
+        let handshakes_only = std::env::args().any(|a| a == "--cps");
+        tls_runs(conns, handshakes_only);
+        if handshakes_only {
+            return;
+        }
         tls_rps();
         return;
     }
@@ -433,8 +443,10 @@ fn main() {
 }
 
 /// TLS through the engine: full handshakes (HTTP/1.0-style, 1 KB, close)
-/// per key type and version, and 1 MiB responses over keep-alive.
-fn tls_runs(conns: u64) {
+/// per key type and version, then 1 MiB responses over keep-alive unless
+/// `handshakes_only` (`--tls --cps`, the run to count instructions per
+/// handshake under callgrind).
+fn tls_runs(conns: u64, handshakes_only: bool) {
     let conns = conns.min(20_000);
     for (name, tls13, ecdsa) in [
         ("ECDSA-P256 TLS1.3", true, true),
@@ -462,6 +474,9 @@ fn tls_runs(conns: u64) {
             r.conns as f64 / r.server_s,
             r.client_s * 1e6 / r.conns as f64,
         );
+    }
+    if handshakes_only {
+        return;
     }
     let r = run_with(
         LoadConfig {

@@ -19,3 +19,11 @@ pub mod stats;
 pub mod steer;
 pub mod tcp;
 pub mod time;
+
+/// The global allocator `dpd`, `dpbench` and the benchmarks install
+/// (`#[global_allocator] static A: dataplane::Allocator = dataplane::Allocator;`).
+/// The engine loop allocates nothing per packet, but rustls allocates per
+/// handshake message (encodings, transcript, key schedule): mimalloc's
+/// per-thread free lists make those allocations a few instructions each,
+/// where glibc's malloc costs several times that (docs/profile.md).
+pub use mimalloc::MiMalloc as Allocator;

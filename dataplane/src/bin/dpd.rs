@@ -16,6 +16,9 @@ use clap::Parser;
 use control::config::{Config, LogFormat};
 use dataplane::daemon::{self, StartError};
 
+#[global_allocator]
+static ALLOCATOR: dataplane::Allocator = dataplane::Allocator;
+
 #[derive(Parser, Debug)]
 #[command(name = "dpd", version, about = "tlsdp dataplane daemon")]
 struct Args {
