@@ -6,6 +6,7 @@
 //! - [`certs`]: certificates and keys, chosen by SNI and signature scheme;
 //! - [`client`]: a non-verifying client for load generators and tests;
 //! - [`files`]: reading operators' certificate and key files, bounded;
+//! - [`kdf`]: TLS 1.3's key schedule on HMAC keys prepared once per secret;
 //! - [`policy`]: a VIP's versions, suites, groups, ALPN and resumption;
 //! - [`session`]: one connection, handshake on rustls' unbuffered API;
 //! - [`record`]: the record layer on AWS-LC after the handshake;
@@ -15,6 +16,7 @@
 pub mod certs;
 pub mod client;
 pub mod files;
+pub mod kdf;
 pub mod policy;
 pub mod record;
 pub mod session;

@@ -5,22 +5,24 @@
 use std::fmt;
 use std::sync::Arc;
 
-use rustls::crypto::aws_lc_rs::{self as provider, cipher_suite as cs, kx_group};
+use rustls::crypto::aws_lc_rs::{cipher_suite as cs, kx_group};
 use rustls::crypto::SupportedKxGroup;
 use rustls::server::NoServerSessionStorage;
 use rustls::{ServerConfig, SupportedCipherSuite};
 
 use crate::certs::CertStore;
+use crate::kdf;
 use crate::tickets::TicketKeys;
 
 /// TLS versions a VIP may offer (older ones are refused by design).
 pub const VERSION_NAMES: [&str; 2] = ["TLSv1.3", "TLSv1.2"];
 
-/// Cipher suites a VIP may offer, in the default order (AEAD only).
+/// Cipher suites a VIP may offer, in the default order (AEAD only; TLS
+/// 1.3's on the prepared-key HKDF, [`crate::kdf`]).
 const ALL_SUITES: [SupportedCipherSuite; 9] = [
-    cs::TLS13_AES_128_GCM_SHA256,
-    cs::TLS13_AES_256_GCM_SHA384,
-    cs::TLS13_CHACHA20_POLY1305_SHA256,
+    kdf::TLS13_AES_128_GCM_SHA256,
+    kdf::TLS13_AES_256_GCM_SHA384,
+    kdf::TLS13_CHACHA20_POLY1305_SHA256,
     cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
     cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
     cs::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
@@ -207,7 +209,7 @@ impl TlsConfig {
         let provider = rustls::crypto::CryptoProvider {
             cipher_suites: suites,
             kx_groups: groups,
-            ..provider::default_provider()
+            ..kdf::provider()
         };
         let mut cfg = ServerConfig::builder_with_provider(Arc::new(provider))
             .with_protocol_versions(&versions)
