@@ -349,7 +349,12 @@ pub struct PortStatus {
     pub device: String,
     pub driver: String,
     pub mac: String,
+    /// The IPv4 address with its prefix length.
     pub address: String,
+    /// IPv6 addresses with prefix lengths, link-local first; empty on a
+    /// port without IPv6.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ipv6: Vec<String>,
     pub link_up: bool,
     pub speed_mbps: u32,
     pub queues: u16,

@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -523,11 +523,23 @@ pub struct Port {
     /// virtio-net headers, `vnet_tap,iface=TAP[,netns=NAMESPACE]` (a
     /// persistent tap made beforehand, in that namespace if given).
     pub device: String,
-    /// The port's IPv4 address with prefix length, e.g. `10.77.0.1/24`.
+    /// The port's IPv4 address with prefix length, e.g. `10.77.0.1/24`
+    /// (or give it in `addresses`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub address: String,
+    /// The port's addresses with prefix lengths, IPv4 and IPv6, e.g.
+    /// `["10.77.0.1/24", "2001:db8:77::1/64"]`: one IPv4 address (unless
+    /// `address` gives it), any number of IPv6 ones. A port with an IPv6
+    /// address also has a link-local one made from its MAC.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
     /// Next hop for destinations outside the port's subnet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway: Option<String>,
+    /// IPv6 next hop for destinations outside the port's prefixes:
+    /// link-local (`fe80::1`) or on one of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway6: Option<String>,
     /// Receive descriptors per queue.
     #[serde(default = "default_desc")]
     pub rx_desc: u16,
@@ -656,6 +668,31 @@ impl Ipv4Cidr {
     /// Whether `ip` is on this subnet.
     pub fn contains(&self, ip: Ipv4Addr) -> bool {
         (u32::from(ip) ^ u32::from(self.addr)) & self.mask() == 0
+    }
+}
+
+/// An IPv6 address with its prefix length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv6Cidr {
+    pub addr: Ipv6Addr,
+    pub prefix_len: u8,
+}
+
+impl Ipv6Cidr {
+    /// Whether `ip` is on this prefix.
+    pub fn contains(&self, ip: Ipv6Addr) -> bool {
+        let mask = if self.prefix_len == 0 {
+            0
+        } else {
+            u128::MAX << (128 - u32::from(self.prefix_len))
+        };
+        (u128::from(ip) ^ u128::from(self.addr)) & mask == 0
+    }
+}
+
+impl fmt::Display for Ipv6Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix_len)
     }
 }
 
@@ -899,9 +936,43 @@ impl Config {
                     "another port uses this device",
                 ));
             }
-            let cidr = port
-                .cidr()
-                .map_err(|reason| ConfigError::new(at("address"), &port.address, reason))?;
+            let cidr = port.cidr().map_err(|reason| {
+                if port.address.is_empty() {
+                    ConfigError::new(at("addresses"), port.addresses.join(", "), reason)
+                } else {
+                    ConfigError::new(at("address"), &port.address, reason)
+                }
+            })?;
+            let v6 = port
+                .ipv6_cidrs()
+                .map_err(|(value, reason)| ConfigError::new(at("addresses"), value, reason))?;
+            if let Some(gw) = &port.gateway6 {
+                let ip: Ipv6Addr = gw
+                    .parse()
+                    .map_err(|_| ConfigError::new(at("gateway6"), gw, "not an IPv6 address"))?;
+                if v6.is_empty() {
+                    return Err(ConfigError::new(
+                        at("gateway6"),
+                        gw,
+                        "the port has no IPv6 address",
+                    ));
+                }
+                let link_local = ip.segments()[0] & 0xffc0 == 0xfe80;
+                if !link_local && !v6.iter().any(|c| c.contains(ip)) {
+                    return Err(ConfigError::new(
+                        at("gateway6"),
+                        gw,
+                        "neither link-local nor on one of the port's prefixes",
+                    ));
+                }
+                if v6.iter().any(|c| c.addr == ip) || ip.is_multicast() {
+                    return Err(ConfigError::new(
+                        at("gateway6"),
+                        gw,
+                        "is not a neighbour's unicast address",
+                    ));
+                }
+            }
             if let Some(gw) = &port.gateway {
                 let ip: Ipv4Addr = gw
                     .parse()
@@ -1245,13 +1316,40 @@ impl Config {
 }
 
 impl Port {
-    /// Parses `address`.
+    /// The port's IPv4 address: `address`, or the one IPv4 entry of
+    /// `addresses`.
     ///
     /// # Errors
-    /// A reason when it is not `a.b.c.d/len` with a usable host address.
+    /// A reason when there is none, more than one, or it is not
+    /// `a.b.c.d/len` with a usable host address.
     pub fn cidr(&self) -> Result<Ipv4Cidr, String> {
-        let (ip, len) = self
-            .address
+        let mut v4 = self
+            .addresses
+            .iter()
+            .filter(|a| a.split('/').next().is_some_and(|ip| !ip.contains(':')));
+        let text = match (self.address.as_str(), v4.next(), v4.next()) {
+            ("", None, _) => {
+                return Err(
+                    "a port needs an IPv4 address (`address` or in `addresses`), e.g. 10.77.0.1/24"
+                        .into(),
+                )
+            }
+            ("", Some(a), None) => a.as_str(),
+            ("", Some(_), Some(_)) => {
+                return Err(
+                    "one IPv4 address per port (further ones are VIPs' listen addresses)".into(),
+                )
+            }
+            (a, None, _) => a,
+            (_, Some(_), _) => {
+                return Err("the IPv4 address is given both in `address` and in `addresses`".into())
+            }
+        };
+        Self::parse_cidr(text)
+    }
+
+    fn parse_cidr(text: &str) -> Result<Ipv4Cidr, String> {
+        let (ip, len) = text
             .split_once('/')
             .ok_or("expected an IPv4 address with prefix length, e.g. 10.77.0.1/24")?;
         let addr: Ipv4Addr = ip
@@ -1276,6 +1374,53 @@ impl Port {
             }
         }
         Ok(cidr)
+    }
+
+    /// The port's IPv6 addresses from `addresses`, in order.
+    ///
+    /// # Errors
+    /// The entry and a reason when one is not `addr/len` with a usable
+    /// global or unique local address, or is given twice.
+    pub fn ipv6_cidrs(&self) -> Result<Vec<Ipv6Cidr>, (String, String)> {
+        let mut out: Vec<Ipv6Cidr> = Vec::new();
+        for entry in &self.addresses {
+            let bad = |reason: String| (entry.clone(), reason);
+            let Some((ip, len)) = entry.split_once('/') else {
+                if entry.parse::<IpAddr>().is_ok() {
+                    return Err(bad(
+                        "expected a prefix length, e.g. 2001:db8:77::1/64".into()
+                    ));
+                }
+                return Err(bad("expected an address with prefix length".into()));
+            };
+            if !ip.contains(':') {
+                continue; // IPv4: `cidr`'s
+            }
+            let addr: Ipv6Addr = ip
+                .parse()
+                .map_err(|_| bad(format!("{ip:?} is not an IPv6 address")))?;
+            let prefix_len: u8 = len
+                .parse()
+                .ok()
+                .filter(|l| (1..=128).contains(l))
+                .ok_or_else(|| bad(format!("prefix length {len:?} is not 1 to 128")))?;
+            if addr.is_unspecified() || addr.is_multicast() || addr.is_loopback() {
+                return Err(bad(format!("{addr} cannot be a port's address")));
+            }
+            if addr.segments()[0] & 0xffc0 == 0xfe80 {
+                return Err(bad(
+                    "link-local: a port with IPv6 has its own, made from its MAC".into(),
+                ));
+            }
+            if addr.to_ipv4_mapped().is_some() {
+                return Err(bad(format!("{addr} is an IPv4-mapped address")));
+            }
+            if out.iter().any(|c| c.addr == addr) {
+                return Err(bad("given twice".into()));
+            }
+            out.push(Ipv6Cidr { addr, prefix_len });
+        }
+        Ok(out)
     }
 
     /// Classifies `device`.
@@ -1456,7 +1601,9 @@ mod tests {
             name: "p".into(),
             device: device.into(),
             address: "10.0.0.1/24".into(),
+            addresses: Vec::new(),
             gateway: None,
+            gateway6: None,
             rx_desc: 1024,
             tx_desc: 1024,
             checksum_offload: true,
@@ -1729,6 +1876,118 @@ mod tests {
     }
 
     #[test]
+    fn addresses_take_one_ipv4_and_any_ipv6() {
+        let both = GOOD.replace(
+            "address = \"10.77.0.1/24\"",
+            "addresses = [\"10.77.0.1/24\", \"2001:db8:77::1/64\", \"fd00:77::1/48\"]\n        gateway6 = \"fe80::1\"",
+        );
+        let c = Config::parse(&both).unwrap();
+        let p = &c.ports[0];
+        assert_eq!(p.cidr().unwrap().to_string(), "10.77.0.1/24");
+        let v6: Vec<String> = p
+            .ipv6_cidrs()
+            .unwrap()
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
+        assert_eq!(v6, ["2001:db8:77::1/64", "fd00:77::1/48"]);
+        // Written back as given, and read again alike.
+        assert_eq!(Config::parse(&c.to_toml()).unwrap(), c);
+        // `address` with IPv6 in `addresses`.
+        let mixed = GOOD.replace(
+            "gateway = ",
+            "addresses = [\"2001:db8:77::1/64\"]\n        gateway6 = \"2001:db8:77::fe\"\n        gateway = ",
+        );
+        assert_eq!(
+            Config::parse(&mixed).unwrap().ports[0]
+                .ipv6_cidrs()
+                .unwrap()
+                .len(),
+            1
+        );
+        let addresses = |list: &str| {
+            GOOD.replace(
+                "address = \"10.77.0.1/24\"",
+                &format!("addresses = [{list}]"),
+            )
+        };
+        for (list, field, what) in [
+            ("", "port[0].addresses", "needs an IPv4 address"),
+            (
+                "\"2001:db8::1/64\"",
+                "port[0].addresses",
+                "needs an IPv4 address",
+            ),
+            (
+                "\"10.77.0.1/24\", \"10.77.0.2/24\"",
+                "port[0].addresses",
+                "one IPv4 address",
+            ),
+            (
+                "\"10.77.0.1/24\", \"2001:db8::1\"",
+                "port[0].addresses",
+                "prefix length",
+            ),
+            (
+                "\"10.77.0.1/24\", \"2001:db8::1/129\"",
+                "port[0].addresses",
+                "1 to 128",
+            ),
+            (
+                "\"10.77.0.1/24\", \"2001:db8::zz/64\"",
+                "port[0].addresses",
+                "not an IPv6",
+            ),
+            (
+                "\"10.77.0.1/24\", \"fe80::1/64\"",
+                "port[0].addresses",
+                "link-local",
+            ),
+            (
+                "\"10.77.0.1/24\", \"ff02::1/64\"",
+                "port[0].addresses",
+                "cannot be",
+            ),
+            (
+                "\"10.77.0.1/24\", \"::ffff:10.0.0.1/96\"",
+                "port[0].addresses",
+                "IPv4-mapped",
+            ),
+            (
+                "\"10.77.0.1/24\", \"2001:db8::1/64\", \"2001:db8::1/64\"",
+                "port[0].addresses",
+                "twice",
+            ),
+        ] {
+            let e = err_of(&addresses(list));
+            assert_eq!(e.field, field, "{list}: {e}");
+            assert!(e.reason.contains(what), "{list}: {e}");
+        }
+        let e = err_of(&GOOD.replace(
+            "gateway = ",
+            "addresses = [\"10.77.0.1/24\"]\n        gateway = ",
+        ));
+        assert!(e.reason.contains("both"), "{e}");
+        let gw6 = |gw: &str| {
+            GOOD.replace(
+                "gateway = ",
+                &format!("addresses = [\"2001:db8:77::1/64\"]\n        gateway6 = \"{gw}\"\n        gateway = "),
+            )
+        };
+        for (gw, what) in [
+            ("2001:db8:99::1", "neither link-local"),
+            ("2001:db8:77::1", "not a neighbour"),
+            ("10.77.0.254", "not an IPv6"),
+        ] {
+            let e = err_of(&gw6(gw));
+            assert_eq!(e.field, "port[0].gateway6", "{gw}: {e}");
+            assert!(e.reason.contains(what), "{gw}: {e}");
+        }
+        let e = err_of(&GOOD.replace("gateway = ", "gateway6 = \"fe80::1\"\n        gateway = "));
+        assert!(e.reason.contains("no IPv6 address"), "{e}");
+    }
+
+    #[test]
     fn gateway_must_be_on_subnet() {
         let e = err_of(&GOOD.replace("10.77.0.254", "10.78.0.1"));
         assert_eq!(e.field, "port[0].gateway");
@@ -1743,7 +2002,9 @@ mod tests {
             name: "p".into(),
             device: d.into(),
             address: "10.0.0.1/24".into(),
+            addresses: Vec::new(),
             gateway: None,
+            gateway6: None,
             rx_desc: 1024,
             tx_desc: 1024,
             checksum_offload: true,

@@ -66,6 +66,10 @@ macro_rules! with_counters {
             arp_replies: Counter, "tlsdp_arp_replies_total", "ARP replies sent.";
             arp_requests: Counter, "tlsdp_arp_requests_total", "ARP requests sent.";
             icmp_echo_replies: Counter, "tlsdp_icmp_echo_replies_total", "ICMP echo replies sent.";
+            icmpv6_echo_replies: Counter, "tlsdp_icmpv6_echo_replies_total", "ICMPv6 echo replies sent.";
+            nd_solicitations: Counter, "tlsdp_nd_solicitations_total", "IPv6 Neighbor Solicitations sent.";
+            nd_advertisements: Counter, "tlsdp_nd_advertisements_total", "IPv6 Neighbor Advertisements sent (answers to solicitations).";
+            nd_conflicts: Counter, "tlsdp_nd_conflicts_total", "IPv6 Neighbor Advertisements from another node for one of our addresses.";
             tcp_accepted: Counter, "tlsdp_tcp_accepted_total", "TCP connections that completed the handshake.";
             tcp_active: Gauge, "tlsdp_tcp_connections", "TCP connections open now (every state but TIME-WAIT).";
             tcp_time_wait: Gauge, "tlsdp_tcp_time_wait", "TCP connections in TIME-WAIT now.";

@@ -68,6 +68,27 @@ pub fn tcp_ok(src: [u8; 4], dst: [u8; 4], segment: &[u8]) -> bool {
     fold(pseudo_header(src, dst, segment.len()) + sum_native(segment)) == 0xffff
 }
 
+/// The IPv6 pseudo-header (RFC 8200 §8.1) of an upper-layer packet.
+fn pseudo_header_v6(src: [u8; 16], dst: [u8; 16], next_header: u8, len: usize) -> u64 {
+    let mut ph = [0u8; 40];
+    ph[..16].copy_from_slice(&src);
+    ph[16..32].copy_from_slice(&dst);
+    ph[32..36].copy_from_slice(&(len as u32).to_be_bytes());
+    ph[39] = next_header;
+    sum_native(&ph)
+}
+
+/// The ICMPv6 checksum (RFC 4443 §2.3) of `message` (its checksum field
+/// zero) from `src` to `dst`.
+pub fn icmpv6(src: [u8; 16], dst: [u8; 16], message: &[u8]) -> u16 {
+    !fold(pseudo_header_v6(src, dst, 58, message.len()) + sum_native(message))
+}
+
+/// Whether a received ICMPv6 message's checksum is right.
+pub fn icmpv6_ok(src: [u8; 16], dst: [u8; 16], message: &[u8]) -> bool {
+    fold(pseudo_header_v6(src, dst, 58, message.len()) + sum_native(message)) == 0xffff
+}
+
 /// The checksum of an IPv4 header (its checksum field zero).
 pub fn ipv4_header(header: &[u8]) -> u16 {
     !fold(sum_native(header))
@@ -119,6 +140,27 @@ mod tests {
                 seg[len / 2] ^= 0x40;
                 assert!(!tcp_ok(src, dst, &seg), "len {len}: corruption seen");
             }
+        }
+    }
+
+    #[test]
+    fn icmpv6_as_smoltcp_sums_it() {
+        use smoltcp::wire::{Icmpv6Packet, Ipv6Address};
+        let src = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0xff, 0xfe, 0, 0, 1];
+        let dst = [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9];
+        let bytes = noise(&mut 0x0bad_cafe_u32, 1600);
+        for len in 8..1500 {
+            let mut m = bytes[..len].to_vec();
+            m[2..4].fill(0);
+            let mut p = Icmpv6Packet::new_unchecked(&mut m[..]);
+            p.fill_checksum(&Ipv6Address::from(src), &Ipv6Address::from(dst));
+            let want = p.checksum();
+            m[2..4].fill(0);
+            assert_eq!(icmpv6(src, dst, &m), want, "len {len}");
+            m[2..4].copy_from_slice(&want.to_be_bytes());
+            assert!(icmpv6_ok(src, dst, &m), "len {len}");
+            m[len - 1] ^= 0x01;
+            assert!(!icmpv6_ok(src, dst, &m), "len {len}: corruption seen");
         }
     }
 

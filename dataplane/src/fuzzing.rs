@@ -29,6 +29,8 @@ use crate::time::Instant;
 /// 02:00:00:00:00:01); frames in the corpus are addressed to it.
 pub const FUZZ_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 pub const FUZZ_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
+/// The fuzzed engine's IPv6 address (a /64; its gateway is `fe80::1`).
+pub const FUZZ_ADDR6: std::net::Ipv6Addr = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
 
 /// Most frames the fuzz harnesses put in one receive burst.
 pub const MAX_BURST: usize = 64;
@@ -150,7 +152,7 @@ fn deliver<P: Port>(
 }
 
 /// The engine every fuzz run starts from: deterministic (fixed ISN key), a
-/// responder VIP on `FUZZ_ADDR:80`.
+/// responder VIP on `FUZZ_ADDR:80`, IPv6 on `FUZZ_ADDR6`.
 pub fn fuzz_engine<P: Port>(port: P) -> Engine<P> {
     let cfg = EngineConfig {
         isn_key: Some(0x7f4a_7c15),
@@ -164,6 +166,13 @@ pub fn fuzz_engine<P: Port>(port: P) -> Engine<P> {
             addr: FUZZ_ADDR,
             prefix_len: 24,
             gateway: None,
+        },
+    );
+    engine.enable_ipv6(
+        0,
+        crate::net::Ipv6Config {
+            addresses: vec![(FUZZ_ADDR6, 64)],
+            gateway: Some(std::net::Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1)),
         },
     );
     engine.listen(FUZZ_ADDR, 80);

@@ -27,7 +27,8 @@ pub enum DropReason {
     Malformed,
     /// Addressed to another host (MAC or IP).
     NotForUs,
-    /// An EtherType we do not handle (IPv6, VLAN, ...).
+    /// An EtherType we do not handle (VLAN, ..., and IPv6 on a port without
+    /// IPv6 addresses).
     UnsupportedEtherType,
     /// An IP protocol we do not (yet) handle.
     UnsupportedProtocol,
@@ -65,6 +66,9 @@ pub enum DropReason {
     /// A frame the device refused to send or failed to deliver to us
     /// (its driver's error count).
     PortError,
+    /// An IPv6 extension header we do not take (unknown, an option that
+    /// says discard, a routing header asking us to forward, too many).
+    BadExtensionHeader,
 }
 
 impl From<crate::tcp::SegmentDrop> for DropReason {
@@ -81,7 +85,7 @@ impl From<crate::tcp::SegmentDrop> for DropReason {
 }
 
 impl DropReason {
-    pub const COUNT: usize = 19;
+    pub const COUNT: usize = 20;
     pub const ALL: [DropReason; Self::COUNT] = [
         Self::Malformed,
         Self::NotForUs,
@@ -102,6 +106,7 @@ impl DropReason {
         Self::ListenRefused,
         Self::Oversize,
         Self::PortError,
+        Self::BadExtensionHeader,
     ];
 
     /// A stable snake_case name (used in stats output and metrics).
@@ -127,6 +132,7 @@ impl DropReason {
             Self::ListenRefused => "listen_refused",
             Self::Oversize => "oversize",
             Self::PortError => "port_error",
+            Self::BadExtensionHeader => "bad_extension_header",
         }
     }
 }

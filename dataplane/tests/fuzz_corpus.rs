@@ -14,6 +14,7 @@ use dataplane::fuzzing::{
 use dataplane::loadgen::{LoadConfig, LoadGen};
 use dataplane::net::InterfaceConfig;
 use dataplane::port::{link, MemBuf, MemPort, PacketBuf, Port};
+use dataplane::stats::DropReason;
 use dataplane::tcp::TcpConfig;
 use dataplane::time::Instant;
 use smoltcp::wire::EthernetAddress;
@@ -41,6 +42,7 @@ fn engine_input_corpus_replays() {
         "keepalive-3",
         "bulk-200k",
         "regress-tiny-mss",
+        "ipv6-nd-echo",
     ] {
         assert!(
             files.iter().any(|(n, _)| n.ends_with(seed)),
@@ -61,6 +63,21 @@ fn engine_input_corpus_replays() {
                     "{name}: {c:?}"
                 );
             }
+        }
+        // IPv6 in one burst: a solicitation and a duplicate address check
+        // answered, three echoes (one through a hop-by-hop header, one
+        // from a link-local neighbour whose advertisement comes after it),
+        // a fragment dropped.
+        if name.ends_with("ipv6-nd-echo") {
+            assert_eq!(
+                (
+                    c.nd_advertisements,
+                    c.icmpv6_echo_replies,
+                    c.drops[DropReason::Fragment as usize]
+                ),
+                (2, 3, 1),
+                "{name}: {c:?}"
+            );
         }
     }
 }

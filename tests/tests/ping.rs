@@ -4,6 +4,7 @@
 //! client-side checksum offload setting does not matter here (lab.sh turns
 //! it off).
 
+use std::process::Command;
 use std::time::Duration;
 
 use e2e::{Dpd, Lab};
@@ -156,4 +157,127 @@ fn dpctl_status_and_stats_against_a_running_dpd() {
     ]));
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("is dpd running?"));
+}
+
+/// IPv6 on a port (`addresses` with an IPv6 prefix): the client's kernel
+/// resolves dpd by Neighbor Discovery and pings its global and link-local
+/// addresses (both shown by `dpctl status`), large echoes too; hand-built
+/// bad packets (scapy: a fragment, an option that says discard, a routing
+/// header asking to be forwarded, a wrong ICMPv6 checksum) are dropped,
+/// counted, and leave it answering.
+#[test]
+fn ping6_and_neighbor_discovery_through_af_packet() {
+    let lab = Lab::up("6");
+    // A prefix of this lab's own (its IPv4 /24 is unique among the tests).
+    let mut octets = lab.net.split('.').skip(1);
+    let (a, b) = (octets.next().unwrap(), octets.next().unwrap());
+    let prefix = format!("fd00:{a}:{b}");
+    let (dut6, cli6) = (format!("{prefix}::1"), format!("{prefix}::2"));
+    for cmd in [
+        vec!["sysctl", "-qw", "net.ipv6.conf.veth-cli.disable_ipv6=0"],
+        vec![
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            &format!("{cli6}/64"),
+            "dev",
+            "veth-cli",
+            "nodad",
+        ],
+    ] {
+        let out = lab.client(&cmd);
+        assert!(
+            out.status.success(),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mut dpd = Dpd::start(&lab, |sock| {
+        lab.config("net_af_packet", sock, "").replace(
+            &format!("address = \"{}/24\"", lab.dut_ip()),
+            &format!("addresses = [\"{}/24\", \"{dut6}/64\"]", lab.dut_ip()),
+        )
+    });
+    let ping = |dst: &str, extra: &[&str]| {
+        let mut args = vec!["ping", "-6", "-c", "3", "-i", "0.2", "-W", "2"];
+        args.extend_from_slice(extra);
+        args.push(dst);
+        let out = lab.client(&args);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success() && text.contains("3 received"),
+            "ping -6 {dst}:\n{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    ping(&dut6, &[]);
+    ping(&dut6, &["-s", "1400"]);
+    // The kernel learned dpd's MAC by Neighbor Discovery.
+    let out = lab.client(&["ip", "-6", "neigh", "show", &dut6, "dev", "veth-cli"]);
+    let neigh = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mac = neigh
+        .split_whitespace()
+        .skip_while(|w| *w != "lladdr")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no neighbour entry for {dut6}: {neigh:?}"))
+        .to_string();
+
+    // `dpctl status` shows both addresses; the link-local one answers.
+    let out = e2e::run(
+        Command::new(e2e::bin("dpctl"))
+            .arg("--socket")
+            .arg(&dpd.socket)
+            .arg("status"),
+    );
+    let status = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(status.contains(&format!("{dut6}/64")), "{status}");
+    let link_local = status
+        .split_whitespace()
+        .find(|w| w.starts_with("fe80::"))
+        .and_then(|w| w.strip_suffix("/64"))
+        .unwrap_or_else(|| panic!("no link-local address in:\n{status}"))
+        .to_string();
+    ping(&format!("{link_local}%veth-cli"), &[]);
+
+    let before = dpd.stats();
+    let sent = lab.client(&[
+        "/usr/bin/python3",
+        "-c",
+        &format!(
+            "from scapy.all import *\n\
+             conf.verb = 0\n\
+             e = Ether(dst='{mac}')\n\
+             ip = IPv6(src='{cli6}', dst='{dut6}')\n\
+             sendp(e/ip/IPv6ExtHdrFragment(m=1)/ICMPv6EchoRequest(data=b'x'*64), iface='veth-cli')\n\
+             sendp(e/ip/IPv6ExtHdrDestOpt(options=[HBHOptUnknown(otype=0x41, optdata=b'ab')])/ICMPv6EchoRequest(), iface='veth-cli')\n\
+             sendp(e/ip/IPv6ExtHdrRouting(addresses=['{cli6}'])/ICMPv6EchoRequest(), iface='veth-cli')\n\
+             sendp(e/ip/ICMPv6EchoRequest(cksum=0x1234), iface='veth-cli')\n"
+        ),
+    ]);
+    assert!(
+        sent.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
+    let drops = |s: &control::api::CoreStats| {
+        (
+            s.drops["fragment"],
+            s.drops["bad_extension_header"],
+            s.drops["bad_icmp_checksum"],
+        )
+    };
+    let (f0, x0, c0) = drops(&before);
+    let after = dpd.stats_when(Duration::from_secs(5), |s| {
+        drops(s) == (f0 + 1, x0 + 2, c0 + 1)
+    });
+    assert_eq!(drops(&after), (f0 + 1, x0 + 2, c0 + 1), "{after:?}");
+    ping(&dut6, &[]);
+
+    let stats = dpd.stats_when(Duration::from_secs(5), |s| s.icmpv6_echo_replies >= 12);
+    assert!(stats.icmpv6_echo_replies >= 12, "{stats:?}");
+    assert!(stats.nd_advertisements >= 1, "{stats:?}");
+    assert_eq!(stats.drops["malformed"], 0, "{stats:?}");
+    let status = dpd.stop_with(libc::SIGTERM, Duration::from_secs(10));
+    assert!(status.success(), "{}", dpd.log_text());
 }

@@ -639,6 +639,9 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
                         n => format!(", tso {n} B"),
                     }
                 );
+                for a in &p.ipv6 {
+                    println!("{:<8} {a}", "");
+                }
             }
         }
         (

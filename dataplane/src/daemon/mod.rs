@@ -524,7 +524,13 @@ fn port_status(p: &StartedPort, pc: &control::config::Port) -> PortStatus {
         device: pc.device.clone(),
         driver,
         mac: mac_string(p.device.mac()),
-        address: pc.address.clone(),
+        address: pc.cidr().map(|c| c.to_string()).unwrap_or_default(),
+        ipv6: ipv6_config(pc).map_or_else(Vec::new, |v6| {
+            let link_local = crate::net::ipv6::link_local(EthernetAddress(p.device.mac()));
+            std::iter::once(format!("{link_local}/64"))
+                .chain(v6.addresses.iter().map(|(a, l)| format!("{a}/{l}")))
+                .collect()
+        }),
         link_up: false,
         speed_mbps: 0,
         queues: p.queues,
@@ -533,6 +539,22 @@ fn port_status(p: &StartedPort, pc: &control::config::Port) -> PortStatus {
         checksum_offload,
         segmentation_max_frame: segmentation.map_or(0, |f| u32::try_from(f).unwrap_or(u32::MAX)),
     }
+}
+
+/// A port's IPv6 configuration, when it has IPv6 addresses (checked by
+/// the configuration's validation).
+fn ipv6_config(pc: &control::config::Port) -> Option<crate::net::Ipv6Config> {
+    let addresses: Vec<_> = pc
+        .ipv6_cidrs()
+        .ok()?
+        .into_iter()
+        .map(|c| (c.addr, c.prefix_len))
+        .collect();
+    if addresses.is_empty() {
+        return None;
+    }
+    let gateway = pc.gateway6.as_deref().and_then(|g| g.parse().ok());
+    Some(crate::net::Ipv6Config { addresses, gateway })
 }
 
 /// A port's checksum offloads as the API shows them.
@@ -621,6 +643,9 @@ fn launch_engines(
                     gateway,
                 },
             );
+            if let Some(v6) = ipv6_config(pc) {
+                engine.enable_ipv6(shares.len() - 1, v6);
+            }
         }
         if let Some(links) = &steer_links {
             engine.set_steering(links[q].clone(), &shares);

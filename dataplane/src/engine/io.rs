@@ -42,8 +42,8 @@ pub(super) fn receive<P: Port>(
 }
 
 /// Software RSS on a received frame: another engine's TCP flow goes to
-/// its inbox (`None`); an ARP frame is copied to every other engine and
-/// kept; anything else is kept.
+/// its inbox (`None`); an ARP or IPv6 neighbour discovery frame is copied
+/// to every other engine and kept; anything else is kept.
 pub(super) fn steer<P: Port>(
     link: &SteerLink<P::Buf>,
     ep: &mut EnginePort<P>,
@@ -72,7 +72,7 @@ pub(super) fn steer<P: Port>(
             }
             None
         }
-        FrameClass::Arp => {
+        FrameClass::Neighbor => {
             for other in (0..link.engines).filter(|&e| e != link.engine) {
                 let Some(mut copy) = ep.port.alloc() else {
                     counters.drop(DropReason::NoBuffer);
@@ -163,7 +163,7 @@ pub(super) fn release_resolved<P: Port>(
     let mut i = 0;
     while i < ep.unresolved.len() {
         let (hop, _, deadline) = ep.unresolved[i];
-        if let Some(mac) = ep.iface.resolve(hop, now) {
+        if let Some(mac) = ep.iface.resolve_hop(hop, now) {
             let (_, mut buf, _) = ep.unresolved.remove(i);
             set_destination(buf.data_mut(), mac);
             ep.tx.push(buf);

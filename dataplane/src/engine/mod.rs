@@ -10,7 +10,7 @@
 mod control;
 mod io;
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,8 +82,8 @@ struct EnginePort<P: Port> {
     /// When the oldest frame in `tx` was queued.
     tx_since: Option<Instant>,
     /// Frames waiting for a next hop's MAC: (next hop, frame, given up at).
-    unresolved: Vec<(Ipv4Addr, P::Buf, Instant)>,
-    /// The ARP table's `learned` count when `unresolved` was last looked
+    unresolved: Vec<(IpAddr, P::Buf, Instant)>,
+    /// The neighbour tables' `learned` count when `unresolved` was last looked
     /// over: until it moves, only the tick looks again (for deadlines and
     /// paced requests), not every iteration.
     unresolved_seen: u64,
@@ -385,6 +385,14 @@ impl<P: Port, A: Application> Engine<P, A> {
         self.tcp.set_segmentation_max(max);
     }
 
+    /// Turns IPv6 on for port `i` (added last by [`Engine::add_port`]
+    /// when `i` is the last index): its link-local address and `cfg`'s.
+    pub fn enable_ipv6(&mut self, i: usize, cfg: crate::net::Ipv6Config) {
+        if let Some(ep) = self.ports.get_mut(i) {
+            ep.iface.enable_ipv6(cfg);
+        }
+    }
+
     /// This engine's counters (up to date, unlike the published copy).
     pub fn counters(&self) -> &Counters {
         &self.counters
@@ -417,7 +425,7 @@ impl<P: Port, A: Application> Engine<P, A> {
         let mut work = self.receive_bursts(now);
         work += self.receive_inbox(now);
         for ep in &mut self.ports {
-            let learned = ep.iface.arp().learned();
+            let learned = ep.iface.neighbors_learned();
             if !ep.unresolved.is_empty() && (ticked || learned != ep.unresolved_seen) {
                 ep.unresolved_seen = learned;
                 release_resolved(ep, now, &mut self.counters);
@@ -566,15 +574,20 @@ impl<P: Port, A: Application> Engine<P, A> {
     fn drain_tx(&mut self, now: Instant) {
         for ep in &mut self.ports {
             while let Some(ip) = ep.iface.take_probe() {
-                match ep.port.alloc() {
-                    Some(mut buf) => {
-                        ep.iface.write_arp_request(ip, &mut buf);
-                        self.counters.arp_requests += 1;
-                        ep.tx.push(buf);
-                        ep.tx_since.get_or_insert(now);
-                    }
-                    None => self.counters.drop(DropReason::NoBuffer),
+                let Some(mut buf) = ep.port.alloc() else {
+                    self.counters.drop(DropReason::NoBuffer);
+                    continue;
+                };
+                if !ep.iface.write_probe(ip, &mut buf) {
+                    self.counters.drop(DropReason::NoBuffer);
+                    continue;
                 }
+                match ip {
+                    IpAddr::V4(_) => self.counters.arp_requests += 1,
+                    IpAddr::V6(_) => self.counters.nd_solicitations += 1,
+                }
+                ep.tx.push(buf);
+                ep.tx_since.get_or_insert(now);
             }
             // A short burst means the queue is drained: nothing more is coming
             // to batch with, so send now rather than wait for the deadline.

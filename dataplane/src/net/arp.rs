@@ -1,13 +1,13 @@
-//! The ARP cache (RFC 826) of one interface: reachable and incomplete
-//! entries, probe pacing, and eviction by second chance (a FIFO where an
+//! The neighbour cache of one interface, for ARP (RFC 826, IPv4) and
+//! Neighbor Discovery (RFC 4861, IPv6): reachable and incomplete entries, probe pacing, and eviction by second chance (a FIFO where an
 //! entry used since it was queued goes round once more). Hashed: an engine
 //! facing on-link clients talks to thousands of neighbours, and a scan per
 //! frame over them (or per insert, to find the oldest) would be a cost a
 //! sender of spoofed addresses controls.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::BuildHasherDefault;
-use std::net::Ipv4Addr;
+use std::hash::{BuildHasherDefault, Hash};
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use smoltcp::wire::EthernetAddress;
@@ -15,8 +15,11 @@ use smoltcp::wire::EthernetAddress;
 use crate::tcp::FxHasher;
 use crate::time::Instant;
 
-/// How long a learned mapping is trusted.
+/// How long a mapping learned by ARP is trusted.
 pub const REACHABLE_TIME: Duration = Duration::from_secs(300);
+/// How long a mapping learned by Neighbor Discovery is trusted (RFC 4861
+/// §10, `REACHABLE_TIME`); then it is solicited again, as ARP's are.
+pub const ND_REACHABLE_TIME: Duration = Duration::from_secs(30);
 /// Least time between two requests for one address.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -38,7 +41,7 @@ struct Entry {
     used: bool,
 }
 
-/// Result of [`ArpCache::lookup`].
+/// Result of [`NeighborCache::lookup`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ArpLookup {
     /// Known and fresh.
@@ -48,23 +51,39 @@ pub enum ArpLookup {
     Miss { probe: bool },
 }
 
-/// A bounded ARP table.
+/// A bounded table of neighbours' MACs by protocol address `A`.
 #[derive(Debug)]
-pub struct ArpCache {
-    entries: HashMap<Ipv4Addr, Entry, BuildHasherDefault<FxHasher>>,
+pub struct NeighborCache<A> {
+    entries: HashMap<A, Entry, BuildHasherDefault<FxHasher>>,
     /// Every address in `entries`, in the order it was (re)queued.
-    order: VecDeque<Ipv4Addr>,
+    order: VecDeque<A>,
     capacity: usize,
+    /// How long a learned mapping is trusted.
+    reachable: Duration,
     /// Entries made reachable so far (wrapping).
     learned: u64,
 }
 
+/// The ARP table of an IPv4 interface.
+pub type ArpCache = NeighborCache<Ipv4Addr>;
+/// The neighbour cache of an IPv6 interface.
+pub type NdCache = NeighborCache<Ipv6Addr>;
+
 impl ArpCache {
     pub fn new(capacity: usize) -> Self {
+        Self::with_reachable_time(capacity, REACHABLE_TIME)
+    }
+}
+
+impl<A: Copy + Eq + Hash> NeighborCache<A> {
+    /// A table of at most `capacity` entries, each trusted for `reachable`
+    /// after it is learned.
+    pub fn with_reachable_time(capacity: usize, reachable: Duration) -> Self {
         Self {
             entries: HashMap::default(),
             order: VecDeque::new(),
             capacity: capacity.max(1),
+            reachable,
             learned: 0,
         }
     }
@@ -80,7 +99,7 @@ impl ArpCache {
     /// Looks `ip` up; a miss makes an incomplete entry and, when
     /// `can_probe` (the caller has room to send one), paces probes: a probe
     /// the caller could not send is asked for again at the next lookup.
-    pub fn lookup(&mut self, ip: Ipv4Addr, now: Instant, can_probe: bool) -> ArpLookup {
+    pub fn lookup(&mut self, ip: A, now: Instant, can_probe: bool) -> ArpLookup {
         let next_probe = if can_probe { now + PROBE_INTERVAL } else { now };
         match self.entries.get_mut(&ip) {
             Some(e) => {
@@ -108,10 +127,10 @@ impl ArpCache {
     /// Records `ip` → `mac`. An existing entry is always updated (RFC 826's
     /// merge step); a new one is made only when `create` (the packet was for
     /// us, or answered our request).
-    pub fn learn(&mut self, ip: Ipv4Addr, mac: EthernetAddress, now: Instant, create: bool) {
+    pub fn learn(&mut self, ip: A, mac: EthernetAddress, now: Instant, create: bool) {
         let state = State::Reachable {
             mac,
-            expires: now + REACHABLE_TIME,
+            expires: now + self.reachable,
         };
         if let Some(e) = self.entries.get_mut(&ip) {
             e.state = state;
@@ -131,14 +150,14 @@ impl ArpCache {
     }
 
     /// The fresh mapping for `ip`, without side effects.
-    pub fn peek(&self, ip: Ipv4Addr, now: Instant) -> Option<EthernetAddress> {
+    pub fn peek(&self, ip: A, now: Instant) -> Option<EthernetAddress> {
         self.entries.get(&ip).and_then(|e| match e.state {
             State::Reachable { mac, expires } if now < expires => Some(mac),
             _ => None,
         })
     }
 
-    fn insert(&mut self, ip: Ipv4Addr, state: State) {
+    fn insert(&mut self, ip: A, state: State) {
         // Full: the oldest entry not used since it was queued goes (each
         // entry passed over loses its mark, so this ends within two turns).
         while self.entries.len() >= self.capacity {

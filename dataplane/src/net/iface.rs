@@ -1,8 +1,9 @@
-//! One engine port's IPv4 interface: classifies each received frame and
-//! rewrites the ones that get an answer (ARP replies, ICMP echo replies) in
-//! place.
+//! One engine port's interface: classifies each received frame and
+//! rewrites the ones that get an answer (ARP replies, ICMP echo replies,
+//! and on a port with IPv6 addresses Neighbor Advertisements and ICMPv6
+//! echo replies) in place.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use smoltcp::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
@@ -10,6 +11,7 @@ use smoltcp::wire::{
 };
 
 use super::arp::{ArpCache, ArpLookup};
+use super::ipv6::{Ipv6Action, Ipv6Config, Ipv6Host, ND_FRAME_LEN};
 use crate::port::{Check, ChecksumOffload, PacketBuf, RxChecks};
 use crate::stats::{Counters, DropReason};
 use crate::tcp::Outgoing;
@@ -63,9 +65,10 @@ pub enum Verdict {
     /// Dropped for this reason; free the buffer.
     Drop(DropReason),
     /// The buffer holds a reply for a next hop whose MAC is being resolved
-    /// (an ARP request is queued): hold it until [`Interface::neighbor`]
-    /// knows the MAC, then [`set_destination`] and transmit.
-    AwaitNeighbor(Ipv4Addr),
+    /// (an ARP request or Neighbor Solicitation is queued): hold it until
+    /// [`Interface::resolve_hop`] knows the MAC, then [`set_destination`]
+    /// and transmit.
+    AwaitNeighbor(IpAddr),
     /// A TCP segment for us: `frame[start..end]` is the TCP header and
     /// payload, from `src` to `dst`; `checksum` is what the port found of
     /// its checksum (not yet checked unless the port did).
@@ -111,6 +114,8 @@ pub struct Interface {
     extra: Vec<Ipv4Addr>,
     /// Whether the port fills the checksums of the TCP frames we build.
     tx_checksums_offloaded: bool,
+    /// IPv6, on a port that has IPv6 addresses.
+    ipv6: Option<Ipv6Host>,
 }
 
 impl Interface {
@@ -122,7 +127,18 @@ impl Interface {
             next_ident: 1,
             extra: Vec::new(),
             tx_checksums_offloaded: false,
+            ipv6: None,
         }
+    }
+
+    /// Turns IPv6 on for this port: its link-local address and `cfg`'s.
+    pub fn enable_ipv6(&mut self, cfg: Ipv6Config) {
+        self.ipv6 = Some(Ipv6Host::new(self.cfg.mac, cfg));
+    }
+
+    /// The port's IPv6 side, when it has one.
+    pub fn ipv6(&self) -> Option<&Ipv6Host> {
+        self.ipv6.as_ref()
     }
 
     /// Uses the port's checksum offloads: with both transmit checksums
@@ -180,6 +196,22 @@ impl Interface {
         }
     }
 
+    /// The MAC of next hop `hop` of either family (a miss queues a request
+    /// or a solicitation, as [`Interface::resolve`]).
+    pub fn resolve_hop(&mut self, hop: IpAddr, now: Instant) -> Option<EthernetAddress> {
+        match hop {
+            IpAddr::V4(hop) => self.resolve(hop, now),
+            IpAddr::V6(hop) => self.ipv6.as_mut()?.resolve(hop, now),
+        }
+    }
+
+    /// Neighbours learned or refreshed so far, both families (wrapping):
+    /// frames waiting for one need looking at again only when it moves.
+    pub fn neighbors_learned(&self) -> u64 {
+        let v6 = self.ipv6.as_ref().map_or(0, |v6| v6.cache().learned());
+        self.arp.learned().wrapping_add(v6)
+    }
+
     /// The known MAC of a neighbour, without side effects.
     pub fn neighbor(&self, ip: Ipv4Addr, now: Instant) -> Option<EthernetAddress> {
         self.arp.peek(ip, now)
@@ -193,11 +225,42 @@ impl Interface {
                 self.resolve(gw, now);
             }
         }
+        if let Some(v6) = &mut self.ipv6 {
+            v6.on_timer(now);
+        }
     }
 
-    /// Takes one address to send an ARP request for.
-    pub fn take_probe(&mut self) -> Option<Ipv4Addr> {
-        self.probes.pop()
+    /// Takes one address to send an ARP request or (IPv6) a Neighbor
+    /// Solicitation for: see [`Interface::write_probe`].
+    pub fn take_probe(&mut self) -> Option<IpAddr> {
+        if let Some(ip) = self.probes.pop() {
+            return Some(IpAddr::V4(ip));
+        }
+        self.ipv6.as_mut()?.take_probe().map(IpAddr::V6)
+    }
+
+    /// Builds the ARP request or Neighbor Solicitation for `target` in
+    /// `buf`; false (nothing written) when it cannot be built here (an IPv6
+    /// target on a port without IPv6, or a buffer too small).
+    pub fn write_probe<B: PacketBuf>(&self, target: IpAddr, buf: &mut B) -> bool {
+        match target {
+            IpAddr::V4(target) => {
+                self.write_arp_request(target, buf);
+                true
+            }
+            IpAddr::V6(target) => {
+                let Some(v6) = &self.ipv6 else {
+                    return false;
+                };
+                if buf.capacity() < ND_FRAME_LEN {
+                    return false;
+                }
+                buf.set_len(ND_FRAME_LEN);
+                let len = v6.write_solicitation(target, buf.data_mut());
+                buf.set_len(len);
+                true
+            }
+        }
     }
 
     /// This port's addresses: its own, then the extra ones.
@@ -306,7 +369,7 @@ impl Interface {
                 frame.set_dst_addr(mac);
                 Verdict::Transmit
             }
-            None => Verdict::AwaitNeighbor(hop),
+            None => Verdict::AwaitNeighbor(IpAddr::V4(hop)),
         }
     }
 
@@ -319,7 +382,19 @@ impl Interface {
         counters: &mut Counters,
     ) -> Verdict {
         let checks = buf.rx_checks();
-        let (verdict, new_len) = self.process_frame(now, buf.data_mut(), checks, counters);
+        // An IPv6 frame may be answered by a longer one (an advertisement
+        // with our link-layer address for a solicitation without one):
+        // room for it, zeroed; IPv6 reads its length from its header.
+        let len = buf.data().len();
+        if self.ipv6.is_some()
+            && len < ND_FRAME_LEN
+            && buf.capacity() >= ND_FRAME_LEN
+            && buf.data().get(12..14) == Some(&[0x86, 0xdd])
+        {
+            buf.set_len(ND_FRAME_LEN);
+            buf.data_mut()[len..].fill(0);
+        }
+        let (verdict, new_len) = self.process_frame(now, buf.data_mut(), len, checks, counters);
         if let Some(len) = new_len {
             let old = buf.data().len();
             buf.set_len(len);
@@ -330,10 +405,13 @@ impl Interface {
         verdict
     }
 
+    /// `data` is the frame, `received` bytes of it as received (the rest
+    /// is room for a longer answer).
     fn process_frame(
         &mut self,
         now: Instant,
         data: &mut [u8],
+        received: usize,
         checks: RxChecks,
         counters: &mut Counters,
     ) -> (Verdict, Option<usize>) {
@@ -341,7 +419,10 @@ impl Interface {
             return (Verdict::Drop(DropReason::Malformed), None);
         };
         let dst = frame.dst_addr();
-        if dst != self.cfg.mac && !dst.is_broadcast() {
+        if dst != self.cfg.mac
+            && !dst.is_broadcast()
+            && !self.ipv6.as_ref().is_some_and(|v6| v6.accepts_mac(dst))
+        {
             return (Verdict::Drop(DropReason::NotForUs), None);
         }
         match frame.ethertype() {
@@ -373,15 +454,62 @@ impl Interface {
                                 frame.set_dst_addr(mac);
                                 Verdict::Transmit
                             }
-                            None => Verdict::AwaitNeighbor(hop),
+                            None => Verdict::AwaitNeighbor(IpAddr::V4(hop)),
                         };
                         (verdict, Some(ETHERNET_HEADER_LEN + ip_len))
                     }
                     Err(reason) => (Verdict::Drop(reason), None),
                 }
             }
+            EthernetProtocol::Ipv6 if self.ipv6.is_some() => {
+                let received = received.saturating_sub(ETHERNET_HEADER_LEN);
+                self.process_ipv6_frame(now, &mut frame, received, counters)
+            }
             _ => (Verdict::Drop(DropReason::UnsupportedEtherType), None),
         }
+    }
+
+    fn process_ipv6_frame(
+        &mut self,
+        now: Instant,
+        frame: &mut EthernetFrame<&mut [u8]>,
+        received: usize,
+        counters: &mut Counters,
+    ) -> (Verdict, Option<usize>) {
+        let Some(v6) = &mut self.ipv6 else {
+            return (Verdict::Drop(DropReason::UnsupportedEtherType), None);
+        };
+        let eth_src = frame.src_addr();
+        if !eth_src.is_unicast() {
+            return (Verdict::Drop(DropReason::Malformed), None);
+        }
+        let action = v6.process(now, eth_src, frame.payload_mut(), received, counters);
+        let (verdict, len) = match action {
+            Ok(Ipv6Action::Consumed) => return (Verdict::Consumed, None),
+            Err(reason) => return (Verdict::Drop(reason), None),
+            Ok(Ipv6Action::ReplyTo { mac, len }) => {
+                frame.set_dst_addr(mac);
+                (Verdict::Transmit, len)
+            }
+            Ok(Ipv6Action::ReplyVia { hop, len }) => match v6.resolve(hop, now) {
+                Some(mac) => {
+                    frame.set_dst_addr(mac);
+                    (Verdict::Transmit, len)
+                }
+                None => (Verdict::AwaitNeighbor(IpAddr::V6(hop)), len),
+            },
+        };
+        frame.set_src_addr(self.cfg.mac);
+        // Short replies are padded to the minimum frame (zeros past the
+        // packet: `process` zeroes what it adds, the rest is cleared here).
+        let padded = (ETHERNET_HEADER_LEN + len).max(MIN_FRAME);
+        if let Some(pad) = frame
+            .payload_mut()
+            .get_mut(len..padded - ETHERNET_HEADER_LEN)
+        {
+            pad.fill(0);
+        }
+        (verdict, Some(padded))
     }
 
     // RFC 826, "Packet Reception".

@@ -77,8 +77,9 @@ impl Toeplitz {
 pub enum FrameClass {
     /// An unfragmented TCP/IPv4 segment and its flow's hash.
     Tcp(u32),
-    /// ARP: every engine learns from it.
-    Arp,
+    /// ARP, or an IPv6 Neighbor Solicitation or Advertisement (without
+    /// extension headers): every engine learns from it.
+    Neighbor,
     /// Anything else (ICMP, fragments, other protocols, malformed): handled
     /// where it arrived.
     Other,
@@ -90,7 +91,17 @@ pub fn classify(frame: &[u8], t: &Toeplitz) -> FrameClass {
         return FrameClass::Other;
     }
     match [frame[12], frame[13]] {
-        [0x08, 0x06] => return FrameClass::Arp,
+        [0x08, 0x06] => return FrameClass::Neighbor,
+        [0x86, 0xdd] => {
+            // IPv6: next header ICMPv6, type 135 or 136.
+            let nd =
+                frame.len() > 14 + 40 && frame[14 + 6] == 58 && matches!(frame[14 + 40], 135 | 136);
+            return if nd {
+                FrameClass::Neighbor
+            } else {
+                FrameClass::Other
+            };
+        }
         [0x08, 0x00] => {}
         _ => return FrameClass::Other,
     }
@@ -257,7 +268,7 @@ mod tests {
         f[14 + 9] = 1;
         assert_eq!(classify(&f, &t), FrameClass::Other);
         f[12..14].copy_from_slice(&[0x08, 0x06]);
-        assert_eq!(classify(&f, &t), FrameClass::Arp);
+        assert_eq!(classify(&f, &t), FrameClass::Neighbor);
         assert_eq!(classify(&f[..10], &t), FrameClass::Other);
         f[12..14].copy_from_slice(&[0x08, 0x00]);
         f[14 + 9] = 6;
@@ -266,6 +277,23 @@ mod tests {
             FrameClass::Other,
             "ports cut off"
         );
+        // IPv6: neighbour discovery goes to every engine, the rest stays.
+        let mut v6 = vec![0u8; 14 + 40 + 32];
+        v6[12..14].copy_from_slice(&[0x86, 0xdd]);
+        v6[14] = 0x60;
+        v6[14 + 6] = 58;
+        for (kind, class) in [
+            (135, FrameClass::Neighbor),
+            (136, FrameClass::Neighbor),
+            (128, FrameClass::Other),
+        ] {
+            v6[14 + 40] = kind;
+            assert_eq!(classify(&v6, &t), class, "ICMPv6 type {kind}");
+        }
+        v6[14 + 6] = 0; // a hop-by-hop header first
+        v6[14 + 40] = 135;
+        assert_eq!(classify(&v6, &t), FrameClass::Other);
+        assert_eq!(classify(&v6[..14 + 40], &t), FrameClass::Other);
     }
 
     #[test]

@@ -1,0 +1,682 @@
+//! IPv6 on an engine port over the in-memory link: Neighbor Discovery
+//! (RFC 4861), ICMPv6 echo (RFC 4443) and extension headers (RFC 8200),
+//! with frames built by hand here and replies checked with smoltcp's
+//! parsers and checksums.
+
+mod common;
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
+
+use dataplane::net::ipv6::{link_local, multicast_mac, solicited_node, ALL_NODES};
+use dataplane::net::Ipv6Config;
+use dataplane::stats::DropReason;
+use smoltcp::wire::{
+    EthernetAddress, EthernetFrame, EthernetProtocol, Icmpv6Packet, IpProtocol, Ipv6Packet,
+    NdiscNeighborFlags, NdiscRepr, RawHardwareAddress,
+};
+
+const DUT_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x01]);
+const HOST_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x02]);
+const GW_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0xfe]);
+const DUT_IP: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 1);
+const HOST_IP: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 2);
+const FAR_IP: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, 7);
+const GW_IP: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0xfe);
+
+const ECHO_REQUEST: u8 = 128;
+const ECHO_REPLY: u8 = 129;
+const NS: u8 = 135;
+const NA: u8 = 136;
+
+type Lab = common::MemLab;
+
+fn new_lab() -> Lab {
+    lab_with(None)
+}
+
+fn lab_with(gateway: Option<Ipv6Addr>) -> Lab {
+    let mut lab = Lab::new(DUT_MAC, HOST_MAC, Ipv4Addr::new(10, 77, 0, 1), None);
+    lab.engine.enable_ipv6(
+        0,
+        Ipv6Config {
+            addresses: vec![(DUT_IP, 64)],
+            gateway,
+        },
+    );
+    lab
+}
+
+/// An IPv6 frame from `src_mac`: `ext` (extension headers, their next
+/// header fields already set; the first header's type is `first`) then
+/// an ICMPv6 message of `kind` with `body` after the 4-byte header, its
+/// checksum filled by smoltcp.
+#[allow(clippy::too_many_arguments)]
+fn icmp6(
+    src_mac: EthernetAddress,
+    dst_mac: EthernetAddress,
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    hop_limit: u8,
+    first: u8,
+    ext: &[u8],
+    kind: u8,
+    body: &[u8],
+) -> Vec<u8> {
+    let icmp_len = 4 + body.len();
+    let mut f = vec![0u8; 14 + 40 + ext.len() + icmp_len];
+    f[..6].copy_from_slice(dst_mac.as_bytes());
+    f[6..12].copy_from_slice(src_mac.as_bytes());
+    f[12..14].copy_from_slice(&[0x86, 0xdd]);
+    f[14] = 0x60;
+    f[18..20].copy_from_slice(&((ext.len() + icmp_len) as u16).to_be_bytes());
+    f[20] = if ext.is_empty() { 58 } else { first };
+    f[21] = hop_limit;
+    f[22..38].copy_from_slice(&src.octets());
+    f[38..54].copy_from_slice(&dst.octets());
+    f[54..54 + ext.len()].copy_from_slice(ext);
+    let icmp = &mut f[54 + ext.len()..];
+    icmp[0] = kind;
+    icmp[4..].copy_from_slice(body);
+    Icmpv6Packet::new_unchecked(&mut icmp[..]).fill_checksum(&src, &dst);
+    f
+}
+
+/// The body of a solicitation or advertisement: flags, target, and a
+/// link-layer option of `opt_kind` when `mac` is given.
+fn nd_body(flags: u8, target: Ipv6Addr, opt_kind: u8, mac: Option<EthernetAddress>) -> Vec<u8> {
+    let mut b = vec![flags, 0, 0, 0];
+    b.extend_from_slice(&target.octets());
+    if let Some(mac) = mac {
+        b.extend_from_slice(&[opt_kind, 1]);
+        b.extend_from_slice(mac.as_bytes());
+    }
+    b
+}
+
+fn solicit(target: Ipv6Addr) -> Vec<u8> {
+    let group = solicited_node(target);
+    icmp6(
+        HOST_MAC,
+        multicast_mac(group),
+        HOST_IP,
+        group,
+        255,
+        58,
+        &[],
+        NS,
+        &nd_body(0, target, 1, Some(HOST_MAC)),
+    )
+}
+
+fn echo_body(ident: u16, seq: u16, data: &[u8]) -> Vec<u8> {
+    let mut b = ident.to_be_bytes().to_vec();
+    b.extend_from_slice(&seq.to_be_bytes());
+    b.extend_from_slice(data);
+    b
+}
+
+fn ping(dst: Ipv6Addr, seq: u16, data: &[u8]) -> Vec<u8> {
+    icmp6(
+        HOST_MAC,
+        DUT_MAC,
+        HOST_IP,
+        dst,
+        64,
+        58,
+        &[],
+        ECHO_REQUEST,
+        &echo_body(7, seq, data),
+    )
+}
+
+/// A received frame's Ethernet destination, IPv6 source, destination and
+/// hop limit, and its ICMPv6 message (checksum verified).
+struct Out {
+    eth_dst: EthernetAddress,
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    hop_limit: u8,
+    icmp: Vec<u8>,
+}
+
+fn parse(f: &[u8]) -> Out {
+    let frame = EthernetFrame::new_checked(f).unwrap();
+    assert_eq!(frame.src_addr(), DUT_MAC);
+    assert_eq!(frame.ethertype(), EthernetProtocol::Ipv6);
+    assert!(f.len() >= 60, "padded to the minimum frame");
+    let ip = Ipv6Packet::new_checked(frame.payload()).unwrap();
+    assert_eq!(ip.next_header(), IpProtocol::Icmpv6, "no extension headers");
+    let icmp = Icmpv6Packet::new_checked(ip.payload()).unwrap();
+    assert!(
+        icmp.verify_checksum(&ip.src_addr(), &ip.dst_addr()),
+        "ICMPv6 checksum"
+    );
+    Out {
+        eth_dst: frame.dst_addr(),
+        src: ip.src_addr(),
+        dst: ip.dst_addr(),
+        hop_limit: ip.hop_limit(),
+        icmp: ip.payload().to_vec(),
+    }
+}
+
+fn ndisc(out: &Out) -> NdiscRepr<'_> {
+    NdiscRepr::parse(&Icmpv6Packet::new_checked(&out.icmp[..]).unwrap()).unwrap()
+}
+
+#[test]
+fn the_link_local_address_is_the_modified_eui64_of_the_mac() {
+    // RFC 4291 appendix A: the universal/local bit inverted, ff:fe inserted.
+    let mac = EthernetAddress([0x00, 0x1b, 0x21, 0x3c, 0x4d, 0x5e]);
+    assert_eq!(
+        link_local(mac),
+        "fe80::21b:21ff:fe3c:4d5e".parse::<Ipv6Addr>().unwrap()
+    );
+    assert_eq!(
+        solicited_node("2001:db8::1:2345:6789".parse().unwrap()),
+        "ff02::1:ff45:6789".parse::<Ipv6Addr>().unwrap()
+    );
+    assert_eq!(
+        multicast_mac("ff02::1:ff45:6789".parse().unwrap()),
+        EthernetAddress([0x33, 0x33, 0xff, 0x45, 0x67, 0x89])
+    );
+}
+
+#[test]
+fn solicitations_for_each_address_are_answered_and_the_sender_learned() {
+    let mut lab = new_lab();
+    let ll = link_local(DUT_MAC);
+    for target in [DUT_IP, ll] {
+        let out = lab.exchange(vec![solicit(target)]);
+        assert_eq!(out.len(), 1, "one advertisement for {target}");
+        let na = parse(&out[0]);
+        assert_eq!(
+            (na.eth_dst, na.src, na.dst, na.hop_limit),
+            (HOST_MAC, target, HOST_IP, 255)
+        );
+        assert_eq!(
+            ndisc(&na),
+            NdiscRepr::NeighborAdvert {
+                flags: NdiscNeighborFlags::SOLICITED | NdiscNeighborFlags::OVERRIDE,
+                target_addr: target,
+                lladdr: Some(RawHardwareAddress::from(DUT_MAC)),
+            }
+        );
+    }
+    let v6 = lab.engine.interface(0).ipv6().unwrap();
+    assert_eq!(v6.cache().peek(HOST_IP, lab.now), Some(HOST_MAC));
+    assert_eq!(lab.engine.counters().nd_advertisements, 2);
+}
+
+#[test]
+fn a_duplicate_address_check_of_ours_is_answered_to_all_nodes() {
+    // RFC 4862 §5.4.3 / RFC 4861 §7.2.4: from ::, no option; the answer
+    // goes to ff02::1 and is not marked solicited. The request is 78
+    // bytes, the answer with our link-layer option 86.
+    let mut lab = new_lab();
+    let group = solicited_node(DUT_IP);
+    let dad = icmp6(
+        HOST_MAC,
+        multicast_mac(group),
+        Ipv6Addr::UNSPECIFIED,
+        group,
+        255,
+        58,
+        &[],
+        NS,
+        &nd_body(0, DUT_IP, 1, None),
+    );
+    let out = lab.exchange(vec![dad]);
+    assert_eq!(out.len(), 1);
+    let na = parse(&out[0]);
+    assert_eq!(
+        (na.eth_dst, na.src, na.dst),
+        (multicast_mac(ALL_NODES), DUT_IP, ALL_NODES)
+    );
+    assert_eq!(
+        ndisc(&na),
+        NdiscRepr::NeighborAdvert {
+            flags: NdiscNeighborFlags::OVERRIDE,
+            target_addr: DUT_IP,
+            lladdr: Some(RawHardwareAddress::from(DUT_MAC)),
+        }
+    );
+}
+
+#[test]
+fn solicitations_that_break_the_rules_are_dropped() {
+    let mut lab = new_lab();
+    let group = solicited_node(DUT_IP);
+    let with = |src: Ipv6Addr, dst: Ipv6Addr, dst_mac, hops, body: Vec<u8>| {
+        icmp6(HOST_MAC, dst_mac, src, dst, hops, 58, &[], NS, &body)
+    };
+    let body = nd_body(0, DUT_IP, 1, Some(HOST_MAC));
+    let other = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 9);
+    let cases = [
+        // §7.1.1: hop limit 255 only (it was not forwarded).
+        (
+            with(HOST_IP, group, multicast_mac(group), 64, body.clone()),
+            DropReason::Malformed,
+        ),
+        // From :: with a link-layer option.
+        (
+            with(
+                Ipv6Addr::UNSPECIFIED,
+                group,
+                multicast_mac(group),
+                255,
+                body.clone(),
+            ),
+            DropReason::Malformed,
+        ),
+        // An option of length zero.
+        (
+            with(HOST_IP, group, multicast_mac(group), 255, {
+                let mut b = nd_body(0, DUT_IP, 1, Some(HOST_MAC));
+                b[21] = 0;
+                b
+            }),
+            DropReason::Malformed,
+        ),
+        // A multicast target.
+        (
+            with(
+                HOST_IP,
+                group,
+                multicast_mac(group),
+                255,
+                nd_body(0, ALL_NODES, 1, None),
+            ),
+            DropReason::Malformed,
+        ),
+        // Another node's address, to its group (whose MAC is not ours).
+        (
+            with(
+                HOST_IP,
+                solicited_node(other),
+                multicast_mac(solicited_node(other)),
+                255,
+                nd_body(0, other, 1, Some(HOST_MAC)),
+            ),
+            DropReason::NotForUs,
+        ),
+        // Another node's address, sent to us.
+        (
+            with(
+                HOST_IP,
+                DUT_IP,
+                DUT_MAC,
+                255,
+                nd_body(0, other, 1, Some(HOST_MAC)),
+            ),
+            DropReason::NotForUs,
+        ),
+    ];
+    for (frame, reason) in cases {
+        let before = lab.dropped(reason);
+        assert!(lab.exchange(vec![frame]).is_empty(), "{reason:?} answered");
+        assert_eq!(lab.dropped(reason), before + 1, "{reason:?} not counted");
+    }
+    assert_eq!(
+        lab.engine
+            .interface(0)
+            .ipv6()
+            .unwrap()
+            .cache()
+            .peek(HOST_IP, lab.now),
+        None,
+        "nothing learned from them"
+    );
+}
+
+#[test]
+fn echo_from_an_unknown_neighbour_waits_for_its_advertisement() {
+    let mut lab = new_lab();
+    let data: Vec<u8> = (0..56u8).collect();
+    let out = lab.exchange(vec![ping(DUT_IP, 1, &data)]);
+    assert_eq!(out.len(), 1, "a solicitation, the reply held");
+    let ns = parse(&out[0]);
+    let group = solicited_node(HOST_IP);
+    assert_eq!(
+        (ns.eth_dst, ns.src, ns.dst, ns.hop_limit),
+        (multicast_mac(group), DUT_IP, group, 255)
+    );
+    assert_eq!(
+        ndisc(&ns),
+        NdiscRepr::NeighborSolicit {
+            target_addr: HOST_IP,
+            lladdr: Some(RawHardwareAddress::from(DUT_MAC)),
+        }
+    );
+    assert_eq!(lab.engine.counters().nd_solicitations, 1);
+    let na = icmp6(
+        HOST_MAC,
+        DUT_MAC,
+        HOST_IP,
+        DUT_IP,
+        255,
+        58,
+        &[],
+        NA,
+        &nd_body(0x60, HOST_IP, 2, Some(HOST_MAC)),
+    );
+    let out = lab.exchange(vec![na]);
+    assert_eq!(out.len(), 1, "the held reply");
+    let reply = parse(&out[0]);
+    assert_eq!(
+        (reply.eth_dst, reply.src, reply.dst, reply.icmp[0]),
+        (HOST_MAC, DUT_IP, HOST_IP, ECHO_REPLY)
+    );
+    assert_eq!(reply.icmp[4..], echo_body(7, 1, &data)[..]);
+    assert_eq!(lab.engine.counters().icmpv6_echo_replies, 1);
+}
+
+#[test]
+fn a_solicitation_and_pings_in_one_burst_are_all_answered() {
+    let mut lab = new_lab();
+    let ll = link_local(DUT_MAC);
+    let out = lab.exchange(vec![
+        solicit(DUT_IP),
+        ping(DUT_IP, 1, b"one"),
+        ping(ll, 2, b"two"),
+        ping(ALL_NODES, 3, b"three"),
+    ]);
+    let kinds: Vec<(u8, Ipv6Addr)> = out
+        .iter()
+        .map(|f| {
+            let o = parse(f);
+            (o.icmp[0], o.src)
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (NA, DUT_IP),
+            (ECHO_REPLY, DUT_IP),
+            (ECHO_REPLY, ll),
+            (ECHO_REPLY, DUT_IP), // to all nodes: from our address on its prefix
+        ]
+    );
+}
+
+#[test]
+fn echo_through_extension_headers_is_answered_without_them() {
+    let mut lab = new_lab();
+    lab.exchange(vec![solicit(DUT_IP)]);
+    // Hop-by-hop: PadN(4); destination options: a skippable unknown
+    // option (type 0x1e, high bits 00) of 4 bytes; then ICMPv6.
+    let hbh = [60u8, 0, 1, 4, 0, 0, 0, 0];
+    let dst_opts = [58u8, 0, 0x1e, 4, 1, 2, 3, 4];
+    let ext = [&hbh[..], &dst_opts[..]].concat();
+    let data = b"through options";
+    let frame = icmp6(
+        HOST_MAC,
+        DUT_MAC,
+        HOST_IP,
+        DUT_IP,
+        64,
+        0,
+        &ext,
+        ECHO_REQUEST,
+        &echo_body(9, 4, data),
+    );
+    let out = lab.exchange(vec![frame]);
+    assert_eq!(out.len(), 1);
+    let reply = parse(&out[0]);
+    assert_eq!(reply.icmp[0], ECHO_REPLY);
+    assert_eq!(reply.icmp[4..], echo_body(9, 4, data)[..]);
+}
+
+#[test]
+fn bad_packets_are_dropped_counted_and_leave_it_answering() {
+    let mut lab = new_lab();
+    lab.exchange(vec![solicit(DUT_IP)]);
+    let body = echo_body(1, 1, b"x");
+    let with_ext = |first: u8, ext: &[u8]| {
+        icmp6(
+            HOST_MAC,
+            DUT_MAC,
+            HOST_IP,
+            DUT_IP,
+            64,
+            first,
+            ext,
+            ECHO_REQUEST,
+            &body,
+        )
+    };
+    let good = ping(DUT_IP, 1, b"x");
+    let mut bad_sum = good.clone();
+    let last = bad_sum.len() - 1;
+    bad_sum[last] ^= 0xff;
+    let mut long_payload = good.clone();
+    long_payload[18..20].copy_from_slice(&2000u16.to_be_bytes());
+    let mut tcp = good.clone();
+    tcp[20] = 6;
+    let mut nine = Vec::new();
+    for _ in 0..9 {
+        nine.extend_from_slice(&[60, 0, 1, 4, 0, 0, 0, 0]);
+    }
+    let at = nine.len() - 8;
+    nine[at] = 58;
+    let cases = vec![
+        (good[..14 + 30].to_vec(), DropReason::Malformed),
+        (long_payload, DropReason::Malformed),
+        (bad_sum, DropReason::BadIcmpChecksum),
+        (tcp, DropReason::UnsupportedProtocol),
+        // A fragment header: not reassembled.
+        (
+            with_ext(44, &[58, 0, 0, 1, 0, 0, 0, 1]),
+            DropReason::Fragment,
+        ),
+        // An option whose type says discard (high bits 01).
+        (
+            with_ext(60, &[58, 0, 0x41, 4, 0, 0, 0, 0]),
+            DropReason::BadExtensionHeader,
+        ),
+        // A routing header with segments left: we do not forward.
+        (
+            with_ext(43, &[58, 0, 4, 1, 0, 0, 0, 0]),
+            DropReason::BadExtensionHeader,
+        ),
+        // Hop-by-hop after another header.
+        (
+            with_ext(60, &[0, 0, 1, 4, 0, 0, 0, 0, 58, 0, 1, 4, 0, 0, 0, 0]),
+            DropReason::BadExtensionHeader,
+        ),
+        // A header running past the packet.
+        (
+            with_ext(60, &[58, 9, 1, 4, 0, 0, 0, 0]),
+            DropReason::Malformed,
+        ),
+        // An option running past its header.
+        (
+            with_ext(60, &[58, 0, 1, 9, 0, 0, 0, 0]),
+            DropReason::Malformed,
+        ),
+        // ESP: an extension header we do not take.
+        (
+            with_ext(50, &[58, 0, 0, 0, 0, 0, 0, 0]),
+            DropReason::BadExtensionHeader,
+        ),
+        // More extension headers than we walk.
+        (with_ext(60, &nine), DropReason::BadExtensionHeader),
+        // From a multicast source.
+        (
+            icmp6(
+                HOST_MAC,
+                DUT_MAC,
+                ALL_NODES,
+                DUT_IP,
+                64,
+                58,
+                &[],
+                ECHO_REQUEST,
+                &body,
+            ),
+            DropReason::Malformed,
+        ),
+        // To an address that is not ours.
+        (ping(HOST_IP, 1, b"x"), DropReason::NotForUs),
+    ];
+    for (frame, reason) in cases {
+        let before = lab.dropped(reason);
+        assert!(lab.exchange(vec![frame]).is_empty(), "{reason:?} answered");
+        assert_eq!(lab.dropped(reason), before + 1, "{reason:?} not counted");
+    }
+    let out = lab.exchange(vec![good]);
+    assert_eq!(parse(&out[0]).icmp[0], ECHO_REPLY, "still answering");
+}
+
+#[test]
+fn an_off_link_sender_is_answered_through_the_gateway() {
+    let mut lab = lab_with(Some(GW_IP));
+    let frame = icmp6(
+        GW_MAC,
+        DUT_MAC,
+        FAR_IP,
+        DUT_IP,
+        60,
+        58,
+        &[],
+        ECHO_REQUEST,
+        &echo_body(3, 3, b"far"),
+    );
+    let out = lab.exchange(vec![frame]);
+    let ns = parse(&out[0]);
+    assert_eq!(
+        ndisc(&ns),
+        NdiscRepr::NeighborSolicit {
+            target_addr: GW_IP,
+            lladdr: Some(RawHardwareAddress::from(DUT_MAC)),
+        }
+    );
+    assert_eq!(
+        ns.src,
+        link_local(DUT_MAC),
+        "a link-local target is asked from ours"
+    );
+    let na = icmp6(
+        GW_MAC,
+        DUT_MAC,
+        GW_IP,
+        link_local(DUT_MAC),
+        255,
+        58,
+        &[],
+        NA,
+        &nd_body(0x60, GW_IP, 2, Some(GW_MAC)),
+    );
+    let out = lab.exchange(vec![na]);
+    let reply = parse(&out[0]);
+    assert_eq!(
+        (reply.eth_dst, reply.src, reply.dst),
+        (GW_MAC, DUT_IP, FAR_IP)
+    );
+}
+
+#[test]
+fn advertisements_update_only_what_we_asked_and_never_our_own_addresses() {
+    let mut lab = new_lab();
+    let unasked = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 5);
+    let advert = |target, mac| {
+        icmp6(
+            HOST_MAC,
+            multicast_mac(ALL_NODES),
+            HOST_IP,
+            ALL_NODES,
+            255,
+            58,
+            &[],
+            NA,
+            &nd_body(0x20, target, 2, Some(mac)),
+        )
+    };
+    assert!(lab
+        .exchange(vec![advert(unasked, HOST_MAC), advert(DUT_IP, HOST_MAC)])
+        .is_empty());
+    let v6 = lab.engine.interface(0).ipv6().unwrap();
+    assert_eq!(
+        v6.cache().peek(unasked, lab.now),
+        None,
+        "§7.2.5: no entry made"
+    );
+    assert_eq!(lab.engine.counters().nd_conflicts, 1);
+    // A solicited advertisement to a group is invalid (§7.1.2).
+    let mut bad = advert(HOST_IP, HOST_MAC);
+    bad[54 + 4] = 0x60;
+    let icmp_at = 54;
+    bad[icmp_at + 2..icmp_at + 4].fill(0);
+    Icmpv6Packet::new_unchecked(&mut bad[icmp_at..]).fill_checksum(&HOST_IP, &ALL_NODES);
+    let before = lab.dropped(DropReason::Malformed);
+    lab.exchange(vec![bad]);
+    assert_eq!(lab.dropped(DropReason::Malformed), before + 1);
+}
+
+#[test]
+fn held_replies_give_up_when_the_neighbour_never_answers() {
+    let mut lab = new_lab();
+    assert_eq!(lab.exchange(vec![ping(DUT_IP, 1, b"x")]).len(), 1);
+    let before = lab.dropped(DropReason::NeighborMiss);
+    // Solicitations repeat (paced) while the reply waits, then it goes.
+    let mut asked = 1;
+    for _ in 0..40 {
+        asked += lab.advance(Duration::from_millis(100)).len();
+    }
+    assert!(asked >= 3, "solicited again: {asked}");
+    assert_eq!(lab.dropped(DropReason::NeighborMiss), before + 1);
+}
+
+/// Every mutation of valid frames, in bursts, is counted and none stops
+/// the port answering (the fuzz targets feed the same engine set-up).
+#[test]
+fn mutated_frames_in_bursts_never_stop_it() {
+    let mut lab = new_lab();
+    let seeds = [
+        solicit(DUT_IP),
+        ping(DUT_IP, 1, b"seed"),
+        icmp6(
+            HOST_MAC,
+            DUT_MAC,
+            HOST_IP,
+            DUT_IP,
+            64,
+            0,
+            &[60, 0, 1, 4, 0, 0, 0, 0, 58, 0, 0x1e, 4, 1, 2, 3, 4],
+            ECHO_REQUEST,
+            &echo_body(1, 1, b"x"),
+        ),
+    ];
+    let mut x = 0x2545_f491_u32;
+    let mut rand = move || {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        x
+    };
+    for _ in 0..400 {
+        let burst: Vec<Vec<u8>> = (0..8)
+            .map(|_| {
+                let mut f = seeds[rand() as usize % seeds.len()].clone();
+                for _ in 0..1 + rand() % 4 {
+                    let at = 14 + rand() as usize % (f.len() - 14);
+                    f[at] = rand() as u8;
+                }
+                if rand() % 4 == 0 {
+                    let len = 14 + rand() as usize % (f.len() - 14);
+                    f.truncate(len);
+                }
+                f
+            })
+            .collect();
+        lab.exchange(burst);
+    }
+    let c = *lab.engine.counters();
+    assert_eq!(c.rx_packets, 400 * 8);
+    let out = lab.exchange(vec![ping(DUT_IP, 9, b"after")]);
+    assert!(
+        out.iter().any(|f| parse(f).icmp[0] == ECHO_REPLY),
+        "still answering"
+    );
+}
