@@ -680,3 +680,27 @@ fn mutated_frames_in_bursts_never_stop_it() {
         "still answering"
     );
 }
+
+#[test]
+fn a_stale_neighbour_is_still_answered_while_it_is_asked_again() {
+    let mut lab = new_lab();
+    lab.exchange(vec![solicit(DUT_IP)]);
+    // Past RFC 4861's reachable time the entry goes stale: the reply
+    // goes at once to the MAC we know, beside a solicitation to confirm.
+    lab.advance(Duration::from_secs(31));
+    let out = lab.exchange(vec![ping(DUT_IP, 1, b"stale")]);
+    let kinds: Vec<(u8, EthernetAddress)> = out
+        .iter()
+        .map(|f| {
+            let o = parse(f);
+            (o.icmp[0], o.eth_dst)
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (ECHO_REPLY, HOST_MAC),
+            (NS, multicast_mac(solicited_node(HOST_IP)))
+        ]
+    );
+}

@@ -400,3 +400,17 @@ fn random_and_mutated_frames_never_panic() {
     assert!(c.arp_replies + c.icmp_echo_replies + c.total_drops() <= c.rx_packets);
     assert!(c.total_drops() > 0 && c.icmp_echo_replies > 0);
 }
+
+/// Past its reachable time a neighbour's entry is stale: replies still go
+/// to the MAC it had at once, beside a request asking again (as Linux's
+/// neighbour table does), rather than waiting for a fresh answer.
+#[test]
+fn a_stale_neighbour_is_still_answered_while_it_is_asked_again() {
+    let mut lab = new_lab(None);
+    lab.exchange(vec![arp_request(DUT_IP)]);
+    lab.advance(dataplane::net::arp::REACHABLE_TIME + Duration::from_secs(1));
+    let out = lab.exchange(vec![ping(HOST_MAC, HOST_IP, DUT_IP, 1, 1, b"stale")]);
+    assert_eq!(out.len(), 2, "the reply and a request");
+    assert_eq!(parse_echo_reply(&out[0]).0, HOST_MAC);
+    assert_eq!(requested(&out[1]), Some(HOST_IP));
+}

@@ -1,5 +1,6 @@
 //! The neighbour cache of one interface, for ARP (RFC 826, IPv4) and
-//! Neighbor Discovery (RFC 4861, IPv6): reachable and incomplete entries, probe pacing, and eviction by second chance (a FIFO where an
+//! Neighbor Discovery (RFC 4861, IPv6): reachable, stale and incomplete
+//! entries, probe pacing, and eviction by second chance (a FIFO where an
 //! entry used since it was queued goes round once more). Hashed: an engine
 //! facing on-link clients talks to thousands of neighbours, and a scan per
 //! frame over them (or per insert, to find the oldest) would be a cost a
@@ -22,12 +23,23 @@ pub const REACHABLE_TIME: Duration = Duration::from_secs(300);
 pub const ND_REACHABLE_TIME: Duration = Duration::from_secs(30);
 /// Least time between two requests for one address.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+/// Requests sent for a stale entry, still used meanwhile, before it is
+/// given up (RFC 4861 §10, `MAX_UNICAST_SOLICIT`).
+pub const STALE_PROBES: u8 = 3;
 
 #[derive(Debug, Clone, Copy)]
 enum State {
     Reachable {
         mac: EthernetAddress,
         expires: Instant,
+    },
+    /// Past its reachable time: still used while requests (paced) ask
+    /// whether it holds (RFC 4861's STALE, DELAY and PROBE in one; Linux
+    /// does the same for ARP), given up after [`STALE_PROBES`].
+    Stale {
+        mac: EthernetAddress,
+        next_probe: Instant,
+        probes_left: u8,
     },
     Incomplete {
         next_probe: Instant,
@@ -46,6 +58,9 @@ struct Entry {
 pub enum ArpLookup {
     /// Known and fresh.
     Hit(EthernetAddress),
+    /// Known but past its reachable time: use it; `probe` says whether to
+    /// send a request now to confirm it.
+    Stale { mac: EthernetAddress, probe: bool },
     /// Unknown or stale: `probe` says whether to send a request now (paced
     /// to one per [`PROBE_INTERVAL`] per address).
     Miss { probe: bool },
@@ -106,10 +121,37 @@ impl<A: Copy + Eq + Hash> NeighborCache<A> {
                 e.used = true;
                 match e.state {
                     State::Reachable { mac, expires } if now < expires => ArpLookup::Hit(mac),
-                    State::Reachable { .. } => {
-                        e.state = State::Incomplete { next_probe };
-                        ArpLookup::Miss { probe: can_probe }
+                    State::Reachable { mac, .. } => {
+                        e.state = State::Stale {
+                            mac,
+                            next_probe,
+                            probes_left: STALE_PROBES - u8::from(can_probe),
+                        };
+                        ArpLookup::Stale {
+                            mac,
+                            probe: can_probe,
+                        }
                     }
+                    State::Stale {
+                        mac,
+                        next_probe: due,
+                        probes_left,
+                    } if now >= due => {
+                        if probes_left == 0 {
+                            e.state = State::Incomplete { next_probe };
+                            return ArpLookup::Miss { probe: can_probe };
+                        }
+                        e.state = State::Stale {
+                            mac,
+                            next_probe,
+                            probes_left: probes_left - u8::from(can_probe),
+                        };
+                        ArpLookup::Stale {
+                            mac,
+                            probe: can_probe,
+                        }
+                    }
+                    State::Stale { mac, .. } => ArpLookup::Stale { mac, probe: false },
                     State::Incomplete { next_probe: due } if now >= due => {
                         e.state = State::Incomplete { next_probe };
                         ArpLookup::Miss { probe: can_probe }
@@ -220,7 +262,7 @@ mod tests {
     }
 
     #[test]
-    fn entries_expire() {
+    fn expired_entries_stay_in_use_while_asked_then_go() {
         let mut c = ArpCache::new(4);
         let ip = Ipv4Addr::new(10, 0, 0, 9);
         c.learn(ip, MAC, Instant::ZERO, true);
@@ -231,10 +273,34 @@ mod tests {
             ),
             Some(MAC)
         );
-        assert_eq!(
-            c.lookup(ip, Instant::ZERO + REACHABLE_TIME, true),
-            ArpLookup::Miss { probe: true }
-        );
+        // Stale: used, and asked about once per interval, three times.
+        let mut t = Instant::ZERO + REACHABLE_TIME;
+        for _ in 0..STALE_PROBES {
+            assert_eq!(
+                c.lookup(ip, t, true),
+                ArpLookup::Stale {
+                    mac: MAC,
+                    probe: true
+                }
+            );
+            assert_eq!(
+                c.lookup(ip, t + Duration::from_millis(10), true),
+                ArpLookup::Stale {
+                    mac: MAC,
+                    probe: false
+                }
+            );
+            assert_eq!(c.peek(ip, t), None, "not fresh");
+            t = t + PROBE_INTERVAL;
+        }
+        // No answer: given up.
+        assert_eq!(c.lookup(ip, t, true), ArpLookup::Miss { probe: true });
+        // An answer while stale makes it reachable again.
+        c.learn(ip, MAC, t, false);
+        let t = t + REACHABLE_TIME;
+        assert!(matches!(c.lookup(ip, t, true), ArpLookup::Stale { .. }));
+        c.learn(ip, MAC, t, false);
+        assert_eq!(c.lookup(ip, t, true), ArpLookup::Hit(MAC));
     }
 
     #[test]

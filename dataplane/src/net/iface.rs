@@ -187,6 +187,12 @@ impl Interface {
         let room = self.probes.len() < MAX_PENDING_PROBES;
         match self.arp.lookup(hop, now, room) {
             ArpLookup::Hit(mac) => Some(mac),
+            ArpLookup::Stale { mac, probe } => {
+                if probe {
+                    self.probes.push(hop);
+                }
+                Some(mac)
+            }
             ArpLookup::Miss { probe } => {
                 if probe {
                     self.probes.push(hop);

@@ -224,6 +224,12 @@ impl Ipv6Host {
         let room = self.probes.len() < MAX_PENDING_SOLICITATIONS;
         match self.cache.lookup(hop, now, room) {
             ArpLookup::Hit(mac) => Some(mac),
+            ArpLookup::Stale { mac, probe } => {
+                if probe {
+                    self.probes.push(hop);
+                }
+                Some(mac)
+            }
             ArpLookup::Miss { probe } => {
                 if probe {
                     self.probes.push(hop);
