@@ -67,6 +67,8 @@ macro_rules! with_counters {
             arp_requests: Counter, "tlsdp_arp_requests_total", "ARP requests sent.";
             icmp_echo_replies: Counter, "tlsdp_icmp_echo_replies_total", "ICMP echo replies sent.";
             icmpv6_echo_replies: Counter, "tlsdp_icmpv6_echo_replies_total", "ICMPv6 echo replies sent.";
+            icmpv6_errors: Counter, "tlsdp_icmpv6_errors_total", "ICMPv6 Parameter Problems sent for refused IPv6 packets (RFC 8200, RFC 4443).";
+            icmpv6_errors_limited: Counter, "tlsdp_icmpv6_errors_limited_total", "ICMPv6 errors not sent: over the rate limit (100 a second, bursts of 10, per port).";
             nd_solicitations: Counter, "tlsdp_nd_solicitations_total", "IPv6 Neighbor Solicitations sent.";
             nd_advertisements: Counter, "tlsdp_nd_advertisements_total", "IPv6 Neighbor Advertisements sent (answers to solicitations).";
             nd_conflicts: Counter, "tlsdp_nd_conflicts_total", "IPv6 Neighbor Advertisements from another node for one of our addresses.";

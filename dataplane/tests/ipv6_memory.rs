@@ -30,6 +30,8 @@ const NS: u8 = 135;
 const NA: u8 = 136;
 
 type Lab = common::MemLab;
+/// An ICMPv6 Parameter Problem's code and pointer.
+type Problem = (u8, u32);
 
 fn new_lab() -> Lab {
     lab_with(None)
@@ -460,48 +462,65 @@ fn bad_packets_are_dropped_counted_and_leave_it_answering() {
     }
     let at = nine.len() - 8;
     nine[at] = 58;
-    let cases = vec![
-        (good[..14 + 30].to_vec(), DropReason::Malformed),
-        (long_payload, DropReason::Malformed),
-        (bad_sum, DropReason::BadIcmpChecksum),
-        (tcp, DropReason::UnsupportedProtocol),
+    // (frame, drop reason, the Parameter Problem's code and pointer when
+    // RFC 8200 asks for one)
+    let cases: Vec<(Vec<u8>, DropReason, Option<Problem>)> = vec![
+        (good[..14 + 30].to_vec(), DropReason::Malformed, None),
+        (long_payload, DropReason::Malformed, None),
+        (bad_sum, DropReason::BadIcmpChecksum, None),
+        // An upper layer we do not carry (yet): unrecognised next header.
+        (tcp, DropReason::UnsupportedProtocol, Some((1, 6))),
         // A fragment header: not reassembled.
         (
             with_ext(44, &[58, 0, 0, 1, 0, 0, 0, 1]),
             DropReason::Fragment,
+            None,
         ),
-        // An option whose type says discard (high bits 01).
+        // An option whose type says discard silently (high bits 01).
         (
             with_ext(60, &[58, 0, 0x41, 4, 0, 0, 0, 0]),
             DropReason::BadExtensionHeader,
+            None,
         ),
-        // A routing header with segments left: we do not forward.
+        // An option whose type asks for a Parameter Problem (10), after a
+        // Pad1: the pointer is the option's type.
+        (
+            with_ext(60, &[58, 0, 0, 0x81, 3, 0, 0, 0]),
+            DropReason::BadExtensionHeader,
+            Some((2, 43)),
+        ),
+        // A routing header with segments left: the pointer is its type.
         (
             with_ext(43, &[58, 0, 4, 1, 0, 0, 0, 0]),
             DropReason::BadExtensionHeader,
+            Some((0, 42)),
         ),
-        // Hop-by-hop after another header.
+        // Hop-by-hop after another header: its next header field at fault.
         (
             with_ext(60, &[0, 0, 1, 4, 0, 0, 0, 0, 58, 0, 1, 4, 0, 0, 0, 0]),
             DropReason::BadExtensionHeader,
+            Some((1, 40)),
         ),
         // A header running past the packet.
         (
             with_ext(60, &[58, 9, 1, 4, 0, 0, 0, 0]),
             DropReason::Malformed,
+            None,
         ),
         // An option running past its header.
         (
             with_ext(60, &[58, 0, 1, 9, 0, 0, 0, 0]),
             DropReason::Malformed,
+            None,
         ),
         // ESP: an extension header we do not take.
         (
             with_ext(50, &[58, 0, 0, 0, 0, 0, 0, 0]),
             DropReason::BadExtensionHeader,
+            Some((1, 6)),
         ),
         // More extension headers than we walk.
-        (with_ext(60, &nine), DropReason::BadExtensionHeader),
+        (with_ext(60, &nine), DropReason::BadExtensionHeader, None),
         // From a multicast source.
         (
             icmp6(
@@ -516,15 +535,28 @@ fn bad_packets_are_dropped_counted_and_leave_it_answering() {
                 &body,
             ),
             DropReason::Malformed,
+            None,
         ),
         // To an address that is not ours.
-        (ping(HOST_IP, 1, b"x"), DropReason::NotForUs),
+        (ping(HOST_IP, 1, b"x"), DropReason::NotForUs, None),
     ];
-    for (frame, reason) in cases {
+    for (frame, reason, problem) in cases {
         let before = lab.dropped(reason);
-        assert!(lab.exchange(vec![frame]).is_empty(), "{reason:?} answered");
+        let out = lab.exchange(vec![frame.clone()]);
         assert_eq!(lab.dropped(reason), before + 1, "{reason:?} not counted");
+        match problem {
+            None => assert!(out.is_empty(), "{reason:?} answered"),
+            Some((code, pointer)) => {
+                assert_eq!(out.len(), 1, "{reason:?}: one Parameter Problem");
+                let pp = parse(&out[0]);
+                assert_eq!((pp.eth_dst, pp.src, pp.dst), (HOST_MAC, DUT_IP, HOST_IP));
+                assert_eq!(pp.icmp[..2], [4, code], "{reason:?}");
+                assert_eq!(pp.icmp[4..8], pointer.to_be_bytes(), "{reason:?}");
+                assert_eq!(pp.icmp[8..], frame[14..], "the packet quoted whole");
+            }
+        }
     }
+    assert_eq!(lab.engine.counters().icmpv6_errors, 5);
     let out = lab.exchange(vec![good]);
     assert_eq!(parse(&out[0]).icmp[0], ECHO_REPLY, "still answering");
 }
@@ -679,6 +711,43 @@ fn mutated_frames_in_bursts_never_stop_it() {
         out.iter().any(|f| parse(f).icmp[0] == ECHO_REPLY),
         "still answering"
     );
+}
+
+#[test]
+fn parameter_problems_are_rate_limited_and_never_sent_to_groups() {
+    let mut lab = new_lab();
+    lab.exchange(vec![solicit(DUT_IP)]);
+    let routed = |dst: Ipv6Addr, dst_mac, option: u8| {
+        icmp6(
+            HOST_MAC,
+            dst_mac,
+            HOST_IP,
+            dst,
+            64,
+            60,
+            &[58, 0, option, 4, 0, 0, 0, 0],
+            ECHO_REQUEST,
+            &echo_body(1, 1, b"x"),
+        )
+    };
+    // To all nodes: an option of type 11xxxxxx gets no answer, 10xxxxxx
+    // does (RFC 8200 §4.2).
+    let group = multicast_mac(ALL_NODES);
+    assert!(lab
+        .exchange(vec![routed(ALL_NODES, group, 0xc2)])
+        .is_empty());
+    assert_eq!(lab.exchange(vec![routed(ALL_NODES, group, 0x82)]).len(), 1);
+    // A burst of 50: at most the bucket's burst answered, the rest counted.
+    let burst: Vec<Vec<u8>> = (0..50).map(|_| routed(DUT_IP, DUT_MAC, 0x82)).collect();
+    let before = lab.engine.counters().icmpv6_errors;
+    let answered = lab.exchange(burst).len() as u64;
+    let c = *lab.engine.counters();
+    assert!(answered <= 10, "{answered} errors in one burst");
+    assert_eq!(c.icmpv6_errors, before + answered);
+    assert_eq!(c.icmpv6_errors_limited, 50 - answered);
+    // A second later the bucket is full again.
+    lab.advance(Duration::from_secs(1));
+    assert_eq!(lab.exchange(vec![routed(DUT_IP, DUT_MAC, 0x82)]).len(), 1);
 }
 
 #[test]

@@ -163,8 +163,8 @@ fn dpctl_status_and_stats_against_a_running_dpd() {
 /// resolves dpd by Neighbor Discovery and pings its global and link-local
 /// addresses (both shown by `dpctl status`), large echoes too; hand-built
 /// bad packets (scapy: a fragment, an option that says discard, a routing
-/// header asking to be forwarded, a wrong ICMPv6 checksum) are dropped,
-/// counted, and leave it answering.
+/// header asking to be forwarded, answered with a Parameter Problem, a
+/// wrong ICMPv6 checksum) are dropped, counted, and leave it answering.
 #[test]
 fn ping6_and_neighbor_discovery_through_af_packet() {
     let lab = Lab::up("6");
@@ -251,7 +251,8 @@ fn ping6_and_neighbor_discovery_through_af_packet() {
              ip = IPv6(src='{cli6}', dst='{dut6}')\n\
              sendp(e/ip/IPv6ExtHdrFragment(m=1)/ICMPv6EchoRequest(data=b'x'*64), iface='veth-cli')\n\
              sendp(e/ip/IPv6ExtHdrDestOpt(options=[HBHOptUnknown(otype=0x41, optdata=b'ab')])/ICMPv6EchoRequest(), iface='veth-cli')\n\
-             sendp(e/ip/IPv6ExtHdrRouting(addresses=['{cli6}'])/ICMPv6EchoRequest(), iface='veth-cli')\n\
+             r = srp1(e/ip/IPv6ExtHdrRouting(addresses=['{cli6}'])/ICMPv6EchoRequest(), iface='veth-cli', timeout=3)\n\
+             print('problem', r[ICMPv6ParamProblem].code, r[ICMPv6ParamProblem].ptr)\n\
              sendp(e/ip/ICMPv6EchoRequest(cksum=0x1234), iface='veth-cli')\n"
         ),
     ]);
@@ -259,6 +260,13 @@ fn ping6_and_neighbor_discovery_through_af_packet() {
         sent.status.success(),
         "{}",
         String::from_utf8_lossy(&sent.stderr)
+    );
+    // RFC 8200 §4.4: a routing header with segments left is answered with
+    // a Parameter Problem pointing at its routing type.
+    assert!(
+        String::from_utf8_lossy(&sent.stdout).contains("problem 0 42"),
+        "{}",
+        String::from_utf8_lossy(&sent.stdout)
     );
     let drops = |s: &control::api::CoreStats| {
         (

@@ -11,7 +11,7 @@ use smoltcp::wire::{
 };
 
 use super::arp::{ArpCache, ArpLookup};
-use super::ipv6::{Ipv6Action, Ipv6Config, Ipv6Host, ND_FRAME_LEN};
+use super::ipv6::{Ipv6Action, Ipv6Config, Ipv6Host, ERROR_HEADROOM, ND_FRAME_LEN};
 use crate::port::{Check, ChecksumOffload, PacketBuf, RxChecks};
 use crate::stats::{Counters, DropReason};
 use crate::tcp::Outgoing;
@@ -389,16 +389,16 @@ impl Interface {
     ) -> Verdict {
         let checks = buf.rx_checks();
         // An IPv6 frame may be answered by a longer one (an advertisement
-        // with our link-layer address for a solicitation without one):
-        // room for it, zeroed; IPv6 reads its length from its header.
+        // with our link-layer address for a solicitation without one, an
+        // error quoting the packet): room for it, zeroed; IPv6 reads what
+        // was received from its header and `len`.
         let len = buf.data().len();
-        if self.ipv6.is_some()
-            && len < ND_FRAME_LEN
-            && buf.capacity() >= ND_FRAME_LEN
-            && buf.data().get(12..14) == Some(&[0x86, 0xdd])
-        {
-            buf.set_len(ND_FRAME_LEN);
-            buf.data_mut()[len..].fill(0);
+        if self.ipv6.is_some() && buf.data().get(12..14) == Some(&[0x86, 0xdd]) {
+            let room = (len + ERROR_HEADROOM).max(ND_FRAME_LEN).min(buf.capacity());
+            if room > len {
+                buf.set_len(room);
+                buf.data_mut()[len..].fill(0);
+            }
         }
         let (verdict, new_len) = self.process_frame(now, buf.data_mut(), len, checks, counters);
         if let Some(len) = new_len {

@@ -4,13 +4,17 @@
 //! own solicitations for next hops), ICMPv6 echo (RFC 4443). Extension
 //! headers are walked within the packet's bounds; fragments, unknown
 //! extension headers and options whose type says "discard" are dropped and
-//! counted. TCP over IPv6 is not carried yet: such segments are counted as
-//! `unsupported_protocol`. No ICMPv6 error messages are sent, no duplicate
-//! address detection is run (addresses are configured), and Router
-//! Advertisements are not taken (the gateway is configured).
+//! counted; what RFC 8200 answers with an ICMPv6 Parameter Problem (an
+//! unknown next header or upper layer, an option that asks for one, a
+//! routing header with segments left) gets one, rate-limited. TCP over
+//! IPv6 is not carried yet: such segments are counted as
+//! `unsupported_protocol` and answered as an upper layer we do not know.
+//! No duplicate address detection is run (addresses are configured), and
+//! Router Advertisements are not taken (the gateway is configured).
 //! docs/architecture.md, "net".
 
 use std::net::Ipv6Addr;
+use std::time::Duration;
 
 use smoltcp::wire::EthernetAddress;
 
@@ -25,6 +29,10 @@ const ND_LEN: usize = 24 + 8;
 /// The longest frame this module writes in place of a received one: an
 /// advertisement answering a solicitation that carried no option.
 pub const ND_FRAME_LEN: usize = 14 + HEADER_LEN + ND_LEN;
+/// The IPv6 minimum link MTU: no ICMPv6 error we send is longer.
+const MIN_MTU: usize = 1280;
+/// Room an ICMPv6 error needs before the packet it quotes.
+pub const ERROR_HEADROOM: usize = HEADER_LEN + 8;
 /// Extension headers walked before giving up on a packet.
 const MAX_EXTENSION_HEADERS: usize = 8;
 /// Neighbours remembered per port.
@@ -39,6 +47,7 @@ const NEXT_ICMPV6: u8 = 58;
 const NEXT_NONE: u8 = 59;
 const NEXT_DEST_OPTS: u8 = 60;
 
+const ICMP_PARAMETER_PROBLEM: u8 = 4;
 const ICMP_ECHO_REQUEST: u8 = 128;
 const ICMP_ECHO_REPLY: u8 = 129;
 const ICMP_NEIGHBOR_SOLICIT: u8 = 135;
@@ -136,6 +145,8 @@ pub struct Ipv6Host {
     cache: NdCache,
     /// Addresses to send solicitations for (the engine builds the frames).
     probes: Vec<Ipv6Addr>,
+    /// What is left of the ICMPv6 error rate limit.
+    errors: ErrorBudget,
 }
 
 impl Ipv6Host {
@@ -146,6 +157,7 @@ impl Ipv6Host {
             cfg,
             cache: NdCache::with_reachable_time(ND_ENTRIES, ND_REACHABLE_TIME),
             probes: Vec::with_capacity(MAX_PENDING_SOLICITATIONS),
+            errors: ErrorBudget::new(),
         }
     }
 
@@ -307,11 +319,14 @@ impl Ipv6Host {
         if src.is_multicast() {
             return Err(DropReason::Malformed);
         }
-        let (next, start) = upper_layer(pkt, end)?;
-        // TCP over IPv6 is not carried yet.
-        if next != NEXT_ICMPV6 {
-            return Err(DropReason::UnsupportedProtocol);
-        }
+        let start = match upper_layer(pkt, end) {
+            Ok((_, start)) => start, // ICMPv6
+            Err(Refusal {
+                reason,
+                problem: Some(problem),
+            }) => return self.parameter_problem(now, pkt, end, problem, reason, counters),
+            Err(Refusal { reason, .. }) => return Err(reason),
+        };
         let icmp = &pkt[start..end];
         if icmp.len() < 8 {
             return Err(DropReason::Malformed);
@@ -413,6 +428,99 @@ impl Ipv6Host {
     }
 }
 
+impl Ipv6Host {
+    /// Answers the refused packet in `pkt[..end]` with a Parameter
+    /// Problem in place (RFC 4443 §3.4: as much of the packet as fits in
+    /// 1,280 bytes), unless RFC 4443 §2.4(e) forbids one (from an
+    /// unspecified or multicast source; to a group, but for an option that
+    /// asks even then) or the rate limit (§2.4(f)) is spent. The packet is
+    /// counted as dropped for `reason` either way.
+    fn parameter_problem(
+        &mut self,
+        now: Instant,
+        pkt: &mut [u8],
+        end: usize,
+        problem: Problem,
+        reason: DropReason,
+        counters: &mut crate::stats::Counters,
+    ) -> Result<Ipv6Action, DropReason> {
+        let src = addr_at(pkt, 8);
+        let dst = addr_at(pkt, 24);
+        let allowed = !src.is_unspecified()
+            && !src.is_multicast()
+            && (!dst.is_multicast() || problem.even_to_groups);
+        let room = pkt.len().min(MIN_MTU) - HEADER_LEN - 8;
+        if !allowed || room < HEADER_LEN {
+            return Err(reason);
+        }
+        let Some(hop) = self.next_hop(src) else {
+            return Err(reason);
+        };
+        if !self.errors.take(now) {
+            counters.icmpv6_errors_limited += 1;
+            return Err(reason);
+        }
+        let from = if self.is_local(dst) {
+            dst
+        } else {
+            self.source_for(src)
+        };
+        let quoted = end.min(room);
+        pkt.copy_within(..quoted, HEADER_LEN + 8);
+        let len = 8 + quoted;
+        write_header(pkt, from, src, len, 64);
+        let icmp = &mut pkt[HEADER_LEN..HEADER_LEN + len];
+        icmp[..4].copy_from_slice(&[ICMP_PARAMETER_PROBLEM, problem.code, 0, 0]);
+        // Offsets are within a packet of under 64 KiB.
+        icmp[4..8].copy_from_slice(&(problem.pointer as u32).to_be_bytes());
+        let sum = crate::checksum::icmpv6(from.octets(), src.octets(), icmp);
+        icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+        counters.icmpv6_errors += 1;
+        counters.drop(reason);
+        Ok(Ipv6Action::ReplyVia {
+            hop,
+            len: HEADER_LEN + len,
+        })
+    }
+}
+
+/// A token bucket for the ICMPv6 errors of one port (RFC 4443 §2.4(f)).
+#[derive(Debug)]
+struct ErrorBudget {
+    tokens: u32,
+    refilled: Instant,
+}
+
+/// ICMPv6 errors a port sends in a burst, and a second on average.
+const ERROR_BURST: u32 = 10;
+const ERRORS_PER_SECOND: u32 = 100;
+
+impl ErrorBudget {
+    fn new() -> Self {
+        Self {
+            tokens: ERROR_BURST,
+            refilled: Instant::ZERO,
+        }
+    }
+
+    /// Takes a token if there is one, refilling first.
+    fn take(&mut self, now: Instant) -> bool {
+        let step = Duration::from_secs(1) / ERRORS_PER_SECOND;
+        while self.tokens < ERROR_BURST && now.saturating_since(self.refilled) >= step {
+            self.tokens += 1;
+            self.refilled = self.refilled + step;
+        }
+        if self.tokens == ERROR_BURST {
+            self.refilled = now;
+        }
+        if self.tokens == 0 {
+            return false;
+        }
+        self.tokens -= 1;
+        true
+    }
+}
+
 fn addr_at(pkt: &[u8], at: usize) -> Ipv6Addr {
     let mut a = [0u8; 16];
     a.copy_from_slice(&pkt[at..at + 16]);
@@ -434,69 +542,146 @@ fn write_header(ip: &mut [u8], src: Ipv6Addr, dst: Ipv6Addr, payload_len: usize,
     ip[24..40].copy_from_slice(&dst.octets());
 }
 
+/// Why a packet's headers were refused: the drop, and the Parameter
+/// Problem (RFC 4443 §3.4) it asks for, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Refusal {
+    reason: DropReason,
+    problem: Option<Problem>,
+}
+
+/// An ICMPv6 Parameter Problem to send: its code, the offset of the field
+/// at fault, and whether it goes even to a packet sent to a group (an
+/// option of type `10xxxxxx`, RFC 8200 §4.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Problem {
+    code: u8,
+    pointer: usize,
+    even_to_groups: bool,
+}
+
+/// Parameter Problem codes (RFC 4443 §3.4).
+const PROBLEM_FIELD: u8 = 0;
+const PROBLEM_NEXT_HEADER: u8 = 1;
+const PROBLEM_OPTION: u8 = 2;
+
+impl From<DropReason> for Refusal {
+    fn from(reason: DropReason) -> Self {
+        Self {
+            reason,
+            problem: None,
+        }
+    }
+}
+
+fn problem(reason: DropReason, code: u8, pointer: usize) -> Refusal {
+    Refusal {
+        reason,
+        problem: Some(Problem {
+            code,
+            pointer,
+            even_to_groups: false,
+        }),
+    }
+}
+
 /// Walks the extension headers of `pkt[..end]` (RFC 8200 §4): the upper
 /// layer's protocol and offset, or why the packet is dropped.
-fn upper_layer(pkt: &[u8], end: usize) -> Result<(u8, usize), DropReason> {
+fn upper_layer(pkt: &[u8], end: usize) -> Result<(u8, usize), Refusal> {
     let mut next = pkt[6];
+    // Where `next` was read from: a Parameter Problem points there.
+    let mut next_at = 6;
     let mut at = HEADER_LEN;
     for i in 0..=MAX_EXTENSION_HEADERS {
         match next {
             NEXT_HOP_BY_HOP | NEXT_DEST_OPTS | NEXT_ROUTING => {
-                // §4.3: hop-by-hop options only right after the header.
-                if i == MAX_EXTENSION_HEADERS || next == NEXT_HOP_BY_HOP && i != 0 {
-                    return Err(DropReason::BadExtensionHeader);
+                if i == MAX_EXTENSION_HEADERS {
+                    return Err(DropReason::BadExtensionHeader.into());
+                }
+                // §4.3: hop-by-hop options only right after the header;
+                // elsewhere the type is not one we take there.
+                if next == NEXT_HOP_BY_HOP && i != 0 {
+                    let code = PROBLEM_NEXT_HEADER;
+                    return Err(problem(DropReason::BadExtensionHeader, code, next_at));
                 }
                 if at + 8 > end {
-                    return Err(DropReason::Malformed);
+                    return Err(DropReason::Malformed.into());
                 }
                 let len = (usize::from(pkt[at + 1]) + 1) * 8;
                 if at + len > end {
-                    return Err(DropReason::Malformed);
+                    return Err(DropReason::Malformed.into());
                 }
                 let header = &pkt[at..at + len];
                 if next == NEXT_ROUTING {
-                    // §4.4: we are no router; a header with segments left
-                    // asks us to forward.
+                    // §4.4: we know no routing type (type 0 is deprecated,
+                    // RFC 5095); with segments left it must be refused,
+                    // pointing at the type.
                     if header[3] != 0 {
-                        return Err(DropReason::BadExtensionHeader);
+                        let code = PROBLEM_FIELD;
+                        return Err(problem(DropReason::BadExtensionHeader, code, at + 2));
                     }
                 } else {
-                    check_options(&header[2..])?;
+                    check_options(&header[2..], at + 2)?;
                 }
                 next = header[0];
+                next_at = at;
                 at += len;
             }
-            NEXT_FRAGMENT => return Err(DropReason::Fragment),
-            NEXT_NONE => return Err(DropReason::UnsupportedProtocol),
+            NEXT_FRAGMENT => return Err(DropReason::Fragment.into()),
+            NEXT_NONE => return Err(DropReason::UnsupportedProtocol.into()),
+            NEXT_ICMPV6 => return Ok((next, at)),
             // AH, ESP, Mobility, HIP, Shim6, experimental: extension
             // headers we do not take.
-            50 | 51 | 135 | 139 | 140 | 253 | 254 => return Err(DropReason::BadExtensionHeader),
-            upper => return Ok((upper, at)),
+            50 | 51 | 135 | 139 | 140 | 253 | 254 => {
+                let code = PROBLEM_NEXT_HEADER;
+                return Err(problem(DropReason::BadExtensionHeader, code, next_at));
+            }
+            // An upper layer we do not carry (TCP over IPv6 not yet).
+            _ => {
+                let code = PROBLEM_NEXT_HEADER;
+                return Err(problem(DropReason::UnsupportedProtocol, code, next_at));
+            }
         }
     }
-    Err(DropReason::BadExtensionHeader)
+    Err(DropReason::BadExtensionHeader.into())
 }
 
 /// Checks the options of a hop-by-hop or destination options header
-/// (RFC 8200 §4.2): padding is skipped, and so is an option whose type's
-/// two high bits say so; any other (we know none) drops the packet.
-fn check_options(mut opts: &[u8]) -> Result<(), DropReason> {
+/// (RFC 8200 §4.2), found at offset `base` of the packet: padding is
+/// skipped, and so is an option whose type's two high bits are `00`; we
+/// know no other option, so `01` drops the packet silently and `10`/`11`
+/// answer with a Parameter Problem pointing at the option's type.
+fn check_options(mut opts: &[u8], base: usize) -> Result<(), Refusal> {
+    let mut at = base;
     while let Some(&kind) = opts.first() {
         if kind == 0 {
             opts = &opts[1..]; // Pad1
+            at += 1;
             continue;
         }
         let Some(&len) = opts.get(1) else {
-            return Err(DropReason::Malformed);
+            return Err(DropReason::Malformed.into());
         };
         let size = 2 + usize::from(len);
         if size > opts.len() {
-            return Err(DropReason::Malformed);
+            return Err(DropReason::Malformed.into());
         }
-        if kind != 1 && kind >> 6 != 0 {
-            return Err(DropReason::BadExtensionHeader);
+        match (kind, kind >> 6) {
+            (1, _) | (_, 0) => {}
+            (_, 1) => return Err(DropReason::BadExtensionHeader.into()),
+            (_, action) => {
+                return Err(Refusal {
+                    reason: DropReason::BadExtensionHeader,
+                    problem: Some(Problem {
+                        code: PROBLEM_OPTION,
+                        pointer: at,
+                        even_to_groups: action == 2,
+                    }),
+                })
+            }
         }
         opts = &opts[size..];
+        at += size;
     }
     Ok(())
 }
