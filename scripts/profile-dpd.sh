@@ -10,7 +10,7 @@
 #       TEST cps (default) | throughput;  KEY p256 (default) | rsa2048 | p384
 #       OUT  directory for perf.data, folded stacks, SVG and buckets.txt
 #            (default /tmp/dpd-profile-TEST-KEY)
-#   PROFILE_SECONDS=5  C=128 (connections in flight)
+#   PROFILE_SECONDS=5  C=128 (connections in flight)  TLS=1.3 (or 1.2)
 #   INFERNO=/opt/inferno/bin (inferno-collapse-perf, inferno-flamegraph:
 #            `cargo install inferno --root /opt/inferno`; without them only
 #            the buckets are written)
@@ -21,6 +21,7 @@ key=${2:-p256}
 out=${3:-/tmp/dpd-profile-$test-$key}
 secs=${PROFILE_SECONDS:-5}
 inflight=${C:-128}
+tls=${TLS:-1.3}
 inferno=${INFERNO:-/opt/inferno/bin}
 name=prof
 work=/tmp/dpbench-$name
@@ -39,7 +40,7 @@ DPD_PORT=memif "$root/scripts/peers/peers.sh" start "$name" "$work" dpd >/dev/nu
 t=$(DPD_PORT=memif "$root/scripts/peers/peers.sh" targets "$name" "$work" dpd)
 pid=$(cat "$work/run/dpd.pid")
 ramp=2
-"$target_dir/release/dpbench" test "$test" --target "$t" --key "$key" --dangerous-no-verify \
+"$target_dir/release/dpbench" test "$test" --target "$t" --key "$key" --tls "$tls" --dangerous-no-verify \
     -c "$inflight" --ramp-up "$ramp" --sustain $((secs + 2)) --ramp-down 1 --repeat 1 --ceiling-ms 0 \
     --cores 0 --bypass "net_memif0,role=client,socket=$work/run/memif.sock,socket-abstract=no" \
     --bypass-addr "10.79.0.2/24,sources=16" --out "$out/run" > "$out/run.md" 2>&1 &
