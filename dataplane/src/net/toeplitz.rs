@@ -2,7 +2,7 @@
 //! source port of a connection it opens so that the replies hash to its
 //! own queue (docs/architecture.md, docs/scaling.md: share-nothing engines).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Toeplitz hash of `input` under `key` (`key` at least `input.len() + 4`
 /// bytes).
@@ -34,27 +34,55 @@ pub fn tcp4(key: &[u8], src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16) ->
     hash(key, &input)
 }
 
-/// The Toeplitz hash of a TCP/IPv4 4-tuple by table lookup: 12 lookups
-/// and XORs instead of 96 bit steps, for hashing every received frame
-/// (software RSS).
+/// The hash a NIC computes for a TCP/IPv6 segment (RSS input: source
+/// address, destination address, source port, destination port; no
+/// extension headers hashed). `key` at least 40 bytes.
+pub fn tcp6(key: &[u8], src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16) -> u32 {
+    hash(key, &tcp6_input(src, dst, sport, dport))
+}
+
+fn tcp6_input(src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16) -> [u8; 36] {
+    let mut input = [0u8; 36];
+    input[..16].copy_from_slice(&src.octets());
+    input[16..32].copy_from_slice(&dst.octets());
+    input[32..34].copy_from_slice(&sport.to_be_bytes());
+    input[34..].copy_from_slice(&dport.to_be_bytes());
+    input
+}
+
+/// Bytes of the longest hashed input: a TCP/IPv6 4-tuple.
+const MAX_INPUT: usize = 36;
+
+/// The Toeplitz hash of a TCP 4-tuple by table lookup: a lookup and XOR
+/// per input byte (12 for IPv4, 36 for IPv6) instead of 8 bit steps, for
+/// hashing every received frame (software RSS).
 #[derive(Debug, Clone)]
 pub struct Toeplitz {
     /// `table[i][b]`: what byte `b` at input position `i` contributes.
-    table: Box<[[u32; 256]; 12]>,
+    /// IPv4 tuples use the first 12 rows only.
+    table: Box<[[u32; 256]; MAX_INPUT]>,
 }
 
 impl Toeplitz {
-    /// The table for `key` (at least 16 bytes).
+    /// The table for `key` (at least 16 bytes; 40 for IPv6 tuples).
     pub fn new(key: &[u8]) -> Self {
-        let mut table = Box::new([[0u32; 256]; 12]);
+        let mut table = Box::new([[0u32; 256]; MAX_INPUT]);
         for (i, row) in table.iter_mut().enumerate() {
             for (b, slot) in row.iter_mut().enumerate() {
-                let mut input = [0u8; 12];
+                let mut input = [0u8; MAX_INPUT];
                 input[i] = b as u8;
-                *slot = hash(key, &input);
+                *slot = hash(key, &input[..=i]);
             }
         }
         Self { table }
+    }
+
+    /// As [`tcp6`].
+    pub fn tcp6(&self, src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16) -> u32 {
+        tcp6_input(src, dst, sport, dport)
+            .iter()
+            .zip(self.table.iter())
+            .fold(0, |h, (&b, row)| h ^ row[usize::from(b)])
     }
 
     /// As [`tcp4`].
@@ -75,7 +103,8 @@ impl Toeplitz {
 /// What a received frame is, for software steering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrameClass {
-    /// An unfragmented TCP/IPv4 segment and its flow's hash.
+    /// An unfragmented TCP segment (IPv4, or IPv6 without extension
+    /// headers) and its flow's hash.
     Tcp(u32),
     /// ARP, or an IPv6 Neighbor Solicitation or Advertisement (without
     /// extension headers): every engine learns from it.
@@ -92,16 +121,7 @@ pub fn classify(frame: &[u8], t: &Toeplitz) -> FrameClass {
     }
     match [frame[12], frame[13]] {
         [0x08, 0x06] => return FrameClass::Neighbor,
-        [0x86, 0xdd] => {
-            // IPv6: next header ICMPv6, type 135 or 136.
-            let nd =
-                frame.len() > 14 + 40 && frame[14 + 6] == 58 && matches!(frame[14 + 40], 135 | 136);
-            return if nd {
-                FrameClass::Neighbor
-            } else {
-                FrameClass::Other
-            };
-        }
+        [0x86, 0xdd] => return classify_ipv6(&frame[14..], t),
         [0x08, 0x00] => {}
         _ => return FrameClass::Other,
     }
@@ -122,6 +142,28 @@ pub fn classify(frame: &[u8], t: &Toeplitz) -> FrameClass {
     let sport = u16::from_be_bytes([ip[ihl], ip[ihl + 1]]);
     let dport = u16::from_be_bytes([ip[ihl + 2], ip[ihl + 3]]);
     FrameClass::Tcp(t.tcp4(src, dst, sport, dport))
+}
+
+/// An IPv6 packet: TCP right after the header is hashed as a NIC's RSS
+/// does; Neighbor Solicitations and Advertisements go to every engine.
+fn classify_ipv6(ip: &[u8], t: &Toeplitz) -> FrameClass {
+    if ip.len() <= 40 || ip[0] >> 4 != 6 {
+        return FrameClass::Other;
+    }
+    match (ip[6], ip[40]) {
+        (58, 135 | 136) => FrameClass::Neighbor,
+        (6, _) if ip.len() >= 44 => {
+            let addr = |at: usize| {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(&ip[at..at + 16]);
+                Ipv6Addr::from(a)
+            };
+            let sport = u16::from_be_bytes([ip[40], ip[41]]);
+            let dport = u16::from_be_bytes([ip[42], ip[43]]);
+            FrameClass::Tcp(t.tcp6(addr(8), addr(24), sport, dport))
+        }
+        _ => FrameClass::Other,
+    }
 }
 
 pub use crate::port::RssSteering;
@@ -182,6 +224,86 @@ mod tests {
         // Addresses only (IPv4 RSS type).
         let ip = hash(&MS_KEY, &[66, 9, 149, 187, 161, 142, 100, 80]);
         assert_eq!(ip, 0x323e_8fc2);
+    }
+
+    /// Microsoft's RSS verification suite, IPv6 with TCP ports and
+    /// addresses only.
+    #[test]
+    fn microsoft_ipv6_vectors() {
+        let a = |s: &str| s.parse::<Ipv6Addr>().unwrap();
+        let cases = [
+            (
+                "3ffe:2501:200:1fff::7",
+                2794,
+                "3ffe:2501:200:3::1",
+                1766,
+                0x4020_7d3d,
+                0x2cc1_8cd5,
+            ),
+            (
+                "3ffe:501:8::260:97ff:fe40:efab",
+                14230,
+                "ff02::1",
+                4739,
+                0xdde5_1bbf,
+                0x0f0c_461c,
+            ),
+            (
+                "3ffe:1900:4545:3:200:f8ff:fe21:67cf",
+                44251,
+                "fe80::200:f8ff:fe21:67cf",
+                38024,
+                0x02d1_feef,
+                0x4b61_e985,
+            ),
+        ];
+        let table = Toeplitz::new(&MS_KEY);
+        for (src, sp, dst, dp, with_ports, addresses) in cases {
+            let (src, dst) = (a(src), a(dst));
+            assert_eq!(
+                tcp6(&MS_KEY, src, dst, sp, dp),
+                with_ports,
+                "{src} -> {dst}"
+            );
+            assert_eq!(table.tcp6(src, dst, sp, dp), with_ports);
+            let only = [src.octets(), dst.octets()].concat();
+            assert_eq!(hash(&MS_KEY, &only), addresses, "{src} -> {dst}");
+        }
+    }
+
+    /// `rte_softrss` on IPv6 tuples (`rte_ipv6_tuple`: each address as
+    /// four host-order words, then the ports) agrees with ours and the
+    /// table, for both keys.
+    #[test]
+    fn agrees_with_rte_softrss_on_ipv6() {
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let sym = crate::dpdk::SYMMETRIC_RSS_KEY;
+        for key in [&MS_KEY[..], &sym[..]] {
+            let table = Toeplitz::new(key);
+            for _ in 0..5_000 {
+                let src = Ipv6Addr::from((u128::from(next()) << 64) | u128::from(next()));
+                let dst = Ipv6Addr::from((u128::from(next()) << 64) | u128::from(next()));
+                let p = next();
+                let (sp, dp) = (p as u16, (p >> 16) as u16);
+                let mut words = Vec::with_capacity(9);
+                for addr in [src, dst] {
+                    for w in addr.octets().chunks_exact(4) {
+                        words.push(u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
+                    }
+                }
+                words.push((u32::from(sp) << 16) | u32::from(dp));
+                let dpdk = crate::dpdk::softrss(&words, key);
+                let ours = tcp6(key, src, dst, sp, dp);
+                assert_eq!(ours, dpdk, "{src}:{sp} -> {dst}:{dp}");
+                assert_eq!(table.tcp6(src, dst, sp, dp), ours);
+            }
+        }
     }
 
     /// DPDK's own software Toeplitz (`rte_softrss`, the reference the
@@ -290,6 +412,25 @@ mod tests {
             v6[14 + 40] = kind;
             assert_eq!(classify(&v6, &t), class, "ICMPv6 type {kind}");
         }
+        // TCP: hashed as a NIC hashes it.
+        v6[14 + 6] = 6;
+        v6[14 + 8..14 + 24]
+            .copy_from_slice(&[0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        v6[14 + 24..14 + 40]
+            .copy_from_slice(&[0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        v6[14 + 40..14 + 44].copy_from_slice(&[0x9c, 0x40, 0x01, 0xbb]);
+        let want = t.tcp6(
+            "2001:db8::2".parse().unwrap(),
+            "2001:db8::1".parse().unwrap(),
+            40000,
+            443,
+        );
+        assert_eq!(classify(&v6, &t), FrameClass::Tcp(want));
+        assert_eq!(
+            classify(&v6[..14 + 42], &t),
+            FrameClass::Other,
+            "ports cut off"
+        );
         v6[14 + 6] = 0; // a hop-by-hop header first
         v6[14 + 40] = 135;
         assert_eq!(classify(&v6, &t), FrameClass::Other);
@@ -300,8 +441,13 @@ mod tests {
     fn the_symmetric_key_hashes_both_directions_alike() {
         let key = crate::dpdk::SYMMETRIC_RSS_KEY;
         let (a, b) = (Ipv4Addr::new(10, 77, 0, 1), Ipv4Addr::new(10, 77, 1, 2));
+        let (a6, b6): (Ipv6Addr, Ipv6Addr) = (
+            "2001:db8:77::1".parse().unwrap(),
+            "2001:db8:99::2".parse().unwrap(),
+        );
         for port in [1u16, 80, 443, 40_000, 65_535] {
             assert_eq!(tcp4(&key, a, b, port, 80), tcp4(&key, b, a, 80, port));
+            assert_eq!(tcp6(&key, a6, b6, port, 80), tcp6(&key, b6, a6, 80, port));
         }
     }
 }
