@@ -10,13 +10,15 @@
 //! IPv6 is not carried yet: such segments are counted as
 //! `unsupported_protocol` and answered as an upper layer we do not know.
 //! No duplicate address detection is run (addresses are configured), and
-//! Router Advertisements are not taken (the gateway is configured).
+//! Router Advertisements are not taken (the gateway is configured). The
+//! fixed header is read and written through `smoltcp::wire::Ipv6Packet`;
+//! extension headers and ICMPv6 messages by offset, each bound checked.
 //! docs/architecture.md, "net".
 
 use std::net::Ipv6Addr;
 use std::time::Duration;
 
-use smoltcp::wire::EthernetAddress;
+use smoltcp::wire::{EthernetAddress, IpProtocol, Ipv6Packet};
 
 use super::arp::{ArpLookup, NdCache, ND_REACHABLE_TIME};
 use crate::stats::DropReason;
@@ -302,17 +304,14 @@ impl Ipv6Host {
         counters: &mut crate::stats::Counters,
     ) -> Result<Ipv6Action, DropReason> {
         let received = received.min(pkt.len());
-        if received < HEADER_LEN || pkt[0] >> 4 != 6 {
+        // smoltcp checks the header and the payload length against what
+        // was received (Ethernet padding past it is ignored).
+        let ip = Ipv6Packet::new_checked(&pkt[..received]).map_err(|_| DropReason::Malformed)?;
+        if ip.version() != 6 {
             return Err(DropReason::Malformed);
         }
-        let payload_len = usize::from(u16::from_be_bytes([pkt[4], pkt[5]]));
-        let end = HEADER_LEN + payload_len;
-        if end > received {
-            return Err(DropReason::Malformed);
-        }
-        let hop_limit = pkt[7];
-        let src = addr_at(pkt, 8);
-        let dst = addr_at(pkt, 24);
+        let end = HEADER_LEN + usize::from(ip.payload_len());
+        let (hop_limit, src, dst) = (ip.hop_limit(), ip.src_addr(), ip.dst_addr());
         if !self.accepts(dst) {
             return Err(DropReason::NotForUs);
         }
@@ -444,8 +443,8 @@ impl Ipv6Host {
         reason: DropReason,
         counters: &mut crate::stats::Counters,
     ) -> Result<Ipv6Action, DropReason> {
-        let src = addr_at(pkt, 8);
-        let dst = addr_at(pkt, 24);
+        let ip = Ipv6Packet::new_unchecked(&pkt[..HEADER_LEN]);
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
         let allowed = !src.is_unspecified()
             && !src.is_multicast()
             && (!dst.is_multicast() || problem.even_to_groups);
@@ -533,13 +532,16 @@ fn is_solicited_node(a: Ipv6Addr) -> bool {
 
 /// Writes an IPv6 header (traffic class and flow label zero).
 fn write_header(ip: &mut [u8], src: Ipv6Addr, dst: Ipv6Addr, payload_len: usize, hops: u8) {
-    ip[..4].copy_from_slice(&[0x60, 0, 0, 0]);
+    let mut ip = Ipv6Packet::new_unchecked(&mut ip[..HEADER_LEN]);
+    ip.set_version(6);
+    ip.set_traffic_class(0);
+    ip.set_flow_label(0);
     // Callers' payloads are at most a received packet's, under 64 KiB.
-    ip[4..6].copy_from_slice(&(payload_len as u16).to_be_bytes());
-    ip[6] = NEXT_ICMPV6;
-    ip[7] = hops;
-    ip[8..24].copy_from_slice(&src.octets());
-    ip[24..40].copy_from_slice(&dst.octets());
+    ip.set_payload_len(payload_len as u16);
+    ip.set_next_header(IpProtocol::Icmpv6);
+    ip.set_hop_limit(hops);
+    ip.set_src_addr(src);
+    ip.set_dst_addr(dst);
 }
 
 /// Why a packet's headers were refused: the drop, and the Parameter
