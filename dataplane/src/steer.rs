@@ -24,6 +24,10 @@ pub enum Steered<B> {
     Rx { port: u8, buf: B },
     /// To transmit on port `port` for an engine without a queue there.
     Tx { port: u8, buf: B },
+    /// A copy of an ARP or Neighbor Discovery frame that another engine
+    /// received on port `port` and answers: the receiver only learns its
+    /// neighbours from it (one answer on the wire, not one per engine).
+    Learn { port: u8, buf: B },
 }
 
 /// One engine's end of the software-RSS rings.

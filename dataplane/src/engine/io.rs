@@ -42,8 +42,9 @@ pub(super) fn receive<P: Port>(
 }
 
 /// Software RSS on a received frame: another engine's TCP flow goes to
-/// its inbox (`None`); an ARP or IPv6 neighbour discovery frame is copied
-/// to every other engine and kept; anything else is kept.
+/// its inbox (`None`); an ARP or IPv6 neighbour discovery frame is kept
+/// (this engine answers it) and copied to every other engine to learn from
+/// ([`learn`]); anything else is kept.
 pub(super) fn steer<P: Port>(
     link: &SteerLink<P::Buf>,
     ep: &mut EnginePort<P>,
@@ -83,7 +84,7 @@ pub(super) fn steer<P: Port>(
                 if link
                     .send(
                         other,
-                        Steered::Rx {
+                        Steered::Learn {
                             port: port as u8,
                             buf: copy,
                         },
@@ -97,6 +98,15 @@ pub(super) fn steer<P: Port>(
         }
         FrameClass::Other => Some(buf),
     }
+}
+
+/// Learns neighbours from a copy of an ARP or Neighbor Discovery frame
+/// that another engine received and answers: the interface takes it as
+/// its own (the same rules), but its answer is dropped and nothing is
+/// counted, so the wire sees one answer and the counters one frame.
+pub(super) fn learn<P: Port>(ep: &mut EnginePort<P>, mut buf: P::Buf, now: Instant) {
+    let mut unseen = Counters::default();
+    ep.iface.process(now, &mut buf, &mut unseen);
 }
 
 /// Acts on a frame's verdict: transmit (flushing full bursts), hold for ARP,
@@ -186,7 +196,9 @@ pub(super) fn flush<P: Port>(ep: &mut EnginePort<P>, now: Instant, counters: &mu
         // does not take stays buffered, in order, like a full TX queue.
         ep.tx.reverse(); // oldest last: popped first
         while let Some(buf) = ep.tx.pop() {
-            if let Err(Steered::Tx { buf, .. } | Steered::Rx { buf, .. }) = via.send_tx(*port, buf)
+            if let Err(
+                Steered::Tx { buf, .. } | Steered::Rx { buf, .. } | Steered::Learn { buf, .. },
+            ) = via.send_tx(*port, buf)
             {
                 ep.tx.push(buf);
                 break;

@@ -503,17 +503,19 @@ impl<P: Port, A: Application> Engine<P, A> {
         for _ in 0..crate::steer::INBOX_FRAMES {
             let Some(msg) = link.recv() else { break };
             work += 1;
-            let (port, buf, rx) = match msg {
-                Steered::Rx { port, buf } => (port, buf, true),
-                Steered::Tx { port, buf } => (port, buf, false),
-            };
+            let (Steered::Rx { port, .. } | Steered::Tx { port, .. } | Steered::Learn { port, .. }) =
+                msg;
             let Some(ep) = self.ports.get_mut(usize::from(port)) else {
                 continue; // not a port of ours: the frame is freed
             };
-            if rx {
-                receive(ep, buf, now, burst, &mut self.tcp, &mut self.counters);
-            } else {
-                queue(ep, buf, Verdict::Transmit, now, burst, &mut self.counters);
+            match msg {
+                Steered::Rx { buf, .. } => {
+                    receive(ep, buf, now, burst, &mut self.tcp, &mut self.counters);
+                }
+                Steered::Tx { buf, .. } => {
+                    queue(ep, buf, Verdict::Transmit, now, burst, &mut self.counters);
+                }
+                Steered::Learn { buf, .. } => io::learn(ep, buf, now),
             }
         }
         work

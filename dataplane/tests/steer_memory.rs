@@ -1,0 +1,178 @@
+//! Two engines sharing one port by software RSS, over the in-memory link:
+//! engine 0 polls the port, engine 1 has no queue of its own there (it
+//! receives what engine 0 hands it and transmits through engine 0). ARP
+//! and Neighbor Discovery frames are answered once, by the engine that
+//! received them, and every engine learns the neighbour from its copy.
+
+mod common;
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+use dataplane::engine::{Engine, EngineConfig};
+use dataplane::net::ipv6::{multicast_mac, solicited_node};
+use dataplane::net::{InterfaceConfig, Ipv6Config};
+use dataplane::port::{link, MemPort, PacketBuf, Port};
+use dataplane::stats::SharedCounters;
+use dataplane::steer::{PortShare, SteerLink};
+use dataplane::time::Instant;
+use smoltcp::wire::{ArpOperation, EthernetAddress, EthernetFrame, EthernetProtocol, Icmpv6Packet};
+
+const DUT_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x01]);
+const HOST_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x02]);
+const DUT_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
+const HOST_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+const DUT_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 1);
+const HOST_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 2);
+
+struct Pair {
+    engines: [Engine<MemPort>; 2],
+    host: MemPort,
+    /// Engine 1's port: never polled (it has no queue of its own).
+    _idle: MemPort,
+    now: Instant,
+}
+
+fn pair() -> Pair {
+    let (dut, host) = link(DUT_MAC, HOST_MAC, 256, 1024);
+    let (dut_idle, idle) = link(DUT_MAC, HOST_MAC, 16, 64);
+    let links = SteerLink::new_set(2, &dataplane::dpdk::SYMMETRIC_RSS_KEY);
+    let shares = [
+        PortShare {
+            steer: true,
+            rx: true,
+            tx_via: None,
+        },
+        PortShare {
+            steer: true,
+            rx: false,
+            tx_via: Some(0),
+        },
+    ];
+    let engines = [(dut, 0), (dut_idle, 1)].map(|(port, i)| {
+        let mut e = Engine::new(EngineConfig::default(), Arc::new(SharedCounters::default()));
+        e.add_port(
+            port,
+            InterfaceConfig {
+                mac: DUT_MAC,
+                addr: DUT_IP,
+                prefix_len: 24,
+                gateway: None,
+            },
+        );
+        e.enable_ipv6(
+            0,
+            Ipv6Config {
+                addresses: vec![(DUT_IP6, 64)],
+                gateway: None,
+            },
+        );
+        e.set_steering(links[i].clone(), &shares[i..=i]);
+        e
+    });
+    Pair {
+        engines,
+        host,
+        _idle: idle,
+        now: Instant::from_millis(1),
+    }
+}
+
+impl Pair {
+    /// Sends `frames` from the host, runs both engines until neither has
+    /// work, and returns what reached the host.
+    fn exchange(&mut self, frames: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+        let mut batch: Vec<_> = frames
+            .into_iter()
+            .map(|f| {
+                let mut b = self.host.alloc().expect("host buffers");
+                b.set_len(f.len());
+                b.data_mut().copy_from_slice(&f);
+                b
+            })
+            .collect();
+        self.host.tx_burst(self.now, &mut batch);
+        self.now = self.now + std::time::Duration::from_micros(10);
+        for _ in 0..4 {
+            let [a, b] = &mut self.engines;
+            while a.poll(self.now) + b.poll(self.now) > 0 {}
+        }
+        let mut got = Vec::new();
+        self.host.rx_burst(self.now, &mut got, 1024);
+        got.iter().map(|b| b.data().to_vec()).collect()
+    }
+}
+
+/// The host's Neighbor Solicitation for `target` (checksum by smoltcp).
+fn solicitation(target: Ipv6Addr) -> Vec<u8> {
+    let group = solicited_node(target);
+    let mut f = vec![0u8; 14 + 40 + 32];
+    f[..6].copy_from_slice(multicast_mac(group).as_bytes());
+    f[6..12].copy_from_slice(HOST_MAC.as_bytes());
+    f[12..14].copy_from_slice(&[0x86, 0xdd]);
+    f[14] = 0x60;
+    f[18..20].copy_from_slice(&32u16.to_be_bytes());
+    f[20] = 58;
+    f[21] = 255;
+    f[22..38].copy_from_slice(&HOST_IP6.octets());
+    f[38..54].copy_from_slice(&group.octets());
+    let icmp = &mut f[54..];
+    icmp[0] = 135;
+    icmp[8..24].copy_from_slice(&target.octets());
+    icmp[24] = 1;
+    icmp[25] = 1;
+    icmp[26..32].copy_from_slice(HOST_MAC.as_bytes());
+    Icmpv6Packet::new_unchecked(&mut icmp[..]).fill_checksum(&HOST_IP6, &group);
+    f
+}
+
+#[test]
+fn neighbour_frames_are_answered_once_and_learned_by_every_engine() {
+    let mut p = pair();
+    let request = common::arp_frame(
+        ArpOperation::Request,
+        HOST_MAC,
+        HOST_IP,
+        EthernetAddress::BROADCAST,
+        DUT_IP,
+    );
+    let out = p.exchange(vec![request, solicitation(DUT_IP6)]);
+    let kinds: Vec<EthernetProtocol> = out
+        .iter()
+        .map(|f| EthernetFrame::new_checked(&f[..]).unwrap().ethertype())
+        .collect();
+    assert_eq!(
+        kinds,
+        [EthernetProtocol::Arp, EthernetProtocol::Ipv6],
+        "one ARP reply and one advertisement, not one per engine"
+    );
+    for (i, e) in p.engines.iter().enumerate() {
+        let iface = e.interface(0);
+        assert_eq!(
+            iface.arp().peek(HOST_IP, p.now),
+            Some(HOST_MAC),
+            "engine {i}"
+        );
+        let v6 = iface.ipv6().unwrap();
+        assert_eq!(
+            v6.cache().peek(HOST_IP6, p.now),
+            Some(HOST_MAC),
+            "engine {i}"
+        );
+    }
+    let (c0, c1) = (p.engines[0].counters(), p.engines[1].counters());
+    assert_eq!(
+        (c0.rx_packets, c1.rx_packets),
+        (2, 0),
+        "each frame counted once"
+    );
+    assert_eq!(
+        (
+            c0.arp_replies,
+            c0.nd_advertisements,
+            c1.arp_replies,
+            c1.nd_advertisements
+        ),
+        (1, 1, 0, 0)
+    );
+}
