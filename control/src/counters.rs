@@ -71,6 +71,7 @@ macro_rules! with_counters {
             icmpv6_errors_limited: Counter, "tlsdp_icmpv6_errors_limited_total", "ICMPv6 errors not sent: over the rate limit (100 a second, bursts of 10, per port).";
             nd_solicitations: Counter, "tlsdp_nd_solicitations_total", "IPv6 Neighbor Solicitations sent.";
             nd_advertisements: Counter, "tlsdp_nd_advertisements_total", "IPv6 Neighbor Advertisements sent (answers to solicitations).";
+            mld_reports: Counter, "tlsdp_mld_reports_total", "IPv6 Multicast Listener Reports sent (our solicited-node groups, for switches that snoop MLD).";
             nd_conflicts: Counter, "tlsdp_nd_conflicts_total", "IPv6 Neighbor Advertisements from another node for one of our addresses.";
             tcp_accepted: Counter, "tlsdp_tcp_accepted_total", "TCP connections that completed the handshake.";
             tcp_active: Gauge, "tlsdp_tcp_connections", "TCP connections open now (every state but TIME-WAIT).";

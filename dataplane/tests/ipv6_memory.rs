@@ -773,3 +773,87 @@ fn a_stale_neighbour_is_still_answered_while_it_is_asked_again() {
         ]
     );
 }
+
+/// The MLDv2 Reports a frame holds: (source, destination, hop limit,
+/// the hop-by-hop header, the groups reported as listened to).
+fn parse_report(f: &[u8]) -> (Ipv6Addr, Ipv6Addr, u8, Vec<u8>, Vec<Ipv6Addr>) {
+    let frame = EthernetFrame::new_checked(f).unwrap();
+    assert_eq!(
+        frame.dst_addr(),
+        multicast_mac(dataplane::net::ipv6::MLD_REPORTS)
+    );
+    let ip = Ipv6Packet::new_checked(frame.payload()).unwrap();
+    assert_eq!(u8::from(ip.next_header()), 0, "a hop-by-hop header");
+    let hbh = ip.payload()[..8].to_vec();
+    let icmp = &ip.payload()[8..];
+    assert!(Icmpv6Packet::new_checked(icmp)
+        .unwrap()
+        .verify_checksum(&ip.src_addr(), &ip.dst_addr()));
+    assert_eq!(icmp[0], 143, "an MLDv2 Report");
+    let n = usize::from(u16::from_be_bytes([icmp[6], icmp[7]]));
+    let groups = icmp[8..]
+        .chunks_exact(20)
+        .take(n)
+        .map(|r| {
+            assert_eq!(r[..4], [2, 0, 0, 0], "MODE_IS_EXCLUDE, no sources");
+            Ipv6Addr::from(<[u8; 16]>::try_from(&r[4..20]).unwrap())
+        })
+        .collect();
+    (ip.src_addr(), ip.dst_addr(), ip.hop_limit(), hbh, groups)
+}
+
+#[test]
+fn the_reporting_engine_reports_its_groups_twice_and_answers_queries() {
+    let mut lab = Lab::new(DUT_MAC, HOST_MAC, Ipv4Addr::new(10, 77, 0, 1), None);
+    let second = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 1, 0x2345);
+    lab.engine.enable_ipv6(
+        0,
+        Ipv6Config {
+            addresses: vec![(DUT_IP, 64), (second, 64)],
+            gateway: None,
+        },
+    );
+    lab.engine.join_ipv6_groups(0);
+    let ll = link_local(DUT_MAC);
+    // The link-local address and DUT_IP end alike (::ff:fe00:1, ::1): one
+    // group for both.
+    assert_eq!(solicited_node(ll), solicited_node(DUT_IP));
+    let want_groups = vec![solicited_node(ll), solicited_node(second)];
+    // RFC 3810 §6.1: unsolicited, twice, a second apart.
+    let first = lab.exchange(vec![]);
+    assert_eq!(first.len(), 1);
+    let (src, dst, hops, hbh, groups) = parse_report(&first[0]);
+    assert_eq!((src, dst, hops), (ll, dataplane::net::ipv6::MLD_REPORTS, 1));
+    assert_eq!(hbh[2..4], [5, 2], "Router Alert");
+    assert_eq!(groups, want_groups);
+    assert!(lab.advance(Duration::from_millis(500)).is_empty());
+    assert_eq!(lab.advance(Duration::from_millis(500)).len(), 1);
+    assert!(lab.advance(Duration::from_secs(5)).is_empty(), "then quiet");
+    assert_eq!(lab.engine.counters().mld_reports, 2);
+    // A general query (from a link-local router, hop limit 1, through
+    // a Router Alert option) is answered with a report.
+    let mut query = vec![0u8; 20]; // max response, reserved, ::, flags...
+    query[0..2].copy_from_slice(&1000u16.to_be_bytes());
+    let query = |hops: u8, from: Ipv6Addr| {
+        icmp6(
+            GW_MAC,
+            multicast_mac(ALL_NODES),
+            from,
+            ALL_NODES,
+            hops,
+            0,
+            &[58, 0, 5, 2, 0, 0, 1, 0],
+            130,
+            &query,
+        )
+    };
+    let out = lab.exchange(vec![query(1, GW_IP)]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(parse_report(&out[0]).4, want_groups);
+    // Not from a link-local address, or forwarded: dropped.
+    let before = lab.dropped(DropReason::Malformed);
+    assert!(lab
+        .exchange(vec![query(1, HOST_IP), query(2, GW_IP)])
+        .is_empty());
+    assert_eq!(lab.dropped(DropReason::Malformed), before + 2);
+}

@@ -645,6 +645,9 @@ fn launch_engines(
             );
             if let Some(v6) = ipv6_config(pc) {
                 engine.enable_ipv6(shares.len() - 1, v6);
+                if q == 0 {
+                    engine.join_ipv6_groups(shares.len() - 1);
+                }
             }
         }
         if let Some(links) = &steer_links {

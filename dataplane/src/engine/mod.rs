@@ -393,6 +393,15 @@ impl<P: Port, A: Application> Engine<P, A> {
         }
     }
 
+    /// Makes port `i` report its IPv6 multicast groups at the next
+    /// transmit and a second later (one engine per port does it; every
+    /// engine answers the queries it receives).
+    pub fn join_ipv6_groups(&mut self, i: usize) {
+        if let Some(ep) = self.ports.get_mut(i) {
+            ep.iface.join_groups();
+        }
+    }
+
     /// This engine's counters (up to date, unlike the published copy).
     pub fn counters(&self) -> &Counters {
         &self.counters
@@ -590,6 +599,18 @@ impl<P: Port, A: Application> Engine<P, A> {
                 }
                 ep.tx.push(buf);
                 ep.tx_since.get_or_insert(now);
+            }
+            if ep.iface.report_pending(now) {
+                match ep.port.alloc() {
+                    Some(mut buf) => {
+                        if ep.iface.write_report_if_due(now, &mut buf) {
+                            self.counters.mld_reports += 1;
+                            ep.tx.push(buf);
+                            ep.tx_since.get_or_insert(now);
+                        }
+                    }
+                    None => self.counters.drop(DropReason::NoBuffer),
+                }
             }
             // A short burst means the queue is drained: nothing more is coming
             // to batch with, so send now rather than wait for the deadline.

@@ -11,7 +11,12 @@ use smoltcp::wire::{
 };
 
 use super::arp::{ArpCache, ArpLookup};
-use super::ipv6::{Ipv6Action, Ipv6Config, Ipv6Host, ERROR_HEADROOM, ND_FRAME_LEN};
+use super::ipv6::{
+    Ipv6Action, Ipv6Config, Ipv6Host, ERROR_HEADROOM, MAX_REPORT_GROUPS, ND_FRAME_LEN,
+};
+
+/// The longest Multicast Listener Report frame we write.
+const REPORT_FRAME_MAX: usize = 14 + 40 + 8 + 8 + 20 * MAX_REPORT_GROUPS;
 use crate::port::{Check, ChecksumOffload, PacketBuf, RxChecks};
 use crate::stats::{Counters, DropReason};
 use crate::tcp::Outgoing;
@@ -134,6 +139,34 @@ impl Interface {
     /// Turns IPv6 on for this port: its link-local address and `cfg`'s.
     pub fn enable_ipv6(&mut self, cfg: Ipv6Config) {
         self.ipv6 = Some(Ipv6Host::new(self.cfg.mac, cfg));
+    }
+
+    /// Reports the port's IPv6 groups unsolicited (see
+    /// [`Ipv6Host::join_groups`]); nothing without IPv6.
+    pub fn join_groups(&mut self) {
+        if let Some(v6) = &mut self.ipv6 {
+            v6.join_groups();
+        }
+    }
+
+    /// Builds a Multicast Listener Report in `buf` when one is due; false
+    /// when none is (or without IPv6, or the buffer is too small).
+    pub fn write_report_if_due<B: PacketBuf>(&mut self, now: Instant, buf: &mut B) -> bool {
+        let Some(v6) = &mut self.ipv6 else {
+            return false;
+        };
+        if buf.capacity() < REPORT_FRAME_MAX || !v6.report_due(now) {
+            return false;
+        }
+        buf.set_len(REPORT_FRAME_MAX);
+        let len = v6.write_report(buf.data_mut());
+        buf.set_len(len);
+        true
+    }
+
+    /// Whether this port has IPv6 and a report is due.
+    pub fn report_pending(&self, now: Instant) -> bool {
+        self.ipv6.as_ref().is_some_and(|v6| v6.report_pending(now))
     }
 
     /// The port's IPv6 side, when it has one.

@@ -50,6 +50,16 @@ const NEXT_NONE: u8 = 59;
 const NEXT_DEST_OPTS: u8 = 60;
 
 const ICMP_PARAMETER_PROBLEM: u8 = 4;
+const MLD_QUERY: u8 = 130;
+const MLD_REPORT: u8 = 143;
+/// An MLDv2 record type: listening to the group, from every source.
+const MODE_IS_EXCLUDE: u8 = 2;
+/// `ff02::16`, where MLDv2 routers (and snooping switches) hear reports.
+pub const MLD_REPORTS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 0x16);
+/// Unsolicited reports sent on joining (RFC 3810 §9.1, Robustness).
+const ROBUSTNESS: u8 = 2;
+/// Group records one report holds: a 1,500-byte packet.
+pub const MAX_REPORT_GROUPS: usize = (1500 - HEADER_LEN - 8 - 8) / 20;
 const ICMP_ECHO_REQUEST: u8 = 128;
 const ICMP_ECHO_REPLY: u8 = 129;
 const ICMP_NEIGHBOR_SOLICIT: u8 = 135;
@@ -149,6 +159,9 @@ pub struct Ipv6Host {
     probes: Vec<Ipv6Addr>,
     /// What is left of the ICMPv6 error rate limit.
     errors: ErrorBudget,
+    /// Multicast Listener Reports still to send, and when the next is due.
+    reports_left: u8,
+    report_at: Instant,
 }
 
 impl Ipv6Host {
@@ -160,6 +173,8 @@ impl Ipv6Host {
             cache: NdCache::with_reachable_time(ND_ENTRIES, ND_REACHABLE_TIME),
             probes: Vec::with_capacity(MAX_PENDING_SOLICITATIONS),
             errors: ErrorBudget::new(),
+            reports_left: 0,
+            report_at: Instant::ZERO,
         }
     }
 
@@ -422,8 +437,91 @@ impl Ipv6Host {
                 }
                 Ok(Ipv6Action::Consumed)
             }
+            (MLD_QUERY, 0) => {
+                // RFC 3810 §5.1.14: from a link-local router, not
+                // forwarded (hop limit 1); then report every group.
+                if !is_link_local(src) || hop_limit != 1 || icmp.len() < 24 {
+                    return Err(DropReason::Malformed);
+                }
+                self.reports_left = self.reports_left.max(1);
+                self.report_at = now;
+                Ok(Ipv6Action::Consumed)
+            }
             _ => Err(DropReason::UnsupportedProtocol),
         }
+    }
+
+    /// Makes this port report its groups unsolicited, [`ROBUSTNESS`] times
+    /// a second apart from the next transmit (RFC 3810 §6.1), as an
+    /// interface joining them does; queries are answered whether or not
+    /// this is called. One engine per port does it (the others would only
+    /// repeat it).
+    pub fn join_groups(&mut self) {
+        self.reports_left = ROBUSTNESS;
+        self.report_at = Instant::ZERO;
+    }
+
+    /// Whether a report is due at `now`, without taking it.
+    pub fn report_pending(&self, now: Instant) -> bool {
+        self.reports_left > 0 && now >= self.report_at
+    }
+
+    /// Whether a Multicast Listener Report is due (then it is counted as
+    /// sent: write it with [`Ipv6Host::write_report`]).
+    pub fn report_due(&mut self, now: Instant) -> bool {
+        if self.reports_left == 0 || now < self.report_at {
+            return false;
+        }
+        self.reports_left -= 1;
+        self.report_at = now + Duration::from_secs(1);
+        true
+    }
+
+    /// The groups this port listens to beyond all-nodes (which is never
+    /// reported, RFC 3810 §6): the solicited-node group of each address.
+    fn groups(&self) -> impl Iterator<Item = Ipv6Addr> + '_ {
+        let all =
+            std::iter::once(self.link_local).chain(self.cfg.addresses.iter().map(|&(a, _)| a));
+        all.enumerate().filter_map(move |(i, a)| {
+            let g = solicited_node(a);
+            // Addresses sharing their last 24 bits share a group.
+            let before = std::iter::once(self.link_local)
+                .chain(self.cfg.addresses.iter().map(|&(a, _)| a))
+                .take(i);
+            before.clone().all(|b| solicited_node(b) != g).then_some(g)
+        })
+    }
+
+    /// Writes an MLDv2 Report of every group into `frame` (RFC 3810 §5.2:
+    /// from the link-local address to ff02::16, hop limit 1, a Router
+    /// Alert option; `MODE_IS_EXCLUDE` with no sources: listening). At
+    /// most as many groups as a 1,500-byte packet holds; `frame` must hold
+    /// the result. Returns the frame's length.
+    pub fn write_report(&self, frame: &mut [u8]) -> usize {
+        let groups: usize = self.groups().count().min(MAX_REPORT_GROUPS);
+        let icmp_len = 8 + 20 * groups;
+        let len = 14 + HEADER_LEN + 8 + icmp_len;
+        let frame = &mut frame[..len];
+        frame.fill(0);
+        frame[..6].copy_from_slice(multicast_mac(MLD_REPORTS).as_bytes());
+        frame[6..12].copy_from_slice(self.mac.as_bytes());
+        frame[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+        let (ip, rest) = frame[14..].split_at_mut(HEADER_LEN);
+        write_header(ip, self.link_local, MLD_REPORTS, 8 + icmp_len, 1);
+        ip[6] = NEXT_HOP_BY_HOP;
+        // Hop-by-hop: Router Alert (MLD), then PadN of two bytes.
+        rest[..8].copy_from_slice(&[NEXT_ICMPV6, 0, 5, 2, 0, 0, 1, 0]);
+        let icmp = &mut rest[8..];
+        icmp[0] = MLD_REPORT;
+        // Bounded by MAX_REPORT_GROUPS.
+        icmp[6..8].copy_from_slice(&(groups as u16).to_be_bytes());
+        for (record, group) in icmp[8..].chunks_exact_mut(20).zip(self.groups()) {
+            record[0] = MODE_IS_EXCLUDE;
+            record[4..20].copy_from_slice(&group.octets());
+        }
+        let sum = crate::checksum::icmpv6(self.link_local.octets(), MLD_REPORTS.octets(), icmp);
+        icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+        len
     }
 }
 
