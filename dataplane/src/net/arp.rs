@@ -166,6 +166,27 @@ impl<A: Copy + Eq + Hash> NeighborCache<A> {
         }
     }
 
+    /// The MAC to send to next hop `ip`: fresh or stale (then confirmed
+    /// by a request). A request to send now is pushed onto `probes`,
+    /// which holds at most `max` (a full queue means the next lookup asks).
+    pub fn resolve(
+        &mut self,
+        ip: A,
+        now: Instant,
+        probes: &mut Vec<A>,
+        max: usize,
+    ) -> Option<EthernetAddress> {
+        let (mac, probe) = match self.lookup(ip, now, probes.len() < max) {
+            ArpLookup::Hit(mac) => (Some(mac), false),
+            ArpLookup::Stale { mac, probe } => (Some(mac), probe),
+            ArpLookup::Miss { probe } => (None, probe),
+        };
+        if probe {
+            probes.push(ip);
+        }
+        mac
+    }
+
     /// Records `ip` → `mac`. An existing entry is always updated (RFC 826's
     /// merge step); a new one is made only when `create` (the packet was for
     /// us, or answered our request).

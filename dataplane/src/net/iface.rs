@@ -10,7 +10,7 @@ use smoltcp::wire::{
     Icmpv4Message, Icmpv4Packet, IpProtocol, Ipv4Packet, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
 };
 
-use super::arp::{ArpCache, ArpLookup};
+use super::arp::ArpCache;
 use super::ipv6::{
     Ipv6Action, Ipv6Config, Ipv6Host, ERROR_HEADROOM, MAX_REPORT_GROUPS, ND_FRAME_LEN,
 };
@@ -217,22 +217,8 @@ impl Interface {
     /// The MAC of next hop `hop`, queueing an ARP request on a miss (paced
     /// per address; with the request queue full, the next miss asks again).
     pub fn resolve(&mut self, hop: Ipv4Addr, now: Instant) -> Option<EthernetAddress> {
-        let room = self.probes.len() < MAX_PENDING_PROBES;
-        match self.arp.lookup(hop, now, room) {
-            ArpLookup::Hit(mac) => Some(mac),
-            ArpLookup::Stale { mac, probe } => {
-                if probe {
-                    self.probes.push(hop);
-                }
-                Some(mac)
-            }
-            ArpLookup::Miss { probe } => {
-                if probe {
-                    self.probes.push(hop);
-                }
-                None
-            }
-        }
+        self.arp
+            .resolve(hop, now, &mut self.probes, MAX_PENDING_PROBES)
     }
 
     /// The MAC of next hop `hop` of either family (a miss queues a request

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use smoltcp::wire::{EthernetAddress, IpProtocol, Ipv6Packet};
 
-use super::arp::{ArpLookup, NdCache, ND_REACHABLE_TIME};
+use super::arp::{NdCache, ND_REACHABLE_TIME};
 use crate::stats::DropReason;
 use crate::time::Instant;
 
@@ -250,22 +250,8 @@ impl Ipv6Host {
     /// The MAC of neighbour `hop`, queueing a solicitation on a miss (paced
     /// per address, as ARP requests are).
     pub fn resolve(&mut self, hop: Ipv6Addr, now: Instant) -> Option<EthernetAddress> {
-        let room = self.probes.len() < MAX_PENDING_SOLICITATIONS;
-        match self.cache.lookup(hop, now, room) {
-            ArpLookup::Hit(mac) => Some(mac),
-            ArpLookup::Stale { mac, probe } => {
-                if probe {
-                    self.probes.push(hop);
-                }
-                Some(mac)
-            }
-            ArpLookup::Miss { probe } => {
-                if probe {
-                    self.probes.push(hop);
-                }
-                None
-            }
-        }
+        self.cache
+            .resolve(hop, now, &mut self.probes, MAX_PENDING_SOLICITATIONS)
     }
 
     /// Keeps the gateway resolved.
