@@ -249,7 +249,7 @@ impl Services {
             })
         });
         let mut header = Vec::with_capacity(128);
-        proxy_protocol::header_v2(from, vip, tls, &mut header);
+        proxy_protocol::header_v2(from.into(), vip.into(), tls, &mut header);
         cx.tcp.send(b, &header);
     }
 

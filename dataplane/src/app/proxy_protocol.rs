@@ -3,7 +3,7 @@
 //! address and, for TLS VIPs, the TLS facts: an SSL TLV with the version
 //! and cipher, and the SNI as the authority TLV.
 
-use std::net::SocketAddrV4;
+use std::net::{IpAddr, SocketAddr};
 
 const SIGNATURE: [u8; 12] = *b"\r\n\r\n\0\r\nQUIT\n";
 const PP2_TYPE_AUTHORITY: u8 = 0x02;
@@ -26,20 +26,35 @@ fn tlv(out: &mut Vec<u8>, typ: u8, value: &[u8]) {
     out.extend_from_slice(value);
 }
 
-/// Appends the header for a TCP/IPv4 connection from `client` to `vip`.
+/// Appends the header for a TCP connection from `client` to `vip`:
+/// `TCP4` when both are IPv4 addresses, else `TCP6` (§2.2: an IPv4
+/// address beside an IPv6 one is written IPv4-mapped).
 pub fn header_v2(
-    client: SocketAddrV4,
-    vip: SocketAddrV4,
+    client: SocketAddr,
+    vip: SocketAddr,
     tls: Option<TlsFacts<'_>>,
     out: &mut Vec<u8>,
 ) {
     let start = out.len();
     out.extend_from_slice(&SIGNATURE);
     out.push(0x21); // version 2, PROXY
-    out.push(0x11); // AF_INET, STREAM
-    out.extend_from_slice(&[0, 0]); // length, filled below
-    out.extend_from_slice(&client.ip().octets());
-    out.extend_from_slice(&vip.ip().octets());
+    out.extend_from_slice(&[0, 0, 0]); // family, length: filled below
+    match (client.ip(), vip.ip()) {
+        (IpAddr::V4(c), IpAddr::V4(v)) => {
+            out[start + 13] = 0x11; // AF_INET, STREAM
+            out.extend_from_slice(&c.octets());
+            out.extend_from_slice(&v.octets());
+        }
+        (c, v) => {
+            out[start + 13] = 0x21; // AF_INET6, STREAM
+            let v6 = |a: IpAddr| match a {
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+                IpAddr::V6(a) => a,
+            };
+            out.extend_from_slice(&v6(c).octets());
+            out.extend_from_slice(&v6(v).octets());
+        }
+    }
     out.extend_from_slice(&client.port().to_be_bytes());
     out.extend_from_slice(&vip.port().to_be_bytes());
     if let Some(t) = tls {
@@ -60,14 +75,46 @@ pub fn header_v2(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::Ipv4Addr;
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+
+    #[test]
+    fn ipv6_connections_get_the_tcp6_layout() {
+        let c: Ipv6Addr = "2001:db8::7".parse().unwrap();
+        let v: Ipv6Addr = "2001:db8:77::1".parse().unwrap();
+        let mut h = Vec::new();
+        header_v2(
+            SocketAddrV6::new(c, 40_000, 0, 0).into(),
+            SocketAddrV6::new(v, 443, 0, 0).into(),
+            None,
+            &mut h,
+        );
+        // §2.2: 0x21 = AF_INET6 + STREAM, then 36 bytes of addresses and ports.
+        assert_eq!(&h[12..16], &[0x21, 0x21, 0, 36]);
+        assert_eq!(&h[16..32], &c.octets());
+        assert_eq!(&h[32..48], &v.octets());
+        assert_eq!(&h[48..52], &[0x9c, 0x40, 0x01, 0xbb]);
+        assert_eq!(h.len(), 52);
+        // An IPv4 client beside an IPv6 VIP is written IPv4-mapped.
+        let mut h = Vec::new();
+        header_v2(
+            SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 7), 1).into(),
+            SocketAddrV6::new(v, 443, 0, 0).into(),
+            None,
+            &mut h,
+        );
+        assert_eq!(h[13], 0x21);
+        assert_eq!(
+            &h[16..32],
+            &Ipv4Addr::new(192, 0, 2, 7).to_ipv6_mapped().octets()
+        );
+    }
 
     #[test]
     fn layout_matches_the_spec() {
         let c = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 7), 40_000);
         let v = SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 1), 443);
         let mut h = Vec::new();
-        header_v2(c, v, None, &mut h);
+        header_v2(c.into(), v.into(), None, &mut h);
         assert_eq!(h.len(), 28);
         assert_eq!(
             &h[..12],
@@ -84,7 +131,7 @@ mod tests {
             cipher: "TLS13_AES_128_GCM_SHA256",
             sni: Some("www.test"),
         };
-        header_v2(c, v, Some(facts), &mut h);
+        header_v2(c.into(), v.into(), Some(facts), &mut h);
         let len = usize::from(u16::from_be_bytes([h[14], h[15]]));
         assert_eq!(h.len(), 16 + len);
         // Authority TLV, then the SSL TLV with its two sub-TLVs.
