@@ -803,7 +803,7 @@ fn parse_report(f: &[u8]) -> (Ipv6Addr, Ipv6Addr, u8, Vec<u8>, Vec<Ipv6Addr>) {
 }
 
 #[test]
-fn the_reporting_engine_reports_its_groups_twice_and_answers_queries() {
+fn the_reporting_engine_reports_its_groups_checks_its_addresses_and_answers_queries() {
     let mut lab = Lab::new(DUT_MAC, HOST_MAC, Ipv4Addr::new(10, 77, 0, 1), None);
     let second = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 1, 0x2345);
     lab.engine.enable_ipv6(
@@ -819,9 +819,44 @@ fn the_reporting_engine_reports_its_groups_twice_and_answers_queries() {
     // group for both.
     assert_eq!(solicited_node(ll), solicited_node(DUT_IP));
     let want_groups = vec![solicited_node(ll), solicited_node(second)];
-    // RFC 3810 §6.1: unsolicited, twice, a second apart.
+    // RFC 3810 §6.1: unsolicited, twice, a second apart; with the first,
+    // a duplicate address check of each address (RFC 4862 §5.4.2: from
+    // ::, to the address's group, no option).
     let first = lab.exchange(vec![]);
-    assert_eq!(first.len(), 1);
+    assert_eq!(first.len(), 4, "a report and three checks");
+    for (f, target) in first[1..].iter().zip([ll, DUT_IP, second]) {
+        let ns = parse(f);
+        assert_eq!(
+            (ns.eth_dst, ns.src, ns.dst, ns.hop_limit),
+            (
+                multicast_mac(solicited_node(target)),
+                Ipv6Addr::UNSPECIFIED,
+                solicited_node(target),
+                255
+            )
+        );
+        assert_eq!(
+            ndisc(&ns),
+            NdiscRepr::NeighborSolicit {
+                target_addr: target,
+                lladdr: None
+            }
+        );
+    }
+    // Another node defends `second`: a conflict, counted.
+    let defend = icmp6(
+        HOST_MAC,
+        multicast_mac(ALL_NODES),
+        HOST_IP,
+        ALL_NODES,
+        255,
+        58,
+        &[],
+        NA,
+        &nd_body(0x20, second, 2, Some(HOST_MAC)),
+    );
+    assert!(lab.exchange(vec![defend]).is_empty());
+    assert_eq!(lab.engine.counters().nd_conflicts, 1);
     let (src, dst, hops, hbh, groups) = parse_report(&first[0]);
     assert_eq!((src, dst, hops), (ll, dataplane::net::ipv6::MLD_REPORTS, 1));
     assert_eq!(hbh[2..4], [5, 2], "Router Alert");

@@ -285,8 +285,11 @@ fn ping6_and_neighbor_discovery_through_af_packet() {
     let stats = dpd.stats_when(Duration::from_secs(5), |s| s.icmpv6_echo_replies >= 12);
     assert!(stats.icmpv6_echo_replies >= 12, "{stats:?}");
     assert!(stats.nd_advertisements >= 1, "{stats:?}");
-    // Its solicited-node groups were reported at start (RFC 3810 §6.1).
+    // Its solicited-node groups were reported at start (RFC 3810 §6.1),
+    // its two addresses checked for duplicates, none found.
     assert_eq!(stats.mld_reports, 2, "{stats:?}");
+    assert!(stats.nd_solicitations >= 2, "{stats:?}");
+    assert_eq!(stats.nd_conflicts, 0, "{stats:?}");
     assert_eq!(stats.drops["malformed"], 0, "{stats:?}");
     let status = dpd.stop_with(libc::SIGTERM, Duration::from_secs(10));
     assert!(status.success(), "{}", dpd.log_text());

@@ -611,6 +611,15 @@ impl<P: Port, A: Application> Engine<P, A> {
                     }
                     None => self.counters.drop(DropReason::NoBuffer),
                 }
+                // The duplicate address checks go with the first report.
+                while let Some(mut buf) = ep.port.alloc() {
+                    if !ep.iface.write_dad_probe(&mut buf) {
+                        break;
+                    }
+                    self.counters.nd_solicitations += 1;
+                    ep.tx.push(buf);
+                    ep.tx_since.get_or_insert(now);
+                }
             }
             // A short burst means the queue is drained: nothing more is coming
             // to batch with, so send now rather than wait for the deadline.

@@ -164,6 +164,24 @@ impl Interface {
         true
     }
 
+    /// Builds the next duplicate address check of ours in `buf`; false
+    /// when none is left (or without IPv6, or the buffer is too small).
+    pub fn write_dad_probe<B: PacketBuf>(&mut self, buf: &mut B) -> bool {
+        let Some(v6) = &mut self.ipv6 else {
+            return false;
+        };
+        if buf.capacity() < ND_FRAME_LEN {
+            return false;
+        }
+        let Some(target) = v6.take_dad_probe() else {
+            return false;
+        };
+        buf.set_len(ND_FRAME_LEN);
+        let len = v6.write_dad_solicitation(target, buf.data_mut());
+        buf.set_len(len.max(MIN_FRAME));
+        true
+    }
+
     /// Whether this port has IPv6 and a report is due.
     pub fn report_pending(&self, now: Instant) -> bool {
         self.ipv6.as_ref().is_some_and(|v6| v6.report_pending(now))

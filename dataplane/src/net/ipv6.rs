@@ -162,6 +162,8 @@ pub struct Ipv6Host {
     /// Multicast Listener Reports still to send, and when the next is due.
     reports_left: u8,
     report_at: Instant,
+    /// Our addresses still to check for duplicates (last first).
+    dad: Vec<Ipv6Addr>,
 }
 
 impl Ipv6Host {
@@ -175,6 +177,7 @@ impl Ipv6Host {
             errors: ErrorBudget::new(),
             reports_left: 0,
             report_at: Instant::ZERO,
+            dad: Vec::new(),
         }
     }
 
@@ -272,23 +275,48 @@ impl Ipv6Host {
     /// solicited-node group, hop limit 255, our MAC in the option) into
     /// `frame`, which must hold [`ND_FRAME_LEN`] bytes; returns the length.
     pub fn write_solicitation(&self, target: Ipv6Addr, frame: &mut [u8]) -> usize {
+        self.write_ns(target, false, frame)
+    }
+
+    /// Writes a duplicate address check of our `target` (RFC 4862 §5.4.2:
+    /// from `::`, no link-layer option) into `frame` ([`ND_FRAME_LEN`]
+    /// bytes); returns the length. A node that holds `target` answers to
+    /// all nodes, and that answer is counted as `nd_conflicts`.
+    pub fn write_dad_solicitation(&self, target: Ipv6Addr, frame: &mut [u8]) -> usize {
+        self.write_ns(target, true, frame)
+    }
+
+    fn write_ns(&self, target: Ipv6Addr, dad: bool, frame: &mut [u8]) -> usize {
         let group = solicited_node(target);
-        let frame = &mut frame[..ND_FRAME_LEN];
+        let icmp_len = if dad { ND_LEN - 8 } else { ND_LEN };
+        let len = 14 + HEADER_LEN + icmp_len;
+        let frame = &mut frame[..len];
         frame.fill(0);
         frame[..6].copy_from_slice(multicast_mac(group).as_bytes());
         frame[6..12].copy_from_slice(self.mac.as_bytes());
         frame[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
-        let src = self.source_for(target);
+        let src = if dad {
+            Ipv6Addr::UNSPECIFIED
+        } else {
+            self.source_for(target)
+        };
         let (ip, icmp) = frame[14..].split_at_mut(HEADER_LEN);
-        write_header(ip, src, group, ND_LEN, 255);
+        write_header(ip, src, group, icmp_len, 255);
         icmp[0] = ICMP_NEIGHBOR_SOLICIT;
         icmp[8..24].copy_from_slice(&target.octets());
-        icmp[24] = OPT_SOURCE_LLADDR;
-        icmp[25] = 1;
-        icmp[26..32].copy_from_slice(self.mac.as_bytes());
+        if !dad {
+            icmp[24] = OPT_SOURCE_LLADDR;
+            icmp[25] = 1;
+            icmp[26..32].copy_from_slice(self.mac.as_bytes());
+        }
         let sum = crate::checksum::icmpv6(src.octets(), group.octets(), icmp);
         icmp[2..4].copy_from_slice(&sum.to_be_bytes());
-        ND_FRAME_LEN
+        len
+    }
+
+    /// Takes one of our addresses still to check for duplicates.
+    pub fn take_dad_probe(&mut self) -> Option<Ipv6Addr> {
+        self.dad.pop()
     }
 
     /// Handles the IPv6 packet in the first `received` bytes of `pkt` (the
@@ -439,12 +467,18 @@ impl Ipv6Host {
 
     /// Makes this port report its groups unsolicited, [`ROBUSTNESS`] times
     /// a second apart from the next transmit (RFC 3810 §6.1), as an
-    /// interface joining them does; queries are answered whether or not
-    /// this is called. One engine per port does it (the others would only
-    /// repeat it).
+    /// interface joining them does, and check each address once for
+    /// duplicates; queries are answered whether or not this is called.
+    /// One engine per port does it (the others would only repeat it).
     pub fn join_groups(&mut self) {
         self.reports_left = ROBUSTNESS;
         self.report_at = Instant::ZERO;
+        // With the first reports, one duplicate address check of each
+        // address (RFC 4862 §5.4; the addresses are used meanwhile).
+        self.dad = std::iter::once(self.link_local)
+            .chain(self.cfg.addresses.iter().map(|&(a, _)| a))
+            .rev()
+            .collect();
     }
 
     /// Whether a report is due at `now`, without taking it.
