@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The tlsdp demo: builds dpd, makes the lab network (two namespaces and a
 # veth link), starts dpd on the DUT side through DPDK's AF_PACKET device,
-# pings and ARPs it from the client namespace, downloads from its built-in
+# pings (IPv4 and IPv6) and ARPs it from the client namespace, downloads from its built-in
 # HTTP responder over dpd's own TCP stack with curl, then over HTTPS (dpd
 # terminates TLS with a throwaway certificate made here), then SSL offload:
 # HTTPS to a VIP whose cleartext dpd forwards to a pool of three nginx
@@ -72,7 +72,7 @@ args = ["--in-memory"]
 [[port]]
 name = "p0"
 device = "${DRIVER}0,iface=veth-dut"
-address = "$NET.1/24"
+addresses = ["$NET.1/24", "fd00:77::1/64"]   # IPv4, and IPv6 for ping -6 (docs/ipv6.md)
 
 [[vip]]
 name = "plain"
@@ -141,6 +141,12 @@ ip netns exec "$LAB-cli" ping -c 5 -i 0.2 "$NET.1"
 
 step "arping $NET.1"
 ip netns exec "$LAB-cli" arping -c 3 -w 5 -I veth-cli "$NET.1"
+
+step "IPv6: ping -6 fd00:77::1 (Neighbor Discovery, ICMPv6 echo; TCP is IPv4 only for now)"
+ip netns exec "$LAB-cli" sysctl -qw net.ipv6.conf.veth-cli.disable_ipv6=0
+ip netns exec "$LAB-cli" ip -6 addr add fd00:77::2/64 dev veth-cli nodad
+ip netns exec "$LAB-cli" ping -6 -c 3 -i 0.2 -W 2 fd00:77::1
+ip netns exec "$LAB-cli" ip -6 neigh show fd00:77::1 dev veth-cli
 
 step "HTTP over dpd's TCP stack: GET /bytes/64 and a 100 MB download"
 ip netns exec "$LAB-cli" curl -sS --max-time 10 -i "http://$NET.1/bytes/64"
