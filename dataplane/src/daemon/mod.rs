@@ -257,11 +257,12 @@ fn shut_down(
     }
     let total = collect_stats(shared, slot_names, tsc_hz).total;
     log::info!(
-        "final counters: rx {} tx {} arp replies {} icmp echo replies {} drops {}",
+        "final counters: rx {} tx {} arp replies {} icmp echo replies {} icmpv6 echo replies {} drops {}",
         total.rx_packets,
         total.tx_packets,
         total.arp_replies,
         total.icmp_echo_replies,
+        total.icmpv6_echo_replies,
         total.drops.values().sum::<u64>()
     );
     drop(ports);
