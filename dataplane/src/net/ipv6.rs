@@ -566,7 +566,7 @@ impl Ipv6Host {
         let allowed = !src.is_unspecified()
             && !src.is_multicast()
             && (!dst.is_multicast() || problem.even_to_groups);
-        let room = pkt.len().min(MIN_MTU) - HEADER_LEN - 8;
+        let room = pkt.len().min(MIN_MTU).saturating_sub(ERROR_HEADROOM);
         if !allowed || room < HEADER_LEN {
             return Err(reason);
         }
