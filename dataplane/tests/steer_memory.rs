@@ -176,3 +176,49 @@ fn neighbour_frames_are_answered_once_and_learned_by_every_engine() {
         (1, 1, 0, 0)
     );
 }
+
+/// A port whose NIC spreads flows over a queue per engine leaves ARP on
+/// one queue: a reply to engine 1's request that lands on engine 0's
+/// queue still reaches engine 1's table (as a copy to learn from).
+#[test]
+fn with_a_queue_each_replies_on_another_queue_still_resolve() {
+    let (dut0, mut host0) = link(DUT_MAC, HOST_MAC, 256, 1024);
+    let (dut1, mut host1) = link(DUT_MAC, HOST_MAC, 256, 1024);
+    let links = SteerLink::new_set(2, &dataplane::dpdk::SYMMETRIC_RSS_KEY);
+    let mut engines = [(dut0, 0usize), (dut1, 1)].map(|(port, i)| {
+        let mut e = Engine::new(EngineConfig::default(), Arc::new(SharedCounters::default()));
+        e.add_port(
+            port,
+            InterfaceConfig {
+                mac: DUT_MAC,
+                addr: DUT_IP,
+                prefix_len: 24,
+                gateway: None,
+            },
+        );
+        e.set_steering(links[i].clone(), &[PortShare::OWN]);
+        e
+    });
+    let mut now = Instant::from_millis(1);
+    // Engine 1 asks for the host (its request leaves on its own queue).
+    assert!(!engines[1].resolve(HOST_IP, now));
+    engines[1].poll(now);
+    let mut sent = Vec::new();
+    host1.rx_burst(now, &mut sent, 16);
+    assert_eq!(sent.len(), 1, "engine 1's request");
+    // The reply lands on engine 0's queue.
+    let reply = common::arp_frame(ArpOperation::Reply, HOST_MAC, HOST_IP, DUT_MAC, DUT_IP);
+    let mut b = host0.alloc().unwrap();
+    b.set_len(reply.len());
+    b.data_mut().copy_from_slice(&reply);
+    host0.tx_burst(now, &mut vec![b]);
+    now = now + std::time::Duration::from_micros(10);
+    for _ in 0..4 {
+        let [a, b] = &mut engines;
+        while a.poll(now) + b.poll(now) > 0 {}
+    }
+    assert!(
+        engines[1].resolve(HOST_IP, now),
+        "engine 1 learned the reply"
+    );
+}

@@ -608,10 +608,10 @@ fn launch_engines(
     let stop = Arc::new(AtomicBool::new(false));
     // Each member is health-checked by one engine, which tells the others.
     let (health_shares, health_news) = HealthShare::new_set(count);
-    let steer_links = ports
-        .iter()
-        .any(|p| p.steered)
-        .then(|| SteerLink::new_set(count, &dpdk::SYMMETRIC_RSS_KEY));
+    // With several engines they are linked even when every port's NIC
+    // spreads the flows: ARP and ND land on one queue, and the other
+    // engines learn their neighbours from copies.
+    let steer_links = (count > 1).then(|| SteerLink::new_set(count, &dpdk::SYMMETRIC_RSS_KEY));
     let mut engines = Engines {
         launched: Vec::new(),
         stop,

@@ -74,29 +74,44 @@ pub(super) fn steer<P: Port>(
             None
         }
         FrameClass::Neighbor => {
-            for other in (0..link.engines).filter(|&e| e != link.engine) {
-                let Some(mut copy) = ep.port.alloc() else {
-                    counters.drop(DropReason::NoBuffer);
-                    continue;
-                };
-                copy.set_len(buf.data().len());
-                copy.data_mut().copy_from_slice(buf.data());
-                if link
-                    .send(
-                        other,
-                        Steered::Learn {
-                            port: port as u8,
-                            buf: copy,
-                        },
-                    )
-                    .is_err()
-                {
-                    counters.drop(DropReason::SteerFull);
-                }
-            }
+            share_neighbor_frame(link, ep, port, &buf, counters);
             Some(buf)
         }
         FrameClass::Other => Some(buf),
+    }
+}
+
+/// Copies an ARP or Neighbor Discovery frame this engine received (and
+/// answers) to every other engine to learn from ([`learn`]): on a port
+/// the engines steer in software, and on one whose NIC spreads flows,
+/// which leaves these frames on one queue (the replies to another
+/// engine's requests among them).
+pub(super) fn share_neighbor_frame<P: Port>(
+    link: &SteerLink<P::Buf>,
+    ep: &mut EnginePort<P>,
+    port: usize,
+    buf: &P::Buf,
+    counters: &mut Counters,
+) {
+    for other in (0..link.engines).filter(|&e| e != link.engine) {
+        let Some(mut copy) = ep.port.alloc() else {
+            counters.drop(DropReason::NoBuffer);
+            continue;
+        };
+        copy.set_len(buf.data().len());
+        copy.data_mut().copy_from_slice(buf.data());
+        if link
+            .send(
+                other,
+                Steered::Learn {
+                    port: port as u8,
+                    buf: copy,
+                },
+            )
+            .is_err()
+        {
+            counters.drop(DropReason::SteerFull);
+        }
     }
 }
 

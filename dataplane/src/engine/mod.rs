@@ -22,6 +22,7 @@ use crate::app::responder::Responder;
 use crate::app::role::Roles;
 use crate::app::{Application, Cx, Services, Tcp, Uplink};
 use crate::dpdk::TscClock;
+use crate::net::toeplitz::is_neighbor_frame;
 use crate::net::{Interface, InterfaceConfig, Verdict};
 use crate::port::{PacketBuf, Port};
 use crate::snapshot::{Capture, ControlLink, HealthShare, PoolView};
@@ -493,6 +494,14 @@ impl<P: Port, A: Application> Engine<P, A> {
                         Some(b) => b,
                         None => continue, // another engine's flow
                     },
+                    (Some(link), false) => {
+                        // The NIC spreads flows, and leaves ARP and ND on
+                        // one queue: the other engines learn from a copy.
+                        if is_neighbor_frame(buf.data()) {
+                            io::share_neighbor_frame(link, ep, i, &buf, &mut self.counters);
+                        }
+                        buf
+                    }
                     _ => buf,
                 };
                 receive(ep, buf, now, burst, &mut self.tcp, &mut self.counters);

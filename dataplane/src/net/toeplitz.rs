@@ -144,6 +144,19 @@ pub fn classify(frame: &[u8], t: &Toeplitz) -> FrameClass {
     FrameClass::Tcp(t.tcp4(src, dst, sport, dport))
 }
 
+/// Whether `frame` is one every engine learns neighbours from (ARP, an
+/// IPv6 Neighbor Solicitation or Advertisement), without hashing anything:
+/// for ports whose NIC spreads flows (its RSS leaves these on one queue).
+pub fn is_neighbor_frame(frame: &[u8]) -> bool {
+    match frame.get(12..14) {
+        Some([0x08, 0x06]) => true,
+        Some([0x86, 0xdd]) => {
+            frame.len() > 14 + 40 && frame[14 + 6] == 58 && matches!(frame[14 + 40], 135 | 136)
+        }
+        _ => false,
+    }
+}
+
 /// An IPv6 packet: TCP right after the header is hashed as a NIC's RSS
 /// does; Neighbor Solicitations and Advertisements go to every engine.
 fn classify_ipv6(ip: &[u8], t: &Toeplitz) -> FrameClass {
