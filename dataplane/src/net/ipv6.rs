@@ -195,7 +195,7 @@ impl Ipv6Host {
 
     /// Whether `a` is one of this port's unicast addresses.
     pub fn is_local(&self, a: Ipv6Addr) -> bool {
-        a == self.link_local || self.cfg.addresses.iter().any(|&(x, _)| x == a)
+        self.unicast().any(|x| x == a)
     }
 
     /// Whether a packet to `a` is for this port: a unicast address of
@@ -203,25 +203,16 @@ impl Ipv6Host {
     fn accepts(&self, a: Ipv6Addr) -> bool {
         self.is_local(a)
             || a == ALL_NODES
-            || (a.octets()[..13] == solicited_node(Ipv6Addr::UNSPECIFIED).octets()[..13]
-                && (a == solicited_node(self.link_local)
-                    || self
-                        .cfg
-                        .addresses
-                        .iter()
-                        .any(|&(x, _)| a == solicited_node(x))))
+            || (is_solicited_node(a) && self.unicast().any(|x| a == solicited_node(x)))
     }
 
     /// Whether an Ethernet frame to `mac` may be for this port: the
     /// all-nodes group or a solicited-node group of ours.
     pub fn accepts_mac(&self, mac: EthernetAddress) -> bool {
         mac == multicast_mac(ALL_NODES)
-            || mac == multicast_mac(solicited_node(self.link_local))
             || self
-                .cfg
-                .addresses
-                .iter()
-                .any(|&(x, _)| mac == multicast_mac(solicited_node(x)))
+                .unicast()
+                .any(|x| mac == multicast_mac(solicited_node(x)))
     }
 
     /// The next hop towards `dst`: itself when link-local or on one of the
@@ -475,10 +466,8 @@ impl Ipv6Host {
         self.report_at = Instant::ZERO;
         // With the first reports, one duplicate address check of each
         // address (RFC 4862 §5.4; the addresses are used meanwhile).
-        self.dad = std::iter::once(self.link_local)
-            .chain(self.cfg.addresses.iter().map(|&(a, _)| a))
-            .rev()
-            .collect();
+        self.dad = self.unicast().collect();
+        self.dad.reverse(); // taken from the back: link-local first
     }
 
     /// Whether a report is due at `now`, without taking it.
@@ -500,16 +489,19 @@ impl Ipv6Host {
     /// The groups this port listens to beyond all-nodes (which is never
     /// reported, RFC 3810 §6): the solicited-node group of each address.
     fn groups(&self) -> impl Iterator<Item = Ipv6Addr> + '_ {
-        let all =
-            std::iter::once(self.link_local).chain(self.cfg.addresses.iter().map(|&(a, _)| a));
-        all.enumerate().filter_map(move |(i, a)| {
+        self.unicast().enumerate().filter_map(move |(i, a)| {
             let g = solicited_node(a);
-            // Addresses sharing their last 24 bits share a group.
-            let before = std::iter::once(self.link_local)
-                .chain(self.cfg.addresses.iter().map(|&(a, _)| a))
-                .take(i);
-            before.clone().all(|b| solicited_node(b) != g).then_some(g)
+            // Addresses sharing their last 24 bits share a group: once.
+            self.unicast()
+                .take(i)
+                .all(|b| solicited_node(b) != g)
+                .then_some(g)
         })
+    }
+
+    /// Our unicast addresses: the link-local one, then the configured.
+    fn unicast(&self) -> impl Iterator<Item = Ipv6Addr> + '_ {
+        std::iter::once(self.link_local).chain(self.cfg.addresses.iter().map(|&(a, _)| a))
     }
 
     /// Writes an MLDv2 Report of every group into `frame` (RFC 3810 §5.2:
