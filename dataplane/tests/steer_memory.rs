@@ -12,7 +12,7 @@ use std::sync::Arc;
 use dataplane::engine::{Engine, EngineConfig};
 use dataplane::net::ipv6::{multicast_mac, solicited_node};
 use dataplane::net::{InterfaceConfig, Ipv6Config};
-use dataplane::port::{link, MemPort, PacketBuf, Port};
+use dataplane::port::{link, MemBuf, MemPort, PacketBuf, Port};
 use dataplane::stats::SharedCounters;
 use dataplane::steer::{PortShare, SteerLink};
 use dataplane::time::Instant;
@@ -33,6 +33,39 @@ struct Pair {
     now: Instant,
 }
 
+/// An engine on `port` (IPv4 and IPv6 addresses), linked to the others
+/// by `link`, using the port as `share` says.
+fn engine(port: MemPort, link: &SteerLink<MemBuf>, share: PortShare) -> Engine<MemPort> {
+    let mut e = Engine::new(EngineConfig::default(), Arc::new(SharedCounters::default()));
+    e.add_port(
+        port,
+        InterfaceConfig {
+            mac: DUT_MAC,
+            addr: DUT_IP,
+            prefix_len: 24,
+            gateway: None,
+        },
+    );
+    e.enable_ipv6(
+        0,
+        Ipv6Config {
+            addresses: vec![(DUT_IP6, 64)],
+            gateway: None,
+        },
+    );
+    e.set_steering(link.clone(), &[share]);
+    e
+}
+
+/// Polls both engines until neither has work (a few rounds: what one
+/// hands the other comes back as work).
+fn run(engines: &mut [Engine<MemPort>; 2], now: Instant) {
+    for _ in 0..4 {
+        let [a, b] = engines;
+        while a.poll(now) + b.poll(now) > 0 {}
+    }
+}
+
 fn pair() -> Pair {
     let (dut, host) = link(DUT_MAC, HOST_MAC, 256, 1024);
     let (dut_idle, idle) = link(DUT_MAC, HOST_MAC, 16, 64);
@@ -49,27 +82,7 @@ fn pair() -> Pair {
             tx_via: Some(0),
         },
     ];
-    let engines = [(dut, 0), (dut_idle, 1)].map(|(port, i)| {
-        let mut e = Engine::new(EngineConfig::default(), Arc::new(SharedCounters::default()));
-        e.add_port(
-            port,
-            InterfaceConfig {
-                mac: DUT_MAC,
-                addr: DUT_IP,
-                prefix_len: 24,
-                gateway: None,
-            },
-        );
-        e.enable_ipv6(
-            0,
-            Ipv6Config {
-                addresses: vec![(DUT_IP6, 64)],
-                gateway: None,
-            },
-        );
-        e.set_steering(links[i].clone(), &shares[i..=i]);
-        e
-    });
+    let engines = [(dut, 0), (dut_idle, 1)].map(|(port, i)| engine(port, &links[i], shares[i]));
     Pair {
         engines,
         host,
@@ -93,10 +106,7 @@ impl Pair {
             .collect();
         self.host.tx_burst(self.now, &mut batch);
         self.now = self.now + std::time::Duration::from_micros(10);
-        for _ in 0..4 {
-            let [a, b] = &mut self.engines;
-            while a.poll(self.now) + b.poll(self.now) > 0 {}
-        }
+        run(&mut self.engines, self.now);
         let mut got = Vec::new();
         self.host.rx_burst(self.now, &mut got, 1024);
         got.iter().map(|b| b.data().to_vec()).collect()
@@ -185,20 +195,8 @@ fn with_a_queue_each_replies_on_another_queue_still_resolve() {
     let (dut0, mut host0) = link(DUT_MAC, HOST_MAC, 256, 1024);
     let (dut1, mut host1) = link(DUT_MAC, HOST_MAC, 256, 1024);
     let links = SteerLink::new_set(2, &dataplane::dpdk::SYMMETRIC_RSS_KEY);
-    let mut engines = [(dut0, 0usize), (dut1, 1)].map(|(port, i)| {
-        let mut e = Engine::new(EngineConfig::default(), Arc::new(SharedCounters::default()));
-        e.add_port(
-            port,
-            InterfaceConfig {
-                mac: DUT_MAC,
-                addr: DUT_IP,
-                prefix_len: 24,
-                gateway: None,
-            },
-        );
-        e.set_steering(links[i].clone(), &[PortShare::OWN]);
-        e
-    });
+    let mut engines =
+        [(dut0, 0usize), (dut1, 1)].map(|(port, i)| engine(port, &links[i], PortShare::OWN));
     let mut now = Instant::from_millis(1);
     // Engine 1 asks for the host (its request leaves on its own queue).
     assert!(!engines[1].resolve(HOST_IP, now));
@@ -213,10 +211,7 @@ fn with_a_queue_each_replies_on_another_queue_still_resolve() {
     b.data_mut().copy_from_slice(&reply);
     host0.tx_burst(now, &mut vec![b]);
     now = now + std::time::Duration::from_micros(10);
-    for _ in 0..4 {
-        let [a, b] = &mut engines;
-        while a.poll(now) + b.poll(now) > 0 {}
-    }
+    run(&mut engines, now);
     assert!(
         engines[1].resolve(HOST_IP, now),
         "engine 1 learned the reply"
