@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -303,12 +303,11 @@ impl Member {
     /// The member's address.
     ///
     /// # Errors
-    /// When `addr` is not `a.b.c.d:port` with a port above 0.
-    pub fn socket_addr(&self) -> Result<SocketAddrV4, String> {
-        let a: SocketAddrV4 = self
-            .addr
-            .parse()
-            .map_err(|_| "expected IPv4 address:port".to_string())?;
+    /// When `addr` is not `a.b.c.d:port` or `[v6]:port` with a port above 0.
+    pub fn socket_addr(&self) -> Result<SocketAddr, String> {
+        let a: SocketAddr = self.addr.parse().map_err(|_| {
+            "expected address:port, e.g. 10.77.1.11:80 or [2001:db8::11]:80".to_string()
+        })?;
         if a.port() == 0 {
             return Err("port must be 1 to 65535".into());
         }
@@ -452,12 +451,12 @@ impl Vip {
     /// Parses `listen`.
     ///
     /// # Errors
-    /// A reason when it is not `a.b.c.d:port` with a port above 0.
-    pub fn listen_addr(&self) -> Result<std::net::SocketAddrV4, String> {
-        let addr: std::net::SocketAddrV4 = self
-            .listen
-            .parse()
-            .map_err(|_| "expected an IPv4 address and port, e.g. 10.77.0.1:80".to_string())?;
+    /// A reason when it is not `a.b.c.d:port` or `[v6]:port` with a
+    /// port above 0.
+    pub fn listen_addr(&self) -> Result<SocketAddr, String> {
+        let addr: SocketAddr = self.listen.parse().map_err(|_| {
+            "expected an address and port, e.g. 10.77.0.1:80 or [2001:db8:77::1]:443".to_string()
+        })?;
         if addr.port() == 0 {
             return Err("port 0 cannot be listened on".into());
         }
@@ -1107,15 +1106,11 @@ impl Config {
                 if !addrs.insert(a) {
                     return Err(ConfigError::new(at("addr"), &m.addr, "listed twice"));
                 }
-                let reachable = self
-                    .ports
-                    .iter()
-                    .any(|p| p.gateway.is_some() || p.cidr().is_ok_and(|c| c.contains(*a.ip())));
-                if !reachable {
+                if !self.ports.iter().any(|p| p.reaches(a.ip())) {
                     return Err(ConfigError::new(
                         at("addr"),
                         &m.addr,
-                        "not on a port's subnet, and no port has a gateway",
+                        "not on a port's subnet, and no port has a gateway for its family",
                     ));
                 }
                 if !(1..=256).contains(&m.weight) {
@@ -1191,11 +1186,7 @@ impl Config {
             let addr = vip
                 .listen_addr()
                 .map_err(|r| ConfigError::new(at("listen"), &vip.listen, r))?;
-            if !self
-                .ports
-                .iter()
-                .any(|p| p.cidr().is_ok_and(|c| c.contains(*addr.ip())))
-            {
+            if !self.ports.iter().any(|p| p.on_subnet(addr.ip())) {
                 return Err(ConfigError::new(
                     at("listen"),
                     &vip.listen,
@@ -1316,6 +1307,28 @@ impl Config {
 }
 
 impl Port {
+    /// Whether `ip` is on one of the port's subnets (IPv4 or IPv6).
+    pub fn on_subnet(&self, ip: IpAddr) -> bool {
+        match ip {
+            IpAddr::V4(a) => self.cidr().is_ok_and(|c| c.contains(a)),
+            IpAddr::V6(a) => self
+                .ipv6_cidrs()
+                .is_ok_and(|cs| cs.iter().any(|c| c.contains(a))),
+        }
+    }
+
+    /// Whether the port reaches `ip`: on one of its subnets, or through
+    /// its gateway of that family.
+    pub fn reaches(&self, ip: IpAddr) -> bool {
+        let gateway = match ip {
+            IpAddr::V4(_) => self.gateway.is_some(),
+            IpAddr::V6(_) => {
+                self.gateway6.is_some() && self.ipv6_cidrs().is_ok_and(|cs| !cs.is_empty())
+            }
+        };
+        gateway || self.on_subnet(ip)
+    }
+
     /// The port's IPv4 address: `address`, or the one IPv4 entry of
     /// `addresses`.
     ///
@@ -2058,6 +2071,58 @@ mod tests {
         assert!(e.to_string().contains("lcores"), "{e}");
         let e = err_of(&GOOD.replace("[eal]", "[eal]\nhugepages = \"maybe\""));
         assert!(e.to_string().contains("maybe"), "{e}");
+    }
+
+    #[test]
+    fn ipv6_vips_and_members_need_a_port_with_ipv6() {
+        let text = r#"
+        [[vip]]
+        name = "web6"
+        listen = "[2001:db8:77::80]:443"
+        pool = "mixed"
+        [[pool]]
+        name = "mixed"
+        members = [{ addr = "[2001:db8:77::11]:80" }, { addr = "10.77.0.12:80" }]
+        "#;
+        let dual = GOOD.replace(
+            "address = \"10.77.0.1/24\"",
+            "addresses = [\"10.77.0.1/24\", \"2001:db8:77::1/64\"]",
+        );
+        let c = Config::parse(&format!("{dual}{text}")).unwrap();
+        let listen = c.vips[0].listen_addr().unwrap();
+        assert_eq!(listen.to_string(), "[2001:db8:77::80]:443");
+        assert!(c.pools[0].members[0].socket_addr().unwrap().is_ipv6());
+        // Without IPv6 on a port, neither the VIP nor the member fits.
+        let e = err_of(&format!("{GOOD}{text}"));
+        assert_eq!(e.field, "pool[0].members[0].addr", "{e}");
+        let e = err_of(&format!(
+            "{GOOD}{}",
+            text.replace("[2001:db8:77::11]:80", "10.77.0.11:80")
+        ));
+        assert_eq!(e.field, "vip[0].listen", "{e}");
+        // Off the port's prefixes: a VIP is refused; a member needs the
+        // IPv6 gateway.
+        let far = format!(
+            "{dual}{}",
+            text.replace("2001:db8:77::11", "2001:db8:99::11")
+        );
+        assert_eq!(err_of(&far).field, "pool[0].members[0].addr");
+        let routed = far.replace(
+            "addresses = [",
+            "gateway6 = \"fe80::1\"\n        addresses = [",
+        );
+        Config::parse(&routed).unwrap();
+        let e = err_of(&format!(
+            "{dual}{}",
+            text.replace("2001:db8:77::80", "2001:db8:99::80")
+        ));
+        assert_eq!(e.field, "vip[0].listen", "{e}");
+        // Bracketless IPv6 is not an address and port.
+        let e = err_of(&format!(
+            "{dual}{}",
+            text.replace("[2001:db8:77::80]:443", "2001:db8:77::80:443")
+        ));
+        assert_eq!(e.field, "vip[0].listen", "{e}");
     }
 
     #[test]

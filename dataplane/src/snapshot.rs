@@ -178,7 +178,7 @@ mod tests {
         let (shares, _) = HealthShare::new_set(3);
         let mut per_engine = [0; 3];
         for port in 8000..8300u16 {
-            let addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), port);
+            let addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), port).into();
             let owners: Vec<u16> = shares
                 .iter()
                 .filter(|s| s.checks("web", addr))
@@ -199,7 +199,7 @@ mod tests {
         let mut relay = HealthRelay::new(2);
         let member = |port, up| HealthNews {
             pool: "web".into(),
-            addr: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), port),
+            addr: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), port).into(),
             up,
         };
         // Engine 1 is busy: its ring is full up to the reserve.

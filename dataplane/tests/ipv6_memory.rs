@@ -454,8 +454,8 @@ fn bad_packets_are_dropped_counted_and_leave_it_answering() {
     bad_sum[last] ^= 0xff;
     let mut long_payload = good.clone();
     long_payload[18..20].copy_from_slice(&2000u16.to_be_bytes());
-    let mut tcp = good.clone();
-    tcp[20] = 6;
+    let mut udp = good.clone();
+    udp[20] = 17;
     let mut nine = Vec::new();
     for _ in 0..9 {
         nine.extend_from_slice(&[60, 0, 1, 4, 0, 0, 0, 0]);
@@ -468,8 +468,8 @@ fn bad_packets_are_dropped_counted_and_leave_it_answering() {
         (good[..14 + 30].to_vec(), DropReason::Malformed, None),
         (long_payload, DropReason::Malformed, None),
         (bad_sum, DropReason::BadIcmpChecksum, None),
-        // An upper layer we do not carry (yet): unrecognised next header.
-        (tcp, DropReason::UnsupportedProtocol, Some((1, 6))),
+        // An upper layer we do not carry (UDP): unrecognised next header.
+        (udp, DropReason::UnsupportedProtocol, Some((1, 6))),
         // A fragment header: not reassembled.
         (
             with_ext(44, &[58, 0, 0, 1, 0, 0, 0, 1]),

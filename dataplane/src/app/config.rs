@@ -3,7 +3,7 @@
 //! report back (pools as one engine sees them). The rings that carry them
 //! are the `snapshot` module's.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 
 use crypto::session::TlsConfig;
 
@@ -31,7 +31,7 @@ pub struct VipSpec {
     pub name: String,
     /// Index of its counters (below [`MAX_VIPS`]); stable for a name.
     pub slot: u16,
-    pub addr: Ipv4Addr,
+    pub addr: IpAddr,
     pub port: u16,
     /// Disabled VIPs answer SYNs with a reset; their open connections go on.
     pub enabled: bool,
@@ -56,7 +56,7 @@ pub struct PoolView {
 /// A member as one engine sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct MemberView {
-    pub addr: SocketAddrV4,
+    pub addr: SocketAddr,
     pub removed: bool,
     pub healthy: bool,
     pub active: u32,

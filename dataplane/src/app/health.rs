@@ -9,14 +9,14 @@ use std::time::Duration;
 
 pub use control::config::HealthKind;
 
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crossbeam_queue::ArrayQueue;
 
 use super::role::Role;
 use super::{Cx, Services};
-use crate::tcp::{ConnId, Event, FlowKey};
+use crate::tcp::{AnyFlowKey, ConnId, Event};
 use crate::time::Instant;
 
 /// A pool's check.
@@ -60,7 +60,7 @@ pub struct MemberHealth {
     /// When the next check starts.
     pub next_at: Instant,
     /// The check in flight: its connection and when it fails.
-    pub probe: Option<(ConnId, FlowKey, Instant)>,
+    pub probe: Option<(ConnId, AnyFlowKey, Instant)>,
     pub checks: u64,
     pub failures: u64,
 }
@@ -131,7 +131,7 @@ pub fn status(head: &[u8]) -> Option<u16> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HealthNews {
     pub pool: String,
-    pub addr: SocketAddrV4,
+    pub addr: SocketAddr,
     pub up: bool,
 }
 
@@ -162,10 +162,14 @@ impl HealthShare {
 
     /// Whether this engine checks `addr` of pool `pool` (FNV-1a of both,
     /// modulo the engines: the same answer on every engine).
-    pub fn checks(&self, pool: &str, addr: SocketAddrV4) -> bool {
+    pub fn checks(&self, pool: &str, addr: SocketAddr) -> bool {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         let port = addr.port().to_be_bytes();
-        for b in pool.bytes().chain(addr.ip().octets()).chain(port) {
+        let ip = match addr.ip() {
+            std::net::IpAddr::V4(a) => a.octets().to_vec(),
+            std::net::IpAddr::V6(a) => a.octets().to_vec(),
+        };
+        for b in pool.bytes().chain(ip).chain(port) {
             h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
         }
         (h % u64::from(self.engines.max(1))) as u16 == self.engine

@@ -19,12 +19,12 @@ pub mod role;
 mod services;
 pub mod tls;
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 pub use services::{Services, VipEntry};
 
 use crate::net::toeplitz::RssSteering;
-use crate::net::InterfaceConfig;
+use crate::net::{InterfaceConfig, Ipv6Config};
 use crate::stats::{Counters, VipCounters};
 use crate::tcp::{Event, TcpEngine};
 use crate::time::Instant;
@@ -45,22 +45,28 @@ pub struct Cx<'a> {
     pub uplinks: &'a [Uplink],
 }
 
-/// A port's address, as connections opened from this engine see it.
-#[derive(Debug, Clone, Copy)]
+/// A port's addresses, as connections opened from this engine see them.
+#[derive(Debug, Clone)]
 pub struct Uplink {
     pub iface: InterfaceConfig,
+    /// Its IPv6 addresses and gateway, when it has IPv6.
+    pub ipv6: Option<Ipv6Config>,
     /// How the port spreads received flows over the engines' queues (a
     /// connection's source port must bring its replies to this engine).
     pub steering: Option<RssSteering>,
 }
 
 impl Uplink {
-    /// The port's address and steering, when it reaches `dst`.
-    pub fn route(uplinks: &[Uplink], dst: Ipv4Addr) -> Option<(Ipv4Addr, Option<RssSteering>)> {
-        uplinks
-            .iter()
-            .find(|u| u.iface.next_hop(dst).is_some())
-            .map(|u| (u.iface.addr, u.steering))
+    /// The source address towards `dst` and the steering of the first
+    /// port that reaches it.
+    pub fn route(uplinks: &[Uplink], dst: IpAddr) -> Option<(IpAddr, Option<RssSteering>)> {
+        uplinks.iter().find_map(|u| {
+            let src = match dst {
+                IpAddr::V4(d) => u.iface.next_hop(d).map(|_| IpAddr::V4(u.iface.addr)),
+                IpAddr::V6(d) => u.ipv6.as_ref()?.source_for(d).map(IpAddr::V6),
+            }?;
+            Some((src, u.steering))
+        })
     }
 }
 

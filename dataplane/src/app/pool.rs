@@ -2,14 +2,14 @@
 //! member for each new connection. Each engine keeps its own copy (its own
 //! connection counts and cursors): share-nothing, as everything per core.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 
 pub use control::config::{Balance, MemberState};
 
 /// One backend server of a pool.
 #[derive(Debug, Clone)]
 pub struct Member {
-    pub addr: SocketAddrV4,
+    pub addr: SocketAddr,
     pub weight: u32,
     pub state: MemberState,
     /// Connections to it open now (from this engine).
@@ -27,9 +27,9 @@ pub struct Member {
 }
 
 impl Member {
-    pub fn new(addr: SocketAddrV4, weight: u32, state: MemberState) -> Self {
+    pub fn new(addr: impl Into<SocketAddr>, weight: u32, state: MemberState) -> Self {
         Self {
-            addr,
+            addr: addr.into(),
             weight: weight.max(1),
             state,
             active: 0,
@@ -119,7 +119,16 @@ impl Pool {
 
     /// The member for a new connection from `client`, other than those in
     /// `tried`; `None` when no member is up. Counts it as picked.
-    pub fn pick(&mut self, client: Ipv4Addr, tried: Tried) -> Option<usize> {
+    pub fn pick(&mut self, client: impl Into<IpAddr>, tried: Tried) -> Option<usize> {
+        // What source hashing keys on: an IPv4 address as it is, an IPv6
+        // one folded to 64 bits.
+        let client = match client.into() {
+            IpAddr::V4(a) => u64::from(u32::from(a)),
+            IpAddr::V6(a) => {
+                let a = u128::from(a);
+                mix((a >> 64) as u64 ^ a as u64)
+            }
+        };
         let usable = |i: usize, m: &Member| {
             m.state == MemberState::Up && m.health.healthy && tried & (1 << i) == 0
         };
@@ -172,7 +181,7 @@ impl Pool {
                 (0..n)
                     .filter(|&i| usable(i, &self.members[i]))
                     .map(|i| {
-                        let h = mix(u64::from(u32::from(client)) << 8 | i as u64);
+                        let h = mix(client << 8 | i as u64);
                         let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
                         (i, f64::from(self.members[i].weight) / -u.ln())
                     })
@@ -199,6 +208,7 @@ fn mix(mut x: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::{Ipv4Addr, SocketAddrV4};
 
     fn pool(balance: Balance, weights: &[u32]) -> Pool {
         Pool::new(

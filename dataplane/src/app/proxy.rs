@@ -5,7 +5,7 @@
 //! receive buffer, whose window then closes); a FIN is passed on once
 //! everything before it has been; resets and timeouts end the pair.
 
-use std::net::SocketAddrV4;
+use std::net::{IpAddr, SocketAddr};
 
 use super::pool::Tried;
 use super::proxy_protocol;
@@ -13,7 +13,7 @@ use super::role::Role;
 use super::services::EPHEMERAL;
 use super::tls::TlsConn;
 use super::{Cx, Services, Tcp, Uplink};
-use crate::tcp::{CloseReason, ConnId, FlowKey};
+use crate::tcp::{AnyFlowKey, CloseReason, ConnId};
 
 /// Which end of a pair a connection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +31,7 @@ pub struct ProxyLink {
     /// The member this pair goes to (client side: once chosen).
     pub member: Option<u16>,
     /// The other connection, with its flow key to tell a reused slot.
-    pub peer: Option<(ConnId, FlowKey)>,
+    pub peer: Option<(ConnId, AnyFlowKey)>,
     /// Members already tried for this client (connect failures).
     pub tried: Tried,
     /// The backend connection is established.
@@ -187,7 +187,7 @@ impl Services {
         let Some(m) = self
             .pools
             .get_mut(p)
-            .and_then(|pool| pool.pick(ckey.remote, tried))
+            .and_then(|pool| pool.pick(ckey.remote_addr().ip(), tried))
         else {
             self.no_member(cx, client);
             return;
@@ -238,8 +238,7 @@ impl Services {
             return;
         }
         let Some(key) = cx.tcp.key(c) else { return };
-        let from = SocketAddrV4::new(key.remote, key.remote_port);
-        let vip = SocketAddrV4::new(key.local, key.local_port);
+        let (from, vip) = (key.remote_addr(), key.local_addr());
         let tls = client.role.tls().and_then(|t| {
             let n = t.session().negotiated()?;
             Some(proxy_protocol::TlsFacts {
@@ -249,7 +248,7 @@ impl Services {
             })
         });
         let mut header = Vec::with_capacity(128);
-        proxy_protocol::header_v2(from.into(), vip.into(), tls, &mut header);
+        proxy_protocol::header_v2(from, vip, tls, &mut header);
         cx.tcp.send(b, &header);
     }
 
@@ -262,25 +261,28 @@ impl Services {
     pub(super) fn open_to(
         &mut self,
         cx: &mut Cx<'_>,
-        addr: SocketAddrV4,
-    ) -> Option<(ConnId, FlowKey)> {
-        let (src, steering) = Uplink::route(cx.uplinks, *addr.ip())?;
+        addr: SocketAddr,
+    ) -> Option<(ConnId, AnyFlowKey)> {
+        let (src, steering) = Uplink::route(cx.uplinks, addr.ip())?;
         let tries = 64 * steering.map_or(1, |s| usize::from(s.queues));
         for _ in 0..tries {
             self.port_counter = self.port_counter.wrapping_add(1);
             let port = source_port(&self.port_secret, src, addr, self.port_counter);
             if let Some(s) = steering {
-                let h = crate::net::toeplitz::tcp4(s.key, *addr.ip(), src, addr.port(), port);
+                let h = match (addr.ip(), src) {
+                    (IpAddr::V4(dst), IpAddr::V4(src)) => {
+                        crate::net::toeplitz::tcp4(s.key, dst, src, addr.port(), port)
+                    }
+                    (IpAddr::V6(dst), IpAddr::V6(src)) => {
+                        crate::net::toeplitz::tcp6(s.key, dst, src, addr.port(), port)
+                    }
+                    _ => return None,
+                };
                 if s.queue_of(h) != s.queue {
                     continue; // the replies would reach another engine
                 }
             }
-            let key = FlowKey {
-                local: src,
-                local_port: port,
-                remote: *addr.ip(),
-                remote_port: addr.port(),
-            };
+            let key = AnyFlowKey::new(SocketAddr::new(src, port), addr)?;
             if let Ok(id) = cx.tcp.connect(cx.now, key) {
                 return Some((id, key));
             }
@@ -399,14 +401,14 @@ impl Services {
 /// destination walks the whole range on its own).
 fn source_port(
     secret: &siphasher::sip::SipHasher24,
-    src: std::net::Ipv4Addr,
-    dst: SocketAddrV4,
+    src: IpAddr,
+    dst: SocketAddr,
     counter: u32,
 ) -> u16 {
-    use std::hash::Hasher;
+    use std::hash::{Hash, Hasher};
     let mut h = *secret;
-    h.write_u32(u32::from(src));
-    h.write_u32(u32::from(*dst.ip()));
+    src.hash(&mut h);
+    dst.ip().hash(&mut h);
     h.write_u16(dst.port());
     let offset = h.finish() as u32;
     let range = u32::from(*EPHEMERAL.end() - *EPHEMERAL.start()) + 1;
@@ -416,14 +418,14 @@ fn source_port(
 #[cfg(test)]
 mod port_tests {
     use super::*;
-    use std::net::Ipv4Addr;
+    use std::net::{Ipv4Addr, SocketAddrV4};
 
     #[test]
     fn source_ports_walk_the_whole_range_from_a_secret_offset_per_destination() {
         let key = siphasher::sip::SipHasher24::new_with_keys(1, 2);
-        let src = Ipv4Addr::new(10, 0, 0, 1);
-        let a = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 20), 80);
-        let b = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 21), 80);
+        let src = Ipv4Addr::new(10, 0, 0, 1).into();
+        let a = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 20), 80).into();
+        let b = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 21), 80).into();
         let range = u32::from(*EPHEMERAL.end() - *EPHEMERAL.start()) + 1;
         let mut seen = std::collections::HashSet::new();
         for n in 0..range {

@@ -2,7 +2,7 @@
 //! of TCP events to the role's code (responder, TLS, proxy, health
 //! checks; those live in their own modules as `impl Services` blocks).
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use crypto::session::TlsConfig;
 
@@ -16,7 +16,7 @@ use super::role::{Entry, Inner, Role, Roles, TlsRole};
 use super::tls::{self, TlsConn};
 use super::{Application, Cx};
 use crate::stats::VipCounters;
-use crate::tcp::{CloseReason, ConnId, Event, FlowKey};
+use crate::tcp::{AnyFlowKey, CloseReason, ConnId, Event};
 use crate::time::Instant;
 
 /// Source ports of backend connections: RFC 6056 §3.2's whole range.
@@ -27,7 +27,7 @@ pub(super) const EPHEMERAL: std::ops::RangeInclusive<u16> = 1024..=65535;
 pub struct VipEntry {
     /// Index of its counters.
     pub slot: u16,
-    pub addr: Ipv4Addr,
+    pub addr: IpAddr,
     pub port: u16,
     pub enabled: bool,
     pub tls: Option<TlsConfig>,
@@ -62,7 +62,7 @@ pub struct Services {
     /// Plaintext buffers TLS connections gave back, for the next request.
     pub(super) tls_spare: super::tls::SpareBuffers,
     /// Backend connects in progress and when each is given up.
-    pub(super) connecting: Vec<(ConnId, FlowKey, Instant)>,
+    pub(super) connecting: Vec<(ConnId, AnyFlowKey, Instant)>,
     /// TLS connections whose handshake input waits for the next iteration
     /// (and the list being worked through).
     deferred: Vec<ConnId>,
@@ -108,13 +108,7 @@ impl Services {
 
     /// Adds a VIP on `addr:port`: the responder, behind TLS with `tls`,
     /// or forwarded to pool `pool`.
-    pub fn add_vip(
-        &mut self,
-        addr: Ipv4Addr,
-        port: u16,
-        tls: Option<TlsConfig>,
-        pool: Option<u16>,
-    ) {
+    pub fn add_vip(&mut self, addr: IpAddr, port: u16, tls: Option<TlsConfig>, pool: Option<u16>) {
         let slot = self.vips.len().min(MAX_VIPS - 1) as u16;
         self.vip_slots_used = self.vip_slots_used.max(usize::from(slot) + 1);
         self.vips.push(VipEntry {
@@ -130,7 +124,8 @@ impl Services {
     }
 
     /// Sets how long clients of VIP `addr:port` may take.
-    pub fn set_vip_timeouts(&mut self, addr: Ipv4Addr, port: u16, timeouts: Timeouts) {
+    pub fn set_vip_timeouts(&mut self, addr: impl Into<IpAddr>, port: u16, timeouts: Timeouts) {
+        let addr = addr.into();
         for v in self
             .vips
             .iter_mut()
@@ -144,7 +139,7 @@ impl Services {
     /// when no VIP is there).
     pub fn set_vip_limits(
         &mut self,
-        addr: Ipv4Addr,
+        addr: IpAddr,
         port: u16,
         limits: crate::tcp::ListenLimits,
     ) -> Option<u16> {
@@ -208,7 +203,7 @@ impl Services {
     /// Gives an accepted connection its role for its VIP; false when it
     /// was refused (or is already gone).
     fn accept(&mut self, cx: &mut Cx<'_>, id: ConnId) -> bool {
-        let Some(key) = cx.tcp.key(id) else {
+        let Some(local) = cx.tcp.key(id).map(|k| k.local_addr()) else {
             // Accepted and released in one burst (the handshake's ACK, then
             // an RST): nothing to set up; its `Closed` event follows in the
             // same batch.
@@ -217,7 +212,7 @@ impl Services {
         let Some(vip) = self
             .vips
             .iter()
-            .find(|v| v.addr == key.local && v.port == key.local_port)
+            .find(|v| v.addr == local.ip() && v.port == local.port())
         else {
             // Its VIP went away between the SYN and the handshake's end.
             cx.tcp.abort(id);

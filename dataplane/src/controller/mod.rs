@@ -398,7 +398,7 @@ impl Controller {
             vips.push(VipSpec {
                 name: vip.name.clone(),
                 slot,
-                addr: *addr.ip(),
+                addr: addr.ip(),
                 port: addr.port(),
                 enabled: vip.enabled,
                 tls: tls_config,

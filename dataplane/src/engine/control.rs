@@ -2,7 +2,7 @@
 //! switched between packets, and the control thread's other messages
 //! (pool views, health news, captures), read at every tick.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use super::Engine;
 use crate::app::Application;
@@ -23,8 +23,10 @@ impl<P: Port, A: Application> Engine<P, A> {
         for ep in &mut self.ports {
             ep.iface
                 .retain_addresses(|a| vips.iter().any(|v| v.addr == *a));
+            ep.iface
+                .retain_addresses6(|a| vips.iter().any(|v| v.addr == *a));
         }
-        let wanted: Vec<(Ipv4Addr, u16, bool, ListenLimits, u16)> = vips
+        let wanted: Vec<(IpAddr, u16, bool, ListenLimits, u16)> = vips
             .iter()
             .map(|v| (v.addr, v.port, v.enabled, v.limits, v.slot))
             .collect();
@@ -38,7 +40,20 @@ impl<P: Port, A: Application> Engine<P, A> {
     }
 
     /// Makes `addr` an extra address of the port whose subnet holds it.
-    pub(super) fn claim_address(&mut self, addr: Ipv4Addr) {
+    pub(super) fn claim_address(&mut self, addr: IpAddr) {
+        let addr = match addr {
+            IpAddr::V4(a) => a,
+            IpAddr::V6(a) => {
+                if !self.ports.iter().any(|ep| ep.iface.owns(addr)) {
+                    for ep in &mut self.ports {
+                        if ep.iface.add_address6(a) {
+                            break;
+                        }
+                    }
+                }
+                return;
+            }
+        };
         if !self.ports.iter().any(|ep| ep.iface.is_local(addr)) {
             if let Some(ep) = self
                 .ports

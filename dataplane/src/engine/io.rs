@@ -35,6 +35,18 @@ pub(super) fn receive<P: Port>(
                 counters.drop(reason.into());
             }
         }
+        Verdict::Tcp6 {
+            src,
+            dst,
+            start,
+            end,
+            checksum,
+        } => {
+            let segment = &buf.data()[start..end];
+            if let Err(reason) = tcp.input_checked(now, src, dst, segment, checksum) {
+                counters.drop(reason.into());
+            }
+        }
         other => {
             queue(ep, buf, other, now, burst, counters);
         }
@@ -151,7 +163,7 @@ pub(super) fn queue<P: Port>(
                 flush(ep, now, counters);
             }
         }
-        Verdict::Consumed | Verdict::Tcp { .. } => {}
+        Verdict::Consumed | Verdict::Tcp { .. } | Verdict::Tcp6 { .. } => {}
         Verdict::Drop(reason) => counters.drop(reason),
         Verdict::AwaitNeighbor(hop) => {
             if ep.unresolved.len() == MAX_UNRESOLVED {

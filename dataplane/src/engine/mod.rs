@@ -158,13 +158,13 @@ impl<P: Port> Engine<P> {
     /// Serves the built-in HTTP responder on `addr:port` (a VIP). An
     /// address that is not a port's own becomes an extra address of the port
     /// whose subnet holds it (answered in ARP and ICMP).
-    pub fn listen(&mut self, addr: Ipv4Addr, port: u16) {
-        self.add_vip(addr, port, None, None);
+    pub fn listen(&mut self, addr: impl Into<IpAddr>, port: u16) {
+        self.add_vip(addr.into(), port, None, None);
     }
 
     /// Serves the responder behind TLS on `addr:port`.
-    pub fn listen_tls(&mut self, addr: Ipv4Addr, port: u16, config: TlsConfig) {
-        self.add_vip(addr, port, Some(config), None);
+    pub fn listen_tls(&mut self, addr: impl Into<IpAddr>, port: u16, config: TlsConfig) {
+        self.add_vip(addr.into(), port, Some(config), None);
     }
 
     /// Adds a backend pool; returns its index for [`Engine::listen_pool`].
@@ -174,11 +174,17 @@ impl<P: Port> Engine<P> {
 
     /// Forwards connections to `addr:port` (decrypted first when `tls`) to
     /// members of pool `pool`.
-    pub fn listen_pool(&mut self, addr: Ipv4Addr, port: u16, tls: Option<TlsConfig>, pool: usize) {
-        self.add_vip(addr, port, tls, u16::try_from(pool).ok());
+    pub fn listen_pool(
+        &mut self,
+        addr: impl Into<IpAddr>,
+        port: u16,
+        tls: Option<TlsConfig>,
+        pool: usize,
+    ) {
+        self.add_vip(addr.into(), port, tls, u16::try_from(pool).ok());
     }
 
-    fn add_vip(&mut self, addr: Ipv4Addr, port: u16, tls: Option<TlsConfig>, pool: Option<u16>) {
+    fn add_vip(&mut self, addr: IpAddr, port: u16, tls: Option<TlsConfig>, pool: Option<u16>) {
         self.claim_address(addr);
         self.tcp.listen(addr, port);
         self.app.add_vip(addr, port, tls, pool);
@@ -186,7 +192,8 @@ impl<P: Port> Engine<P> {
 
     /// Sets what VIP `addr:port`'s listener admits on this engine (as a
     /// snapshot's VIP limits do).
-    pub fn set_vip_limits(&mut self, addr: Ipv4Addr, port: u16, limits: ListenLimits) {
+    pub fn set_vip_limits(&mut self, addr: impl Into<IpAddr>, port: u16, limits: ListenLimits) {
+        let addr = addr.into();
         if let Some(slot) = self.app.set_vip_limits(addr, port, limits) {
             self.tcp.listen_with(addr, port, limits, Some(slot));
         }
@@ -249,8 +256,8 @@ impl<P: Port, A: Application> Engine<P, A> {
 
     /// Adds `addr` to the port whose subnet holds it (answered in ARP and
     /// ICMP, usable as a source address).
-    pub fn add_address(&mut self, addr: Ipv4Addr) {
-        self.claim_address(addr);
+    pub fn add_address(&mut self, addr: impl Into<IpAddr>) {
+        self.claim_address(addr.into());
     }
 
     /// Announces every address of every port (gratuitous ARP, RFC 5227
@@ -359,7 +366,11 @@ impl<P: Port, A: Application> Engine<P, A> {
     pub fn add_port(&mut self, port: P, mut iface: InterfaceConfig) {
         iface.mac = port.mac();
         let steering = port.rss_steering();
-        self.uplinks.push(Uplink { iface, steering });
+        self.uplinks.push(Uplink {
+            iface,
+            ipv6: None,
+            steering,
+        });
         let mut interface = Interface::new(iface);
         interface.set_checksum_offload(port.checksum_offload());
         let segmentation = io::segmentation_max(&port);
@@ -389,6 +400,9 @@ impl<P: Port, A: Application> Engine<P, A> {
     /// Turns IPv6 on for port `i` (added last by [`Engine::add_port`]
     /// when `i` is the last index): its link-local address and `cfg`'s.
     pub fn enable_ipv6(&mut self, i: usize, cfg: crate::net::Ipv6Config) {
+        if let Some(u) = self.uplinks.get_mut(i) {
+            u.ipv6 = Some(cfg.clone());
+        }
         if let Some(ep) = self.ports.get_mut(i) {
             ep.iface.enable_ipv6(cfg);
         }
@@ -567,7 +581,7 @@ impl<P: Port, A: Application> Engine<P, A> {
         // full) stops it: TCP keeps what it did not send and sends it on a
         // later iteration, nothing is counted as sent that was dropped.
         self.tcp.transmit(now, |seg| {
-            let Some(ep) = ports.iter_mut().find(|ep| ep.iface.is_local(seg.src)) else {
+            let Some(ep) = ports.iter_mut().find(|ep| ep.iface.owns(seg.src)) else {
                 counters.drop(DropReason::NoRoute);
                 return true;
             };

@@ -3,11 +3,12 @@
 //! and on a port with IPv6 addresses Neighbor Advertisements and ICMPv6
 //! echo replies) in place.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use smoltcp::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
     Icmpv4Message, Icmpv4Packet, IpProtocol, Ipv4Packet, ETHERNET_HEADER_LEN, IPV4_HEADER_LEN,
+    IPV6_HEADER_LEN,
 };
 
 use super::arp::ArpCache;
@@ -80,6 +81,14 @@ pub enum Verdict {
     Tcp {
         src: Ipv4Addr,
         dst: Ipv4Addr,
+        start: usize,
+        end: usize,
+        checksum: Check,
+    },
+    /// A TCP segment over IPv6 for us, as [`Verdict::Tcp`].
+    Tcp6 {
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
         start: usize,
         end: usize,
         checksum: Check,
@@ -223,6 +232,34 @@ impl Interface {
         ip == self.cfg.addr || self.extra.binary_search(&ip).is_ok()
     }
 
+    /// Whether `ip`, of either family, is one of this interface's
+    /// addresses.
+    pub fn owns(&self, ip: IpAddr) -> bool {
+        match ip {
+            IpAddr::V4(a) => self.is_local(a),
+            IpAddr::V6(a) => self.ipv6.as_ref().is_some_and(|v6| v6.is_local(a)),
+        }
+    }
+
+    /// Adds an IPv6 address of ours (a VIP's); false when the port has no
+    /// IPv6 or the address is not on one of its prefixes.
+    pub fn add_address6(&mut self, ip: Ipv6Addr) -> bool {
+        match &mut self.ipv6 {
+            Some(v6) if v6.next_hop(ip) == Some(ip) => {
+                v6.add_address(ip);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Keeps the added IPv6 addresses `keep` holds true for.
+    pub fn retain_addresses6(&mut self, keep: impl FnMut(&Ipv6Addr) -> bool) {
+        if let Some(v6) = &mut self.ipv6 {
+            v6.retain_addresses(keep);
+        }
+    }
+
     pub fn arp(&self) -> &ArpCache {
         &self.arp
     }
@@ -349,7 +386,12 @@ impl Interface {
         seg: &Outgoing<'_>,
         buf: &mut B,
     ) -> Verdict {
-        let Some(hop) = self.next_hop(seg.dst) else {
+        let (src, dst) = match (seg.src, seg.dst) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => (src, dst),
+            (IpAddr::V6(src), IpAddr::V6(dst)) => return self.write_tcp6(now, src, dst, seg, buf),
+            _ => return Verdict::Drop(DropReason::NoRoute),
+        };
+        let Some(hop) = self.next_hop(dst) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
         let header_len = crate::tcp::wire::header_len(&seg.repr);
@@ -381,10 +423,10 @@ impl Interface {
         ip[8] = 64;
         ip[9] = u8::from(IpProtocol::Tcp);
         ip[10..12].fill(0);
-        ip[12..16].copy_from_slice(&seg.src.octets());
-        ip[16..20].copy_from_slice(&seg.dst.octets());
+        ip[12..16].copy_from_slice(&src.octets());
+        ip[16..20].copy_from_slice(&dst.octets());
         crate::tcp::wire::emit(&seg.repr, tcp);
-        let (src, dst) = (seg.src.octets(), seg.dst.octets());
+        let (src, dst) = (src.octets(), dst.octets());
         if self.tx_checksums_offloaded {
             // What the port starts from (DPDK's rte_ipv4_phdr_cksum): a
             // zero IPv4 checksum, the TCP field holding the pseudo-header.
@@ -413,6 +455,49 @@ impl Interface {
                 Verdict::Transmit
             }
             None => Verdict::AwaitNeighbor(IpAddr::V4(hop)),
+        }
+    }
+
+    /// [`Interface::write_tcp`] over IPv6: a 40-byte header (no options,
+    /// no header checksum), the TCP checksum over the IPv6 pseudo-header
+    /// (RFC 8200 §8.1) in software, no segmentation (TCP does not ask for
+    /// it on IPv6 connections).
+    fn write_tcp6<B: PacketBuf>(
+        &mut self,
+        now: Instant,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        seg: &Outgoing<'_>,
+        buf: &mut B,
+    ) -> Verdict {
+        let Some(v6) = self.ipv6.as_mut() else {
+            return Verdict::Drop(DropReason::NoRoute);
+        };
+        let Some(hop) = v6.next_hop(dst) else {
+            return Verdict::Drop(DropReason::NoRoute);
+        };
+        let header_len = crate::tcp::wire::header_len(&seg.repr);
+        let tcp_len = header_len + seg.repr.payload.len();
+        let frame_len = ETHERNET_HEADER_LEN + IPV6_HEADER_LEN + tcp_len;
+        if frame_len > buf.capacity() || tcp_len > usize::from(u16::MAX) || seg.segment_size > 0 {
+            return Verdict::Drop(DropReason::Oversize);
+        }
+        buf.set_len(frame_len);
+        let (eth, packet) = buf.data_mut().split_at_mut(ETHERNET_HEADER_LEN);
+        eth[6..12].copy_from_slice(self.cfg.mac.as_bytes());
+        eth[12..14].copy_from_slice(&u16::from(EthernetProtocol::Ipv6).to_be_bytes());
+        let (ip, tcp) = packet.split_at_mut(IPV6_HEADER_LEN);
+        crate::net::ipv6::write_header(ip, src, dst, tcp_len, IpProtocol::Tcp, 64);
+        crate::tcp::wire::emit(&seg.repr, tcp);
+        let sum = crate::checksum::tcp6(src.octets(), dst.octets(), &tcp[..tcp_len]);
+        tcp[16..18].copy_from_slice(&sum.to_be_bytes());
+        let mut frame = EthernetFrame::new_unchecked(buf.data_mut());
+        match v6.resolve(hop, now) {
+            Some(mac) => {
+                frame.set_dst_addr(mac);
+                Verdict::Transmit
+            }
+            None => Verdict::AwaitNeighbor(IpAddr::V6(hop)),
         }
     }
 
@@ -506,7 +591,7 @@ impl Interface {
             }
             EthernetProtocol::Ipv6 if self.ipv6.is_some() => {
                 let received = received.saturating_sub(ETHERNET_HEADER_LEN);
-                self.process_ipv6_frame(now, &mut frame, received, counters)
+                self.process_ipv6_frame(now, &mut frame, received, checks.l4, counters)
             }
             _ => (Verdict::Drop(DropReason::UnsupportedEtherType), None),
         }
@@ -517,6 +602,7 @@ impl Interface {
         now: Instant,
         frame: &mut EthernetFrame<&mut [u8]>,
         received: usize,
+        checksum: Check,
         counters: &mut Counters,
     ) -> (Verdict, Option<usize>) {
         let Some(v6) = &mut self.ipv6 else {
@@ -529,6 +615,21 @@ impl Interface {
         let action = v6.process(now, eth_src, frame.payload_mut(), received, counters);
         let (verdict, len) = match action {
             Ok(Ipv6Action::Consumed) => return (Verdict::Consumed, None),
+            Ok(Ipv6Action::Tcp {
+                src,
+                dst,
+                start,
+                end,
+            }) => {
+                let tcp = Verdict::Tcp6 {
+                    src,
+                    dst,
+                    start: ETHERNET_HEADER_LEN + start,
+                    end: ETHERNET_HEADER_LEN + end,
+                    checksum,
+                };
+                return (tcp, None);
+            }
             Err(reason) => return (Verdict::Drop(reason), None),
             Ok(Ipv6Action::ReplyTo { mac, len }) => {
                 frame.set_dst_addr(mac);
@@ -763,8 +864,8 @@ mod tests {
     /// (0: not cut), framed; and the verdict.
     fn framed_as(iface: &mut Interface, payload: &[u8], segment_size: u16) -> (Verdict, DeviceBuf) {
         let seg = Outgoing {
-            src: Ipv4Addr::new(10, 0, 0, 1),
-            dst: Ipv4Addr::new(10, 0, 0, 2),
+            src: Ipv4Addr::new(10, 0, 0, 1).into(),
+            dst: Ipv4Addr::new(10, 0, 0, 2).into(),
             repr: smoltcp::wire::TcpRepr {
                 src_port: 80,
                 dst_port: 40000,

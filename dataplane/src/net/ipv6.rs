@@ -6,11 +6,11 @@
 //! extension headers and options whose type says "discard" are dropped and
 //! counted; what RFC 8200 answers with an ICMPv6 Parameter Problem (an
 //! unknown next header or upper layer, an option that asks for one, a
-//! routing header with segments left) gets one, rate-limited. TCP over
-//! IPv6 is not carried yet: such segments are counted as
-//! `unsupported_protocol` and answered as an upper layer we do not know.
-//! No duplicate address detection is run (addresses are configured), and
-//! Router Advertisements are not taken (the gateway is configured). The
+//! routing header with segments left) gets one, rate-limited. TCP
+//! segments for one of our addresses go to the engine's TCP
+//! ([`Ipv6Action::Tcp`]). Our addresses are checked for duplicates once
+//! (a conflict is counted, the address kept), and Router Advertisements
+//! are not taken (the gateway is configured). The
 //! fixed header is read and written through `smoltcp::wire::Ipv6Packet`;
 //! extension headers and ICMPv6 messages by offset, each bound checked.
 //! docs/architecture.md, "net".
@@ -45,6 +45,7 @@ const MAX_PENDING_SOLICITATIONS: usize = 16;
 const NEXT_HOP_BY_HOP: u8 = 0;
 const NEXT_ROUTING: u8 = 43;
 const NEXT_FRAGMENT: u8 = 44;
+const NEXT_TCP: u8 = 6;
 const NEXT_ICMPV6: u8 = 58;
 const NEXT_NONE: u8 = 59;
 const NEXT_DEST_OPTS: u8 = 60;
@@ -82,6 +83,32 @@ pub struct Ipv6Config {
     pub addresses: Vec<(Ipv6Addr, u8)>,
     /// The default router: link-local or on one of the prefixes.
     pub gateway: Option<Ipv6Addr>,
+}
+
+impl Ipv6Config {
+    /// The next hop towards `dst`: itself when link-local or on one of the
+    /// prefixes, else the gateway.
+    pub fn next_hop(&self, dst: Ipv6Addr) -> Option<Ipv6Addr> {
+        if is_link_local(dst) || self.addresses.iter().any(|&(a, l)| on_prefix(a, dst, l)) {
+            Some(dst)
+        } else {
+            self.gateway
+        }
+    }
+
+    /// The address a connection of ours to `dst` starts from: the one on
+    /// its prefix, else (through the gateway) the first; `None` when
+    /// `dst` is not reached or link-local (not a backend's address).
+    pub fn source_for(&self, dst: Ipv6Addr) -> Option<Ipv6Addr> {
+        if is_link_local(dst) {
+            return None;
+        }
+        let on_link = self.addresses.iter().find(|&&(a, l)| on_prefix(a, dst, l));
+        match on_link {
+            Some(&(a, _)) => Some(a),
+            None => self.gateway.and(self.addresses.first().map(|&(a, _)| a)),
+        }
+    }
 }
 
 /// The link-local address of a MAC (RFC 4291 appendix A: the modified
@@ -146,6 +173,14 @@ pub enum Ipv6Action {
     ReplyVia { hop: Ipv6Addr, len: usize },
     /// Taken (an advertisement learned from); nothing to send.
     Consumed,
+    /// A TCP segment for one of our addresses at `start..end` of the
+    /// packet (past any extension headers), from `src` to `dst`.
+    Tcp {
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        start: usize,
+        end: usize,
+    },
 }
 
 /// One port's IPv6 host state.
@@ -164,6 +199,8 @@ pub struct Ipv6Host {
     report_at: Instant,
     /// Our addresses still to check for duplicates (last first).
     dad: Vec<Ipv6Addr>,
+    /// Addresses of ours beyond the configured ones (VIPs), sorted.
+    extra: Vec<Ipv6Addr>,
 }
 
 impl Ipv6Host {
@@ -178,7 +215,24 @@ impl Ipv6Host {
             reports_left: 0,
             report_at: Instant::ZERO,
             dad: Vec::new(),
+            extra: Vec::new(),
         }
+    }
+
+    /// Adds an address of ours (a VIP's) beside the configured ones:
+    /// answered in Neighbor Discovery, taken by TCP, in the groups
+    /// reported from the next report on.
+    pub fn add_address(&mut self, a: Ipv6Addr) {
+        if !self.is_local(a) {
+            if let Err(at) = self.extra.binary_search(&a) {
+                self.extra.insert(at, a);
+            }
+        }
+    }
+
+    /// Keeps the added addresses `keep` holds true for.
+    pub fn retain_addresses(&mut self, keep: impl FnMut(&Ipv6Addr) -> bool) {
+        self.extra.retain(keep);
     }
 
     pub fn link_local(&self) -> Ipv6Addr {
@@ -195,7 +249,9 @@ impl Ipv6Host {
 
     /// Whether `a` is one of this port's unicast addresses.
     pub fn is_local(&self, a: Ipv6Addr) -> bool {
-        self.unicast().any(|x| x == a)
+        a == self.link_local
+            || self.cfg.addresses.iter().any(|&(x, _)| x == a)
+            || self.extra.binary_search(&a).is_ok()
     }
 
     /// Whether a packet to `a` is for this port: a unicast address of
@@ -218,17 +274,7 @@ impl Ipv6Host {
     /// The next hop towards `dst`: itself when link-local or on one of the
     /// prefixes, else the gateway.
     pub fn next_hop(&self, dst: Ipv6Addr) -> Option<Ipv6Addr> {
-        if is_link_local(dst)
-            || self
-                .cfg
-                .addresses
-                .iter()
-                .any(|&(a, l)| on_prefix(a, dst, l))
-        {
-            Some(dst)
-        } else {
-            self.cfg.gateway
-        }
+        self.cfg.next_hop(dst)
     }
 
     /// Our source address towards `dst`: a configured address on its
@@ -292,7 +338,7 @@ impl Ipv6Host {
             self.source_for(target)
         };
         let (ip, icmp) = frame[14..].split_at_mut(HEADER_LEN);
-        write_header(ip, src, group, icmp_len, 255);
+        write_header(ip, src, group, icmp_len, IpProtocol::Icmpv6, 255);
         icmp[0] = ICMP_NEIGHBOR_SOLICIT;
         icmp[8..24].copy_from_slice(&target.octets());
         if !dad {
@@ -339,6 +385,22 @@ impl Ipv6Host {
             return Err(DropReason::Malformed);
         }
         let start = match upper_layer(pkt, end) {
+            Ok((NEXT_TCP, start)) => {
+                // TCP only to a unicast address of ours (RFC 9293 §3.9.1
+                // has no multicast), from a unicast one.
+                if !self.is_local(dst) {
+                    return Err(DropReason::NotForUs);
+                }
+                if src.is_unspecified() {
+                    return Err(DropReason::Malformed);
+                }
+                return Ok(Ipv6Action::Tcp {
+                    src,
+                    dst,
+                    start,
+                    end,
+                });
+            }
             Ok((_, start)) => start, // ICMPv6
             Err(Refusal {
                 reason,
@@ -370,7 +432,7 @@ impl Ipv6Host {
                 };
                 let len = end - start;
                 pkt.copy_within(start..end, HEADER_LEN);
-                write_header(pkt, from, src, len, 64);
+                write_header(pkt, from, src, len, IpProtocol::Icmpv6, 64);
                 let icmp = &mut pkt[HEADER_LEN..HEADER_LEN + len];
                 icmp[0] = ICMP_ECHO_REPLY;
                 icmp[2..4].fill(0);
@@ -408,7 +470,7 @@ impl Ipv6Host {
                 if pkt.len() < HEADER_LEN + ND_LEN {
                     return Err(DropReason::Oversize);
                 }
-                write_header(pkt, target, to_ip, ND_LEN, 255);
+                write_header(pkt, target, to_ip, ND_LEN, IpProtocol::Icmpv6, 255);
                 let icmp = &mut pkt[HEADER_LEN..HEADER_LEN + ND_LEN];
                 icmp.fill(0);
                 icmp[0] = ICMP_NEIGHBOR_ADVERT;
@@ -501,7 +563,9 @@ impl Ipv6Host {
 
     /// Our unicast addresses: the link-local one, then the configured.
     fn unicast(&self) -> impl Iterator<Item = Ipv6Addr> + '_ {
-        std::iter::once(self.link_local).chain(self.cfg.addresses.iter().map(|&(a, _)| a))
+        std::iter::once(self.link_local)
+            .chain(self.cfg.addresses.iter().map(|&(a, _)| a))
+            .chain(self.extra.iter().copied())
     }
 
     /// Writes an MLDv2 Report of every group into `frame` (RFC 3810 §5.2:
@@ -519,8 +583,15 @@ impl Ipv6Host {
         frame[6..12].copy_from_slice(self.mac.as_bytes());
         frame[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
         let (ip, rest) = frame[14..].split_at_mut(HEADER_LEN);
-        write_header(ip, self.link_local, MLD_REPORTS, 8 + icmp_len, 1);
-        ip[6] = NEXT_HOP_BY_HOP;
+        let hop_by_hop = IpProtocol::HopByHop;
+        write_header(
+            ip,
+            self.link_local,
+            MLD_REPORTS,
+            8 + icmp_len,
+            hop_by_hop,
+            1,
+        );
         // Hop-by-hop: Router Alert (MLD), then PadN of two bytes.
         rest[..8].copy_from_slice(&[NEXT_ICMPV6, 0, 5, 2, 0, 0, 1, 0]);
         let icmp = &mut rest[8..];
@@ -577,7 +648,7 @@ impl Ipv6Host {
         let quoted = end.min(room);
         pkt.copy_within(..quoted, HEADER_LEN + 8);
         let len = 8 + quoted;
-        write_header(pkt, from, src, len, 64);
+        write_header(pkt, from, src, len, IpProtocol::Icmpv6, 64);
         let icmp = &mut pkt[HEADER_LEN..HEADER_LEN + len];
         icmp[..4].copy_from_slice(&[ICMP_PARAMETER_PROBLEM, problem.code, 0, 0]);
         // Offsets are within a packet of under 64 KiB.
@@ -641,14 +712,22 @@ fn is_solicited_node(a: Ipv6Addr) -> bool {
 }
 
 /// Writes an IPv6 header (traffic class and flow label zero).
-fn write_header(ip: &mut [u8], src: Ipv6Addr, dst: Ipv6Addr, payload_len: usize, hops: u8) {
+pub(crate) fn write_header(
+    ip: &mut [u8],
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    payload_len: usize,
+    next: IpProtocol,
+    hops: u8,
+) {
     let mut ip = Ipv6Packet::new_unchecked(&mut ip[..HEADER_LEN]);
     ip.set_version(6);
     ip.set_traffic_class(0);
     ip.set_flow_label(0);
-    // Callers' payloads are at most a received packet's, under 64 KiB.
+    // Callers' payloads are under 64 KiB (checked by the TCP writer; at
+    // most a received packet's for the others).
     ip.set_payload_len(payload_len as u16);
-    ip.set_next_header(IpProtocol::Icmpv6);
+    ip.set_next_header(next);
     ip.set_hop_limit(hops);
     ip.set_src_addr(src);
     ip.set_dst_addr(dst);
@@ -741,14 +820,14 @@ fn upper_layer(pkt: &[u8], end: usize) -> Result<(u8, usize), Refusal> {
             }
             NEXT_FRAGMENT => return Err(DropReason::Fragment.into()),
             NEXT_NONE => return Err(DropReason::UnsupportedProtocol.into()),
-            NEXT_ICMPV6 => return Ok((next, at)),
+            NEXT_ICMPV6 | NEXT_TCP => return Ok((next, at)),
             // AH, ESP, Mobility, HIP, Shim6, experimental: extension
             // headers we do not take.
             50 | 51 | 135 | 139 | 140 | 253 | 254 => {
                 let code = PROBLEM_NEXT_HEADER;
                 return Err(problem(DropReason::BadExtensionHeader, code, next_at));
             }
-            // An upper layer we do not carry (TCP over IPv6 not yet).
+            // An upper layer we do not carry (UDP among others).
             _ => {
                 let code = PROBLEM_NEXT_HEADER;
                 return Err(problem(DropReason::UnsupportedProtocol, code, next_at));

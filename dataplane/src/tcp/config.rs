@@ -56,6 +56,14 @@ pub struct TcpConfig {
     pub segmentation_max: u32,
 }
 
+impl TcpConfig {
+    /// Our MSS over IPv6: its header is 20 bytes longer (RFC 8200), with
+    /// IPv6's minimum MTU of 1,280 as the floor (1,220).
+    pub fn mss6(&self) -> u16 {
+        self.mss.saturating_sub(20).max(1220)
+    }
+}
+
 impl Default for TcpConfig {
     fn default() -> Self {
         Self {

@@ -19,7 +19,7 @@
 
 use std::hash::Hasher;
 
-use super::{FlowKey, Secret, Seq};
+use super::{FlowAddr, FlowKey, Secret, Seq};
 use crate::time::Instant;
 
 /// MSS values a cookie can carry (the largest not above the peer's is used).
@@ -36,12 +36,15 @@ pub(super) struct SynParams {
     pub sack: bool,
 }
 
-fn mac(secret: &Secret, flow: &FlowKey, client_isn: Seq, period: u64, upper: u32) -> u32 {
+fn mac<I: FlowAddr>(
+    secret: &Secret,
+    flow: &FlowKey<I>,
+    client_isn: Seq,
+    period: u64,
+    upper: u32,
+) -> u32 {
     let mut h = secret.prf(b'c');
-    h.write_u32(u32::from(flow.local));
-    h.write_u32(u32::from(flow.remote));
-    h.write_u16(flow.local_port);
-    h.write_u16(flow.remote_port);
+    flow.hash_tuple(&mut h);
     h.write_u32(client_isn.0);
     h.write_u64(period);
     h.write_u32(upper);
@@ -54,9 +57,9 @@ pub(super) fn period(now: Instant) -> u64 {
 }
 
 /// The cookie (our ISN) for a SYN.
-pub(super) fn encode(
+pub(super) fn encode<I: FlowAddr>(
     secret: &Secret,
-    flow: &FlowKey,
+    flow: &FlowKey<I>,
     client_isn: Seq,
     now: Instant,
     p: SynParams,
@@ -70,9 +73,9 @@ pub(super) fn encode(
 
 /// Checks a cookie returned in an ACK (`cookie` = SEG.ACK − 1,
 /// `client_isn` = SEG.SEQ − 1) and recovers the SYN's parameters.
-pub(super) fn decode(
+pub(super) fn decode<I: FlowAddr>(
     secret: &Secret,
-    flow: &FlowKey,
+    flow: &FlowKey<I>,
     client_isn: Seq,
     cookie: Seq,
     now: Instant,

@@ -14,29 +14,30 @@
 //! refuses a new connection and never counts against `max_connections`.
 
 use std::collections::HashMap;
+use std::net::Ipv4Addr;
 
 use super::time_wait::{TimeWait, TimeWaitTable};
-use super::{ConnId, FlowHashing, FlowKey};
+use super::{ConnId, FlowAddr, FlowHashing, FlowKey};
 use crate::time::Instant;
 
-type Map<V> = HashMap<FlowKey, V, FlowHashing>;
+type Map<I, V> = HashMap<FlowKey<I>, V, FlowHashing>;
 
 /// What a lookup found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Found {
+pub(super) enum Found<I = Ipv4Addr> {
     Conn(ConnId),
-    TimeWait(TimeWait),
+    TimeWait(TimeWait<I>),
     Nothing,
 }
 
 /// Connections and TIME-WAIT entries of one engine by 4-tuple.
 #[derive(Debug)]
-pub(super) struct FlowTable {
-    conns: Map<ConnId>,
-    time_wait: TimeWaitTable,
+pub(super) struct FlowTable<I = Ipv4Addr> {
+    conns: Map<I, ConnId>,
+    time_wait: TimeWaitTable<I>,
 }
 
-impl FlowTable {
+impl<I: FlowAddr> FlowTable<I> {
     /// A table keeping at most `max_time_wait` TIME-WAIT entries, its
     /// maps hashed under `hashing` (the engine's seed).
     pub fn new(max_time_wait: usize, hashing: FlowHashing) -> Self {
@@ -53,7 +54,7 @@ impl FlowTable {
     }
 
     /// What `key` belongs to: a connection, else TIME-WAIT.
-    pub fn find(&self, key: &FlowKey) -> Found {
+    pub fn find(&self, key: &FlowKey<I>) -> Found<I> {
         if let Some(&id) = self.conns.get(key) {
             return Found::Conn(id);
         }
@@ -64,7 +65,7 @@ impl FlowTable {
     }
 
     /// The connection `key` belongs to.
-    pub fn conn(&self, key: &FlowKey) -> Option<ConnId> {
+    pub fn conn(&self, key: &FlowKey<I>) -> Option<ConnId> {
         self.conns.get(key).copied()
     }
 
@@ -81,32 +82,32 @@ impl FlowTable {
     /// Bytes held (capacities; hashbrown keeps one control byte per
     /// bucket besides the entry).
     pub fn bytes(&self) -> usize {
-        self.conns.capacity() * (std::mem::size_of::<(FlowKey, ConnId)>() + 1)
+        self.conns.capacity() * (std::mem::size_of::<(FlowKey<I>, ConnId)>() + 1)
             + self.time_wait.bytes()
     }
 
     /// Records connection `id` for `key`, which must be free (a
     /// TIME-WAIT entry for it is ended first: [`FlowTable::end_time_wait`]).
-    pub fn insert_conn(&mut self, key: FlowKey, id: ConnId) {
+    pub fn insert_conn(&mut self, key: FlowKey<I>, id: ConnId) {
         debug_assert!(self.time_wait(&key).is_none(), "{key:?} is in TIME-WAIT");
         let old = self.conns.insert(key, id);
         debug_assert!(old.is_none(), "{key:?} was taken");
     }
 
     /// Forgets connection `key`'s entry.
-    pub fn remove_conn(&mut self, key: &FlowKey) {
+    pub fn remove_conn(&mut self, key: &FlowKey<I>) {
         self.conns.remove(key);
     }
 
     /// The TIME-WAIT entry of `key`.
-    pub fn time_wait(&self, key: &FlowKey) -> Option<TimeWait> {
+    pub fn time_wait(&self, key: &FlowKey<I>) -> Option<TimeWait<I>> {
         self.time_wait.get(key)
     }
 
     /// Starts TIME-WAIT for `tw.key` (whose connection has left the
     /// table), recycling the oldest entry when the table is full. With a
     /// bound of 0 nothing is kept.
-    pub fn enter_time_wait(&mut self, tw: TimeWait) {
+    pub fn enter_time_wait(&mut self, tw: TimeWait<I>) {
         debug_assert!(
             !self.conns.contains_key(&tw.key),
             "{:?} has a connection",
@@ -117,12 +118,12 @@ impl FlowTable {
 
     /// Ends TIME-WAIT for `key` early (reopened by a SYN, reused by a
     /// connect).
-    pub fn end_time_wait(&mut self, key: &FlowKey) -> Option<TimeWait> {
+    pub fn end_time_wait(&mut self, key: &FlowKey<I>) -> Option<TimeWait<I>> {
         self.time_wait.remove(key)
     }
 
     /// Restarts the 2 MSL wait of `key` (a retransmitted FIN arrived).
-    pub fn restart_time_wait(&mut self, key: &FlowKey, until: Instant) {
+    pub fn restart_time_wait(&mut self, key: &FlowKey<I>, until: Instant) {
         self.time_wait.restart(key, until);
     }
 

@@ -4,7 +4,7 @@
 //! (a VIP's counter slot). Limits are per engine: the control plane gives
 //! each engine its share of a VIP's.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use crate::time::Instant;
 
@@ -25,11 +25,11 @@ pub struct Refusals {
     pub source_rate: u64,
 }
 
-/// A listener: an address (or `0.0.0.0`) and port, its limits and its
-/// open connections.
+/// A listener: an address (or `0.0.0.0`, `::`) and port, its limits and
+/// its open connections.
 #[derive(Debug)]
 pub(super) struct Listener {
-    pub addr: Ipv4Addr,
+    pub addr: IpAddr,
     pub port: u16,
     /// Index of its refusal counts (`None`: not counted apart).
     pub tag: Option<u16>,
@@ -43,7 +43,7 @@ pub(super) struct Listener {
 }
 
 impl Listener {
-    pub fn new(addr: Ipv4Addr, port: u16, limits: ListenLimits, tag: Option<u16>) -> Self {
+    pub fn new(addr: IpAddr, port: u16, limits: ListenLimits, tag: Option<u16>) -> Self {
         let mut l = Self {
             addr,
             port,
@@ -71,12 +71,13 @@ impl Listener {
         self.limits.max_conns.is_some_and(|m| self.open >= m)
     }
 
-    /// Whether a SYN from `source` may open a connection now; `Err` names
-    /// the limit it is over. `source_hash` (the source's keyed hash) is
-    /// asked for only when a rate limit is set.
+    /// Whether a SYN from `source` (an IPv4 address, an IPv6 /64:
+    /// `FlowAddr::source_id`) may open a connection now; `Err` names the
+    /// limit it is over. `source_hash` (the source's keyed hash) is asked
+    /// for only when a rate limit is set.
     pub fn admit(
         &mut self,
-        source: Ipv4Addr,
+        source: u64,
         source_hash: impl FnOnce() -> u64,
         now: Instant,
     ) -> Result<(), Refusal> {
@@ -123,8 +124,8 @@ const SETS: usize = 1024;
 /// a client cannot aim its addresses at another's set. Fixed size: 64 KiB.
 #[derive(Debug)]
 struct SourceRates {
-    /// `(address, theoretical arrival time in ns)`.
-    entries: Box<[(u32, u64)]>,
+    /// `(source, theoretical arrival time in ns)`.
+    entries: Box<[(u64, u64)]>,
 }
 
 impl SourceRates {
@@ -134,11 +135,11 @@ impl SourceRates {
         }
     }
 
-    fn admit(&mut self, source: Ipv4Addr, hash: u64, now: Instant, rate: u32) -> bool {
+    fn admit(&mut self, source: u64, hash: u64, now: Instant, rate: u32) -> bool {
         const SECOND: u64 = 1_000_000_000;
         let interval = SECOND / u64::from(rate.max(1));
         let now = now.as_nanos();
-        let addr = u32::from(source);
+        let addr = source;
         let set = (hash as usize % SETS) * WAYS;
         let ways = &mut self.entries[set..set + WAYS];
         let i = match ways.iter().position(|e| e.0 == addr && e.1 != 0) {
@@ -168,7 +169,14 @@ impl SourceRates {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
     use std::time::Duration;
+
+    use crate::tcp::FlowAddr;
+
+    fn source(a: Ipv4Addr) -> u64 {
+        a.source_id()
+    }
 
     fn at(ms: u64) -> Instant {
         Instant::ZERO + Duration::from_millis(ms)
@@ -177,7 +185,7 @@ mod tests {
     #[test]
     fn a_source_gets_its_burst_then_its_rate() {
         let mut t = SourceRates::new();
-        let a = Ipv4Addr::new(192, 0, 2, 1);
+        let a = source(Ipv4Addr::new(192, 0, 2, 1));
         let admitted = (0..20).filter(|_| t.admit(a, 7, at(1000), 10)).count();
         assert_eq!(admitted, 10, "one second's worth at once");
         assert!(!t.admit(a, 7, at(1050), 10), "the next one is 100 ms away");
@@ -191,11 +199,11 @@ mod tests {
     #[test]
     fn sources_are_limited_apart_and_many_fit() {
         let mut t = SourceRates::new();
-        let limited = Ipv4Addr::new(198, 51, 100, 9);
+        let limited = source(Ipv4Addr::new(198, 51, 100, 9));
         while t.admit(limited, 3, at(0), 5) {}
         // Other sources of the same set and of every set go on.
         for i in 0..(SETS * WAYS) as u32 {
-            let a = Ipv4Addr::from(0x0a00_0000 + i);
+            let a = source(Ipv4Addr::from(0x0a00_0000 + i));
             assert!(t.admit(a, u64::from(i), at(0), 5), "{a}");
         }
         // Four newcomers shared its set: the least limited of them made
@@ -206,7 +214,7 @@ mod tests {
     #[test]
     fn a_passed_source_makes_room_and_is_forgotten_cleanly() {
         let mut t = SourceRates::new();
-        let ways: Vec<Ipv4Addr> = (1..=WAYS as u32 + 1).map(Ipv4Addr::from).collect();
+        let ways: Vec<u64> = (1..=WAYS as u64 + 1).collect();
         // All in one set, each at its limit at time 0.
         for a in &ways[..WAYS] {
             while t.admit(*a, 0, at(0), 2) {}
@@ -223,7 +231,7 @@ mod tests {
     #[test]
     fn the_connection_cap_counts_open_connections() {
         let mut l = Listener::new(
-            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(10, 0, 0, 1).into(),
             443,
             ListenLimits {
                 max_conns: Some(2),
@@ -231,7 +239,7 @@ mod tests {
             },
             Some(0),
         );
-        let src = Ipv4Addr::new(10, 0, 0, 2);
+        let src = source(Ipv4Addr::new(10, 0, 0, 2));
         assert_eq!(l.admit(src, || 0, at(0)), Ok(()));
         l.open = 2;
         assert_eq!(l.admit(src, || 0, at(0)), Err(Refusal::ConnLimit));

@@ -6,10 +6,10 @@ use super::*;
 
 impl<A: Default> TcpEngine<A> {
     // RFC 9293 §3.10.7.2, LISTEN.
-    pub(super) fn on_listen(
+    pub(super) fn on_listen<I: FlowAddr>(
         &mut self,
         now: Instant,
-        key: FlowKey,
+        key: FlowKey<I>,
         repr: &TcpRepr<'_>,
     ) -> Result<(), SegmentDrop> {
         if !self.accepting {
@@ -56,10 +56,10 @@ impl<A: Default> TcpEngine<A> {
         }
         let iss = self.isn(&key, now);
         let id = self.alloc_slot();
-        let conn = Conn::accept(key, repr, iss, now, &self.cfg);
-        self.install(id, conn);
+        let conn = Conn::accept(I::inline_key(key), I::IPV6, repr, iss, now, &self.cfg);
+        self.install(id, key, conn);
         self.listener_opened(listener, id);
-        self.flows.insert_conn(key, id);
+        I::table_mut(&mut self.flows).insert_conn(key, id);
         self.account(None, Some(State::SynReceived));
         let c = live_mut(&mut self.conns, id).expect("just made");
         mark_dirty(&mut self.dirty, c, id);
@@ -68,14 +68,20 @@ impl<A: Default> TcpEngine<A> {
     }
 
     /// Whether listener `i` admits a SYN for `key` now (counted if not).
-    fn admit(&mut self, i: usize, key: &FlowKey, now: Instant) -> Result<(), limits::Refusal> {
+    fn admit<I: FlowAddr>(
+        &mut self,
+        i: usize,
+        key: &FlowKey<I>,
+        now: Instant,
+    ) -> Result<(), limits::Refusal> {
         let secret = &self.secret;
+        let source = key.remote.source_id();
         let hash = || {
             let mut h = secret.prf(b's');
-            h.write_u32(u32::from(key.remote));
+            h.write_u64(source);
             h.finish()
         };
-        let result = self.listeners[i].admit(key.remote, hash, now);
+        let result = self.listeners[i].admit(source, hash, now);
         if let Err(why) = result {
             self.count_refusal(i, why);
         }
@@ -94,12 +100,16 @@ impl<A: Default> TcpEngine<A> {
         let l = &mut self.listeners[i];
         l.open += 1;
         if let Some(c) = live_mut(&mut self.conns, id) {
-            c.listener = Some(l.addr);
+            c.listener = Some(if l.addr.is_unspecified() {
+                conn::ListenerAddr::Any
+            } else {
+                conn::ListenerAddr::Own
+            });
         }
     }
 
     /// A connection of listener `addr:port` ended.
-    pub(super) fn listener_closed(&mut self, addr: Ipv4Addr, port: u16) {
+    pub(super) fn listener_closed(&mut self, addr: IpAddr, port: u16) {
         if let Some(i) = self
             .listeners
             .iter()
@@ -114,10 +124,10 @@ impl<A: Default> TcpEngine<A> {
     }
 
     /// Answers a SYN statelessly with a cookie SYN-ACK.
-    fn send_cookie(
+    fn send_cookie<I: FlowAddr>(
         &mut self,
         now: Instant,
-        key: FlowKey,
+        key: FlowKey<I>,
         syn: &TcpRepr<'_>,
     ) -> Result<(), SegmentDrop> {
         if self.cookie_synacks.len() >= MAX_COOKIE_SYNACKS {
@@ -126,14 +136,18 @@ impl<A: Default> TcpEngine<A> {
         }
         let client_isn = Seq(syn.seq_number.0 as u32);
         let params = cookie::SynParams {
-            mss: syn.max_seg_size.unwrap_or(536).min(self.cfg.mss),
+            mss: syn.max_seg_size.unwrap_or(536).min(if I::IPV6 {
+                self.cfg.mss6()
+            } else {
+                self.cfg.mss
+            }),
             wscale: syn.window_scale,
             sack: syn.sack_permitted,
         };
         let iss = cookie::encode(&self.secret, &key, client_isn, now, params);
         self.last_cookie = Some(now);
         self.cookie_synacks.push(CookieSynAck {
-            key,
+            key: I::any(key),
             iss,
             ack: client_isn + 1,
             wscale: syn.window_scale.is_some(),
@@ -146,10 +160,10 @@ impl<A: Default> TcpEngine<A> {
 
     /// An ACK to a listener with no connection: the third step of a
     /// handshake answered with a cookie, or a stray segment (reset).
-    fn on_cookie_ack(
+    fn on_cookie_ack<I: FlowAddr>(
         &mut self,
         now: Instant,
-        key: FlowKey,
+        key: FlowKey<I>,
         repr: &TcpRepr<'_>,
         ack: Seq,
     ) -> Result<(), SegmentDrop> {
@@ -188,7 +202,8 @@ impl<A: Default> TcpEngine<A> {
         self.counters.syn_cookies_accepted += 1;
         let id = self.alloc_slot();
         let mut conn = Conn::from_cookie(
-            key,
+            I::inline_key(key),
+            I::IPV6,
             repr,
             ack + u32::MAX,
             client_isn,
@@ -200,9 +215,9 @@ impl<A: Default> TcpEngine<A> {
         );
         let out = conn.input(now, repr, &self.cfg, &mut self.buffers, &mut self.counters);
         let state = conn.state;
-        self.install(id, conn);
+        self.install(id, key, conn);
         self.listener_opened(listener, id);
-        self.flows.insert_conn(key, id);
+        I::table_mut(&mut self.flows).insert_conn(key, id);
         self.account(None, Some(state));
         self.counters.accepted += 1;
         self.events.push(Event::Accepted(id));
@@ -215,12 +230,9 @@ impl<A: Default> TcpEngine<A> {
     /// process's life: F must not change for a 4-tuple, or a new
     /// connection's ISN could fall below an old one's still in a peer's
     /// TIME-WAIT (RFC 6528 §3 on changing the key).
-    pub(super) fn isn(&self, key: &FlowKey, now: Instant) -> Seq {
+    pub(super) fn isn<I: FlowAddr>(&self, key: &FlowKey<I>, now: Instant) -> Seq {
         let mut h = self.secret.prf(b'i');
-        h.write_u32(u32::from(key.local));
-        h.write_u32(u32::from(key.remote));
-        h.write_u16(key.local_port);
-        h.write_u16(key.remote_port);
+        key.hash_tuple(&mut h);
         Seq(h.finish() as u32) + (now.as_nanos() / 4000) as u32
     }
 
@@ -231,10 +243,10 @@ impl<A: Default> TcpEngine<A> {
     /// else a sequence number above the old one's (§3.6.1). Anything else
     /// but a bare ACK at RCV.NXT gets our ACK; a FIN (the peer did not get
     /// our last ACK) restarts the 2 MSL wait.
-    pub(super) fn on_time_wait(
+    pub(super) fn on_time_wait<I: FlowAddr>(
         &mut self,
         now: Instant,
-        tw: TimeWait,
+        tw: TimeWait<I>,
         repr: &TcpRepr<'_>,
     ) -> Result<(), SegmentDrop> {
         let seq = Seq(repr.seq_number.0 as u32);
@@ -246,34 +258,35 @@ impl<A: Default> TcpEngine<A> {
                     _ => seq > tw.rcv_nxt,
                 };
                 if newer {
-                    self.flows.end_time_wait(&tw.key);
+                    I::table_mut(&mut self.flows).end_time_wait(&tw.key);
                     return self.on_listen(now, tw.key, repr);
                 }
             }
-            TcpControl::Fin => self
-                .flows
-                .restart_time_wait(&tw.key, now + self.cfg.time_wait),
+            TcpControl::Fin => {
+                let until = now + self.cfg.time_wait;
+                I::table_mut(&mut self.flows).restart_time_wait(&tw.key, until);
+            }
             _ => {}
         }
         if repr.segment_len() == 0 && seq == tw.rcv_nxt && repr.control != TcpControl::Syn {
             return Ok(());
         }
         if self.time_wait_acks.len() < MAX_RESETS {
-            self.time_wait_acks.push(tw);
+            self.time_wait_acks.push(output::TimeWaitAck::new(&tw));
         }
         Ok(())
     }
 
     // RFC 9293 §3.10.7.1, CLOSED: answer with a reset.
-    pub(super) fn reset_for(&mut self, key: &FlowKey, repr: &TcpRepr<'_>) {
+    pub(super) fn reset_for<I: FlowAddr>(&mut self, key: &FlowKey<I>, repr: &TcpRepr<'_>) {
         if repr.control == TcpControl::Rst {
             return;
         }
         match repr.ack_number {
-            Some(ack) => self.queue_reset(*key, Seq(ack.0 as u32), None),
+            Some(ack) => self.queue_reset(I::any(*key), Seq(ack.0 as u32), None),
             None => {
                 let ack = Seq(repr.seq_number.0 as u32) + repr.segment_len() as u32;
-                self.queue_reset(*key, Seq(0), Some(ack));
+                self.queue_reset(I::any(*key), Seq(0), Some(ack));
             }
         }
     }

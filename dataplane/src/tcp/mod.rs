@@ -26,6 +26,7 @@ mod conn;
 mod cookie;
 mod cubic;
 mod flow_table;
+mod key;
 mod limits;
 mod listen;
 mod output;
@@ -36,7 +37,7 @@ mod timer;
 pub(crate) mod wire;
 
 use std::hash::Hasher;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use smoltcp::wire::{TcpControl, TcpRepr, TcpSeqNumber, TcpTimestampRepr};
@@ -46,6 +47,8 @@ pub use config::{SynCookies, TcpConfig};
 pub use conn::State;
 use conn::{Conn, Input};
 use flow_table::{FlowTable, Found};
+use key::Tables;
+pub use key::{AnyFlowKey, FlowAddr, FlowKey, FlowKey6};
 use limits::Listener;
 pub use limits::{ListenLimits, Refusals};
 pub use seq::Seq;
@@ -101,15 +104,6 @@ fn live_mut<A>(conns: &mut [Option<Conn<A>>], id: ConnId) -> Option<&mut Conn<A>
         .get_mut(id.slot())?
         .as_mut()
         .filter(|c| c.gen == id.gen())
-}
-
-/// A connection's addresses, from our side.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct FlowKey {
-    pub local: Ipv4Addr,
-    pub local_port: u16,
-    pub remote: Ipv4Addr,
-    pub remote_port: u16,
 }
 
 /// What happened to a connection, for the application.
@@ -178,8 +172,9 @@ pub enum SegmentDrop {
 /// A segment to transmit: addresses and the TCP header and payload.
 #[derive(Debug)]
 pub struct Outgoing<'a> {
-    pub src: Ipv4Addr,
-    pub dst: Ipv4Addr,
+    /// Both of one family.
+    pub src: IpAddr,
+    pub dst: IpAddr,
     pub repr: TcpRepr<'a>,
     /// The port is to cut the payload into segments of this many bytes
     /// (TCP segmentation offload); 0: the segment goes as it is.
@@ -343,12 +338,27 @@ impl Hasher for FxHasher {
 /// A reset owed to a segment that matched no connection.
 #[derive(Debug, Clone, Copy)]
 struct Reset {
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
+    src: IpAddr,
+    dst: IpAddr,
     src_port: u16,
     dst_port: u16,
     seq: Seq,
     ack: Option<Seq>,
+}
+
+impl Reset {
+    /// A reset from our side of `key`.
+    fn new(key: AnyFlowKey, seq: Seq, ack: Option<Seq>) -> Self {
+        let (local, remote) = (key.local_addr(), key.remote_addr());
+        Self {
+            src: local.ip(),
+            dst: remote.ip(),
+            src_port: local.port(),
+            dst_port: remote.port(),
+            seq,
+            ack,
+        }
+    }
 }
 
 /// How long a 4-tuple stays in TIME-WAIT before `connect` may reuse it
@@ -363,7 +373,7 @@ const MAX_COOKIE_SYNACKS: usize = 256;
 /// A stateless SYN-ACK owed to a SYN answered with a cookie.
 #[derive(Debug, Clone, Copy)]
 struct CookieSynAck {
-    key: FlowKey,
+    key: AnyFlowKey,
     iss: Seq,
     ack: Seq,
     wscale: bool,
@@ -379,8 +389,12 @@ pub struct TcpEngine<A> {
     listeners: Vec<Listener>,
     /// SYNs refused by listener limits, by listener tag (a VIP's slot).
     refused: Vec<Refusals>,
-    flows: FlowTable,
+    flows: Tables,
     conns: Vec<Option<Conn<A>>>,
+    /// The 4-tuples of IPv6 connections by slot (their control blocks
+    /// hold only the ports, so IPv4's stay as small as they were); an
+    /// entry is meaningful while its slot holds an IPv6 connection.
+    keys6: Vec<FlowKey6>,
     /// Free slots, each with the generation its next connection gets.
     free: Vec<ConnId>,
     /// Slots of connections released since the last `drain_events`, and
@@ -398,7 +412,7 @@ pub struct TcpEngine<A> {
     remains: read::Remains,
     /// Connections past their handshake in TIME-WAIT: compact entries.
     /// ACKs owed from TIME-WAIT entries (bounded per iteration).
-    time_wait_acks: Vec<TimeWait>,
+    time_wait_acks: Vec<output::TimeWaitAck>,
     closed_batch: std::collections::VecDeque<A>,
     /// Listeners take new connections (false while draining: SYNs are
     /// answered with a reset).
@@ -428,8 +442,12 @@ impl<A: Default> TcpEngine<A> {
             cfg,
             listeners: Vec::new(),
             refused: Vec::new(),
-            flows: FlowTable::new(cfg.max_time_wait, secret.flow_hashing()),
+            flows: Tables {
+                v4: FlowTable::new(cfg.max_time_wait, secret.flow_hashing()),
+                v6: FlowTable::new(cfg.max_time_wait, secret.flow_hashing()),
+            },
             conns: Vec::new(),
+            keys6: Vec::new(),
             free: Vec::new(),
             released: Vec::new(),
             closing_slots: Vec::new(),
@@ -471,15 +489,16 @@ impl<A: Default> TcpEngine<A> {
 
     /// Keeps the listeners `keep(addr, port)` holds true for; SYNs to the
     /// others get a reset. Open connections are not touched.
-    pub fn retain_listeners(&mut self, mut keep: impl FnMut(Ipv4Addr, u16) -> bool) {
+    pub fn retain_listeners(&mut self, mut keep: impl FnMut(IpAddr, u16) -> bool) {
         for l in &mut self.listeners {
             l.accepting &= keep(l.addr, l.port);
         }
         self.listeners.retain(|l| l.accepting || l.open > 0);
     }
 
-    /// Accepts connections to `addr:port`.
-    pub fn listen(&mut self, addr: Ipv4Addr, port: u16) {
+    /// Accepts connections to `addr:port` (`0.0.0.0` or `::`: any of the
+    /// family's addresses).
+    pub fn listen(&mut self, addr: impl Into<IpAddr>, port: u16) {
         self.listen_with(addr, port, ListenLimits::default(), None);
     }
 
@@ -488,11 +507,12 @@ impl<A: Default> TcpEngine<A> {
     /// listener takes the new limits.
     pub fn listen_with(
         &mut self,
-        addr: Ipv4Addr,
+        addr: impl Into<IpAddr>,
         port: u16,
         limits: ListenLimits,
         tag: Option<u16>,
     ) {
+        let addr = addr.into();
         if let Some(t) = tag {
             let need = usize::from(t) + 1;
             if self.refused.len() < need {
@@ -522,13 +542,13 @@ impl<A: Default> TcpEngine<A> {
     }
 
     /// The listener taking SYNs to `addr:port` (its own or a wildcard's).
-    fn listener_for(&self, addr: Ipv4Addr, port: u16) -> Option<usize> {
-        let at = |a: Ipv4Addr| {
+    fn listener_for<I: FlowAddr>(&self, addr: I, port: u16) -> Option<usize> {
+        let at = |a: IpAddr| {
             self.listeners
                 .iter()
                 .position(|l| l.accepting && l.addr == a && l.port == port)
         };
-        at(addr).or_else(|| at(Ipv4Addr::UNSPECIFIED))
+        at(addr.ip()).or_else(|| at(I::UNSPECIFIED.ip()))
     }
 
     pub fn counters(&self) -> TcpCounters {
@@ -538,8 +558,9 @@ impl<A: Default> TcpEngine<A> {
         let in_slot = self.states[State::TimeWait as usize];
         c.active = self.flows.conns() as u64 - in_slot;
         c.half_open = self.states[State::SynReceived as usize];
-        c.time_wait = self.flows.time_wait_len() as u64 + in_slot;
-        c.time_wait_recycled = self.flows.recycled();
+        let compact = self.flows.v4.time_wait_len() + self.flows.v6.time_wait_len();
+        c.time_wait = compact as u64 + in_slot;
+        c.time_wait_recycled = self.flows.v4.recycled() + self.flows.v6.recycled();
         c.buffer_bytes = self.buffers.bytes_held() as u64;
         c.buffer_denied = self.buffers.denied();
         c
@@ -550,7 +571,9 @@ impl<A: Default> TcpEngine<A> {
     pub fn state_bytes(&self) -> usize {
         let slot = std::mem::size_of::<Option<Conn<A>>>();
         self.conns.capacity() * slot
-            + self.flows.bytes()
+            + self.flows.v4.bytes()
+            + self.flows.v6.bytes()
+            + self.keys6.capacity() * std::mem::size_of::<FlowKey6>()
             + self.free.capacity() * 4
             + self.timers.entry_bytes()
             + self.buffers.bytes_held()
@@ -589,20 +612,29 @@ impl<A: Default> TcpEngine<A> {
     }
 
     /// Whether `key` is waiting out TIME-WAIT (in the compact table).
-    pub fn in_time_wait(&self, key: &FlowKey) -> bool {
-        self.flows.time_wait(key).is_some()
+    pub fn in_time_wait<I: FlowAddr>(&self, key: &FlowKey<I>) -> bool {
+        I::table(&self.flows).time_wait(key).is_some()
     }
 
     /// Moves a connection in TIME-WAIT whose received bytes are all read
     /// to the compact table and frees its slot (`Event::Closed`, Normal):
     /// the 4-tuple stays protected for 2 MSL at a fraction of the cost.
     fn retire_to_time_wait(&mut self, id: ConnId, now: Instant) {
+        match self.key(id) {
+            Some(AnyFlowKey::V4(key)) => self.retire::<Ipv4Addr>(id, key, now),
+            Some(AnyFlowKey::V6(key)) => self.retire::<Ipv6Addr>(id, key, now),
+            None => {}
+        }
+    }
+
+    /// [`Self::retire_to_time_wait`] for connection `id` of `key`.
+    fn retire<I: FlowAddr>(&mut self, id: ConnId, key: FlowKey<I>, now: Instant) {
         let Some(c) = live(&self.conns, id) else {
             return;
         };
-        let tw = c.time_wait_entry(now, &self.cfg);
+        let tw = c.time_wait_entry(key, now, &self.cfg);
         self.release(id, CloseReason::Normal);
-        self.flows.enter_time_wait(tw);
+        I::table_mut(&mut self.flows).enter_time_wait(tw);
     }
 
     /// Takes the queued events.
@@ -647,8 +679,30 @@ impl<A: Default> TcpEngine<A> {
         live(&self.conns, id).map(|c| c.state)
     }
 
-    pub fn key(&self, id: ConnId) -> Option<FlowKey> {
-        live(&self.conns, id).map(|c| c.key)
+    /// A connection's 4-tuple.
+    pub fn key(&self, id: ConnId) -> Option<AnyFlowKey> {
+        let c = live(&self.conns, id)?;
+        if c.ipv6 {
+            self.keys6.get(id.slot()).copied().map(AnyFlowKey::V6)
+        } else {
+            Some(AnyFlowKey::V4(c.key))
+        }
+    }
+
+    /// A connection's addresses, source (ours) first, for its segments.
+    fn path(keys6: &[FlowKey6], c: &Conn<A>, id: ConnId) -> Option<conn::Path> {
+        Some(if c.ipv6 {
+            let k = keys6.get(id.slot())?;
+            conn::Path {
+                src: IpAddr::V6(k.local),
+                dst: IpAddr::V6(k.remote),
+            }
+        } else {
+            conn::Path {
+                src: IpAddr::V4(c.key.local),
+                dst: IpAddr::V4(c.key.remote),
+            }
+        })
     }
 
     fn conn_mut(&mut self, id: ConnId) -> Option<&mut Conn<A>> {
@@ -660,11 +714,27 @@ impl<A: Default> TcpEngine<A> {
     ///
     /// # Errors
     /// When the 4-tuple is taken or the connection limit is reached.
-    pub fn connect(&mut self, now: Instant, key: FlowKey) -> Result<ConnId, ConnectError> {
-        if self.flows.conn(&key).is_some() {
+    pub fn connect(
+        &mut self,
+        now: Instant,
+        key: impl Into<AnyFlowKey>,
+    ) -> Result<ConnId, ConnectError> {
+        match key.into() {
+            AnyFlowKey::V4(key) => self.connect_in(now, key),
+            AnyFlowKey::V6(key) => self.connect_in(now, key),
+        }
+    }
+
+    fn connect_in<I: FlowAddr>(
+        &mut self,
+        now: Instant,
+        key: FlowKey<I>,
+    ) -> Result<ConnId, ConnectError> {
+        let table = I::table_mut(&mut self.flows);
+        if table.conn(&key).is_some() {
             return Err(ConnectError::InUse);
         }
-        if let Some(tw) = self.flows.time_wait(&key) {
+        if let Some(tw) = table.time_wait(&key) {
             // RFC 6191: our SYN's TSval (a millisecond clock) is above any
             // the old connection sent, so the peer can tell them apart once
             // timestamps were in use; Linux's tcp_tw_reuse waits 1 s more
@@ -672,15 +742,16 @@ impl<A: Default> TcpEngine<A> {
             if tw.ts_recent.is_none() || now + self.cfg.time_wait < tw.until + TIME_WAIT_REUSE {
                 return Err(ConnectError::InUse);
             }
-            self.flows.end_time_wait(&key);
+            table.end_time_wait(&key);
         }
         if self.flows.conns() >= self.cfg.max_conns {
             return Err(ConnectError::TooMany);
         }
         let iss = self.isn(&key, now);
         let id = self.alloc_slot();
-        self.install(id, Conn::connect(key, iss, now, &self.cfg));
-        self.flows.insert_conn(key, id);
+        let conn = Conn::connect(I::inline_key(key), I::IPV6, iss, now, &self.cfg);
+        self.install(id, key, conn);
+        I::table_mut(&mut self.flows).insert_conn(key, id);
         self.account(None, Some(State::SynSent));
         let c = live_mut(&mut self.conns, id).expect("just made");
         mark_dirty(&mut self.dirty, c, id);
@@ -780,8 +851,10 @@ impl<A: Default> TcpEngine<A> {
             return;
         };
         if c.state != State::SynSent {
-            let (key, seq) = (c.key, c.snd_nxt);
-            self.own_reset(key, seq);
+            let seq = c.snd_nxt;
+            if let Some(key) = self.key(id) {
+                self.own_reset(key, seq);
+            }
         }
         self.release(id, CloseReason::Aborted);
     }
@@ -791,11 +864,11 @@ impl<A: Default> TcpEngine<A> {
     ///
     /// # Errors
     /// The reason a malformed or unwanted segment was dropped.
-    pub fn input(
+    pub fn input<I: FlowAddr>(
         &mut self,
         now: Instant,
-        src: Ipv4Addr,
-        dst: Ipv4Addr,
+        src: I,
+        dst: I,
         bytes: &[u8],
     ) -> Result<(), SegmentDrop> {
         self.input_checked(now, src, dst, bytes, Check::Unknown)
@@ -806,11 +879,11 @@ impl<A: Default> TcpEngine<A> {
     ///
     /// # Errors
     /// The reason a malformed or unwanted segment was dropped.
-    pub fn input_checked(
+    pub fn input_checked<I: FlowAddr>(
         &mut self,
         now: Instant,
-        src: Ipv4Addr,
-        dst: Ipv4Addr,
+        src: I,
+        dst: I,
         bytes: &[u8],
         checksum: Check,
     ) -> Result<(), SegmentDrop> {
@@ -820,7 +893,7 @@ impl<A: Default> TcpEngine<A> {
         let checksum_ok = match checksum {
             Check::Good => true,
             Check::Bad => false,
-            Check::Unknown => crate::checksum::tcp_ok(src.octets(), dst.octets(), bytes),
+            Check::Unknown => I::checksum_ok(src, dst, bytes),
         };
         if !checksum_ok {
             return Err(SegmentDrop::BadChecksum);
@@ -833,7 +906,7 @@ impl<A: Default> TcpEngine<A> {
             remote: src,
             remote_port: repr.src_port,
         };
-        let id = match self.flows.find(&key) {
+        let id = match I::table(&self.flows).find(&key) {
             Found::Conn(id) => id,
             Found::TimeWait(tw) => return self.on_time_wait(now, tw, &repr),
             Found::Nothing => {
@@ -848,7 +921,7 @@ impl<A: Default> TcpEngine<A> {
             // A flow entry outlived its connection (never expected:
             // `release` removes both); forget it rather than abort.
             debug_assert!(false, "flow {key:?} maps to a released slot");
-            self.flows.remove_conn(&key);
+            I::table_mut(&mut self.flows).remove_conn(&key);
             return Err(SegmentDrop::NoConnection);
         };
         // RFC 9293 §3.6.1: a new SYN may reopen a connection in TIME-WAIT
@@ -878,9 +951,15 @@ impl<A: Default> TcpEngine<A> {
         })
     }
 
-    /// Puts a new connection in the slot `alloc_slot` gave.
-    fn install(&mut self, id: ConnId, mut conn: Conn<A>) {
+    /// Puts a new connection of `key` in the slot `alloc_slot` gave.
+    fn install<I: FlowAddr>(&mut self, id: ConnId, key: FlowKey<I>, mut conn: Conn<A>) {
         conn.gen = id.gen();
+        if let Some(k6) = I::side_key(key) {
+            if self.keys6.len() <= id.slot() {
+                self.keys6.resize(id.slot() + 1, k6);
+            }
+            self.keys6[id.slot()] = k6;
+        }
         self.conns[id.slot()] = Some(conn);
     }
 
@@ -916,8 +995,10 @@ impl<A: Default> TcpEngine<A> {
             // a peer that is still there does not hang on it.
             if matches!(reason, CloseReason::TimedOut | CloseReason::Deadline) {
                 if let Some(c) = live(&self.conns, id).filter(|c| c.state.is_synchronized()) {
-                    let (key, seq) = (c.key, c.snd_nxt);
-                    self.own_reset(key, seq);
+                    let seq = c.snd_nxt;
+                    if let Some(key) = self.key(id) {
+                        self.own_reset(key, seq);
+                    }
                 }
             }
             self.release(id, reason);
@@ -948,36 +1029,22 @@ impl<A: Default> TcpEngine<A> {
     /// timeout, a deadline). Every one goes out, however many end at once
     /// (at most one per connection slot are ever queued), unlike the
     /// bounded resets for stray segments.
-    fn own_reset(&mut self, key: FlowKey, seq: Seq) {
-        self.own_resets.push(Reset {
-            src: key.local,
-            dst: key.remote,
-            src_port: key.local_port,
-            dst_port: key.remote_port,
-            seq,
-            ack: None,
-        });
+    fn own_reset(&mut self, key: AnyFlowKey, seq: Seq) {
+        self.own_resets.push(Reset::new(key, seq, None));
     }
 
     /// Queues a RST from our side of `key` (bounded per iteration).
-    fn queue_reset(&mut self, key: FlowKey, seq: Seq, ack: Option<Seq>) {
+    fn queue_reset(&mut self, key: AnyFlowKey, seq: Seq, ack: Option<Seq>) {
         if self.resets.len() < MAX_RESETS {
-            self.resets.push(Reset {
-                src: key.local,
-                dst: key.remote,
-                src_port: key.local_port,
-                dst_port: key.remote_port,
-                seq,
-                ack,
-            });
+            self.resets.push(Reset::new(key, seq, ack));
         }
     }
 
     /// Frees a connection's slot, buffers and flow entry.
     fn release(&mut self, id: ConnId, reason: CloseReason) {
-        if live(&self.conns, id).is_none() {
+        let Some(key) = self.key(id) else {
             return;
-        }
+        };
         let Some(mut c) = self.conns[id.slot()].take() else {
             return;
         };
@@ -990,10 +1057,19 @@ impl<A: Default> TcpEngine<A> {
             }
         }
         c.release_buffers(&mut self.buffers);
-        if let Some(addr) = c.listener {
-            self.listener_closed(addr, c.key.local_port);
+        if let Some(l) = c.listener {
+            let local = key.local_addr();
+            let addr = match (l, local.ip()) {
+                (conn::ListenerAddr::Own, ip) => ip,
+                (conn::ListenerAddr::Any, IpAddr::V4(_)) => Ipv4Addr::UNSPECIFIED.into(),
+                (conn::ListenerAddr::Any, IpAddr::V6(_)) => Ipv6Addr::UNSPECIFIED.into(),
+            };
+            self.listener_closed(addr, local.port());
         }
-        self.flows.remove_conn(&c.key);
+        match key {
+            AnyFlowKey::V4(k) => self.flows.v4.remove_conn(&k),
+            AnyFlowKey::V6(k) => self.flows.v6.remove_conn(&k),
+        }
         self.counters.closed += 1;
         if reason == CloseReason::TimedOut {
             self.counters.timeouts += 1;

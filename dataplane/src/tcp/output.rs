@@ -3,10 +3,39 @@
 
 use super::*;
 
+/// The ACK a segment to a TIME-WAIT entry is owed (RFC 9293 §3.10.7.4).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TimeWaitAck {
+    src: IpAddr,
+    dst: IpAddr,
+    src_port: u16,
+    dst_port: u16,
+    snd_nxt: Seq,
+    rcv_nxt: Seq,
+    ts_recent: Option<u32>,
+    window: u16,
+}
+
+impl TimeWaitAck {
+    pub fn new<I: FlowAddr>(tw: &TimeWait<I>) -> Self {
+        Self {
+            src: tw.key.local.ip(),
+            dst: tw.key.remote.ip(),
+            src_port: tw.key.local_port,
+            dst_port: tw.key.remote_port,
+            snd_nxt: tw.snd_nxt,
+            rcv_nxt: tw.rcv_nxt,
+            ts_recent: tw.ts_recent,
+            window: tw.window,
+        }
+    }
+}
+
 impl<A: Default> TcpEngine<A> {
     /// Runs due timers.
     pub fn poll_timers(&mut self, now: Instant) {
-        self.flows.expire(now);
+        self.flows.v4.expire(now);
+        self.flows.v6.expire(now);
         let mut due = std::mem::take(&mut self.fired);
         self.timers.expire(now, |id, at| due.push((id, at)));
         for &(id, at) in &due {
@@ -77,8 +106,8 @@ impl<A: Default> TcpEngine<A> {
         }
         while let Some(tw) = self.time_wait_acks.pop() {
             let repr = TcpRepr {
-                src_port: tw.key.local_port,
-                dst_port: tw.key.remote_port,
+                src_port: tw.src_port,
+                dst_port: tw.dst_port,
                 control: TcpControl::None,
                 seq_number: TcpSeqNumber(tw.snd_nxt.0 as i32),
                 ack_number: Some(TcpSeqNumber(tw.rcv_nxt.0 as i32)),
@@ -93,8 +122,8 @@ impl<A: Default> TcpEngine<A> {
                 payload: &[],
             };
             if !emit(&Outgoing {
-                src: tw.key.local,
-                dst: tw.key.remote,
+                src: tw.src,
+                dst: tw.dst,
                 repr,
                 segment_size: 0,
             }) {
@@ -104,15 +133,20 @@ impl<A: Default> TcpEngine<A> {
             self.counters.segments_out += 1;
         }
         while let Some(c) = self.cookie_synacks.pop() {
+            let (local, remote) = (c.key.local_addr(), c.key.remote_addr());
+            let mss = match c.key {
+                AnyFlowKey::V4(_) => self.cfg.mss,
+                AnyFlowKey::V6(_) => self.cfg.mss6(),
+            };
             let repr = TcpRepr {
-                src_port: c.key.local_port,
-                dst_port: c.key.remote_port,
+                src_port: local.port(),
+                dst_port: remote.port(),
                 control: TcpControl::Syn,
                 seq_number: TcpSeqNumber(c.iss.0 as i32),
                 ack_number: Some(TcpSeqNumber(c.ack.0 as i32)),
                 window_len: self.cfg.buffer_size.min(65535) as u16,
                 window_scale: c.wscale.then_some(self.cfg.window_scale),
-                max_seg_size: Some(self.cfg.mss),
+                max_seg_size: Some(mss),
                 sack_permitted: c.sack,
                 sack_ranges: [None; 3],
                 timestamp: c
@@ -121,8 +155,8 @@ impl<A: Default> TcpEngine<A> {
                 payload: &[],
             };
             if !emit(&Outgoing {
-                src: c.key.local,
-                dst: c.key.remote,
+                src: local.ip(),
+                dst: remote.ip(),
                 repr,
                 segment_size: 0,
             }) {
@@ -139,8 +173,11 @@ impl<A: Default> TcpEngine<A> {
                 continue;
             };
             c.queued = false;
+            let Some(path) = Self::path(&self.keys6, c, id) else {
+                continue;
+            };
             let before = c.state;
-            let blocked = !c.transmit(now, &self.cfg, &mut self.counters, &mut emit);
+            let blocked = !c.transmit(now, &self.cfg, &mut self.counters, path, &mut emit);
             if blocked {
                 c.queued = true;
             }

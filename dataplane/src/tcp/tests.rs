@@ -354,11 +354,14 @@ mod pair_tests {
                 let mut buf = vec![0u8; o.repr.buffer_len()];
                 o.repr.emit(
                     &mut TcpPacket::new_unchecked(&mut buf[..]),
-                    &IpAddress::Ipv4(o.src),
-                    &IpAddress::Ipv4(o.dst),
+                    &IpAddress::from(o.src),
+                    &IpAddress::from(o.dst),
                     &ChecksumCapabilities::default(),
                 );
-                segs.push((o.src, o.dst, buf));
+                let (IpAddr::V4(src), IpAddr::V4(dst)) = (o.src, o.dst) else {
+                    panic!("an IPv6 segment from IPv4 connections");
+                };
+                segs.push((src, dst, buf));
                 true
             });
             segs
@@ -481,7 +484,7 @@ mod pair_tests {
         p.b.close(cb);
         p.b.abort(cb);
         assert_eq!(p.b.splice(cb, next, usize::MAX), 0);
-        assert_eq!(p.b.key(next), Some(key(B, 5001, A, 80)));
+        assert_eq!(p.b.key(next), Some(key(B, 5001, A, 80).into()));
         p.run(1, 5);
         assert_eq!(p.b.state(next), Some(State::Established), "untouched");
         assert_eq!(p.b.send(next, b"fresh"), 5);
@@ -574,7 +577,7 @@ mod pair_tests {
         p.a.listen(A, 80);
         server_closes_first(&mut p, 7000);
         let k = key(A, 80, B, 7000);
-        let tw = p.a.flows.time_wait(&k).expect("in TIME-WAIT");
+        let tw = p.a.flows.v4.time_wait(&k).expect("in TIME-WAIT");
         let now = p.now;
         let (seq, ack) = (tw.rcv_nxt, tw.snd_nxt);
         // RFC 1337: an RST at RCV.NXT does not end TIME-WAIT.

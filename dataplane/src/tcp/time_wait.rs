@@ -30,14 +30,15 @@
 //! entry's own key in the ring, so such a way can only cost an extra
 //! probe, never a wrong answer.
 
-use super::{FlowHashing, FlowKey, Seq};
+use super::{FlowAddr, FlowHashing, FlowKey, Seq};
 use crate::time::Instant;
 use std::hash::BuildHasher;
+use std::net::Ipv4Addr;
 
 /// What TIME-WAIT remembers of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct TimeWait {
-    pub key: FlowKey,
+pub(super) struct TimeWait<I = Ipv4Addr> {
+    pub key: FlowKey<I>,
     /// Our next sequence number (after our FIN).
     pub snd_nxt: Seq,
     /// The peer's next sequence number (after its FIN).
@@ -53,9 +54,9 @@ pub(super) struct TimeWait {
 /// A ring slot: an entry, or the hole one taken out early left. Laid
 /// out by hand (40 bytes; a `TimeWait` and a flag would take 48).
 #[derive(Debug, Clone, Copy)]
-struct Slot {
+struct Slot<I> {
     until: Instant,
-    key: FlowKey,
+    key: FlowKey<I>,
     window: u16,
     live: bool,
     has_ts: bool,
@@ -64,13 +65,13 @@ struct Slot {
     ts_recent: u32,
 }
 
-impl Slot {
-    const EMPTY: Slot = Slot {
+impl<I: FlowAddr> Slot<I> {
+    const EMPTY: Self = Slot {
         until: Instant::ZERO,
         key: FlowKey {
-            local: std::net::Ipv4Addr::UNSPECIFIED,
+            local: I::UNSPECIFIED,
             local_port: 0,
-            remote: std::net::Ipv4Addr::UNSPECIFIED,
+            remote: I::UNSPECIFIED,
             remote_port: 0,
         },
         window: 0,
@@ -81,7 +82,7 @@ impl Slot {
         ts_recent: 0,
     };
 
-    fn new(tw: &TimeWait) -> Self {
+    fn new(tw: &TimeWait<I>) -> Self {
         Slot {
             until: tw.until,
             key: tw.key,
@@ -94,7 +95,7 @@ impl Slot {
         }
     }
 
-    fn entry(&self) -> TimeWait {
+    fn entry(&self) -> TimeWait<I> {
         TimeWait {
             key: self.key,
             snd_nxt: self.snd_nxt,
@@ -132,10 +133,10 @@ const MIN_BUCKETS: usize = 8;
 /// TIME-WAIT entries by 4-tuple, at most `max` of them (the oldest
 /// recycled past that).
 #[derive(Debug)]
-pub(super) struct TimeWaitTable {
+pub(super) struct TimeWaitTable<I = Ipv4Addr> {
     /// The ring: a power of two long (or empty), slot of position `p` at
     /// `p & (len - 1)`.
-    ring: Vec<Slot>,
+    ring: Vec<Slot<I>>,
     head: u32,
     tail: u32,
     /// Live entries (the window's slots less its holes).
@@ -147,7 +148,7 @@ pub(super) struct TimeWaitTable {
     pub recycled: u64,
 }
 
-impl TimeWaitTable {
+impl<I: FlowAddr> TimeWaitTable<I> {
     /// A table keeping at most `max` entries, hashed under `hashing` (the
     /// engine's seed). It grows as entries come, up to ring slots for
     /// 1.5 × `max` (room for holes) and a bucket per four entries.
@@ -176,12 +177,12 @@ impl TimeWaitTable {
 
     /// Bytes held (ring and index).
     pub fn bytes(&self) -> usize {
-        self.ring.capacity() * std::mem::size_of::<Slot>()
+        self.ring.capacity() * std::mem::size_of::<Slot<I>>()
             + self.buckets.capacity() * std::mem::size_of::<Bucket>()
     }
 
     /// The entry of `key`.
-    pub fn get(&self, key: &FlowKey) -> Option<TimeWait> {
+    pub fn get(&self, key: &FlowKey<I>) -> Option<TimeWait<I>> {
         let w = self.find(key)?;
         let pos = self.buckets[w.bucket].pos[w.way];
         Some(self.slot(pos).entry())
@@ -190,7 +191,7 @@ impl TimeWaitTable {
     /// Starts TIME-WAIT for `tw.key` (an entry it had is replaced),
     /// recycling the oldest entry when the table is full. With a bound
     /// of 0 nothing is kept.
-    pub fn insert(&mut self, tw: TimeWait) {
+    pub fn insert(&mut self, tw: TimeWait<I>) {
         if self.max == 0 {
             return;
         }
@@ -216,13 +217,13 @@ impl TimeWaitTable {
 
     /// Takes `key`'s entry out early (reopened by a SYN, reused by a
     /// connect).
-    pub fn remove(&mut self, key: &FlowKey) -> Option<TimeWait> {
+    pub fn remove(&mut self, key: &FlowKey<I>) -> Option<TimeWait<I>> {
         let w = self.find(key)?;
         Some(self.take(w))
     }
 
     /// Frees way `w` and leaves a hole in its ring slot.
-    fn take(&mut self, w: Way) -> TimeWait {
+    fn take(&mut self, w: Way) -> TimeWait<I> {
         let head = self.head;
         let b = &mut self.buckets[w.bucket];
         let pos = b.pos[w.way];
@@ -237,7 +238,7 @@ impl TimeWaitTable {
 
     /// Restarts `key`'s 2 MSL (a retransmitted FIN came): it moves to the
     /// back of the ring, which stays in deadline order.
-    pub fn restart(&mut self, key: &FlowKey, until: Instant) {
+    pub fn restart(&mut self, key: &FlowKey<I>, until: Instant) {
         if let Some(mut tw) = self.remove(key) {
             tw.until = until;
             self.insert(tw);
@@ -252,7 +253,7 @@ impl TimeWaitTable {
     /// Takes the oldest live entry out (holes before it go too); with
     /// `due`, only if its 2 MSL are over by then. Its way needs no
     /// change: `head` has passed its position.
-    fn pop_front(&mut self, due: Option<Instant>) -> Option<TimeWait> {
+    fn pop_front(&mut self, due: Option<Instant>) -> Option<TimeWait<I>> {
         while self.head != self.tail {
             let slot = *self.slot(self.head);
             if slot.live && due.is_some_and(|now| slot.until > now) {
@@ -267,7 +268,7 @@ impl TimeWaitTable {
         None
     }
 
-    fn slot(&self, pos: u32) -> &Slot {
+    fn slot(&self, pos: u32) -> &Slot<I> {
         &self.ring[pos as usize & (self.ring.len() - 1)]
     }
 
@@ -278,13 +279,13 @@ impl TimeWaitTable {
     /// `key`'s home bucket (the hash's low bits) and tag (its top 16);
     /// only while there are buckets (`find` with entries, or after
     /// `make_room`).
-    fn hash(&self, key: &FlowKey) -> (usize, u16) {
+    fn hash(&self, key: &FlowKey<I>) -> (usize, u16) {
         let h = self.hashing.hash_one(key);
         ((h as usize) & (self.buckets.len() - 1), (h >> 48) as u16)
     }
 
     /// The way holding `key`'s live entry.
-    fn find(&self, key: &FlowKey) -> Option<Way> {
+    fn find(&self, key: &FlowKey<I>) -> Option<Way> {
         if self.live == 0 {
             return None;
         }
@@ -293,7 +294,7 @@ impl TimeWaitTable {
     }
 
     /// [`Self::find`] from `key`'s home bucket and tag.
-    fn find_from(&self, key: &FlowKey, mut bucket: usize, tag: u16) -> Option<Way> {
+    fn find_from(&self, key: &FlowKey<I>, mut bucket: usize, tag: u16) -> Option<Way> {
         let mask = self.buckets.len() - 1;
         for _ in 0..self.buckets.len() {
             let b = &self.buckets[bucket];
@@ -315,7 +316,7 @@ impl TimeWaitTable {
 
     /// Records `key` at `pos` in the first free way from its bucket on,
     /// marking the full buckets it passes.
-    fn index(&mut self, key: &FlowKey, pos: u32) {
+    fn index(&mut self, key: &FlowKey<I>, pos: u32) {
         let (home, tag) = self.hash(key);
         self.index_from(home, tag, pos);
     }
@@ -377,7 +378,7 @@ impl TimeWaitTable {
     /// indexed again. O(ring), after at least a third of the ring became
     /// holes.
     fn compact(&mut self) {
-        let entries: Vec<Slot> = (0..self.slots() as u32)
+        let entries: Vec<Slot<I>> = (0..self.slots() as u32)
             .map(|i| *self.slot(self.head.wrapping_add(i)))
             .filter(|s| s.live)
             .collect();
@@ -498,7 +499,7 @@ pub(super) mod tests {
         // a bucket per four entries, no more however many came.
         assert!(t.ring.len() <= 2048);
         assert_eq!(t.buckets.len(), 256);
-        assert_eq!(std::mem::size_of::<Slot>(), 40);
+        assert_eq!(std::mem::size_of::<Slot<std::net::Ipv4Addr>>(), 40);
     }
 
     #[test]

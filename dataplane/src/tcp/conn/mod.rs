@@ -13,6 +13,7 @@ use super::buffer::{BufferPool, RingBuf};
 use super::cubic::Cubic;
 use super::{CloseReason, FlowKey, Seq, TcpConfig};
 use crate::time::Instant;
+pub(super) use output::Path;
 use rack::Rack;
 use sack::Scoreboard;
 
@@ -74,16 +75,29 @@ fn ts_now(now: Instant) -> u32 {
     (now.as_nanos() / 1_000_000) as u32
 }
 
+/// Which listener a passively opened connection counts against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::tcp) enum ListenerAddr {
+    /// The one on the connection's own address.
+    Own,
+    /// The family's wildcard (`0.0.0.0` or `::`).
+    Any,
+}
+
 #[derive(Debug)]
 pub(super) struct Conn<A> {
+    /// The 4-tuple of an IPv4 connection; only the ports of an IPv6 one
+    /// (its addresses: `TcpEngine::keys6`).
     pub key: FlowKey,
+    /// An IPv6 connection (its MSS is 20 bytes less).
+    pub ipv6: bool,
     pub state: State,
     pub app: A,
     /// Reached ESTABLISHED (the application knows it).
     pub accepted: bool,
-    /// The address of the listener whose SYN opened it (its own or
-    /// `0.0.0.0`; counted in that listener's open connections).
-    pub listener: Option<std::net::Ipv4Addr>,
+    /// The listener whose SYN opened it (counted in that listener's open
+    /// connections).
+    pub listener: Option<ListenerAddr>,
     /// On the engine's dirty list.
     pub queued: bool,
     /// The generation of the slot this connection occupies (see `ConnId`).
@@ -217,10 +231,12 @@ struct TlpEpisode {
 impl<A: Default> Conn<A> {
     /// A control block before any segment: SYN-SENT with our ISS, nothing
     /// known of the peer. `accept` and `connect` start from it.
-    fn new(key: FlowKey, iss: Seq, now: Instant, cfg: &TcpConfig) -> Self {
-        let seg_size = u32::from(cfg.mss) - 12;
+    fn new(key: FlowKey, ipv6: bool, iss: Seq, now: Instant, cfg: &TcpConfig) -> Self {
+        let mss = if ipv6 { cfg.mss6() } else { cfg.mss };
+        let seg_size = u32::from(mss) - 12;
         Self {
             key,
+            ipv6,
             state: State::SynSent,
             app: A::default(),
             accepted: false,
@@ -305,7 +321,7 @@ impl<A: Default> Conn<A> {
         self.ts_recent = syn.timestamp.map(|t| t.tsval);
         self.sack_ok = syn.sack_permitted;
         let ts_overhead = if self.ts_recent.is_some() { 12 } else { 0 };
-        self.seg_size = peer_mss(syn.max_seg_size).min(u32::from(cfg.mss)) - ts_overhead;
+        self.seg_size = peer_mss(syn.max_seg_size).min(u32::from(self.our_mss(cfg))) - ts_overhead;
         self.cwnd = 10 * self.seg_size;
         let irs = Seq(syn.seq_number.0 as u32);
         self.rcv_nxt = irs + 1;
@@ -313,15 +329,25 @@ impl<A: Default> Conn<A> {
         self.snd_wl1 = irs;
     }
 
+    /// The MSS we offer: the link's less the IP and TCP headers.
+    pub fn our_mss(&self, cfg: &TcpConfig) -> u16 {
+        if self.ipv6 {
+            cfg.mss6()
+        } else {
+            cfg.mss
+        }
+    }
+
     /// A connection for a SYN that reached a listener (RFC 9293 §3.10.7.2).
     pub fn accept(
         key: FlowKey,
+        ipv6: bool,
         syn: &TcpRepr<'_>,
         iss: Seq,
         now: Instant,
         cfg: &TcpConfig,
     ) -> Self {
-        let mut c = Self::new(key, iss, now, cfg);
+        let mut c = Self::new(key, ipv6, iss, now, cfg);
         c.state = State::SynReceived;
         c.take_syn_options(syn, cfg);
         // The SYN's window is never scaled (RFC 7323 §2.2).
@@ -332,8 +358,8 @@ impl<A: Default> Conn<A> {
     /// An active open (RFC 9293 §3.10.1): a connection in SYN-SENT whose SYN
     /// goes out with the next transmit. The application knows it from the
     /// start (failures end in `Event::Closed`).
-    pub fn connect(key: FlowKey, iss: Seq, now: Instant, cfg: &TcpConfig) -> Self {
-        let mut c = Self::new(key, iss, now, cfg);
+    pub fn connect(key: FlowKey, ipv6: bool, iss: Seq, now: Instant, cfg: &TcpConfig) -> Self {
+        let mut c = Self::new(key, ipv6, iss, now, cfg);
         c.accepted = true;
         c
     }
@@ -388,6 +414,7 @@ impl<A: Default> Conn<A> {
     #[allow(clippy::too_many_arguments)]
     pub fn from_cookie(
         key: FlowKey,
+        ipv6: bool,
         ack_seg: &TcpRepr<'_>,
         iss: Seq,
         irs: Seq,
@@ -411,7 +438,7 @@ impl<A: Default> Conn<A> {
             timestamp: ack_seg.timestamp,
             payload: &[],
         };
-        let mut c = Self::accept(key, &syn, iss, now, cfg);
+        let mut c = Self::accept(key, ipv6, &syn, iss, now, cfg);
         c.sack_ok = sack;
         c.state = State::Established;
         c.accepted = true;
@@ -515,9 +542,14 @@ impl<A: Default> Conn<A> {
     }
 
     /// What the TIME-WAIT table keeps of this connection.
-    pub fn time_wait_entry(&self, now: Instant, cfg: &TcpConfig) -> super::TimeWait {
+    pub fn time_wait_entry<I: super::FlowAddr>(
+        &self,
+        key: super::FlowKey<I>,
+        now: Instant,
+        cfg: &TcpConfig,
+    ) -> super::TimeWait<I> {
         super::TimeWait {
-            key: self.key,
+            key,
             snd_nxt: self.snd_nxt,
             rcv_nxt: self.rcv_nxt,
             ts_recent: self.ts_recent,

@@ -9,6 +9,14 @@ use crate::tcp::buffer::RingBuf;
 use crate::tcp::{CloseReason, Outgoing, Seq, TcpConfig, TcpCounters};
 use crate::time::Instant;
 
+/// Where a connection's segments go: our address and the peer's (the
+/// engine's, for an IPv6 connection's control block holds only ports).
+#[derive(Debug, Clone, Copy)]
+pub(in crate::tcp) struct Path {
+    pub src: std::net::IpAddr,
+    pub dst: std::net::IpAddr,
+}
+
 impl<A: Default> Conn<A> {
     pub fn next_deadline(&self, _now: Instant, cfg: &TcpConfig) -> Option<Instant> {
         let mut at: Option<Instant> = None;
@@ -228,39 +236,40 @@ impl<A: Default> Conn<A> {
         now: Instant,
         cfg: &TcpConfig,
         counters: &mut TcpCounters,
+        to: Path,
         emit: &mut impl FnMut(&Outgoing<'_>) -> bool,
     ) -> bool {
-        let (src, dst) = (self.key.local, self.key.remote);
+        let Path { src, dst } = to;
         if self.state == State::SynSent {
-            return !self.synack_needed || self.emit_syn(now, cfg, counters, emit);
+            return !self.synack_needed || self.emit_syn(now, cfg, counters, to, emit);
         }
         if self.state == State::SynReceived {
             if self.synack_needed {
-                if !self.emit_syn(now, cfg, counters, emit) {
+                if !self.emit_syn(now, cfg, counters, to, emit) {
                     return false;
                 }
             } else if self.ack_now {
                 // An unacceptable segment (e.g. the peer's SYN-ACK crossing
                 // ours in a simultaneous open) is answered with an ACK.
-                if !self.emit_ack(now, cfg, counters, emit) {
+                if !self.emit_ack(now, cfg, counters, to, emit) {
                     return false;
                 }
             }
             return true;
         }
         if self.state == State::TimeWait {
-            return !self.ack_now || self.emit_ack(now, cfg, counters, emit);
+            return !self.ack_now || self.emit_ack(now, cfg, counters, to, emit);
         }
 
         let data_len = self.send.as_ref().map_or(0, RingBuf::len) as u32;
         let data_end = self.buf_seq + data_len;
-        if self.fast_rtx && !self.emit_retransmissions(now, cfg, counters, emit, data_end) {
+        if self.fast_rtx && !self.emit_retransmissions(now, cfg, counters, to, emit, data_end) {
             return false;
         }
-        if self.tlp_rtx && !self.emit_tail_probe(now, cfg, counters, emit, data_end) {
+        if self.tlp_rtx && !self.emit_tail_probe(now, cfg, counters, to, emit, data_end) {
             return false;
         }
-        if !self.emit_new(now, cfg, counters, emit, data_end) {
+        if !self.emit_new(now, cfg, counters, to, emit, data_end) {
             return false;
         }
         if self.ka_probe {
@@ -285,7 +294,7 @@ impl<A: Default> Conn<A> {
             self.rto_at = Some(now + self.rto);
         }
         if self.ack_now {
-            return self.emit_ack(now, cfg, counters, emit);
+            return self.emit_ack(now, cfg, counters, to, emit);
         }
         true
     }
@@ -308,6 +317,7 @@ impl<A: Default> Conn<A> {
         now: Instant,
         cfg: &TcpConfig,
         counters: &mut TcpCounters,
+        to: Path,
         emit: &mut impl FnMut(&Outgoing<'_>) -> bool,
         data_end: Seq,
     ) -> bool {
@@ -347,7 +357,8 @@ impl<A: Default> Conn<A> {
             let len = (hole_end - at)
                 .min(self.data_room())
                 .min(data_end.max(at) - at);
-            let Some(sent) = self.resend(now, cfg, counters, emit, at, len, self.fin_seq) else {
+            let Some(sent) = self.resend(now, cfg, counters, to, emit, at, len, self.fin_seq)
+            else {
                 self.fast_rtx = true;
                 return false;
             };
@@ -373,6 +384,7 @@ impl<A: Default> Conn<A> {
         now: Instant,
         cfg: &TcpConfig,
         counters: &mut TcpCounters,
+        to: Path,
         emit: &mut impl FnMut(&Outgoing<'_>) -> bool,
         data_end: Seq,
     ) -> bool {
@@ -388,7 +400,7 @@ impl<A: Default> Conn<A> {
             0
         };
         let at = data_sent_end + len.wrapping_neg();
-        let Some(sent) = self.resend(now, cfg, counters, emit, at, len, fin_sent) else {
+        let Some(sent) = self.resend(now, cfg, counters, to, emit, at, len, fin_sent) else {
             return false;
         };
         self.tlp_rtx = false;
@@ -429,6 +441,7 @@ impl<A: Default> Conn<A> {
         now: Instant,
         cfg: &TcpConfig,
         counters: &mut TcpCounters,
+        to: Path,
         emit: &mut impl FnMut(&Outgoing<'_>) -> bool,
         at: Seq,
         len: u32,
@@ -447,8 +460,8 @@ impl<A: Default> Conn<A> {
         };
         let repr = self.repr(cfg, now, control, at, payload);
         if !emit(&Outgoing {
-            src: self.key.local,
-            dst: self.key.remote,
+            src: to.src,
+            dst: to.dst,
             repr,
             segment_size: 0,
         }) {
@@ -467,10 +480,11 @@ impl<A: Default> Conn<A> {
         now: Instant,
         cfg: &TcpConfig,
         counters: &mut TcpCounters,
+        to: Path,
         emit: &mut impl FnMut(&Outgoing<'_>) -> bool,
         data_end: Seq,
     ) -> bool {
-        let (src, dst) = (self.key.local, self.key.remote);
+        let Path { src, dst } = to;
         loop {
             // Bytes the peer holds out of order are not in the network.
             let in_flight = (self.snd_nxt - self.snd_una).saturating_sub(self.scoreboard.bytes());
@@ -579,9 +593,10 @@ impl<A: Default> Conn<A> {
     /// Most new payload bytes for one segment handed to the port: one
     /// `segment` (the data room of a segment), or as many whole ones as
     /// fit `cfg.segmentation_max` where the port cuts them (TSO), and a
-    /// segment size the port's 16-bit field can carry.
+    /// segment size the port's 16-bit field can carry. IPv6 segments are
+    /// not offloaded yet (docs/ipv6.md): one segment each.
     fn send_room(&self, cfg: &TcpConfig, segment: u32) -> u32 {
-        if cfg.segmentation_max <= segment || segment > u32::from(u16::MAX) {
+        if self.ipv6 || cfg.segmentation_max <= segment || segment > u32::from(u16::MAX) {
             return segment;
         }
         cfg.segmentation_max / segment * segment
@@ -594,11 +609,12 @@ impl<A: Default> Conn<A> {
         now: Instant,
         cfg: &TcpConfig,
         counters: &mut TcpCounters,
+        to: Path,
         emit: &mut impl FnMut(&Outgoing<'_>) -> bool,
     ) -> bool {
         let active = self.state == State::SynSent;
         let mut repr = self.repr(cfg, now, TcpControl::Syn, self.iss, &[]);
-        repr.max_seg_size = Some(cfg.mss);
+        repr.max_seg_size = Some(self.our_mss(cfg));
         // The window of a SYN or SYN-ACK is never scaled (RFC 7323 §2.2).
         let unscaled = cfg.buffer_size.min(65535) as u16;
         if active {
@@ -613,8 +629,8 @@ impl<A: Default> Conn<A> {
             repr.sack_permitted = self.sack_ok;
         }
         if !emit(&Outgoing {
-            src: self.key.local,
-            dst: self.key.remote,
+            src: to.src,
+            dst: to.dst,
             repr,
             segment_size: 0,
         }) {
@@ -637,12 +653,13 @@ impl<A: Default> Conn<A> {
         now: Instant,
         cfg: &TcpConfig,
         counters: &mut TcpCounters,
+        to: Path,
         emit: &mut impl FnMut(&Outgoing<'_>) -> bool,
     ) -> bool {
         let repr = self.repr(cfg, now, TcpControl::None, self.snd_nxt, &[]);
         if !emit(&Outgoing {
-            src: self.key.local,
-            dst: self.key.remote,
+            src: to.src,
+            dst: to.dst,
             repr,
             segment_size: 0,
         }) {

@@ -1,0 +1,421 @@
+//! TCP over IPv6 on an engine port over the in-memory link: the host
+//! builds segments by hand (smoltcp::wire, IPv6 pseudo-header checksums)
+//! and checks every frame the engine sends: its IPv6 header, its TCP
+//! checksum, the MSS it offers, what it answers (RFC 9293 over RFC 8200).
+
+mod common;
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
+
+use dataplane::net::ipv6::{multicast_mac, solicited_node};
+use dataplane::net::Ipv6Config;
+use dataplane::stats::DropReason;
+use dataplane::tcp::{ListenLimits, SynCookies, TcpConfig};
+use smoltcp::phy::ChecksumCapabilities;
+use smoltcp::wire::{
+    EthernetAddress, EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Repr, Ipv6Packet,
+    TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
+};
+
+const DUT_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x01]);
+const HOST_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x02]);
+const DUT_V4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
+const HOST_V4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+const DUT_IP: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 1);
+const HOST_IP: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 2);
+/// A VIP on the port's prefix that is not the port's own address.
+const VIP_IP: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 0x80);
+
+fn lab(tcp: TcpConfig) -> common::MemLab {
+    let mut lab = common::MemLab::with_tcp(DUT_MAC, HOST_MAC, DUT_V4, None, tcp);
+    lab.engine.enable_ipv6(
+        0,
+        Ipv6Config {
+            addresses: vec![(DUT_IP, 64)],
+            gateway: None,
+        },
+    );
+    lab
+}
+
+/// A Neighbor Solicitation from `src` for `target` carrying the host's
+/// MAC: the engine learns where `src` is.
+fn solicit(src: Ipv6Addr, target: Ipv6Addr) -> Vec<u8> {
+    let group = solicited_node(target);
+    let mut icmp = vec![135, 0, 0, 0, 0, 0, 0, 0];
+    icmp.extend_from_slice(&target.octets());
+    icmp.extend_from_slice(&[1, 1]);
+    icmp.extend_from_slice(HOST_MAC.as_bytes());
+    let sum = dataplane::checksum::icmpv6(src.octets(), group.octets(), &icmp);
+    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+    frame6(multicast_mac(group), src, group, 58, 255, &icmp)
+}
+
+/// An IPv6 frame from the host carrying `payload` as `next` header.
+fn frame6(
+    dst_mac: EthernetAddress,
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    next: u8,
+    hops: u8,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut f = vec![0u8; 14 + 40];
+    f[..6].copy_from_slice(dst_mac.as_bytes());
+    f[6..12].copy_from_slice(HOST_MAC.as_bytes());
+    f[12..14].copy_from_slice(&[0x86, 0xdd]);
+    f[14] = 0x60;
+    f[18..20].copy_from_slice(&(payload.len() as u16).to_be_bytes());
+    f[20] = next;
+    f[21] = hops;
+    f[22..38].copy_from_slice(&src.octets());
+    f[38..54].copy_from_slice(&dst.octets());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A segment of the host's, by hand.
+#[derive(Debug, Clone)]
+struct Seg {
+    src_port: u16,
+    dst_port: u16,
+    seq: u32,
+    ack: Option<u32>,
+    control: TcpControl,
+    mss: Option<u16>,
+    payload: Vec<u8>,
+}
+
+impl Seg {
+    fn syn(src_port: u16, dst_port: u16, seq: u32) -> Self {
+        Self {
+            src_port,
+            dst_port,
+            seq,
+            ack: None,
+            control: TcpControl::Syn,
+            mss: Some(1440),
+            payload: Vec::new(),
+        }
+    }
+
+    fn ack(src_port: u16, dst_port: u16, seq: u32, ack: u32) -> Self {
+        Self {
+            src_port,
+            dst_port,
+            seq,
+            ack: Some(ack),
+            control: TcpControl::None,
+            mss: None,
+            payload: Vec::new(),
+        }
+    }
+
+    fn with(mut self, control: TcpControl, payload: &[u8]) -> Self {
+        self.control = control;
+        self.payload = payload.to_vec();
+        self
+    }
+
+    fn repr(&self) -> TcpRepr<'_> {
+        TcpRepr {
+            src_port: self.src_port,
+            dst_port: self.dst_port,
+            control: self.control,
+            seq_number: TcpSeqNumber(self.seq as i32),
+            ack_number: self.ack.map(|a| TcpSeqNumber(a as i32)),
+            window_len: 65535,
+            window_scale: None,
+            max_seg_size: self.mss,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload: &self.payload,
+        }
+    }
+
+    /// The frame carrying it from `src` to `dst` over IPv6.
+    fn frame6(&self, src: Ipv6Addr, dst: Ipv6Addr) -> Vec<u8> {
+        let repr = self.repr();
+        let mut tcp = vec![0u8; repr.buffer_len()];
+        repr.emit(
+            &mut TcpPacket::new_unchecked(&mut tcp[..]),
+            &IpAddress::Ipv6(src),
+            &IpAddress::Ipv6(dst),
+            &ChecksumCapabilities::default(),
+        );
+        frame6(DUT_MAC, src, dst, 6, 64, &tcp)
+    }
+
+    /// The frame carrying it from the host's IPv4 address to the port's.
+    fn frame4(&self) -> Vec<u8> {
+        let repr = self.repr();
+        let ip = Ipv4Repr {
+            src_addr: HOST_V4,
+            dst_addr: DUT_V4,
+            next_header: IpProtocol::Tcp,
+            payload_len: repr.buffer_len(),
+            hop_limit: 64,
+        };
+        common::ipv4_frame(HOST_MAC, DUT_MAC, &ip, |payload| {
+            repr.emit(
+                &mut TcpPacket::new_unchecked(payload),
+                &IpAddress::Ipv4(HOST_V4),
+                &IpAddress::Ipv4(DUT_V4),
+                &ChecksumCapabilities::default(),
+            );
+        })
+    }
+}
+
+/// A TCP/IPv6 segment the engine sent, its header checked.
+#[derive(Debug)]
+struct Out {
+    eth_dst: EthernetAddress,
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    src_port: u16,
+    dst_port: u16,
+    seq: u32,
+    ack: Option<u32>,
+    control: TcpControl,
+    mss: Option<u16>,
+    payload: Vec<u8>,
+}
+
+impl Out {
+    fn end(&self) -> u32 {
+        let flags = u32::from(matches!(self.control, TcpControl::Syn | TcpControl::Fin));
+        self.seq
+            .wrapping_add(self.payload.len() as u32)
+            .wrapping_add(flags)
+    }
+}
+
+/// The TCP/IPv6 segments among `frames`, each checked: from our MAC,
+/// a bare IPv6 header with hop limit 64, a TCP checksum over the IPv6
+/// pseudo-header that smoltcp verifies, no frame over 1,514 bytes.
+fn tcp6(frames: &[Vec<u8>]) -> Vec<Out> {
+    let mut out = Vec::new();
+    for f in frames {
+        assert!(f.len() <= 1514, "a {}-byte frame", f.len());
+        let eth = EthernetFrame::new_checked(&f[..]).expect("Ethernet");
+        if eth.ethertype() != EthernetProtocol::Ipv6 {
+            continue;
+        }
+        let ip = Ipv6Packet::new_checked(eth.payload()).expect("IPv6");
+        if ip.next_header() != IpProtocol::Tcp {
+            continue;
+        }
+        assert_eq!(eth.src_addr(), DUT_MAC);
+        assert_eq!(ip.hop_limit(), 64);
+        assert_eq!((ip.traffic_class(), ip.flow_label()), (0, 0));
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        let tcp = TcpPacket::new_checked(ip.payload()).expect("TCP");
+        assert!(
+            tcp.verify_checksum(&IpAddress::Ipv6(src), &IpAddress::Ipv6(dst)),
+            "TCP checksum over the IPv6 pseudo-header"
+        );
+        let r = TcpRepr::parse(
+            &tcp,
+            &IpAddress::Ipv6(src),
+            &IpAddress::Ipv6(dst),
+            &ChecksumCapabilities::default(),
+        )
+        .expect("a TCP segment");
+        out.push(Out {
+            eth_dst: eth.dst_addr(),
+            src,
+            dst,
+            src_port: r.src_port,
+            dst_port: r.dst_port,
+            seq: r.seq_number.0 as u32,
+            ack: r.ack_number.map(|a| a.0 as u32),
+            control: r.control,
+            mss: r.max_seg_size,
+            payload: r.payload.to_vec(),
+        });
+    }
+    out
+}
+
+/// Opens a connection from `src`:`port` to `dst`:80 (the host already
+/// known to the engine); returns our next sequence number and the
+/// engine's.
+fn handshake(lab: &mut common::MemLab, src: Ipv6Addr, dst: Ipv6Addr, port: u16) -> (u32, u32) {
+    let syn = Seg::syn(port, 80, 1000);
+    let out = tcp6(&lab.exchange(vec![syn.frame6(src, dst)]));
+    assert_eq!(out.len(), 1, "{out:?}");
+    let synack = &out[0];
+    assert_eq!(synack.control, TcpControl::Syn);
+    assert_eq!(synack.ack, Some(1001));
+    assert_eq!((synack.src, synack.dst), (dst, src));
+    (1001, synack.end())
+}
+
+#[test]
+fn a_client_over_ipv6_is_served_and_closes_cleanly() {
+    let mut lab = lab(TcpConfig::default());
+    lab.engine.listen(DUT_IP, 80);
+    lab.exchange(vec![solicit(HOST_IP, DUT_IP)]);
+    let syn = Seg::syn(40_000, 80, 1000);
+    let out = tcp6(&lab.exchange(vec![syn.frame6(HOST_IP, DUT_IP)]));
+    assert_eq!(out.len(), 1, "{out:?}");
+    let synack = &out[0];
+    assert_eq!(synack.eth_dst, HOST_MAC);
+    assert_eq!((synack.src, synack.dst), (DUT_IP, HOST_IP));
+    assert_eq!((synack.src_port, synack.dst_port), (80, 40_000));
+    assert_eq!(synack.control, TcpControl::Syn);
+    // RFC 8200's header is 20 bytes longer than IPv4's: 1500 − 60.
+    assert_eq!(synack.mss, Some(1440), "the MSS of a 1,500-byte link");
+    let iss = synack.seq;
+    // The handshake's end, the request and the client's FIN in one burst.
+    let req = b"GET / HTTP/1.1\r\nHost: v6\r\n\r\n";
+    let burst = vec![
+        Seg::ack(40_000, 80, 1001, iss + 1).frame6(HOST_IP, DUT_IP),
+        Seg::ack(40_000, 80, 1001, iss + 1)
+            .with(TcpControl::Psh, req)
+            .frame6(HOST_IP, DUT_IP),
+        Seg::ack(40_000, 80, 1001 + req.len() as u32, iss + 1)
+            .with(TcpControl::Fin, &[])
+            .frame6(HOST_IP, DUT_IP),
+    ];
+    let out = tcp6(&lab.exchange(burst));
+    let body: Vec<u8> = out.iter().flat_map(|o| o.payload.clone()).collect();
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let fin = out
+        .iter()
+        .find(|o| o.control == TcpControl::Fin)
+        .expect("our FIN after the response");
+    assert_eq!(fin.ack, Some(1002 + req.len() as u32), "their FIN taken");
+    // Our FIN acknowledged: the connection is over.
+    let last = Seg::ack(40_000, 80, 1002 + req.len() as u32, fin.end());
+    lab.exchange(vec![last.frame6(HOST_IP, DUT_IP)]);
+    assert_eq!(lab.engine.tcp().counters().active, 0);
+    assert_eq!(lab.engine.tcp().counters().accepted, 1);
+}
+
+#[test]
+fn ipv4_and_ipv6_flows_on_the_same_ports_are_apart() {
+    let mut lab = lab(TcpConfig::default());
+    lab.engine.listen(DUT_V4, 80);
+    lab.engine.listen(DUT_IP, 80);
+    let arp = common::arp_frame(
+        smoltcp::wire::ArpOperation::Request,
+        HOST_MAC,
+        HOST_V4,
+        EthernetAddress::BROADCAST,
+        DUT_V4,
+    );
+    lab.exchange(vec![arp, solicit(HOST_IP, DUT_IP)]);
+    // The same ports and sequence numbers over both families, one burst.
+    let syn = Seg::syn(40_001, 80, 5000);
+    let frames = lab.exchange(vec![syn.frame4(), syn.frame6(HOST_IP, DUT_IP)]);
+    let v6 = tcp6(&frames);
+    assert_eq!(v6.len(), 1, "one SYN-ACK over IPv6");
+    let v4: Vec<_> = frames
+        .iter()
+        .filter(|f| f.get(12..14) == Some(&[0x08, 0x00]))
+        .collect();
+    assert_eq!(v4.len(), 1, "one SYN-ACK over IPv4");
+    assert_eq!(lab.engine.tcp().counters().half_open, 2);
+    // A reset over IPv6 ends only the IPv6 connection.
+    let rst = Seg::ack(40_001, 80, 5001, v6[0].seq + 1).with(TcpControl::Rst, &[]);
+    lab.exchange(vec![rst.frame6(HOST_IP, DUT_IP)]);
+    assert_eq!(lab.engine.tcp().counters().half_open, 1);
+}
+
+#[test]
+fn syn_cookies_carry_ipv6_connections() {
+    let tcp = TcpConfig {
+        syn_cookies: SynCookies::Always,
+        ..TcpConfig::default()
+    };
+    let mut lab = lab(tcp);
+    lab.engine.listen(DUT_IP, 80);
+    lab.exchange(vec![solicit(HOST_IP, DUT_IP)]);
+    let (seq, ack) = handshake(&mut lab, HOST_IP, DUT_IP, 40_002);
+    assert_eq!(lab.engine.tcp().counters().syn_cookies_sent, 1);
+    assert_eq!(lab.engine.tcp().counters().half_open, 0, "no state kept");
+    // A cookie for another source address (the MAC covers the IPv6
+    // 4-tuple) is refused; the right one opens the connection.
+    let other = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 3);
+    let req = b"GET / HTTP/1.0\r\n\r\n";
+    let forged = Seg::ack(40_002, 80, seq, ack).with(TcpControl::Psh, req);
+    lab.exchange(vec![solicit(other, DUT_IP), forged.frame6(other, DUT_IP)]);
+    assert_eq!(lab.engine.tcp().counters().syn_cookies_rejected, 1);
+    let out = tcp6(&lab.exchange(vec![forged.frame6(HOST_IP, DUT_IP)]));
+    assert_eq!(lab.engine.tcp().counters().syn_cookies_accepted, 1);
+    let body: Vec<u8> = out.iter().flat_map(|o| o.payload.clone()).collect();
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+}
+
+#[test]
+fn a_vip_address_on_the_prefix_is_answered_in_nd_and_served() {
+    let mut lab = lab(TcpConfig::default());
+    lab.engine.listen(VIP_IP, 80);
+    // The VIP's address answers Neighbor Discovery like the port's own.
+    let frames = lab.exchange(vec![solicit(HOST_IP, VIP_IP)]);
+    assert_eq!(lab.engine.counters().nd_advertisements, 1, "{frames:?}");
+    handshake(&mut lab, HOST_IP, VIP_IP, 40_003);
+    // A port without the VIP: a SYN to the port's own address on 80 gets
+    // a reset (no listener there).
+    let syn = Seg::syn(40_004, 80, 1);
+    let out = tcp6(&lab.exchange(vec![syn.frame6(HOST_IP, DUT_IP)]));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].control, TcpControl::Rst);
+    assert_eq!(out[0].ack, Some(2));
+    assert_eq!(lab.dropped(DropReason::NoConnection), 1);
+}
+
+#[test]
+fn bad_segments_are_dropped_and_counted() {
+    let mut lab = lab(TcpConfig::default());
+    lab.engine.listen(DUT_IP, 80);
+    lab.exchange(vec![solicit(HOST_IP, DUT_IP)]);
+    let mut bad_sum = Seg::syn(40_005, 80, 1).frame6(HOST_IP, DUT_IP);
+    let last = bad_sum.len() - 1;
+    bad_sum[last - 2] ^= 0x40;
+    // To all nodes: TCP is unicast only.
+    let mut to_group = Seg::syn(40_006, 80, 1).frame6(HOST_IP, DUT_IP);
+    to_group[38..54].copy_from_slice(&Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1).octets());
+    // From the unspecified address.
+    let from_nobody = Seg::syn(40_007, 80, 1).frame6(Ipv6Addr::UNSPECIFIED, DUT_IP);
+    // A header cut short.
+    let mut short = Seg::syn(40_008, 80, 1).frame6(HOST_IP, DUT_IP);
+    short.truncate(14 + 40 + 12);
+    short[18..20].copy_from_slice(&12u16.to_be_bytes());
+    let out = lab.exchange(vec![bad_sum, to_group, from_nobody, short]);
+    assert!(tcp6(&out).is_empty(), "nothing answered");
+    assert_eq!(lab.dropped(DropReason::BadTcpChecksum), 1);
+    assert_eq!(lab.dropped(DropReason::NotForUs), 1);
+    assert_eq!(lab.dropped(DropReason::Malformed), 2);
+    // And it still serves.
+    handshake(&mut lab, HOST_IP, DUT_IP, 40_009);
+}
+
+#[test]
+fn per_source_limits_count_an_ipv6_slash_64_as_one_source() {
+    let mut lab = lab(TcpConfig::default());
+    lab.engine.listen(DUT_IP, 80);
+    let limits = ListenLimits {
+        max_conns: None,
+        per_source_rate: Some(1),
+    };
+    lab.engine.set_vip_limits(DUT_IP, 80, limits);
+    // Two hosts of one /64 (another host's /64 would be its own source).
+    let same_64 = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0xaaaa, 0, 0, 9);
+    lab.exchange(vec![solicit(HOST_IP, DUT_IP), solicit(same_64, DUT_IP)]);
+    handshake(&mut lab, HOST_IP, DUT_IP, 40_010);
+    let syn = Seg::syn(40_011, 80, 1);
+    let out = tcp6(&lab.exchange(vec![syn.frame6(same_64, DUT_IP)]));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].control, TcpControl::Rst, "the /64's rate is spent");
+    assert_eq!(lab.dropped(DropReason::ListenRefused), 1);
+    // A second later the /64 may open one again.
+    lab.advance(Duration::from_secs(1));
+    handshake(&mut lab, same_64, DUT_IP, 40_012);
+}
