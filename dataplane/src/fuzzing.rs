@@ -151,8 +151,8 @@ fn deliver<P: Port>(
     }
 }
 
-/// The engine every fuzz run starts from: deterministic (fixed ISN key), a
-/// responder VIP on `FUZZ_ADDR:80`, IPv6 on `FUZZ_ADDR6`.
+/// The engine every fuzz run starts from: deterministic (fixed ISN key),
+/// responder VIPs on `FUZZ_ADDR:80` and `[FUZZ_ADDR6]:80`.
 pub fn fuzz_engine<P: Port>(port: P) -> Engine<P> {
     let cfg = EngineConfig {
         isn_key: Some(0x7f4a_7c15),
@@ -176,6 +176,7 @@ pub fn fuzz_engine<P: Port>(port: P) -> Engine<P> {
         },
     );
     engine.listen(FUZZ_ADDR, 80);
+    engine.listen(FUZZ_ADDR6, 80);
     engine
 }
 

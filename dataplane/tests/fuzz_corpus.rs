@@ -43,6 +43,7 @@ fn engine_input_corpus_replays() {
         "bulk-200k",
         "regress-tiny-mss",
         "ipv6-nd-echo",
+        "ipv6-tcp-http10",
     ] {
         assert!(
             files.iter().any(|(n, _)| n.ends_with(seed)),
@@ -55,7 +56,14 @@ fn engine_input_corpus_replays() {
         let c = engine_input(&data);
         // Recorded seeds replay deterministically: the handshake completes
         // and the requests are answered, so mutations start deep.
-        for (seed, requests) in [("http10-close", 1), ("keepalive-3", 3), ("bulk-200k", 1)] {
+        // `ipv6-tcp-http10`: the same over TCP/IPv6 (a solicitation, the
+        // handshake, the request and FIN in one burst, the last ACK).
+        for (seed, requests) in [
+            ("http10-close", 1),
+            ("keepalive-3", 3),
+            ("bulk-200k", 1),
+            ("ipv6-tcp-http10", 1),
+        ] {
             if name.ends_with(seed) {
                 assert_eq!(
                     (c.tcp_accepted, c.http_requests),
