@@ -69,6 +69,7 @@ macro_rules! with_counters {
             icmpv6_echo_replies: Counter, "tlsdp_icmpv6_echo_replies_total", "ICMPv6 echo replies sent.";
             icmpv6_errors: Counter, "tlsdp_icmpv6_errors_total", "ICMPv6 Parameter Problems sent for refused IPv6 packets (RFC 8200, RFC 4443).";
             icmpv6_errors_limited: Counter, "tlsdp_icmpv6_errors_limited_total", "ICMPv6 errors not sent: over the rate limit (100 a second, bursts of 10, per port).";
+            icmpv6_too_big: Counter, "tlsdp_icmpv6_too_big_total", "ICMPv6 Packet Too Big messages taken for our TCP segments (RFC 8201).";
             nd_solicitations: Counter, "tlsdp_nd_solicitations_total", "IPv6 Neighbor Solicitations sent.";
             nd_advertisements: Counter, "tlsdp_nd_advertisements_total", "IPv6 Neighbor Advertisements sent (answers to solicitations).";
             mld_reports: Counter, "tlsdp_mld_reports_total", "IPv6 Multicast Listener Reports sent (our solicited-node groups, for switches that snoop MLD).";
@@ -88,6 +89,7 @@ macro_rules! with_counters {
             tcp_challenge_acks_limited: Counter, "tlsdp_tcp_challenge_acks_limited_total", "Challenge ACKs not sent: the connection's 10 per second were spent (RFC 5961 section 7).";
             tcp_paws_rejected: Counter, "tlsdp_tcp_paws_rejected_total", "Segments dropped for a timestamp older than the connection's (PAWS, RFC 7323).";
             tcp_timestamp_missing: Counter, "tlsdp_tcp_timestamp_missing_total", "Segments dropped for lacking the timestamp option on a connection that uses it (RFC 7323 section 3.2).";
+            tcp_path_mtu_lowered: Counter, "tlsdp_tcp_path_mtu_lowered_total", "Connections whose segment size a Packet Too Big lowered (the quoted segment in flight, RFC 5927).";
             tcp_window_probes: Counter, "tlsdp_tcp_window_probes_total", "Zero-window (persist) probes sent.";
             tcp_rto_expiries: Counter, "tlsdp_tcp_rto_expiries_total", "Retransmission timeouts (RFC 6298): losses nothing else repaired.";
             tcp_tail_loss_probes: Counter, "tlsdp_tcp_tail_loss_probes_total", "Tail loss probes sent (RFC 8985 section 7).";

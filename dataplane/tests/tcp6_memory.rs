@@ -419,3 +419,88 @@ fn per_source_limits_count_an_ipv6_slash_64_as_one_source() {
     lab.advance(Duration::from_secs(1));
     handshake(&mut lab, same_64, DUT_IP, 40_012);
 }
+
+/// A Packet Too Big from a router on the path quoting `quoted` (one of
+/// the engine's frames), reporting `mtu`: as much of the packet as fits
+/// in 1,280 bytes (RFC 4443 §3.2).
+fn too_big(quoted: &[u8], mtu: u32) -> Vec<u8> {
+    let router = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 0xfe);
+    let packet = &quoted[14..];
+    let mut icmp = vec![2, 0, 0, 0];
+    icmp.extend_from_slice(&mtu.to_be_bytes());
+    icmp.extend_from_slice(&packet[..packet.len().min(1280 - 48)]);
+    let sum = dataplane::checksum::icmpv6(router.octets(), DUT_IP.octets(), &icmp);
+    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+    frame6(DUT_MAC, router, DUT_IP, 58, 64, &icmp)
+}
+
+#[test]
+fn a_packet_too_big_for_a_segment_in_flight_shrinks_the_segments() {
+    let mut lab = lab(TcpConfig::default());
+    lab.engine.listen(DUT_IP, 80);
+    lab.exchange(vec![solicit(HOST_IP, DUT_IP)]);
+    let (seq, ack) = handshake(&mut lab, HOST_IP, DUT_IP, 40_020);
+    let req = b"GET /bytes/30000 HTTP/1.0\r\n\r\n";
+    let get = Seg::ack(40_020, 80, seq, ack).with(TcpControl::Psh, req);
+    let frames = lab.exchange(vec![get.frame6(HOST_IP, DUT_IP)]);
+    let data: Vec<&Vec<u8>> = frames.iter().filter(|f| f.len() == 1514).collect();
+    assert!(
+        data.len() >= 2,
+        "full-size segments first: {}",
+        frames.len()
+    );
+    let first = tcp6(&[data[0].clone()]).remove(0);
+    // A Packet Too Big for a sequence number not in flight (below
+    // SND.UNA) is not believed (RFC 5927 §4.1); one quoting an address
+    // not ours is not for us.
+    let mut stale = data[0].clone();
+    stale[14 + 40 + 4..14 + 40 + 8].copy_from_slice(&(ack - 5000).to_be_bytes());
+    let mut other = data[0].clone();
+    other[14 + 8..14 + 24].copy_from_slice(&VIP_IP.octets());
+    let out = lab.exchange(vec![too_big(&stale, 1280), too_big(&other, 1280)]);
+    assert!(tcp6(&out).is_empty(), "nothing resent: {out:?}");
+    assert_eq!(lab.engine.counters().icmpv6_too_big, 1);
+    assert_eq!(lab.engine.tcp().counters().path_mtu_lowered, 0);
+    assert_eq!(lab.dropped(DropReason::NoConnection), 1);
+    assert_eq!(lab.dropped(DropReason::NotForUs), 1);
+    // A believable one (MTU 1,000 is taken as IPv6's minimum, 1,280): what
+    // is in flight goes again at once, cut to fit.
+    let out = tcp6(&lab.exchange(vec![too_big(data[0], 1000)]));
+    assert_eq!(lab.engine.tcp().counters().path_mtu_lowered, 1);
+    assert_eq!(out.first().map(|o| o.seq), Some(first.seq), "from SND.UNA");
+    assert!(
+        out.iter().all(|o| 40 + 20 + o.payload.len() <= 1280),
+        "{out:?}"
+    );
+    assert_eq!(out[0].payload.len(), 1280 - 60);
+    // The whole response arrives in segments that fit, byte for byte.
+    let mut body = std::collections::BTreeMap::new();
+    let mut pending = out;
+    let mut next = first.seq;
+    for _ in 0..100 {
+        for o in &pending {
+            assert!(40 + 20 + o.payload.len() <= 1280);
+            body.insert(o.seq, o.payload.clone());
+        }
+        while let Some(p) = body.get(&next) {
+            next = next.wrapping_add(p.len() as u32);
+        }
+        if pending.iter().any(|o| o.control == TcpControl::Fin) {
+            break;
+        }
+        let ack_seg = Seg::ack(40_020, 80, seq + req.len() as u32, next);
+        pending = tcp6(&lab.exchange(vec![ack_seg.frame6(HOST_IP, DUT_IP)]));
+        if pending.is_empty() {
+            pending = tcp6(&lab.advance(Duration::from_millis(300)));
+        }
+    }
+    let got: Vec<u8> = body.values().flatten().copied().collect();
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "{}",
+        &text[..40.min(text.len())]
+    );
+    let head = text.find("\r\n\r\n").expect("a head") + 4;
+    assert_eq!(got.len() - head, 30_000, "the whole body");
+}

@@ -357,3 +357,92 @@ fn a_syn_flood_on_ipv6_meets_cookies_and_real_clients_get_in() {
         "no state kept"
     );
 }
+
+/// A path narrower than the link: nftables in the client namespace drops
+/// dpd's IPv6 packets over 1,280 bytes (as a router with a 1,280-byte
+/// next link would), and a scapy sniffer answers each of the first 20 it
+/// sees with a Packet Too Big quoting it, as that router would (RFC 4443
+/// §3.2). dpd must lower the connection's segment size and resend; the
+/// download completes byte-exact. Without Packet Too Big handling the
+/// connection stalls (a black hole) and curl times out.
+#[test]
+fn a_packet_too_big_from_the_path_is_honoured() {
+    use std::io::{BufRead, BufReader};
+    let l = Lab6::up("v6m");
+    let dut6 = l.dut6();
+    let dpd = Dpd::start(&l.lab, |s| {
+        format!(
+            "{}\n[[vip]]\nname = \"plain6\"\nlisten = \"[{dut6}]:80\"\nrespond = \"builtin\"\n",
+            l.config(s)
+        )
+    });
+    let rules = "table inet tlsdp_pmtu {\n chain in { type filter hook input priority 0; policy accept; ip6 length > 1240 tcp sport 80 drop; }\n}\n";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pmtu.nft");
+    std::fs::write(&file, rules).unwrap();
+    l.client_ok(&["nft", "-f", file.to_str().unwrap()]);
+    let router = format!("{}::fe", l.prefix);
+    let script = format!(
+        "from scapy.all import *\n\
+         import sys, time\n\
+         conf.verb = 0\n\
+         s = conf.L2socket(iface='veth-cli')\n\
+         sent = [0]\n\
+         def on(p):\n\
+         \x20   if IPv6 in p and TCP in p and p[TCP].sport == 80 and len(p[IPv6]) > 1280 and sent[0] < 20:\n\
+         \x20       q = bytes(p[IPv6])[:1232]\n\
+         \x20       s.send(Ether(dst=p.src)/IPv6(src='{router}', dst=p[IPv6].src)/ICMPv6PacketTooBig(mtu=1280)/Raw(q))\n\
+         \x20       sent[0] += 1\n\
+         t = AsyncSniffer(iface='veth-cli', prn=on, store=False, filter='ip6 and tcp src port 80')\n\
+         t.start()\n\
+         time.sleep(1)\n\
+         print('ready', flush=True)\n\
+         time.sleep(20)\n\
+         t.stop()\n\
+         print('sent', sent[0], flush=True)\n"
+    );
+    let ns = format!("{}-cli", l.lab.name);
+    let mut router_proc = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns,
+            "timeout",
+            "40",
+            "/usr/bin/python3",
+            "-c",
+            &script,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 scapy");
+    let mut lines = BufReader::new(router_proc.stdout.take().unwrap()).lines();
+    let ready = lines.next().and_then(Result::ok);
+    assert_eq!(ready.as_deref(), Some("ready"), "the sniffer started");
+    let body = dir.path().join("body");
+    let size: u64 = 2_000_000;
+    let text = l.client_ok(&[
+        "curl",
+        "-6",
+        "-sS",
+        "--max-time",
+        "15",
+        "-o",
+        body.to_str().unwrap(),
+        "-w",
+        "%{http_code} %{size_download}",
+        &format!("http://[{dut6}]/bytes/{size}"),
+    ]);
+    assert_eq!(text, format!("200 {size}"));
+    verify_pattern_file(&body, size);
+    let stats = dpd.stats();
+    eprintln!("{stats:?}");
+    assert!(stats.icmpv6_too_big >= 1, "{stats:?}");
+    assert_eq!(
+        stats.tcp_path_mtu_lowered, 1,
+        "one connection, lowered once: {stats:?}"
+    );
+    let _ = router_proc.kill();
+    let _ = router_proc.wait();
+}

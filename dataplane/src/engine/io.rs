@@ -35,6 +35,11 @@ pub(super) fn receive<P: Port>(
                 counters.drop(reason.into());
             }
         }
+        Verdict::TooBig6 { key, seq, mtu } => {
+            if !tcp.packet_too_big(now, key, crate::tcp::Seq(seq), mtu) {
+                counters.drop(DropReason::NoConnection);
+            }
+        }
         Verdict::Tcp6 {
             src,
             dst,
@@ -163,7 +168,10 @@ pub(super) fn queue<P: Port>(
                 flush(ep, now, counters);
             }
         }
-        Verdict::Consumed | Verdict::Tcp { .. } | Verdict::Tcp6 { .. } => {}
+        Verdict::Consumed
+        | Verdict::Tcp { .. }
+        | Verdict::Tcp6 { .. }
+        | Verdict::TooBig6 { .. } => {}
         Verdict::Drop(reason) => counters.drop(reason),
         Verdict::AwaitNeighbor(hop) => {
             if ep.unresolved.len() == MAX_UNRESOLVED {

@@ -85,6 +85,13 @@ pub enum Verdict {
         end: usize,
         checksum: Check,
     },
+    /// A Packet Too Big for our TCP segment of `key` starting at `seq`:
+    /// the path takes packets of at most `mtu` bytes.
+    TooBig6 {
+        key: crate::tcp::FlowKey6,
+        seq: u32,
+        mtu: u32,
+    },
     /// A TCP segment over IPv6 for us, as [`Verdict::Tcp`].
     Tcp6 {
         src: Ipv6Addr,
@@ -615,6 +622,9 @@ impl Interface {
         let action = v6.process(now, eth_src, frame.payload_mut(), received, counters);
         let (verdict, len) = match action {
             Ok(Ipv6Action::Consumed) => return (Verdict::Consumed, None),
+            Ok(Ipv6Action::TooBig { key, seq, mtu }) => {
+                return (Verdict::TooBig6 { key, seq, mtu }, None)
+            }
             Ok(Ipv6Action::Tcp {
                 src,
                 dst,

@@ -50,6 +50,7 @@ const NEXT_ICMPV6: u8 = 58;
 const NEXT_NONE: u8 = 59;
 const NEXT_DEST_OPTS: u8 = 60;
 
+const ICMP_PACKET_TOO_BIG: u8 = 2;
 const ICMP_PARAMETER_PROBLEM: u8 = 4;
 const MLD_QUERY: u8 = 130;
 const MLD_REPORT: u8 = 143;
@@ -180,6 +181,14 @@ pub enum Ipv6Action {
         dst: Ipv6Addr,
         start: usize,
         end: usize,
+    },
+    /// A Packet Too Big quoting a TCP segment of ours: the path to
+    /// `key.remote` takes packets of at most `mtu` bytes (at least 1,280);
+    /// `seq` is the quoted segment's sequence number.
+    TooBig {
+        key: crate::tcp::FlowKey6,
+        seq: u32,
+        mtu: u32,
     },
 }
 
@@ -504,6 +513,7 @@ impl Ipv6Host {
                 }
                 Ok(Ipv6Action::Consumed)
             }
+            (ICMP_PACKET_TOO_BIG, 0) => too_big(icmp, |a| self.is_local(a), counters),
             (MLD_QUERY, 0) => {
                 // RFC 3810 §5.1.14: from a link-local router, not
                 // forwarded (hop limit 1); then report every group.
@@ -731,6 +741,50 @@ pub(crate) fn write_header(
     ip.set_hop_limit(hops);
     ip.set_src_addr(src);
     ip.set_dst_addr(dst);
+}
+
+/// A Packet Too Big (RFC 4443 §3.2): the next link's MTU, then as much
+/// of the invoking packet as fits. Taken when that packet is one of ours
+/// (its source one of our addresses) carrying TCP right after its header
+/// (ours never have extension headers); others are counted and dropped.
+fn too_big(
+    icmp: &[u8],
+    is_local: impl Fn(Ipv6Addr) -> bool,
+    counters: &mut crate::stats::Counters,
+) -> Result<Ipv6Action, DropReason> {
+    let quoted = icmp.get(8..).unwrap_or(&[]);
+    // The quoted header and the TCP ports and sequence number.
+    if quoted.len() < HEADER_LEN + 8 || quoted[0] >> 4 != 6 {
+        return Err(DropReason::Malformed);
+    }
+    let addr = |at: usize| {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(&quoted[at..at + 16]);
+        Ipv6Addr::from(a)
+    };
+    let (local, remote) = (addr(8), addr(24));
+    if !is_local(local) || quoted[6] != NEXT_TCP {
+        return Err(DropReason::NotForUs);
+    }
+    counters.icmpv6_too_big += 1;
+    let be16 = |at: usize| u16::from_be_bytes([quoted[at], quoted[at + 1]]);
+    let tcp = HEADER_LEN;
+    Ok(Ipv6Action::TooBig {
+        key: crate::tcp::FlowKey {
+            local,
+            local_port: be16(tcp),
+            remote,
+            remote_port: be16(tcp + 2),
+        },
+        seq: u32::from_be_bytes([
+            quoted[tcp + 4],
+            quoted[tcp + 5],
+            quoted[tcp + 6],
+            quoted[tcp + 7],
+        ]),
+        // RFC 8201 §4: never below the minimum link MTU.
+        mtu: u32::from_be_bytes([icmp[4], icmp[5], icmp[6], icmp[7]]).max(MIN_MTU as u32),
+    })
 }
 
 /// Why a packet's headers were refused: the drop, and the Parameter

@@ -165,6 +165,20 @@ fn classify_ipv6(ip: &[u8], t: &Toeplitz) -> FrameClass {
     }
     match (ip[6], ip[40]) {
         (58, 135 | 136) => FrameClass::Neighbor,
+        // A Packet Too Big quoting one of our TCP segments goes to the
+        // engine of its flow: hashed as the flow's received segments are
+        // (the quoted packet is ours, so its addresses and ports swap).
+        (58, 2) if ip.len() >= 48 + 40 + 4 && ip[48] >> 4 == 6 && ip[48 + 6] == 6 => {
+            let q = &ip[48..];
+            let addr = |at: usize| {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(&q[at..at + 16]);
+                Ipv6Addr::from(a)
+            };
+            let ours = u16::from_be_bytes([q[40], q[41]]);
+            let theirs = u16::from_be_bytes([q[42], q[43]]);
+            FrameClass::Tcp(t.tcp6(addr(24), addr(8), theirs, ours))
+        }
         (6, _) if ip.len() >= 44 => {
             let addr = |at: usize| {
                 let mut a = [0u8; 16];
@@ -448,6 +462,37 @@ mod tests {
         v6[14 + 40] = 135;
         assert_eq!(classify(&v6, &t), FrameClass::Other);
         assert_eq!(classify(&v6[..14 + 40], &t), FrameClass::Other);
+    }
+
+    #[test]
+    fn a_packet_too_big_goes_where_its_flow_goes() {
+        let t = Toeplitz::new(&crate::dpdk::SYMMETRIC_RSS_KEY);
+        let (us, peer, router): (Ipv6Addr, Ipv6Addr, Ipv6Addr) = (
+            "2001:db8::1".parse().unwrap(),
+            "2001:db8:9::2".parse().unwrap(),
+            "2001:db8::fe".parse().unwrap(),
+        );
+        // The flow's received segments: from the peer's port 40000 to 443.
+        let flow = t.tcp6(peer, us, 40000, 443);
+        let mut f = vec![0u8; 14 + 40 + 8 + 40 + 20];
+        f[12..14].copy_from_slice(&[0x86, 0xdd]);
+        f[14] = 0x60;
+        f[14 + 6] = 58;
+        f[14 + 8..14 + 24].copy_from_slice(&router.octets());
+        f[14 + 24..14 + 40].copy_from_slice(&us.octets());
+        f[14 + 40] = 2; // Packet Too Big
+                        // The quoted packet: ours, from 443 to the peer's 40000.
+        let q = 14 + 48;
+        f[q] = 0x60;
+        f[q + 6] = 6;
+        f[q + 8..q + 24].copy_from_slice(&us.octets());
+        f[q + 24..q + 40].copy_from_slice(&peer.octets());
+        f[q + 40..q + 44].copy_from_slice(&[0x01, 0xbb, 0x9c, 0x40]);
+        assert_eq!(classify(&f, &t), FrameClass::Tcp(flow));
+        // Quoting something else (UDP), or cut short: not steered.
+        assert_eq!(classify(&f[..q + 42], &t), FrameClass::Other);
+        f[q + 6] = 17;
+        assert_eq!(classify(&f, &t), FrameClass::Other);
     }
 
     #[test]

@@ -237,6 +237,8 @@ pub struct TcpCounters {
     pub offload_segments: u64,
     /// Segments received longer than one segment size (LRO/GRO).
     pub large_segments_in: u64,
+    /// Connections whose segment size a Packet Too Big lowered.
+    pub path_mtu_lowered: u64,
 }
 
 /// The engine's secret (128 bits) for its keyed PRF, SipHash-2-4: ISNs
@@ -857,6 +859,27 @@ impl<A: Default> TcpEngine<A> {
             }
         }
         self.release(id, CloseReason::Aborted);
+    }
+
+    /// A Packet Too Big (ICMPv6, RFC 8201) quoting our segment of `key`
+    /// that started at `seq`: the path takes IP packets of at most `mtu`
+    /// bytes. False when no connection took it (unknown, or `seq` not in
+    /// flight).
+    pub fn packet_too_big(&mut self, now: Instant, key: FlowKey6, seq: Seq, mtu: u32) -> bool {
+        let Some(id) = self.flows.v6.conn(&key) else {
+            return false;
+        };
+        let Some(c) = live_mut(&mut self.conns, id) else {
+            return false;
+        };
+        // RFC 8201 §4: never below IPv6's minimum link MTU.
+        if !c.lower_path_mtu(mtu.max(1280) - 40, seq, now) {
+            return false;
+        }
+        self.counters.path_mtu_lowered += 1;
+        mark_dirty(&mut self.dirty, c, id);
+        self.rearm(id, now);
+        true
     }
 
     /// Processes one TCP segment (`bytes` = TCP header and payload) from

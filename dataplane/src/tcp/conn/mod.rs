@@ -63,7 +63,7 @@ pub(super) struct Input {
 
 /// Smallest MSS we accept from a peer (Linux's TCP_MIN_MSS): a tiny or
 /// zero MSS option would otherwise make segments of a few bytes (or none).
-const MIN_PEER_MSS: u16 = 88;
+pub(super) const MIN_PEER_MSS: u16 = 88;
 
 /// The peer's MSS option, defaulted (RFC 9293 §3.7.1: 536) and clamped.
 fn peer_mss(option: Option<u16>) -> u32 {

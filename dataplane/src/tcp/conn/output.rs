@@ -150,28 +150,65 @@ impl<A: Default> Conn<A> {
             }
             counters.retransmits += 1;
             counters.rto_expiries += 1;
-            self.tlp_out = false;
-            self.rtx_sent = None;
-            // RFC 8985 §7.1: an RTO ends a probe's episode; what is in
-            // flight goes again from SND.UNA, so RACK starts over.
-            self.tlp_episode = None;
-            self.rack.reset(now);
-            self.rack_lost = self.snd_una;
-            self.reo_at = None;
             if handshake {
+                self.restart_rack(now);
                 self.synack_needed = true;
             } else {
                 self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
                 self.cwnd = self.seg_size;
-                self.snd_nxt = self.snd_una;
-                self.recover = None;
-                self.dupacks = 0;
-                self.rtt_probe = None;
-                self.scoreboard.clear();
+                self.go_back(now);
             }
             out.send = true;
         }
         out
+    }
+
+    /// RFC 8985 §7.1: what is in flight goes again from SND.UNA, so a
+    /// probe's episode ends and RACK starts over.
+    fn restart_rack(&mut self, now: Instant) {
+        self.tlp_out = false;
+        self.rtx_sent = None;
+        self.tlp_episode = None;
+        self.rack.reset(now);
+        self.rack_lost = self.snd_una;
+        self.reo_at = None;
+    }
+
+    /// Sends everything in flight again from SND.UNA (after an RTO, or a
+    /// Packet Too Big): what the peer holds above it is forgotten, as
+    /// RFC 2018 §8 allows, and found again from its next ACKs.
+    fn go_back(&mut self, now: Instant) {
+        self.restart_rack(now);
+        self.snd_nxt = self.snd_una;
+        self.recover = None;
+        self.dupacks = 0;
+        self.rtt_probe = None;
+        self.scoreboard.clear();
+    }
+
+    /// A Packet Too Big for this connection's path (RFC 8201 §4): `room`
+    /// is the reported MTU less the IP header, `seq` the sequence number
+    /// of the segment it quotes. Believed only for a segment in flight
+    /// (RFC 5927 §4.1: SND.UNA ≤ seq < SND.MAX, so an off-path attacker
+    /// must guess the window); then segments are cut to fit and what is
+    /// in flight goes again at once, with no congestion response (the
+    /// drop was not congestion; Linux's tcp_simple_retransmit). True when
+    /// the segment size went down.
+    pub fn lower_path_mtu(&mut self, room: u32, seq: Seq, now: Instant) -> bool {
+        if !self.state.is_synchronized()
+            || seq.diff(self.snd_una) < 0
+            || seq.diff(self.snd_max) >= 0
+        {
+            return false;
+        }
+        let ts_overhead = if self.ts_recent.is_some() { 12 } else { 0 };
+        let size = room.saturating_sub(20 + ts_overhead);
+        if size >= self.seg_size || size < u32::from(MIN_PEER_MSS) {
+            return false;
+        }
+        self.seg_size = size;
+        self.go_back(now);
+        true
     }
 
     // ---- output ----
