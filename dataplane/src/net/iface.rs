@@ -241,6 +241,7 @@ impl Interface {
 
     /// Whether `ip`, of either family, is one of this interface's
     /// addresses.
+    #[inline]
     pub fn owns(&self, ip: IpAddr) -> bool {
         match ip {
             IpAddr::V4(a) => self.is_local(a),

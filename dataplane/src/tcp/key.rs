@@ -40,6 +40,7 @@ impl<I: FlowAddr> FlowKey<I> {
     }
 
     /// Writes the 4-tuple into a keyed hash (ISNs, cookies).
+    #[inline]
     pub(super) fn hash_tuple(&self, h: &mut impl Hasher) {
         self.local.hash_addr(h);
         self.remote.hash_addr(h);
@@ -165,20 +166,24 @@ mod sealed {
     }
 
     impl Family for std::net::Ipv4Addr {
+        #[inline]
         fn table(t: &Tables) -> &FlowTable<Self> {
             &t.v4
         }
 
+        #[inline]
         fn table_mut(t: &mut Tables) -> &mut FlowTable<Self> {
             &mut t.v4
         }
     }
 
     impl Family for std::net::Ipv6Addr {
+        #[inline]
         fn table(t: &Tables) -> &FlowTable<Self> {
             &t.v6
         }
 
+        #[inline]
         fn table_mut(t: &mut Tables) -> &mut FlowTable<Self> {
             &mut t.v6
         }
@@ -189,30 +194,37 @@ impl FlowAddr for Ipv4Addr {
     const UNSPECIFIED: Self = Ipv4Addr::UNSPECIFIED;
     const IPV6: bool = false;
 
+    #[inline]
     fn ip(self) -> IpAddr {
         IpAddr::V4(self)
     }
 
+    #[inline]
     fn hash_addr(self, h: &mut impl Hasher) {
         h.write_u32(u32::from(self));
     }
 
+    #[inline]
     fn checksum_ok(src: Self, dst: Self, segment: &[u8]) -> bool {
         crate::checksum::tcp_ok(src.octets(), dst.octets(), segment)
     }
 
+    #[inline]
     fn inline_key(key: FlowKey<Self>) -> FlowKey {
         key
     }
 
+    #[inline]
     fn side_key(_: FlowKey<Self>) -> Option<FlowKey6> {
         None
     }
 
+    #[inline]
     fn source_id(self) -> u64 {
         u64::from(u32::from(self))
     }
 
+    #[inline]
     fn any(key: FlowKey<Self>) -> AnyFlowKey {
         AnyFlowKey::V4(key)
     }
@@ -222,18 +234,22 @@ impl FlowAddr for Ipv6Addr {
     const UNSPECIFIED: Self = Ipv6Addr::UNSPECIFIED;
     const IPV6: bool = true;
 
+    #[inline]
     fn ip(self) -> IpAddr {
         IpAddr::V6(self)
     }
 
+    #[inline]
     fn hash_addr(self, h: &mut impl Hasher) {
         h.write_u128(u128::from(self));
     }
 
+    #[inline]
     fn checksum_ok(src: Self, dst: Self, segment: &[u8]) -> bool {
         crate::checksum::tcp6_ok(src.octets(), dst.octets(), segment)
     }
 
+    #[inline]
     fn inline_key(key: FlowKey<Self>) -> FlowKey {
         FlowKey {
             local: Ipv4Addr::UNSPECIFIED,
@@ -243,14 +259,17 @@ impl FlowAddr for Ipv6Addr {
         }
     }
 
+    #[inline]
     fn side_key(key: FlowKey<Self>) -> Option<FlowKey6> {
         Some(key)
     }
 
+    #[inline]
     fn source_id(self) -> u64 {
         (u128::from(self) >> 64) as u64
     }
 
+    #[inline]
     fn any(key: FlowKey<Self>) -> AnyFlowKey {
         AnyFlowKey::V6(key)
     }

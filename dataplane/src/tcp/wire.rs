@@ -46,6 +46,7 @@ pub fn well_sized(b: &[u8]) -> bool {
 /// or SACK option, an option running past the header. Unknown options
 /// are passed over; a window scale above 14 is taken as 14 (RFC 7323
 /// §2.3); a fourth SACK block is dropped.
+#[inline(always)]
 pub fn parse(b: &[u8]) -> Option<TcpRepr<'_>> {
     if !well_sized(b) {
         return None;
@@ -135,6 +136,7 @@ pub fn header_len(repr: &TcpRepr<'_>) -> usize {
 /// a zero checksum; returns the segment's length. `out` must hold
 /// `header_len(repr) + repr.payload.len()` bytes (the caller sized it
 /// from the same `repr`).
+#[inline(always)]
 pub fn emit(repr: &TcpRepr<'_>, out: &mut [u8]) -> usize {
     let header_len = header_len(repr);
     let end = header_len + repr.payload.len();
