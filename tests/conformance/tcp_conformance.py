@@ -7,6 +7,7 @@ the same veth and checked against the RFC rule each check names. Each check
 prints `PASS name` or `FAIL name: why`; the exit status is 1 if any failed.
 
     tcp_conformance.py --dut 10.77.0.1 --src 10.77.0.2 [--iface veth-cli]
+    tcp_conformance.py --dut fd00:77::1 --src fd00:77::2 ...   (over IPv6)
                        [--control /path/to/control.sock]
                        [--group main|cookies_off] [--only NAME ...]
 
@@ -40,6 +41,7 @@ from collections import defaultdict
 
 logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
 from scapy.layers.inet import IP, TCP  # noqa: E402
+from scapy.layers.inet6 import IPv6, ICMPv6ND_NS, ICMPv6NDOptSrcLLAddr  # noqa: E402
 from scapy.layers.l2 import ARP, Ether  # noqa: E402
 from scapy.packet import Raw  # noqa: E402
 
@@ -53,6 +55,15 @@ NFT_TABLE = "tlsdp_conformance"
 ETH_P_ALL = 0x0003
 SO_RCVBUFFORCE = 33
 T0 = time.monotonic()
+
+
+# Whether the checks run over IPv6 (set from --dut).
+V6 = False
+
+
+def ip_layer(src, dst):
+    """The IP header of our segments: IPv4 or IPv6 as --dut is."""
+    return IPv6(src=src, dst=dst) if V6 else IP(src=src, dst=dst)
 
 
 class Fail(Exception):
@@ -84,8 +95,13 @@ class Seg:
 
     def __init__(self, frame, t):
         ip = frame[14:]
-        ihl = (ip[0] & 15) * 4
-        self.ip_len = struct.unpack("!H", ip[2:4])[0]
+        if frame[12:14] == b"\x86\xdd":
+            # IPv6: a bare 40-byte header (dpd sends no extension headers).
+            ihl = 40
+            self.ip_len = 40 + struct.unpack("!H", ip[4:6])[0]
+        else:
+            ihl = (ip[0] & 15) * 4
+            self.ip_len = struct.unpack("!H", ip[2:4])[0]
         tcp = ip[ihl:self.ip_len]
         (self.sport, self.dport, self.seq, self.ack, off_flags,
          self.win) = struct.unpack("!HHIIHH", tcp[:16])
@@ -165,7 +181,7 @@ class Link:
         self.thread.start()
 
     def _receive(self):
-        dut = socket.inet_aton(self.dut)
+        dut = socket.inet_pton(socket.AF_INET6 if V6 else socket.AF_INET, self.dut)
         while self.running:
             ready, _, _ = select.select([self.rx], [], [], 0.1)
             if not ready:
@@ -180,23 +196,38 @@ class Link:
                 with self.cond:
                     self.dut_mac = ":".join(f"{b:02x}" for b in frame[22:28])
                     self.cond.notify_all()
-            elif etype == b"\x08\x00" and frame[23] == 6 and frame[26:30] == dut:
+            elif etype == b"\x86\xdd" and frame[20] == 58 and frame[54] == 136 \
+                    and frame[62:78] == dut:
+                # A Neighbor Advertisement for dpd's address.
+                with self.cond:
+                    self.dut_mac = ":".join(f"{b:02x}" for b in frame[6:12])
+                    self.cond.notify_all()
+            elif (etype == b"\x08\x00" and frame[23] == 6 and frame[26:30] == dut) or \
+                    (etype == b"\x86\xdd" and frame[20] == 6 and frame[22:38] == dut):
                 seg = Seg(frame, t)
                 with self.cond:
                     self.queues[seg.dport].append(seg)
                     self.cond.notify_all()
 
     def resolve(self):
-        """Learns dpd's MAC address (ARP)."""
-        req = Ether(dst="ff:ff:ff:ff:ff:ff", src=self.mac) / ARP(
-            op=1, hwsrc=self.mac, psrc=self.src, pdst=self.dut)
+        """Learns dpd's MAC address (ARP, or a Neighbor Solicitation)."""
+        if V6:
+            target = socket.inet_pton(socket.AF_INET6, self.dut)
+            group = "ff02::1:ff" + target[13:14].hex() + ":" + target[14:16].hex()
+            group_mac = "33:33:ff:" + ":".join(f"{b:02x}" for b in target[13:16])
+            req = Ether(dst=group_mac, src=self.mac) / IPv6(
+                src=self.src, dst=group, hlim=255) / ICMPv6ND_NS(tgt=self.dut) / \
+                ICMPv6NDOptSrcLLAddr(lladdr=self.mac)
+        else:
+            req = Ether(dst="ff:ff:ff:ff:ff:ff", src=self.mac) / ARP(
+                op=1, hwsrc=self.mac, psrc=self.src, pdst=self.dut)
         for _ in range(10):
             self.tx.send(bytes(req))
             with self.cond:
                 self.cond.wait_for(lambda: self.dut_mac, 0.5)
                 if self.dut_mac:
                     return
-        raise SystemExit(f"no ARP reply from {self.dut} on {self.iface}")
+        raise SystemExit(f"no ARP or ND reply from {self.dut} on {self.iface}")
 
     def frame(self, ip_packet):
         return bytes(Ether(dst=self.dut_mac, src=self.mac) / ip_packet)
@@ -306,7 +337,7 @@ class Conn:
                 v = self.tsval() if tsval is None else tsval
                 options = [("NOP", None), ("NOP", None),
                            ("Timestamp", (v, self.ts_recent))]
-        pkt = IP(src=self.link.src, dst=self.link.dut) / TCP(
+        pkt = ip_layer(self.link.src, self.link.dut) / TCP(
             sport=self.sport, dport=self.dport, flags=flags, seq=wrap(seq),
             ack=wrap(ack), window=window, options=options)
         if payload:
@@ -783,24 +814,26 @@ def zero_window_probes_back_off_rfc9293_3_8_6_1(ctx):
     """RFC 9293 §3.8.6.1 / RFC 1122 §4.2.2.17: facing a zero window the
     sender probes it, the first probe after an RTO and then at
     exponentially growing intervals, and keeps the connection open as long
-    as the probes are ACKed, even with window 0. We take 2920 bytes (two
-    full segments: a remainder below a segment and below half the largest
-    window would rightly wait for the persist timer, §3.8.6.2.1 MUST-38) of
+    as the probes are ACKed, even with window 0. We take two full segments
+    (2920 bytes; 2880 over IPv6, whose segments are 20 bytes shorter: a
+    remainder below a segment and below half the largest window would
+    rightly wait for the persist timer, §3.8.6.2.1 MUST-38) of
     a 100 kB response, ACK them with window 0 and ACK each probe with
     window 0 (not taking its byte); we want ≥ 3 probes within 8.5 s, each
     interval ≥ 1.3× the one before, then a window update lets the response
     finish."""
-    c = Conn(ctx.link, window=2920)
+    two = 2 * (1440 if V6 else 1460)
+    c = Conn(ctx.link, window=two)
     c.open()
     c.send("PA", http_get("/bytes/100000"))
     got = bytearray()
     deadline = time.monotonic() + 2.0
-    while len(got) < 2920 and time.monotonic() < deadline:
+    while len(got) < two and time.monotonic() < deadline:
         s = c.recv(deadline - time.monotonic(), lambda s: s.payload)
         if s is not None and s.seq == c.rcv_nxt:
             got += s.payload
             c.rcv_nxt = wrap(c.rcv_nxt + len(s.payload))
-    expect(len(got) == 2920, f"dpd sent {len(got)} bytes into a 2920-byte window")
+    expect(len(got) == two, f"dpd sent {len(got)} bytes into a {two}-byte window")
     c.window = 0
     c.ack()
     t_zero = time.monotonic()
@@ -1128,7 +1161,7 @@ def syn_cookies_when_half_open_full_rfc4987_3_6(ctx):
     before = dpd_stats(ctx.control)
     ports = list(range(PORT_HI - FLOOD_PORTS + 1, PORT_HI + 1))
     isns = {p: random.getrandbits(32) for p in ports}
-    frames = [link.frame(IP(src=link.src, dst=link.dut) / TCP(
+    frames = [link.frame(ip_layer(link.src, link.dut) / TCP(
         sport=p, dport=80, flags="S", seq=isns[p], window=65535,
         options=[("MSS", 1460)])) for p in ports]
     link.send_frames(frames)
@@ -1144,7 +1177,7 @@ def syn_cookies_when_half_open_full_rfc4987_3_6(ctx):
         after = dpd_stats(ctx.control)
     finally:
         # Free the half-open slots the flood took.
-        link.send_frames([link.frame(IP(src=link.src, dst=link.dut) / TCP(
+        link.send_frames([link.frame(ip_layer(link.src, link.dut) / TCP(
             sport=p, dport=80, flags="R", seq=wrap(isns[p] + 1))) for p in ports])
     expect(answered >= FLOOD_PORTS - 10,
            f"only {answered} of {FLOOD_PORTS} flood SYNs answered: over the budget, "
@@ -1211,6 +1244,8 @@ def main():
     ap.add_argument("--group", default="main", choices=["main", "cookies_off"])
     ap.add_argument("--only", nargs="*", help="run only these checks")
     args = ap.parse_args()
+    global V6
+    V6 = ":" in args.dut
 
     block_kernel_rsts()
     link = Link(args.iface, args.src, args.dut)

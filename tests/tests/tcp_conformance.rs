@@ -31,16 +31,70 @@ fn raise_mtu(lab: &Lab) {
     }
 }
 
+/// Which family the checks run over.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Family {
+    V4,
+    /// dpd's port gets `fd00:A:B::1/64` beside its IPv4 address, the VIP
+    /// listens there, the client sends from `fd00:A:B::2`.
+    V6,
+}
+
 /// Runs the script's checks of `group` against a dpd (in a lab of its own)
-/// with `[tcp]` options `tcp`; returns whether they all passed, and the
-/// script's output.
-fn conformance(tag: &str, tcp: &str, group: &str) -> (bool, String) {
+/// with `[tcp]` options `tcp`, over `family`; returns whether they all
+/// passed, and the script's output.
+fn conformance(tag: &str, tcp: &str, group: &str, family: Family) -> (bool, String) {
     let lab = Lab::up(tag);
     raise_mtu(&lab);
-    let dpd = Dpd::start(&lab, |s| lab.config_with_vip_tcp("net_af_packet", s, tcp));
+    let mut octets = lab.net.split('.').skip(1);
+    let prefix = format!(
+        "fd00:{}:{}",
+        octets.next().expect("a.b.c"),
+        octets.next().expect("a.b.c")
+    );
+    let (dut, src) = match family {
+        Family::V4 => (lab.dut_ip(), format!("{}.2", lab.net)),
+        Family::V6 => {
+            for args in [
+                vec!["sysctl", "-qw", "net.ipv6.conf.veth-cli.disable_ipv6=0"],
+                vec![
+                    "ip",
+                    "-6",
+                    "addr",
+                    "add",
+                    &format!("{prefix}::2/64"),
+                    "dev",
+                    "veth-cli",
+                    "nodad",
+                ],
+            ] {
+                let out = lab.client(&args);
+                assert!(
+                    out.status.success(),
+                    "{args:?}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            (format!("{prefix}::1"), format!("{prefix}::2"))
+        }
+    };
+    let dpd = Dpd::start(&lab, |s| {
+        let config = lab.config_with_vip_tcp("net_af_packet", s, tcp);
+        match family {
+            Family::V4 => config,
+            Family::V6 => config
+                .replace(
+                    &format!("address = \"{}/24\"", lab.dut_ip()),
+                    &format!("addresses = [\"{}/24\", \"{dut}/64\"]", lab.dut_ip()),
+                )
+                .replace(
+                    &format!("listen = \"{}:80\"", lab.dut_ip()),
+                    &format!("listen = \"[{dut}]:80\""),
+                ),
+        }
+    });
     let script = e2e::repo_root().join("tests/conformance/tcp_conformance.py");
     let socket = dpd.socket.to_str().expect("utf-8 path").to_owned();
-    let src = format!("{}.2", lab.net);
     // Bounded: the checks take about 30 s; timeout stops a stuck run.
     let out = lab.client(&[
         "timeout",
@@ -48,7 +102,7 @@ fn conformance(tag: &str, tcp: &str, group: &str) -> (bool, String) {
         PYTHON,
         script.to_str().expect("utf-8 path"),
         "--dut",
-        &lab.dut_ip(),
+        &dut,
         "--src",
         &src,
         "--control",
@@ -56,8 +110,13 @@ fn conformance(tag: &str, tcp: &str, group: &str) -> (bool, String) {
         "--group",
         group,
     ]);
+    let over = if family == Family::V6 {
+        " over IPv6"
+    } else {
+        ""
+    };
     let text = format!(
-        "== {group} ({})\n{}{}",
+        "== {group}{over} ({})\n{}{}",
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
@@ -66,10 +125,10 @@ fn conformance(tag: &str, tcp: &str, group: &str) -> (bool, String) {
     (out.status.success(), text)
 }
 
-/// Every check, in two runs one after the other (not as two tests in
-/// parallel: two busy-polling dpds on one core would batch each other's
-/// segments, and the challenge-ACK rate check needs its RSTs processed one
-/// by one). First most checks, with a small half-open budget and cookies
+/// Every check, over IPv4 then IPv6, each in two runs one after the other
+/// (not as tests in parallel: two busy-polling dpds on one core would
+/// batch each other's segments, and the challenge-ACK rate check needs its
+/// RSTs processed one by one). First most checks, with a small half-open budget and cookies
 /// `when_full` so that the flood check (the last) reaches it with 200
 /// SYNs; then, with SYN cookies off, the forged-cookie check.
 #[test]
@@ -79,11 +138,28 @@ fn tcp_conformance() {
             "c",
             "syn_cookies = \"when_full\"\nmax_half_open = 16",
             "main",
+            Family::V4,
         ),
         conformance(
             "k",
             "syn_cookies = \"off\"\nmax_half_open = 16",
             "cookies_off",
+            Family::V4,
+        ),
+        // The same checks over IPv6 (docs/ipv6.md): the VIP on an IPv6
+        // address, segments built with scapy's `IPv6()`, dpd found by
+        // Neighbor Discovery.
+        conformance(
+            "c6",
+            "syn_cookies = \"when_full\"\nmax_half_open = 16",
+            "main",
+            Family::V6,
+        ),
+        conformance(
+            "k6",
+            "syn_cookies = \"off\"\nmax_half_open = 16",
+            "cookies_off",
+            Family::V6,
         ),
     ];
     assert!(
