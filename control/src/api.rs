@@ -342,6 +342,17 @@ pub struct Status {
     pub config_version: u64,
 }
 
+/// One VLAN of a port in `status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VlanStatus {
+    pub id: u16,
+    /// The IPv4 address with its prefix length.
+    pub address: String,
+    /// IPv6 addresses with prefix lengths, link-local first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ipv6: Vec<String>,
+}
+
 /// One port in `status`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortStatus {
@@ -355,6 +366,9 @@ pub struct PortStatus {
     /// port without IPv6.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ipv6: Vec<String>,
+    /// Its 802.1Q VLANs, each with its addresses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vlans: Vec<VlanStatus>,
     pub link_up: bool,
     pub speed_mbps: u32,
     pub queues: u16,

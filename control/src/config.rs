@@ -553,6 +553,27 @@ pub struct Port {
     /// (and checksums are offloaded); `false`: one MSS per frame.
     #[serde(default = "yes")]
     pub segmentation_offload: bool,
+    /// 802.1Q VLANs on this port (`[[port.vlan]]`), each a network of its
+    /// own: frames tagged with its id carry its addresses.
+    #[serde(default, rename = "vlan", skip_serializing_if = "Vec::is_empty")]
+    pub vlans: Vec<Vlan>,
+}
+
+/// An 802.1Q VLAN of a port (`[[port.vlan]]` after its `[[port]]`): the
+/// addresses of frames tagged `id`, given as a port's are.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Vlan {
+    /// The VLAN id, 1 to 4094.
+    pub id: u16,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub address: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway6: Option<String>,
 }
 
 fn default_desc() -> u16 {
@@ -667,6 +688,11 @@ impl Ipv4Cidr {
     /// Whether `ip` is on this subnet.
     pub fn contains(&self, ip: Ipv4Addr) -> bool {
         (u32::from(ip) ^ u32::from(self.addr)) & self.mask() == 0
+    }
+    /// Whether this subnet and `other` share addresses.
+    pub fn overlaps(&self, other: &Ipv4Cidr) -> bool {
+        let mask = self.mask() & other.mask();
+        (u32::from(self.addr) ^ u32::from(other.addr)) & mask == 0
     }
 }
 
@@ -935,61 +961,36 @@ impl Config {
                     "another port uses this device",
                 ));
             }
-            let cidr = port.cidr().map_err(|reason| {
-                if port.address.is_empty() {
-                    ConfigError::new(at("addresses"), port.addresses.join(", "), reason)
-                } else {
-                    ConfigError::new(at("address"), &port.address, reason)
+            check_addressing(port, &at)?;
+            let mut ids = HashSet::new();
+            let mut subnets = vec![port
+                .cidr()
+                .map_err(|r| ConfigError::new(at("address"), &port.address, r))?];
+            for (j, v) in port.vlans.iter().enumerate() {
+                let at = |f: &str| format!("port[{i}].vlan[{j}].{f}");
+                if !(1..=4094).contains(&v.id) {
+                    return Err(ConfigError::new(at("id"), v.id, "a VLAN id is 1 to 4094"));
                 }
-            })?;
-            let v6 = port
-                .ipv6_cidrs()
-                .map_err(|(value, reason)| ConfigError::new(at("addresses"), value, reason))?;
-            if let Some(gw) = &port.gateway6 {
-                let ip: Ipv6Addr = gw
-                    .parse()
-                    .map_err(|_| ConfigError::new(at("gateway6"), gw, "not an IPv6 address"))?;
-                if v6.is_empty() {
+                if !ids.insert(v.id) {
                     return Err(ConfigError::new(
-                        at("gateway6"),
-                        gw,
-                        "the port has no IPv6 address",
+                        at("id"),
+                        v.id,
+                        "another VLAN of this port has this id",
                     ));
                 }
-                let link_local = ip.segments()[0] & 0xffc0 == 0xfe80;
-                if !link_local && !v6.iter().any(|c| c.contains(ip)) {
+                let net = port.vlan_network(v);
+                check_addressing(&net, &at)?;
+                let cidr = net
+                    .cidr()
+                    .map_err(|r| ConfigError::new(at("address"), &v.address, r))?;
+                if let Some(other) = subnets.iter().find(|c| c.overlaps(&cidr)) {
                     return Err(ConfigError::new(
-                        at("gateway6"),
-                        gw,
-                        "neither link-local nor on one of the port's prefixes",
+                        at("address"),
+                        cidr.to_string(),
+                        format!("overlaps {other}, another network of this port"),
                     ));
                 }
-                if v6.iter().any(|c| c.addr == ip) || ip.is_multicast() {
-                    return Err(ConfigError::new(
-                        at("gateway6"),
-                        gw,
-                        "is not a neighbour's unicast address",
-                    ));
-                }
-            }
-            if let Some(gw) = &port.gateway {
-                let ip: Ipv4Addr = gw
-                    .parse()
-                    .map_err(|_| ConfigError::new(at("gateway"), gw, "not an IPv4 address"))?;
-                if !cidr.contains(ip) {
-                    return Err(ConfigError::new(
-                        at("gateway"),
-                        gw,
-                        format!("not on the port's subnet {cidr}"),
-                    ));
-                }
-                if ip == cidr.addr {
-                    return Err(ConfigError::new(
-                        at("gateway"),
-                        gw,
-                        "is the port's own address",
-                    ));
-                }
+                subnets.push(cidr);
             }
             for (field, n) in [("rx_desc", port.rx_desc), ("tx_desc", port.tx_desc)] {
                 if !(64..=16384).contains(&n) || !n.is_power_of_two() {
@@ -1306,9 +1307,99 @@ impl Config {
     }
 }
 
+/// Checks one network's addresses and gateways (a port's untagged one, or
+/// a VLAN's as [`Port::vlan_network`] gives it); `at` names a field.
+fn check_addressing(port: &Port, at: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+    let cidr = port.cidr().map_err(|reason| {
+        if port.address.is_empty() {
+            ConfigError::new(at("addresses"), port.addresses.join(", "), reason)
+        } else {
+            ConfigError::new(at("address"), &port.address, reason)
+        }
+    })?;
+    let v6 = port
+        .ipv6_cidrs()
+        .map_err(|(value, reason)| ConfigError::new(at("addresses"), value, reason))?;
+    if let Some(gw) = &port.gateway6 {
+        let ip: Ipv6Addr = gw
+            .parse()
+            .map_err(|_| ConfigError::new(at("gateway6"), gw, "not an IPv6 address"))?;
+        if v6.is_empty() {
+            return Err(ConfigError::new(
+                at("gateway6"),
+                gw,
+                "the port has no IPv6 address",
+            ));
+        }
+        let link_local = ip.segments()[0] & 0xffc0 == 0xfe80;
+        if !link_local && !v6.iter().any(|c| c.contains(ip)) {
+            return Err(ConfigError::new(
+                at("gateway6"),
+                gw,
+                "neither link-local nor on one of the port's prefixes",
+            ));
+        }
+        if v6.iter().any(|c| c.addr == ip) || ip.is_multicast() {
+            return Err(ConfigError::new(
+                at("gateway6"),
+                gw,
+                "is not a neighbour's unicast address",
+            ));
+        }
+    }
+    if let Some(gw) = &port.gateway {
+        let ip: Ipv4Addr = gw
+            .parse()
+            .map_err(|_| ConfigError::new(at("gateway"), gw, "not an IPv4 address"))?;
+        if !cidr.contains(ip) {
+            return Err(ConfigError::new(
+                at("gateway"),
+                gw,
+                format!("not on the port's subnet {cidr}"),
+            ));
+        }
+        if ip == cidr.addr {
+            return Err(ConfigError::new(
+                at("gateway"),
+                gw,
+                "is the port's own address",
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl Port {
-    /// Whether `ip` is on one of the port's subnets (IPv4 or IPv6).
+    /// The networks of the port: its untagged one, then one per VLAN,
+    /// each as a port with that network's addresses (named `PORT.ID`).
+    pub fn networks(&self) -> impl Iterator<Item = Port> + '_ {
+        std::iter::once(Port {
+            vlans: Vec::new(),
+            ..self.clone()
+        })
+        .chain(self.vlans.iter().map(|v| self.vlan_network(v)))
+    }
+
+    /// VLAN `v` of this port as a port with its addresses.
+    pub fn vlan_network(&self, v: &Vlan) -> Port {
+        Port {
+            name: format!("{}.{}", self.name, v.id),
+            address: v.address.clone(),
+            addresses: v.addresses.clone(),
+            gateway: v.gateway.clone(),
+            gateway6: v.gateway6.clone(),
+            vlans: Vec::new(),
+            ..self.clone()
+        }
+    }
+
+    /// Whether `ip` is on one of the port's subnets (IPv4 or IPv6, its
+    /// VLANs' included).
     pub fn on_subnet(&self, ip: IpAddr) -> bool {
+        self.networks().any(|n| n.on_own_subnet(ip))
+    }
+
+    fn on_own_subnet(&self, ip: IpAddr) -> bool {
         match ip {
             IpAddr::V4(a) => self.cidr().is_ok_and(|c| c.contains(a)),
             IpAddr::V6(a) => self
@@ -1318,15 +1409,17 @@ impl Port {
     }
 
     /// Whether the port reaches `ip`: on one of its subnets, or through
-    /// its gateway of that family.
+    /// a gateway of that family (its own or a VLAN's).
     pub fn reaches(&self, ip: IpAddr) -> bool {
-        let gateway = match ip {
-            IpAddr::V4(_) => self.gateway.is_some(),
-            IpAddr::V6(_) => {
-                self.gateway6.is_some() && self.ipv6_cidrs().is_ok_and(|cs| !cs.is_empty())
-            }
-        };
-        gateway || self.on_subnet(ip)
+        self.networks().any(|n| {
+            let gateway = match ip {
+                IpAddr::V4(_) => n.gateway.is_some(),
+                IpAddr::V6(_) => {
+                    n.gateway6.is_some() && n.ipv6_cidrs().is_ok_and(|cs| !cs.is_empty())
+                }
+            };
+            gateway || n.on_own_subnet(ip)
+        })
     }
 
     /// The port's IPv4 address: `address`, or the one IPv4 entry of
@@ -1615,6 +1708,7 @@ mod tests {
             device: device.into(),
             address: "10.0.0.1/24".into(),
             addresses: Vec::new(),
+            vlans: Vec::new(),
             gateway: None,
             gateway6: None,
             rx_desc: 1024,
@@ -2016,6 +2110,7 @@ mod tests {
             device: d.into(),
             address: "10.0.0.1/24".into(),
             addresses: Vec::new(),
+            vlans: Vec::new(),
             gateway: None,
             gateway6: None,
             rx_desc: 1024,
@@ -2123,6 +2218,59 @@ mod tests {
             text.replace("[2001:db8:77::80]:443", "2001:db8:77::80:443")
         ));
         assert_eq!(e.field, "vip[0].listen", "{e}");
+    }
+
+    #[test]
+    fn vlans_are_networks_of_their_port() {
+        let with = |vlans: &str| GOOD.replace("[control]", &format!("{vlans}\n        [control]"));
+        let two = r#"
+        [[port.vlan]]
+        id = 100
+        address = "10.100.0.1/24"
+        [[port.vlan]]
+        id = 200
+        addresses = ["10.200.0.1/24", "2001:db8:200::1/64"]
+        gateway = "10.200.0.254"
+        "#;
+        let c = Config::parse(&with(two)).unwrap();
+        let p = &c.ports[0];
+        assert_eq!(p.vlans.len(), 2);
+        let nets: Vec<String> = p.networks().map(|n| n.name).collect();
+        assert_eq!(nets, ["p0", "p0.100", "p0.200"]);
+        assert!(p.on_subnet("10.100.0.80".parse().unwrap()));
+        assert!(p.on_subnet("2001:db8:200::80".parse().unwrap()));
+        assert!(!p.on_subnet("10.150.0.1".parse().unwrap()));
+        // Written back as given, and read again alike.
+        assert_eq!(Config::parse(&c.to_toml()).unwrap(), c);
+        // A VIP and a member on VLANs.
+        let vip = format!(
+            "{}\n[[vip]]\nname = \"v\"\nlisten = \"10.100.0.80:443\"\npool = \"b\"\n[[pool]]\nname = \"b\"\nmembers = [{{ addr = \"10.200.0.11:80\" }}, {{ addr = \"[2001:db8:200::11]:80\" }}]\n",
+            with(two)
+        );
+        Config::parse(&vip).unwrap();
+        for (vlans, field, what) in [
+            ("[[port.vlan]]\nid = 0\naddress = \"10.100.0.1/24\"", "port[0].vlan[0].id", "1 to 4094"),
+            ("[[port.vlan]]\nid = 4095\naddress = \"10.100.0.1/24\"", "port[0].vlan[0].id", "1 to 4094"),
+            (
+                "[[port.vlan]]\nid = 7\naddress = \"10.100.0.1/24\"\n[[port.vlan]]\nid = 7\naddress = \"10.101.0.1/24\"",
+                "port[0].vlan[1].id",
+                "another VLAN",
+            ),
+            ("[[port.vlan]]\nid = 7\naddress = \"10.77.0.9/24\"", "port[0].vlan[0].address", "overlaps"),
+            ("[[port.vlan]]\nid = 7", "port[0].vlan[0].addresses", "IPv4"),
+            (
+                "[[port.vlan]]\nid = 7\naddress = \"10.100.0.1/24\"\ngateway = \"10.9.9.9\"",
+                "port[0].vlan[0].gateway",
+                "subnet",
+            ),
+            ("[[port.vlan]]\nid = 7\naddress = \"10.100.0.1/24\"\ncolour = 3", "", "unknown field"),
+        ] {
+            let e = err_of(&with(vlans));
+            assert!(e.to_string().contains(what), "{vlans}: {e}");
+            if !field.is_empty() {
+                assert_eq!(e.field, field, "{vlans}: {e}");
+            }
+        }
     }
 
     #[test]

@@ -27,8 +27,8 @@ pub enum DropReason {
     Malformed,
     /// Addressed to another host (MAC or IP).
     NotForUs,
-    /// An EtherType we do not handle (VLAN, ..., and IPv6 on a port without
-    /// IPv6 addresses).
+    /// An EtherType we do not handle (802.1ad stacked tags, ..., and IPv6
+    /// on a port without IPv6 addresses).
     UnsupportedEtherType,
     /// An IP protocol we do not (yet) handle.
     UnsupportedProtocol,
@@ -69,6 +69,8 @@ pub enum DropReason {
     /// An IPv6 extension header we do not take (unknown, an option that
     /// says discard, a routing header asking us to forward, too many).
     BadExtensionHeader,
+    /// An 802.1Q tag for a VLAN the port is not configured with.
+    UnknownVlan,
 }
 
 impl From<crate::tcp::SegmentDrop> for DropReason {
@@ -85,7 +87,7 @@ impl From<crate::tcp::SegmentDrop> for DropReason {
 }
 
 impl DropReason {
-    pub const COUNT: usize = 20;
+    pub const COUNT: usize = 21;
     pub const ALL: [DropReason; Self::COUNT] = [
         Self::Malformed,
         Self::NotForUs,
@@ -107,6 +109,7 @@ impl DropReason {
         Self::Oversize,
         Self::PortError,
         Self::BadExtensionHeader,
+        Self::UnknownVlan,
     ];
 
     /// A stable snake_case name (used in stats output and metrics).
@@ -133,6 +136,7 @@ impl DropReason {
             Self::Oversize => "oversize",
             Self::PortError => "port_error",
             Self::BadExtensionHeader => "bad_extension_header",
+            Self::UnknownVlan => "unknown_vlan",
         }
     }
 }

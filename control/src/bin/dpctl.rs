@@ -642,6 +642,12 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
                 for a in &p.ipv6 {
                     println!("{:<8} {a}", "");
                 }
+                for v in &p.vlans {
+                    println!("{:<8} vlan {:<4} {}", "", v.id, v.address);
+                    for a in &v.ipv6 {
+                        println!("{:<8} {:<9} {a}", "", "");
+                    }
+                }
             }
         }
         (

@@ -51,21 +51,40 @@ pub struct Uplink {
     pub iface: InterfaceConfig,
     /// Its IPv6 addresses and gateway, when it has IPv6.
     pub ipv6: Option<Ipv6Config>,
+    /// The 802.1Q VLAN of these addresses (`None`: untagged).
+    pub vlan: Option<u16>,
+    /// The engine port it is on (index).
+    pub port: usize,
     /// How the port spreads received flows over the engines' queues (a
     /// connection's source port must bring its replies to this engine).
     pub steering: Option<RssSteering>,
 }
 
 impl Uplink {
-    /// The source address towards `dst` and the steering of the first
-    /// port that reaches it.
+    /// The source address towards `dst` and the steering of the uplink
+    /// that reaches it: one whose subnet holds it (a port's own network
+    /// or a VLAN's), else the first with a gateway of its family.
     pub fn route(uplinks: &[Uplink], dst: IpAddr) -> Option<(IpAddr, Option<RssSteering>)> {
-        uplinks.iter().find_map(|u| {
-            let src = match dst {
-                IpAddr::V4(d) => u.iface.next_hop(d).map(|_| IpAddr::V4(u.iface.addr)),
-                IpAddr::V6(d) => u.ipv6.as_ref()?.source_for(d).map(IpAddr::V6),
-            }?;
-            Some((src, u.steering))
+        let source = |u: &Uplink, on_link: bool| -> Option<IpAddr> {
+            match dst {
+                IpAddr::V4(d) => {
+                    let hop = u.iface.next_hop(d)?;
+                    (!on_link || hop == d).then_some(IpAddr::V4(u.iface.addr))
+                }
+                IpAddr::V6(d) => {
+                    let v6 = u.ipv6.as_ref()?;
+                    let hop = v6.next_hop(d)?;
+                    if on_link && hop != d {
+                        return None;
+                    }
+                    v6.source_for(d).map(IpAddr::V6)
+                }
+            }
+        };
+        [true, false].into_iter().find_map(|on_link| {
+            uplinks
+                .iter()
+                .find_map(|u| Some((source(u, on_link)?, u.steering)))
         })
     }
 }

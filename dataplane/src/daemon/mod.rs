@@ -520,18 +520,33 @@ fn port_status(p: &StartedPort, pc: &control::config::Port) -> PortStatus {
             t.segmentation(),
         ),
     };
+    let ipv6 = |net: &control::config::Port| {
+        ipv6_config(net).map_or_else(Vec::new, |v6| {
+            let link_local = crate::net::ipv6::link_local(EthernetAddress(p.device.mac()));
+            std::iter::once(format!("{link_local}/64"))
+                .chain(v6.addresses.iter().map(|(a, l)| format!("{a}/{l}")))
+                .collect()
+        })
+    };
     PortStatus {
         name: pc.name.clone(),
         device: pc.device.clone(),
         driver,
         mac: mac_string(p.device.mac()),
         address: pc.cidr().map(|c| c.to_string()).unwrap_or_default(),
-        ipv6: ipv6_config(pc).map_or_else(Vec::new, |v6| {
-            let link_local = crate::net::ipv6::link_local(EthernetAddress(p.device.mac()));
-            std::iter::once(format!("{link_local}/64"))
-                .chain(v6.addresses.iter().map(|(a, l)| format!("{a}/{l}")))
-                .collect()
-        }),
+        ipv6: ipv6(pc),
+        vlans: pc
+            .vlans
+            .iter()
+            .map(|v| {
+                let net = pc.vlan_network(v);
+                control::api::VlanStatus {
+                    id: v.id,
+                    address: net.cidr().map(|c| c.to_string()).unwrap_or_default(),
+                    ipv6: ipv6(&net),
+                }
+            })
+            .collect(),
         link_up: false,
         speed_mbps: 0,
         queues: p.queues,
@@ -644,11 +659,24 @@ fn launch_engines(
                     gateway,
                 },
             );
+            let i = shares.len() - 1;
             if let Some(v6) = ipv6_config(pc) {
-                engine.enable_ipv6(shares.len() - 1, v6);
-                if q == 0 {
-                    engine.join_ipv6_groups(shares.len() - 1);
-                }
+                engine.enable_ipv6(i, v6);
+            }
+            for v in &pc.vlans {
+                let net = pc.vlan_network(v);
+                let Ok(cidr) = net.cidr() else { continue };
+                let gateway = net.gateway.as_deref().and_then(|g| g.parse().ok());
+                let iface = InterfaceConfig {
+                    mac: EthernetAddress(p.device.mac()),
+                    addr: cidr.addr,
+                    prefix_len: cidr.prefix_len,
+                    gateway,
+                };
+                engine.add_vlan(i, v.id, iface, ipv6_config(&net));
+            }
+            if q == 0 {
+                engine.join_ipv6_groups(i);
             }
         }
         if let Some(links) = &steer_links {

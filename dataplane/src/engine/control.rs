@@ -20,11 +20,9 @@ impl<P: Port, A: Application> Engine<P, A> {
         let vips = self.app.vips();
         self.tcp
             .retain_listeners(|a, p| vips.iter().any(|v| v.enabled && v.addr == a && v.port == p));
-        for ep in &mut self.ports {
-            ep.iface
-                .retain_addresses(|a| vips.iter().any(|v| v.addr == *a));
-            ep.iface
-                .retain_addresses6(|a| vips.iter().any(|v| v.addr == *a));
+        for iface in self.ports.iter_mut().flat_map(|ep| ep.ifaces_mut()) {
+            iface.retain_addresses(|a| vips.iter().any(|v| v.addr == *a));
+            iface.retain_addresses6(|a| vips.iter().any(|v| v.addr == *a));
         }
         let wanted: Vec<(IpAddr, u16, bool, ListenLimits, u16)> = vips
             .iter()
@@ -39,28 +37,25 @@ impl<P: Port, A: Application> Engine<P, A> {
         }
     }
 
-    /// Makes `addr` an extra address of the port whose subnet holds it.
+    /// Makes `addr` an extra address of the network (a port's untagged
+    /// one, or a VLAN) whose subnet holds it.
     pub(super) fn claim_address(&mut self, addr: IpAddr) {
-        let addr = match addr {
-            IpAddr::V4(a) => a,
+        if self.ports.iter().any(|ep| ep.owns(addr)) {
+            return;
+        }
+        let mut ifaces = self.ports.iter_mut().flat_map(|ep| ep.ifaces_mut());
+        match addr {
+            IpAddr::V4(a) => {
+                if let Some(iface) = ifaces.find(|i| i.next_hop(a) == Some(a)) {
+                    iface.add_address(a);
+                }
+            }
             IpAddr::V6(a) => {
-                if !self.ports.iter().any(|ep| ep.iface.owns(addr)) {
-                    for ep in &mut self.ports {
-                        if ep.iface.add_address6(a) {
-                            break;
-                        }
+                for iface in ifaces {
+                    if iface.add_address6(a) {
+                        break;
                     }
                 }
-                return;
-            }
-        };
-        if !self.ports.iter().any(|ep| ep.iface.is_local(addr)) {
-            if let Some(ep) = self
-                .ports
-                .iter_mut()
-                .find(|ep| ep.iface.next_hop(addr) == Some(addr))
-            {
-                ep.iface.add_address(addr);
             }
         }
     }

@@ -1,10 +1,13 @@
 //! The loop's side of the ports: one received frame to the interface
 //! and TCP, software RSS hand-offs, the transmit buffer and its flush.
 
-use super::{EnginePort, MAX_TX_PENDING, MAX_UNRESOLVED, RESOLVE_TIMEOUT};
+use super::{EnginePort, Held, MAX_TX_PENDING, MAX_UNRESOLVED, RESOLVE_TIMEOUT};
+use std::net::IpAddr;
+
 use crate::app::Tcp;
 use crate::net::toeplitz::{classify, FrameClass};
 use crate::net::{set_destination, Verdict};
+use crate::net::{vlan, Interface};
 use crate::port::{PacketBuf, Port};
 use crate::stats::{Counters, DropReason};
 use crate::steer::{SteerLink, Steered};
@@ -22,7 +25,14 @@ pub(super) fn receive<P: Port>(
 ) {
     counters.rx_packets += 1;
     counters.rx_bytes += buf.data().len() as u64;
-    match ep.iface.process(now, &mut buf, counters) {
+    let tagged = match vlan::untag(&mut buf) {
+        Ok(v) => v,
+        Err(reason) => return counters.drop(reason),
+    };
+    let Some(iface) = ep.iface_on(tagged) else {
+        return counters.drop(DropReason::UnknownVlan);
+    };
+    match iface.process(now, &mut buf, counters) {
         Verdict::Tcp {
             src,
             dst,
@@ -53,7 +63,7 @@ pub(super) fn receive<P: Port>(
             }
         }
         other => {
-            queue(ep, buf, other, now, burst, counters);
+            queue(ep, buf, other, tagged, now, burst, counters);
         }
     }
 }
@@ -138,7 +148,78 @@ pub(super) fn share_neighbor_frame<P: Port>(
 /// counted, so the wire sees one answer and the counters one frame.
 pub(super) fn learn<P: Port>(ep: &mut EnginePort<P>, mut buf: P::Buf, now: Instant) {
     let mut unseen = Counters::default();
-    ep.iface.process(now, &mut buf, &mut unseen);
+    let Ok(tagged) = vlan::untag(&mut buf) else {
+        return;
+    };
+    if let Some(iface) = ep.iface_on(tagged) {
+        iface.process(now, &mut buf, &mut unseen);
+    }
+}
+
+/// Puts a frame an interface built on the transmit buffer, tagged for
+/// its VLAN; a frame with no room for the tag is dropped (counted).
+pub(super) fn push_tagged<B: PacketBuf>(
+    tx: &mut Vec<B>,
+    since: &mut Option<Instant>,
+    mut buf: B,
+    vlan: Option<u16>,
+    now: Instant,
+) -> bool {
+    if !vlan::tag(&mut buf, vlan) {
+        return false;
+    }
+    tx.push(buf);
+    since.get_or_insert(now);
+    true
+}
+
+/// What an interface sends of its own accord: ARP requests and Neighbor
+/// Solicitations for next hops, and on IPv6 the Multicast Listener
+/// Reports with the duplicate address checks, tagged for its VLAN.
+pub(super) fn send_own_frames<P: Port>(
+    iface: &mut Interface,
+    port: &mut P,
+    tx: &mut Vec<P::Buf>,
+    since: &mut Option<Instant>,
+    now: Instant,
+    counters: &mut Counters,
+) {
+    let vlan = iface.vlan();
+    while let Some(ip) = iface.take_probe() {
+        let Some(mut buf) = port.alloc() else {
+            counters.drop(DropReason::NoBuffer);
+            continue;
+        };
+        if !iface.write_probe(ip, &mut buf) || !push_tagged(tx, since, buf, vlan, now) {
+            counters.drop(DropReason::NoBuffer);
+            continue;
+        }
+        match ip {
+            IpAddr::V4(_) => counters.arp_requests += 1,
+            IpAddr::V6(_) => counters.nd_solicitations += 1,
+        }
+    }
+    if iface.report_pending(now) {
+        match port.alloc() {
+            Some(mut buf) => {
+                if iface.write_report_if_due(now, &mut buf)
+                    && push_tagged(tx, since, buf, vlan, now)
+                {
+                    counters.mld_reports += 1;
+                }
+            }
+            None => counters.drop(DropReason::NoBuffer),
+        }
+        // The duplicate address checks go with the first report.
+        while let Some(mut buf) = port.alloc() {
+            if !iface.write_dad_probe(&mut buf) {
+                break;
+            }
+            if push_tagged(tx, since, buf, vlan, now) {
+                counters.nd_solicitations += 1;
+            }
+        }
+    }
 }
 
 /// Acts on a frame's verdict: transmit (flushing full bursts), hold for ARP,
@@ -147,12 +228,19 @@ pub(super) fn learn<P: Port>(ep: &mut EnginePort<P>, mut buf: P::Buf, now: Insta
 /// what it sent (TCP) stops and sends it again later.
 pub(super) fn queue<P: Port>(
     ep: &mut EnginePort<P>,
-    buf: P::Buf,
+    mut buf: P::Buf,
     verdict: Verdict,
+    vlan: Option<u16>,
     now: Instant,
     burst: usize,
     counters: &mut Counters,
 ) -> bool {
+    if matches!(verdict, Verdict::Transmit | Verdict::AwaitNeighbor(_))
+        && !vlan::tag(&mut buf, vlan)
+    {
+        counters.drop(DropReason::Oversize);
+        return true;
+    }
     match verdict {
         Verdict::Transmit => {
             if ep.tx.len() >= MAX_TX_PENDING {
@@ -178,7 +266,12 @@ pub(super) fn queue<P: Port>(
                 ep.unresolved.remove(0);
                 counters.drop(DropReason::NeighborMiss);
             }
-            ep.unresolved.push((hop, buf, now + RESOLVE_TIMEOUT));
+            ep.unresolved.push(Held {
+                vlan,
+                hop,
+                buf,
+                until: now + RESOLVE_TIMEOUT,
+            });
         }
     }
     true
@@ -207,9 +300,15 @@ pub(super) fn release_resolved<P: Port>(
 ) {
     let mut i = 0;
     while i < ep.unresolved.len() {
-        let (hop, _, deadline) = ep.unresolved[i];
-        if let Some(mac) = ep.iface.resolve_hop(hop, now) {
-            let (_, mut buf, _) = ep.unresolved.remove(i);
+        let (vlan, hop, deadline) = {
+            let h = &ep.unresolved[i];
+            (h.vlan, h.hop, h.until)
+        };
+        let mac = ep
+            .iface_on(vlan)
+            .and_then(|iface| iface.resolve_hop(hop, now));
+        if let Some(mac) = mac {
+            let mut buf = ep.unresolved.remove(i).buf;
             set_destination(buf.data_mut(), mac);
             ep.tx.push(buf);
             ep.tx_since.get_or_insert(now);

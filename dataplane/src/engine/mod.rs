@@ -78,12 +78,15 @@ impl Default for EngineConfig {
 #[derive(Debug)]
 struct EnginePort<P: Port> {
     port: P,
+    /// The port's untagged network.
     iface: Interface,
+    /// Its 802.1Q VLANs, an interface each (docs/vlan.md).
+    vlans: Vec<Interface>,
     tx: Vec<P::Buf>,
     /// When the oldest frame in `tx` was queued.
     tx_since: Option<Instant>,
-    /// Frames waiting for a next hop's MAC: (next hop, frame, given up at).
-    unresolved: Vec<(IpAddr, P::Buf, Instant)>,
+    /// Frames (tagged already) waiting for a next hop's MAC.
+    unresolved: Vec<Held<P::Buf>>,
     /// The neighbour tables' `learned` count when `unresolved` was last looked
     /// over: until it moves, only the tick looks again (for deadlines and
     /// paced requests), not every iteration.
@@ -98,6 +101,42 @@ struct EnginePort<P: Port> {
     share: PortShare,
     /// With no TX queue of our own: the engine that sends for us.
     tx_via: Option<(TxVia<P::Buf>, u8)>,
+}
+
+/// A frame waiting for its next hop's MAC.
+#[derive(Debug)]
+struct Held<B> {
+    /// The VLAN whose interface resolves the hop.
+    vlan: Option<u16>,
+    hop: IpAddr,
+    buf: B,
+    /// When it is given up.
+    until: Instant,
+}
+
+impl<P: Port> EnginePort<P> {
+    /// The interface of VLAN `vlan` (`None`: the untagged one).
+    fn iface_on(&mut self, vlan: Option<u16>) -> Option<&mut Interface> {
+        match vlan {
+            None => Some(&mut self.iface),
+            Some(v) => self.vlans.iter_mut().find(|i| i.vlan() == Some(v)),
+        }
+    }
+
+    /// Its interfaces, the untagged one first.
+    fn ifaces(&self) -> impl Iterator<Item = &Interface> {
+        std::iter::once(&self.iface).chain(&self.vlans)
+    }
+
+    /// Its interfaces, the untagged one first.
+    fn ifaces_mut(&mut self) -> impl Iterator<Item = &mut Interface> {
+        std::iter::once(&mut self.iface).chain(&mut self.vlans)
+    }
+
+    /// Whether `ip` is an address of one of its interfaces.
+    fn owns(&self, ip: IpAddr) -> bool {
+        self.ifaces().any(|i| i.owns(ip))
+    }
 }
 
 /// The inbox of the engine that transmits for another.
@@ -265,14 +304,16 @@ impl<P: Port, A: Application> Engine<P, A> {
     /// another MAC (a host restarted with a new one) take ours.
     pub fn announce(&mut self, now: Instant) {
         for ep in &mut self.ports {
-            for addr in ep.iface.addresses() {
-                match ep.port.alloc() {
-                    Some(mut buf) => {
-                        ep.iface.write_arp_announcement(addr, &mut buf);
-                        ep.tx.push(buf);
-                        ep.tx_since.get_or_insert(now);
+            for k in 0..=ep.vlans.len() {
+                let iface = if k == 0 { &ep.iface } else { &ep.vlans[k - 1] };
+                for addr in iface.addresses() {
+                    match ep.port.alloc() {
+                        Some(mut buf) => {
+                            iface.write_arp_announcement(addr, &mut buf);
+                            io::push_tagged(&mut ep.tx, &mut ep.tx_since, buf, iface.vlan(), now);
+                        }
+                        None => self.counters.drop(DropReason::NoBuffer),
                     }
-                    None => self.counters.drop(DropReason::NoBuffer),
                 }
             }
         }
@@ -281,16 +322,17 @@ impl<P: Port, A: Application> Engine<P, A> {
     /// Whether the next hop towards `dst` is resolved; on a miss an ARP
     /// request goes out with this iteration's frames.
     pub fn resolve(&mut self, dst: Ipv4Addr, now: Instant) -> bool {
-        let Some(ep) = self
+        let Some(iface) = self
             .ports
             .iter_mut()
-            .find(|ep| ep.iface.next_hop(dst).is_some())
+            .flat_map(|ep| ep.ifaces_mut())
+            .find(|i| i.next_hop(dst).is_some())
         else {
             return false;
         };
-        ep.iface
+        iface
             .next_hop(dst)
-            .is_some_and(|hop| ep.iface.resolve(hop, now).is_some())
+            .is_some_and(|hop| iface.resolve(hop, now).is_some())
     }
 
     /// The port `i`, mutably (tests wrap ports to record traffic).
@@ -328,12 +370,13 @@ impl<P: Port, A: Application> Engine<P, A> {
     /// When `shares` does not cover every port.
     pub fn set_steering(&mut self, link: SteerLink<P::Buf>, shares: &[PortShare]) {
         assert_eq!(shares.len(), self.ports.len(), "one share per port");
-        let ports = self.ports.iter_mut().zip(&mut self.uplinks);
-        for ((ep, uplink), share) in ports.zip(shares) {
-            ep.share = *share;
-            if share.steer {
+        for uplink in &mut self.uplinks {
+            if shares[uplink.port].steer {
                 uplink.steering = Some(link.steering());
             }
+        }
+        for (ep, share) in self.ports.iter_mut().zip(shares) {
+            ep.share = *share;
             ep.tx_via = share.tx_via.map(|to| {
                 (
                     TxVia {
@@ -369,6 +412,8 @@ impl<P: Port, A: Application> Engine<P, A> {
         self.uplinks.push(Uplink {
             iface,
             ipv6: None,
+            vlan: None,
+            port: self.ports.len(),
             steering,
         });
         let mut interface = Interface::new(iface);
@@ -377,6 +422,7 @@ impl<P: Port, A: Application> Engine<P, A> {
         self.ports.push(EnginePort {
             port,
             iface: interface,
+            vlans: Vec::new(),
             tx: Vec::with_capacity(2 * self.cfg.burst),
             tx_since: None,
             unresolved: Vec::with_capacity(MAX_UNRESOLVED),
@@ -400,7 +446,11 @@ impl<P: Port, A: Application> Engine<P, A> {
     /// Turns IPv6 on for port `i` (added last by [`Engine::add_port`]
     /// when `i` is the last index): its link-local address and `cfg`'s.
     pub fn enable_ipv6(&mut self, i: usize, cfg: crate::net::Ipv6Config) {
-        if let Some(u) = self.uplinks.get_mut(i) {
+        if let Some(u) = self
+            .uplinks
+            .iter_mut()
+            .find(|u| u.port == i && u.vlan.is_none())
+        {
             u.ipv6 = Some(cfg.clone());
         }
         if let Some(ep) = self.ports.get_mut(i) {
@@ -408,12 +458,49 @@ impl<P: Port, A: Application> Engine<P, A> {
         }
     }
 
+    /// Adds 802.1Q VLAN `vid` to port `i` with its own addresses (`iface`;
+    /// the MAC is the port's) and, when given, IPv6 ones: frames tagged
+    /// `vid` go to its interface, and what it sends is tagged `vid`.
+    /// Connections may be opened from its addresses (it is an uplink).
+    pub fn add_vlan(
+        &mut self,
+        i: usize,
+        vid: u16,
+        mut iface: InterfaceConfig,
+        ipv6: Option<crate::net::Ipv6Config>,
+    ) {
+        let Some(ep) = self.ports.get_mut(i) else {
+            return;
+        };
+        iface.mac = ep.port.mac();
+        let mut interface = Interface::new(iface).on_vlan(vid);
+        interface.set_checksum_offload(ep.port.checksum_offload());
+        if let Some(v6) = &ipv6 {
+            interface.enable_ipv6(v6.clone());
+        }
+        ep.vlans.push(interface);
+        let steering = self
+            .uplinks
+            .iter()
+            .find(|u| u.port == i)
+            .and_then(|u| u.steering);
+        self.uplinks.push(Uplink {
+            iface,
+            ipv6,
+            vlan: Some(vid),
+            port: i,
+            steering,
+        });
+    }
+
     /// Makes port `i` report its IPv6 multicast groups at the next
     /// transmit and a second later (one engine per port does it; every
-    /// engine answers the queries it receives).
+    /// engine answers the queries it receives), on each of its networks.
     pub fn join_ipv6_groups(&mut self, i: usize) {
         if let Some(ep) = self.ports.get_mut(i) {
-            ep.iface.join_groups();
+            for iface in ep.ifaces_mut() {
+                iface.join_groups();
+            }
         }
     }
 
@@ -422,9 +509,14 @@ impl<P: Port, A: Application> Engine<P, A> {
         &self.counters
     }
 
-    /// The interface of port `i`.
+    /// The interface of port `i` (its untagged network).
     pub fn interface(&self, i: usize) -> &Interface {
         &self.ports[i].iface
+    }
+
+    /// The interfaces of port `i`'s VLANs.
+    pub fn vlan_interfaces(&self, i: usize) -> &[Interface] {
+        &self.ports[i].vlans
     }
 
     /// The port `i`.
@@ -449,7 +541,7 @@ impl<P: Port, A: Application> Engine<P, A> {
         let mut work = self.receive_bursts(now);
         work += self.receive_inbox(now);
         for ep in &mut self.ports {
-            let learned = ep.iface.neighbors_learned();
+            let learned = ep.ifaces().map(Interface::neighbors_learned).sum();
             if !ep.unresolved.is_empty() && (ticked || learned != ep.unresolved_seen) {
                 ep.unresolved_seen = learned;
                 release_resolved(ep, now, &mut self.counters);
@@ -465,7 +557,9 @@ impl<P: Port, A: Application> Engine<P, A> {
     /// application's deadlines, counters published.
     fn tick(&mut self, now: Instant) {
         for ep in &mut self.ports {
-            ep.iface.on_timer(now);
+            for iface in ep.ifaces_mut() {
+                iface.on_timer(now);
+            }
         }
         self.control_messages();
         let mut cx = Cx {
@@ -545,7 +639,16 @@ impl<P: Port, A: Application> Engine<P, A> {
                     receive(ep, buf, now, burst, &mut self.tcp, &mut self.counters);
                 }
                 Steered::Tx { buf, .. } => {
-                    queue(ep, buf, Verdict::Transmit, now, burst, &mut self.counters);
+                    // Tagged already by the engine that built it.
+                    queue(
+                        ep,
+                        buf,
+                        Verdict::Transmit,
+                        None,
+                        now,
+                        burst,
+                        &mut self.counters,
+                    );
                 }
                 Steered::Learn { buf, .. } => io::learn(ep, buf, now),
             }
@@ -581,7 +684,7 @@ impl<P: Port, A: Application> Engine<P, A> {
         // full) stops it: TCP keeps what it did not send and sends it on a
         // later iteration, nothing is counted as sent that was dropped.
         self.tcp.transmit(now, |seg| {
-            let Some(ep) = ports.iter_mut().find(|ep| ep.iface.owns(seg.src)) else {
+            let Some(ep) = ports.iter_mut().find(|ep| ep.owns(seg.src)) else {
                 counters.drop(DropReason::NoRoute);
                 return true;
             };
@@ -598,8 +701,11 @@ impl<P: Port, A: Application> Engine<P, A> {
                 counters.drop(DropReason::NoBuffer);
                 return false;
             };
-            let verdict = ep.iface.write_tcp(now, seg, &mut buf);
-            queue(ep, buf, verdict, now, burst, counters)
+            let Some(iface) = ep.ifaces_mut().find(|i| i.owns(seg.src)) else {
+                return true;
+            };
+            let (verdict, vlan) = (iface.write_tcp(now, seg, &mut buf), iface.vlan());
+            queue(ep, buf, verdict, vlan, now, burst, counters)
         });
     }
 
@@ -607,42 +713,14 @@ impl<P: Port, A: Application> Engine<P, A> {
     /// queue is drained or the oldest waited `tx_drain`.
     fn drain_tx(&mut self, now: Instant) {
         for ep in &mut self.ports {
-            while let Some(ip) = ep.iface.take_probe() {
-                let Some(mut buf) = ep.port.alloc() else {
-                    self.counters.drop(DropReason::NoBuffer);
-                    continue;
+            for k in 0..=ep.vlans.len() {
+                let iface = if k == 0 {
+                    &mut ep.iface
+                } else {
+                    &mut ep.vlans[k - 1]
                 };
-                if !ep.iface.write_probe(ip, &mut buf) {
-                    self.counters.drop(DropReason::NoBuffer);
-                    continue;
-                }
-                match ip {
-                    IpAddr::V4(_) => self.counters.arp_requests += 1,
-                    IpAddr::V6(_) => self.counters.nd_solicitations += 1,
-                }
-                ep.tx.push(buf);
-                ep.tx_since.get_or_insert(now);
-            }
-            if ep.iface.report_pending(now) {
-                match ep.port.alloc() {
-                    Some(mut buf) => {
-                        if ep.iface.write_report_if_due(now, &mut buf) {
-                            self.counters.mld_reports += 1;
-                            ep.tx.push(buf);
-                            ep.tx_since.get_or_insert(now);
-                        }
-                    }
-                    None => self.counters.drop(DropReason::NoBuffer),
-                }
-                // The duplicate address checks go with the first report.
-                while let Some(mut buf) = ep.port.alloc() {
-                    if !ep.iface.write_dad_probe(&mut buf) {
-                        break;
-                    }
-                    self.counters.nd_solicitations += 1;
-                    ep.tx.push(buf);
-                    ep.tx_since.get_or_insert(now);
-                }
+                let (port, tx, since) = (&mut ep.port, &mut ep.tx, &mut ep.tx_since);
+                io::send_own_frames(iface, port, tx, since, now, &mut self.counters);
             }
             // A short burst means the queue is drained: nothing more is coming
             // to batch with, so send now rather than wait for the deadline.

@@ -137,6 +137,9 @@ pub struct Interface {
     tx_checksums_offloaded: bool,
     /// IPv6, on a port that has IPv6 addresses.
     ipv6: Option<Ipv6Host>,
+    /// The 802.1Q VLAN this interface is on (`None`: the port's untagged
+    /// network). Its frames are tagged and untagged by the engine.
+    vlan: Option<u16>,
 }
 
 impl Interface {
@@ -149,7 +152,20 @@ impl Interface {
             extra: Vec::new(),
             tx_checksums_offloaded: false,
             ipv6: None,
+            vlan: None,
         }
+    }
+
+    /// This interface on VLAN `vid` of its port instead of the untagged
+    /// network.
+    pub fn on_vlan(mut self, vid: u16) -> Self {
+        self.vlan = Some(vid);
+        self
+    }
+
+    /// The VLAN it is on (`None`: untagged).
+    pub fn vlan(&self) -> Option<u16> {
+        self.vlan
     }
 
     /// Turns IPv6 on for this port: its link-local address and `cfg`'s.

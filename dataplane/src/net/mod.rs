@@ -9,6 +9,7 @@ pub use crate::checksum;
 mod iface;
 pub mod ipv6;
 pub mod toeplitz;
+pub mod vlan;
 
 pub use arp::{ArpCache, ArpLookup, NdCache, NeighborCache};
 pub use iface::{set_destination, Interface, InterfaceConfig, Verdict};

@@ -116,16 +116,18 @@ pub enum FrameClass {
 
 /// Classifies an Ethernet frame (no VLAN tags) and hashes TCP flows.
 pub fn classify(frame: &[u8], t: &Toeplitz) -> FrameClass {
-    if frame.len() < 14 {
+    // An 802.1Q tag is looked past: a VLAN's flows are hashed alike.
+    let (at, _) = super::vlan::peek(frame);
+    let Some(ty) = frame.get(at..at + 2) else {
         return FrameClass::Other;
-    }
-    match [frame[12], frame[13]] {
+    };
+    match [ty[0], ty[1]] {
         [0x08, 0x06] => return FrameClass::Neighbor,
-        [0x86, 0xdd] => return classify_ipv6(&frame[14..], t),
+        [0x86, 0xdd] => return classify_ipv6(&frame[at + 2..], t),
         [0x08, 0x00] => {}
         _ => return FrameClass::Other,
     }
-    let ip = &frame[14..];
+    let ip = &frame[at + 2..];
     if ip.len() < 20 || ip[0] >> 4 != 4 || ip[9] != 6 {
         return FrameClass::Other;
     }
@@ -148,10 +150,12 @@ pub fn classify(frame: &[u8], t: &Toeplitz) -> FrameClass {
 /// IPv6 Neighbor Solicitation or Advertisement), without hashing anything:
 /// for ports whose NIC spreads flows (its RSS leaves these on one queue).
 pub fn is_neighbor_frame(frame: &[u8]) -> bool {
-    match frame.get(12..14) {
+    let (at, _) = super::vlan::peek(frame);
+    let ip = at + 2;
+    match frame.get(at..ip) {
         Some([0x08, 0x06]) => true,
         Some([0x86, 0xdd]) => {
-            frame.len() > 14 + 40 && frame[14 + 6] == 58 && matches!(frame[14 + 40], 135 | 136)
+            frame.len() > ip + 40 && frame[ip + 6] == 58 && matches!(frame[ip + 40], 135 | 136)
         }
         _ => false,
     }
@@ -410,6 +414,10 @@ mod tests {
             443,
         );
         assert_eq!(classify(&f, &t), FrameClass::Tcp(want));
+        // Tagged for a VLAN: hashed alike.
+        let mut tagged = f.clone();
+        tagged.splice(12..12, [0x81, 0x00, 0x00, 100]);
+        assert_eq!(classify(&tagged, &t), FrameClass::Tcp(want));
         f[14 + 6] = 0x20; // more fragments
         assert_eq!(classify(&f, &t), FrameClass::Other);
         f[14 + 6] = 0x40; // don't fragment: fine

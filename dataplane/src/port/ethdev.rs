@@ -86,6 +86,17 @@ impl PacketBuf for Mbuf {
     }
 
     #[inline]
+    fn grow_l2(&mut self, n: u8) {
+        let flags = self.ol_flags();
+        if flags
+            & (c::RTE_MBUF_F_TX_IP_CKSUM | c::RTE_MBUF_F_TX_TCP_CKSUM | c::RTE_MBUF_F_TX_TCP_SEG)
+            != 0
+        {
+            let (l2, l3, l4, seg) = self.tx_lens();
+            self.set_tso(flags, l2 + n, l3, l4, seg);
+        }
+    }
+
     fn copy_offload_from(&mut self, other: &Self) {
         Mbuf::copy_offload_from(self, other)
     }

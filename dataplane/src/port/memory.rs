@@ -181,6 +181,11 @@ impl PacketBuf for MemBuf {
         self.fill = other.fill;
         self.cut = other.cut;
     }
+    fn grow_l2(&mut self, n: u8) {
+        if let Some((l2, _)) = &mut self.fill {
+            *l2 += n;
+        }
+    }
 }
 
 /// A segmentation request: the TCP header's length and the payload

@@ -71,6 +71,35 @@ pub trait PacketBuf: Send {
         Self: Sized,
     {
     }
+
+    /// Inserts `n` bytes at `at` (they are unspecified until written),
+    /// moving what follows; false when the frame would not fit.
+    fn insert_bytes(&mut self, at: usize, n: usize) -> bool {
+        let len = self.data().len();
+        if at > len || len + n > self.capacity() {
+            return false;
+        }
+        self.set_len(len + n);
+        self.data_mut().copy_within(at..len, at + n);
+        true
+    }
+
+    /// Removes `n` bytes at `at`, moving what follows; false when the
+    /// frame has fewer.
+    fn remove_bytes(&mut self, at: usize, n: usize) -> bool {
+        let len = self.data().len();
+        if at + n > len {
+            return false;
+        }
+        self.data_mut().copy_within(at + n..len, at);
+        self.set_len(len - n);
+        true
+    }
+
+    /// The link-layer header grew by `n` bytes (an 802.1Q tag inserted):
+    /// offload requests already made count it in their `l2_len`.
+    #[inline]
+    fn grow_l2(&mut self, _n: u8) {}
 }
 
 /// One checksum as the port's receive check found it.

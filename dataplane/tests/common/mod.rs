@@ -71,6 +71,27 @@ impl MemLab {
         }
     }
 
+    /// An engine on `dut` (`addr`/24) with `host` on the other end of its
+    /// link (made by one of `dataplane::port`'s `link` functions).
+    pub fn from_ports(dut: MemPort, host: MemPort, addr: Ipv4Addr) -> Self {
+        let mac = dut.mac();
+        let mut engine = Engine::new(EngineConfig::default(), Arc::new(SharedCounters::default()));
+        engine.add_port(
+            dut,
+            InterfaceConfig {
+                mac,
+                addr,
+                prefix_len: 24,
+                gateway: None,
+            },
+        );
+        Self {
+            engine,
+            host,
+            now: Instant::from_millis(1),
+        }
+    }
+
     /// Sends `frames` from the host in one burst (10 µs later), runs the
     /// engine until it is idle, and returns the frames it sent.
     pub fn exchange(&mut self, frames: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
