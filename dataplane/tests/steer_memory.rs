@@ -217,3 +217,127 @@ fn with_a_queue_each_replies_on_another_queue_still_resolve() {
         "engine 1 learned the reply"
     );
 }
+
+/// A SYN from the host to `dst`:80 from `port` over IPv6 (checksum by
+/// smoltcp).
+fn syn6(port: u16) -> Vec<u8> {
+    use smoltcp::phy::ChecksumCapabilities;
+    use smoltcp::wire::{IpAddress, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber};
+    let repr = TcpRepr {
+        src_port: port,
+        dst_port: 80,
+        control: TcpControl::Syn,
+        seq_number: TcpSeqNumber(1000),
+        ack_number: None,
+        window_len: 65535,
+        window_scale: None,
+        max_seg_size: Some(1440),
+        sack_permitted: false,
+        sack_ranges: [None; 3],
+        timestamp: None,
+        payload: &[],
+    };
+    let mut f = vec![0u8; 14 + 40 + repr.buffer_len()];
+    f[..6].copy_from_slice(DUT_MAC.as_bytes());
+    f[6..12].copy_from_slice(HOST_MAC.as_bytes());
+    f[12..14].copy_from_slice(&[0x86, 0xdd]);
+    f[14] = 0x60;
+    f[18..20].copy_from_slice(&(repr.buffer_len() as u16).to_be_bytes());
+    f[20] = 6;
+    f[21] = 64;
+    f[22..38].copy_from_slice(&HOST_IP6.octets());
+    f[38..54].copy_from_slice(&DUT_IP6.octets());
+    repr.emit(
+        &mut TcpPacket::new_unchecked(&mut f[54..]),
+        &IpAddress::Ipv6(HOST_IP6),
+        &IpAddress::Ipv6(DUT_IP6),
+        &ChecksumCapabilities::default(),
+    );
+    f
+}
+
+/// TCP over IPv6 and over a VLAN spreads over the engines as plain IPv4
+/// does: each flow is handled by the engine its hash names (the tag
+/// looked past), and every SYN is answered once, tagged for its VLAN.
+#[test]
+fn ipv6_and_vlan_flows_spread_over_the_engines() {
+    let mut p = pair();
+    let vlan = InterfaceConfig {
+        mac: DUT_MAC,
+        addr: Ipv4Addr::new(10, 100, 0, 1),
+        prefix_len: 24,
+        gateway: None,
+    };
+    for e in &mut p.engines {
+        e.add_vlan(0, 100, vlan, None);
+        e.listen(DUT_IP6, 80);
+        e.listen(Ipv4Addr::new(10, 100, 0, 1), 80);
+    }
+    let arp_on_vlan = {
+        let f = common::arp_frame(
+            ArpOperation::Request,
+            HOST_MAC,
+            Ipv4Addr::new(10, 100, 0, 2),
+            EthernetAddress::BROADCAST,
+            Ipv4Addr::new(10, 100, 0, 1),
+        );
+        let mut t = f[..12].to_vec();
+        t.extend_from_slice(&[0x81, 0x00, 0x00, 100]);
+        t.extend_from_slice(&f[12..]);
+        t
+    };
+    p.exchange(vec![solicitation(DUT_IP6), arp_on_vlan]);
+    let tagged_syn = |port: u16| {
+        let ip = smoltcp::wire::Ipv4Repr {
+            src_addr: Ipv4Addr::new(10, 100, 0, 2),
+            dst_addr: Ipv4Addr::new(10, 100, 0, 1),
+            next_header: smoltcp::wire::IpProtocol::Tcp,
+            payload_len: 20,
+            hop_limit: 64,
+        };
+        let f = common::ipv4_frame(HOST_MAC, DUT_MAC, &ip, |t| {
+            let mut seg = smoltcp::wire::TcpPacket::new_unchecked(t);
+            seg.set_src_port(port);
+            seg.set_dst_port(80);
+            seg.set_seq_number(smoltcp::wire::TcpSeqNumber(1000));
+            seg.set_header_len(20);
+            seg.set_syn(true);
+            seg.set_window_len(65535);
+            seg.fill_checksum(
+                &smoltcp::wire::IpAddress::Ipv4(ip.src_addr),
+                &smoltcp::wire::IpAddress::Ipv4(ip.dst_addr),
+            );
+        });
+        let mut t = f[..12].to_vec();
+        t.extend_from_slice(&[0x81, 0x00, 0x00, 100]);
+        t.extend_from_slice(&f[12..]);
+        t
+    };
+    let half_open = |p: &Pair| -> Vec<u64> {
+        p.engines
+            .iter()
+            .map(|e| e.tcp().counters().half_open)
+            .collect()
+    };
+    // Over IPv6, then tagged for VLAN 100: each batch spreads.
+    let out = p.exchange((0..16).map(|i| syn6(50_000 + i)).collect());
+    let v6 = out.iter().filter(|f| f[12..14] == [0x86, 0xdd]).count();
+    assert_eq!(v6, 16, "every SYN answered once");
+    let after_v6 = half_open(&p);
+    assert!(
+        after_v6.iter().all(|&n| n > 0),
+        "both engines took IPv6 flows: {after_v6:?}"
+    );
+    let out = p.exchange((0..16).map(|i| tagged_syn(51_000 + i)).collect());
+    let tagged = out
+        .iter()
+        .filter(|f| f[12..16] == [0x81, 0x00, 0x00, 100] && f[16..18] == [0x08, 0x00])
+        .count();
+    assert_eq!(tagged, 16, "every SYN answered once, tagged");
+    let after = half_open(&p);
+    assert!(
+        after.iter().zip(&after_v6).all(|(b, a)| b > a),
+        "both engines took VLAN flows: {after_v6:?} then {after:?}"
+    );
+    assert_eq!(after.iter().sum::<u64>(), 32);
+}
