@@ -35,6 +35,9 @@ fn main() {
         shim.flag(flag);
     }
     shim.compile("tlsdp_dpdk_shim");
+    // The shim asks the bonding driver for a bond's members; libdpdk's
+    // pkg-config leaves drivers to be loaded as plugins, so link it.
+    println!("cargo:rustc-link-lib=dylib=rte_net_bond");
 
     // DPDK's flags are function-like macros (RTE_BIT64(n)); let the C compiler
     // evaluate them and print Rust constants.

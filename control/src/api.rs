@@ -369,6 +369,12 @@ pub struct PortStatus {
     /// Its 802.1Q VLANs, each with its addresses.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vlans: Vec<VlanStatus>,
+    /// A bond's member devices (802.3ad), and how many its partner
+    /// aggregates now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bond_members: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_members: Option<u16>,
     pub link_up: bool,
     pub speed_mbps: u32,
     pub queues: u16,

@@ -553,6 +553,12 @@ pub struct Port {
     /// (and checksums are offloaded); `false`: one MSS per frame.
     #[serde(default = "yes")]
     pub segmentation_offload: bool,
+    /// The devices of an 802.3ad (LACP) bond: with these, `device` names
+    /// the bond (`net_bondingN`) that DPDK's bonding driver makes of them
+    /// in mode 4, and traffic goes over every member the partner
+    /// aggregates (docs/lacp.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bond_members: Vec<String>,
     /// 802.1Q VLANs on this port (`[[port.vlan]]`), each a network of its
     /// own: frames tagged with its id carry its addresses.
     #[serde(default, rename = "vlan", skip_serializing_if = "Vec::is_empty")]
@@ -961,6 +967,38 @@ impl Config {
                     "another port uses this device",
                 ));
             }
+            if !port.bond_members.is_empty() {
+                let bond_name = matches!(&kind, DeviceKind::Virtual { name, spec } if name.starts_with("net_bonding") && spec == name);
+                if !bond_name {
+                    return Err(ConfigError::new(
+                        at("device"),
+                        &port.device,
+                        "a port with bond_members names its bond: net_bonding0, net_bonding1, ... (no arguments)",
+                    ));
+                }
+                for (j, m) in port.members().enumerate() {
+                    let at = |f: &str| format!("port[{i}].bond_members[{j}]{f}");
+                    let kind = m
+                        .device_kind()
+                        .map_err(|reason| ConfigError::new(at(""), &m.device, reason))?;
+                    if matches!(kind, DeviceKind::VnetTap { .. })
+                        || matches!(&kind, DeviceKind::Virtual { name, .. } if name.starts_with("net_bonding"))
+                    {
+                        return Err(ConfigError::new(
+                            at(""),
+                            &m.device,
+                            "a bond's member is a NIC or a DPDK virtual device",
+                        ));
+                    }
+                    if !devices.insert(kind.key()) {
+                        return Err(ConfigError::new(
+                            at(""),
+                            &m.device,
+                            "another port or member uses this device",
+                        ));
+                    }
+                }
+            }
             check_addressing(port, &at)?;
             let mut ids = HashSet::new();
             let mut subnets = vec![port
@@ -1299,11 +1337,14 @@ impl Config {
         toml::to_string(self).expect("the configuration serialises")
     }
 
-    /// Whether any port is a PCI device (else EAL gets `--no-pci`).
+    /// Whether any port (or bond member) is a PCI device (else EAL gets
+    /// `--no-pci`).
     pub fn has_pci_port(&self) -> bool {
-        self.ports
-            .iter()
-            .any(|p| matches!(p.device_kind(), Ok(DeviceKind::Pci(_))))
+        self.ports.iter().any(|p| {
+            matches!(p.device_kind(), Ok(DeviceKind::Pci(_)))
+                || p.members()
+                    .any(|m| matches!(m.device_kind(), Ok(DeviceKind::Pci(_))))
+        })
     }
 }
 
@@ -1554,6 +1595,36 @@ impl Port {
         Err("expected a PCI address (0000:01:00.0), a DPDK virtual device (net_af_packet0,iface=IFACE) or vnet_tap,iface=TAP[,netns=NAMESPACE]".into())
     }
 
+    /// The members of a bond, each as a port with that device (no
+    /// addresses: the bond has them).
+    pub fn members(&self) -> impl Iterator<Item = Port> + '_ {
+        self.bond_members.iter().map(|d| Port {
+            device: d.clone(),
+            bond_members: Vec::new(),
+            vlans: Vec::new(),
+            ..self.clone()
+        })
+    }
+
+    /// The EAL device argument of a bond in mode 4 (802.3ad) over its
+    /// members, or `None` for a port that is not a bond.
+    pub fn bond_devargs(&self) -> Option<String> {
+        if self.bond_members.is_empty() {
+            return None;
+        }
+        let mut spec = format!("{},mode=4", self.device.trim());
+        for m in self.members() {
+            let name = match m.device_kind() {
+                Ok(DeviceKind::Pci(addr)) => addr,
+                Ok(DeviceKind::Virtual { name, .. }) => name,
+                _ => continue,
+            };
+            // DPDK 22.11's name for a member (`member` from 23.11 on).
+            spec.push_str(&format!(",slave={name}"));
+        }
+        Some(spec)
+    }
+
     /// The existing kernel interface a virtual device attaches to
     /// (`iface=` of `net_af_packet` and `net_af_xdp`), if any. `net_tap`
     /// makes the interface it names, so it need not exist.
@@ -1709,6 +1780,7 @@ mod tests {
             address: "10.0.0.1/24".into(),
             addresses: Vec::new(),
             vlans: Vec::new(),
+            bond_members: Vec::new(),
             gateway: None,
             gateway6: None,
             rx_desc: 1024,
@@ -2111,6 +2183,7 @@ mod tests {
             address: "10.0.0.1/24".into(),
             addresses: Vec::new(),
             vlans: Vec::new(),
+            bond_members: Vec::new(),
             gateway: None,
             gateway6: None,
             rx_desc: 1024,
@@ -2218,6 +2291,33 @@ mod tests {
             text.replace("[2001:db8:77::80]:443", "2001:db8:77::80:443")
         ));
         assert_eq!(e.field, "vip[0].listen", "{e}");
+    }
+
+    #[test]
+    fn a_bond_names_its_members() {
+        let bond = GOOD
+            .replace("net_af_packet0,iface=veth-dut", "net_bonding0")
+            .replace(
+                "gateway = ",
+                "bond_members = [\"net_tap0,iface=a1\", \"0000:3b:00.1\"]\n        gateway = ",
+            );
+        let c = Config::parse(&bond).unwrap();
+        assert_eq!(
+            c.ports[0].bond_devargs().as_deref(),
+            Some("net_bonding0,mode=4,slave=net_tap0,slave=0000:3b:00.1")
+        );
+        assert!(c.has_pci_port(), "a PCI member is allowed in");
+        assert_eq!(Config::parse(&c.to_toml()).unwrap(), c);
+        for (from, to, what) in [
+            ("net_bonding0", "net_bonding0,mode=1", "no arguments"),
+            ("net_bonding0", "net_af_packet0,iface=x", "names its bond"),
+            ("\"0000:3b:00.1\"", "\"net_tap0,iface=a2\"", "another port or member"),
+            ("\"0000:3b:00.1\"", "\"vnet_tap,iface=t\"", "NIC or a DPDK virtual device"),
+            ("\"0000:3b:00.1\"", "\"nonsense\"", "expected a PCI address"),
+        ] {
+            let e = err_of(&bond.replacen(from, to, 1));
+            assert!(e.to_string().contains(what), "{to}: {e}");
+        }
     }
 
     #[test]

@@ -7,11 +7,29 @@
 #include <rte_mempool.h>
 #include <rte_thash.h>
 
+#include <rte_eth_bond.h>
+#include <rte_eth_bond_8023ad.h>
 #include "shim.h"
 
 uint16_t tlsdp_eth_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
 {
 	return rte_eth_rx_burst(port, queue, pkts, n);
+}
+
+int tlsdp_bond_active_members(uint16_t port)
+{
+	uint16_t members[RTE_MAX_ETHPORTS];
+	struct rte_eth_bond_8023ad_slave_info info;
+	int n, i, distributing = 0;
+
+	n = rte_eth_bond_active_slaves_get(port, members, RTE_MAX_ETHPORTS);
+	if (n < 0 || rte_eth_bond_mode_get(port) != BONDING_MODE_8023AD)
+		return n;
+	for (i = 0; i < n; i++)
+		if (rte_eth_bond_8023ad_slave_info(port, members[i], &info) == 0 &&
+		    (info.actor_state & STATE_DISTRIBUTING))
+			distributing++;
+	return distributing;
 }
 
 uint16_t tlsdp_eth_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)

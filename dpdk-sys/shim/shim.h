@@ -15,6 +15,10 @@ struct rte_mempool;
 uint16_t tlsdp_eth_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
 uint16_t tlsdp_eth_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
 
+/* The members of a bond that carry traffic (in 802.3ad: those the
+ * partner aggregates, distributing), or a negative errno. */
+int tlsdp_bond_active_members(uint16_t port);
+
 struct rte_mbuf *tlsdp_pktmbuf_alloc(struct rte_mempool *mp);
 int tlsdp_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned int n);
 void tlsdp_pktmbuf_free(struct rte_mbuf *m);

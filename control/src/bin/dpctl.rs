@@ -642,6 +642,15 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
                 for a in &p.ipv6 {
                     println!("{:<8} {a}", "");
                 }
+                if !p.bond_members.is_empty() {
+                    println!(
+                        "{:<8} bond 802.3ad: {} of {} members aggregated ({})",
+                        "",
+                        p.active_members.unwrap_or(0),
+                        p.bond_members.len(),
+                        p.bond_members.join(", ")
+                    );
+                }
                 for v in &p.vlans {
                     println!("{:<8} vlan {:<4} {}", "", v.id, v.address);
                     for a in &v.ipv6 {

@@ -25,6 +25,7 @@ impl Controller {
                 PortStatus {
                     link_up: link.up,
                     speed_mbps: link.speed_mbps,
+                    active_members: crate::dpdk::bond_active_members(*id),
                     ..p.clone()
                 }
             })

@@ -547,6 +547,8 @@ fn port_status(p: &StartedPort, pc: &control::config::Port) -> PortStatus {
                 }
             })
             .collect(),
+        bond_members: pc.bond_members.clone(),
+        active_members: None,
         link_up: false,
         speed_mbps: 0,
         queues: p.queues,

@@ -157,6 +157,21 @@ pub fn plan(
         args.push("--no-pci".into());
     }
     for port in &cfg.ports {
+        // A bond's members are probed first: the bond takes them over.
+        for m in port.members() {
+            match m
+                .device_kind()
+                .map_err(|r| ConfigError::new("port.bond_members", &m.device, r))?
+            {
+                DeviceKind::Pci(addr) => args.push(format!("--allow={addr}")),
+                DeviceKind::Virtual { spec, .. } => args.push(format!("--vdev={spec}")),
+                DeviceKind::VnetTap { .. } => {}
+            }
+        }
+        if let Some(bond) = port.bond_devargs() {
+            args.push(format!("--vdev={bond}"));
+            continue;
+        }
         match port
             .device_kind()
             .map_err(|r| ConfigError::new("port.device", &port.device, r))?
@@ -221,6 +236,24 @@ mod tests {
         );
         assert_eq!(parse_cpu_list("0"), Some(vec![0]));
         assert_eq!(parse_cpu_list("x"), None);
+    }
+
+    #[test]
+    fn a_bond_probes_its_members_then_itself_in_mode_4() {
+        let c = Config::parse(
+            "[eal]\nlcores = [1]\n[[port]]\nname = \"bond0\"\ndevice = \"net_bonding0\"\n\
+             bond_members = [\"net_tap0,iface=a1\", \"net_tap1,iface=a2\"]\naddress = \"10.77.0.1/24\"\n",
+        )
+        .unwrap();
+        let p = plan(&c, &machine(1 << 30), |_| true).unwrap();
+        assert_eq!(
+            p.eal_args[4..7],
+            [
+                "--vdev=net_tap0,iface=a1",
+                "--vdev=net_tap1,iface=a2",
+                "--vdev=net_bonding0,mode=4,slave=net_tap0,slave=net_tap1",
+            ]
+        );
     }
 
     #[test]

@@ -37,10 +37,6 @@ pub static SYMMETRIC_RSS_KEY: [u8; 52] = {
     k
 };
 
-/// Looks up a port by its device name (`net_af_packet0`, `0000:01:00.0`).
-///
-/// # Errors
-/// When no probed device has that name.
 /// Port `id`'s link now (down for an id DPDK does not know).
 pub fn link_status(id: PortId) -> LinkStatus {
     // SAFETY: rte_eth_link is plain data and a valid out pointer.
@@ -53,6 +49,19 @@ pub fn link_status(id: PortId) -> LinkStatus {
     }
 }
 
+/// The members of bond `id` its partner aggregates now (802.3ad:
+/// collecting and distributing); `None` when `id` is not a bond.
+pub fn bond_active_members(id: PortId) -> Option<u16> {
+    // SAFETY: the shim reads the bonding driver's list for a port id it
+    // checks; a port that is not a bond gets an error back.
+    let n = unsafe { dpdk_sys::tlsdp_bond_active_members(id.0) };
+    u16::try_from(n).ok()
+}
+
+/// Looks up a port by its device name (`net_af_packet0`, `0000:01:00.0`).
+///
+/// # Errors
+/// When no probed device has that name.
 pub fn port_id_by_name(name: &str) -> Result<PortId, DpdkError> {
     let cname = CString::new(name)
         .map_err(|_| DpdkError::new("rte_eth_dev_get_port_by_name", libc::EINVAL))?;
@@ -276,6 +285,15 @@ impl EthPort {
         })
         .map_err(|e| e.context(port.info.driver.clone()))?;
         port.started = true;
+        // Multicast in: IPv6 Neighbor Discovery arrives at solicited-node
+        // groups, and a bond passes broadcast and multicast frames up only
+        // with it on. A device without it (most deliver every group
+        // anyway) is not an error.
+        // SAFETY: a started port we own.
+        let rc = unsafe { dpdk_sys::rte_eth_allmulticast_enable(id.0) };
+        if rc != 0 {
+            log::debug!("{}: all-multicast not enabled ({rc})", port.info.driver);
+        }
         if rss {
             port.program_reta();
         }
@@ -363,7 +381,21 @@ impl EthPort {
             mac: self.mac,
             offloads: self.offloads,
             rss_spread: (self.rss && self.queues > 1).then_some((self.queues, self.info.reta_size)),
+            bond: self.is_bond(),
         }
+    }
+
+    /// Whether this port is a bond of DPDK's bonding driver.
+    pub fn is_bond(&self) -> bool {
+        self.info.driver == "net_bonding"
+    }
+
+    /// The bond's members the partner aggregates now (802.3ad: those
+    /// collecting and distributing), when this port is a bond.
+    pub fn active_members(&self) -> Option<u16> {
+        self.is_bond()
+            .then(|| bond_active_members(self.id))
+            .flatten()
     }
 }
 
@@ -392,6 +424,9 @@ pub struct EthQueue {
     offloads: Offloads,
     /// With RSS over several queues: the queue count and RETA size.
     rss_spread: Option<(u16, u16)>,
+    /// A bond (DPDK's bonding driver): its LACP frames go out only from
+    /// within a transmit burst, so an idle engine calls an empty one.
+    bond: bool,
 }
 
 /// Most mbufs moved by one burst call.
@@ -448,6 +483,21 @@ impl EthQueue {
     /// **unsent ones stay in `batch`**, still owned by the caller, who may
     /// retry or drop (free) them. Returns how many were sent.
     #[inline]
+    /// An empty transmit burst on a bond: its mode 4 sends the LACP frames
+    /// it has queued for the members from within `rte_eth_tx_burst`, which
+    /// the application must call at least every 100 ms (DPDK's bonding
+    /// guide); nothing for other ports.
+    pub fn tx_idle(&mut self) {
+        if self.bond {
+            let mut none: [*mut rte_mbuf; 1] = [std::ptr::null_mut()];
+            // SAFETY: a burst of zero mbufs on our own queue; the bond
+            // sends only its own control frames.
+            unsafe {
+                dpdk_sys::tlsdp_eth_tx_burst(self.port.0, self.queue.0, none.as_mut_ptr(), 0)
+            };
+        }
+    }
+
     pub fn tx_burst(&mut self, batch: &mut Vec<Mbuf>) -> usize {
         let n = batch.len().min(MAX_BURST);
         if n == 0 {

@@ -15,8 +15,8 @@ mod vnet_tap;
 pub use clock::TscClock;
 pub use eal::{register_thread, tsc_hz, tsc_now, Eal, LaunchedLcore, LcoreId};
 pub use ethdev::{
-    link_status, port_id_by_name, EthPort, EthPortConfig, EthQueue, LinkStatus, Offloads, PortId,
-    PortInfo, QueueId, SYMMETRIC_RSS_KEY,
+    bond_active_members, link_status, port_id_by_name, EthPort, EthPortConfig, EthQueue,
+    LinkStatus, Offloads, PortId, PortInfo, QueueId, SYMMETRIC_RSS_KEY,
 };
 pub use logs::route_to_log;
 pub use mbuf::{Mbuf, Mempool};

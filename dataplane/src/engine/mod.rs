@@ -560,6 +560,9 @@ impl<P: Port, A: Application> Engine<P, A> {
             for iface in ep.ifaces_mut() {
                 iface.on_timer(now);
             }
+            if ep.tx_via.is_none() {
+                ep.port.on_tick();
+            }
         }
         self.control_messages();
         let mut cx = Cx {

@@ -66,4 +66,8 @@ impl Port for DeviceQueue {
     fn rss_steering(&self) -> Option<RssSteering> {
         each!(self, q => Port::rss_steering(q))
     }
+
+    fn on_tick(&mut self) {
+        each!(self, q => Port::on_tick(q))
+    }
 }

@@ -143,6 +143,10 @@ impl Port for EthQueue {
         self.large_mempool().map(|p| p.frame_room())
     }
 
+    fn on_tick(&mut self) {
+        self.tx_idle();
+    }
+
     fn checksum_offload(&self) -> ChecksumOffload {
         let o = self.offloads();
         ChecksumOffload {

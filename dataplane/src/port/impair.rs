@@ -182,6 +182,10 @@ impl<P: Port> Port for Impaired<P> {
     fn rss_steering(&self) -> Option<super::RssSteering> {
         self.inner.rss_steering()
     }
+
+    fn on_tick(&mut self) {
+        self.inner.on_tick();
+    }
 }
 
 /// Inserts a frame in release-time order (after frames due at the same time).

@@ -193,6 +193,10 @@ pub trait Port {
     fn rss_steering(&self) -> Option<RssSteering> {
         None
     }
+
+    /// Called at every engine tick (1 ms) on a port the engine transmits
+    /// on: work the device needs even when idle (a bond's LACP frames).
+    fn on_tick(&mut self) {}
 }
 
 /// How a port spreads received flows over its queues, and which is ours.

@@ -162,6 +162,10 @@ impl<P: Port> Port for PcapTap<P> {
     fn rss_steering(&self) -> Option<super::RssSteering> {
         self.inner.rss_steering()
     }
+
+    fn on_tick(&mut self) {
+        self.inner.on_tick();
+    }
 }
 
 #[cfg(test)]
