@@ -2311,8 +2311,16 @@ mod tests {
         for (from, to, what) in [
             ("net_bonding0", "net_bonding0,mode=1", "no arguments"),
             ("net_bonding0", "net_af_packet0,iface=x", "names its bond"),
-            ("\"0000:3b:00.1\"", "\"net_tap0,iface=a2\"", "another port or member"),
-            ("\"0000:3b:00.1\"", "\"vnet_tap,iface=t\"", "NIC or a DPDK virtual device"),
+            (
+                "\"0000:3b:00.1\"",
+                "\"net_tap0,iface=a2\"",
+                "another port or member",
+            ),
+            (
+                "\"0000:3b:00.1\"",
+                "\"vnet_tap,iface=t\"",
+                "NIC or a DPDK virtual device",
+            ),
             ("\"0000:3b:00.1\"", "\"nonsense\"", "expected a PCI address"),
         ] {
             let e = err_of(&bond.replacen(from, to, 1));

@@ -487,8 +487,10 @@ impl EthQueue {
     /// it has queued for the members from within `rte_eth_tx_burst`, which
     /// the application must call at least every 100 ms (DPDK's bonding
     /// guide); nothing for other ports.
+    /// Only queue 0 does it: one caller is enough, and the bond's rings
+    /// of control frames are not meant for several.
     pub fn tx_idle(&mut self) {
-        if self.bond {
+        if self.bond && self.queue.0 == 0 {
             let mut none: [*mut rte_mbuf; 1] = [std::ptr::null_mut()];
             // SAFETY: a burst of zero mbufs on our own queue; the bond
             // sends only its own control frames.
