@@ -72,7 +72,7 @@ args = ["--in-memory"]
 [[port]]
 name = "p0"
 device = "${DRIVER}0,iface=veth-dut"
-addresses = ["$NET.1/24", "fd00:77::1/64"]   # IPv4, and IPv6 for ping -6 (docs/ipv6.md)
+addresses = ["$NET.1/24", "fd00:77::1/64"]   # IPv4 and IPv6 (docs/ipv6.md)
 
 [[vip]]
 name = "plain"
@@ -87,6 +87,12 @@ key = "$WORK/demo.key"
 [[vip]]
 name = "https"
 listen = "$NET.1:443"
+respond = "builtin"
+certs = ["demo"]
+
+[[vip]]
+name = "https6"
+listen = "[fd00:77::1]:443"
 respond = "builtin"
 certs = ["demo"]
 
@@ -142,11 +148,14 @@ ip netns exec "$LAB-cli" ping -c 5 -i 0.2 "$NET.1"
 step "arping $NET.1"
 ip netns exec "$LAB-cli" arping -c 3 -w 5 -I veth-cli "$NET.1"
 
-step "IPv6: ping -6 fd00:77::1 (Neighbor Discovery, ICMPv6 echo; TCP is IPv4 only for now)"
+step "IPv6: ping -6 fd00:77::1 (Neighbor Discovery, ICMPv6 echo), then HTTPS to the IPv6 VIP"
 ip netns exec "$LAB-cli" sysctl -qw net.ipv6.conf.veth-cli.disable_ipv6=0
 ip netns exec "$LAB-cli" ip -6 addr add fd00:77::2/64 dev veth-cli nodad
 ip netns exec "$LAB-cli" ping -6 -c 3 -i 0.2 -W 2 fd00:77::1
 ip netns exec "$LAB-cli" ip -6 neigh show fd00:77::1 dev veth-cli
+ip netns exec "$LAB-cli" curl -6 -sS --max-time 10 --cacert "$WORK/ca.pem" --resolve "demo.tlsdp:443:[fd00:77::1]" \
+    -o /dev/null -w '  HTTPS over IPv6: %{http_code}, %{size_download} bytes, %{ssl_verify_result} (0: certificate verified)\n' \
+    "https://demo.tlsdp/bytes/1000"
 
 step "HTTP over dpd's TCP stack: GET /bytes/64 and a 100 MB download"
 ip netns exec "$LAB-cli" curl -sS --max-time 10 -i "http://$NET.1/bytes/64"
