@@ -36,6 +36,7 @@ const VNET_HDR_LEN: usize = 10;
 const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
 const VIRTIO_NET_HDR_F_DATA_VALID: u8 = 2;
 const VIRTIO_NET_HDR_GSO_TCPV4: u8 = 1;
+const VIRTIO_NET_HDR_GSO_TCPV6: u8 = 4;
 /// Where the TCP checksum field lies in its header.
 const TCP_CSUM_OFFSET: u16 = 16;
 
@@ -304,32 +305,48 @@ fn vnet_header(m: &mut Mbuf) -> [u8; VNET_HDR_LEN] {
     }
     let (l2, l3, l4, segsz) = m.tx_lens();
     let (l2, l3) = (usize::from(l2), usize::from(l3));
+    let ipv6 = flags & c::RTE_MBUF_F_TX_IPV6 != 0;
     let frame = m.data_mut();
-    let Some(ip) = frame.get_mut(l2..l2 + l3).filter(|ip| ip.len() >= 20) else {
+    let min = if ipv6 { 40 } else { 20 };
+    let Some(ip) = frame.get_mut(l2..l2 + l3).filter(|ip| ip.len() >= min) else {
         return hdr; // not as asked: sent as it is
     };
-    if flags & c::RTE_MBUF_F_TX_IP_CKSUM != 0 {
+    if !ipv6 && flags & c::RTE_MBUF_F_TX_IP_CKSUM != 0 {
         ip[10..12].fill(0);
         let sum = crate::checksum::ipv4_header(ip);
         ip[10..12].copy_from_slice(&sum.to_be_bytes());
     }
-    let (src, dst) = (
-        [ip[12], ip[13], ip[14], ip[15]],
-        [ip[16], ip[17], ip[18], ip[19]],
-    );
     let tcp_len = frame.len().saturating_sub(l2 + l3);
     if tcp_len < 20 {
         return hdr;
     }
+    // The pseudo-header sum over the whole TCP length (a segment to cut
+    // arrives with DPDK's, without the length).
+    let pseudo = if ipv6 {
+        let (mut src, mut dst) = ([0u8; 16], [0u8; 16]);
+        src.copy_from_slice(&frame[l2 + 8..l2 + 24]);
+        dst.copy_from_slice(&frame[l2 + 24..l2 + 40]);
+        crate::checksum::tcp6_pseudo_header(src, dst, tcp_len)
+    } else {
+        let ip = &frame[l2..l2 + 20];
+        let (src, dst) = (
+            [ip[12], ip[13], ip[14], ip[15]],
+            [ip[16], ip[17], ip[18], ip[19]],
+        );
+        crate::checksum::tcp_pseudo_header(src, dst, tcp_len)
+    };
     let start = (l2 + l3) as u16; // a few dozen bytes
     hdr[0] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
     hdr[6..8].copy_from_slice(&start.to_le_bytes());
     hdr[8..10].copy_from_slice(&TCP_CSUM_OFFSET.to_le_bytes());
     if seg {
-        let pseudo = crate::checksum::tcp_pseudo_header(src, dst, tcp_len);
         let at = l2 + l3 + 16;
         frame[at..at + 2].copy_from_slice(&pseudo.to_be_bytes());
-        hdr[1] = VIRTIO_NET_HDR_GSO_TCPV4;
+        hdr[1] = if ipv6 {
+            VIRTIO_NET_HDR_GSO_TCPV6
+        } else {
+            VIRTIO_NET_HDR_GSO_TCPV4
+        };
         let headers = start + u16::from(l4);
         hdr[2..4].copy_from_slice(&headers.to_le_bytes());
         hdr[4..6].copy_from_slice(&segsz.to_le_bytes());

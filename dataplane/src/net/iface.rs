@@ -484,8 +484,8 @@ impl Interface {
 
     /// [`Interface::write_tcp`] over IPv6: a 40-byte header (no options,
     /// no header checksum), the TCP checksum over the IPv6 pseudo-header
-    /// (RFC 8200 §8.1) in software, no segmentation (TCP does not ask for
-    /// it on IPv6 connections).
+    /// (RFC 8200 §8.1), left to the port (with segmentation) where it
+    /// offloads checksums, as for IPv4.
     fn write_tcp6<B: PacketBuf>(
         &mut self,
         now: Instant,
@@ -503,7 +503,11 @@ impl Interface {
         let header_len = crate::tcp::wire::header_len(&seg.repr);
         let tcp_len = header_len + seg.repr.payload.len();
         let frame_len = ETHERNET_HEADER_LEN + IPV6_HEADER_LEN + tcp_len;
-        if frame_len > buf.capacity() || tcp_len > usize::from(u16::MAX) || seg.segment_size > 0 {
+        let segmented = seg.segment_size > 0;
+        if frame_len > buf.capacity()
+            || tcp_len > usize::from(u16::MAX)
+            || segmented && !self.tx_checksums_offloaded
+        {
             return Verdict::Drop(DropReason::Oversize);
         }
         buf.set_len(frame_len);
@@ -513,8 +517,26 @@ impl Interface {
         let (ip, tcp) = packet.split_at_mut(IPV6_HEADER_LEN);
         crate::net::ipv6::write_header(ip, src, dst, tcp_len, IpProtocol::Tcp, 64);
         crate::tcp::wire::emit(&seg.repr, tcp);
-        let sum = crate::checksum::tcp6(src.octets(), dst.octets(), &tcp[..tcp_len]);
-        tcp[16..18].copy_from_slice(&sum.to_be_bytes());
+        let (s, d) = (src.octets(), dst.octets());
+        if self.tx_checksums_offloaded {
+            // The port starts from the pseudo-header sum (DPDK's
+            // rte_ipv6_phdr_cksum), as for IPv4.
+            let sum = crate::checksum::tcp6_pseudo_header(s, d, tcp_len);
+            tcp[16..18].copy_from_slice(&sum.to_be_bytes());
+            if segmented {
+                buf.request_segmentation(
+                    ETHERNET_HEADER_LEN as u8,
+                    IPV6_HEADER_LEN as u8,
+                    crate::tcp::wire::header_len(&seg.repr) as u8, // at most 60
+                    seg.segment_size,
+                );
+            } else {
+                buf.request_tx_checksums(ETHERNET_HEADER_LEN as u8, IPV6_HEADER_LEN as u8);
+            }
+        } else {
+            let sum = crate::checksum::tcp6(s, d, &tcp[..tcp_len]);
+            tcp[16..18].copy_from_slice(&sum.to_be_bytes());
+        }
         let mut frame = EthernetFrame::new_unchecked(buf.data_mut());
         match v6.resolve(hop, now) {
             Some(mac) => {

@@ -53,8 +53,14 @@ impl PacketBuf for Mbuf {
 
     #[inline]
     fn request_tx_checksums(&mut self, l2_len: u8, l3_len: u8) {
+        // IPv6 has no header checksum: the TCP one alone.
+        let family = if ipv6_at(self.data(), l2_len) {
+            c::RTE_MBUF_F_TX_IPV6
+        } else {
+            c::RTE_MBUF_F_TX_IPV4 | c::RTE_MBUF_F_TX_IP_CKSUM
+        };
         self.set_tx_offload(
-            c::RTE_MBUF_F_TX_IPV4 | c::RTE_MBUF_F_TX_IP_CKSUM | c::RTE_MBUF_F_TX_TCP_CKSUM,
+            family | c::RTE_MBUF_F_TX_TCP_CKSUM,
             l2_len,
             u16::from(l3_len),
         );
@@ -65,19 +71,34 @@ impl PacketBuf for Mbuf {
         // DPDK's TSO starts from the pseudo-header sum without the length
         // (rte_ipv4_phdr_cksum for a TSO mbuf); the frame has it with.
         let (l2, l3) = (usize::from(l2_len), usize::from(l3_len));
+        let ipv6 = ipv6_at(self.data(), l2_len);
         let frame = self.data_mut();
-        if let Some(ip) = frame.get(l2..l2 + l3).filter(|ip| ip.len() >= 20) {
-            let (src, dst) = (
-                [ip[12], ip[13], ip[14], ip[15]],
-                [ip[16], ip[17], ip[18], ip[19]],
-            );
-            let sum = crate::checksum::tcp_pseudo_header(src, dst, 0);
-            if let Some(field) = frame.get_mut(l2 + l3 + 16..l2 + l3 + 18) {
-                field.copy_from_slice(&sum.to_be_bytes());
+        let sum = match frame.get(l2..l2 + l3) {
+            Some(ip) if ipv6 && ip.len() >= 40 => {
+                let (mut src, mut dst) = ([0u8; 16], [0u8; 16]);
+                src.copy_from_slice(&ip[8..24]);
+                dst.copy_from_slice(&ip[24..40]);
+                Some(crate::checksum::tcp6_pseudo_header(src, dst, 0))
             }
+            Some(ip) if !ipv6 && ip.len() >= 20 => {
+                let (src, dst) = (
+                    [ip[12], ip[13], ip[14], ip[15]],
+                    [ip[16], ip[17], ip[18], ip[19]],
+                );
+                Some(crate::checksum::tcp_pseudo_header(src, dst, 0))
+            }
+            _ => None,
+        };
+        if let (Some(sum), Some(field)) = (sum, frame.get_mut(l2 + l3 + 16..l2 + l3 + 18)) {
+            field.copy_from_slice(&sum.to_be_bytes());
         }
+        let family = if ipv6 {
+            c::RTE_MBUF_F_TX_IPV6
+        } else {
+            c::RTE_MBUF_F_TX_IPV4 | c::RTE_MBUF_F_TX_IP_CKSUM
+        };
         self.set_tso(
-            c::RTE_MBUF_F_TX_IPV4 | c::RTE_MBUF_F_TX_IP_CKSUM | c::RTE_MBUF_F_TX_TCP_SEG,
+            family | c::RTE_MBUF_F_TX_TCP_SEG,
             l2_len,
             u16::from(l3_len),
             l4_len,
@@ -156,4 +177,9 @@ impl Port for EthQueue {
             tx_tcp: o.tx_tcp_cksum,
         }
     }
+}
+
+/// Whether the IP header of `frame` after `l2` link-layer bytes is IPv6.
+fn ipv6_at(frame: &[u8], l2: u8) -> bool {
+    frame.get(usize::from(l2)).is_some_and(|v| v >> 4 == 6)
 }

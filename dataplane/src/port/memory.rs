@@ -239,6 +239,10 @@ fn cut_segments(
     if head.len() < l2 + l3 + 20 || l3 < 20 {
         return;
     }
+    let ipv6 = head[l2] >> 4 == 6;
+    if ipv6 && l3 < 40 {
+        return;
+    }
     let ident = u16::from_be_bytes([head[l2 + 4], head[l2 + 5]]);
     let seq = u32::from_be_bytes([
         head[l2 + l3 + 4],
@@ -255,9 +259,16 @@ fn cut_segments(
         let f = b.data_mut();
         f[..headers].copy_from_slice(head);
         f[headers..].copy_from_slice(data);
-        let total = (l3 + usize::from(cut.l4) + data.len()) as u16; // < 64 KiB: cut from one
-        f[l2 + 2..l2 + 4].copy_from_slice(&total.to_be_bytes());
-        f[l2 + 4..l2 + 6].copy_from_slice(&ident.wrapping_add(i as u16).to_be_bytes());
+        let tcp_len = usize::from(cut.l4) + data.len();
+        if ipv6 {
+            // IPv6: the payload length; no identification (RFC 8200).
+            let plen = (l3 - 40 + tcp_len) as u16; // < 64 KiB: cut from one
+            f[l2 + 4..l2 + 6].copy_from_slice(&plen.to_be_bytes());
+        } else {
+            let total = (l3 + tcp_len) as u16; // < 64 KiB: cut from one
+            f[l2 + 2..l2 + 4].copy_from_slice(&total.to_be_bytes());
+            f[l2 + 4..l2 + 6].copy_from_slice(&ident.wrapping_add(i as u16).to_be_bytes());
+        }
         let tcp = l2 + l3;
         f[tcp + 4..tcp + 8].copy_from_slice(&seq.wrapping_add(at as u32).to_be_bytes());
         let (fin, psh, cwr) = (0x01, 0x08, 0x80);
@@ -275,11 +286,17 @@ fn cut_segments(
 }
 
 /// Fills the IPv4 header and TCP checksums of a frame whose TCP checksum
-/// field holds the pseudo-header sum.
+/// field holds the pseudo-header sum (the TCP checksum alone over IPv6).
 fn fill_checksums(frame: &mut [u8], l2: usize, l3: usize) {
     let Some(ip) = frame.get_mut(l2..l2 + l3) else {
         return;
     };
+    if ip.first().is_some_and(|v| v >> 4 == 6) {
+        return fill_checksum6(frame, l2, l3);
+    }
+    if ip.len() < 20 {
+        return;
+    }
     ip[10..12].fill(0);
     let sum = crate::checksum::ipv4_header(ip);
     ip[10..12].copy_from_slice(&sum.to_be_bytes());
@@ -296,6 +313,28 @@ fn fill_checksums(frame: &mut [u8], l2: usize, l3: usize) {
     }
     tcp[16..18].fill(0);
     let sum = crate::checksum::tcp(src, dst, tcp);
+    tcp[16..18].copy_from_slice(&sum.to_be_bytes());
+}
+
+/// [`fill_checksums`] for a TCP segment over IPv6 (no extension headers:
+/// `l3` is 40).
+fn fill_checksum6(frame: &mut [u8], l2: usize, l3: usize) {
+    let Some(ip) = frame.get(l2..l2 + l3).filter(|ip| ip.len() >= 40) else {
+        return;
+    };
+    let mut src = [0u8; 16];
+    let mut dst = [0u8; 16];
+    src.copy_from_slice(&ip[8..24]);
+    dst.copy_from_slice(&ip[24..40]);
+    let plen = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
+    let Some(tcp) = frame.get_mut(l2 + 40..l2 + 40 + plen) else {
+        return;
+    };
+    if tcp.len() < 20 {
+        return;
+    }
+    tcp[16..18].fill(0);
+    let sum = crate::checksum::tcp6(src, dst, tcp);
     tcp[16..18].copy_from_slice(&sum.to_be_bytes());
 }
 

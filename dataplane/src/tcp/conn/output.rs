@@ -630,10 +630,9 @@ impl<A: Default> Conn<A> {
     /// Most new payload bytes for one segment handed to the port: one
     /// `segment` (the data room of a segment), or as many whole ones as
     /// fit `cfg.segmentation_max` where the port cuts them (TSO), and a
-    /// segment size the port's 16-bit field can carry. IPv6 segments are
-    /// not offloaded yet (docs/ipv6.md): one segment each.
+    /// segment size the port's 16-bit field can carry.
     fn send_room(&self, cfg: &TcpConfig, segment: u32) -> u32 {
-        if self.ipv6 || cfg.segmentation_max <= segment || segment > u32::from(u16::MAX) {
+        if cfg.segmentation_max <= segment || segment > u32::from(u16::MAX) {
             return segment;
         }
         cfg.segmentation_max / segment * segment
