@@ -69,6 +69,7 @@ macro_rules! with_counters {
             icmpv6_echo_replies: Counter, "tlsdp_icmpv6_echo_replies_total", "ICMPv6 echo replies sent.";
             icmpv6_errors: Counter, "tlsdp_icmpv6_errors_total", "ICMPv6 Parameter Problems sent for refused IPv6 packets (RFC 8200, RFC 4443).";
             icmpv6_errors_limited: Counter, "tlsdp_icmpv6_errors_limited_total", "ICMPv6 errors not sent: over the rate limit (100 a second, bursts of 10, per port).";
+            icmp_frag_needed: Counter, "tlsdp_icmp_frag_needed_total", "ICMP 'fragmentation needed' messages taken for our TCP segments (RFC 1191).";
             icmpv6_too_big: Counter, "tlsdp_icmpv6_too_big_total", "ICMPv6 Packet Too Big messages taken for our TCP segments (RFC 8201).";
             nd_solicitations: Counter, "tlsdp_nd_solicitations_total", "IPv6 Neighbor Solicitations sent.";
             nd_advertisements: Counter, "tlsdp_nd_advertisements_total", "IPv6 Neighbor Advertisements sent (answers to solicitations).";

@@ -2,6 +2,8 @@
 //! builds segments by hand (smoltcp::wire, IPv6 pseudo-header checksums)
 //! and checks every frame the engine sends: its IPv6 header, its TCP
 //! checksum, the MSS it offers, what it answers (RFC 9293 over RFC 8200).
+//! Path MTU discovery is here for both families (Packet Too Big, and
+//! IPv4's "fragmentation needed").
 
 mod common;
 
@@ -547,4 +549,94 @@ fn a_port_that_cuts_segments_cuts_ipv6_ones_too() {
         lab.engine.tcp().counters().offload_segments > 0,
         "the engine handed large segments to the port"
     );
+}
+
+#[test]
+fn a_fragmentation_needed_for_a_segment_in_flight_shrinks_ipv4_segments() {
+    // RFC 1191 over IPv4: our segments go with DF set; a router that
+    // cannot forward one answers ICMP type 3 code 4 with its next hop's
+    // MTU, quoting our IP header and 8 bytes of TCP.
+    let mut lab = lab(TcpConfig::default());
+    lab.engine.listen(DUT_V4, 80);
+    let arp = common::arp_frame(
+        smoltcp::wire::ArpOperation::Request,
+        HOST_MAC,
+        HOST_V4,
+        EthernetAddress::BROADCAST,
+        DUT_V4,
+    );
+    lab.exchange(vec![arp]);
+    let parse4 = |f: &Vec<u8>| -> Option<(u32, usize, TcpControl)> {
+        let eth = EthernetFrame::new_checked(&f[..]).ok()?;
+        let ip = smoltcp::wire::Ipv4Packet::new_checked(eth.payload()).ok()?;
+        assert!(ip.dont_frag(), "DF set: the path may answer");
+        let t = TcpPacket::new_checked(ip.payload()).ok()?;
+        assert!(t.verify_checksum(
+            &IpAddress::Ipv4(ip.src_addr()),
+            &IpAddress::Ipv4(ip.dst_addr())
+        ));
+        let control = if t.fin() {
+            TcpControl::Fin
+        } else if t.syn() {
+            TcpControl::Syn
+        } else {
+            TcpControl::None
+        };
+        Some((t.seq_number().0 as u32, t.payload().len(), control))
+    };
+    let out = lab.exchange(vec![Seg::syn(40_040, 80, 1000).frame4()]);
+    let iss = out.iter().find_map(parse4).expect("a SYN-ACK").0;
+    let req = b"GET /bytes/30000 HTTP/1.0\r\n\r\n";
+    let get = Seg::ack(40_040, 80, 1001, iss + 1).with(TcpControl::Psh, req);
+    let frames = lab.exchange(vec![get.frame4()]);
+    let big = frames
+        .iter()
+        .filter(|f| f.len() > 1400)
+        .min_by_key(|f| parse4(f).map(|(seq, _, _)| seq.wrapping_sub(iss)))
+        .expect("full-size segments");
+    let router = Ipv4Addr::new(10, 77, 0, 254);
+    let frag_needed = |quoted: &[u8], mtu: u16| {
+        let mut icmp = vec![3, 4, 0, 0, 0, 0];
+        icmp.extend_from_slice(&mtu.to_be_bytes());
+        icmp.extend_from_slice(&quoted[14..14 + 20 + 8]);
+        let sum = !fold(&icmp);
+        icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+        let ip = smoltcp::wire::Ipv4Repr {
+            src_addr: router,
+            dst_addr: DUT_V4,
+            next_header: IpProtocol::Icmp,
+            payload_len: icmp.len(),
+            hop_limit: 64,
+        };
+        common::ipv4_frame(HOST_MAC, DUT_MAC, &ip, |p| p.copy_from_slice(&icmp))
+    };
+    // A stale sequence number is not believed; an MTU below 576 is taken
+    // as 576 (RFC 791's minimum).
+    let mut stale = big.clone();
+    let old = (iss - 5000).to_be_bytes();
+    stale[14 + 20 + 4..14 + 20 + 8].copy_from_slice(&old);
+    lab.exchange(vec![frag_needed(&stale, 1000)]);
+    assert_eq!(lab.engine.tcp().counters().path_mtu_lowered, 0);
+    assert_eq!(lab.engine.counters().icmp_frag_needed, 1);
+    let out = lab.exchange(vec![frag_needed(big, 300)]);
+    assert_eq!(lab.engine.tcp().counters().path_mtu_lowered, 1);
+    let resent: Vec<_> = out.iter().filter_map(parse4).collect();
+    assert!(!resent.is_empty(), "what was in flight goes again");
+    assert!(
+        out.iter().all(|f| f.len() <= 14 + 576),
+        "packets of 576 bytes at most"
+    );
+    assert_eq!(resent[0].0, iss + 1, "from SND.UNA");
+}
+
+/// The Internet checksum of `data`, folded (not complemented).
+fn fold(data: &[u8]) -> u16 {
+    let mut sum: u32 = data
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
 }

@@ -45,6 +45,11 @@ pub(super) fn receive<P: Port>(
                 counters.drop(reason.into());
             }
         }
+        Verdict::TooBig4 { key, seq, mtu } => {
+            if !tcp.packet_too_big(now, key, crate::tcp::Seq(seq), mtu) {
+                counters.drop(DropReason::NoConnection);
+            }
+        }
         Verdict::TooBig6 { key, seq, mtu } => {
             if !tcp.packet_too_big(now, key, crate::tcp::Seq(seq), mtu) {
                 counters.drop(DropReason::NoConnection);
@@ -259,6 +264,7 @@ pub(super) fn queue<P: Port>(
         Verdict::Consumed
         | Verdict::Tcp { .. }
         | Verdict::Tcp6 { .. }
+        | Verdict::TooBig4 { .. }
         | Verdict::TooBig6 { .. } => {}
         Verdict::Drop(reason) => counters.drop(reason),
         Verdict::AwaitNeighbor(hop) => {

@@ -85,6 +85,14 @@ pub enum Verdict {
         end: usize,
         checksum: Check,
     },
+    /// An ICMP "fragmentation needed" (RFC 1191) for our TCP segment of
+    /// `key` starting at `seq`: the path takes packets of at most `mtu`
+    /// bytes.
+    TooBig4 {
+        key: crate::tcp::FlowKey,
+        seq: u32,
+        mtu: u32,
+    },
     /// A Packet Too Big for our TCP segment of `key` starting at `seq`:
     /// the path takes packets of at most `mtu` bytes.
     TooBig6 {
@@ -112,6 +120,12 @@ enum IpAction {
         dst: Ipv4Addr,
         start: usize,
         end: usize,
+    },
+    /// A "fragmentation needed" for our TCP segment of `key` at `seq`.
+    TooBig {
+        key: crate::tcp::FlowKey,
+        seq: u32,
+        mtu: u32,
     },
 }
 
@@ -621,6 +635,9 @@ impl Interface {
                         },
                         None,
                     ),
+                    Ok(IpAction::TooBig { key, seq, mtu }) => {
+                        (Verdict::TooBig4 { key, seq, mtu }, None)
+                    }
                     Ok(IpAction::Reply { hop, len: ip_len }) => {
                         frame.set_src_addr(self.cfg.mac);
                         let verdict = match self.resolve(hop, now) {
@@ -763,6 +780,40 @@ impl Interface {
 
     /// Handles an IPv4 packet addressed to us. `Ok(Some((hop, len)))`: the
     /// payload now holds a reply of `len` bytes to send via next hop `hop`.
+    /// An ICMP "fragmentation needed and DF set" (RFC 792 type 3 code 4,
+    /// with RFC 1191's next-hop MTU in bytes 6–7), `icmp` the whole
+    /// message: taken when it quotes a TCP segment of ours (its source one
+    /// of our addresses), with at least the 8 bytes of TCP that hold the
+    /// ports and sequence number (RFC 792 guarantees them). A next-hop MTU
+    /// of 0 (a router older than RFC 1191) or below 576 is taken as 576,
+    /// the datagram every host must accept (RFC 791).
+    fn frag_needed(&self, icmp: &[u8]) -> Result<IpAction, DropReason> {
+        let quoted = icmp.get(8..).unwrap_or(&[]);
+        if quoted.len() < 20 || quoted[0] >> 4 != 4 {
+            return Err(DropReason::Malformed);
+        }
+        let ihl = usize::from(quoted[0] & 0x0f) * 4;
+        let Some(tcp) = quoted.get(ihl..ihl + 8).filter(|_| ihl >= 20) else {
+            return Err(DropReason::Malformed);
+        };
+        let local = Ipv4Addr::new(quoted[12], quoted[13], quoted[14], quoted[15]);
+        let remote = Ipv4Addr::new(quoted[16], quoted[17], quoted[18], quoted[19]);
+        if quoted[9] != u8::from(IpProtocol::Tcp) || !self.is_local(local) {
+            return Err(DropReason::NotForUs);
+        }
+        let mtu = u32::from(u16::from_be_bytes([icmp[6], icmp[7]])).max(576);
+        Ok(IpAction::TooBig {
+            key: crate::tcp::FlowKey {
+                local,
+                local_port: u16::from_be_bytes([tcp[0], tcp[1]]),
+                remote,
+                remote_port: u16::from_be_bytes([tcp[2], tcp[3]]),
+            },
+            seq: u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]),
+            mtu,
+        })
+    }
+
     fn process_ipv4(
         &mut self,
         payload: &mut [u8],
@@ -812,6 +863,13 @@ impl Interface {
             Icmpv4Packet::new_checked(ip.payload_mut()).map_err(|_| DropReason::Malformed)?;
         if !icmp.verify_checksum() {
             return Err(DropReason::BadIcmpChecksum);
+        }
+        if icmp.msg_type() == Icmpv4Message::DstUnreachable && icmp.msg_code() == 4 {
+            let action = self.frag_needed(icmp.into_inner());
+            if action.is_ok() {
+                counters.icmp_frag_needed += 1;
+            }
+            return action;
         }
         if icmp.msg_type() != Icmpv4Message::EchoRequest || icmp.msg_code() != 0 {
             return Err(DropReason::UnsupportedProtocol);

@@ -128,6 +128,9 @@ pub fn classify(frame: &[u8], t: &Toeplitz) -> FrameClass {
         _ => return FrameClass::Other,
     }
     let ip = &frame[at + 2..];
+    if ip.len() >= 20 && ip[0] >> 4 == 4 && ip[9] == 1 {
+        return classify_frag_needed(ip, t);
+    }
     if ip.len() < 20 || ip[0] >> 4 != 4 || ip[9] != 6 {
         return FrameClass::Other;
     }
@@ -144,6 +147,32 @@ pub fn classify(frame: &[u8], t: &Toeplitz) -> FrameClass {
     let sport = u16::from_be_bytes([ip[ihl], ip[ihl + 1]]);
     let dport = u16::from_be_bytes([ip[ihl + 2], ip[ihl + 3]]);
     FrameClass::Tcp(t.tcp4(src, dst, sport, dport))
+}
+
+/// An ICMP "fragmentation needed" quoting one of our TCP segments goes
+/// to the engine of its flow, hashed as the flow's received segments are
+/// (the quoted packet is ours: its addresses and ports swap); other ICMP
+/// stays.
+fn classify_frag_needed(ip: &[u8], t: &Toeplitz) -> FrameClass {
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    let Some(icmp) = ip.get(ihl..).filter(|_| ihl >= 20) else {
+        return FrameClass::Other;
+    };
+    let Some(q) = icmp
+        .get(8..)
+        .filter(|q| q.len() >= 20 && icmp[..2] == [3, 4])
+    else {
+        return FrameClass::Other;
+    };
+    let qihl = usize::from(q[0] & 0x0f) * 4;
+    if q[0] >> 4 != 4 || q[9] != 6 || qihl < 20 || q.len() < qihl + 4 {
+        return FrameClass::Other;
+    }
+    let ours = Ipv4Addr::new(q[12], q[13], q[14], q[15]);
+    let theirs = Ipv4Addr::new(q[16], q[17], q[18], q[19]);
+    let our_port = u16::from_be_bytes([q[qihl], q[qihl + 1]]);
+    let their_port = u16::from_be_bytes([q[qihl + 2], q[qihl + 3]]);
+    FrameClass::Tcp(t.tcp4(theirs, ours, their_port, our_port))
 }
 
 /// Whether `frame` is one every engine learns neighbours from (ARP, an
@@ -470,6 +499,28 @@ mod tests {
         v6[14 + 40] = 135;
         assert_eq!(classify(&v6, &t), FrameClass::Other);
         assert_eq!(classify(&v6[..14 + 40], &t), FrameClass::Other);
+    }
+
+    #[test]
+    fn a_fragmentation_needed_goes_where_its_flow_goes() {
+        let t = Toeplitz::new(&crate::dpdk::SYMMETRIC_RSS_KEY);
+        let (us, peer) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 9, 0, 2));
+        let flow = t.tcp4(peer, us, 40000, 443);
+        let mut f = vec![0u8; 14 + 20 + 8 + 20 + 8];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[14 + 9] = 1; // ICMP
+        f[14 + 20] = 3; // destination unreachable
+        f[14 + 21] = 4; // fragmentation needed
+        let q = 14 + 28;
+        f[q] = 0x45;
+        f[q + 9] = 6;
+        f[q + 12..q + 16].copy_from_slice(&us.octets());
+        f[q + 16..q + 20].copy_from_slice(&peer.octets());
+        f[q + 20..q + 24].copy_from_slice(&[0x01, 0xbb, 0x9c, 0x40]);
+        assert_eq!(classify(&f, &t), FrameClass::Tcp(flow));
+        f[14 + 21] = 3; // port unreachable: stays
+        assert_eq!(classify(&f, &t), FrameClass::Other);
     }
 
     #[test]

@@ -861,19 +861,27 @@ impl<A: Default> TcpEngine<A> {
         self.release(id, CloseReason::Aborted);
     }
 
-    /// A Packet Too Big (ICMPv6, RFC 8201) quoting our segment of `key`
-    /// that started at `seq`: the path takes IP packets of at most `mtu`
-    /// bytes. False when no connection took it (unknown, or `seq` not in
-    /// flight).
-    pub fn packet_too_big(&mut self, now: Instant, key: FlowKey6, seq: Seq, mtu: u32) -> bool {
-        let Some(id) = self.flows.v6.conn(&key) else {
+    /// A Packet Too Big (ICMPv6, RFC 8201) or a "fragmentation needed"
+    /// (ICMP, RFC 1191) quoting our segment of `key` that started at
+    /// `seq`: the path takes IP packets of at most `mtu` bytes. False when
+    /// no connection took it (unknown, or `seq` not in flight).
+    pub fn packet_too_big<I: FlowAddr>(
+        &mut self,
+        now: Instant,
+        key: FlowKey<I>,
+        seq: Seq,
+        mtu: u32,
+    ) -> bool {
+        let Some(id) = I::table(&self.flows).conn(&key) else {
             return false;
         };
         let Some(c) = live_mut(&mut self.conns, id) else {
             return false;
         };
-        // RFC 8201 §4: never below IPv6's minimum link MTU.
-        if !c.lower_path_mtu(mtu.max(1280) - 40, seq, now) {
+        // Never below the family's minimum (RFC 8201 §4: IPv6's minimum
+        // link MTU; RFC 791's 576 for IPv4); the IP header comes off.
+        let (min, header) = if I::IPV6 { (1280, 40) } else { (576, 20) };
+        if !c.lower_path_mtu(mtu.max(min) - header, seq, now) {
             return false;
         }
         self.counters.path_mtu_lowered += 1;
