@@ -178,6 +178,34 @@ impl Lab {
         );
     }
 
+    /// An IPv6 /64 prefix of this lab's own, `fd00:A:B` for its IPv4
+    /// /24 `10.A.B` (unique among the tests).
+    pub fn prefix6(&self) -> String {
+        let mut octets = self.net.split('.').skip(1);
+        let (a, b) = (
+            octets.next().expect("10.A.B"),
+            octets.next().expect("10.A.B"),
+        );
+        format!("fd00:{a}:{b}")
+    }
+
+    /// Turns IPv6 on for `dev` in the client namespace and adds `cidr`
+    /// there, usable at once (no duplicate address detection).
+    pub fn add_client_ipv6(&self, dev: &str, cidr: &str) {
+        let enable = format!("net.ipv6.conf.{dev}.disable_ipv6=0");
+        for args in [
+            vec!["sysctl", "-qw", &enable],
+            vec!["ip", "-6", "addr", "add", cidr, "dev", dev, "nodad"],
+        ] {
+            let out = self.client(&args);
+            assert!(
+                out.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
     /// Adds `NET.last_octet/24` to the client namespace's veth (for
     /// backends); returns the address.
     pub fn add_client_address(&self, last_octet: u8) -> String {
@@ -257,6 +285,51 @@ impl Drop for Lab {
             .args(["down", &self.name])
             .stdout(Stdio::null())
             .status();
+    }
+}
+
+/// nginx in the lab's client namespace with the `server { ... }` blocks
+/// `servers` (temporary files in `dir`), waited for until `probe` (a
+/// URL) answers (up to 5 s). Stopped on drop.
+#[derive(Debug)]
+pub struct Nginx(Child);
+
+impl Nginx {
+    pub fn start(lab: &Lab, dir: &Path, servers: &str, probe: &str) -> Self {
+        let d = dir.display();
+        let conf = format!(
+            "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/nginx.err;\n\
+             events {{ worker_connections 256; }}\n\
+             http {{ access_log off; client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f; uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;\n{servers}\n}}\n"
+        );
+        fs::write(dir.join("nginx.conf"), conf).expect("write nginx.conf");
+        let child = lab
+            .client_command(&[
+                "nginx",
+                "-p",
+                &d.to_string(),
+                "-c",
+                &format!("{d}/nginx.conf"),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx (scripts/setup.sh installs it)");
+        for _ in 0..100 {
+            if lab.client(&["curl", "-s", probe]).status.success() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self(child)
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 

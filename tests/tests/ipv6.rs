@@ -6,10 +6,10 @@
 //! drops; a SYN flood on IPv6.
 
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use e2e::{make_certs, verify_pattern_file, Dpd, Lab};
+use e2e::{make_certs, verify_pattern_file, Dpd, Lab, Nginx};
 
 /// A lab with IPv6 on both ends: dpd's port gets `PREFIX::1/64` (and its
 /// IPv4 address), the client `PREFIX::2` and the backends `PREFIX::11`
@@ -23,17 +23,11 @@ struct Lab6 {
 impl Lab6 {
     fn up(tag: &str) -> Self {
         let lab = Lab::up(tag);
-        // A prefix of this lab's own (its IPv4 /24 is unique among tests).
-        let mut octets = lab.net.split('.').skip(1);
-        let (a, b) = (octets.next().unwrap(), octets.next().unwrap());
-        let prefix = format!("fd00:{a}:{b}");
-        let l = Self { lab, prefix };
-        l.client_ok(&["sysctl", "-qw", "net.ipv6.conf.veth-cli.disable_ipv6=0"]);
+        let prefix = lab.prefix6();
         for host in ["2", "11", "13"] {
-            let addr = format!("{}::{host}/64", l.prefix);
-            l.client_ok(&["ip", "-6", "addr", "add", &addr, "dev", "veth-cli", "nodad"]);
+            lab.add_client_ipv6("veth-cli", &format!("{prefix}::{host}/64"));
         }
-        l
+        Self { lab, prefix }
     }
 
     fn dut6(&self) -> String {
@@ -68,57 +62,17 @@ impl Lab6 {
 /// `NET.12:80` "v4 backend", `[PREFIX::13]:80` "v6 sick" (503 on
 /// /health), and `[PREFIX::11]:8081` takes PROXY v2 and answers with the
 /// client address and port it was told. Stopped on drop.
-struct Backends {
-    nginx: Child,
-}
-
-impl Backends {
-    fn start(l: &Lab6, dir: &Path) -> Self {
-        let ip4 = format!("{}.12", l.lab.net);
-        l.client_ok(&["ip", "addr", "add", &format!("{ip4}/24"), "dev", "veth-cli"]);
-        let p = &l.prefix;
-        let d = dir.display();
-        let conf = format!(
-            "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/nginx.err;\n\
-             events {{ worker_connections 256; }}\n\
-             http {{ access_log off; client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f; uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;\n\
-             server {{ listen [{p}::11]:80; location / {{ return 200 \"v6 backend\\n\"; }} location = /health {{ return 200; }} }}\n\
-             server {{ listen [{p}::13]:80; location / {{ return 200 \"v6 sick\\n\"; }} location = /health {{ return 503; }} }}\n\
-             server {{ listen {ip4}:80; location / {{ return 200 \"v4 backend\\n\"; }} }}\n\
-             server {{ listen [{p}::11]:8081 proxy_protocol; location / {{ return 200 \"$proxy_protocol_addr $proxy_protocol_port\\n\"; }} }}\n\
-             }}\n"
-        );
-        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-        let nginx = l
-            .lab
-            .client_command(&[
-                "nginx",
-                "-p",
-                &d.to_string(),
-                "-c",
-                &format!("{d}/nginx.conf"),
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx (scripts/setup.sh installs it)");
-        let url = format!("http://[{p}::11]/");
-        for _ in 0..100 {
-            if l.lab.client(&["curl", "-s", &url]).status.success() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Self { nginx }
-    }
-}
-
-impl Drop for Backends {
-    fn drop(&mut self) {
-        let _ = self.nginx.kill();
-        let _ = self.nginx.wait();
-    }
+fn backends(l: &Lab6, dir: &Path) -> Nginx {
+    let ip4 = format!("{}.12", l.lab.net);
+    l.client_ok(&["ip", "addr", "add", &format!("{ip4}/24"), "dev", "veth-cli"]);
+    let p = &l.prefix;
+    let servers = format!(
+        "server {{ listen [{p}::11]:80; location / {{ return 200 \"v6 backend\\n\"; }} location = /health {{ return 200; }} }}\n\
+         server {{ listen [{p}::13]:80; location / {{ return 200 \"v6 sick\\n\"; }} location = /health {{ return 503; }} }}\n\
+         server {{ listen {ip4}:80; location / {{ return 200 \"v4 backend\\n\"; }} }}\n\
+         server {{ listen [{p}::11]:8081 proxy_protocol; location / {{ return 200 \"$proxy_protocol_addr $proxy_protocol_port\\n\"; }} }}"
+    );
+    Nginx::start(&l.lab, dir, &servers, &format!("http://[{p}::11]/"))
 }
 
 /// curl from the client namespace, `--resolve`ing `p256.test` to `ip`
@@ -152,7 +106,7 @@ fn tls_and_plain_vips_on_ipv6_proxy_to_both_families() {
     let certs = tempfile::tempdir().unwrap();
     make_certs(certs.path());
     let l = Lab6::up("v6p");
-    let _backends = Backends::start(&l, certs.path());
+    let _backends = backends(&l, certs.path());
     let (c, p, dut6, dut4, net) = (
         certs.path().display(),
         &l.prefix,

@@ -56,26 +56,7 @@ fn vnet_tap_port_segments_ipv6() {
     let c = certs.path().display().to_string();
     let lab = Lab::up("v6o");
     lab.add_vnet_tap("192.168.79");
-    for args in [
-        vec!["sysctl", "-qw", "net.ipv6.conf.tap-cli.disable_ipv6=0"],
-        vec![
-            "ip",
-            "-6",
-            "addr",
-            "add",
-            "fd00:79::2/64",
-            "dev",
-            "tap-cli",
-            "nodad",
-        ],
-    ] {
-        let out = lab.client(&args);
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    lab.add_client_ipv6("tap-cli", "fd00:79::2/64");
     let ns = format!("{}-cli", lab.name);
     let device = format!("vnet_tap,iface=tap-cli,netns={ns}");
     let vip6 =

@@ -168,31 +168,9 @@ fn dpctl_status_and_stats_against_a_running_dpd() {
 #[test]
 fn ping6_and_neighbor_discovery_through_af_packet() {
     let lab = Lab::up("6");
-    // A prefix of this lab's own (its IPv4 /24 is unique among the tests).
-    let mut octets = lab.net.split('.').skip(1);
-    let (a, b) = (octets.next().unwrap(), octets.next().unwrap());
-    let prefix = format!("fd00:{a}:{b}");
+    let prefix = lab.prefix6();
     let (dut6, cli6) = (format!("{prefix}::1"), format!("{prefix}::2"));
-    for cmd in [
-        vec!["sysctl", "-qw", "net.ipv6.conf.veth-cli.disable_ipv6=0"],
-        vec![
-            "ip",
-            "-6",
-            "addr",
-            "add",
-            &format!("{cli6}/64"),
-            "dev",
-            "veth-cli",
-            "nodad",
-        ],
-    ] {
-        let out = lab.client(&cmd);
-        assert!(
-            out.status.success(),
-            "{cmd:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    lab.add_client_ipv6("veth-cli", &format!("{cli6}/64"));
     let mut dpd = Dpd::start(&lab, |sock| {
         lab.config("net_af_packet", sock, "").replace(
             &format!("address = \"{}/24\"", lab.dut_ip()),

@@ -46,35 +46,11 @@ enum Family {
 fn conformance(tag: &str, tcp: &str, group: &str, family: Family) -> (bool, String) {
     let lab = Lab::up(tag);
     raise_mtu(&lab);
-    let mut octets = lab.net.split('.').skip(1);
-    let prefix = format!(
-        "fd00:{}:{}",
-        octets.next().expect("a.b.c"),
-        octets.next().expect("a.b.c")
-    );
+    let prefix = lab.prefix6();
     let (dut, src) = match family {
         Family::V4 => (lab.dut_ip(), format!("{}.2", lab.net)),
         Family::V6 => {
-            for args in [
-                vec!["sysctl", "-qw", "net.ipv6.conf.veth-cli.disable_ipv6=0"],
-                vec![
-                    "ip",
-                    "-6",
-                    "addr",
-                    "add",
-                    &format!("{prefix}::2/64"),
-                    "dev",
-                    "veth-cli",
-                    "nodad",
-                ],
-            ] {
-                let out = lab.client(&args);
-                assert!(
-                    out.status.success(),
-                    "{args:?}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
+            lab.add_client_ipv6("veth-cli", &format!("{prefix}::2/64"));
             (format!("{prefix}::1"), format!("{prefix}::2"))
         }
     };

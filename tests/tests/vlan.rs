@@ -7,10 +7,10 @@
 //! backend on VLAN 200.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use e2e::{make_certs, verify_pattern_file, Dpd, Lab};
+use e2e::{make_certs, verify_pattern_file, Dpd, Lab, Nginx};
 
 const CLIENT: &str = "192.168.100.2";
 const VIP: &str = "192.168.100.80";
@@ -87,53 +87,6 @@ fn tag_client_side(lab: &Lab, dir: &Path) {
     }
 }
 
-/// nginx on the VLAN 200 backend address. Stopped on drop.
-struct Backend(Child);
-
-impl Backend {
-    fn start(lab: &Lab, dir: &Path) -> Self {
-        let d = dir.display();
-        let conf = format!(
-            "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/nginx.err;\n\
-             events {{ worker_connections 64; }}\n\
-             http {{ access_log off; client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f; uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;\n\
-             server {{ listen {BACKEND}:80; location / {{ return 200 \"vlan 200 backend\\n\"; }} }} }}\n"
-        );
-        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-        let child = lab
-            .client_command(&[
-                "nginx",
-                "-p",
-                &d.to_string(),
-                "-c",
-                &format!("{d}/nginx.conf"),
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx");
-        for _ in 0..100 {
-            if lab
-                .client(&["curl", "-s", &format!("http://{BACKEND}/")])
-                .status
-                .success()
-            {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Self(child)
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn a_vip_on_vlan_100_forwards_to_a_backend_on_vlan_200() {
     let dir = tempfile::tempdir().unwrap();
@@ -141,7 +94,12 @@ fn a_vip_on_vlan_100_forwards_to_a_backend_on_vlan_200() {
     make_certs(dir.path());
     let lab = Lab::up("vl");
     tag_client_side(&lab, dir.path());
-    let _backend = Backend::start(&lab, dir.path());
+    let _backend = Nginx::start(
+        &lab,
+        dir.path(),
+        &format!("server {{ listen {BACKEND}:80; location / {{ return 200 \"vlan 200 backend\\n\"; }} }}"),
+        &format!("http://{BACKEND}/"),
+    );
     let c = dir.path().display();
     let dpd = Dpd::start(&lab, |s| {
         let base = lab.config("net_af_packet", s, "");
