@@ -165,11 +165,18 @@ impl HealthShare {
     pub fn checks(&self, pool: &str, addr: SocketAddr) -> bool {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         let port = addr.port().to_be_bytes();
-        let ip = match addr.ip() {
-            std::net::IpAddr::V4(a) => a.octets().to_vec(),
-            std::net::IpAddr::V6(a) => a.octets().to_vec(),
+        let (v4, v6);
+        let ip: &[u8] = match addr.ip() {
+            std::net::IpAddr::V4(a) => {
+                v4 = a.octets();
+                &v4
+            }
+            std::net::IpAddr::V6(a) => {
+                v6 = a.octets();
+                &v6
+            }
         };
-        for b in pool.bytes().chain(ip).chain(port) {
+        for b in pool.bytes().chain(ip.iter().copied()).chain(port) {
             h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
         }
         (h % u64::from(self.engines.max(1))) as u16 == self.engine
