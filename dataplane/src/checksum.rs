@@ -5,6 +5,7 @@
 //! bulk transfer without checksum offload.
 
 /// One's-complement sum of `data` in native byte order, not yet folded.
+#[inline]
 fn sum_native(data: &[u8]) -> u64 {
     let mut acc = [0u64; 4];
     let mut chunks = data.chunks_exact(16);
@@ -64,6 +65,7 @@ pub fn tcp_pseudo_header(src: [u8; 4], dst: [u8; 4], len: usize) -> u16 {
 }
 
 /// Whether a received TCP segment's checksum is right.
+#[inline]
 pub fn tcp_ok(src: [u8; 4], dst: [u8; 4], segment: &[u8]) -> bool {
     fold(pseudo_header(src, dst, segment.len()) + sum_native(segment)) == 0xffff
 }

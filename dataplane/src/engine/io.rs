@@ -240,7 +240,8 @@ pub(super) fn queue<P: Port>(
     burst: usize,
     counters: &mut Counters,
 ) -> bool {
-    if matches!(verdict, Verdict::Transmit | Verdict::AwaitNeighbor(_))
+    if vlan.is_some()
+        && matches!(verdict, Verdict::Transmit | Verdict::AwaitNeighbor(_))
         && !vlan::tag(&mut buf, vlan)
     {
         counters.drop(DropReason::Oversize);

@@ -133,9 +133,28 @@ impl<P: Port> EnginePort<P> {
         std::iter::once(&mut self.iface).chain(&mut self.vlans)
     }
 
+    /// Which of its interfaces has address `ip`: 0 the untagged one,
+    /// `k` the VLAN at `vlans[k - 1]`.
+    #[inline]
+    fn owner_of(&self, ip: IpAddr) -> Option<usize> {
+        if self.iface.owns(ip) {
+            return Some(0);
+        }
+        self.vlans.iter().position(|i| i.owns(ip)).map(|k| k + 1)
+    }
+
     /// Whether `ip` is an address of one of its interfaces.
     fn owns(&self, ip: IpAddr) -> bool {
-        self.ifaces().any(|i| i.owns(ip))
+        self.owner_of(ip).is_some()
+    }
+
+    /// Interface `k` as [`EnginePort::owner_of`] numbers them.
+    #[inline]
+    fn iface_at(&mut self, k: usize) -> &mut Interface {
+        match k.checked_sub(1) {
+            Some(v) if v < self.vlans.len() => &mut self.vlans[v],
+            _ => &mut self.iface,
+        }
     }
 }
 
@@ -687,7 +706,10 @@ impl<P: Port, A: Application> Engine<P, A> {
         // full) stops it: TCP keeps what it did not send and sends it on a
         // later iteration, nothing is counted as sent that was dropped.
         self.tcp.transmit(now, |seg| {
-            let Some(ep) = ports.iter_mut().find(|ep| ep.owns(seg.src)) else {
+            let owner = ports
+                .iter_mut()
+                .find_map(|ep| ep.owner_of(seg.src).map(|k| (ep, k)));
+            let Some((ep, k)) = owner else {
                 counters.drop(DropReason::NoRoute);
                 return true;
             };
@@ -704,9 +726,7 @@ impl<P: Port, A: Application> Engine<P, A> {
                 counters.drop(DropReason::NoBuffer);
                 return false;
             };
-            let Some(iface) = ep.ifaces_mut().find(|i| i.owns(seg.src)) else {
-                return true;
-            };
+            let iface = ep.iface_at(k);
             let (verdict, vlan) = (iface.write_tcp(now, seg, &mut buf), iface.vlan());
             queue(ep, buf, verdict, vlan, now, burst, counters)
         });
