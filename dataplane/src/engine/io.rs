@@ -39,37 +39,69 @@ pub(super) fn receive<P: Port>(
             start,
             end,
             checksum,
-        } => {
-            let segment = &buf.data()[start..end];
-            if let Err(reason) = tcp.input_checked(now, src, dst, segment, checksum) {
-                counters.drop(reason.into());
-            }
-        }
-        Verdict::TooBig4 { key, seq, mtu } => {
-            if !tcp.packet_too_big(now, key, crate::tcp::Seq(seq), mtu) {
-                counters.drop(DropReason::NoConnection);
-            }
-        }
-        Verdict::TooBig6 { key, seq, mtu } => {
-            if !tcp.packet_too_big(now, key, crate::tcp::Seq(seq), mtu) {
-                counters.drop(DropReason::NoConnection);
-            }
-        }
+        } => segment_in(
+            tcp,
+            now,
+            (src, dst),
+            buf.data().get(start..end),
+            checksum,
+            counters,
+        ),
         Verdict::Tcp6 {
             src,
             dst,
             start,
             end,
             checksum,
-        } => {
-            let segment = &buf.data()[start..end];
-            if let Err(reason) = tcp.input_checked(now, src, dst, segment, checksum) {
-                counters.drop(reason.into());
-            }
-        }
+        } => segment_in(
+            tcp,
+            now,
+            (src, dst),
+            buf.data().get(start..end),
+            checksum,
+            counters,
+        ),
+        Verdict::TooBig4 { key, seq, mtu } => too_big_in(tcp, now, key, seq, mtu, counters),
+        Verdict::TooBig6 { key, seq, mtu } => too_big_in(tcp, now, key, seq, mtu, counters),
         other => {
             queue(ep, buf, other, tagged, now, burst, counters);
         }
+    }
+}
+
+/// A TCP segment (header and payload, `None` when the interface's bounds
+/// fall outside the frame: never expected) from `addrs.0` to `addrs.1`,
+/// either family, to TCP; its drop counted.
+#[inline]
+fn segment_in<I: crate::tcp::FlowAddr>(
+    tcp: &mut Tcp,
+    now: Instant,
+    addrs: (I, I),
+    segment: Option<&[u8]>,
+    checksum: crate::port::Check,
+    counters: &mut Counters,
+) {
+    let Some(segment) = segment else {
+        return counters.drop(DropReason::Malformed);
+    };
+    if let Err(reason) = tcp.input_checked(now, addrs.0, addrs.1, segment, checksum) {
+        counters.drop(reason.into());
+    }
+}
+
+/// A Packet Too Big or "fragmentation needed" for our segment of `key`
+/// at `seq` to TCP; one no connection takes is counted.
+#[inline]
+fn too_big_in<I: crate::tcp::FlowAddr>(
+    tcp: &mut Tcp,
+    now: Instant,
+    key: crate::tcp::FlowKey<I>,
+    seq: u32,
+    mtu: u32,
+    counters: &mut Counters,
+) {
+    if !tcp.packet_too_big(now, key, crate::tcp::Seq(seq), mtu) {
+        counters.drop(DropReason::NoConnection);
     }
 }
 
