@@ -37,8 +37,15 @@ pub enum Request {
     Status,
     /// Counters per core and in total.
     Stats,
-    /// Stop taking new connections on every VIP; existing ones go on.
+    /// Takes the node out of service: with `[routing]`, its VIPs are
+    /// withdrawn first and listeners stop taking connections once the
+    /// routers have stopped sending new flows (or at once without
+    /// `[routing]`); existing connections go on. The reply says where the
+    /// drain stands; asked again, it only reports.
     Drain,
+    /// Back in service: listeners take connections and VIPs are announced
+    /// again.
+    Undrain,
     VipList,
     VipShow {
         name: String,
@@ -145,7 +152,7 @@ fn default_capture_timeout() -> u32 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Body {
-    Status(Status),
+    Status(Box<Status>),
     Stats(Box<Stats>),
     Drain(DrainState),
     /// A change is in use by every engine.
@@ -315,11 +322,34 @@ pub struct Captured {
     pub packets: u32,
 }
 
-/// The reply to `drain`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// The reply to `drain` and `undrain`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DrainState {
     /// Connections still open (not counting TIME-WAIT).
     pub open_connections: u64,
+    /// `serving`, `withdrawn` (VIPs withdrawn, waiting for new flows to
+    /// stop), `draining` (no new connections; open ones finishing) or
+    /// `drained` (none open, or `drain_timeout_s` passed).
+    #[serde(default)]
+    pub phase: String,
+    /// Seconds since the drain began (0 while serving).
+    #[serde(default)]
+    pub for_s: f64,
+}
+
+/// Route announcement in `status` (`[routing]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoutingStatus {
+    /// The announce interface.
+    pub interface: String,
+    /// VIP addresses on it now (announced).
+    pub announced: Vec<String>,
+    /// VIPs configured but not announced, each with why
+    /// (`"web: disabled"`, `"api: no healthy member in pool app"`).
+    pub withheld: Vec<String>,
+    /// What went wrong last setting the interface's addresses, if anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The reply to `status`.
@@ -340,6 +370,12 @@ pub struct Status {
     /// per applied change).
     #[serde(default)]
     pub config_version: u64,
+    /// Where a drain stands (`serving` when none was asked for).
+    #[serde(default)]
+    pub drain: Option<DrainState>,
+    /// Route announcement, with `[routing]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<RoutingStatus>,
 }
 
 /// One VLAN of a port in `status`.
@@ -594,7 +630,18 @@ impl ControlSocket {
     /// ([`Answer::Later`]) holds up only its own client. A malformed
     /// request gets an error reply; a request line longer than
     /// [`MAX_REQUEST`] gets one and is closed.
-    pub fn serve(&self, stop: &AtomicBool, mut handler: impl FnMut(Request) -> Answer) {
+    pub fn serve(&self, stop: &AtomicBool, handler: impl FnMut(Request) -> Answer) {
+        self.serve_ticking(stop, handler, || {});
+    }
+
+    /// As [`Self::serve`], calling `tick` between rounds (at least every
+    /// few milliseconds).
+    pub fn serve_ticking(
+        &self,
+        stop: &AtomicBool,
+        mut handler: impl FnMut(Request) -> Answer,
+        mut tick: impl FnMut(),
+    ) {
         let mut conns: Vec<Conn> = Vec::new();
         while !stop.load(Ordering::Relaxed) {
             let mut busy = false;
@@ -630,6 +677,7 @@ impl ControlSocket {
                     false
                 }
             });
+            tick();
             if !busy {
                 std::thread::sleep(Duration::from_millis(5));
             }

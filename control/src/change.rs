@@ -116,6 +116,7 @@ pub fn apply(cfg: &Config, req: &Request) -> Option<Result<Config, ConfigError>>
         Request::Status
         | Request::Stats
         | Request::Drain
+        | Request::Undrain
         | Request::VipList
         | Request::VipShow { .. }
         | Request::CertList

@@ -32,6 +32,52 @@ pub struct Config {
     pub tcp: Tcp,
     #[serde(default)]
     pub control: Control,
+    /// Announcing VIPs to a routing daemon (docs/cluster.md); absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<Routing>,
+}
+
+/// `[routing]`: the VIPs this node can serve are put, as /32 and /128
+/// addresses, on a tap interface `dpd` holds open (a routing daemon such
+/// as BIRD announces them from there), and `dpctl drain` withdraws them
+/// before it stops taking connections.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Routing {
+    /// The interface `dpd` creates; it must not exist beforehand.
+    #[serde(default = "default_announce_interface")]
+    pub interface: String,
+    /// Drain: after the withdrawal, how long no new connection may have
+    /// arrived before the routers are taken to have stopped sending new
+    /// flows (milliseconds).
+    #[serde(default = "default_withdraw_quiet_ms")]
+    pub withdraw_quiet_ms: u32,
+    /// Drain: the longest wait for that quiet before listeners stop
+    /// taking connections anyway (seconds).
+    #[serde(default = "default_withdraw_wait_s")]
+    pub withdraw_wait_s: u32,
+}
+
+fn default_announce_interface() -> String {
+    "tlsdp-vips".into()
+}
+
+fn default_withdraw_quiet_ms() -> u32 {
+    2_000
+}
+
+fn default_withdraw_wait_s() -> u32 {
+    30
+}
+
+impl Default for Routing {
+    fn default() -> Self {
+        Self {
+            interface: default_announce_interface(),
+            withdraw_quiet_ms: default_withdraw_quiet_ms(),
+            withdraw_wait_s: default_withdraw_wait_s(),
+        }
+    }
 }
 
 /// TCP limits of each engine.
@@ -888,6 +934,35 @@ impl Config {
                 ));
             }
         }
+        if let Some(r) = &self.routing {
+            let name = &r.interface;
+            if name.is_empty()
+                || name.len() >= 16
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+            {
+                return Err(ConfigError::new(
+                    "routing.interface",
+                    name,
+                    "an interface name: 1 to 15 letters, digits, '-', '_' or '.'",
+                ));
+            }
+            if r.withdraw_quiet_ms == 0 || r.withdraw_quiet_ms > 600_000 {
+                return Err(ConfigError::new(
+                    "routing.withdraw_quiet_ms",
+                    r.withdraw_quiet_ms,
+                    "must be 1 to 600000 milliseconds",
+                ));
+            }
+            if r.withdraw_wait_s == 0 || r.withdraw_wait_s > 3_600 {
+                return Err(ConfigError::new(
+                    "routing.withdraw_wait_s",
+                    r.withdraw_wait_s,
+                    "must be 1 to 3600 seconds",
+                ));
+            }
+        }
         let mut seen = HashSet::new();
         for (i, core) in self.eal.lcores.iter().enumerate() {
             if !seen.insert(core) {
@@ -1225,11 +1300,13 @@ impl Config {
             let addr = vip
                 .listen_addr()
                 .map_err(|r| ConfigError::new(at("listen"), &vip.listen, r))?;
-            if !self.ports.iter().any(|p| p.on_subnet(addr.ip())) {
+            // With [routing] a VIP is routed to this node's addresses, so
+            // it may be on no subnet of ours.
+            if self.routing.is_none() && !self.ports.iter().any(|p| p.on_subnet(addr.ip())) {
                 return Err(ConfigError::new(
                     at("listen"),
                     &vip.listen,
-                    "the address must be on one of the ports' subnets",
+                    "the address must be on one of the ports' subnets (or announced: [routing])",
                 ));
             }
             for (j, c) in vip.certs.iter().enumerate() {
@@ -1750,6 +1827,29 @@ mod tests {
 
     fn err_of(text: &str) -> ConfigError {
         Config::parse(text).expect_err("config should be refused")
+    }
+
+    #[test]
+    fn routing_announces_vips_off_our_subnets_and_checks_its_fields() {
+        let vip = "[[vip]]\nname = \"web\"\nlisten = \"10.90.0.1:80\"\nrespond = \"builtin\"\n";
+        let e = err_of(&format!("{GOOD}{vip}"));
+        assert_eq!(e.field, "vip[0].listen", "{e}");
+        assert!(e.to_string().contains("[routing]"), "{e}");
+        let c = Config::parse(&format!("{GOOD}[routing]\n{vip}")).unwrap();
+        let r = c.routing.as_ref().unwrap();
+        assert_eq!(r.interface, "tlsdp-vips");
+        assert_eq!((r.withdraw_quiet_ms, r.withdraw_wait_s), (2_000, 30));
+        // Written back as it was read.
+        assert_eq!(Config::parse(&c.to_toml()).unwrap().routing, c.routing);
+        for (bad, field) in [
+            ("interface = \"a/b\"", "routing.interface"),
+            ("interface = \"sixteen-chars-xx\"", "routing.interface"),
+            ("withdraw_quiet_ms = 0", "routing.withdraw_quiet_ms"),
+            ("withdraw_wait_s = 3601", "routing.withdraw_wait_s"),
+        ] {
+            let e = err_of(&format!("{GOOD}[routing]\n{bad}\n{vip}"));
+            assert_eq!(e.field, field, "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -332,7 +332,7 @@ fn drain_refuses_new_connections_and_lets_open_ones_finish() {
     let reply = control::api::Client::connect(&dpd.socket)
         .and_then(|mut c| c.call(&control::api::Request::Drain))
         .unwrap();
-    match reply.body {
+    match &reply.body {
         Some(control::api::Body::Drain(d)) => assert_eq!(d.open_connections, 1, "{reply:?}"),
         other => panic!("{other:?}"),
     }

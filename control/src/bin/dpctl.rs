@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use clap::{CommandFactory, Parser, Subcommand};
 use control::api::{
-    Body, CertInfo, Client, CoreStats, PoolInfo, Reply, Request, Stats, TicketsChange, VipChange,
-    VipInfo,
+    Body, CertInfo, Client, CoreStats, DrainState, PoolInfo, Reply, Request, Stats, TicketsChange,
+    VipChange, VipInfo,
 };
 use control::config::{CertRef, Member, MemberState, NamedCert, TicketSettings, Vip};
 use control::counters::{self, Kind};
@@ -60,9 +60,18 @@ enum Cmd {
         #[arg(long, conflicts_with_all = ["per_core", "watch"])]
         busy_seconds: bool,
     },
-    /// Stop taking new connections on every VIP; existing ones go on (then
-    /// stop dpd with SIGTERM or SIGINT).
-    Drain,
+    /// Take this node out of service: with `[routing]` its VIPs are
+    /// withdrawn first, and listeners stop taking connections once the
+    /// routers stop sending new flows; without, at once. Existing
+    /// connections go on. Asked again, it reports where the drain stands.
+    Drain {
+        /// Wait until drained (none open, or `drain_timeout_s` passed),
+        /// printing each phase as it comes.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Back in service: take connections and announce the VIPs again.
+    Undrain,
     /// Virtual IPs.
     #[command(subcommand)]
     Vip(VipCmd),
@@ -369,7 +378,8 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
     Ok(match cmd {
         Cmd::Status => Request::Status,
         Cmd::Stats { .. } => Request::Stats,
-        Cmd::Drain => Request::Drain,
+        Cmd::Drain { .. } => Request::Drain,
+        Cmd::Undrain => Request::Undrain,
         Cmd::Vip(v) => match v {
             VipCmd::List => Request::VipList,
             VipCmd::Show { name } => Request::VipShow { name: name.clone() },
@@ -547,6 +557,9 @@ fn main() -> ExitCode {
     {
         return watch(&mut client, &cli.socket, secs, count, per_core, cli.json);
     }
+    if let Cmd::Drain { wait: true } = cli.cmd {
+        return drain_and_wait(&mut client, &cli.socket, cli.json);
+    }
     if let Request::Capture { timeout_ms, .. } = &req {
         // dpd answers once the capture ends: wait that long, and then some.
         let wait = std::time::Duration::from_millis(u64::from(*timeout_ms))
@@ -577,6 +590,56 @@ fn main() -> ExitCode {
     print_reply(reply, &cli.cmd)
 }
 
+/// One line on a drain: its phase, how long, what is open.
+fn drain_line(d: &DrainState) -> String {
+    match d.phase.as_str() {
+        "" | "serving" => format!("serving ({} connections open)", d.open_connections),
+        "withdrawn" => format!(
+            "withdrawn {:.1} s ago: VIPs no longer announced, waiting for new flows to stop; {} open",
+            d.for_s, d.open_connections
+        ),
+        "draining" => format!(
+            "draining for {:.1} s: no new connections; {} still open",
+            d.for_s, d.open_connections
+        ),
+        phase => format!(
+            "{phase} after {:.1} s ({} still open)",
+            d.for_s, d.open_connections
+        ),
+    }
+}
+
+/// `drain --wait`: asks for the drain, then asks again every 200 ms,
+/// printing each new phase, until drained.
+fn drain_and_wait(client: &mut Client, socket: &Path, json: bool) -> ExitCode {
+    let mut last = String::new();
+    loop {
+        let reply = match client.call(&Request::Drain) {
+            Ok(r) => r,
+            Err(e) => return unreachable_dpd(socket, &e),
+        };
+        let d = match (reply.ok, reply.body) {
+            (true, Some(Body::Drain(d))) => d,
+            _ => {
+                eprintln!("dpctl: dpd refused: {}", reply.error.unwrap_or_default());
+                return ExitCode::FAILURE;
+            }
+        };
+        if d.phase != last {
+            if json {
+                println!("{}", serde_json::to_string(&d).expect("serialisable"));
+            } else {
+                println!("{}", drain_line(&d));
+            }
+            last = d.phase.clone();
+        }
+        if d.phase == "drained" {
+            return ExitCode::SUCCESS;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
 fn unreachable_dpd(socket: &Path, e: &std::io::Error) -> ExitCode {
     let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
         "the control socket is root's only: run dpctl as root"
@@ -592,12 +655,7 @@ fn unreachable_dpd(socket: &Path, e: &std::io::Error) -> ExitCode {
 
 fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
     match (reply.body, cmd) {
-        (Some(Body::Drain(d)), _) => {
-            println!(
-                "draining: no new connections; {} still open",
-                d.open_connections
-            );
-        }
+        (Some(Body::Drain(d)), _) => println!("{}", drain_line(&d)),
         (Some(Body::Status(s)), _) => {
             println!(
                 "dpd {} (DPDK {}), pid {}, up {:.0} s, configuration {}",
@@ -656,6 +714,26 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
                     for a in &v.ipv6 {
                         println!("{:<8} {:<9} {a}", "", "");
                     }
+                }
+            }
+            if let Some(d) = &s.drain {
+                println!("service: {}", drain_line(d));
+            }
+            if let Some(r) = &s.routing {
+                println!(
+                    "routing: {} announces {}",
+                    r.interface,
+                    if r.announced.is_empty() {
+                        "nothing".to_string()
+                    } else {
+                        r.announced.join(", ")
+                    }
+                );
+                for w in &r.withheld {
+                    println!("{:<8} withheld: {w}", "");
+                }
+                if let Some(e) = &r.error {
+                    println!("{:<8} error: {e}", "");
                 }
             }
         }

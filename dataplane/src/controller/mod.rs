@@ -33,6 +33,8 @@ use crate::stats::{Counters, SharedCounters};
 use crate::tcp::ListenLimits;
 
 mod capture;
+pub mod service;
+mod tick;
 mod views;
 
 /// How long engines may take to switch to a snapshot or answer a query
@@ -97,6 +99,8 @@ pub struct Controller {
     /// What `status` and `drain` need of the running daemon (absent when
     /// the controller runs without one, as in tests).
     daemon: Option<DaemonInfo>,
+    /// Drain phases and route announcement, with the daemon attached.
+    service: Option<tick::Service>,
 }
 
 /// The running daemon, as `status` and `drain` requests see it.
@@ -110,8 +114,13 @@ pub struct DaemonInfo {
     pub ports: Vec<(PortStatus, Option<crate::dpdk::PortId>)>,
     pub hugepages: Vec<String>,
     pub hugepages_in_use: bool,
-    /// Set to stop new connections on every VIP.
+    /// Set to stop new connections on every VIP (by the drain phases).
     pub drain: Arc<AtomicBool>,
+    /// Set by SIGTERM: drain, then set `stop`.
+    pub term: Arc<AtomicBool>,
+    pub stop: Arc<AtomicBool>,
+    /// The announce interface, with `[routing]`.
+    pub announce: Option<crate::dpdk::VipIface>,
 }
 
 impl Controller {
@@ -143,6 +152,7 @@ impl Controller {
             tsc_hz,
             capturing: Arc::new(AtomicBool::new(false)),
             daemon: None,
+            service: None,
         };
         let built = c.build(&cfg, None, false)?;
         let snap = built.snapshot.clone();
@@ -151,7 +161,8 @@ impl Controller {
     }
 
     /// Lets `status` and `drain` requests reach the running daemon.
-    pub fn set_daemon(&mut self, info: DaemonInfo) {
+    pub fn set_daemon(&mut self, mut info: DaemonInfo) {
+        self.service = Some(tick::Service::new(&self.cfg, info.announce.take()));
         self.daemon = Some(info);
     }
 
@@ -215,6 +226,7 @@ impl Controller {
             Request::ConfigSave { path } => self.save(path.as_deref()),
             Request::Status => self.status(),
             Request::Drain => self.drain(),
+            Request::Undrain => self.undrain(),
             _ => Reply::error("not handled here"),
         }
     }
@@ -507,7 +519,7 @@ impl Controller {
     /// index), or the time is up; the engines that had not, as a list.
     fn await_all(&self, of: impl Fn(FromEngine) -> Option<usize>) -> String {
         let mut done = vec![false; self.links.len()];
-        self.await_engines(|msg| {
+        self.await_engines(ENGINE_REPLY, |msg| {
             if let Some(e) = of(msg).and_then(|e| done.get_mut(e)) {
                 *e = true;
             }
@@ -522,12 +534,12 @@ impl Controller {
     }
 
     /// Reads engines' replies until `done` says so or the time is up.
-    fn await_engines(&self, mut done: impl FnMut(FromEngine) -> bool) -> bool {
+    fn await_engines(&self, timeout: Duration, mut done: impl FnMut(FromEngine) -> bool) -> bool {
         if self.links.is_empty() {
             return true;
         }
         let from = &self.links[0].from_engines;
-        let deadline = Instant::now() + ENGINE_REPLY;
+        let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             match from.pop() {
                 Some(msg) => {

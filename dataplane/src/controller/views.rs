@@ -30,7 +30,7 @@ impl Controller {
                 }
             })
             .collect();
-        Reply::ok(Body::Status(Status {
+        Reply::ok(Body::Status(Box::new(Status {
             version: env!("CARGO_PKG_VERSION").to_string(),
             dpdk: crate::dpdk::version(),
             pid: std::process::id(),
@@ -40,20 +40,9 @@ impl Controller {
             hugepages: d.hugepages.clone(),
             hugepages_in_use: d.hugepages_in_use,
             config_version: self.stats().total.config_version,
-        }))
-    }
-
-    /// `dpctl drain`: no new connections on any VIP; open ones go on.
-    pub(super) fn drain(&self) -> Reply {
-        let Some(d) = &self.daemon else {
-            return Reply::error("drain: no daemon attached");
-        };
-        if !d.drain.swap(true, Ordering::Relaxed) {
-            log::info!("drain requested: no new connections on any VIP");
-        }
-        Reply::ok(Body::Drain(DrainState {
-            open_connections: crate::daemon::open_connections(&self.stats().total),
-        }))
+            drain: Some(self.drain_state()),
+            routing: self.routing_status(),
+        })))
     }
 
     pub(super) fn vip_infos(&self, only: Option<&str>) -> Vec<VipInfo> {
@@ -107,26 +96,37 @@ impl Controller {
             .collect()
     }
 
-    /// Pools with their members' health and connections as the engines see
-    /// them (asked over their rings).
-    pub(super) fn pool_infos(&self, only: Option<&str>) -> Reply {
+    /// Every engine's view of the pools (asked over their rings), or why
+    /// not within `timeout`.
+    pub(super) fn engine_pools(&self, timeout: Duration) -> Result<Vec<Vec<PoolView>>, String> {
         for l in &self.links {
             if l.to_engine.push(ToEngine::Pools).is_err() {
-                return Reply::error(format!("engine {}'s ring is full", l.engine));
+                return Err(format!("engine {}'s ring is full", l.engine));
             }
         }
         let mut views: Vec<Option<Vec<PoolView>>> = vec![None; self.links.len()];
-        let answered = self.await_engines(|msg| match msg {
+        let answered = self.await_engines(timeout, |msg| match msg {
             FromEngine::Pools { engine, pools } => {
-                views[engine] = Some(pools);
+                if let Some(v) = views.get_mut(engine) {
+                    *v = Some(pools);
+                }
                 views.iter().all(Option::is_some)
             }
             FromEngine::Applied { .. } | FromEngine::Prepared { .. } => false,
         });
         if !answered {
-            return Reply::error(format!("engines did not answer within {ENGINE_REPLY:?}"));
+            return Err(format!("engines did not answer within {timeout:?}"));
         }
-        let views: Vec<Vec<PoolView>> = views.into_iter().flatten().collect();
+        Ok(views.into_iter().flatten().collect())
+    }
+
+    /// Pools with their members' health and connections as the engines see
+    /// them (asked over their rings).
+    pub(super) fn pool_infos(&self, only: Option<&str>) -> Reply {
+        let views = match self.engine_pools(ENGINE_REPLY) {
+            Ok(v) => v,
+            Err(e) => return Reply::error(e),
+        };
         let pools = self
             .cfg
             .pools

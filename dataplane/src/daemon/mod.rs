@@ -24,7 +24,7 @@ pub(crate) use threads::open_connections;
 use crate::controller::{collect_stats, Controller, DaemonInfo};
 use crate::dpdk::TscClock;
 use crate::dpdk::{
-    self, Eal, EthPort, EthPortConfig, LaunchedLcore, LcoreId, Mempool, QueueId, VnetTap,
+    self, Eal, EthPort, EthPortConfig, LaunchedLcore, LcoreId, Mempool, QueueId, VipIface, VnetTap,
     VnetTapConfig,
 };
 use crate::engine::{Engine, EngineConfig};
@@ -179,6 +179,17 @@ pub fn run(
         log::warn!("the control thread shares a CPU with an engine (eal.cpus leaves none free)");
     }
     let ports = start_ports(cfg)?;
+    // The announce interface exists only while dpd runs (it goes with the
+    // process, however that ends), so routes never outlive the dataplane.
+    let announce = match &cfg.routing {
+        Some(r) => {
+            let iface = VipIface::create(&r.interface)
+                .map_err(|e| ConfigError::new("routing.interface", &r.interface, e.to_string()))?;
+            log::info!("routing: VIPs this node can serve go on {}", r.interface);
+            Some(iface)
+        }
+        None => None,
+    };
     let drain = Arc::new(AtomicBool::new(false));
     let engines = launch_engines(&eal, cfg, &ports, &links, &shared, &first, &drain)?;
     log_services(cfg);
@@ -198,7 +209,10 @@ pub fn run(
             .collect(),
         hugepages: machine.hugepages.clone(),
         hugepages_in_use: plan.use_hugepages,
-        drain: drain.clone(),
+        drain,
+        term,
+        stop: stop.clone(),
+        announce,
     });
 
     let tsc_hz = dpdk::tsc_hz();
@@ -207,17 +221,7 @@ pub fn run(
         let (shared, slot_names) = (shared.clone(), slot_names.clone());
         move || collect_stats(&shared, &slot_names, tsc_hz)
     };
-    let helpers = threads::Helpers::start(
-        cfg,
-        stats,
-        &links,
-        &engines.health_news,
-        threads::DrainOrder {
-            stop: stop.clone(),
-            term,
-            drain,
-        },
-    );
+    let helpers = threads::Helpers::start(cfg, stats, &links, &engines.health_news);
     let result = match helpers {
         Ok(helpers) => {
             let served = serve(cfg, &mut controller, &stop);
@@ -232,11 +236,17 @@ pub fn run(
 }
 
 /// Serves the control socket on this thread until `stop`: every request
-/// goes to the controller.
+/// goes to the controller, and between requests its tick runs (drain
+/// phases, SIGTERM, route announcement).
 fn serve(cfg: &Config, controller: &mut Controller, stop: &AtomicBool) -> Result<(), StartError> {
     let socket = ControlSocket::bind(&cfg.control.socket).map_err(StartError::Control)?;
     log::info!("control socket {}", socket.path().display());
-    socket.serve(stop, |req| controller.handle(&req));
+    let controller = std::cell::RefCell::new(controller);
+    socket.serve_ticking(
+        stop,
+        |req| controller.borrow_mut().handle(&req),
+        || controller.borrow_mut().tick(std::time::Instant::now()),
+    );
     Ok(())
 }
 

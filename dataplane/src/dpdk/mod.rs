@@ -10,6 +10,7 @@ mod eal;
 mod ethdev;
 mod logs;
 mod mbuf;
+mod vip_iface;
 mod vnet_tap;
 
 pub use clock::TscClock;
@@ -20,6 +21,7 @@ pub use ethdev::{
 };
 pub use logs::route_to_log;
 pub use mbuf::{Mbuf, Mempool};
+pub use vip_iface::VipIface;
 pub use vnet_tap::{VnetTap, VnetTapConfig, VnetTapStats};
 
 use std::ffi::CStr;

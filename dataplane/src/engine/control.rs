@@ -38,24 +38,29 @@ impl<P: Port, A: Application> Engine<P, A> {
     }
 
     /// Makes `addr` an extra address of the network (a port's untagged
-    /// one, or a VLAN) whose subnet holds it.
+    /// one, or a VLAN) whose subnet holds it; an address on none (a VIP
+    /// routed to us, `[routing]`) becomes one of every network of its
+    /// family, since routers may send it through any.
     pub(super) fn claim_address(&mut self, addr: IpAddr) {
         if self.ports.iter().any(|ep| ep.owns(addr)) {
             return;
         }
-        let mut ifaces = self.ports.iter_mut().flat_map(|ep| ep.ifaces_mut());
-        match addr {
-            IpAddr::V4(a) => {
-                if let Some(iface) = ifaces.find(|i| i.next_hop(a) == Some(a)) {
-                    iface.add_address(a);
-                }
-            }
-            IpAddr::V6(a) => {
-                for iface in ifaces {
-                    if iface.add_address6(a) {
-                        break;
+        let on_link = {
+            let mut ifaces = self.ports.iter_mut().flat_map(|ep| ep.ifaces_mut());
+            match addr {
+                IpAddr::V4(a) => match ifaces.find(|i| i.next_hop(a) == Some(a)) {
+                    Some(iface) => {
+                        iface.add_address(a);
+                        true
                     }
-                }
+                    None => false,
+                },
+                IpAddr::V6(a) => ifaces.any(|iface| iface.add_address6(a)),
+            }
+        };
+        if !on_link {
+            for iface in self.ports.iter_mut().flat_map(|ep| ep.ifaces_mut()) {
+                iface.add_routed_address(addr);
             }
         }
     }

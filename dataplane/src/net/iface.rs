@@ -291,6 +291,20 @@ impl Interface {
         }
     }
 
+    /// Adds an address of ours on none of this network's subnets, routed
+    /// to us (a VIP announced by `[routing]`); an IPv6 one only where the
+    /// network has IPv6.
+    pub fn add_routed_address(&mut self, ip: IpAddr) {
+        match ip {
+            IpAddr::V4(a) => self.add_address(a),
+            IpAddr::V6(a) => {
+                if let Some(v6) = &mut self.ipv6 {
+                    v6.add_address(a);
+                }
+            }
+        }
+    }
+
     /// Keeps the added IPv6 addresses `keep` holds true for.
     pub fn retain_addresses6(&mut self, keep: impl FnMut(&Ipv6Addr) -> bool) {
         if let Some(v6) = &mut self.ipv6 {

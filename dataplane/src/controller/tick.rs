@@ -1,0 +1,216 @@
+//! The controller's periodic work on the control thread (docs/cluster.md):
+//! moving a drain through its phases, SIGTERM's drain and stop, and with
+//! `[routing]` keeping the announce interface's addresses to the VIPs
+//! this node can serve ([`super::service`] decides; this applies).
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use control::api::RoutingStatus;
+
+use super::service::{self, DrainTimes, Liveness, Phase};
+use super::*;
+use crate::dpdk::VipIface;
+
+/// How often the tick looks at the engines.
+const TICK: Duration = Duration::from_millis(100);
+/// How long a pool-health question to the engines may take before the
+/// VIPs that need it are withdrawn.
+const HEALTH_REPLY: Duration = Duration::from_millis(500);
+
+/// The node's service state, with the daemon attached.
+#[derive(Debug)]
+pub(super) struct Service {
+    phase: Phase,
+    times: DrainTimes,
+    liveness: Liveness,
+    next: Instant,
+    routes: Option<Announcer>,
+}
+
+/// The announce interface and what is on it.
+#[derive(Debug)]
+struct Announcer {
+    iface: VipIface,
+    announced: BTreeSet<IpAddr>,
+    withheld: Vec<String>,
+    error: Option<String>,
+}
+
+impl Service {
+    pub(super) fn new(cfg: &Config, iface: Option<VipIface>) -> Self {
+        let routing = cfg.routing.clone().unwrap_or_default();
+        Self {
+            phase: Phase::Serving,
+            times: DrainTimes {
+                quiet: Duration::from_millis(u64::from(routing.withdraw_quiet_ms)),
+                withdraw_wait: Duration::from_secs(u64::from(routing.withdraw_wait_s)),
+                drain_timeout: Duration::from_secs(u64::from(cfg.control.drain_timeout_s)),
+            },
+            liveness: Liveness::default(),
+            next: Instant::now(),
+            routes: iface.map(|iface| Announcer {
+                iface,
+                announced: BTreeSet::new(),
+                withheld: Vec::new(),
+                error: None,
+            }),
+        }
+    }
+}
+
+impl Controller {
+    /// Called often by the control thread (between requests); works every
+    /// [`TICK`].
+    pub fn tick(&mut self, now: Instant) {
+        let (Some(d), Some(svc)) = (&self.daemon, &self.service) else {
+            return;
+        };
+        if now < svc.next {
+            return;
+        }
+        let term = d.term.load(Ordering::Relaxed);
+        let stats = self.stats();
+        let (Some(d), Some(svc)) = (&self.daemon, &mut self.service) else {
+            return;
+        };
+        svc.next = now + TICK;
+        let alive = svc.liveness.update(&stats, now);
+        let total = &stats.total;
+        let open = crate::daemon::open_connections(total);
+        if term && svc.phase == Phase::Serving {
+            log::info!(
+                "SIGTERM: draining (at most {:?} for open connections)",
+                svc.times.drain_timeout
+            );
+            svc.phase = service::begin(now, svc.routes.is_some(), total.tcp_accepted);
+        }
+        let before = svc.phase;
+        svc.phase = service::advance(before, now, total.tcp_accepted, open, &svc.times);
+        let phase = svc.phase;
+        if phase.name() != before.name() {
+            log::info!("drain: {} ({open} connections open)", phase.name());
+        }
+        d.drain
+            .store(phase.refuses_connections(), Ordering::Relaxed);
+        if term && matches!(phase, Phase::Drained { .. }) {
+            log::info!("drained ({open} connections still open): stopping");
+            d.stop.store(true, Ordering::Relaxed);
+        }
+        if svc.routes.is_some() {
+            self.announce(phase, alive);
+        }
+    }
+
+    /// Puts on the announce interface the addresses of the VIPs that can
+    /// be served now, and takes off the others.
+    fn announce(&mut self, phase: Phase, alive: bool) {
+        let needs_health = phase == Phase::Serving
+            && alive
+            && self.cfg.vips.iter().any(|v| v.enabled && v.pool.is_some());
+        let views = if needs_health {
+            self.engine_pools(HEALTH_REPLY)
+        } else {
+            Ok(Vec::new())
+        };
+        let health = match &views {
+            Ok(v) => Ok(v.as_slice()),
+            Err(e) => Err(e.as_str()),
+        };
+        let (want, withheld) = service::wanted(&self.cfg, phase, alive, health);
+        let Some(a) = self.service.as_mut().and_then(|s| s.routes.as_mut()) else {
+            return;
+        };
+        a.withheld = withheld;
+        let mut error = None;
+        let gone: Vec<IpAddr> = a.announced.difference(&want).copied().collect();
+        for ip in gone {
+            match a.iface.remove(ip) {
+                Ok(()) => {
+                    a.announced.remove(&ip);
+                    log::info!("routing: withdrew {ip} ({})", a.iface.name());
+                }
+                Err(e) => error = Some(e.to_string()),
+            }
+        }
+        for &ip in want.difference(&a.announced.clone()) {
+            match a.iface.add(ip) {
+                Ok(()) => {
+                    a.announced.insert(ip);
+                    log::info!("routing: announcing {ip} ({})", a.iface.name());
+                }
+                Err(e) => error = Some(e.to_string()),
+            }
+        }
+        if error.is_some() && error != a.error {
+            log::warn!("routing: {}", error.as_deref().unwrap_or_default());
+        }
+        a.error = error;
+    }
+
+    /// `dpctl drain`: begins a drain (or reports the one under way).
+    pub(super) fn drain(&mut self) -> Reply {
+        let stats = self.stats();
+        let (Some(d), Some(svc)) = (&self.daemon, &mut self.service) else {
+            return Reply::error("drain: no daemon attached");
+        };
+        let now = Instant::now();
+        if svc.phase == Phase::Serving {
+            let routed = svc.routes.is_some();
+            svc.phase = service::begin(now, routed, stats.total.tcp_accepted);
+            d.drain
+                .store(svc.phase.refuses_connections(), Ordering::Relaxed);
+            svc.next = now;
+            log::info!(
+                "drain requested: {}",
+                if routed {
+                    "VIPs withdrawn; no new connections once new flows stop"
+                } else {
+                    "no new connections on any VIP"
+                }
+            );
+        }
+        self.tick(now);
+        Reply::ok(Body::Drain(self.drain_state()))
+    }
+
+    /// `dpctl undrain`: back in service, announced again.
+    pub(super) fn undrain(&mut self) -> Reply {
+        let (Some(d), Some(svc)) = (&self.daemon, &mut self.service) else {
+            return Reply::error("undrain: no daemon attached");
+        };
+        if d.term.load(Ordering::Relaxed) {
+            return Reply::error("undrain: dpd is stopping (SIGTERM)");
+        }
+        if svc.phase != Phase::Serving {
+            log::info!("undrain: taking connections and announcing again");
+        }
+        svc.phase = Phase::Serving;
+        d.drain.store(false, Ordering::Relaxed);
+        let now = Instant::now();
+        svc.next = now;
+        self.tick(now);
+        Reply::ok(Body::Drain(self.drain_state()))
+    }
+
+    /// Where the drain stands now.
+    pub(super) fn drain_state(&self) -> DrainState {
+        let phase = self.service.as_ref().map_or(Phase::Serving, |s| s.phase);
+        DrainState {
+            open_connections: crate::daemon::open_connections(&self.stats().total),
+            phase: phase.name().to_string(),
+            for_s: phase.began().map_or(0.0, |b| b.elapsed().as_secs_f64()),
+        }
+    }
+
+    /// The announce interface as `status` shows it.
+    pub(super) fn routing_status(&self) -> Option<RoutingStatus> {
+        let a = self.service.as_ref()?.routes.as_ref()?;
+        Some(RoutingStatus {
+            interface: a.iface.name().to_string(),
+            announced: a.announced.iter().map(ToString::to_string).collect(),
+            withheld: a.withheld.clone(),
+            error: a.error.clone(),
+        })
+    }
+}
