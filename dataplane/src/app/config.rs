@@ -59,5 +59,7 @@ pub struct MemberView {
     pub addr: SocketAddr,
     pub removed: bool,
     pub healthy: bool,
+    /// Healthy by a passed check (always, in a pool without checks).
+    pub proven: bool,
     pub active: u32,
 }

@@ -55,6 +55,9 @@ impl HealthCheck {
 pub struct MemberHealth {
     /// Taken into the choice (members start healthy).
     pub healthy: bool,
+    /// A check has passed (here or, by news, on another engine) since the
+    /// member was added: route announcement waits for it.
+    pub proven: bool,
     ok_streak: u32,
     fail_streak: u32,
     /// When the next check starts.
@@ -69,6 +72,7 @@ impl Default for MemberHealth {
     fn default() -> Self {
         Self {
             healthy: true,
+            proven: false,
             ok_streak: 0,
             fail_streak: 0,
             next_at: Instant::ZERO,
@@ -86,6 +90,7 @@ impl MemberHealth {
         self.checks += 1;
         self.probe = None;
         if ok {
+            self.proven = true;
             self.ok_streak += 1;
             self.fail_streak = 0;
             if !self.healthy && self.ok_streak >= check.rise {
@@ -415,6 +420,7 @@ impl Services {
             .find(|m| !m.removed && m.addr == news.addr);
         if let Some(m) = member {
             m.health.healthy = news.up;
+            m.health.proven |= news.up;
         }
     }
 }

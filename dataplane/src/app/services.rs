@@ -548,6 +548,7 @@ impl Application for Services {
                         addr: m.addr,
                         removed: m.removed,
                         healthy: m.health.healthy,
+                        proven: p.check.is_none() || m.health.proven,
                         active: m.active,
                     })
                     .collect(),

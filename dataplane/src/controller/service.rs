@@ -202,7 +202,9 @@ pub fn wanted(
 }
 
 /// Whether pool `name` has a member administratively up that some engine
-/// finds healthy.
+/// finds healthy, by a check that passed where the pool has checks (a
+/// member starts healthy, but a node should not draw traffic to a backend
+/// no check has reached yet).
 fn pool_can_serve(cfg: &Config, name: &str, views: &[Vec<PoolView>]) -> bool {
     let Some(pool) = cfg.pools.iter().find(|p| p.name == name) else {
         return false;
@@ -217,7 +219,7 @@ fn pool_can_serve(cfg: &Config, name: &str, views: &[Vec<PoolView>]) -> bool {
                     .iter()
                     .filter(|p| p.name == name && !p.retired)
                     .flat_map(|p| &p.members)
-                    .any(|m| m.addr == addr && m.healthy && !m.removed)
+                    .any(|m| m.addr == addr && m.healthy && m.proven && !m.removed)
             })
         })
 }
@@ -324,6 +326,7 @@ mod tests {
             addr: addr.parse().unwrap(),
             removed: false,
             healthy,
+            proven: healthy,
             active: 0,
         };
         vec![vec![PoolView {
@@ -353,6 +356,11 @@ mod tests {
         let (on, off) = wanted(&cfg, Phase::Serving, true, Ok(&v));
         assert!(!on.contains(&"10.90.0.3".parse().unwrap()));
         assert!(off.contains(&"app: no healthy member in pool app".to_string()));
+        // Healthy as members start, but no check has passed yet.
+        let mut v = views(true, false);
+        v[0][0].members[0].proven = false;
+        let (on, _) = wanted(&cfg, Phase::Serving, true, Ok(&v));
+        assert!(!on.contains(&"10.90.0.3".parse().unwrap()));
         let (on, off) = wanted(&cfg, Phase::Serving, true, Err("engines did not answer"));
         assert_eq!(on, ips(&["10.90.0.1", "2001:db8:90::1"]));
         assert!(off.contains(&"app: pool app: engines did not answer".to_string()));
