@@ -21,6 +21,8 @@ PACKAGES=(
     # TCP and TLS tests: a SYN flooder, a second TLS client, a TLS scanner
     # (curl, openssl and ab come with dpbench's list below)
     hping3 gnutls-bin testssl.sh python3-prometheus-client
+    # cluster lab (scripts/lab.sh cluster): BGP routers announcing VIPs
+    bird2
     # TCP conformance suite (tests/conformance/tcp_conformance.py): hand-built
     # segments, sent and parsed with scapy
     python3-scapy
