@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use control::api::{Body, Client, CoreStats, Request};
 
+pub mod cluster;
+
 /// The workspace root.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -346,6 +348,12 @@ impl Dpd {
     /// Starts `dpd` with `config` inside the lab's DUT namespace and waits
     /// until its control socket answers.
     pub fn start(lab: &Lab, config_for: impl FnOnce(&Path) -> String) -> Self {
+        Self::start_in(&format!("{}-dut", lab.name), config_for)
+    }
+
+    /// Starts `dpd` with `config` inside network namespace `netns` and
+    /// waits until its control socket answers.
+    pub fn start_in(netns: &str, config_for: impl FnOnce(&Path) -> String) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("control.sock");
         let cfg = dir.path().join("dpd.toml");
@@ -353,7 +361,7 @@ impl Dpd {
         let log = dir.path().join("dpd.log");
         let logf = fs::File::create(&log).expect("log file");
         let child = Command::new("ip")
-            .args(["netns", "exec", &format!("{}-dut", lab.name)])
+            .args(["netns", "exec", netns])
             .arg(bin("dpd"))
             .arg("--config")
             .arg(&cfg)
