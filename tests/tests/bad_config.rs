@@ -113,7 +113,11 @@ fn check_mode_validates_without_starting() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for example in ["examples/dpd.toml", "examples/dpd-af-xdp.toml"] {
+    for example in [
+        "examples/dpd.toml",
+        "examples/dpd-af-xdp.toml",
+        "examples/dpd-cluster-node.toml",
+    ] {
         let out = e2e::run(
             std::process::Command::new(e2e::bin("dpd"))
                 .arg("--check")

@@ -112,12 +112,12 @@ fn every_node_takes_a_share_and_a_dead_node_is_withdrawn_at_once() {
 #[test]
 fn vips_are_announced_only_while_they_can_be_served() {
     let _one = serial();
-    let c = Cluster::up("hl", 1, "hash");
+    let c = Cluster::up("hl", 1, "hash+pin");
     // A VIP whose pool member (in the client namespace) is down at first.
     let app = "[[vip]]\nname = \"app\"\nlisten = \"10.90.0.3:80\"\npool = \"app\"\n\n\
                [[pool]]\nname = \"app\"\nmembers = [{ addr = \"10.80.0.2:8080\" }]\n\
                health = { kind = \"tcp\", interval_ms = 200, timeout_ms = 150 }\n";
-    let dpd = c.start_node(1, 500, &format!("{WEB}\n{app}"));
+    let mut dpd = c.start_node(1, 500, &format!("{WEB}\n{app}"));
     c.await_next_hops(VIP, &hops(&c, &[1]), Duration::from_secs(20));
     let status = String::from_utf8_lossy(&Cluster::dpctl(&dpd, &["status"]).stdout).into_owned();
     assert!(
@@ -159,6 +159,45 @@ fn vips_are_announced_only_while_they_can_be_served() {
         .status
         .success());
     c.await_next_hops(VIP, &hops(&c, &[1]), Duration::from_secs(5));
+
+    // SIGTERM withdraws first and stops once the open download is done
+    // (the router keeps the open flow on the node: `+pin`).
+    let download = c
+        .command(
+            "cli",
+            &[
+                "curl",
+                "-s",
+                "-o",
+                "/dev/null",
+                "--limit-rate",
+                "2M",
+                "-w",
+                "%{http_code} %{size_download}",
+                &format!("http://{VIP}/bytes/5000000"),
+            ],
+        )
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    dpd.stats_when(Duration::from_secs(5), |s| s.tcp_active > 0);
+    let pid = dpd.pid().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    c.await_next_hops(VIP, &[], Duration::from_secs(2));
+    assert_eq!(bird_paths(&c, "10.90.0.1/32"), 0);
+    let got = download.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&got.stdout), "200 5000000");
+    let status = dpd.stop_with(libc::SIGTERM, Duration::from_secs(10));
+    assert!(status.success(), "{status:?}");
+    let log = dpd.log_text();
+    assert!(
+        log.contains("routing: withdrew 10.90.0.1") && log.contains("drained (0 connections"),
+        "{log}"
+    );
 }
 
 /// dpbench CPS (TLS 1.3, full handshakes) from 64 client addresses for
