@@ -24,14 +24,16 @@
 #        router that spreads the clients' traffic over them with ECMP.
 #
 #          NAME-cli  cli0   10.80.0.2/24 + 10.80.0.10-73 (client sources),
-#                           default via 10.80.0.1
-#          NAME-rtr  rcli   10.80.0.1/24
-#                    rbgp$i 10.81.$i.1/24  BGP + BFD with node i
-#                    rdata$i 10.82.$i.1/24 data link to node i
+#                           fd00:80::2/64; default via 10.80.0.1, fd00:80::1
+#          NAME-rtr  rcli   10.80.0.1/24, fd00:80::1/64
+#                    rbgp$i 10.81.$i.1/24  BGP + BFD with node i (IPv4 and
+#                                          IPv6 routes over one session)
+#                    rdata$i 10.82.$i.1/24, fd00:82:$i::1/64: data link to node i
 #                    BIRD AS 65000 (rtr.conf, rtr.ctl); kernel ECMP, L4 hash
 #          NAME-n$i  bgp0   10.81.$i.2/24  BIRD AS 65001 (n$i.conf, n$i.ctl)
 #                    dp0    (no address)   dpd attaches here (af_packet) and
-#                                          owns 10.82.$i.2 in userspace
+#                                          owns 10.82.$i.2 and fd00:82:$i::2
+#                                          in userspace
 #
 #        dpd creates the tap `tlsdp-vips` in its node's namespace and puts each
 #        VIP it serves on it as a /32 or /128; the node's BIRD announces those
@@ -200,6 +202,10 @@ template bgp node {
         import all;
         export none;
     };
+    ipv6 {                  # IPv6 VIPs over the same session (MP-BGP)
+        import all;
+        export none;
+    };
 }
 EOF
     for i in $(seq "$nodes"); do
@@ -216,6 +222,14 @@ EOF
 protocol kernel {
     merge paths on;         # equal routes from several nodes: one ECMP route$table
     ipv4 {
+        import none;
+        export where source = RTS_BGP;
+    };
+}
+
+protocol kernel kernel6 {   # IPv6: plain multipath in main (ecmp-sync is IPv4 only)
+    merge paths on;
+    ipv6 {
         import none;
         export where source = RTS_BGP;
     };
@@ -266,6 +280,11 @@ protocol bgp rtr {       # "router" is a keyword in BIRD
         # A direct route has no gateway, so BIRD announces its own address
         # as next hop: this one, dpd's, instead of bgp0's.
         next hop address 10.82.$i.2;
+    };
+    ipv6 {
+        import none;
+        export where proto = "vips";
+        next hop address fd00:82:$i::2;   # dpd's IPv6 address on dp0
     };
 }
 EOF
@@ -332,21 +351,24 @@ cluster_up() {
     # Before any interface exists, so that each inherits "default".
     ip netns exec "$rtr" sysctl -qw net.ipv4.ip_forward=1 \
         net.ipv4.fib_multipath_hash_policy=1 \
+        net.ipv6.conf.all.forwarding=1 net.ipv6.conf.default.forwarding=1 \
+        net.ipv6.fib_multipath_hash_policy=1 \
         net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
 
-    # Clients: 65 source addresses, full checksums, no IPv6.
+    # Clients: 65 IPv4 source addresses and one IPv6, full checksums.
     ip link add name cli0 netns "$ccli" type veth peer name rcli netns "$rtr"
-    ip netns exec "$ccli" sysctl -qw net.ipv6.conf.cli0.disable_ipv6=1
     ip -n "$ccli" addr add 10.80.0.2/24 dev cli0
+    ip -n "$ccli" addr add fd00:80::2/64 dev cli0 nodad
     for a in $(seq 10 73); do echo "addr add 10.80.0.$a/24 dev cli0"; done |
         ip -n "$ccli" -batch -
     ip netns exec "$ccli" ethtool -K cli0 tx off >/dev/null
     ip -n "$ccli" link set cli0 up
-    ip netns exec "$rtr" sysctl -qw net.ipv6.conf.rcli.disable_ipv6=1
     ip -n "$rtr" addr add 10.80.0.1/24 dev rcli
+    ip -n "$rtr" addr add fd00:80::1/64 dev rcli nodad
     ip netns exec "$rtr" ethtool -K rcli tx off gro off >/dev/null
     ip -n "$rtr" link set rcli up
     ip -n "$ccli" route add default via 10.80.0.1
+    ip -n "$ccli" -6 route add default via fd00:80::1
 
     # Nodes: a BGP link and a data link each.
     for i in $(seq "$nodes"); do
@@ -357,10 +379,10 @@ cluster_up() {
         ip link add name "rdata$i" netns "$rtr" type veth peer name dp0 netns "$ns"
         ip -n "$rtr" addr add "10.81.$i.1/24" dev "rbgp$i"
         ip -n "$ns" addr add "10.81.$i.2/24" dev bgp0
-        # dp0 is dpd's: no kernel address, no IPv6 chatter (either end).
+        # dp0 is dpd's: no kernel address on the node's side.
         ip netns exec "$ns" sysctl -qw net.ipv6.conf.dp0.disable_ipv6=1
-        ip netns exec "$rtr" sysctl -qw "net.ipv6.conf.rdata$i.disable_ipv6=1"
         ip -n "$rtr" addr add "10.82.$i.1/24" dev "rdata$i"
+        ip -n "$rtr" addr add "fd00:82:$i::1/64" dev "rdata$i" nodad
         ip netns exec "$rtr" ethtool -K "rbgp$i" tx off >/dev/null
         ip netns exec "$rtr" ethtool -K "rdata$i" tx off gro off >/dev/null
         ip netns exec "$rtr" sysctl -qw "net.ipv4.conf.rbgp$i.rp_filter=0" \

@@ -73,7 +73,8 @@ impl Cluster {
     /// The gateways the router's kernel forwards `prefix` to (empty: no
     /// route), from a multipath route or a next-hop group alike.
     pub fn next_hops(&self, prefix: &str) -> Vec<String> {
-        let out = self.exec("rtr", &["ip", "-j", "route", "show", prefix]);
+        let family = if prefix.contains(':') { "-6" } else { "-4" };
+        let out = self.exec("rtr", &["ip", family, "-j", "route", "show", prefix]);
         let routes: serde_json::Value =
             serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
         let Some(route) = routes.as_array().and_then(|r| r.first()) else {
@@ -128,6 +129,11 @@ impl Cluster {
         format!("10.82.{i}.2")
     }
 
+    /// Node `i`'s IPv6 dataplane address.
+    pub fn node_ip6(&self, i: u32) -> String {
+        format!("fd00:82:{i}::2")
+    }
+
     /// Waits until the router forwards `prefix` to exactly `want` (sorted
     /// gateways); how long it took. Panics after `limit`, showing the
     /// router's BIRD and kernel tables.
@@ -143,6 +149,7 @@ impl Cluster {
                     self.next_hops(prefix),
                     self.birdc("rtr", &["show", "route", "all"]),
                     String::from_utf8_lossy(&self.exec("rtr", &["ip", "route"]).stdout)
+                        + String::from_utf8_lossy(&self.exec("rtr", &["ip", "-6", "route"]).stdout)
                 );
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -157,8 +164,9 @@ impl Cluster {
         Dpd::start_in(&self.ns(&format!("n{i}")), |socket: &Path| {
             format!(
                 "[eal]\nlcores = [1]\nidle_sleep_us = 50\n\n[[port]]\nname = \"p0\"\n\
-                 device = \"net_af_packet0,iface=dp0\"\naddress = \"{ip}/24\"\n\
-                 gateway = \"10.82.{i}.1\"\n\n[control]\nsocket = \"{}\"\nmetrics = \"\"\n\n\
+                 device = \"net_af_packet0,iface=dp0\"\n\
+                 addresses = [\"{ip}/24\", \"fd00:82:{i}::2/64\"]\n\
+                 gateway = \"10.82.{i}.1\"\ngateway6 = \"fd00:82:{i}::1\"\n\n[control]\nsocket = \"{}\"\nmetrics = \"\"\n\n\
                  [routing]\nwithdraw_quiet_ms = {quiet_ms}\n\n{extra}\n",
                 socket.display()
             )

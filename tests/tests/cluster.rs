@@ -109,6 +109,36 @@ fn every_node_takes_a_share_and_a_dead_node_is_withdrawn_at_once() {
     assert_eq!(ok, 20, "after node 2 died: {text}");
 }
 
+/// An IPv6 VIP is announced as a /128 with the node's IPv6 address as
+/// next hop (over the same BGP session), spread, and withdrawn with dpd.
+#[test]
+fn ipv6_vips_are_announced_as_host_routes_and_withdrawn_with_dpd() {
+    let _one = serial();
+    let c = Cluster::up("v6", 2, "hash");
+    let vip6 = "[[vip]]\nname = \"web6\"\nlisten = \"[fd00:90::1]:80\"\nrespond = \"builtin\"\n";
+    let mut nodes: Vec<Dpd> = (1..=2)
+        .map(|i| c.start_node(i, 500, &format!("{WEB}\n{vip6}")))
+        .collect();
+    let both: Vec<String> = {
+        let mut v = vec![c.node_ip6(1), c.node_ip6(2)];
+        v.sort();
+        v
+    };
+    c.await_next_hops("fd00:90::1", &both, Duration::from_secs(20));
+    c.await_next_hops(VIP, &hops(&c, &[1, 2]), Duration::from_secs(5));
+    assert_eq!(bird_paths(&c, "fd00:90::1/128"), 2);
+    let out = c.client_sh(
+        "for i in $(seq 30); do curl -s -o /dev/null -m 3 -w '%{http_code}\\n' 'http://[fd00:90::1]/'; done",
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(text.lines().filter(|l| *l == "200").count(), 30, "{text}");
+    assert!(nodes.iter().all(|d| d.stats().tcp_accepted > 0));
+    nodes[1].stop_with(libc::SIGKILL, Duration::from_secs(5));
+    c.await_next_hops("fd00:90::1", &[c.node_ip6(1)], Duration::from_secs(3));
+    let out = c.client_sh("curl -s -o /dev/null -m 3 -w '%{http_code}' 'http://[fd00:90::1]/'");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
+}
+
 #[test]
 fn vips_are_announced_only_while_they_can_be_served() {
     let _one = serial();
