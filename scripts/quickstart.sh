@@ -7,7 +7,9 @@
 # HTTPS to a VIP whose cleartext dpd forwards to a pool of three nginx
 # backends ("You are viewing rip-test-N"), health-checked; a short dpbench
 # run prints CPS and throughput through it; dpd's counters with dpctl; then
-# it stops dpd and tears the lab down. Run as root.
+# it stops dpd and tears the lab down. Last, scale-out (scripts/cluster-demo.sh):
+# three dpd nodes announce a VIP through BIRD to an ECMP router, are spread
+# over, drained and killed. Run as root.
 #
 #   QUICKSTART_DRIVER=net_af_xdp scripts/quickstart.sh   use AF_XDP instead
 set -euo pipefail
@@ -207,3 +209,6 @@ kill -TERM "$DPD_PID"
 wait "$DPD_PID" && echo "dpd exited 0"
 DPD_PID=
 tail -n 3 "$WORK/dpd.log"
+
+step "scale-out: three dpd nodes announce a VIP over BGP (BIRD) to an ECMP router"
+scripts/cluster-demo.sh
