@@ -715,3 +715,63 @@ impl UploadSink {
         format!("{len} {hex}\n")
     }
 }
+
+/// Connections and errors of a finished dpbench run.
+pub fn dpbench_result(mut child: Child, out: &Path) -> (u64, u64) {
+    let status = child.wait().unwrap();
+    let text = std::fs::read_to_string(out.join("results.json"))
+        .unwrap_or_else(|e| panic!("dpbench ({status}) wrote no results: {e}"));
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let run = &v["results"][0]["runs"][0];
+    let series = run["series"].as_array().expect("series");
+    let conns = series
+        .iter()
+        .map(|p| p["conns_per_s"].as_u64().unwrap())
+        .sum();
+    let errors = series.iter().map(|p| p["errors"].as_u64().unwrap()).sum();
+    (conns, errors)
+}
+
+/// dpbench's command line for one short closed-loop run of `kind` against
+/// the P-256 TLS port `host:port` (8 clients, certificates not checked, no
+/// ramps, no crypto ceiling), results in `out`, then `extra`.
+pub fn dpbench_args(
+    kind: &str,
+    host: &str,
+    port: u16,
+    secs: u32,
+    out: &Path,
+    extra: &[&str],
+) -> Vec<String> {
+    let mut args: Vec<String> = [
+        bin("dpbench").to_str().expect("utf-8 path"),
+        "test",
+        kind,
+        "--target",
+        &format!("name=dpd,host={host},p256={port}"),
+        "--key",
+        "p256",
+        "--dangerous-no-verify",
+        "--sni",
+        "p256.test",
+        "-c",
+        "8",
+        "--repeat",
+        "1",
+        "--ramp-up",
+        "0",
+        "--sustain",
+        &secs.to_string(),
+        "--ramp-down",
+        "0",
+        "--ceiling-ms",
+        "0",
+        "--out",
+        out.to_str().expect("utf-8 path"),
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    args.extend(extra.iter().map(ToString::to_string));
+    args
+}

@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use e2e::cluster::Cluster;
-use e2e::{make_certs, Dpd};
+use e2e::{dpbench_result, make_certs, Dpd};
 
 const VIP: &str = "10.90.0.1";
 const WEB: &str = "[[vip]]\nname = \"web\"\nlisten = \"10.90.0.1:80\"\nrespond = \"builtin\"\n";
@@ -233,60 +233,13 @@ fn vips_are_announced_only_while_they_can_be_served() {
 /// dpbench CPS (TLS 1.3, full handshakes) from 64 client addresses for
 /// `secs`; connections made and failed.
 fn dpbench(c: &Cluster, secs: u32, out: &std::path::Path) -> std::process::Child {
-    c.command(
-        "cli",
-        &[
-            e2e::bin("dpbench").to_str().unwrap(),
-            "test",
-            "cps",
-            "--target",
-            &format!("name=cluster,host={VIP},p256=443"),
-            "--key",
-            "p256",
-            "--dangerous-no-verify",
-            "--sni",
-            "p256.test",
-            "-c",
-            "8",
-            "--src",
-            "10.80.0.10-73",
-            "--repeat",
-            "1",
-            "--ramp-up",
-            "0",
-            "--sustain",
-            &secs.to_string(),
-            "--ramp-down",
-            "0",
-            "--ceiling-ms",
-            "0",
-            "--tolerance",
-            "1",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    )
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .expect("dpbench")
-}
-
-fn dpbench_result(mut child: std::process::Child, out: &std::path::Path) -> (u64, u64) {
-    let status = child.wait().unwrap();
-    let text = std::fs::read_to_string(out.join("results.json"))
-        .unwrap_or_else(|e| panic!("dpbench ({status}) wrote no results: {e}"));
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let series = v["results"][0]["runs"][0]["series"]
-        .as_array()
-        .expect("series")
-        .clone();
-    let conns = series
-        .iter()
-        .map(|p| p["conns_per_s"].as_u64().unwrap())
-        .sum();
-    let errors = series.iter().map(|p| p["errors"].as_u64().unwrap()).sum();
-    (conns, errors)
+    let extra = ["--src", "10.80.0.10-73", "--tolerance", "1"];
+    let args = e2e::dpbench_args("cps", VIP, 443, secs, out, &extra);
+    c.command("cli", &args.iter().map(String::as_str).collect::<Vec<_>>())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("dpbench")
 }
 
 fn tls_vip(certs: &std::path::Path, tickets: Option<&std::path::Path>) -> String {

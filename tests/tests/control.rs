@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use e2e::{bin, make_cert, make_certs, run, Dpd, HttpBackend, KeySpec, Lab};
+use e2e::{bin, dpbench_result, make_cert, make_certs, run, Dpd, HttpBackend, KeySpec, Lab};
 
 /// Runs `dpctl --socket S ARGS...`.
 fn dpctl(dpd: &Dpd, args: &[&str]) -> Output {
@@ -543,52 +543,12 @@ fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
 /// A dpbench run from the client namespace: `kind` against `port` for
 /// `secs`, its results.json.
 fn dpbench(lab: &Lab, kind: &str, port: u16, secs: u32, out: &Path) -> Child {
-    lab.client_command(&[
-        bin("dpbench").to_str().unwrap(),
-        "test",
-        kind,
-        "--target",
-        &format!("name=dpd,host={},p256={port}", lab.dut_ip()),
-        "--key",
-        "p256",
-        "--dangerous-no-verify",
-        "--sni",
-        "p256.test",
-        "-c",
-        "8",
-        "--repeat",
-        "1",
-        "--ramp-up",
-        "0",
-        "--sustain",
-        &secs.to_string(),
-        "--ramp-down",
-        "0",
-        "--ceiling-ms",
-        "0",
-        "--out",
-        out.to_str().unwrap(),
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .expect("dpbench")
-}
-
-/// Connections and errors of a finished dpbench run.
-fn dpbench_result(mut child: Child, out: &Path) -> (u64, u64) {
-    let status = child.wait().unwrap();
-    let text = std::fs::read_to_string(out.join("results.json"))
-        .unwrap_or_else(|e| panic!("dpbench ({status}) wrote no results: {e}"));
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let run = &v["results"][0]["runs"][0];
-    let series = run["series"].as_array().expect("series");
-    let conns = series
-        .iter()
-        .map(|p| p["conns_per_s"].as_u64().unwrap())
-        .sum();
-    let errors = series.iter().map(|p| p["errors"].as_u64().unwrap()).sum();
-    (conns, errors)
+    let args = e2e::dpbench_args(kind, &lab.dut_ip(), port, secs, out, &[]);
+    lab.client_command(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("dpbench")
 }
 
 #[test]

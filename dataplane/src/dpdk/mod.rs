@@ -40,6 +40,25 @@ pub fn softrss(words: &[u32], key: &[u8]) -> u32 {
     unsafe { dpdk_sys::tlsdp_softrss(words.as_ptr(), len, key.as_ptr()) }
 }
 
+/// The calling thread's last OS error number (`EIO` if there is none),
+/// for the OS calls of this layer (taps, netlink, namespaces).
+pub(crate) fn last_errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// An `ifreq` naming interface `name` (shorter than `IFNAMSIZ`, checked
+/// by the caller), everything else zero.
+pub(crate) fn ifreq(name: &std::ffi::CStr) -> libc::ifreq {
+    // SAFETY: ifreq is plain data; zeroed is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(name.to_bytes()) {
+        *d = *s as libc::c_char;
+    }
+    req
+}
+
 /// A DPDK call failed: which call, and DPDK's error number.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DpdkError {

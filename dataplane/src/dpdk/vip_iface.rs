@@ -15,7 +15,7 @@ use std::ffi::CString;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use super::DpdkError;
+use super::{ifreq, last_errno as errno, DpdkError};
 
 /// `IFA_F_NODAD`: an IPv6 address usable at once (a /128 of ours on an
 /// interface that carries no traffic has no one to collide with).
@@ -222,15 +222,6 @@ fn ack_of(buf: &[u8], seq: u32) -> Option<i32> {
     None
 }
 
-fn ifreq(name: &CString) -> libc::ifreq {
-    // SAFETY: ifreq is plain data; zeroed is a valid value.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in req.ifr_name.iter_mut().zip(name.as_bytes()) {
-        *d = *s as libc::c_char;
-    }
-    req
-}
-
 /// Sets `IFF_UP` on the interface (a tap has carrier while it is held).
 fn set_up(name: &CString) -> Result<(), DpdkError> {
     // SAFETY: plain socket call; returns a new fd or -1.
@@ -254,12 +245,6 @@ fn set_up(name: &CString) -> Result<(), DpdkError> {
         return Err(DpdkError::new("ioctl(SIOCSIFFLAGS)", errno()));
     }
     Ok(())
-}
-
-fn errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
 }
 
 #[cfg(test)]

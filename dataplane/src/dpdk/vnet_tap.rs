@@ -27,7 +27,7 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 
-use super::{DpdkError, Mbuf, Mempool};
+use super::{last_errno as errno, DpdkError, Mbuf, Mempool};
 use dpdk_sys::consts as c;
 
 /// `virtio_net_hdr` (legacy layout, the tap's default 10 bytes, little
@@ -374,11 +374,7 @@ fn attach(iface: &str) -> Result<OwnedFd, DpdkError> {
     }
     // SAFETY: raw is a fresh fd we own.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: ifreq is plain data; zeroed is a valid value.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in req.ifr_name.iter_mut().zip(name.as_bytes()) {
-        *d = *s as libc::c_char;
-    }
+    let mut req = super::ifreq(&name);
     req.ifr_ifru.ifru_flags =
         (libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR) as libc::c_short;
     // SAFETY: fd is an open tun file; req is a valid ifreq the kernel
@@ -438,12 +434,6 @@ fn mac_for(iface: &str) -> [u8; 6] {
     });
     let b = h.to_be_bytes();
     [0x02, 0x74, b[4], b[5], b[6], b[7]]
-}
-
-fn errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
 }
 
 #[cfg(test)]
