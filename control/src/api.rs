@@ -845,6 +845,20 @@ mod tests {
             Request::Stats
         );
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"reboot"}"#).is_err());
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"cmd":"undrain"}"#).unwrap(),
+            Request::Undrain
+        );
+        // A drain reply from a dpd before [routing] still reads.
+        let old: Body = serde_json::from_str(r#"{"drain":{"open_connections":3}}"#).unwrap();
+        assert_eq!(
+            old,
+            Body::Drain(DrainState {
+                open_connections: 3,
+                phase: String::new(),
+                for_s: 0.0
+            })
+        );
     }
 
     #[test]

@@ -593,7 +593,12 @@ fn main() -> ExitCode {
 /// One line on a drain: its phase, how long, what is open.
 fn drain_line(d: &DrainState) -> String {
     match d.phase.as_str() {
-        "" | "serving" => format!("serving ({} connections open)", d.open_connections),
+        "serving" => format!("serving ({} connections open)", d.open_connections),
+        // A dpd from before drain phases: its drain refuses at once.
+        "" => format!(
+            "draining: no new connections; {} still open",
+            d.open_connections
+        ),
         "withdrawn" => format!(
             "withdrawn {:.1} s ago: VIPs no longer announced, waiting for new flows to stop; {} open",
             d.for_s, d.open_connections
