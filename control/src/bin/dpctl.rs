@@ -638,7 +638,8 @@ fn drain_and_wait(client: &mut Client, socket: &Path, json: bool) -> ExitCode {
             }
             last = d.phase.clone();
         }
-        if d.phase == "drained" {
+        // Empty: a dpd from before drain phases, with nothing to wait for.
+        if d.phase == "drained" || d.phase.is_empty() {
             return ExitCode::SUCCESS;
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
