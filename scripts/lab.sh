@@ -227,8 +227,8 @@ protocol kernel {
     };
 }
 
-protocol kernel kernel6 {   # IPv6: plain multipath in main (ecmp-sync is IPv4 only)
-    merge paths on;
+protocol kernel kernel6 {   # IPv6 the same way
+    merge paths on;$table
     ipv6 {
         import none;
         export where source = RTS_BGP;

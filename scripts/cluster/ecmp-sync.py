@@ -6,14 +6,16 @@ BIRD write its multipath routes to kernel table 100, where nothing forwards by
 them. This agent, run in the router's namespace, polls that table and keeps
 the main table in step through nexthop objects:
 
-  * one nexthop object per gateway: id 10+i for "via 10.82.i.2 dev rdata$i"
-    (another device gets an id from 100 up);
+  * one nexthop object per gateway: id 10+i for "via 10.82.i.2 dev rdata$i",
+    50+i for its IPv6 gateway (another device gets an id from 100 up);
   * one resilient group per prefix (id 1000 up): its members are the prefix's
     gateways in table 100; replacing the member list keeps the buckets of the
     members that stay, so their flows stay where they are, and only the
     flows of a gateway that left (or, once idle, buckets given to one that
     joined) move;
   * "PREFIX nhid GROUP" in main.
+
+IPv4 and IPv6 routes alike (a group holds one family).
 
 A prefix that leaves table 100 loses its main route, then its group; a
 gateway no prefix uses any more loses its object. Every change is logged
@@ -36,6 +38,7 @@ import time
 GROUP_BASE = 1000
 GROUP_LAST = 999_999
 NH_BASE = 10          # rdata$i -> 10+i
+NH_BASE6 = 50         # rdata$i's IPv6 gateway -> 50+i
 NH_OTHER = 100        # other devices: 100..999
 NH_LAST = 999
 
@@ -75,16 +78,23 @@ def prefix_of(route):
     return dst
 
 
+def routes_of(table):
+    """Every IPv4 and IPv6 route of `table` (none while it does not exist)."""
+    routes = []
+    for family in ("-4", "-6"):
+        try:
+            routes += ip_json(family, "route", "show", "table", str(table))
+        except IpError as e:
+            # A table springs into being with its first route; before BIRD
+            # has written one there is nothing to mirror.
+            if "does not exist" not in str(e):
+                raise
+    return routes
+
+
 def read_wanted(table):
     """prefix -> frozenset of (gateway, dev) from the source table."""
-    try:
-        routes = ip_json("-4", "route", "show", "table", str(table))
-    except IpError as e:
-        # A table springs into being with its first route; before BIRD has
-        # written one there is nothing to mirror.
-        if "does not exist" in str(e):
-            return {}
-        raise
+    routes = routes_of(table)
     wanted = {}
     for r in routes:
         if r.get("type", "unicast") != "unicast":
@@ -107,8 +117,9 @@ class Sync:
 
     def gateway_id(self, gw, dev, taken):
         m = re.fullmatch(r"rdata(\d+)", dev)
-        if m and NH_BASE + int(m.group(1)) < NH_OTHER:
-            return NH_BASE + int(m.group(1))
+        base = NH_BASE6 if ":" in gw else NH_BASE
+        if m and int(m.group(1)) < NH_BASE6 - NH_BASE:
+            return base + int(m.group(1))
         for nid in range(NH_OTHER, NH_LAST + 1):
             if nid not in taken:
                 return nid
@@ -118,7 +129,7 @@ class Sync:
         wanted = read_wanted(self.table)
         objs = {o["id"]: o for o in ip_json("nexthop", "show")}
         main = {}
-        for r in ip_json("-4", "route", "show", "table", "main"):
+        for r in routes_of("main"):
             nhid = r.get("nhid")
             if nhid is not None and GROUP_BASE <= nhid <= GROUP_LAST:
                 main[prefix_of(r)] = nhid

@@ -114,7 +114,7 @@ fn every_node_takes_a_share_and_a_dead_node_is_withdrawn_at_once() {
 #[test]
 fn ipv6_vips_are_announced_as_host_routes_and_withdrawn_with_dpd() {
     let _one = serial();
-    let c = Cluster::up("v6", 2, "hash");
+    let c = Cluster::up("v6", 2, "resilient");
     let vip6 = "[[vip]]\nname = \"web6\"\nlisten = \"[fd00:90::1]:80\"\nrespond = \"builtin\"\n";
     let mut nodes: Vec<Dpd> = (1..=2)
         .map(|i| c.start_node(i, 500, &format!("{WEB}\n{vip6}")))
