@@ -301,7 +301,7 @@ impl Nginx {
         let d = dir.display();
         let conf = format!(
             "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/nginx.err;\n\
-             events {{ worker_connections 256; }}\n\
+             events {{ worker_connections 1024; }}\n\
              http {{ access_log off; client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f; uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;\n{servers}\n}}\n"
         );
         fs::write(dir.join("nginx.conf"), conf).expect("write nginx.conf");

@@ -5,15 +5,15 @@
 //! addresses of the same subnet (a one-arm topology).
 
 use std::path::Path;
-use std::process::{Child, Stdio};
 
-use e2e::{make_certs, verify_pattern_file, Dpd, Lab, UploadSink};
+use e2e::{make_certs, verify_pattern_file, Dpd, Lab, Nginx, UploadSink};
 
 /// Three nginx servers on `.11`, `.12`, `.13` port 80, in the lab's client
 /// namespace; `/` answers "You are viewing rip-test-N", `/big` a file of
 /// `big` pattern bytes, `/health` 200 (503 on `.13`). Stopped on drop.
+/// The backends' nginx, stopped on drop.
 struct Backends {
-    nginx: Child,
+    _nginx: Nginx,
 }
 
 impl Backends {
@@ -37,44 +37,14 @@ impl Backends {
                 )
             })
             .collect();
-        let d = dir.display();
-        let conf = format!(
-            "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/nginx.err;\n\
-             events {{ worker_connections 1024; }}\n\
-             http {{ access_log off; client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f; uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;\n{servers}}}\n"
+        // And a PROXY-protocol backend on .11:8081 that answers with the
+        // client address and port it was told.
+        let servers = format!(
+            "{servers}server {{ listen {}.11:8081 proxy_protocol; location / {{ return 200 \"$proxy_protocol_addr $proxy_protocol_port\\n\"; }} }}",
+            lab.net
         );
-        // A PROXY-protocol backend on .11:8081 that answers with the client
-        // address and port it was told.
-        let conf = conf.replace(
-            "\n}\n",
-            &format!(
-                "server {{ listen {}.11:8081 proxy_protocol; location / {{ return 200 \"$proxy_protocol_addr $proxy_protocol_port\\n\"; }} }}\n}}\n",
-                lab.net
-            ),
-        );
-        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-        let nginx = lab
-            .client_command(&[
-                "nginx",
-                "-p",
-                &d.to_string(),
-                "-c",
-                &format!("{d}/nginx.conf"),
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx (scripts/setup.sh installs it)");
-        // Listening?
-        for _ in 0..100 {
-            let o = lab.client(&["curl", "-s", &format!("http://{}.11/", lab.net)]);
-            if o.status.success() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        Self { nginx }
+        let nginx = Nginx::start(lab, dir, &servers, &format!("http://{}.11/", lab.net));
+        Self { _nginx: nginx }
     }
 }
 
@@ -86,13 +56,6 @@ fn lab_with_backends(tag: &str, big: u64) -> (tempfile::TempDir, Lab, Backends) 
     let lab = Lab::up(tag);
     let backends = Backends::start(&lab, certs.path(), big);
     (certs, lab, backends)
-}
-
-impl Drop for Backends {
-    fn drop(&mut self) {
-        let _ = self.nginx.kill();
-        let _ = self.nginx.wait();
-    }
 }
 
 /// Adds or removes (`op` = "add" | "del") backend address `.n` on the
