@@ -46,12 +46,12 @@ pub fn runs_markdown(results: &[TestResult]) -> String {
         }
         let _ = writeln!(
             s,
-            "| run | {} | conn/s | hs/s | req/s | Gbit/s | hs p50/p99/p999 ms | ttfb p99 ms | errors | client core | DUT core | DUT µs/conn | saturated | verdict |",
+            "| run | {} | conn/s | hs/s | req/s | Gbit/s | hs p50/p99/p999 ms | ttfb p99 ms | errors | client core | client µs/conn | DUT core | DUT µs/conn | saturated | verdict |",
             r.unit
         );
         let _ = writeln!(
             s,
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         );
         for run in &r.runs {
             let h = run.latency.handshake;

@@ -852,6 +852,31 @@ mod tests {
     }
 
     #[test]
+    fn every_row_of_the_runs_table_has_the_header_s_columns() {
+        let r = TestResult {
+            test: TestKind::Throughput,
+            target: "t".into(),
+            spec: String::new(),
+            key: None,
+            runs: vec![fake_run(10.0, false), fake_run(12.0, true)],
+            best: None,
+            best_value: None,
+            median_value: None,
+            unit: "Gbit/s",
+            skipped: None,
+        };
+        let md = crate::report::runs_markdown(&[r]);
+        let rows: Vec<usize> = md
+            .lines()
+            .filter(|l| l.starts_with('|'))
+            .map(|l| l.split('|').count())
+            .collect();
+        assert_eq!(rows.len(), 4, "{md}");
+        assert!(rows.iter().all(|&n| n == rows[0]), "{rows:?}\n{md}");
+        assert!(md.contains("| client µs/conn |"), "{md}");
+    }
+
+    #[test]
     fn phases_levels() {
         let p = Phases {
             ramp_up: 2,
