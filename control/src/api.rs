@@ -426,6 +426,10 @@ pub struct PortStatus {
     /// it takes, 0 when it does not.
     #[serde(default)]
     pub segmentation_max_frame: u32,
+    /// The link's MTU (`mtu` in the port's configuration; 0 from a dpd
+    /// that did not report it).
+    #[serde(default)]
+    pub mtu: u16,
 }
 
 /// The checksum offloads a port uses (what the device has, unless the

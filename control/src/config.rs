@@ -599,6 +599,12 @@ pub struct Port {
     /// (and checksums are offloaded); `false`: one MSS per frame.
     #[serde(default = "yes")]
     pub segmentation_offload: bool,
+    /// The link's MTU: the largest IP packet a frame of the port carries,
+    /// [`MIN_MTU`] to [`MAX_MTU`] (jumbo frames above 1500; the device and
+    /// every host on the link must take them). TCP offers an MSS of the
+    /// smallest MTU of all ports less 40 (60 over IPv6).
+    #[serde(default = "default_mtu")]
+    pub mtu: u16,
     /// The devices of an 802.3ad (LACP) bond: with these, `device` names
     /// the bond (`net_bondingN`) that DPDK's bonding driver makes of them
     /// in mode 4, and traffic goes over every member the partner
@@ -630,6 +636,18 @@ pub struct Vlan {
 
 fn default_desc() -> u16 {
     1024
+}
+
+/// Ethernet's MTU, the default.
+pub const DEFAULT_MTU: u16 = 1500;
+/// The smallest MTU a port may have: IPv6's minimum link MTU (RFC 8200 §5).
+pub const MIN_MTU: u16 = 1280;
+/// The largest MTU a port may have: the jumbo frames of most 10-100GE NICs
+/// and switches (9,216-byte frames less the Ethernet header and FCS).
+pub const MAX_MTU: u16 = 9198;
+
+fn default_mtu() -> u16 {
+    DEFAULT_MTU
 }
 
 /// The control socket.
@@ -1104,6 +1122,22 @@ impl Config {
                     ));
                 }
                 subnets.push(cidr);
+            }
+            if !(MIN_MTU..=MAX_MTU).contains(&port.mtu) {
+                return Err(ConfigError::new(
+                    at("mtu"),
+                    port.mtu,
+                    format!(
+                        "must be {MIN_MTU} (IPv6's minimum) to {MAX_MTU} (9,216-byte jumbo frames)"
+                    ),
+                ));
+            }
+            if port.mtu > DEFAULT_MTU && matches!(kind, DeviceKind::VnetTap { .. }) {
+                return Err(ConfigError::new(
+                    at("mtu"),
+                    port.mtu,
+                    "a vnet_tap port carries frames of 1500 at most (its large segments come by TSO)",
+                ));
             }
             for (field, n) in [("rx_desc", port.rx_desc), ("tx_desc", port.tx_desc)] {
                 if !(64..=16384).contains(&n) || !n.is_power_of_two() {
@@ -1887,6 +1921,7 @@ mod tests {
             tx_desc: 1024,
             checksum_offload: true,
             segmentation_offload: true,
+            mtu: DEFAULT_MTU,
         };
         assert_eq!(
             port("vnet_tap,iface=tap0,netns=lab-cli")
@@ -2290,6 +2325,7 @@ mod tests {
             tx_desc: 1024,
             checksum_offload: true,
             segmentation_offload: true,
+            mtu: DEFAULT_MTU,
         };
         assert_eq!(
             port("0000:3B:00.1").device_kind().unwrap(),
@@ -2329,6 +2365,31 @@ mod tests {
                 .replace("gateway = \"10.77.0.254\"", "rx_desc = 1000"),
         );
         assert_eq!(e.field, "port[0].rx_desc");
+    }
+
+    #[test]
+    fn port_mtu_defaults_to_ethernet_and_is_bounded() {
+        let cfg = Config::parse(GOOD).unwrap();
+        assert_eq!(cfg.ports[0].mtu, DEFAULT_MTU);
+        let with = |mtu: &str| GOOD.replace("gateway = \"10.77.0.254\"", &format!("mtu = {mtu}"));
+        let jumbo = Config::parse(&with("9000")).unwrap();
+        assert_eq!(jumbo.ports[0].mtu, 9000);
+        // What a port shows is what it parses back to.
+        let again = Config::parse(&toml::to_string(&jumbo).unwrap()).unwrap();
+        assert_eq!(again.ports[0].mtu, 9000);
+        for bad in ["1279", "9199", "0"] {
+            let e = err_of(&with(bad));
+            assert_eq!((e.field.as_str(), e.value.as_str()), ("port[0].mtu", bad));
+            assert!(e.to_string().contains("1280"), "{e}");
+        }
+        let tap = with("9000").replace("net_af_packet0,iface=veth-dut", "vnet_tap,iface=tap-cli");
+        let e = err_of(&tap);
+        assert_eq!(e.field, "port[0].mtu");
+        assert!(e.to_string().contains("vnet_tap"), "{e}");
+        assert_eq!(
+            Config::parse(&tap.replace("9000", "1400")).unwrap().ports[0].mtu,
+            1400
+        );
     }
 
     #[test]

@@ -45,6 +45,7 @@ fn dpdk() -> &'static Mutex<Dpdk> {
                 mempool: pool,
                 checksum_offload: true,
                 segmentation: None,
+                mtu: 1500,
             },
         )
         .expect("port start");
@@ -190,6 +191,7 @@ fn too_many_queues_is_a_clear_error() {
             mempool: d.pool,
             checksum_offload: true,
             segmentation: None,
+            mtu: 1500,
         },
     )
     .unwrap_err();

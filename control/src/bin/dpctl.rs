@@ -678,8 +678,8 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
                 s.hugepages.join("; ")
             );
             println!(
-                "{:<8} {:<16} {:<18} {:<18} {:<6} {:>6} {:>4} {:<8} OFFLOADS",
-                "PORT", "ADDRESS", "MAC", "DRIVER", "LINK", "QUEUES", "RSS", "SPREAD"
+                "{:<8} {:<16} {:<18} {:<18} {:<6} {:>5} {:>6} {:>4} {:<8} OFFLOADS",
+                "PORT", "ADDRESS", "MAC", "DRIVER", "LINK", "MTU", "QUEUES", "RSS", "SPREAD"
             );
             for p in s.ports {
                 let spread = match (p.steered, s.lcores.len()) {
@@ -688,12 +688,16 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
                     (false, _) => "NIC",
                 };
                 println!(
-                    "{:<8} {:<16} {:<18} {:<18} {:<6} {:>6} {:>4} {:<8} {}{}",
+                    "{:<8} {:<16} {:<18} {:<18} {:<6} {:>5} {:>6} {:>4} {:<8} {}{}",
                     p.name,
                     p.address,
                     p.mac,
                     p.driver,
                     if p.link_up { "up" } else { "down" },
+                    match p.mtu {
+                        0 => "-".to_string(),
+                        n => n.to_string(),
+                    },
                     p.queues,
                     if p.rss { "yes" } else { "no" },
                     spread,

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use control::api::{ControlSocket, PortStatus};
-use control::config::{Config, ConfigError, DeviceKind, SynCookieMode};
+use control::config::{Config, ConfigError, DeviceKind, SynCookieMode, DEFAULT_MTU};
 use smoltcp::wire::EthernetAddress;
 
 pub use plan::{parse_cpu_list, plan, Machine, Plan};
@@ -307,7 +307,7 @@ fn start_ports(cfg: &Config) -> Result<Vec<StartedPort>, StartError> {
         })?;
         let info = EthPort::info(id)?;
         let socket = info.socket.max(0);
-        let pool = pools.ordinary(cfg, socket)?;
+        let pool = pools.for_mtu(cfg, socket, pc.mtu)?;
         // DPDK 22.11's net_tap offers TSO but cuts in software inside the
         // PMD and refuses a segment whose MSS plus headers exceeds the MTU
         // (so every full-size one): no gain, only loss. Not used there.
@@ -335,16 +335,18 @@ fn start_ports(cfg: &Config) -> Result<Vec<StartedPort>, StartError> {
                 mempool: pool,
                 checksum_offload: pc.checksum_offload,
                 segmentation,
+                mtu: pc.mtu,
             },
         )
         .map_err(|e| e.context(format!("port {} ({})", pc.name, pc.device)))?;
         let link = port.link();
         log::info!(
-            "port {} ({}): driver {}, MAC {}, {} queue(s), RSS {} (key {} B, table {}), checksum offload {}, segmentation offload {}, link {}",
+            "port {} ({}): driver {}, MAC {}, MTU {}, {} queue(s), RSS {} (key {} B, table {}), checksum offload {}, segmentation offload {}, link {}",
             pc.name,
             pc.device,
             info.driver,
             mac_string(port.mac()),
+            pc.mtu,
             queues,
             if port.rss() { "on" } else { "off" },
             info.hash_key_size,
@@ -362,6 +364,15 @@ fn start_ports(cfg: &Config) -> Result<Vec<StartedPort>, StartError> {
             queues,
             steered,
         });
+    }
+    let mtus = cfg.ports.iter().map(|p| p.mtu);
+    if let (Some(low), Some(high)) = (mtus.clone().min(), mtus.max()) {
+        if low != high {
+            log::warn!(
+                "ports have MTUs from {low} to {high}: TCP offers the smallest's MSS ({}) on every port",
+                low - 40
+            );
+        }
     }
     Ok(ports)
 }
@@ -438,11 +449,13 @@ fn warn_steered(pc: &control::config::Port, queues: u16, engines: u16) {
 }
 
 /// The mempools, made as ports need them: one of ordinary mbufs per NUMA
-/// socket, and one of large mbufs (a 64 KiB data room) per socket for
+/// socket, one per socket and jumbo MTU for ports whose frames do not fit
+/// them, and one of large mbufs (a 64 KiB data room) per socket for
 /// ports that cut TCP segments.
 #[derive(Default)]
 struct Pools {
     ordinary: Vec<(i32, Mempool)>,
+    jumbo: Vec<((i32, u16), Mempool)>,
     large: Vec<(i32, Mempool)>,
 }
 
@@ -463,6 +476,33 @@ impl Pools {
             socket,
         )?;
         self.ordinary.push((socket, p));
+        Ok(p)
+    }
+
+    /// Mbufs that hold a frame of `mtu` (with an 802.1Q tag): the ordinary
+    /// ones where it fits them, else `eal.mbufs` of a data room to fit.
+    fn for_mtu(&mut self, cfg: &Config, socket: i32, mtu: u16) -> Result<Mempool, StartError> {
+        let frame = usize::from(mtu) + dpdk::FRAME_OVERHEAD;
+        let ordinary = self.ordinary(cfg, socket)?;
+        if frame <= ordinary.frame_room() {
+            return Ok(ordinary);
+        }
+        if let Some((_, p)) = self.jumbo.iter().find(|(k, _)| *k == (socket, mtu)) {
+            return Ok(*p);
+        }
+        // With 256 bytes to spare, rounded up to a KiB: room for what a
+        // driver adds before the frame in its own buffers (af_packet's
+        // ring frame header: `framesz` up to the room less 32).
+        let room =
+            (frame + dpdk_sys::consts::RTE_PKTMBUF_HEADROOM as usize + 256).next_multiple_of(1024);
+        let p = Mempool::create(
+            &format!("mbufs-s{socket}-mtu{mtu}"),
+            cfg.eal.mbufs,
+            256,
+            u16::try_from(room).unwrap_or(u16::MAX),
+            socket,
+        )?;
+        self.jumbo.push(((socket, mtu), p));
         Ok(p)
     }
 
@@ -566,6 +606,7 @@ fn port_status(p: &StartedPort, pc: &control::config::Port) -> PortStatus {
         steered: p.steered,
         checksum_offload,
         segmentation_max_frame: segmentation.map_or(0, |f| u32::try_from(f).unwrap_or(u32::MAX)),
+        mtu: pc.mtu,
     }
 }
 
@@ -611,6 +652,10 @@ fn engine_config(cfg: &Config) -> EngineConfig {
     e.tcp.max_conns = cfg.tcp.max_connections as usize;
     e.tcp.max_half_open = cfg.tcp.max_half_open as usize;
     e.tcp.buffer_memory = (cfg.tcp.buffer_memory_mib as usize) << 20;
+    // TCP offers one MSS whatever the port a connection runs on: the
+    // smallest link's (IPv4 and TCP headers, 40 bytes; IPv6 has 20 more).
+    let mtu = cfg.ports.iter().map(|p| p.mtu).min().unwrap_or(DEFAULT_MTU);
+    e.tcp.mss = mtu - 40;
     e.tcp.syn_cookies = match cfg.tcp.syn_cookies {
         SynCookieMode::WhenFull => SynCookies::WhenFull,
         SynCookieMode::Always => SynCookies::Always,

@@ -27,6 +27,12 @@ pub struct QueueId(pub u16);
 /// on their ports).
 const DRIVERS_WITHOUT_TOEPLITZ_RSS: [&str; 1] = ["net_tap"];
 
+/// Drivers that report a 1500-byte MTU at most (DPDK 22.11) but carry
+/// larger frames whole: memif in chained ring descriptors, af_packet up to
+/// its `framesz` argument. Their ethdev stays at what it reports, and a
+/// larger port MTU is kept by tlsdp alone (its mbufs sized to fit).
+const DRIVERS_CARRYING_LARGER_FRAMES: [&str; 2] = ["net_memif", "net_af_packet"];
+
 pub static SYMMETRIC_RSS_KEY: [u8; 52] = {
     let mut k = [0u8; 52];
     let mut i = 0;
@@ -85,6 +91,27 @@ pub struct PortInfo {
     pub hash_key_size: u8,
     pub reta_size: u16,
     pub socket: i32,
+    /// The MTUs the device reports it takes, and its largest frame.
+    pub min_mtu: u16,
+    pub max_mtu: u16,
+    pub max_rx_pktlen: u32,
+}
+
+impl PortInfo {
+    /// The largest MTU `rte_eth_dev_configure` accepts: `max_mtu`, and no
+    /// more than `max_rx_pktlen` less the Ethernet overhead (DPDK's own
+    /// rule: the gap between the two where the driver gives both, else
+    /// header and FCS).
+    pub fn mtu_limit(&self) -> u16 {
+        let overhead = if self.max_mtu != u16::MAX && self.max_rx_pktlen > u32::from(self.max_mtu) {
+            self.max_rx_pktlen - u32::from(self.max_mtu)
+        } else {
+            14 + 4
+        };
+        let by_frame = self.max_rx_pktlen.saturating_sub(overhead);
+        self.max_mtu
+            .min(u16::try_from(by_frame).unwrap_or(u16::MAX))
+    }
 }
 
 /// How to set a port up.
@@ -101,7 +128,13 @@ pub struct EthPortConfig {
     /// used where the device has it, with both transmit checksums
     /// (`None`: one MSS per frame).
     pub segmentation: Option<Mempool>,
+    /// The link's MTU; `mempool`'s mbufs must hold its frames (with an
+    /// 802.1Q tag).
+    pub mtu: u16,
 }
+
+/// An Ethernet header with an 802.1Q tag: a frame's bytes beyond its MTU.
+pub const FRAME_OVERHEAD: usize = 14 + 4;
 
 /// Link state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,6 +202,9 @@ impl EthPort {
             hash_key_size: raw.hash_key_size,
             reta_size: raw.reta_size,
             socket,
+            min_mtu: raw.min_mtu,
+            max_mtu: raw.max_mtu,
+            max_rx_pktlen: raw.max_rx_pktlen,
         })
     }
 
@@ -189,8 +225,36 @@ impl EthPort {
                 )),
             );
         }
+        let limit = info.mtu_limit();
+        let beyond = DRIVERS_CARRYING_LARGER_FRAMES.contains(&info.driver.as_str());
+        if cfg.mtu < info.min_mtu || (cfg.mtu > limit && !beyond) {
+            return Err(
+                DpdkError::new("rte_eth_dev_configure", libc::EINVAL).context(format!(
+                    "MTU {} asked, device {} takes {} to {}",
+                    cfg.mtu, info.driver, info.min_mtu, limit
+                )),
+            );
+        }
+        let frame = usize::from(cfg.mtu) + FRAME_OVERHEAD;
+        if frame > cfg.mempool.frame_room() {
+            return Err(
+                DpdkError::new("rte_eth_rx_queue_setup", libc::EINVAL).context(format!(
+                    "frames of MTU {} need {frame} bytes, the mbufs hold {}",
+                    cfg.mtu,
+                    cfg.mempool.frame_room()
+                )),
+            );
+        }
         // SAFETY: rte_eth_conf is plain data; all-zero is DPDK's default.
         let mut conf: dpdk_sys::rte_eth_conf = unsafe { std::mem::zeroed() };
+        conf.rxmode.mtu = u32::from(cfg.mtu.min(limit));
+        if cfg.mtu > limit {
+            log::info!(
+                "{}: reports an MTU of {limit} at most but carries larger frames; MTU {} kept by tlsdp",
+                info.driver,
+                cfg.mtu
+            );
+        }
         let rss_hf = info.rss_offloads
             & (c::RTE_ETH_RSS_IPV4
                 | c::RTE_ETH_RSS_NONFRAG_IPV4_TCP
@@ -519,5 +583,38 @@ impl EthQueue {
             let _ = m.into_raw();
         }
         sent
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(max_mtu: u16, max_rx_pktlen: u32) -> PortInfo {
+        PortInfo {
+            driver: "t".into(),
+            max_rx_queues: 1,
+            max_tx_queues: 1,
+            rx_offload_capa: 0,
+            tx_offload_capa: 0,
+            rss_offloads: 0,
+            hash_key_size: 0,
+            reta_size: 0,
+            socket: 0,
+            min_mtu: 68,
+            max_mtu,
+            max_rx_pktlen,
+        }
+    }
+
+    #[test]
+    fn the_mtu_limit_follows_dpdk_s_overhead_rule() {
+        // Only a largest frame (memif, af_packet in 22.11): header and FCS.
+        assert_eq!(info(u16::MAX, 1518).mtu_limit(), 1500);
+        // Both given: the gap between them is the overhead (VLAN tags too).
+        assert_eq!(info(9000, 9026).mtu_limit(), 9000);
+        assert_eq!(info(9600, 9618).mtu_limit(), 9600);
+        // A driver that gives neither takes any MTU.
+        assert_eq!(info(u16::MAX, u32::MAX).mtu_limit(), u16::MAX);
     }
 }

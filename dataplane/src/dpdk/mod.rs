@@ -17,7 +17,7 @@ pub use clock::TscClock;
 pub use eal::{register_thread, tsc_hz, tsc_now, Eal, LaunchedLcore, LcoreId};
 pub use ethdev::{
     bond_active_members, link_status, port_id_by_name, EthPort, EthPortConfig, EthQueue,
-    LinkStatus, Offloads, PortId, PortInfo, QueueId, SYMMETRIC_RSS_KEY,
+    LinkStatus, Offloads, PortId, PortInfo, QueueId, FRAME_OVERHEAD, SYMMETRIC_RSS_KEY,
 };
 pub use logs::route_to_log;
 pub use mbuf::{Mbuf, Mempool};
@@ -85,8 +85,14 @@ impl DpdkError {
         Self::new(op, unsafe { dpdk_sys::tlsdp_errno() })
     }
 
+    /// Adds what the caller knows (outermost first: `port p0: MTU 9000 …`).
     pub(crate) fn context(mut self, ctx: impl Into<String>) -> Self {
-        self.context = ctx.into();
+        let ctx = ctx.into();
+        self.context = if self.context.is_empty() {
+            ctx
+        } else {
+            format!("{ctx}: {}", self.context)
+        };
         self
     }
 }

@@ -1,0 +1,332 @@
+//! A port's MTU (`mtu` in `[[port]]`) against Linux over veth: jumbo
+//! frames both ways (a kernel client uploading and downloading, a kernel
+//! backend behind the proxy), and an MTU below Ethernet's. What went over
+//! the link is read from a capture in the client namespace, so the kernel's
+//! own view decides: the MSS each SYN offered and the largest IP packet
+//! each way.
+
+use std::io::{BufRead, BufReader};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use control::api::{Body, Client, Request};
+use e2e::{run, verify_pattern_file, Dpd, HttpBackend, Lab, UploadSink};
+
+/// Sets the MTU of both ends of the lab's veth link.
+fn set_link_mtu(lab: &Lab, mtu: u16) {
+    for (ns, dev) in [("cli", "veth-cli"), ("dut", "veth-dut")] {
+        let out = run(Command::new("ip").args([
+            "netns",
+            "exec",
+            &format!("{}-{ns}", lab.name),
+            "ip",
+            "link",
+            "set",
+            dev,
+            "mtu",
+            &mtu.to_string(),
+        ]));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// A dpd on the lab's veth with port MTU `mtu` (above 1500, af_packet's
+/// ring frames sized for it: docs/architecture.md, "Ports") and `extra`
+/// sections.
+fn config(lab: &Lab, socket: &Path, mtu: u16, extra: &str) -> String {
+    let frames = if mtu > 1500 {
+        ",framesz=9216,blocksz=36864"
+    } else {
+        ""
+    };
+    lab.config("net_af_packet", socket, "")
+        .replace("iface=veth-dut\"", &format!("iface=veth-dut{frames}\""))
+        .replace("[control]", &format!("mtu = {mtu}\n\n[control]"))
+        + extra
+}
+
+/// tcpdump on the client's veth, writing TCP headers to a pcap file.
+struct Capture {
+    child: Child,
+    file: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Capture {
+    /// Starts it and returns once tcpdump says it is listening.
+    fn start(lab: &Lab) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("link.pcap");
+        let mut child = lab
+            .client_command(&[
+                "timeout",
+                "120",
+                "tcpdump",
+                "-i",
+                "veth-cli",
+                "-s",
+                "128",
+                "-c",
+                "200000",
+                "-U",
+                "-w",
+                file.to_str().unwrap(),
+                "tcp",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpdump");
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        while err.read_line(&mut line).unwrap() > 0 && !line.contains("listening on") {
+            line.clear();
+        }
+        assert!(line.contains("listening on"), "tcpdump: {line}");
+        Self {
+            child,
+            file,
+            _dir: dir,
+        }
+    }
+
+    /// Stops tcpdump (SIGINT: it writes out what it holds) and returns
+    /// the TCP segments it saw.
+    fn stop(mut self) -> Vec<Segment> {
+        // The `timeout` wrapper passes SIGINT on to tcpdump.
+        // SAFETY: signalling a child we spawned and have not reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let _ = self.child.wait();
+        segments(&std::fs::read(&self.file).unwrap())
+    }
+}
+
+/// One captured IPv4 TCP segment.
+#[derive(Debug)]
+struct Segment {
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    /// The IP packet's total length.
+    ip_len: usize,
+    syn: bool,
+    mss: Option<u16>,
+}
+
+/// The IPv4 TCP segments of a pcap file (Ethernet link type).
+fn segments(pcap: &[u8]) -> Vec<Segment> {
+    assert_eq!(&pcap[..4], &[0xd4, 0xc3, 0xb2, 0xa1], "pcap magic");
+    let mut out = Vec::new();
+    let mut at = 24;
+    while at + 16 <= pcap.len() {
+        let caplen = u32::from_le_bytes(pcap[at + 8..at + 12].try_into().unwrap()) as usize;
+        let frame = &pcap[at + 16..(at + 16 + caplen).min(pcap.len())];
+        at += 16 + caplen;
+        if frame.len() < 54 || frame[12..14] != [0x08, 0x00] {
+            continue;
+        }
+        let ip = &frame[14..];
+        let ihl = usize::from(ip[0] & 0x0f) * 4;
+        let tcp = &ip[ihl..];
+        let syn = tcp[13] & 0x02 != 0;
+        let mut mss = None;
+        let opts = &tcp[20..(usize::from(tcp[12] >> 4) * 4).min(tcp.len())];
+        let mut i = 0;
+        while i < opts.len() {
+            match opts[i] {
+                0 => break,
+                1 => i += 1,
+                kind => {
+                    let len = usize::from(*opts.get(i + 1).unwrap_or(&2)).max(2);
+                    if kind == 2 && i + 4 <= opts.len() {
+                        mss = Some(u16::from_be_bytes([opts[i + 2], opts[i + 3]]));
+                    }
+                    i += len;
+                }
+            }
+        }
+        out.push(Segment {
+            src: Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
+            dst: Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
+            ip_len: usize::from(u16::from_be_bytes([ip[2], ip[3]])),
+            syn,
+            mss,
+        });
+    }
+    out
+}
+
+/// The largest IP packet from `src` to `dst` (either may be any).
+fn largest(segs: &[Segment], src: Option<Ipv4Addr>, dst: Option<Ipv4Addr>) -> usize {
+    segs.iter()
+        .filter(|s| src.is_none_or(|a| s.src == a) && dst.is_none_or(|a| s.dst == a))
+        .map(|s| s.ip_len)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The MSS options of the SYNs (and SYN-ACKs) `from` sent.
+fn syn_mss(segs: &[Segment], from: Ipv4Addr) -> Vec<Option<u16>> {
+    segs.iter()
+        .filter(|s| s.syn && s.src == from)
+        .map(|s| s.mss)
+        .collect()
+}
+
+/// The first port's MTU as `dpctl status` reports it.
+fn status_mtu(dpd: &Dpd) -> u16 {
+    let reply = Client::connect(&dpd.socket)
+        .and_then(|mut c| c.call(&Request::Status))
+        .unwrap();
+    match reply.body {
+        Some(Body::Status(s)) => s.ports[0].mtu,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn jumbo_frames_carry_full_size_segments_both_ways() {
+    let lab = Lab::up("mj");
+    set_link_mtu(&lab, 9000);
+    let sink_ip = lab.add_client_address(11);
+    let web_ip = lab.add_client_address(12);
+    let _sink = UploadSink::start(&lab, &sink_ip, 8000);
+    // A 3 MB page behind the proxy, not a repeating pattern.
+    let page: String = (0..3_000_000u32)
+        .map(|i| char::from(b'a' + (i.wrapping_mul(2_654_435_761) >> 27) as u8 % 26))
+        .collect();
+    let _web = HttpBackend::start(&lab, &web_ip, 8001, &page);
+    let ip = lab.dut_ip();
+    let dpd = Dpd::start(&lab, |s| {
+        config(
+            &lab,
+            s,
+            9000,
+            &format!(
+                "\n[[vip]]\nname = \"plain\"\nlisten = \"{ip}:80\"\nrespond = \"builtin\"\n\
+                 [[vip]]\nname = \"up\"\nlisten = \"{ip}:8000\"\npool = \"up\"\n\
+                 [[pool]]\nname = \"up\"\nmembers = [{{ addr = \"{sink_ip}:8000\" }}]\n\
+                 [[vip]]\nname = \"web\"\nlisten = \"{ip}:8001\"\npool = \"web\"\n\
+                 [[pool]]\nname = \"web\"\nmembers = [{{ addr = \"{web_ip}:8001\" }}]\n"
+            ),
+        )
+    });
+    assert_eq!(status_mtu(&dpd), 9000);
+    let capture = Capture::start(&lab);
+
+    // Client to dpd to backend: an upload through the proxy.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("upload");
+    let out = run(Command::new("head")
+        .args(["-c", "6000000", "/dev/urandom"])
+        .stdout(std::fs::File::create(&file).unwrap()));
+    assert!(out.status.success());
+    let answer = UploadSink::upload(
+        &lab,
+        "/dev/null",
+        &format!("up.test:8000:{ip}"),
+        "http://up.test:8000/",
+        &file,
+    );
+    assert_eq!(answer, UploadSink::expected(&file));
+    // Backend to dpd to client: a download through the proxy.
+    let got = lab.client(&[
+        "curl",
+        "-sS",
+        "--max-time",
+        "60",
+        &format!("http://{ip}:8001/"),
+    ]);
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    assert!(got.stdout == page.as_bytes(), "the page came back altered");
+    // dpd's own responder.
+    let body = dir.path().join("body");
+    let out = lab.client(&[
+        "curl",
+        "-sS",
+        "--max-time",
+        "60",
+        "-o",
+        body.to_str().unwrap(),
+        &format!("http://{ip}/bytes/6000000"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    verify_pattern_file(&body, 6_000_000);
+
+    let segs = capture.stop();
+    let (dut, sink, web): (Ipv4Addr, Ipv4Addr, Ipv4Addr) = (
+        ip.parse().unwrap(),
+        sink_ip.parse().unwrap(),
+        web_ip.parse().unwrap(),
+    );
+    // dpd offers the port's MTU less 40 on every SYN-ACK and SYN it sends.
+    let offered = syn_mss(&segs, dut);
+    assert!(offered.len() >= 5, "{offered:?}");
+    assert!(offered.iter().all(|m| *m == Some(8960)), "{offered:?}");
+    // Full-size packets each way, none above the MTU: dpd's to the
+    // client and to the backend, the client's and the backend's to dpd.
+    for (what, src, dst) in [
+        ("dpd to the client", Some(dut), None),
+        ("client to dpd (upload)", None, Some(dut)),
+        ("dpd to the upload backend", Some(dut), Some(sink)),
+        ("web backend to dpd", Some(web), Some(dut)),
+    ] {
+        assert_eq!(largest(&segs, src, dst), 9000, "{what}");
+    }
+    assert_eq!(largest(&segs, None, None), 9000);
+    let stats = dpd.stats();
+    let dropped: u64 = stats.drops.values().sum();
+    assert_eq!(dropped, 0, "{stats:?}");
+}
+
+#[test]
+fn an_mtu_below_ethernet_s_lowers_the_mss_and_every_packet() {
+    let lab = Lab::up("ms");
+    let ip = lab.dut_ip();
+    let dpd = Dpd::start(&lab, |s| {
+        config(
+            &lab,
+            s,
+            1400,
+            &format!("\n[[vip]]\nname = \"plain\"\nlisten = \"{ip}:80\"\nrespond = \"builtin\"\n"),
+        )
+    });
+    assert_eq!(status_mtu(&dpd), 1400);
+    let capture = Capture::start(&lab);
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("body");
+    let out = lab.client(&[
+        "curl",
+        "-sS",
+        "--max-time",
+        "60",
+        "-o",
+        body.to_str().unwrap(),
+        &format!("http://{ip}/bytes/2000000"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    verify_pattern_file(&body, 2_000_000);
+    let segs = capture.stop();
+    let dut: Ipv4Addr = ip.parse().unwrap();
+    assert_eq!(syn_mss(&segs, dut), vec![Some(1360)]);
+    // The kernel's link is 1500, but it keeps to the MSS dpd offered.
+    assert_eq!(largest(&segs, Some(dut), None), 1400);
+    // The client sends its request and ACKs only.
+    assert!(largest(&segs, None, Some(dut)) < 1400);
+}
