@@ -18,6 +18,7 @@
 #   DPD_TCP=defaults     run dpd with the default [tcp] settings (as users do)
 #   DPD_STATS=1          after the run, dpd's TCP counters and memory
 #   DPD_PORT=af_packet|af_xdp|vnet_tap|memif   dpd's port (scripts/peers/peers.sh)
+#   DPD_MTU=N  the memif link's MTU, both ends (jumbo frames: DPD_MTU=9000)
 #   BYPASS=1   dpbench's kernel-bypass client (tlsdp's stack on DPDK, on the
 #              client core): over memif with DPD_PORT=memif, else through
 #              net_af_packet on veth-cli at NET.200 (closed-loop tests; the
@@ -64,7 +65,9 @@ nsrc=${BENCH_SRC_COUNT:-16}
 cmd+=("${targets[@]}" "${verify[@]}" --cores "$cli_core" --src "$net.10-$((10 + nsrc - 1))" --out "$out")
 if [ "${BYPASS:-0}" = 1 ]; then
     if [ "${DPD_PORT:-af_packet}" = memif ]; then
-        cmd+=(--bypass "net_memif0,role=client,socket=$work/run/memif.sock,socket-abstract=no" --bypass-addr "${MEMIF_NET:-10.79.0}.2/24,sources=$nsrc")
+        mtu=${DPD_MTU:-1500}
+        bsize=; [ "$mtu" -gt 1500 ] && bsize=,bsize=16384
+        cmd+=(--bypass "net_memif0,role=client,socket=$work/run/memif.sock,socket-abstract=no$bsize" --bypass-addr "${MEMIF_NET:-10.79.0}.2/24,sources=$nsrc,mtu=$mtu")
     else
         cmd+=(--bypass "net_af_packet0,iface=veth-cli" --bypass-addr "$net.200/24,sources=$nsrc")
     fi

@@ -43,12 +43,14 @@ pub struct Bypass {
     pub sources: u16,
     /// Next hop for a server outside the prefix.
     pub gateway: Option<Ipv4Addr>,
+    /// The link's MTU (1500 unless `mtu=` says): TCP offers 40 bytes less.
+    pub mtu: u16,
     /// The client core (EAL's lcore).
     pub core: usize,
 }
 
 impl Bypass {
-    /// `DEVICE` and `ADDR/LEN[,gw=GATEWAY][,sources=N]` as given on the
+    /// `DEVICE` and `ADDR/LEN[,gw=GATEWAY][,sources=N][,mtu=N]` as given on the
     /// command line.
     ///
     /// # Errors
@@ -79,6 +81,7 @@ impl Bypass {
             prefix_len,
             sources: 1,
             gateway: None,
+            mtu: control::config::DEFAULT_MTU,
             core,
         };
         for p in parts {
@@ -96,7 +99,21 @@ impl Bypass {
                         .filter(|&n| n >= 1)
                         .ok_or_else(|| format!("--bypass-addr: sources {n:?}"))?;
                 }
-                _ => return Err(format!("--bypass-addr: unknown {p:?} (gw=, sources=)")),
+                Some(("mtu", n)) => {
+                    use control::config::{MAX_MTU, MIN_MTU};
+                    b.mtu = n
+                        .parse()
+                        .ok()
+                        .filter(|m| (MIN_MTU..=MAX_MTU).contains(m))
+                        .ok_or_else(|| {
+                            format!("--bypass-addr: mtu {n:?} ({MIN_MTU} to {MAX_MTU})")
+                        })?;
+                }
+                _ => {
+                    return Err(format!(
+                        "--bypass-addr: unknown {p:?} (gw=, sources=, mtu=)"
+                    ))
+                }
             }
         }
         Ok(b)
@@ -215,7 +232,11 @@ fn start_dpdk(b: &Bypass) -> Result<(Eal, EthPort), String> {
     let eal = Eal::init(&args).map_err(|e| format!("bypass: EAL: {e}"))?;
     let name = b.device.split(',').next().unwrap_or_default();
     let id = dpdk::port_id_by_name(name).map_err(|e| format!("bypass: {name}: {e}"))?;
-    let pool = Mempool::create("dpbench-mbufs", 32767, 256, 2176, -1)
+    // Mbufs that hold a whole frame of the link's MTU (DPDK's default
+    // data room where it fits).
+    let room = (usize::from(b.mtu) + dpdk::FRAME_OVERHEAD + 128 + 256).next_multiple_of(1024);
+    let room = u16::try_from(room.max(2176)).unwrap_or(u16::MAX);
+    let pool = Mempool::create("dpbench-mbufs", 32767, 256, room, -1)
         .map_err(|e| format!("bypass: mempool: {e}"))?;
     let port = EthPort::start(
         id,
@@ -226,6 +247,7 @@ fn start_dpdk(b: &Bypass) -> Result<(Eal, EthPort), String> {
             mempool: pool,
             checksum_offload: true,
             segmentation: None,
+            mtu: b.mtu,
         },
     )
     .map_err(|e| format!("bypass: {}: {e}", b.device))?;
@@ -269,6 +291,7 @@ fn run_job(b: &Bypass, port: &EthPort, n: usize, job: &Job) -> io::Result<Worker
         sources: b.sources,
     };
     let tcp = TcpConfig {
+        mss: b.mtu - 40,
         max_conns: 1 << 20,
         max_half_open: 1 << 16,
         ..TcpConfig::default()
@@ -371,14 +394,21 @@ mod tests {
         )
         .unwrap();
         assert_eq!(b.addr, Ipv4Addr::new(10, 79, 0, 2));
-        assert_eq!((b.prefix_len, b.sources), (24, 8));
+        assert_eq!((b.prefix_len, b.sources, b.mtu), (24, 8, 1500));
+        let jumbo = Bypass::parse("net_memif0", "10.79.0.2/24,mtu=9000", 0).unwrap();
+        assert_eq!(jumbo.mtu, 9000);
         assert_eq!(b.gateway, Some(Ipv4Addr::new(10, 79, 0, 254)));
         for (dev, addr, says) in [
             ("eth0", "10.0.0.2/24", "DPDK virtual device"),
             ("net_memif0", "10.0.0.2", "ADDR/LEN"),
             ("net_memif0", "10.0.0.300/24", "not an IPv4"),
             ("net_memif0", "10.0.0.2/33", "prefix length"),
-            ("net_memif0", "10.0.0.2/24,mtu=9000", "unknown"),
+            (
+                "net_memif0",
+                "10.0.0.2/24,mtu=9999",
+                "mtu \"9999\" (1280 to 9198)",
+            ),
+            ("net_memif0", "10.0.0.2/24,mss=9000", "unknown"),
         ] {
             let e = Bypass::parse(dev, addr, 0).unwrap_err();
             assert!(e.contains(says), "{dev} {addr}: {e}");

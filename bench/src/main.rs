@@ -153,7 +153,7 @@ struct Common {
     /// tests only.
     #[arg(long, requires = "bypass_addr")]
     bypass: Option<String>,
-    /// The bypass client's address: ADDR/LEN[,gw=GATEWAY][,sources=N].
+    /// The bypass client's address: ADDR/LEN[,gw=GATEWAY][,sources=N][,mtu=N].
     #[arg(long)]
     bypass_addr: Option<String>,
 }

@@ -38,6 +38,8 @@
 #   (--bypass net_memif0,role=client,socket=DIR/run/memif.sock,socket-abstract=no
 #   --bypass-addr MEMIF_NET.2/24; dpd at MEMIF_NET.1, default 10.79.0).
 #   DPD_OFFLOAD=off: the port's checksum (and so segmentation) offloads off.
+#   DPD_MTU=N: the port's MTU (memif only: both ends are DPDK processes;
+#   above 1500, memif buffers of 16 KiB so that a frame is one descriptor).
 #   scripts/peers/peers.sh targets NAME DIR     print dpbench --target specs
 #
 # DIR holds certificates (made if missing), configs, pages, logs and pidfiles.
@@ -63,11 +65,17 @@ log=$dir/log
 
 dpd_port=${DPD_PORT:-af_packet}
 tap_net=${LAB_TAP_NET:-10.78.0}
+# memif's buffer size for DPD_MTU: its default (2 KiB) takes a 1500 frame.
+memif_bsize() { [ "${DPD_MTU:-1500}" -gt 1500 ] && echo ",bsize=16384"; true; }
+if [ "${DPD_MTU:-1500}" != 1500 ] && [ "$dpd_port" != memif ]; then
+    echo "peers: DPD_MTU is for DPD_PORT=memif (the kernel peers' links stay at 1500)" >&2
+    exit 1
+fi
 case "$dpd_port" in
     af_packet) dpd_ip=$net.100; dpd_device="net_af_packet0,iface=veth-dut"; dpd_gateway= ;;
     af_xdp) dpd_ip=$net.100; dpd_device="net_af_xdp0,iface=veth-dut"; dpd_gateway= ;;
     vnet_tap) dpd_ip=$tap_net.1; dpd_device="vnet_tap,iface=tap-cli,netns=$name-cli"; dpd_gateway=$tap_net.2 ;;
-    memif) dpd_ip=${MEMIF_NET:-10.79.0}.1; dpd_device="net_memif0,role=server,socket=$run/memif.sock,socket-abstract=no"; dpd_gateway= ;;
+    memif) dpd_ip=${MEMIF_NET:-10.79.0}.1; dpd_device="net_memif0,role=server,socket=$run/memif.sock,socket-abstract=no$(memif_bsize)"; dpd_gateway= ;;
     *) echo "peers: DPD_PORT must be af_packet, af_xdp, vnet_tap or memif" >&2; exit 1 ;;
 esac
 root=$(cd "$here/../.." && pwd)
@@ -374,6 +382,7 @@ device = "$dpd_device"
 address = "$dpd_ip/24"
 $([ -n "$dpd_gateway" ] && echo "gateway = \"$dpd_gateway\"")
 $([ "${DPD_OFFLOAD:-on}" = off ] && echo "checksum_offload = false")
+mtu = ${DPD_MTU:-1500}
 
 [[vip]]
 name = "http"
