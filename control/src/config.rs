@@ -602,7 +602,8 @@ pub struct Port {
     /// The link's MTU: the largest IP packet a frame of the port carries,
     /// [`MIN_MTU`] to [`MAX_MTU`] (jumbo frames above 1500; the device and
     /// every host on the link must take them). TCP offers an MSS of the
-    /// smallest MTU of all ports less 40 (60 over IPv6).
+    /// port's MTU less 40 (60 over IPv6) on connections to and from its
+    /// addresses; a VIP routed to every port, the smallest port's.
     #[serde(default = "default_mtu")]
     pub mtu: u16,
     /// The devices of an 802.3ad (LACP) bond: with these, `device` names

@@ -365,15 +365,6 @@ fn start_ports(cfg: &Config) -> Result<Vec<StartedPort>, StartError> {
             steered,
         });
     }
-    let mtus = cfg.ports.iter().map(|p| p.mtu);
-    if let (Some(low), Some(high)) = (mtus.clone().min(), mtus.max()) {
-        if low != high {
-            log::warn!(
-                "ports have MTUs from {low} to {high}: TCP offers the smallest's MSS ({}) on every port",
-                low - 40
-            );
-        }
-    }
     Ok(ports)
 }
 
@@ -652,8 +643,9 @@ fn engine_config(cfg: &Config) -> EngineConfig {
     e.tcp.max_conns = cfg.tcp.max_connections as usize;
     e.tcp.max_half_open = cfg.tcp.max_half_open as usize;
     e.tcp.buffer_memory = (cfg.tcp.buffer_memory_mib as usize) << 20;
-    // TCP offers one MSS whatever the port a connection runs on: the
-    // smallest link's (IPv4 and TCP headers, 40 bytes; IPv6 has 20 more).
+    // The smallest link's MSS (IPv4 and TCP headers, 40 bytes; IPv6 has 20
+    // more): TCP's own, for addresses on no larger link (each port's MTU
+    // raises it on its addresses: `Engine::set_port_mtu`).
     let mtu = cfg.ports.iter().map(|p| p.mtu).min().unwrap_or(DEFAULT_MTU);
     e.tcp.mss = mtu - 40;
     e.tcp.syn_cookies = match cfg.tcp.syn_cookies {
@@ -732,6 +724,7 @@ fn launch_engines(
                 };
                 engine.add_vlan(i, v.id, iface, ipv6_config(&net));
             }
+            engine.set_port_mtu(i, pc.mtu);
             if q == 0 {
                 engine.join_ipv6_groups(i);
             }

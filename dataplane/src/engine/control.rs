@@ -63,6 +63,9 @@ impl<P: Port, A: Application> Engine<P, A> {
                 iface.add_routed_address(addr);
             }
         }
+        if self.ports.iter().any(|ep| ep.mtu.is_some()) {
+            self.refresh_link_mtus();
+        }
     }
 
     /// Handles the control thread's messages (at a tick, between packets).

@@ -101,6 +101,9 @@ struct EnginePort<P: Port> {
     share: PortShare,
     /// With no TX queue of our own: the engine that sends for us.
     tx_via: Option<(TxVia<P::Buf>, u8)>,
+    /// The link's MTU, where set ([`Engine::set_port_mtu`]); else what
+    /// `TcpConfig::mss` implies.
+    mtu: Option<u16>,
 }
 
 /// A frame waiting for its next hop's MAC.
@@ -451,6 +454,7 @@ impl<P: Port, A: Application> Engine<P, A> {
             tx_captured: 0,
             share: PortShare::OWN,
             tx_via: None,
+            mtu: None,
         });
         // TCP sizes a connection's segments without knowing its port:
         // large ones only when every port cuts them.
@@ -460,6 +464,48 @@ impl<P: Port, A: Application> Engine<P, A> {
             segmentation.min(self.tcp.config().segmentation_max)
         };
         self.tcp.set_segmentation_max(max);
+    }
+
+    /// Sets port `i`'s MTU: connections on its addresses (and on VIP
+    /// addresses it takes later) offer its MSS where that is more than
+    /// `TcpConfig::mss`, the smallest link's (docs/architecture.md,
+    /// "Ports").
+    pub fn set_port_mtu(&mut self, i: usize, mtu: u16) {
+        if let Some(ep) = self.ports.get_mut(i) {
+            ep.mtu = Some(mtu);
+        }
+        self.refresh_link_mtus();
+    }
+
+    /// Tells TCP the local addresses whose links take more than its MSS:
+    /// an address on several ports (a routed VIP) with the smallest of
+    /// their MTUs. At set-up and when addresses are added, never per packet.
+    fn refresh_link_mtus(&mut self) {
+        let base = self.tcp.config().mss.saturating_add(40);
+        let mtu_of = |ep: &EnginePort<P>| ep.mtu.unwrap_or(base);
+        let mut mtus: Vec<(IpAddr, u16)> = Vec::new();
+        for ep in self.ports.iter().filter(|ep| mtu_of(ep) > base) {
+            for iface in ep.ifaces() {
+                let v4 = iface.addresses().map(IpAddr::V4);
+                let v6 = iface
+                    .ipv6()
+                    .into_iter()
+                    .flat_map(|h| h.unicast().map(IpAddr::V6));
+                for addr in v4.chain(v6) {
+                    let mtu = self
+                        .ports
+                        .iter()
+                        .filter(|o| o.owns(addr))
+                        .map(mtu_of)
+                        .min()
+                        .unwrap_or(base);
+                    if mtu > base && !mtus.iter().any(|(a, _)| *a == addr) {
+                        mtus.push((addr, mtu));
+                    }
+                }
+            }
+        }
+        self.tcp.set_link_mtus(mtus);
     }
 
     /// Turns IPv6 on for port `i` (added last by [`Engine::add_port`]

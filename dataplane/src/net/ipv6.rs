@@ -572,7 +572,7 @@ impl Ipv6Host {
     }
 
     /// Our unicast addresses: the link-local one, then the configured.
-    fn unicast(&self) -> impl Iterator<Item = Ipv6Addr> + '_ {
+    pub fn unicast(&self) -> impl Iterator<Item = Ipv6Addr> + '_ {
         std::iter::once(self.link_local)
             .chain(self.cfg.addresses.iter().map(|&(a, _)| a))
             .chain(self.extra.iter().copied())

@@ -56,7 +56,8 @@ impl<A: Default> TcpEngine<A> {
         }
         let iss = self.isn(&key, now);
         let id = self.alloc_slot();
-        let conn = Conn::accept(I::inline_key(key), I::IPV6, repr, iss, now, &self.cfg);
+        let mss = self.our_mss(key.local);
+        let conn = Conn::accept(I::inline_key(key), I::IPV6, repr, iss, now, &self.cfg, mss);
         self.install(id, key, conn);
         self.listener_opened(listener, id);
         I::table_mut(&mut self.flows).insert_conn(key, id);
@@ -212,6 +213,7 @@ impl<A: Default> TcpEngine<A> {
             params.sack,
             now,
             &self.cfg,
+            self.our_mss(key.local),
         );
         let out = conn.input(now, repr, &self.cfg, &mut self.buffers, &mut self.counters);
         let state = conn.state;

@@ -388,6 +388,9 @@ struct CookieSynAck {
 #[derive(Debug)]
 pub struct TcpEngine<A> {
     cfg: TcpConfig,
+    /// Local addresses whose links carry more than `cfg.mss` (with their
+    /// MTU): connections on them offer their link's MSS.
+    link_mtus: Vec<(IpAddr, u16)>,
     listeners: Vec<Listener>,
     /// SYNs refused by listener limits, by listener tag (a VIP's slot).
     refused: Vec<Refusals>,
@@ -442,6 +445,7 @@ impl<A: Default> TcpEngine<A> {
     pub fn new(cfg: TcpConfig, now: Instant, secret: Secret) -> Self {
         Self {
             cfg,
+            link_mtus: Vec::new(),
             listeners: Vec::new(),
             refused: Vec::new(),
             flows: Tables {
@@ -487,6 +491,36 @@ impl<A: Default> TcpEngine<A> {
     /// segmentation offload; 0: none). See [`TcpConfig::segmentation_max`].
     pub fn set_segmentation_max(&mut self, bytes: u32) {
         self.cfg.segmentation_max = bytes;
+    }
+
+    /// The MTUs of local addresses whose link takes more than
+    /// `TcpConfig::mss` (jumbo frames on some ports): connections opened
+    /// to or from them afterwards offer that link's MSS. An address on
+    /// several links (a routed VIP) belongs in the list with the smallest
+    /// of their MTUs, or not at all when one of them is the base's.
+    pub fn set_link_mtus(&mut self, mtus: Vec<(IpAddr, u16)>) {
+        self.link_mtus = mtus;
+    }
+
+    /// The MSS we offer on a connection at local address `local`: its
+    /// link's MTU less the IP and TCP headers, else the configured one.
+    fn our_mss<I: FlowAddr>(&self, local: I) -> u16 {
+        let base = if I::IPV6 {
+            self.cfg.mss6()
+        } else {
+            self.cfg.mss
+        };
+        if self.link_mtus.is_empty() {
+            return base;
+        }
+        let ip = local.ip();
+        match self.link_mtus.iter().find(|(a, _)| *a == ip) {
+            Some(&(_, mtu)) => {
+                let headers = if I::IPV6 { 60 } else { 40 };
+                mtu.saturating_sub(headers).max(base)
+            }
+            None => base,
+        }
     }
 
     /// Keeps the listeners `keep(addr, port)` holds true for; SYNs to the
@@ -751,7 +785,8 @@ impl<A: Default> TcpEngine<A> {
         }
         let iss = self.isn(&key, now);
         let id = self.alloc_slot();
-        let conn = Conn::connect(I::inline_key(key), I::IPV6, iss, now, &self.cfg);
+        let mss = self.our_mss(key.local);
+        let conn = Conn::connect(I::inline_key(key), I::IPV6, iss, now, &self.cfg, mss);
         self.install(id, key, conn);
         I::table_mut(&mut self.flows).insert_conn(key, id);
         self.account(None, Some(State::SynSent));

@@ -92,6 +92,44 @@ mod listen_tests {
     }
 
     #[test]
+    fn each_connection_offers_the_mss_of_its_address_s_link() {
+        let client = Ipv4Addr::new(10, 0, 0, 2);
+        let (plain, jumbo) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 9, 0, 1));
+        let mut tcp: TcpEngine<()> =
+            TcpEngine::new(TcpConfig::default(), Instant::ZERO, Secret::from_seed(5));
+        tcp.listen(Ipv4Addr::UNSPECIFIED, 80);
+        tcp.set_link_mtus(vec![(IpAddr::V4(jumbo), 9000)]);
+        let jumbo_syn = TcpRepr {
+            max_seg_size: Some(8960),
+            ..super::seg(7001, 80, TcpControl::Syn, 1, None)
+        };
+        for (dst, bytes) in [
+            (plain, syn(7000)),
+            (jumbo, super::wire(&jumbo_syn, client, jumbo)),
+        ] {
+            tcp.input(Instant::ZERO, client, dst, &bytes).unwrap();
+        }
+        // And an active open from the jumbo link's address.
+        let key = FlowKey {
+            local: jumbo,
+            local_port: 40000,
+            remote: Ipv4Addr::new(10, 9, 0, 2),
+            remote_port: 8000,
+        };
+        tcp.connect(Instant::ZERO, key).unwrap();
+        let mut offered = Vec::new();
+        tcp.transmit(Instant::ZERO, |o| {
+            offered.push((o.repr.dst_port, o.repr.max_seg_size));
+            true
+        });
+        offered.sort_unstable();
+        assert_eq!(
+            offered,
+            [(7000, Some(1460)), (7001, Some(8960)), (8000, Some(8960))]
+        );
+    }
+
+    #[test]
     fn a_checksum_the_port_judged_is_not_computed_again() {
         let client = Ipv4Addr::new(10, 0, 0, 2);
         let dut = Ipv4Addr::new(10, 0, 0, 1);

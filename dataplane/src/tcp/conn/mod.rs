@@ -121,6 +121,8 @@ pub(super) struct Conn<A> {
     snd_shift: u8,
     /// Payload bytes per segment (MSS less option overhead).
     seg_size: u32,
+    /// The MSS we offer (our link's, for this connection's family).
+    our_mss: u16,
     send: Option<RingBuf>,
     /// Sequence number of the send buffer's first byte.
     buf_seq: Seq,
@@ -231,8 +233,7 @@ struct TlpEpisode {
 impl<A: Default> Conn<A> {
     /// A control block before any segment: SYN-SENT with our ISS, nothing
     /// known of the peer. `accept` and `connect` start from it.
-    fn new(key: FlowKey, ipv6: bool, iss: Seq, now: Instant, cfg: &TcpConfig) -> Self {
-        let mss = if ipv6 { cfg.mss6() } else { cfg.mss };
+    fn new(key: FlowKey, ipv6: bool, iss: Seq, now: Instant, cfg: &TcpConfig, mss: u16) -> Self {
         let seg_size = u32::from(mss) - 12;
         Self {
             key,
@@ -254,6 +255,7 @@ impl<A: Default> Conn<A> {
             snd_wl2: iss,
             snd_shift: 0,
             seg_size,
+            our_mss: mss,
             send: None,
             buf_seq: iss + 1,
             fin_seq: None,
@@ -309,7 +311,7 @@ impl<A: Default> Conn<A> {
     }
 
     /// Takes the peer's SYN options (MSS, window scale, timestamps, SACK).
-    fn take_syn_options(&mut self, syn: &TcpRepr<'_>, cfg: &TcpConfig) {
+    fn take_syn_options(&mut self, syn: &TcpRepr<'_>) {
         match syn.window_scale {
             Some(s) => self.snd_shift = s.min(14),
             None => {
@@ -321,7 +323,7 @@ impl<A: Default> Conn<A> {
         self.ts_recent = syn.timestamp.map(|t| t.tsval);
         self.sack_ok = syn.sack_permitted;
         let ts_overhead = if self.ts_recent.is_some() { 12 } else { 0 };
-        self.seg_size = peer_mss(syn.max_seg_size).min(u32::from(self.our_mss(cfg))) - ts_overhead;
+        self.seg_size = peer_mss(syn.max_seg_size).min(u32::from(self.our_mss)) - ts_overhead;
         self.cwnd = 10 * self.seg_size;
         let irs = Seq(syn.seq_number.0 as u32);
         self.rcv_nxt = irs + 1;
@@ -329,16 +331,8 @@ impl<A: Default> Conn<A> {
         self.snd_wl1 = irs;
     }
 
-    /// The MSS we offer: the link's less the IP and TCP headers.
-    pub fn our_mss(&self, cfg: &TcpConfig) -> u16 {
-        if self.ipv6 {
-            cfg.mss6()
-        } else {
-            cfg.mss
-        }
-    }
-
-    /// A connection for a SYN that reached a listener (RFC 9293 §3.10.7.2).
+    /// A connection for a SYN that reached a listener (RFC 9293 §3.10.7.2),
+    /// offering `mss` (its link's).
     pub fn accept(
         key: FlowKey,
         ipv6: bool,
@@ -346,10 +340,11 @@ impl<A: Default> Conn<A> {
         iss: Seq,
         now: Instant,
         cfg: &TcpConfig,
+        mss: u16,
     ) -> Self {
-        let mut c = Self::new(key, ipv6, iss, now, cfg);
+        let mut c = Self::new(key, ipv6, iss, now, cfg, mss);
         c.state = State::SynReceived;
-        c.take_syn_options(syn, cfg);
+        c.take_syn_options(syn);
         // The SYN's window is never scaled (RFC 7323 §2.2).
         c.set_snd_wnd(u32::from(syn.window_len));
         c
@@ -358,8 +353,15 @@ impl<A: Default> Conn<A> {
     /// An active open (RFC 9293 §3.10.1): a connection in SYN-SENT whose SYN
     /// goes out with the next transmit. The application knows it from the
     /// start (failures end in `Event::Closed`).
-    pub fn connect(key: FlowKey, ipv6: bool, iss: Seq, now: Instant, cfg: &TcpConfig) -> Self {
-        let mut c = Self::new(key, ipv6, iss, now, cfg);
+    pub fn connect(
+        key: FlowKey,
+        ipv6: bool,
+        iss: Seq,
+        now: Instant,
+        cfg: &TcpConfig,
+        mss: u16,
+    ) -> Self {
+        let mut c = Self::new(key, ipv6, iss, now, cfg, mss);
         c.accepted = true;
         c
     }
@@ -383,7 +385,7 @@ impl<A: Default> Conn<A> {
         if seg.control != TcpControl::Syn {
             return out;
         }
-        self.take_syn_options(seg, cfg);
+        self.take_syn_options(seg);
         if let Some(a) = ack.filter(|_| ack_ok) {
             // The SYN-ACK: established (the SYN-ACK's window is unscaled).
             self.snd_una = a;
@@ -423,6 +425,7 @@ impl<A: Default> Conn<A> {
         sack: bool,
         now: Instant,
         cfg: &TcpConfig,
+        our_mss: u16,
     ) -> Self {
         let syn = TcpRepr {
             src_port: key.remote_port,
@@ -438,7 +441,7 @@ impl<A: Default> Conn<A> {
             timestamp: ack_seg.timestamp,
             payload: &[],
         };
-        let mut c = Self::accept(key, ipv6, &syn, iss, now, cfg);
+        let mut c = Self::accept(key, ipv6, &syn, iss, now, cfg, our_mss);
         c.sack_ok = sack;
         c.state = State::Established;
         c.accepted = true;

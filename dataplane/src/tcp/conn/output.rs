@@ -650,7 +650,7 @@ impl<A: Default> Conn<A> {
     ) -> bool {
         let active = self.state == State::SynSent;
         let mut repr = self.repr(cfg, now, TcpControl::Syn, self.iss, &[]);
-        repr.max_seg_size = Some(self.our_mss(cfg));
+        repr.max_seg_size = Some(self.our_mss);
         // The window of a SYN or SYN-ACK is never scaled (RFC 7323 §2.2).
         let unscaled = cfg.buffer_size.min(65535) as u16;
         if active {
