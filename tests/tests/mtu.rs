@@ -192,6 +192,48 @@ fn syn_mss(segs: &[Segment], from: Ipv4Addr) -> Vec<Option<u16>> {
         .collect()
 }
 
+/// A 3 MB page for a backend to serve: letters, not a repeating pattern.
+fn page() -> String {
+    (0..3_000_000u32)
+        .map(|i| char::from(b'a' + (i.wrapping_mul(2_654_435_761) >> 27) as u8 % 26))
+        .collect()
+}
+
+/// curl `url` from the client namespace; panics unless it answers `page`.
+fn fetch_page(lab: &Lab, url: &str, page: &str) {
+    let got = lab.client(&["curl", "-sS", "--max-time", "60", url]);
+    assert!(
+        got.status.success(),
+        "{url}: {}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    assert!(
+        got.stdout == page.as_bytes(),
+        "{url}: the page came back altered"
+    );
+}
+
+/// `bytes` from dpd's responder at `ip`, checked byte for byte.
+fn responder_download(lab: &Lab, ip: &str, bytes: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("body");
+    let out = lab.client(&[
+        "curl",
+        "-sS",
+        "--max-time",
+        "60",
+        "-o",
+        body.to_str().unwrap(),
+        &format!("http://{ip}/bytes/{bytes}"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    verify_pattern_file(&body, bytes);
+}
+
 /// dpd dropped no frame as too large, unreadable or unbufferable (frames
 /// not for it, such as the kernel's IPv6 router solicitations, may be).
 fn no_frame_dropped_for_its_size(dpd: &Dpd) {
@@ -227,10 +269,7 @@ fn jumbo_frames_carry_full_size_segments_both_ways() {
     let sink_ip = lab.add_client_address(11);
     let web_ip = lab.add_client_address(12);
     let _sink = UploadSink::start(&lab, &sink_ip, 8000);
-    // A 3 MB page behind the proxy, not a repeating pattern.
-    let page: String = (0..3_000_000u32)
-        .map(|i| char::from(b'a' + (i.wrapping_mul(2_654_435_761) >> 27) as u8 % 26))
-        .collect();
+    let page = page();
     let _web = HttpBackend::start(&lab, &web_ip, 8001, &page);
     let ip = lab.dut_ip();
     let dpd = Dpd::start(&lab, |s| {
@@ -266,36 +305,9 @@ fn jumbo_frames_carry_full_size_segments_both_ways() {
     );
     assert_eq!(answer, UploadSink::expected(&file));
     // Backend to dpd to client: a download through the proxy.
-    let got = lab.client(&[
-        "curl",
-        "-sS",
-        "--max-time",
-        "60",
-        &format!("http://{ip}:8001/"),
-    ]);
-    assert!(
-        got.status.success(),
-        "{}",
-        String::from_utf8_lossy(&got.stderr)
-    );
-    assert!(got.stdout == page.as_bytes(), "the page came back altered");
+    fetch_page(&lab, &format!("http://{ip}:8001/"), &page);
     // dpd's own responder.
-    let body = dir.path().join("body");
-    let out = lab.client(&[
-        "curl",
-        "-sS",
-        "--max-time",
-        "60",
-        "-o",
-        body.to_str().unwrap(),
-        &format!("http://{ip}/bytes/6000000"),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    verify_pattern_file(&body, 6_000_000);
+    responder_download(&lab, &ip, 6_000_000);
 
     let segs = capture.stop();
     let (dut, sink, web): (Ipv4Addr, Ipv4Addr, Ipv4Addr) = (
@@ -335,23 +347,7 @@ fn an_mtu_below_ethernet_s_lowers_the_mss_and_every_packet() {
     });
     assert_eq!(status_mtu(&dpd), 1400);
     let capture = Capture::start(&lab, "veth-cli");
-    let dir = tempfile::tempdir().unwrap();
-    let body = dir.path().join("body");
-    let out = lab.client(&[
-        "curl",
-        "-sS",
-        "--max-time",
-        "60",
-        "-o",
-        body.to_str().unwrap(),
-        &format!("http://{ip}/bytes/2000000"),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    verify_pattern_file(&body, 2_000_000);
+    responder_download(&lab, &ip, 2_000_000);
     let segs = capture.stop();
     let dut: Ipv4Addr = ip.parse().unwrap();
     assert_eq!(syn_mss(&segs, dut), vec![Some(1360)]);
@@ -399,9 +395,7 @@ fn a_jumbo_backend_network_and_a_1500_client_network_each_get_their_mss() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let page: String = (0..3_000_000u32)
-        .map(|i| char::from(b'a' + (i.wrapping_mul(2_654_435_761) >> 27) as u8 % 26))
-        .collect();
+    let page = page();
     let _web = HttpBackend::start(&lab, "172.31.0.2", 8001, &page);
     let ip = lab.dut_ip();
     let dpd = Dpd::start(&lab, |s| {
@@ -420,19 +414,7 @@ fn a_jumbo_backend_network_and_a_1500_client_network_each_get_their_mss() {
     let front = Capture::start(&lab, "veth-cli");
     let back = Capture::start(&lab, "veth-jc");
     for _ in 0..2 {
-        let got = lab.client(&[
-            "curl",
-            "-sS",
-            "--max-time",
-            "60",
-            &format!("http://{ip}:8001/"),
-        ]);
-        assert!(
-            got.status.success(),
-            "{}",
-            String::from_utf8_lossy(&got.stderr)
-        );
-        assert!(got.stdout == page.as_bytes(), "the page came back altered");
+        fetch_page(&lab, &format!("http://{ip}:8001/"), &page);
     }
     let (front, back) = (front.stop(), back.stop());
     let (dut, dut_back): (Ipv4Addr, Ipv4Addr) =
