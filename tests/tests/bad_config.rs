@@ -131,3 +131,14 @@ fn check_mode_validates_without_starting() {
         );
     }
 }
+
+#[test]
+fn mtu_out_of_range() {
+    for mtu in ["9199", "576"] {
+        refused(
+            &GOOD.replace("address = ", &format!("mtu = {mtu}\naddress = ")),
+            2,
+            &["port[0].mtu", mtu, "1280", "9198"],
+        );
+    }
+}
