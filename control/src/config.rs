@@ -639,6 +639,40 @@ fn default_desc() -> u16 {
     1024
 }
 
+/// An af_packet device's ring frames against the port's MTU: DPDK's
+/// af_packet hands the kernel `framesz` and `blocksz` as given and reads
+/// frames at `framesz` strides, so a block must hold whole frames; above
+/// 1500 a frame must hold the largest one after the kernel's ring header
+/// (DPDK's 2048 default does not).
+fn check_af_packet_frames(spec: &str, mtu: u16) -> Result<(), String> {
+    let arg = |key: &str| {
+        spec.split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| k.trim() == key)
+            .map(|(_, v)| {
+                v.trim()
+                    .parse::<u32>()
+                    .map_err(|_| format!("{key}={v} is not a number"))
+            })
+            .transpose()
+    };
+    let (framesz, blocksz) = (arg("framesz")?, arg("blocksz")?);
+    let need = u32::from(mtu) + 128;
+    if mtu > DEFAULT_MTU && framesz.unwrap_or(2048) < need {
+        return Err(format!(
+            "af_packet carries frames up to its framesz: MTU {mtu} needs framesz={need} or more, with blocksz a multiple of it (e.g. framesz=9216,blocksz=36864 for 9000)"
+        ));
+    }
+    if let (Some(f), Some(b)) = (framesz, blocksz) {
+        if f == 0 || b % f != 0 {
+            return Err(format!(
+                "blocksz={b} must be a multiple of framesz={f} (af_packet reads the ring at framesz strides)"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Ethernet's MTU, the default.
 pub const DEFAULT_MTU: u16 = 1500;
 /// The smallest MTU a port may have: IPv6's minimum link MTU (RFC 8200 §5).
@@ -1139,6 +1173,12 @@ impl Config {
                     port.mtu,
                     "a vnet_tap port carries frames of 1500 at most (its large segments come by TSO)",
                 ));
+            }
+            if let DeviceKind::Virtual { name, spec } = &kind {
+                if name.starts_with("net_af_packet") {
+                    check_af_packet_frames(spec, port.mtu)
+                        .map_err(|r| ConfigError::new(at("device"), &port.device, r))?;
+                }
             }
             for (field, n) in [("rx_desc", port.rx_desc), ("tx_desc", port.tx_desc)] {
                 if !(64..=16384).contains(&n) || !n.is_power_of_two() {
@@ -2391,6 +2431,31 @@ mod tests {
             Config::parse(&tap.replace("9000", "1400")).unwrap().ports[0].mtu,
             1400
         );
+    }
+
+    #[test]
+    fn af_packet_ring_frames_must_hold_the_mtu_and_fill_their_blocks() {
+        let port = |args: &str, mtu: u16| {
+            GOOD.replace("iface=veth-dut", &format!("iface=veth-dut{args}"))
+                .replace("gateway = \"10.77.0.254\"", &format!("mtu = {mtu}"))
+        };
+        assert!(Config::parse(&port(",framesz=9216,blocksz=36864", 9000)).is_ok());
+        assert!(Config::parse(&port("", 1500)).is_ok());
+        for (args, mtu, says) in [
+            ("", 9000, "framesz=9128 or more"),
+            (",framesz=4096", 4000, "framesz=4128 or more"),
+            (
+                ",framesz=9216,blocksz=12288",
+                9000,
+                "multiple of framesz=9216",
+            ),
+            (",framesz=2048,blocksz=3000", 1500, "multiple"),
+            (",framesz=big", 9000, "not a number"),
+        ] {
+            let e = err_of(&port(args, mtu));
+            assert_eq!(e.field, "port[0].device", "{args}");
+            assert!(e.to_string().contains(says), "{args}: {e}");
+        }
     }
 
     #[test]

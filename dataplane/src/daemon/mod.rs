@@ -474,9 +474,9 @@ impl Pools {
     /// ones where it fits them, else `eal.mbufs` of a data room to fit.
     fn for_mtu(&mut self, cfg: &Config, socket: i32, mtu: u16) -> Result<Mempool, StartError> {
         let frame = usize::from(mtu) + dpdk::FRAME_OVERHEAD;
-        let ordinary = self.ordinary(cfg, socket)?;
-        if frame <= ordinary.frame_room() {
-            return Ok(ordinary);
+        let headroom = dpdk_sys::consts::RTE_PKTMBUF_HEADROOM as usize;
+        if frame + headroom <= dpdk_sys::consts::RTE_MBUF_DEFAULT_BUF_SIZE as usize {
+            return self.ordinary(cfg, socket);
         }
         if let Some((_, p)) = self.jumbo.iter().find(|(k, _)| *k == (socket, mtu)) {
             return Ok(*p);
@@ -484,8 +484,7 @@ impl Pools {
         // With 256 bytes to spare, rounded up to a KiB: room for what a
         // driver adds before the frame in its own buffers (af_packet's
         // ring frame header: `framesz` up to the room less 32).
-        let room =
-            (frame + dpdk_sys::consts::RTE_PKTMBUF_HEADROOM as usize + 256).next_multiple_of(1024);
+        let room = (frame + headroom + 256).next_multiple_of(1024);
         let p = Mempool::create(
             &format!("mbufs-s{socket}-mtu{mtu}"),
             cfg.eal.mbufs,
