@@ -2412,7 +2412,14 @@ mod tests {
     fn port_mtu_defaults_to_ethernet_and_is_bounded() {
         let cfg = Config::parse(GOOD).unwrap();
         assert_eq!(cfg.ports[0].mtu, DEFAULT_MTU);
-        let with = |mtu: &str| GOOD.replace("gateway = \"10.77.0.254\"", &format!("mtu = {mtu}"));
+        // af_packet's ring frames sized for the largest MTU asked here.
+        let with = |mtu: &str| {
+            GOOD.replace("gateway = \"10.77.0.254\"", &format!("mtu = {mtu}"))
+                .replace(
+                    "iface=veth-dut",
+                    "iface=veth-dut,framesz=9344,blocksz=37376",
+                )
+        };
         let jumbo = Config::parse(&with("9000")).unwrap();
         assert_eq!(jumbo.ports[0].mtu, 9000);
         // What a port shows is what it parses back to.
@@ -2423,7 +2430,10 @@ mod tests {
             assert_eq!((e.field.as_str(), e.value.as_str()), ("port[0].mtu", bad));
             assert!(e.to_string().contains("1280"), "{e}");
         }
-        let tap = with("9000").replace("net_af_packet0,iface=veth-dut", "vnet_tap,iface=tap-cli");
+        let tap = with("9000").replace(
+            "net_af_packet0,iface=veth-dut,framesz=9344,blocksz=37376",
+            "vnet_tap,iface=tap-cli",
+        );
         let e = err_of(&tap);
         assert_eq!(e.field, "port[0].mtu");
         assert!(e.to_string().contains("vnet_tap"), "{e}");
