@@ -1,10 +1,10 @@
 //! A port's MTU (`mtu` in `[[port]]`) against Linux over veth: jumbo
 //! frames both ways (a kernel client uploading and downloading, a kernel
 //! backend behind the proxy), a jumbo backend network beside a 1500-byte
-//! client one, and an MTU below Ethernet's. What went over
-//! the link is read from a capture in the client namespace, so the kernel's
-//! own view decides: the MSS each SYN offered and the largest IP packet
-//! each way.
+//! client one, connections made from SYN cookies, and an MTU below
+//! Ethernet's. What went over the link is read from a capture in the
+//! client namespace, so the kernel's own view decides: the MSS each SYN
+//! offered and the largest IP packet each way.
 
 use std::io::{BufRead, BufReader};
 use std::net::Ipv4Addr;
@@ -426,5 +426,38 @@ fn a_jumbo_backend_network_and_a_1500_client_network_each_get_their_mss() {
     // packets go on to the client cut to 1,500.
     assert_eq!(largest(&back, None, Some(dut_back)), 9000);
     assert_eq!(largest(&front, Some(dut), None), 1500);
+    no_frame_dropped_for_its_size(&dpd);
+}
+
+#[test]
+fn connections_made_from_syn_cookies_keep_the_jumbo_mss() {
+    let lab = Lab::up("mc");
+    set_link_mtu(&lab, 9000);
+    let ip = lab.dut_ip();
+    let dpd = Dpd::start(&lab, |s| {
+        config(
+            &lab,
+            s,
+            9000,
+            &format!(
+                "\n[[vip]]\nname = \"plain\"\nlisten = \"{ip}:80\"\nrespond = \"builtin\"\n\
+                 [tcp]\nsyn_cookies = \"always\"\n"
+            ),
+        )
+    });
+    let capture = Capture::start(&lab, "veth-cli");
+    responder_download(&lab, &ip, 3_000_000);
+    let segs = capture.stop();
+    let stats = dpd.stats();
+    assert_eq!(
+        (stats.tcp_syn_cookies_sent, stats.tcp_syn_cookies_accepted),
+        (1, 1),
+        "the connection was made from a cookie"
+    );
+    let dut: Ipv4Addr = ip.parse().unwrap();
+    // The cookie SYN-ACK offers the jumbo link's MSS, and the cookie
+    // carries the client's 8960 back, so dpd's segments fill the MTU.
+    assert_eq!(syn_mss(&segs, dut), vec![Some(8960)]);
+    assert_eq!(largest(&segs, Some(dut), None), 9000);
     no_frame_dropped_for_its_size(&dpd);
 }

@@ -136,12 +136,11 @@ impl<A: Default> TcpEngine<A> {
             return Err(SegmentDrop::ListenOverflow);
         }
         let client_isn = Seq(syn.seq_number.0 as u32);
+        // The MSS this link takes (a jumbo port's, where the VIP is on
+        // one): offered in the SYN-ACK, and the cap on the SYN's.
+        let our_mss = self.our_mss(key.local);
         let params = cookie::SynParams {
-            mss: syn.max_seg_size.unwrap_or(536).min(if I::IPV6 {
-                self.cfg.mss6()
-            } else {
-                self.cfg.mss
-            }),
+            mss: syn.max_seg_size.unwrap_or(536).min(our_mss),
             wscale: syn.window_scale,
             sack: syn.sack_permitted,
         };
@@ -151,6 +150,7 @@ impl<A: Default> TcpEngine<A> {
             key: I::any(key),
             iss,
             ack: client_isn + 1,
+            mss: our_mss,
             wscale: syn.window_scale.is_some(),
             sack: syn.sack_permitted,
             ts_echo: syn.timestamp.map(|t| t.tsval),

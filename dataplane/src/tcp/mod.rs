@@ -378,6 +378,8 @@ struct CookieSynAck {
     key: AnyFlowKey,
     iss: Seq,
     ack: Seq,
+    /// The MSS the SYN-ACK offers: the local address's link's.
+    mss: u16,
     wscale: bool,
     sack: bool,
     /// The SYN's TSval to echo, when it carried timestamps.

@@ -134,10 +134,6 @@ impl<A: Default> TcpEngine<A> {
         }
         while let Some(c) = self.cookie_synacks.pop() {
             let (local, remote) = (c.key.local_addr(), c.key.remote_addr());
-            let mss = match c.key {
-                AnyFlowKey::V4(_) => self.cfg.mss,
-                AnyFlowKey::V6(_) => self.cfg.mss6(),
-            };
             let repr = TcpRepr {
                 src_port: local.port(),
                 dst_port: remote.port(),
@@ -146,7 +142,7 @@ impl<A: Default> TcpEngine<A> {
                 ack_number: Some(TcpSeqNumber(c.ack.0 as i32)),
                 window_len: self.cfg.buffer_size.min(65535) as u16,
                 window_scale: c.wscale.then_some(self.cfg.window_scale),
-                max_seg_size: Some(mss),
+                max_seg_size: Some(c.mss),
                 sack_permitted: c.sack,
                 sack_ranges: [None; 3],
                 timestamp: c

@@ -130,6 +130,71 @@ mod listen_tests {
     }
 
     #[test]
+    fn cookie_connections_on_a_jumbo_link_send_full_size_segments() {
+        let client = Ipv4Addr::new(10, 9, 0, 2);
+        let (plain, jumbo) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 9, 0, 1));
+        let always = TcpConfig {
+            syn_cookies: SynCookies::Always,
+            ..TcpConfig::default()
+        };
+        let mut tcp: TcpEngine<()> = TcpEngine::new(always, Instant::ZERO, Secret::from_seed(6));
+        tcp.listen(Ipv4Addr::UNSPECIFIED, 80);
+        tcp.set_link_mtus(vec![(IpAddr::V4(jumbo), 9000)]);
+        let t = Instant::from_millis(5);
+        // Both SYNs offer 8960: the plain link's answer keeps to 1460.
+        for (port, dst) in [(7000, plain), (7001, jumbo)] {
+            let syn = TcpRepr {
+                max_seg_size: Some(8960),
+                ..super::seg(port, 80, TcpControl::Syn, 1000, None)
+            };
+            tcp.input(t, client, dst, &super::wire(&syn, client, dst))
+                .unwrap();
+        }
+        let mut offered = Vec::new();
+        tcp.transmit(t, |o| {
+            let isn = o.repr.seq_number.0 as u32;
+            offered.push((o.repr.dst_port, o.repr.max_seg_size, isn, o.src));
+            true
+        });
+        offered.sort_unstable_by_key(|o| o.0);
+        assert_eq!(
+            offered.iter().map(|o| (o.0, o.1)).collect::<Vec<_>>(),
+            [(7000, Some(1460)), (7001, Some(8960))]
+        );
+        assert_eq!(tcp.counters().syn_cookies_sent, 2);
+        // The final ACKs open both from their cookies; 40 kB each goes
+        // out in segments of the MSS the cookie carried.
+        let mut ev = Vec::new();
+        for &(port, _, cookie, src) in &offered {
+            let IpAddr::V4(dst) = src else { unreachable!() };
+            let ack = super::seg(
+                port,
+                80,
+                TcpControl::None,
+                1001,
+                Some(cookie.wrapping_add(1)),
+            );
+            tcp.input(t, client, dst, &super::wire(&ack, client, dst))
+                .unwrap();
+        }
+        assert_eq!(tcp.counters().syn_cookies_accepted, 2);
+        tcp.drain_events(&mut ev);
+        for e in &ev {
+            if let Event::Accepted(id) = *e {
+                assert_eq!(tcp.send(id, &[7; 40_000]), 40_000);
+            }
+        }
+        tcp.events_handled();
+        let mut largest = [0usize; 2];
+        tcp.transmit(t, |o| {
+            let i = usize::from(o.repr.src_port == 80 && o.repr.dst_port == 7001);
+            largest[i] = largest[i].max(o.repr.payload.len());
+            true
+        });
+        assert_eq!(largest, [1460, 8960]);
+    }
+
+    #[test]
     fn a_checksum_the_port_judged_is_not_computed_again() {
         let client = Ipv4Addr::new(10, 0, 0, 2);
         let dut = Ipv4Addr::new(10, 0, 0, 1);
