@@ -64,7 +64,7 @@ impl<P: Port, A: Application> Engine<P, A> {
             }
         }
         if self.ports.iter().any(|ep| ep.mtu.is_some()) {
-            self.refresh_link_mtus();
+            self.refresh_links();
         }
     }
 

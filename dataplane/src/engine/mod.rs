@@ -28,7 +28,7 @@ use crate::port::{PacketBuf, Port};
 use crate::snapshot::{Capture, ControlLink, HealthShare, PoolView};
 use crate::stats::{Counters, DropReason, SharedCounters, VipCounters};
 use crate::steer::{PortShare, SteerLink, Steered};
-use crate::tcp::{Event, ListenLimits, Secret, TcpConfig, TcpEngine};
+use crate::tcp::{Event, LinkLimits, ListenLimits, Secret, TcpConfig, TcpEngine};
 use crate::time::Instant;
 use io::{flush, queue, receive, release_resolved, steer};
 
@@ -456,14 +456,15 @@ impl<P: Port, A: Application> Engine<P, A> {
             tx_via: None,
             mtu: None,
         });
-        // TCP sizes a connection's segments without knowing its port:
-        // large ones only when every port cuts them.
+        // Large segments on an address no port claims only when every
+        // port cuts them; each port's own addresses get its own limit.
         let max = if self.ports.len() == 1 {
             segmentation
         } else {
             segmentation.min(self.tcp.config().segmentation_max)
         };
         self.tcp.set_segmentation_max(max);
+        self.refresh_links();
     }
 
     /// Sets port `i`'s MTU: connections on its addresses (and on VIP
@@ -474,17 +475,24 @@ impl<P: Port, A: Application> Engine<P, A> {
         if let Some(ep) = self.ports.get_mut(i) {
             ep.mtu = Some(mtu);
         }
-        self.refresh_link_mtus();
+        self.refresh_links();
     }
 
-    /// Tells TCP the local addresses whose links take more than its MSS:
-    /// an address on several ports (a routed VIP) with the smallest of
-    /// their MTUs. At set-up and when addresses are added, never per packet.
-    fn refresh_link_mtus(&mut self) {
-        let base = self.tcp.config().mss.saturating_add(40);
-        let mtu_of = |ep: &EnginePort<P>| ep.mtu.unwrap_or(base);
-        let mut mtus: Vec<(IpAddr, u16)> = Vec::new();
-        for ep in self.ports.iter().filter(|ep| mtu_of(ep) > base) {
+    /// Tells TCP the local addresses whose links take more than its
+    /// defaults (a larger MTU; TSO where another port has none), each with
+    /// the least of its ports' limits when several own it (a routed VIP).
+    /// At set-up and when addresses are added, never per packet.
+    fn refresh_links(&mut self) {
+        let base_mtu = self.tcp.config().mss.saturating_add(40);
+        let base_segmentation = self.tcp.config().segmentation_max;
+        let limits_of = |ep: &EnginePort<P>| LinkLimits {
+            mtu: ep.mtu.unwrap_or(base_mtu),
+            segmentation_max: io::segmentation_max(&ep.port),
+        };
+        let above_base =
+            |l: &LinkLimits| l.mtu > base_mtu || l.segmentation_max > base_segmentation;
+        let mut links: Vec<(IpAddr, LinkLimits)> = Vec::new();
+        for ep in self.ports.iter().filter(|ep| above_base(&limits_of(ep))) {
             for iface in ep.ifaces() {
                 let v4 = iface.addresses().map(IpAddr::V4);
                 let v6 = iface
@@ -492,20 +500,24 @@ impl<P: Port, A: Application> Engine<P, A> {
                     .into_iter()
                     .flat_map(|h| h.unicast().map(IpAddr::V6));
                 for addr in v4.chain(v6) {
-                    let mtu = self
+                    let least = self
                         .ports
                         .iter()
                         .filter(|o| o.owns(addr))
-                        .map(mtu_of)
-                        .min()
-                        .unwrap_or(base);
-                    if mtu > base && !mtus.iter().any(|(a, _)| *a == addr) {
-                        mtus.push((addr, mtu));
+                        .map(limits_of)
+                        .reduce(|a, b| LinkLimits {
+                            mtu: a.mtu.min(b.mtu),
+                            segmentation_max: a.segmentation_max.min(b.segmentation_max),
+                        });
+                    if let Some(l) = least.filter(above_base) {
+                        if !links.iter().any(|(a, _)| *a == addr) {
+                            links.push((addr, l));
+                        }
                     }
                 }
             }
         }
-        self.tcp.set_link_mtus(mtus);
+        self.tcp.set_links(links);
     }
 
     /// Turns IPv6 on for port `i` (added last by [`Engine::add_port`]
@@ -521,6 +533,7 @@ impl<P: Port, A: Application> Engine<P, A> {
         if let Some(ep) = self.ports.get_mut(i) {
             ep.iface.enable_ipv6(cfg);
         }
+        self.refresh_links();
     }
 
     /// Adds 802.1Q VLAN `vid` to port `i` with its own addresses (`iface`;
@@ -556,6 +569,7 @@ impl<P: Port, A: Application> Engine<P, A> {
             port: i,
             steering,
         });
+        self.refresh_links();
     }
 
     /// Makes port `i` report its IPv6 multicast groups at the next

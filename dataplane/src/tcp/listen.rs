@@ -56,8 +56,8 @@ impl<A: Default> TcpEngine<A> {
         }
         let iss = self.isn(&key, now);
         let id = self.alloc_slot();
-        let mss = self.our_mss(key.local);
-        let conn = Conn::accept(I::inline_key(key), I::IPV6, repr, iss, now, &self.cfg, mss);
+        let link = self.link_for(key.local);
+        let conn = Conn::accept(I::inline_key(key), I::IPV6, repr, iss, now, &self.cfg, link);
         self.install(id, key, conn);
         self.listener_opened(listener, id);
         I::table_mut(&mut self.flows).insert_conn(key, id);
@@ -138,7 +138,7 @@ impl<A: Default> TcpEngine<A> {
         let client_isn = Seq(syn.seq_number.0 as u32);
         // The MSS this link takes (a jumbo port's, where the VIP is on
         // one): offered in the SYN-ACK, and the cap on the SYN's.
-        let our_mss = self.our_mss(key.local);
+        let our_mss = self.link_for(key.local).mss;
         let params = cookie::SynParams {
             mss: syn.max_seg_size.unwrap_or(536).min(our_mss),
             wscale: syn.window_scale,
@@ -213,7 +213,7 @@ impl<A: Default> TcpEngine<A> {
             params.sack,
             now,
             &self.cfg,
-            self.our_mss(key.local),
+            self.link_for(key.local),
         );
         let out = conn.input(now, repr, &self.cfg, &mut self.buffers, &mut self.counters);
         let state = conn.state;

@@ -386,13 +386,36 @@ struct CookieSynAck {
     ts_echo: Option<u32>,
 }
 
+/// What one local address's link takes, where it is more than the
+/// engine's defaults (`TcpConfig::mss`, `TcpConfig::segmentation_max`):
+/// a larger MTU, or a port that cuts large segments (TSO) where another
+/// port does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkLimits {
+    /// The link's MTU: connections on the address offer it less the IP and
+    /// TCP headers.
+    pub mtu: u16,
+    /// Payload bytes a segment may carry for the port to cut (0: none).
+    pub segmentation_max: u32,
+}
+
+/// The limits one connection keeps from its local address's link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnLink {
+    /// The MSS we offer.
+    pub mss: u16,
+    /// Payload bytes a segment may carry for the port to cut (0: none).
+    pub segmentation_max: u32,
+}
+
 /// The TCP engine of one core, with per-connection application state `A`.
 #[derive(Debug)]
 pub struct TcpEngine<A> {
     cfg: TcpConfig,
-    /// Local addresses whose links carry more than `cfg.mss` (with their
-    /// MTU): connections on them offer their link's MSS.
-    link_mtus: Vec<(IpAddr, u16)>,
+    /// Local addresses whose links take more than `cfg`'s defaults:
+    /// connections on them offer their link's MSS and send segments as
+    /// large as its port cuts.
+    links: Vec<(IpAddr, LinkLimits)>,
     listeners: Vec<Listener>,
     /// SYNs refused by listener limits, by listener tag (a VIP's slot).
     refused: Vec<Refusals>,
@@ -447,7 +470,7 @@ impl<A: Default> TcpEngine<A> {
     pub fn new(cfg: TcpConfig, now: Instant, secret: Secret) -> Self {
         Self {
             cfg,
-            link_mtus: Vec::new(),
+            links: Vec::new(),
             listeners: Vec::new(),
             refused: Vec::new(),
             flows: Tables {
@@ -490,36 +513,44 @@ impl<A: Default> TcpEngine<A> {
     }
 
     /// Payload bytes a segment may carry for the port to cut (TCP
-    /// segmentation offload; 0: none). See [`TcpConfig::segmentation_max`].
+    /// segmentation offload; 0: none), on addresses [`Self::set_links`]
+    /// does not list. See [`TcpConfig::segmentation_max`].
     pub fn set_segmentation_max(&mut self, bytes: u32) {
         self.cfg.segmentation_max = bytes;
     }
 
-    /// The MTUs of local addresses whose link takes more than
-    /// `TcpConfig::mss` (jumbo frames on some ports): connections opened
-    /// to or from them afterwards offer that link's MSS. An address on
-    /// several links (a routed VIP) belongs in the list with the smallest
-    /// of their MTUs, or not at all when one of them is the base's.
-    pub fn set_link_mtus(&mut self, mtus: Vec<(IpAddr, u16)>) {
-        self.link_mtus = mtus;
+    /// The local addresses whose link takes more than the defaults (jumbo
+    /// frames, or TSO where another port has none): connections opened to
+    /// or from them afterwards offer that link's MSS and hand its port
+    /// segments as large as it cuts. An address on several links (a
+    /// routed VIP) belongs in the list with the least of their limits.
+    pub fn set_links(&mut self, links: Vec<(IpAddr, LinkLimits)>) {
+        self.links = links;
     }
 
-    /// The MSS we offer on a connection at local address `local`: its
-    /// link's MTU less the IP and TCP headers, else the configured one.
-    fn our_mss<I: FlowAddr>(&self, local: I) -> u16 {
-        let base = if I::IPV6 {
-            self.cfg.mss6()
-        } else {
-            self.cfg.mss
+    /// What a connection at local address `local` keeps of its link: the
+    /// MSS it offers (the link's MTU less the IP and TCP headers, at
+    /// least the configured one) and the largest segment its port cuts.
+    fn link_for<I: FlowAddr>(&self, local: I) -> ConnLink {
+        let base = ConnLink {
+            mss: if I::IPV6 {
+                self.cfg.mss6()
+            } else {
+                self.cfg.mss
+            },
+            segmentation_max: self.cfg.segmentation_max,
         };
-        if self.link_mtus.is_empty() {
+        if self.links.is_empty() {
             return base;
         }
         let ip = local.ip();
-        match self.link_mtus.iter().find(|(a, _)| *a == ip) {
-            Some(&(_, mtu)) => {
+        match self.links.iter().find(|(a, _)| *a == ip) {
+            Some(&(_, link)) => {
                 let headers = if I::IPV6 { 60 } else { 40 };
-                mtu.saturating_sub(headers).max(base)
+                ConnLink {
+                    mss: link.mtu.saturating_sub(headers).max(base.mss),
+                    segmentation_max: link.segmentation_max.max(base.segmentation_max),
+                }
             }
             None => base,
         }
@@ -787,8 +818,8 @@ impl<A: Default> TcpEngine<A> {
         }
         let iss = self.isn(&key, now);
         let id = self.alloc_slot();
-        let mss = self.our_mss(key.local);
-        let conn = Conn::connect(I::inline_key(key), I::IPV6, iss, now, &self.cfg, mss);
+        let link = self.link_for(key.local);
+        let conn = Conn::connect(I::inline_key(key), I::IPV6, iss, now, &self.cfg, link);
         self.install(id, key, conn);
         I::table_mut(&mut self.flows).insert_conn(key, id);
         self.account(None, Some(State::SynSent));

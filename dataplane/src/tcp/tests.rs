@@ -98,7 +98,13 @@ mod listen_tests {
         let mut tcp: TcpEngine<()> =
             TcpEngine::new(TcpConfig::default(), Instant::ZERO, Secret::from_seed(5));
         tcp.listen(Ipv4Addr::UNSPECIFIED, 80);
-        tcp.set_link_mtus(vec![(IpAddr::V4(jumbo), 9000)]);
+        tcp.set_links(vec![(
+            IpAddr::V4(jumbo),
+            LinkLimits {
+                mtu: 9000,
+                segmentation_max: 0,
+            },
+        )]);
         let jumbo_syn = TcpRepr {
             max_seg_size: Some(8960),
             ..super::seg(7001, 80, TcpControl::Syn, 1, None)
@@ -139,7 +145,13 @@ mod listen_tests {
         };
         let mut tcp: TcpEngine<()> = TcpEngine::new(always, Instant::ZERO, Secret::from_seed(6));
         tcp.listen(Ipv4Addr::UNSPECIFIED, 80);
-        tcp.set_link_mtus(vec![(IpAddr::V4(jumbo), 9000)]);
+        tcp.set_links(vec![(
+            IpAddr::V4(jumbo),
+            LinkLimits {
+                mtu: 9000,
+                segmentation_max: 0,
+            },
+        )]);
         let t = Instant::from_millis(5);
         // Both SYNs offer 8960: the plain link's answer keeps to 1460.
         for (port, dst) in [(7000, plain), (7001, jumbo)] {

@@ -11,7 +11,7 @@ mod sack;
 
 use super::buffer::{BufferPool, RingBuf};
 use super::cubic::Cubic;
-use super::{CloseReason, FlowKey, Seq, TcpConfig};
+use super::{CloseReason, ConnLink, FlowKey, Seq, TcpConfig};
 use crate::time::Instant;
 pub(super) use output::Path;
 use rack::Rack;
@@ -123,6 +123,9 @@ pub(super) struct Conn<A> {
     seg_size: u32,
     /// The MSS we offer (our link's, for this connection's family).
     our_mss: u16,
+    /// Most payload bytes in one segment handed to the port (above
+    /// `seg_size` only where our link's port cuts segments, TSO).
+    segmentation_max: u32,
     send: Option<RingBuf>,
     /// Sequence number of the send buffer's first byte.
     buf_seq: Seq,
@@ -233,8 +236,15 @@ struct TlpEpisode {
 impl<A: Default> Conn<A> {
     /// A control block before any segment: SYN-SENT with our ISS, nothing
     /// known of the peer. `accept` and `connect` start from it.
-    fn new(key: FlowKey, ipv6: bool, iss: Seq, now: Instant, cfg: &TcpConfig, mss: u16) -> Self {
-        let seg_size = u32::from(mss) - 12;
+    fn new(
+        key: FlowKey,
+        ipv6: bool,
+        iss: Seq,
+        now: Instant,
+        cfg: &TcpConfig,
+        link: ConnLink,
+    ) -> Self {
+        let seg_size = u32::from(link.mss) - 12;
         Self {
             key,
             ipv6,
@@ -255,7 +265,8 @@ impl<A: Default> Conn<A> {
             snd_wl2: iss,
             snd_shift: 0,
             seg_size,
-            our_mss: mss,
+            our_mss: link.mss,
+            segmentation_max: link.segmentation_max,
             send: None,
             buf_seq: iss + 1,
             fin_seq: None,
@@ -332,7 +343,7 @@ impl<A: Default> Conn<A> {
     }
 
     /// A connection for a SYN that reached a listener (RFC 9293 §3.10.7.2),
-    /// offering `mss` (its link's).
+    /// keeping its `link`'s MSS and segment limit.
     pub fn accept(
         key: FlowKey,
         ipv6: bool,
@@ -340,9 +351,9 @@ impl<A: Default> Conn<A> {
         iss: Seq,
         now: Instant,
         cfg: &TcpConfig,
-        mss: u16,
+        link: ConnLink,
     ) -> Self {
-        let mut c = Self::new(key, ipv6, iss, now, cfg, mss);
+        let mut c = Self::new(key, ipv6, iss, now, cfg, link);
         c.state = State::SynReceived;
         c.take_syn_options(syn);
         // The SYN's window is never scaled (RFC 7323 §2.2).
@@ -359,9 +370,9 @@ impl<A: Default> Conn<A> {
         iss: Seq,
         now: Instant,
         cfg: &TcpConfig,
-        mss: u16,
+        link: ConnLink,
     ) -> Self {
-        let mut c = Self::new(key, ipv6, iss, now, cfg, mss);
+        let mut c = Self::new(key, ipv6, iss, now, cfg, link);
         c.accepted = true;
         c
     }
@@ -425,7 +436,7 @@ impl<A: Default> Conn<A> {
         sack: bool,
         now: Instant,
         cfg: &TcpConfig,
-        our_mss: u16,
+        link: ConnLink,
     ) -> Self {
         let syn = TcpRepr {
             src_port: key.remote_port,
@@ -441,7 +452,7 @@ impl<A: Default> Conn<A> {
             timestamp: ack_seg.timestamp,
             payload: &[],
         };
-        let mut c = Self::accept(key, ipv6, &syn, iss, now, cfg, our_mss);
+        let mut c = Self::accept(key, ipv6, &syn, iss, now, cfg, link);
         c.sack_ok = sack;
         c.state = State::Established;
         c.accepted = true;

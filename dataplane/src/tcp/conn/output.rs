@@ -544,7 +544,7 @@ impl<A: Default> Conn<A> {
                 0
             };
             let segment = self.data_room();
-            let room = self.send_room(cfg, segment);
+            let room = self.send_room(segment);
             let len = queued.min(room).min(usable);
             // Sender-side silly window avoidance (RFC 9293 §3.8.6.2.1,
             // MUST-38): when the peer's window is what limits us, send a
@@ -629,13 +629,13 @@ impl<A: Default> Conn<A> {
 
     /// Most new payload bytes for one segment handed to the port: one
     /// `segment` (the data room of a segment), or as many whole ones as
-    /// fit `cfg.segmentation_max` where the port cuts them (TSO), and a
-    /// segment size the port's 16-bit field can carry.
-    fn send_room(&self, cfg: &TcpConfig, segment: u32) -> u32 {
-        if cfg.segmentation_max <= segment || segment > u32::from(u16::MAX) {
+    /// fit the link's `segmentation_max` where its port cuts them (TSO),
+    /// and a segment size the port's 16-bit field can carry.
+    fn send_room(&self, segment: u32) -> u32 {
+        if self.segmentation_max <= segment || segment > u32::from(u16::MAX) {
             return segment;
         }
-        cfg.segmentation_max / segment * segment
+        self.segmentation_max / segment * segment
     }
 
     /// Sends our SYN (SYN-SENT) or SYN-ACK (SYN-RECEIVED) with its options
