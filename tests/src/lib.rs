@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use control::api::{Body, Client, CoreStats, Request};
 
+pub mod capture;
 pub mod cluster;
 
 /// The workspace root.

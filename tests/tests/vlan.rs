@@ -6,11 +6,13 @@
 //! network and both VLANs; a TLS VIP on VLAN 100 forwards to an nginx
 //! backend on VLAN 200.
 
+use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use e2e::{make_certs, verify_pattern_file, Dpd, Lab, Nginx};
+use e2e::capture::{largest, set_link_mtu, syn_mss, Capture};
+use e2e::{make_certs, verify_pattern_file, Dpd, HttpBackend, Lab, Nginx};
 
 const CLIENT: &str = "192.168.100.2";
 const VIP: &str = "192.168.100.80";
@@ -187,4 +189,106 @@ fn a_vip_on_vlan_100_forwards_to_a_backend_on_vlan_200() {
     let status = String::from_utf8_lossy(&out.stdout);
     assert!(status.contains("vlan 100  192.168.100.1/24"), "{status}");
     assert!(status.contains("vlan 200  192.168.200.1/24"), "{status}");
+}
+
+#[test]
+fn jumbo_frames_on_vlans_carry_full_size_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    build_bpf(dir.path());
+    let lab = Lab::up("vj");
+    // The link takes 9000-byte IP packets: 9,018-byte tagged frames.
+    set_link_mtu(&lab, 9000);
+    tag_client_side(&lab, dir.path());
+    let page: String = (0..3_000_000u32)
+        .map(|i| char::from(b'a' + (i.wrapping_mul(2_654_435_761) >> 27) as u8 % 26))
+        .collect();
+    let _backend = HttpBackend::start(&lab, BACKEND, 8080, &page);
+    let dpd = Dpd::start(&lab, |s| {
+        let base = lab.config("net_af_packet", s, "").replace(
+            "iface=veth-dut\"",
+            "iface=veth-dut,framesz=9216,blocksz=36864\"",
+        );
+        let vlans = "mtu = 9000\n\
+                     [[port.vlan]]\nid = 100\naddress = \"192.168.100.1/24\"\n\
+                     [[port.vlan]]\nid = 200\naddress = \"192.168.200.1/24\"\n\n[control]";
+        format!(
+            "{}\n[[vip]]\nname = \"plain\"\nlisten = \"{VIP}:80\"\nrespond = \"builtin\"\n\
+             [[vip]]\nname = \"web\"\nlisten = \"{VIP}:8080\"\npool = \"b\"\n\
+             [[pool]]\nname = \"b\"\nmembers = [{{ addr = \"{BACKEND}:8080\" }}]\n",
+            base.replace("[control]", vlans)
+        )
+    });
+    let capture = Capture::start(&lab, "veth-cli");
+    // 6 MB from the responder on VLAN 100, byte-exact.
+    let body = dir.path().join("body");
+    let size: u64 = 6_000_000;
+    let out = lab.client(&[
+        "curl",
+        "-sS",
+        "--max-time",
+        "60",
+        "-o",
+        body.to_str().unwrap(),
+        &format!("http://{VIP}/bytes/{size}"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    verify_pattern_file(&body, size);
+    // 3 MB from the backend on VLAN 200, through the proxy to VLAN 100.
+    let got = lab.client(&[
+        "curl",
+        "-sS",
+        "--max-time",
+        "60",
+        &format!("http://{VIP}:8080/"),
+    ]);
+    assert!(
+        got.stdout == page.as_bytes(),
+        "the page came back altered: {}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    let segs = capture.stop();
+    let (vip, dpd200, backend): (Ipv4Addr, Ipv4Addr, Ipv4Addr) = (
+        VIP.parse().unwrap(),
+        "192.168.200.1".parse().unwrap(),
+        BACKEND.parse().unwrap(),
+    );
+    // dpd offers the jumbo MSS on both VLANs: to clients from the VIP, to
+    // the backend from its VLAN 200 address.
+    let offered = syn_mss(&segs, vip);
+    assert!(offered.len() >= 2, "{offered:?}");
+    assert!(offered.iter().all(|m| *m == Some(8960)), "{offered:?}");
+    assert_eq!(syn_mss(&segs, dpd200), vec![Some(8960)]);
+    // Full-size packets, each with its VLAN's tag, none above the MTU.
+    assert_eq!(largest(&segs, Some(vip), None), 9000, "dpd to the client");
+    assert_eq!(
+        largest(&segs, Some(backend), Some(dpd200)),
+        9000,
+        "backend to dpd"
+    );
+    assert_eq!(largest(&segs, None, None), 9000);
+    for s in &segs {
+        let want = if s.src == vip || s.dst == vip {
+            Some(100)
+        } else if s.src == dpd200 || s.dst == dpd200 {
+            Some(200)
+        } else {
+            continue;
+        };
+        assert_eq!(s.vlan, want, "{s:?}");
+    }
+    let stats = dpd.stats();
+    for why in [
+        "oversize",
+        "malformed",
+        "multi_segment",
+        "no_buffer",
+        "port_error",
+    ] {
+        assert_eq!(stats.drops[why], 0, "{why}: {stats:?}");
+    }
+    assert_eq!(stats.proxy_backend_failures, 0);
 }
