@@ -52,6 +52,46 @@ struct Result {
     server_s: f64,
     client_s: f64,
     wall_s: f64,
+    /// After the server's TIME-WAIT table first reached its bound (when
+    /// it did): connections it accepted since, and its busy seconds.
+    steady: Option<(u64, f64)>,
+}
+
+/// Watches the server for its TIME-WAIT table reaching its bound and
+/// notes its accepted count and busy ticks then: the steady state that
+/// follows has the table full and recycling, its memory all touched.
+struct SteadyMark {
+    bound: u64,
+    at: Option<(u64, u64)>,
+    polls: u32,
+}
+
+impl SteadyMark {
+    fn new(tcp: &TcpConfig) -> Self {
+        Self {
+            bound: tcp.max_time_wait as u64,
+            at: None,
+            polls: 0,
+        }
+    }
+
+    /// Looks every 1,024 calls (outside the timed polls).
+    fn check(&mut self, server: &Engine<MemPort>, srv_ticks: u64) {
+        self.polls = self.polls.wrapping_add(1);
+        if self.at.is_some() || self.polls % 1024 != 0 {
+            return;
+        }
+        let t = server.tcp().counters();
+        if t.time_wait >= self.bound {
+            self.at = Some((t.accepted, srv_ticks));
+        }
+    }
+
+    fn steady(&self, server: &Engine<MemPort>, srv_ticks: u64, hz: f64) -> Option<(u64, f64)> {
+        let (accepted, ticks) = self.at?;
+        let conns = server.tcp().counters().accepted - accepted;
+        (conns > 0).then(|| (conns, (srv_ticks - ticks) as f64 / hz))
+    }
 }
 
 /// RSA-2048 and ECDSA P-256 certificates, default policy.
@@ -152,6 +192,7 @@ fn run_tcp(
     tcp: TcpConfig,
     tls: Option<LoadClientConfig>,
 ) -> (Result, Engine<MemPort>) {
+    let mut mark = SteadyMark::new(&tcp);
     let (mut server, mut client) = setup_tcp(load, tcp, tls);
     let clock = TscClock::new();
     let (mut srv_ticks, mut cli_ticks) = (0u64, 0u64);
@@ -173,6 +214,7 @@ fn run_tcp(
         if b > 0 {
             srv_ticks += t2 - t1;
         }
+        mark.check(&server, srv_ticks);
         polls += 1;
         if a + b == 0 {
             idle += 1;
@@ -197,7 +239,9 @@ fn run_tcp(
         );
     }
     let wall = clock.ticks() - start;
-    (result(&client, srv_ticks, cli_ticks, wall, hz), server)
+    let mut r = result(&client, srv_ticks, cli_ticks, wall, hz);
+    r.steady = mark.steady(&server, srv_ticks, hz);
+    (r, server)
 }
 
 /// A finished run's figures from the generator's count and the ticks
@@ -212,6 +256,7 @@ fn result(client: &LoadGen<MemPort>, srv_ticks: u64, cli_ticks: u64, wall: u64, 
         server_s: srv_ticks as f64 / hz,
         client_s: cli_ticks as f64 / hz,
         wall_s: wall as f64 / hz,
+        steady: None,
     }
 }
 
@@ -247,6 +292,14 @@ fn cps_defaults(conns: u64, split: bool) {
         server.state_bytes() >> 20,
         r.wall_s
     );
+    match r.steady {
+        Some((n, secs)) => println!(
+            "      with TIME-WAIT at its bound (the last {n} connections, its memory all touched): server engine {:.0} ns/connection = {:.0} connections/s per core",
+            secs * 1e9 / n as f64,
+            n as f64 / secs
+        ),
+        None => println!("      TIME-WAIT never reached its bound: run more connections"),
+    }
     assert_eq!(t.syn_dropped, 0, "TIME-WAIT refused connections");
 }
 
@@ -256,6 +309,7 @@ fn cps_defaults(conns: u64, split: bool) {
 /// work no longer shares the server's caches. Frames cross cores.
 fn run_split(load: LoadConfig, tcp: TcpConfig) -> (Result, Engine<MemPort>) {
     use std::sync::atomic::{AtomicBool, Ordering};
+    let mut mark = SteadyMark::new(&tcp);
     let (mut server, client) = setup_tcp(load, tcp, None);
     let done = AtomicBool::new(false);
     let clock = TscClock::new();
@@ -290,6 +344,7 @@ fn run_split(load: LoadConfig, tcp: TcpConfig) -> (Result, Engine<MemPort>) {
             if server.poll(clock.at(t1)) > 0 {
                 srv_ticks += clock.ticks() - t1;
             }
+            mark.check(&server, srv_ticks);
         }
         let (client, ticks) = gen.join().expect("generator thread");
         cli_ticks = ticks;
@@ -297,7 +352,9 @@ fn run_split(load: LoadConfig, tcp: TcpConfig) -> (Result, Engine<MemPort>) {
     });
     let hz = clock.hz() as f64;
     let wall = clock.ticks() - start;
-    (result(&client, srv_ticks, cli_ticks, wall, hz), server)
+    let mut r = result(&client, srv_ticks, cli_ticks, wall, hz);
+    r.steady = mark.steady(&server, srv_ticks, hz);
+    (r, server)
 }
 
 /// Opens `conns` connections and holds them idle; reports the server
