@@ -78,7 +78,7 @@ impl SteadyMark {
     /// Looks every 1,024 calls (outside the timed polls).
     fn check(&mut self, server: &Engine<MemPort>, srv_ticks: u64) {
         self.polls = self.polls.wrapping_add(1);
-        if self.at.is_some() || self.polls % 1024 != 0 {
+        if self.at.is_some() || !self.polls.is_multiple_of(1024) {
             return;
         }
         let t = server.tcp().counters();
