@@ -17,6 +17,7 @@ use control::api::{Body, Client, CoreStats, Request};
 
 pub mod capture;
 pub mod cluster;
+pub mod transfer;
 
 /// The workspace root.
 pub fn repo_root() -> PathBuf {

@@ -12,6 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use e2e::capture::{largest, set_link_mtu, syn_mss, Capture};
+use e2e::transfer::{fetch_page, no_frame_dropped_for_its_size, page, responder_download};
 use e2e::{make_certs, verify_pattern_file, Dpd, HttpBackend, Lab, Nginx};
 
 const CLIENT: &str = "192.168.100.2";
@@ -199,9 +200,7 @@ fn jumbo_frames_on_vlans_carry_full_size_segments() {
     // The link takes 9000-byte IP packets: 9,018-byte tagged frames.
     set_link_mtu(&lab, 9000);
     tag_client_side(&lab, dir.path());
-    let page: String = (0..3_000_000u32)
-        .map(|i| char::from(b'a' + (i.wrapping_mul(2_654_435_761) >> 27) as u8 % 26))
-        .collect();
+    let page = page();
     let _backend = HttpBackend::start(&lab, BACKEND, 8080, &page);
     let dpd = Dpd::start(&lab, |s| {
         let base = lab.config("net_af_packet", s, "").replace(
@@ -220,36 +219,9 @@ fn jumbo_frames_on_vlans_carry_full_size_segments() {
     });
     let capture = Capture::start(&lab, "veth-cli");
     // 6 MB from the responder on VLAN 100, byte-exact.
-    let body = dir.path().join("body");
-    let size: u64 = 6_000_000;
-    let out = lab.client(&[
-        "curl",
-        "-sS",
-        "--max-time",
-        "60",
-        "-o",
-        body.to_str().unwrap(),
-        &format!("http://{VIP}/bytes/{size}"),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    verify_pattern_file(&body, size);
+    responder_download(&lab, VIP, 6_000_000);
     // 3 MB from the backend on VLAN 200, through the proxy to VLAN 100.
-    let got = lab.client(&[
-        "curl",
-        "-sS",
-        "--max-time",
-        "60",
-        &format!("http://{VIP}:8080/"),
-    ]);
-    assert!(
-        got.stdout == page.as_bytes(),
-        "the page came back altered: {}",
-        String::from_utf8_lossy(&got.stderr)
-    );
+    fetch_page(&lab, &format!("http://{VIP}:8080/"), &page);
     let segs = capture.stop();
     let (vip, dpd200, backend): (Ipv4Addr, Ipv4Addr, Ipv4Addr) = (
         VIP.parse().unwrap(),
@@ -280,15 +252,6 @@ fn jumbo_frames_on_vlans_carry_full_size_segments() {
         };
         assert_eq!(s.vlan, want, "{s:?}");
     }
-    let stats = dpd.stats();
-    for why in [
-        "oversize",
-        "malformed",
-        "multi_segment",
-        "no_buffer",
-        "port_error",
-    ] {
-        assert_eq!(stats.drops[why], 0, "{why}: {stats:?}");
-    }
-    assert_eq!(stats.proxy_backend_failures, 0);
+    no_frame_dropped_for_its_size(&dpd);
+    assert_eq!(dpd.stats().proxy_backend_failures, 0);
 }
