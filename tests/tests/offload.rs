@@ -14,6 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use control::api::{Body, ChecksumOffloads, Client, PortStatus, Request};
+use e2e::transfer::responder_download;
 use e2e::{make_certs, run, verify_pattern_file, Dpd, Lab, UploadSink};
 
 const DUT: &str = "192.168.78.1";
@@ -94,6 +95,42 @@ fn vnet_tap_port_segments_ipv6() {
     assert_eq!(stats.drops["oversize"], 0);
     assert_eq!(stats.drops["port_error"], 0);
     assert_eq!(stats.drops["bad_tcp_checksum"], 0);
+}
+
+/// A port that cuts segments beside one that does not, in one engine: the
+/// vnet tap's connections keep their segments of many MSS, and the
+/// af_packet port's never get one (it would drop them as oversize).
+#[test]
+fn a_vnet_tap_keeps_tso_beside_an_af_packet_port() {
+    const TAP_DUT: &str = "192.168.76.1";
+    let lab = Lab::up("vmix");
+    lab.add_vnet_tap("192.168.76");
+    let ns = format!("{}-cli", lab.name);
+    let veth_dut = lab.dut_ip();
+    let dpd = Dpd::start(&lab, |s| {
+        let tap = format!(
+            "[[port]]\nname = \"tap\"\ndevice = \"vnet_tap,iface=tap-cli,netns={ns}\"\n\
+             address = \"{TAP_DUT}/24\"\n\n[control]"
+        );
+        format!(
+            "{}\n[[vip]]\nname = \"veth\"\nlisten = \"{veth_dut}:80\"\nrespond = \"builtin\"\n\
+             [[vip]]\nname = \"tap\"\nlisten = \"{TAP_DUT}:80\"\nrespond = \"builtin\"\n",
+            lab.config("net_af_packet", s, "")
+                .replace("[control]", &tap)
+        )
+    });
+    // 20 MB over af_packet: whole frames only.
+    responder_download(&lab, &veth_dut, 20_000_000);
+    let stats = dpd.stats();
+    assert_eq!(stats.tcp_segmentation_offloads, 0, "{stats:?}");
+    assert_eq!(stats.drops["oversize"], 0);
+    // 200 MB over the tap: in segments of many MSS. Before, the port
+    // without TSO turned it off for every connection of the engine.
+    responder_download(&lab, TAP_DUT, 200_000_000);
+    let stats = dpd.stats();
+    assert!(stats.tcp_segmentation_offloads > 1_000, "{stats:?}");
+    assert_eq!(stats.drops["oversize"], 0);
+    assert_eq!(stats.drops["port_error"], 0);
 }
 
 fn transfers_on_a_vnet_tap(offload: bool) {
