@@ -9,17 +9,17 @@
 //! +----+------+--------+----+------------------------+
 //! ```
 //!
-//! `t` counts 64-second periods; a cookie is good for the period it was made
-//! in and the next, which its one period bit tells apart. The MSS is an
-//! index into [`MSS_TABLE`], whose values cover IPv4 and IPv6 on
+//! `t` counts 64-second periods; a cookie is good for the period it was
+//! made in and the next, which its one period bit tells apart. The MSS is
+//! an index into `MSS_TABLE`, whose values cover IPv4 and IPv6 on
 //! 1,500-byte links, tunnels and PPPoE, and jumbo (9,000-byte) links, so a
 //! connection made from a cookie on a jumbo link still sends full-size
-//! segments (docs/architecture.md, "Ports"). The MAC is SipHash-2-4 under the engine's secret of the
-//! 4-tuple, the client's ISN, the whole period number `t` (not just the two
-//! bits carried) and the upper bits, so none of them can be forged, moved
-//! to another flow or replayed in a later period: the key is in effect a
-//! new one every period. Timestamps need no bit: the final ACK carries the
-//! option iff the SYN did.
+//! segments (docs/architecture.md, "Ports"). The MAC is SipHash-2-4 under
+//! the engine's secret of the 4-tuple, the client's ISN, the whole period
+//! number `t` (not just the bit carried) and the upper bits, so none of
+//! them can be forged, moved to another flow or replayed in a later
+//! period: the key is in effect a new one every period. Timestamps need no
+//! bit: the final ACK carries the option iff the SYN did.
 
 use std::hash::Hasher;
 
@@ -29,7 +29,7 @@ use crate::time::Instant;
 /// MSS values a cookie can carry (the largest not above the SYN's MSS
 /// and ours is used): the minimum, IPv6's minimum link, common tunnel and
 /// PPPoE sizes, IPv6 and IPv4 on 1,500 bytes, IPv6 and IPv4 on 9,000.
-pub(super) const MSS_TABLE: [u16; 8] = [536, 1220, 1380, 1440, 1452, 1460, 8940, 8960];
+const MSS_TABLE: [u16; 8] = [536, 1220, 1380, 1440, 1452, 1460, 8940, 8960];
 const PERIOD_NS: u64 = 64_000_000_000;
 const MAC_BITS: u32 = 23;
 const MAC_MASK: u32 = (1 << MAC_BITS) - 1;
