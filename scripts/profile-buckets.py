@@ -19,7 +19,7 @@ BUCKETS = [
     ("public-key crypto (ECDSA/RSA sign, ECDH)",
      r"ec_GFp|ecdsa|ECDSA|p256|p384|nistz|x25519|X25519|curve25519|bn_|BN_|rsa_|RSA_|ec_point|ec_scalar|EC_|fiat_|mont"),
     ("symmetric crypto and hashing (AES-GCM, SHA, HKDF)",
-     r"aes|AES|gcm|GCM|ghash|sha256|sha384|sha512|SHA|hkdf|HKDF|hmac|HMAC|md_|EVP_"),
+     r"aes|AES|gcm|GCM|ghash|sha256|sha384|sha512|SHA|hkdf|HKDF|hmac|HMAC|md_|EVP_|sha2::|crypto::kdf|crypto::hashing"),
     ("kernel (syscalls, page faults)", r"\[kernel\.kallsyms\]|^entry_|^__x64_sys|do_syscall"),
     ("allocation", r"^malloc|^free$|^cfree|^realloc|^calloc|_int_malloc|_int_free|__rust_alloc|__rust_dealloc|__rdl_|alloc::raw_vec|memalign"),
     ("our TLS record layer", r"crypto::record|crypto::session::.*(seal|open|record)"),

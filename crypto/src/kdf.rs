@@ -6,91 +6,111 @@
 //! two SHA compressions) again on each call; a TLS 1.3 handshake expands
 //! each secret several times (traffic secrets, keys, IVs, finished keys).
 //! Here the pads are hashed once when a secret becomes an expander, into
-//! two AWS-LC digest states (RFC 2104's `H(K ^ ipad)` and `H(K ^ opad)`),
-//! and each tag continues copies of them: half the compressions per
-//! expand, and none of `HMAC_CTX`'s set-up, copying and wiping of three
-//! digest states per tag. Same algorithms, same outputs (tested against
-//! AWS-LC's HKDF and HMAC, and RFC 5869), same AEADs: only the TLS 1.3
-//! suites' `hkdf_provider` changes. [`provider`] is rustls' aws-lc-rs
-//! provider with those suites.
+//! two chaining values (RFC 2104's `H(K ^ ipad)` and `H(K ^ opad)`), and
+//! each tag continues copies of them: half the compressions per expand,
+//! and no digest state allocated, copied through AWS-LC or wiped per tag
+//! ([`crate::hashing`]). The suites' transcript hash runs on the same
+//! states, so its forks are copies too. Same algorithms, same outputs
+//! (tested against AWS-LC's HKDF and HMAC, and RFC 5869), same AEADs:
+//! only the TLS 1.3 suites' `hkdf_provider` and `hash_provider` change.
+//! [`provider`] is rustls' aws-lc-rs provider with those suites.
 
-use aws_lc_rs::digest;
+use crate::hashing::{Hasher, Sha2, Sha256, Sha384, TranscriptHash, MAX_BLOCK};
 use rustls::crypto::aws_lc_rs::cipher_suite as cs;
+use rustls::crypto::hash::Hash;
 use rustls::crypto::hmac::{Hmac, Key, Tag};
 use rustls::crypto::tls13::HkdfUsingHmac;
 use rustls::crypto::CryptoProvider;
 use rustls::{CipherSuiteCommon, SupportedCipherSuite, Tls13CipherSuite};
 use zeroize::Zeroize;
 
-/// HMAC (RFC 2104) on AWS-LC's digests with the key's pads hashed once, in
+/// HMAC (RFC 2104) on `H` with the key's pads hashed once, in
 /// [`Hmac::with_key`].
-struct PreparedHmac(&'static digest::Algorithm);
+struct PreparedHmac<H: Sha2>(std::marker::PhantomData<H>);
 
-/// An HMAC key as the digest states after its inner and outer pads; each
-/// tag continues copies of them.
-struct PreparedKey {
-    inner: digest::Context,
-    outer: digest::Context,
+/// An HMAC key as the chaining values after its inner and outer pads
+/// (one block each); each tag continues copies of them. Dropping it
+/// wipes both.
+struct PreparedKey<H: Sha2> {
+    inner: H,
+    outer: H,
 }
 
-/// The longest block of the digests used (SHA-384's).
-const MAX_BLOCK: usize = 128;
+impl<H: Sha2> Drop for PreparedKey<H> {
+    fn drop(&mut self) {
+        self.inner.zeroize();
+        self.outer.zeroize();
+    }
+}
 
-impl Hmac for PreparedHmac {
+impl<H: Sha2> Hmac for PreparedHmac<H> {
     fn with_key(&self, key: &[u8]) -> Box<dyn Key> {
-        let block = self.0.block_len;
+        let block = H::BLOCK;
         // RFC 2104 §2: a key longer than the block is hashed first; the
         // key is then padded with zeros to the block.
         let mut pad = [0u8; MAX_BLOCK];
         if key.len() > block {
-            let d = digest::digest(self.0, key);
-            pad[..d.as_ref().len()].copy_from_slice(d.as_ref());
+            let mut h = Hasher::<H>::new();
+            h.update(key);
+            h.finish_into(&mut pad);
         } else {
             pad[..key.len()].copy_from_slice(key);
         }
         let pad = &mut pad[..block];
         pad.iter_mut().for_each(|b| *b ^= 0x36);
-        let mut inner = digest::Context::new(self.0);
-        inner.update(pad);
+        let mut inner = H::initial();
+        inner.compress(pad);
         pad.iter_mut().for_each(|b| *b ^= 0x36 ^ 0x5c);
-        let mut outer = digest::Context::new(self.0);
-        outer.update(pad);
+        let mut outer = H::initial();
+        outer.compress(pad);
         pad.zeroize();
         Box::new(PreparedKey { inner, outer })
     }
 
     fn hash_output_len(&self) -> usize {
-        self.0.output_len
+        H::OUTPUT
     }
 }
 
-impl Key for PreparedKey {
+impl<H: Sha2> Key for PreparedKey<H> {
     fn sign_concat(&self, first: &[u8], middle: &[&[u8]], last: &[u8]) -> Tag {
-        let mut inner = self.inner.clone();
+        let block = H::BLOCK as u64;
+        let mut inner = Hasher::resume(self.inner, block);
         inner.update(first);
         for m in middle {
             inner.update(m);
         }
         inner.update(last);
-        let mut outer = self.outer.clone();
-        outer.update(inner.finish().as_ref());
-        Tag::new(outer.finish().as_ref())
+        let mut digest = [0u8; MAX_BLOCK / 2];
+        inner.finish_into(&mut digest);
+        let mut outer = Hasher::resume(self.outer, block);
+        outer.update(&digest[..H::OUTPUT]);
+        // Plain stores kept by `black_box`, as in `Hasher`'s drop.
+        digest.fill(0);
+        std::hint::black_box(&mut digest);
+        let mut tag = [0u8; MAX_BLOCK / 2];
+        outer.finish_into(&mut tag);
+        Tag::new(&tag[..H::OUTPUT])
     }
 
     fn tag_len(&self) -> usize {
-        self.inner.algorithm().output_len
+        H::OUTPUT
     }
 }
 
-static HMAC_SHA256: PreparedHmac = PreparedHmac(&digest::SHA256);
-static HMAC_SHA384: PreparedHmac = PreparedHmac(&digest::SHA384);
+static HMAC_SHA256: PreparedHmac<Sha256> = PreparedHmac(std::marker::PhantomData);
+static HMAC_SHA384: PreparedHmac<Sha384> = PreparedHmac(std::marker::PhantomData);
+static HASH_SHA256: TranscriptHash<Sha256> = TranscriptHash::new();
+static HASH_SHA384: TranscriptHash<Sha384> = TranscriptHash::new();
 static HKDF_SHA256: HkdfUsingHmac<'static> = HkdfUsingHmac(&HMAC_SHA256);
 static HKDF_SHA384: HkdfUsingHmac<'static> = HkdfUsingHmac(&HMAC_SHA384);
 
-/// `base` (one of rustls' aws-lc-rs TLS 1.3 suites) with `hkdf`, built at
-/// compile time (a suite that is not TLS 1.3 fails the build).
-const fn with_hkdf(
+/// `base` (one of rustls' aws-lc-rs TLS 1.3 suites) with `hash` and
+/// `hkdf`, built at compile time (a suite that is not TLS 1.3 fails the
+/// build).
+const fn with_key_schedule(
     base: SupportedCipherSuite,
+    hash: &'static dyn Hash,
     hkdf: &'static HkdfUsingHmac<'static>,
 ) -> Tls13CipherSuite {
     let Some(s) = base.tls13() else {
@@ -99,7 +119,7 @@ const fn with_hkdf(
     Tls13CipherSuite {
         common: CipherSuiteCommon {
             suite: s.common.suite,
-            hash_provider: s.common.hash_provider,
+            hash_provider: hash,
             confidentiality_limit: s.common.confidentiality_limit,
         },
         hkdf_provider: hkdf,
@@ -108,10 +128,15 @@ const fn with_hkdf(
     }
 }
 
-static AES_128_GCM_SHA256: Tls13CipherSuite = with_hkdf(cs::TLS13_AES_128_GCM_SHA256, &HKDF_SHA256);
-static AES_256_GCM_SHA384: Tls13CipherSuite = with_hkdf(cs::TLS13_AES_256_GCM_SHA384, &HKDF_SHA384);
-static CHACHA20_POLY1305_SHA256: Tls13CipherSuite =
-    with_hkdf(cs::TLS13_CHACHA20_POLY1305_SHA256, &HKDF_SHA256);
+static AES_128_GCM_SHA256: Tls13CipherSuite =
+    with_key_schedule(cs::TLS13_AES_128_GCM_SHA256, &HASH_SHA256, &HKDF_SHA256);
+static AES_256_GCM_SHA384: Tls13CipherSuite =
+    with_key_schedule(cs::TLS13_AES_256_GCM_SHA384, &HASH_SHA384, &HKDF_SHA384);
+static CHACHA20_POLY1305_SHA256: Tls13CipherSuite = with_key_schedule(
+    cs::TLS13_CHACHA20_POLY1305_SHA256,
+    &HASH_SHA256,
+    &HKDF_SHA256,
+);
 
 /// `TLS_AES_128_GCM_SHA256` on the prepared-key HKDF.
 pub const TLS13_AES_128_GCM_SHA256: SupportedCipherSuite =
@@ -263,7 +288,7 @@ mod tests {
     #[test]
     fn hmac_agrees_with_aws_lc_for_every_key_length() {
         for (ours, theirs) in [
-            (&HMAC_SHA256, hmac::HMAC_SHA256),
+            (&HMAC_SHA256 as &dyn Hmac, hmac::HMAC_SHA256),
             (&HMAC_SHA384, hmac::HMAC_SHA384),
         ] {
             for len in 0..300 {

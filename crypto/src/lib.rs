@@ -16,6 +16,7 @@
 pub mod certs;
 pub mod client;
 pub mod files;
+mod hashing;
 pub mod kdf;
 pub mod policy;
 pub mod record;

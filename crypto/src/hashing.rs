@@ -1,0 +1,340 @@
+//! SHA-256 and SHA-384 as plain values: a state that copies without
+//! allocating (docs/architecture.md, "TLS"; docs/profile.md).
+//!
+//! TLS 1.3's handshake copies digest states all the time: the transcript
+//! hash is forked for every secret and signature, and each HMAC tag of
+//! the key schedule continues copies of a key's two prepared states
+//! ([`crate::kdf`]). AWS-LC's `EVP_MD_CTX` is heap-allocated: every copy
+//! is a `malloc`, every drop a wipe and a `free`. Here a state is the
+//! eight words of the chaining value, a partial block and a length, on
+//! the stack or inside its owner; the compression functions are the
+//! `sha2` crate's (SHA-NI where the CPU has it). Outputs are checked
+//! against AWS-LC's digests in the tests.
+
+use rustls::crypto::hash::{Context, Hash, HashAlgorithm, Output};
+use sha2::digest::generic_array::GenericArray;
+use zeroize::Zeroize;
+
+/// The longest block of the functions here (SHA-384's), in bytes.
+pub(crate) const MAX_BLOCK: usize = 128;
+
+/// A SHA-2 function's chaining value and what HMAC and the padding need
+/// to know of it.
+pub(crate) trait Sha2: Copy + Zeroize + Send + Sync + 'static {
+    /// Bytes per block.
+    const BLOCK: usize;
+    /// Bytes of output.
+    const OUTPUT: usize;
+    /// Bytes of the length field that ends the padding.
+    const LENGTH_FIELD: usize;
+    /// rustls' name for the function.
+    const ALGORITHM: HashAlgorithm;
+    /// The chaining value before any input.
+    fn initial() -> Self;
+    /// Compresses `blocks`, a whole number of blocks, into the state.
+    fn compress(&mut self, blocks: &[u8]);
+    /// Writes the first [`Self::OUTPUT`] bytes of the state, big-endian,
+    /// into `out[..Self::OUTPUT]`.
+    fn write_output(&self, out: &mut [u8]);
+}
+
+/// SHA-256's chaining value (FIPS 180-4 §5.3.3).
+#[derive(Clone, Copy)]
+pub(crate) struct Sha256([u32; 8]);
+
+/// SHA-384's chaining value (FIPS 180-4 §5.3.4).
+#[derive(Clone, Copy)]
+pub(crate) struct Sha384([u64; 8]);
+
+impl Zeroize for Sha256 {
+    fn zeroize(&mut self) {
+        self.0.zeroize();
+    }
+}
+
+impl Zeroize for Sha384 {
+    fn zeroize(&mut self) {
+        self.0.zeroize();
+    }
+}
+
+impl Sha2 for Sha256 {
+    const BLOCK: usize = 64;
+    const OUTPUT: usize = 32;
+    const LENGTH_FIELD: usize = 8;
+    const ALGORITHM: HashAlgorithm = HashAlgorithm::SHA256;
+
+    fn initial() -> Self {
+        Self([
+            0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab,
+            0x5be0cd19,
+        ])
+    }
+
+    fn compress(&mut self, blocks: &[u8]) {
+        debug_assert_eq!(blocks.len() % Self::BLOCK, 0);
+        for block in blocks.chunks_exact(Self::BLOCK) {
+            sha2::compress256(&mut self.0, &[*GenericArray::from_slice(block)]);
+        }
+    }
+
+    fn write_output(&self, out: &mut [u8]) {
+        for (chunk, word) in out[..Self::OUTPUT].chunks_exact_mut(4).zip(self.0) {
+            chunk.copy_from_slice(&word.to_be_bytes());
+        }
+    }
+}
+
+impl Sha2 for Sha384 {
+    const BLOCK: usize = 128;
+    const OUTPUT: usize = 48;
+    const LENGTH_FIELD: usize = 16;
+    const ALGORITHM: HashAlgorithm = HashAlgorithm::SHA384;
+
+    fn initial() -> Self {
+        Self([
+            0xcbbb9d5dc1059ed8,
+            0x629a292a367cd507,
+            0x9159015a3070dd17,
+            0x152fecd8f70e5939,
+            0x67332667ffc00b31,
+            0x8eb44a8768581511,
+            0xdb0c2e0d64f98fa7,
+            0x47b5481dbefa4fa4,
+        ])
+    }
+
+    fn compress(&mut self, blocks: &[u8]) {
+        debug_assert_eq!(blocks.len() % Self::BLOCK, 0);
+        for block in blocks.chunks_exact(Self::BLOCK) {
+            sha2::compress512(&mut self.0, &[*GenericArray::from_slice(block)]);
+        }
+    }
+
+    fn write_output(&self, out: &mut [u8]) {
+        for (chunk, word) in out[..Self::OUTPUT].chunks_exact_mut(8).zip(self.0) {
+            chunk.copy_from_slice(&word.to_be_bytes());
+        }
+    }
+}
+
+/// A hash in progress: the chaining value, the bytes of a block not yet
+/// compressed and the count of bytes taken. Copying it is a `memcpy`;
+/// dropping it wipes the state and the partial block.
+#[derive(Clone)]
+pub(crate) struct Hasher<H: Sha2> {
+    state: H,
+    partial: [u8; MAX_BLOCK],
+    /// Bytes of `partial` in use (less than `H::BLOCK`).
+    used: usize,
+    /// Bytes taken in all, compressed or not.
+    taken: u64,
+}
+
+impl<H: Sha2> Hasher<H> {
+    /// A hash of nothing yet.
+    pub(crate) fn new() -> Self {
+        Self::resume(H::initial(), 0)
+    }
+
+    /// Continues from `state`, the chaining value after `taken` bytes (a
+    /// whole number of blocks).
+    pub(crate) fn resume(state: H, taken: u64) -> Self {
+        debug_assert_eq!(taken % H::BLOCK as u64, 0);
+        Self {
+            state,
+            partial: [0; MAX_BLOCK],
+            used: 0,
+            taken,
+        }
+    }
+
+    pub(crate) fn update(&mut self, mut data: &[u8]) {
+        self.taken += data.len() as u64;
+        if self.used > 0 {
+            let n = data.len().min(H::BLOCK - self.used);
+            self.partial[self.used..self.used + n].copy_from_slice(&data[..n]);
+            self.used += n;
+            data = &data[n..];
+            if self.used < H::BLOCK {
+                return;
+            }
+            self.state.compress(&self.partial[..H::BLOCK]);
+            self.used = 0;
+        }
+        let whole = data.len() - data.len() % H::BLOCK;
+        self.state.compress(&data[..whole]);
+        let rest = &data[whole..];
+        self.partial[..rest.len()].copy_from_slice(rest);
+        self.used = rest.len();
+    }
+
+    /// Pads (FIPS 180-4 §5.1) and writes the digest into
+    /// `out[..H::OUTPUT]`; the hasher is spent.
+    pub(crate) fn finish_into(&mut self, out: &mut [u8]) {
+        let bits = u128::from(self.taken) * 8;
+        let block = H::BLOCK;
+        self.partial[self.used] = 0x80;
+        self.used += 1;
+        if self.used > block - H::LENGTH_FIELD {
+            self.partial[self.used..block].fill(0);
+            self.state.compress(&self.partial[..block]);
+            self.used = 0;
+        }
+        let field = block - H::LENGTH_FIELD;
+        self.partial[self.used..field].fill(0);
+        self.partial[field..block].copy_from_slice(&bits.to_be_bytes()[16 - H::LENGTH_FIELD..]);
+        self.state.compress(&self.partial[..block]);
+        self.used = 0;
+        self.state.write_output(out);
+    }
+
+    /// The digest of what was taken, leaving this hasher as it was.
+    pub(crate) fn peek(&self) -> Output {
+        let mut out = [0u8; MAX_BLOCK / 2];
+        self.clone().finish_into(&mut out);
+        Output::new(&out[..H::OUTPUT])
+    }
+}
+
+impl<H: Sha2> Drop for Hasher<H> {
+    fn drop(&mut self) {
+        self.state.zeroize();
+        // Plain stores, kept by `black_box`: `zeroize`'s volatile byte
+        // stores cost more than the hash for a short input.
+        self.partial.fill(0);
+        std::hint::black_box(&mut self.partial);
+    }
+}
+
+/// rustls' [`Hash`] (the transcript hash of a TLS 1.3 suite) on
+/// [`Hasher`]: forks are copies, not allocations inside AWS-LC.
+pub(crate) struct TranscriptHash<H: Sha2>(std::marker::PhantomData<H>);
+
+impl<H: Sha2> TranscriptHash<H> {
+    pub(crate) const fn new() -> Self {
+        Self(std::marker::PhantomData)
+    }
+}
+
+impl<H: Sha2> Hash for TranscriptHash<H> {
+    fn start(&self) -> Box<dyn Context> {
+        Box::new(Hasher::<H>::new())
+    }
+
+    fn hash(&self, data: &[u8]) -> Output {
+        let mut h = Hasher::<H>::new();
+        h.update(data);
+        h.peek()
+    }
+
+    fn output_len(&self) -> usize {
+        H::OUTPUT
+    }
+
+    fn algorithm(&self) -> HashAlgorithm {
+        H::ALGORITHM
+    }
+}
+
+impl<H: Sha2> Context for Hasher<H> {
+    fn fork_finish(&self) -> Output {
+        self.peek()
+    }
+
+    fn fork(&self) -> Box<dyn Context> {
+        Box::new(self.clone())
+    }
+
+    fn finish(self: Box<Self>) -> Output {
+        self.peek()
+    }
+
+    fn update(&mut self, data: &[u8]) {
+        Hasher::update(self, data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_lc_rs::digest;
+
+    fn ours<H: Sha2>(parts: &[&[u8]]) -> Vec<u8> {
+        let mut h = Hasher::<H>::new();
+        for p in parts {
+            h.update(p);
+        }
+        h.peek().as_ref().to_vec()
+    }
+
+    /// Every length across three blocks of either function, fed whole
+    /// and in three uneven parts: the padding's edge cases (a length
+    /// field that no longer fits, an exact block) all come up.
+    #[test]
+    fn agrees_with_aws_lc_for_every_length_and_split() {
+        let data: Vec<u8> = (0..3 * MAX_BLOCK + 7).map(|i| (i * 31 + 7) as u8).collect();
+        for len in 0..data.len() {
+            let msg = &data[..len];
+            let (a, b) = (len / 3, len * 3 / 4);
+            for (got, alg) in [
+                (ours::<Sha256>(&[msg]), &digest::SHA256),
+                (ours::<Sha384>(&[msg]), &digest::SHA384),
+                (
+                    ours::<Sha256>(&[&msg[..a], &msg[a..b], &msg[b..]]),
+                    &digest::SHA256,
+                ),
+                (
+                    ours::<Sha384>(&[&msg[..a], &msg[a..b], &msg[b..]]),
+                    &digest::SHA384,
+                ),
+            ] {
+                assert_eq!(got, digest::digest(alg, msg).as_ref(), "length {len}");
+            }
+        }
+    }
+
+    /// FIPS 180-4's "abc" examples, independent of AWS-LC.
+    #[test]
+    fn fips_examples() {
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        assert_eq!(
+            hex(&ours::<Sha256>(&[b"abc"])),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(
+            hex(&ours::<Sha384>(&[b"abc"])),
+            "cb00753f45a35e8bb5a03d699ac65007272c32ab0eded1631a8b605a43ff5bed\
+             8086072ba1e7cc2358baeca134c825a7"
+        );
+    }
+
+    /// A fork continues independently of its parent; `fork_finish` leaves
+    /// the parent as it was.
+    #[test]
+    fn transcript_forks_are_independent() {
+        let t = TranscriptHash::<Sha256>::new();
+        let mut parent = t.start();
+        parent.update(b"client hello");
+        let mut child = parent.fork();
+        child.update(b" server hello");
+        assert_eq!(
+            parent.fork_finish().as_ref(),
+            digest::digest(&digest::SHA256, b"client hello").as_ref()
+        );
+        assert_eq!(
+            child.finish().as_ref(),
+            digest::digest(&digest::SHA256, b"client hello server hello").as_ref()
+        );
+        parent.update(b"!");
+        assert_eq!(
+            parent.finish().as_ref(),
+            digest::digest(&digest::SHA256, b"client hello!").as_ref()
+        );
+        assert_eq!(
+            t.hash(b"x").as_ref(),
+            digest::digest(&digest::SHA256, b"x").as_ref()
+        );
+        assert_eq!(t.output_len(), 32);
+    }
+}
