@@ -3,7 +3,9 @@
 # the bench lab, starts nginx, HAProxy and stunnel (+ the cleartext pool) in
 # the DUT namespace pinned to the DUT core, runs dpbench in the client
 # namespace pinned to the client core, writes CSV/JSON/SVG, and tears
-# everything down (also on failure or Ctrl-C).
+# everything down (also on failure or Ctrl-C). The crypto ceiling is
+# measured on the DUT core before the peers start, while nothing else runs
+# there (OUT/ceiling.md, OUT/ceiling.json; --ceiling-ms 0 skips it).
 #
 #   scripts/bench-suite.sh                          # dpbench suite, defaults
 #   scripts/bench-suite.sh suite --tests cps --keys rsa2048,p256 --repeat 3
@@ -30,6 +32,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 name=${NAME:-bench}
 net=${LAB_NET:-10.77.0}
 cli_core=${CLIENT_CORE:-0}
+dut_core=${DUT_CORE:-1}
 work=${WORK:-/tmp/dpbench-$name}
 out=${OUT:-/tmp/dpbench-results/$(date -u +%Y%m%d-%H%M%S)}
 read -r -a peers <<< "${PEERS:-nginx haproxy stunnel}"
@@ -53,6 +56,18 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 "$root/scripts/bench-lab.sh" up "$name"
+mkdir -p "$out"
+# The crypto ceiling on the DUT core while it is free, before the peers
+# start (an idle dpd still polls its core); --ceiling-ms N sets the time
+# per operation, 0 skips it.
+ceiling_ms=300
+prev=
+for a in "$@"; do [ "$prev" = --ceiling-ms ] && ceiling_ms=$a; prev=$a; done
+ceiling=()
+if [ "$ceiling_ms" != 0 ] && [ "$sub" != scenario ]; then
+    "$DPBENCH" ceiling --core "$dut_core" --ms "$ceiling_ms" --json "$out/ceiling.json" > "$out/ceiling.md"
+    ceiling=(--ceiling-file "$out/ceiling.json")
+fi
 "$root/scripts/peers/peers.sh" start "$name" "$work" "${peers[@]}"
 targets=()
 while read -r t; do targets+=(--target "$t"); done < <("$root/scripts/peers/peers.sh" targets "$name" "$work" "${peers[@]}")
@@ -72,7 +87,7 @@ if [ "${BYPASS:-0}" = 1 ]; then
         cmd+=(--bypass "net_af_packet0,iface=veth-cli" --bypass-addr "$net.200/24,sources=$nsrc")
     fi
 fi
-cmd+=("$@")
+cmd+=("$@" "${ceiling[@]}")
 echo "+ ${cmd[*]}" | tee "$out/command.txt"
 ip netns exec "$name-cli" "${cmd[@]}" | tee "$out/report.md"
 if [ "${DPD_STATS:-0}" = 1 ] && [ -s "$work/run/dpd.pid" ]; then

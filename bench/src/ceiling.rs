@@ -20,7 +20,7 @@ pub struct OpCost {
 }
 
 /// Ceiling for one handshake type.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Ceiling {
     pub handshake: String,
     pub us_per_handshake: f64,

@@ -65,6 +65,10 @@ enum Cmd {
         /// Core to pin to (the DUT core, so the ceiling is that core's).
         #[arg(long, default_value_t = 1)]
         core: usize,
+        /// Also write the operations and ceilings as JSON here, for a
+        /// later run's --ceiling-file.
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
     /// Reproduce a reference report's table: f5, lbo, abs, sp.
     Scenario {
@@ -147,6 +151,12 @@ struct Common {
     /// Crypto ceiling measurement time per operation (ms), 0 to skip.
     #[arg(long, default_value_t = 300)]
     ceiling_ms: u64,
+    /// Take the ceilings from this file (`dpbench ceiling --json`),
+    /// measured with the DUT core free, instead of measuring them here
+    /// while the targets are up: an idle dpd still polls its core
+    /// (scripts/bench-suite.sh measures it before starting the peers).
+    #[arg(long, conflicts_with = "ceiling_ms")]
+    ceiling_file: Option<PathBuf>,
     /// Kernel-bypass client: run on tlsdp's own stack over this DPDK
     /// virtual device (net_memif0,role=client,socket=PATH;
     /// net_af_packet0,iface=IFACE), on the first of --cores. Closed-loop
@@ -250,13 +260,28 @@ impl Common {
         self.targets.iter().map(|t| Ok(Target::parse(t)?)).collect()
     }
 
-    fn ceilings(&self) -> Vec<ceiling::Ceiling> {
-        if self.ceiling_ms == 0 {
-            return Vec::new();
+    fn ceilings(&self) -> Result<Vec<ceiling::Ceiling>> {
+        if let Some(path) = &self.ceiling_file {
+            #[derive(serde::Deserialize)]
+            struct File {
+                ceilings: Vec<ceiling::Ceiling>,
+            }
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--ceiling-file {}", path.display()))?;
+            let f: File = serde_json::from_str(&text).with_context(|| {
+                format!(
+                    "--ceiling-file {}: not `dpbench ceiling --json` output",
+                    path.display()
+                )
+            })?;
+            return Ok(f.ceilings);
         }
-        ceiling_on(1, self.ceiling_ms)
+        if self.ceiling_ms == 0 {
+            return Ok(Vec::new());
+        }
+        Ok(ceiling_on(1, self.ceiling_ms)
             .map(|c| c.1)
-            .unwrap_or_default()
+            .unwrap_or_default())
     }
 }
 
@@ -276,7 +301,7 @@ fn main() -> Result<()> {
             let targets = common.targets()?;
             let spec = common.spec(kind, None)?;
             let ceilings = if kind.uses_tls() {
-                common.ceilings()
+                common.ceilings()?
             } else {
                 Vec::new()
             };
@@ -300,7 +325,7 @@ fn main() -> Result<()> {
             common,
         } => {
             let targets = common.targets()?;
-            let ceilings = common.ceilings();
+            let ceilings = common.ceilings()?;
             let mut results = Vec::new();
             for t in &targets {
                 for &kind in &tests {
@@ -325,9 +350,14 @@ fn main() -> Result<()> {
                 eprintln!("reports written to {}", dir.display());
             }
         }
-        Cmd::Ceiling { ms, core } => {
+        Cmd::Ceiling { ms, core, json } => {
             let (ops, c) = ceiling_on(core, ms)?;
             print!("{}", report::ceiling_markdown(&ops, &c, core));
+            if let Some(path) = json {
+                let v = serde_json::json!({ "core": core, "ops": ops, "ceilings": c });
+                std::fs::write(&path, serde_json::to_string_pretty(&v)?)
+                    .with_context(|| format!("--json {}", path.display()))?;
+            }
         }
         Cmd::Scenario { name, common } => {
             let targets = common.targets()?;
