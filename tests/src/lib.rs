@@ -584,10 +584,23 @@ fn verify_pattern_at(data: &[u8], pos: u64) {
 /// Runs `dpd --config` with `config` (outside any namespace) and returns its
 /// exit status and stderr: for configurations that must be refused.
 pub fn dpd_refuses(config: &str) -> (ExitStatus, String) {
+    refuses(Command::new(bin("dpd")), config)
+}
+
+/// [`dpd_refuses`] inside `lab`'s DUT namespace, for devices that live
+/// there.
+pub fn dpd_refuses_in(lab: &Lab, config: &str) -> (ExitStatus, String) {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &format!("{}-dut", lab.name)])
+        .arg(bin("dpd"));
+    refuses(cmd, config)
+}
+
+fn refuses(mut cmd: Command, config: &str) -> (ExitStatus, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = dir.path().join("dpd.toml");
     fs::write(&cfg, config).expect("write config");
-    let mut child = Command::new(bin("dpd"))
+    let mut child = cmd
         .arg("--config")
         .arg(&cfg)
         .stdin(Stdio::null())

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use control::api::{Body, Client, PortStatus, Request};
-use e2e::{verify_pattern_file, Dpd, Lab};
+use e2e::{dpd_refuses_in, verify_pattern_file, Dpd, Lab};
 
 /// dpd's port `name` as `dpctl status` shows it.
 fn port(dpd: &Dpd, name: &str) -> PortStatus {
@@ -199,4 +199,27 @@ fn a_member_link_cut_mid_transfer_loses_no_connection() {
         status.contains("bond 802.3ad: 1 of 2 members aggregated"),
         "{status}"
     );
+}
+
+/// DPDK 22.11's `net_tap` takes frames of 1,522 bytes at most, and a bond hands
+/// its MTU to its members: a bond of two taps asked for 9000 is refused
+/// at start, naming the member and what it takes (DPDK alone answered
+/// "rte_eth_dev_configure failed: Operation not permitted").
+#[test]
+fn a_bond_whose_members_cannot_take_its_mtu_is_refused_by_name() {
+    let lab = Lab::up("lm");
+    let dir = tempfile::tempdir().unwrap();
+    let body = "[[port]]\nname = \"bond0\"\ndevice = \"net_bonding0\"\n\
+                bond_members = [\"net_tap0,iface=ta1\", \"net_tap1,iface=ta2\"]\n\
+                address = \"10.250.0.1/24\"\nmtu = 9000\n";
+    let (status, stderr) = dpd_refuses_in(&lab, &config(&lab, &dir.path().join("dpd.sock"), body));
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    for needle in [
+        "port[1].mtu",
+        "\"9000\"",
+        // 1522-byte frames: 1504 by DPDK's rule.
+        "bond member net_tap0,iface=ta1 (driver net_tap) takes an MTU of 1504 at most",
+    ] {
+        assert!(stderr.contains(needle), "lacks {needle:?}:\n{stderr}");
+    }
 }

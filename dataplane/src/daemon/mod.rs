@@ -280,6 +280,36 @@ fn shut_down(
     log::info!("stopped");
 }
 
+/// A bond hands its MTU to every member when it is configured, and DPDK's
+/// bonding driver only learns its members' limits then (its own device
+/// info reports a jumbo frame before): a member that cannot take the MTU
+/// fails the bond's configure with a bare `EINVAL`. Checked here first, so
+/// the operator is told which member and what it takes.
+fn check_bond_members_take_the_mtu(i: usize, pc: &control::config::Port) -> Result<(), StartError> {
+    for m in pc.members() {
+        let Ok(DeviceKind::Virtual { name, .. } | DeviceKind::Pci(name)) = m.device_kind() else {
+            continue;
+        };
+        let Ok(id) = dpdk::port_id_by_name(&name) else {
+            continue; // the bond's own configure names it
+        };
+        let info = EthPort::info(id)?;
+        let limit = info.mtu_limit();
+        if pc.mtu > limit {
+            return Err(ConfigError::new(
+                format!("port[{i}].mtu"),
+                pc.mtu.to_string(),
+                format!(
+                    "bond member {} (driver {}) takes an MTU of {limit} at most, and a bond's members carry its MTU",
+                    m.device, info.driver
+                ),
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
 /// Starts every configured port with a queue pair per engine (as many
 /// as the device has), its mbufs from a mempool of its NUMA socket.
 fn start_ports(cfg: &Config) -> Result<Vec<StartedPort>, StartError> {
@@ -306,6 +336,7 @@ fn start_ports(cfg: &Config) -> Result<Vec<StartedPort>, StartError> {
             )
         })?;
         let info = EthPort::info(id)?;
+        check_bond_members_take_the_mtu(i, pc)?;
         let socket = info.socket.max(0);
         let pool = pools.for_mtu(cfg, socket, pc.mtu)?;
         // DPDK 22.11's net_tap offers TSO but cuts in software inside the
