@@ -48,6 +48,22 @@ fn bad_address() {
     );
 }
 
+/// A bond's member on an interface that does not exist is named (DPDK's
+/// bonding driver alone answered "rte_eth_dev_configure failed:
+/// Operation not permitted").
+#[test]
+fn missing_bond_member() {
+    refused(
+        &GOOD.replace(
+            "device = \"net_ring0\"",
+            "device = \"net_bonding0\"\n\
+             bond_members = [\"net_af_packet0,iface=no-such-veth\"]",
+        ),
+        2,
+        &["port[0].bond_members[0]", "\"no-such-veth\" does not exist"],
+    );
+}
+
 #[test]
 fn missing_device() {
     refused(

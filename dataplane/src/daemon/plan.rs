@@ -105,15 +105,24 @@ pub fn plan(
         (c, c)
     };
     for (i, port) in cfg.ports.iter().enumerate() {
-        if let Some(iface) = port.kernel_iface() {
-            if !iface_exists(iface) {
-                return Err(ConfigError::new(
-                    format!("port[{i}].device"),
-                    &port.device,
-                    format!(
-                        "network interface {iface:?} does not exist (in this network namespace)"
-                    ),
-                ));
+        // The port's own device, then a bond's members (DPDK's bonding
+        // driver alone reports a missing one as a bare EPERM).
+        let devices = std::iter::once((format!("port[{i}].device"), port.clone())).chain(
+            port.members()
+                .enumerate()
+                .map(|(j, m)| (format!("port[{i}].bond_members[{j}]"), m)),
+        );
+        for (field, p) in devices {
+            if let Some(iface) = p.kernel_iface() {
+                if !iface_exists(iface) {
+                    return Err(ConfigError::new(
+                        field,
+                        &p.device,
+                        format!(
+                            "network interface {iface:?} does not exist (in this network namespace)"
+                        ),
+                    ));
+                }
             }
         }
     }
@@ -254,6 +263,25 @@ mod tests {
                 "--vdev=net_bonding0,mode=4,slave=net_tap0,slave=net_tap1",
             ]
         );
+    }
+
+    /// A bond's af_packet members name kernel interfaces that must exist
+    /// (its tap members make their own).
+    #[test]
+    fn a_bond_member_on_a_missing_interface_is_named() {
+        let c = Config::parse(
+            "[eal]\nlcores = [1]\n[[port]]\nname = \"bond0\"\ndevice = \"net_bonding0\"\n\
+             bond_members = [\"net_af_packet0,iface=m1\", \"net_af_packet1,iface=m2\", \"net_tap0,iface=m3\"]\n\
+             address = \"10.77.0.1/24\"\n",
+        )
+        .unwrap();
+        let e = plan(&c, &machine(1 << 30), |i| i == "m1").unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str()),
+            ("port[0].bond_members[1]", "net_af_packet1,iface=m2")
+        );
+        assert!(e.reason.contains("\"m2\" does not exist"), "{e}");
+        assert!(plan(&c, &machine(1 << 30), |i| i != "m3").is_ok());
     }
 
     #[test]
