@@ -3,7 +3,9 @@
 //! from the (non-verifying) client's, and the AWS-LC record layer's
 //! sealing rate for 16 KiB records, and the TLS 1.3 key schedule's HKDF
 //! on rustls' stock aws-lc-rs provider against `crypto::kdf`'s, side by
-//! side in one run.
+//! side in one run; and a P-256 handshake's server time against its
+//! public-key work alone (`dpbench ceiling`'s measure), in alternating
+//! slices so both see the same minute of a VM whose speed drifts.
 //!
 //!   cargo bench -p crypto --bench tls [-- SECONDS]
 
@@ -81,6 +83,36 @@ fn key_schedule_ns(hkdf: &dyn Hkdf, n: u32) -> f64 {
     t.elapsed().as_secs_f64() * 1e9 / n as f64
 }
 
+/// µs per handshake's worth of the server's public-key work with an
+/// X25519 key exchange and a P-256 signature, as `dpbench ceiling`
+/// counts it (key generation, shared secret, signing the 130 bytes a
+/// TLS 1.3 CertificateVerify signs), timed for `secs`.
+fn p256_public_key_us(secs: f64) -> f64 {
+    use aws_lc_rs::{agreement, rand, signature};
+    let rng = rand::SystemRandom::new();
+    let key =
+        signature::EcdsaKeyPair::generate(&signature::ECDSA_P256_SHA256_ASN1_SIGNING).unwrap();
+    let peer = agreement::EphemeralPrivateKey::generate(&agreement::X25519, &rng)
+        .unwrap()
+        .compute_public_key()
+        .unwrap();
+    let msg = [0x5au8; 130];
+    let (start, mut n) = (Instant::now(), 0u64);
+    while start.elapsed().as_secs_f64() < secs {
+        let k = agreement::EphemeralPrivateKey::generate(&agreement::X25519, &rng).unwrap();
+        std::hint::black_box(k.compute_public_key().unwrap());
+        let peer = agreement::UnparsedPublicKey::new(&agreement::X25519, peer.as_ref());
+        agreement::agree_ephemeral(k, peer, (), |s| {
+            std::hint::black_box(s);
+            Ok(())
+        })
+        .unwrap();
+        std::hint::black_box(key.sign(&rng, &msg).unwrap());
+        n += 1;
+    }
+    start.elapsed().as_secs_f64() * 1e6 / n as f64
+}
+
 fn main() {
     let secs: f64 = std::env::args()
         .skip(1)
@@ -110,10 +142,33 @@ fn main() {
         }
     }
 
-    // The record layer: seal 16 KiB records in place.
     let mut store = CertStore::new();
     store.add(self_signed(dir.path(), "p256", P256, "tlsdp.test"));
     let cfg = TlsConfig::new(store).unwrap();
+
+    // P-256 handshakes against their public-key work, 20 ms of each in
+    // turn: the ratio of each pair, so a drifting VM moves both alike.
+    for tls13 in [true, false] {
+        let client = LoadClientConfig::new(tls13, true);
+        let mut ratios = Vec::new();
+        let start = Instant::now();
+        while start.elapsed().as_secs_f64() < secs {
+            let (n, server, _) = handshakes(&cfg, &client, 0.02);
+            let public_key = p256_public_key_us(0.02);
+            ratios.push(public_key / (server * 1e6 / n as f64));
+        }
+        ratios.sort_by(f64::total_cmp);
+        println!(
+            "CEILING   ECDSA-P256 {}  public-key work ÷ server handshake, {} pairs of 20 ms slices: median {:.3} (range {:.3}-{:.3})",
+            if tls13 { "TLS1.3" } else { "TLS1.2" },
+            ratios.len(),
+            ratios[ratios.len() / 2],
+            ratios[0],
+            ratios[ratios.len() - 1],
+        );
+    }
+
+    // The record layer: seal 16 KiB records in place.
     for tls13 in [true, false] {
         let client = LoadClientConfig::new(tls13, true);
         let mut c = LoadClientSession::new(&client, "tlsdp.test").unwrap();
