@@ -296,6 +296,8 @@ fn ceiling_on(core: usize, ms: u64) -> Result<(Vec<ceiling::OpCost>, Vec<ceiling
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    // As in dpd: the bypass client's engine keeps its freed memory.
+    dataplane::dpdk::keep_freed_memory();
     match cli.cmd {
         Cmd::Test { kind, common } => {
             let targets = common.targets()?;

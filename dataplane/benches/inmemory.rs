@@ -419,6 +419,8 @@ fn hold(conns: u64, tls: bool) {
 }
 
 fn main() {
+    // As in dpd: freed memory is kept (no purge, no refault).
+    dataplane::dpdk::keep_freed_memory();
     let conns: u64 = std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())

@@ -915,3 +915,47 @@ fn testssl_finds_no_weak_protocol_or_cipher() {
         by_id.get("scanTime").map_or("?", |f| f.1)
     );
 }
+
+/// Minor page faults of process `pid` so far (`/proc/PID/stat`, field 10).
+fn minor_faults(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name, which ends at the last ')'.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    rest.split(' ').nth(7).unwrap().parse().unwrap()
+}
+
+/// dpd keeps the memory it frees (docs/architecture.md, "Allocator"): once a
+/// handshake load has reached its high-water mark, the same load again
+/// faults in (almost) no new page. With mimalloc's default the engine
+/// returned freed memory to the kernel (madvise) and faulted it back in,
+/// syscalls and page zeroing inside the engine loop.
+#[test]
+fn a_repeated_handshake_load_faults_in_no_new_memory() {
+    let lab = Lab::up("mk");
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let dpd = Dpd::start(&lab, |s| tls_config(&lab, s, certs.path()));
+    let url = format!("https://{}/bytes/1024", lab.dut_ip());
+    let load = || {
+        // TLS 1.2: ab stalls on every TLS 1.3 connection.
+        let out = lab.client(&[
+            "timeout", "120", "ab", "-q", "-f", "TLS1.2", "-n", "3000", "-c", "16", &url,
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("Complete requests:      3000"),
+            "ab:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("Failed requests:        0"), "{text}");
+    };
+    load();
+    let before = minor_faults(dpd.pid());
+    load();
+    let faults = minor_faults(dpd.pid()) - before;
+    eprintln!("the second load: {faults} minor page faults in dpd");
+    assert!(
+        faults < 64,
+        "{faults} minor page faults during the second load"
+    );
+}

@@ -169,6 +169,9 @@ pub fn run(
     if let Err(e) = dpdk::route_to_log() {
         log::warn!("DPDK's log lines stay on stderr as they are: {e}");
     }
+    // Freed memory stays in the process: no madvise or page fault in the
+    // engine loop once the high-water mark is reached.
+    dpdk::keep_freed_memory();
     let eal = Eal::init(&plan.eal_args)?;
     log::info!(
         "DPDK {} up; control thread on core {}",

@@ -1,10 +1,13 @@
-//! The safe layer over DPDK: EAL, mempools, mbufs, ethdev ports and queues.
+//! The safe layer over DPDK: EAL, mempools, mbufs, ethdev ports and queues
+//! (and the other C underneath: the vnet tap, the VIP interface, the
+//! allocator's settings).
 //!
 //! This module and its children are the only unsafe code of the dataplane
 //! (STYLE.md §2): every DPDK return code or null pointer becomes a
 //! [`DpdkError`] here, ids become newtypes, an [`Mbuf`] frees itself on drop,
 //! and [`EthQueue`]'s `tx_burst` leaves unsent mbufs with the caller.
 
+mod allocator;
 mod clock;
 mod eal;
 mod ethdev;
@@ -13,6 +16,7 @@ mod mbuf;
 mod vip_iface;
 mod vnet_tap;
 
+pub use allocator::{keep_freed_memory, purge_delay_ms};
 pub use clock::TscClock;
 pub use eal::{register_thread, tsc_hz, tsc_now, Eal, LaunchedLcore, LcoreId};
 pub use ethdev::{
