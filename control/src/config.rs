@@ -1095,6 +1095,14 @@ impl Config {
                     "another port uses this device",
                 ));
             }
+            let is_bond = matches!(&kind, DeviceKind::Virtual { name, .. } if name.starts_with("net_bonding"));
+            if is_bond && port.bond_members.is_empty() {
+                return Err(ConfigError::new(
+                    at("device"),
+                    &port.device,
+                    "a bond needs its members: bond_members = [\"DEVICE\", ...] (DPDK would not make it)",
+                ));
+            }
             if !port.bond_members.is_empty() {
                 let bond_name = matches!(&kind, DeviceKind::Virtual { name, spec } if name.starts_with("net_bonding") && spec == name);
                 if !bond_name {
@@ -2559,6 +2567,11 @@ mod tests {
                 "NIC or a DPDK virtual device",
             ),
             ("\"0000:3b:00.1\"", "\"nonsense\"", "expected a PCI address"),
+            (
+                "bond_members = [\"net_tap0,iface=a1\", \"0000:3b:00.1\"]",
+                "",
+                "a bond needs its members",
+            ),
         ] {
             let e = err_of(&bond.replacen(from, to, 1));
             assert!(e.to_string().contains(what), "{to}: {e}");
