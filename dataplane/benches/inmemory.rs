@@ -16,7 +16,10 @@
 //! that fills and checks IPv4 and TCP checksums as a NIC does, so the
 //! engine leaves them to the port as `dpd` does on such a NIC.
 //! `--split` runs the generator on CPU 0 and the server on CPU 1
-//! (`perf record` of the server alone).
+//! (`perf record` of the server alone). `--defaults` also reports the
+//! server's longest poll (a stall of the engine loop); `--no-thp` turns
+//! transparent huge pages off for the process, so that first touches of
+//! heap memory do not add 2 MiB page zeroing to those stalls.
 //!
 //! `--scale` runs 1, 2, 4 ... engines at once, each on its own thread with
 //! its own generator and in-memory link (share-nothing, as in `dpd`; the
@@ -55,6 +58,38 @@ struct Result {
     /// After the server's TIME-WAIT table first reached its bound (when
     /// it did): connections it accepted since, and its busy seconds.
     steady: Option<(u64, f64)>,
+    /// The server's polls: the longest one, and how many took over 100 µs
+    /// (a stall that long overflows a NIC's receive ring at line rate).
+    stalls: Stalls,
+}
+
+/// The longest of the server engine's polls, and how many were long.
+#[derive(Default, Clone, Copy)]
+struct Stalls {
+    longest_ticks: u64,
+    over_100us: u64,
+    /// Ticks in 100 µs.
+    limit: u64,
+    hz: f64,
+}
+
+impl Stalls {
+    fn new(hz: u64) -> Self {
+        Self {
+            limit: hz / 10_000,
+            hz: hz as f64,
+            ..Self::default()
+        }
+    }
+
+    fn note(&mut self, ticks: u64) {
+        self.longest_ticks = self.longest_ticks.max(ticks);
+        self.over_100us += u64::from(ticks > self.limit);
+    }
+
+    fn longest_us(&self) -> f64 {
+        self.longest_ticks as f64 * 1e6 / self.hz
+    }
 }
 
 /// Watches the server for its TIME-WAIT table reaching its bound and
@@ -199,6 +234,7 @@ fn run_tcp(
     let start = clock.ticks();
     let debug = std::env::var_os("INMEMORY_DEBUG").is_some();
     let (mut idle, mut polls, mut last) = (0u64, 0u64, 0u64);
+    let mut stalls = Stalls::new(clock.hz());
     while !client.done() {
         let t0 = clock.ticks();
         let a = client.poll(clock.at(t0));
@@ -213,6 +249,16 @@ fn run_tcp(
         }
         if b > 0 {
             srv_ticks += t2 - t1;
+        }
+        stalls.note(t2 - t1);
+        if debug && t2 - t1 > stalls.limit {
+            let c = server.tcp().counters();
+            eprintln!(
+                "stall {:.0} µs: TIME-WAIT {}, accepted {}",
+                (t2 - t1) as f64 * 1e6 / stalls.hz,
+                c.time_wait,
+                c.accepted
+            );
         }
         mark.check(&server, srv_ticks);
         polls += 1;
@@ -241,6 +287,7 @@ fn run_tcp(
     let wall = clock.ticks() - start;
     let mut r = result(&client, srv_ticks, cli_ticks, wall, hz);
     r.steady = mark.steady(&server, srv_ticks, hz);
+    r.stalls = stalls;
     (r, server)
 }
 
@@ -257,6 +304,7 @@ fn result(client: &LoadGen<MemPort>, srv_ticks: u64, cli_ticks: u64, wall: u64, 
         client_s: cli_ticks as f64 / hz,
         wall_s: wall as f64 / hz,
         steady: None,
+        stalls: Stalls::default(),
     }
 }
 
@@ -300,6 +348,11 @@ fn cps_defaults(conns: u64, split: bool) {
         ),
         None => println!("      TIME-WAIT never reached its bound: run more connections"),
     }
+    println!(
+        "      server polls: longest {:.0} µs, {} over 100 µs",
+        r.stalls.longest_us(),
+        r.stalls.over_100us
+    );
     assert_eq!(t.syn_dropped, 0, "TIME-WAIT refused connections");
 }
 
@@ -324,6 +377,7 @@ fn run_split(load: LoadConfig, tcp: TcpConfig) -> (Result, Engine<MemPort>) {
     };
     let start = clock.ticks();
     let (mut srv_ticks, mut cli_ticks) = (0u64, 0u64);
+    let mut stalls = Stalls::new(clock.hz());
     let client = std::thread::scope(|s| {
         let gen = s.spawn(|| {
             pin(0);
@@ -341,9 +395,12 @@ fn run_split(load: LoadConfig, tcp: TcpConfig) -> (Result, Engine<MemPort>) {
         pin(1);
         while !done.load(Ordering::Acquire) {
             let t1 = clock.ticks();
-            if server.poll(clock.at(t1)) > 0 {
-                srv_ticks += clock.ticks() - t1;
+            let n = server.poll(clock.at(t1));
+            let t2 = clock.ticks();
+            if n > 0 {
+                srv_ticks += t2 - t1;
             }
+            stalls.note(t2 - t1);
             mark.check(&server, srv_ticks);
         }
         let (client, ticks) = gen.join().expect("generator thread");
@@ -354,6 +411,7 @@ fn run_split(load: LoadConfig, tcp: TcpConfig) -> (Result, Engine<MemPort>) {
     let wall = clock.ticks() - start;
     let mut r = result(&client, srv_ticks, cli_ticks, wall, hz);
     r.steady = mark.steady(&server, srv_ticks, hz);
+    r.stalls = stalls;
     (r, server)
 }
 
@@ -383,9 +441,12 @@ fn hold(conns: u64, tls: bool) {
     let start = clock.ticks();
     // Heap growth during the server's polls only: its own state.
     let mut server_heap: isize = 0;
+    let mut stalls = Stalls::new(clock.hz());
     let mut server_poll = |server: &mut Engine<MemPort>, now| {
         let before = malloc_in_use() as isize;
+        let t0 = clock.ticks();
         server.poll(now);
+        stalls.note(clock.ticks() - t0);
         server_heap += malloc_in_use() as isize - before;
     };
     while !client.done() || (tls && server.counters().tls_handshakes < conns) {
@@ -416,11 +477,29 @@ fn hold(conns: u64, tls: bool) {
         tls_conns,
         tls_buffered
     );
+    println!(
+        "      server polls: longest {:.0} µs, {} over 100 µs",
+        stalls.longest_us(),
+        stalls.over_100us
+    );
 }
 
 fn main() {
     // As in dpd: freed memory is kept (no purge, no refault).
     dataplane::dpdk::keep_freed_memory();
+    if std::env::args().any(|a| a == "--no-thp") {
+        // First touches of heap memory then fault 4 KiB pages, not 2 MiB
+        // ones: a poll's stall is the engine's own work (on this VM
+        // zeroing one transparent huge page took ~7 ms).
+        // SAFETY: PR_SET_THP_DISABLE takes integer arguments and sets a
+        // flag of this process.
+        if unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) } != 0 {
+            eprintln!(
+                "--no-thp: prctl failed: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
     let conns: u64 = std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())

@@ -15,19 +15,27 @@
 //!   4-tuple, a `connect` reusing it, a restart) leaves a hole that goes
 //!   when it reaches the front.
 //! - **An index by 4-tuple**: buckets of one cache line, each with eight
-//!   ways holding a 16-bit tag of the key's hash and the entry's position.
-//!   A way whose position lies outside the live window is free, so
-//!   entries leaving at the front (expired, recycled) need no index work
-//!   at all: their ways become free as `head` passes them. A new SYN's
-//!   lookup reads one bucket line; entering TIME-WAIT writes one.
+//!   ways holding a 16-bit tag of the key's hash (never 0: a zero tag is a
+//!   free way) and the entry's position. A way whose position lies
+//!   outside the live window is free, so entries leaving at the front
+//!   (expired, recycled) need no index work at all: their ways become
+//!   free as `head` passes them. A new SYN's lookup reads one bucket
+//!   line; entering TIME-WAIT writes one.
 //!
 //! A full bucket sends a new entry on to the next one and records the
 //! entry's position as the bucket's *overflow mark*; lookups go on to the
-//! next bucket only while that mark is inside the live window.
+//! next bucket only while that mark is inside the live window, and never
+//! past `MAX_PROBES` buckets.
 //!
-//! Positions wrap after 2^32 pushes. A way left over from that long ago
-//! could look live again; every hit is therefore checked against the
-//! entry's own key in the ring, so such a way can only cost an extra
+//! Nothing grows by copying: the index is made at its final size (in
+//! zeroed memory, its pages supplied as first written) and the ring's
+//! slots come in chunks as the tail reaches them, so filling the table
+//! never stalls the engine loop the way doubling a 20 MiB ring and
+//! rehashing a 4 MiB index did (docs/tcp.md).
+//!
+//! Positions wrap after 2^32 pushes. A way or mark left over from that
+//! long ago could look live again; every hit is therefore checked against
+//! the entry's own key in the ring, so such a way can only cost an extra
 //! probe, never a wrong answer.
 
 use super::{FlowAddr, FlowHashing, FlowKey, Seq};
@@ -108,16 +116,13 @@ impl<I: FlowAddr> Slot<I> {
 }
 
 const WAYS: usize = 8;
-
-/// One cache line of the index.
-#[derive(Debug, Clone, Copy)]
-#[repr(C, align(64))]
-struct Bucket {
-    pos: [u32; WAYS],
-    tags: [u16; WAYS],
-    /// Position of the newest entry sent on past this bucket.
-    overflow: u32,
-}
+/// `u32` words in an index bucket: one cache line.
+const BUCKET_WORDS: usize = 16;
+/// Where a bucket's tags start: two to a word after the eight positions.
+const TAG_WORD: usize = WAYS;
+/// The word holding a bucket's overflow mark: the position of the newest
+/// entry sent on past it.
+const OVERFLOW_WORD: usize = WAYS + WAYS / 2;
 
 /// Where a key's way is: bucket and way.
 #[derive(Debug, Clone, Copy)]
@@ -126,22 +131,52 @@ struct Way {
     way: usize,
 }
 
-/// Fewest ring slots and buckets kept once anything is stored.
+/// Fewest ring slots and buckets.
 const MIN_SLOTS: usize = 64;
 const MIN_BUCKETS: usize = 8;
+/// Ring slots per chunk (40 KiB).
+const CHUNK: usize = 1024;
+/// Buckets an entry may be placed in from its home on: at most the
+/// buckets a lookup reads. With the index at most half full, eight full
+/// buckets in a row are too rare to matter (under a keyed hash); an
+/// entry that finds no way within them is dropped.
+const MAX_PROBES: usize = 8;
+
+/// A ring chunk's slots.
+type Chunk<I> = Box<[Slot<I>]>;
 
 /// TIME-WAIT entries by 4-tuple, at most `max` of them (the oldest
 /// recycled past that).
+///
+/// Nothing is moved or rebuilt as the table fills, so no insert stalls
+/// the engine loop: the index has its final size from the first entry
+/// on, in zeroed memory (every way free; the kernel supplies its pages
+/// as buckets are first written), and the ring's slots come in chunks
+/// taken as the tail reaches them and handed back as the head leaves
+/// them. Only dropping holes ([`Self::compact`]) is O(ring), after at
+/// least a third of the ring became holes.
 #[derive(Debug)]
 pub(super) struct TimeWaitTable<I = Ipv4Addr> {
-    /// The ring: a power of two long (or empty), slot of position `p` at
-    /// `p & (len - 1)`.
-    ring: Vec<Slot<I>>,
+    /// The ring's chunks (none before the first entry): the slot of
+    /// position `p` is `p & (ring_len - 1)`, in chunk `that / CHUNK`.
+    chunks: Vec<Option<Chunk<I>>>,
+    /// A chunk the head left, kept for the next one the tail needs.
+    spare: Option<Chunk<I>>,
+    /// Ring slots: room for 1.5 × `max` (holes), a power of two.
+    ring_len: usize,
+    /// Slots per chunk: `CHUNK`, or `ring_len` when smaller.
+    chunk_len: usize,
     head: u32,
     tail: u32,
     /// Live entries (the window's slots less its holes).
     live: usize,
-    buckets: Vec<Bucket>,
+    /// The index: `bucket_mask + 1` buckets of `BUCKET_WORDS` words from
+    /// `base` (the first cache-line boundary), zeroed when made. A way
+    /// is free when its tag is 0 (tags are never 0) or its position lies
+    /// outside the window.
+    index: Vec<u32>,
+    base: usize,
+    bucket_mask: usize,
     hashing: FlowHashing,
     max: usize,
     /// Entries recycled before their time because the table was full.
@@ -150,15 +185,23 @@ pub(super) struct TimeWaitTable<I = Ipv4Addr> {
 
 impl<I: FlowAddr> TimeWaitTable<I> {
     /// A table keeping at most `max` entries, hashed under `hashing` (the
-    /// engine's seed). It grows as entries come, up to ring slots for
-    /// 1.5 × `max` (room for holes) and a bucket per four entries.
+    /// engine's seed). Its index (a bucket per four entries) is made at
+    /// the first entry; its ring holds slots for 1.5 × `max`.
     pub fn new(max: usize, hashing: FlowHashing) -> Self {
+        let ring_len = (max + max / 2).next_power_of_two().max(MIN_SLOTS);
         Self {
-            ring: Vec::new(),
-            head: 0,
-            tail: 0,
+            chunks: Vec::new(),
+            spare: None,
+            ring_len,
+            chunk_len: CHUNK.min(ring_len),
+            // From 1: a zeroed overflow mark (position 0) is outside the
+            // window until positions wrap.
+            head: 1,
+            tail: 1,
             live: 0,
-            buckets: Vec::new(),
+            index: Vec::new(),
+            base: 0,
+            bucket_mask: 0,
             hashing,
             max,
             recycled: 0,
@@ -175,17 +218,18 @@ impl<I: FlowAddr> TimeWaitTable<I> {
         self.tail.wrapping_sub(self.head) as usize
     }
 
-    /// Bytes held (ring and index).
+    /// Bytes held (ring chunks and index).
     pub fn bytes(&self) -> usize {
-        self.ring.capacity() * std::mem::size_of::<Slot<I>>()
-            + self.buckets.capacity() * std::mem::size_of::<Bucket>()
+        let chunks = self.chunks.iter().flatten().count() + usize::from(self.spare.is_some());
+        chunks * self.chunk_len * std::mem::size_of::<Slot<I>>()
+            + self.index.capacity() * std::mem::size_of::<u32>()
     }
 
     /// The entry of `key`.
     pub fn get(&self, key: &FlowKey<I>) -> Option<TimeWait<I>> {
         let w = self.find(key)?;
-        let pos = self.buckets[w.bucket].pos[w.way];
-        Some(self.slot(pos).entry())
+        let pos = self.bucket(w.bucket)[w.way];
+        self.slot(pos).map(Slot::entry)
     }
 
     /// Starts TIME-WAIT for `tw.key` (an entry it had is replaced),
@@ -195,18 +239,32 @@ impl<I: FlowAddr> TimeWaitTable<I> {
         if self.max == 0 {
             return;
         }
-        self.make_room();
+        if self.index.is_empty() {
+            self.make_index();
+            self.chunks = (0..self.ring_len / self.chunk_len).map(|_| None).collect();
+        }
+        if self.slots() >= self.ring_len {
+            self.compact();
+        }
         // One hash for both: the old entry's way and the new one's.
         let (home, tag) = self.hash(&tw.key);
         if let Some(w) = self.find_from(&tw.key, home, tag) {
             self.take(w);
         }
         let pos = self.tail;
-        let len = self.ring.len();
-        self.ring[pos as usize & (len - 1)] = Slot::new(&tw);
+        let Some(slot) = self.slot_for_tail() else {
+            return;
+        };
+        *slot = Slot::new(&tw);
         self.tail = pos.wrapping_add(1);
         self.live += 1;
-        self.index_from(home, tag, pos);
+        if !self.index_from(home, tag, pos) {
+            // No free way near its home: dropped (a hole).
+            if let Some(slot) = self.slot_mut(pos) {
+                slot.live = false;
+                self.live -= 1;
+            }
+        }
         while self.live > self.max {
             if self.pop_front(None).is_none() {
                 break;
@@ -219,21 +277,19 @@ impl<I: FlowAddr> TimeWaitTable<I> {
     /// connect).
     pub fn remove(&mut self, key: &FlowKey<I>) -> Option<TimeWait<I>> {
         let w = self.find(key)?;
-        Some(self.take(w))
+        self.take(w)
     }
 
     /// Frees way `w` and leaves a hole in its ring slot.
-    fn take(&mut self, w: Way) -> TimeWait<I> {
-        let head = self.head;
-        let b = &mut self.buckets[w.bucket];
-        let pos = b.pos[w.way];
-        // Outside the window: free.
-        b.pos[w.way] = head.wrapping_sub(1);
-        let mask = self.ring.len() - 1;
-        let slot = &mut self.ring[pos as usize & mask];
+    fn take(&mut self, w: Way) -> Option<TimeWait<I>> {
+        let b = self.bucket_mut(w.bucket);
+        let pos = b[w.way];
+        set_tag(b, w.way, 0);
+        let slot = self.slot_mut(pos)?;
         slot.live = false;
+        let entry = slot.entry();
         self.live -= 1;
-        slot.entry()
+        Some(entry)
     }
 
     /// Restarts `key`'s 2 MSL (a retransmitted FIN came): it moves to the
@@ -255,11 +311,12 @@ impl<I: FlowAddr> TimeWaitTable<I> {
     /// change: `head` has passed its position.
     fn pop_front(&mut self, due: Option<Instant>) -> Option<TimeWait<I>> {
         while self.head != self.tail {
-            let slot = *self.slot(self.head);
+            let slot = *self.slot(self.head)?;
             if slot.live && due.is_some_and(|now| slot.until > now) {
                 return None;
             }
             self.head = self.head.wrapping_add(1);
+            self.release_behind_head();
             if slot.live {
                 self.live -= 1;
                 return Some(slot.entry());
@@ -268,20 +325,90 @@ impl<I: FlowAddr> TimeWaitTable<I> {
         None
     }
 
-    fn slot(&self, pos: u32) -> &Slot<I> {
-        &self.ring[pos as usize & (self.ring.len() - 1)]
+    /// The chunk and slot index of position `pos`.
+    fn place(&self, pos: u32) -> (usize, usize) {
+        let i = pos as usize & (self.ring_len - 1);
+        (i / self.chunk_len, i % self.chunk_len)
+    }
+
+    /// Position `pos`'s slot, when its chunk is there (every position in
+    /// the window has one).
+    fn slot(&self, pos: u32) -> Option<&Slot<I>> {
+        let (c, i) = self.place(pos);
+        self.chunks.get(c)?.as_ref()?.get(i)
+    }
+
+    fn slot_mut(&mut self, pos: u32) -> Option<&mut Slot<I>> {
+        let (c, i) = self.place(pos);
+        self.chunks.get_mut(c)?.as_mut()?.get_mut(i)
+    }
+
+    /// The tail's slot, its chunk taken (the spare, or a new one) if the
+    /// tail has just reached it.
+    fn slot_for_tail(&mut self) -> Option<&mut Slot<I>> {
+        let (c, i) = self.place(self.tail);
+        let chunk = self.chunks.get_mut(c)?;
+        if chunk.is_none() {
+            *chunk = Some(
+                self.spare
+                    .take()
+                    .unwrap_or_else(|| vec![Slot::EMPTY; self.chunk_len].into_boxed_slice()),
+            );
+        }
+        chunk.as_mut()?.get_mut(i)
+    }
+
+    /// After `head` moved one on: when it crossed into the next chunk,
+    /// the one it left goes (kept as the spare if there is none), unless
+    /// the window has wrapped round into it.
+    fn release_behind_head(&mut self) {
+        let (c, i) = self.place(self.head);
+        if i != 0 || self.slots() > self.ring_len - self.chunk_len {
+            return;
+        }
+        let behind = c.checked_sub(1).unwrap_or(self.chunks.len() - 1);
+        if let Some(chunk) = self.chunks.get_mut(behind).and_then(Option::take) {
+            if self.spare.is_none() {
+                self.spare = Some(chunk);
+            }
+        }
     }
 
     fn in_window(&self, pos: u32) -> bool {
         pos.wrapping_sub(self.head) < self.tail.wrapping_sub(self.head)
     }
 
-    /// `key`'s home bucket (the hash's low bits) and tag (its top 16);
-    /// only while there are buckets (`find` with entries, or after
-    /// `make_room`).
+    /// The index, zeroed: a bucket per four entries at the bound, each
+    /// on its own cache line.
+    fn make_index(&mut self) {
+        let buckets = self
+            .max
+            .div_ceil(WAYS / 2)
+            .next_power_of_two()
+            .max(MIN_BUCKETS);
+        // Zeroed words come from calloc: untouched pages cost nothing.
+        self.index = vec![0u32; (buckets + 1) * BUCKET_WORDS];
+        let misalign = self.index.as_ptr() as usize % 64;
+        self.base = (64 - misalign) % 64 / std::mem::size_of::<u32>();
+        self.bucket_mask = buckets - 1;
+    }
+
+    /// Bucket `b`'s words (`b` within the index: masked by the caller).
+    fn bucket(&self, b: usize) -> &[u32] {
+        let start = self.base + (b & self.bucket_mask) * BUCKET_WORDS;
+        &self.index[start..start + BUCKET_WORDS]
+    }
+
+    fn bucket_mut(&mut self, b: usize) -> &mut [u32] {
+        let start = self.base + (b & self.bucket_mask) * BUCKET_WORDS;
+        &mut self.index[start..start + BUCKET_WORDS]
+    }
+
+    /// `key`'s home bucket (the hash's low bits) and tag (its top 16, never
+    /// 0); only once the index is made.
     fn hash(&self, key: &FlowKey<I>) -> (usize, u16) {
         let h = self.hashing.hash_one(key);
-        ((h as usize) & (self.buckets.len() - 1), (h >> 48) as u16)
+        ((h as usize) & self.bucket_mask, (h >> 48) as u16 | 1)
     }
 
     /// The way holding `key`'s live entry.
@@ -295,122 +422,94 @@ impl<I: FlowAddr> TimeWaitTable<I> {
 
     /// [`Self::find`] from `key`'s home bucket and tag.
     fn find_from(&self, key: &FlowKey<I>, mut bucket: usize, tag: u16) -> Option<Way> {
-        let mask = self.buckets.len() - 1;
-        for _ in 0..self.buckets.len() {
-            let b = &self.buckets[bucket];
+        for _ in 0..MAX_PROBES {
+            let b = self.bucket(bucket);
             for way in 0..WAYS {
-                if b.tags[way] == tag && self.in_window(b.pos[way]) {
-                    let slot = self.slot(b.pos[way]);
-                    if slot.live && slot.key == *key {
-                        return Some(Way { bucket, way });
+                if tag_of(b, way) == tag && self.in_window(b[way]) {
+                    if let Some(slot) = self.slot(b[way]) {
+                        if slot.live && slot.key == *key {
+                            return Some(Way { bucket, way });
+                        }
                     }
                 }
             }
-            if !self.in_window(b.overflow) {
+            if !self.in_window(b[OVERFLOW_WORD]) {
                 return None;
             }
-            bucket = (bucket + 1) & mask;
+            bucket = (bucket + 1) & self.bucket_mask;
         }
         None
     }
 
     /// Records `key` at `pos` in the first free way from its bucket on,
-    /// marking the full buckets it passes.
-    fn index(&mut self, key: &FlowKey<I>, pos: u32) {
+    /// marking the full buckets it passes; false if there was none
+    /// within `MAX_PROBES` buckets.
+    fn index(&mut self, key: &FlowKey<I>, pos: u32) -> bool {
         let (home, tag) = self.hash(key);
-        self.index_from(home, tag, pos);
+        self.index_from(home, tag, pos)
     }
 
     /// [`Self::index`] from the key's home bucket and tag.
-    fn index_from(&mut self, mut bucket: usize, tag: u16, pos: u32) {
-        let mask = self.buckets.len() - 1;
-        // Ways outnumber live entries (see `make_room`), so a free one
-        // exists; the bound only keeps a broken invariant from looping.
-        for _ in 0..self.buckets.len() {
-            let free = (0..WAYS).find(|&w| !self.in_window(self.buckets[bucket].pos[w]));
-            let b = &mut self.buckets[bucket];
+    fn index_from(&mut self, mut bucket: usize, tag: u16, pos: u32) -> bool {
+        for _ in 0..MAX_PROBES {
+            let b = self.bucket(bucket);
+            let free = (0..WAYS).find(|&w| tag_of(b, w) == 0 || !self.in_window(b[w]));
+            let b = self.bucket_mut(bucket);
             if let Some(way) = free {
-                b.pos[way] = pos;
-                b.tags[way] = tag;
-                return;
+                b[way] = pos;
+                set_tag(b, way, tag);
+                return true;
             }
-            b.overflow = pos;
-            bucket = (bucket + 1) & mask;
+            b[OVERFLOW_WORD] = pos;
+            bucket = (bucket + 1) & self.bucket_mask;
         }
-        debug_assert!(false, "no free way from bucket {bucket}");
+        false
     }
 
-    /// Makes room for one more slot at the tail and one more entry in the
-    /// index: grows the ring (or, at its largest, drops its holes) and the
-    /// index (a bucket per four entries, half its ways free).
-    fn make_room(&mut self) {
-        let want_buckets = (self.live + 1)
-            .min(self.max)
-            .div_ceil(WAYS / 2)
-            .next_power_of_two();
-        if self.buckets.len() < want_buckets.max(MIN_BUCKETS) {
-            self.reindex(want_buckets.max(MIN_BUCKETS));
-        }
-        if self.slots() < self.ring.len() {
-            return;
-        }
-        let most = (self.max + self.max / 2).next_power_of_two().max(MIN_SLOTS);
-        if self.ring.len() < most {
-            self.regrow((self.ring.len() * 2).max(MIN_SLOTS));
-        } else {
-            self.compact();
-        }
-    }
-
-    /// Moves the window into a ring of `len` slots; positions stay.
-    fn regrow(&mut self, len: usize) {
-        let mut ring = vec![Slot::EMPTY; len];
-        let mut pos = self.head;
-        while pos != self.tail {
-            ring[pos as usize & (len - 1)] = *self.slot(pos);
-            pos = pos.wrapping_add(1);
-        }
-        self.ring = ring;
-    }
-
-    /// Drops the window's holes: the live entries get new positions from
-    /// `tail` on (so every old way falls outside the new window) and are
-    /// indexed again. O(ring), after at least a third of the ring became
-    /// holes.
+    /// Drops the window's holes, the ring being full of slots: the live
+    /// entries slide to the front, keeping their order, and are indexed
+    /// again. O(ring), after at least a third of it became holes (live
+    /// entries are at most `max`, two thirds of the ring).
     fn compact(&mut self) {
-        let entries: Vec<Slot<I>> = (0..self.slots() as u32)
-            .map(|i| *self.slot(self.head.wrapping_add(i)))
-            .filter(|s| s.live)
-            .collect();
-        self.head = self.tail;
-        let len = self.ring.len();
-        for slot in entries {
-            self.ring[self.tail as usize & (len - 1)] = slot;
-            self.tail = self.tail.wrapping_add(1);
+        let mut to = self.head;
+        let mut from = self.head;
+        while from != self.tail {
+            if let Some(&slot) = self.slot(from) {
+                if slot.live {
+                    if let Some(dst) = self.slot_mut(to) {
+                        *dst = slot;
+                    }
+                    to = to.wrapping_add(1);
+                }
+            }
+            from = from.wrapping_add(1);
         }
-        self.reindex(self.buckets.len());
-    }
-
-    /// Builds an index of `buckets` buckets over the window's entries.
-    fn reindex(&mut self, buckets: usize) {
-        let free = self.head.wrapping_sub(1);
-        self.buckets = vec![
-            Bucket {
-                pos: [free; WAYS],
-                tags: [0; WAYS],
-                overflow: free,
-            };
-            buckets
-        ];
+        self.tail = to;
+        self.index.fill(0);
         let mut pos = self.head;
         while pos != self.tail {
-            let slot = *self.slot(pos);
-            if slot.live {
-                self.index(&slot.key, pos);
+            if let Some(key) = self.slot(pos).map(|s| s.key) {
+                if !self.index(&key, pos) {
+                    if let Some(slot) = self.slot_mut(pos) {
+                        slot.live = false;
+                        self.live -= 1;
+                    }
+                }
             }
             pos = pos.wrapping_add(1);
         }
     }
+}
+
+/// Way `way`'s tag in bucket words `b`.
+fn tag_of(b: &[u32], way: usize) -> u16 {
+    (b[TAG_WORD + way / 2] >> (16 * (way % 2))) as u16
+}
+
+fn set_tag(b: &mut [u32], way: usize, tag: u16) {
+    let shift = 16 * (way % 2);
+    let w = &mut b[TAG_WORD + way / 2];
+    *w = (*w & !(0xffff << shift)) | (u32::from(tag) << shift);
 }
 
 #[cfg(test)]
@@ -477,7 +576,7 @@ pub(super) mod tests {
         for i in 0..8192 {
             t.insert(wide(i));
         }
-        assert!(t.buckets.iter().any(|b| t.in_window(b.overflow)));
+        assert!((0..=t.bucket_mask).any(|b| t.in_window(t.bucket(b)[OVERFLOW_WORD])));
         for i in 0..8192 {
             assert_eq!(t.get(&wide(i).key), Some(wide(i)), "entry {i}");
         }
@@ -497,20 +596,22 @@ pub(super) mod tests {
         assert!((49_000..50_000).all(|i| t.get(&wide(i).key).is_some()));
         // Memory: a ring of at most 1.5 × the bound (a power of two) and
         // a bucket per four entries, no more however many came.
-        assert!(t.ring.len() <= 2048);
-        assert_eq!(t.buckets.len(), 256);
+        assert_eq!(t.ring_len, 2048);
+        assert_eq!(t.bucket_mask + 1, 256);
+        assert!(t.bytes() <= 2048 * 40 + 257 * 64);
         assert_eq!(std::mem::size_of::<Slot<std::net::Ipv4Addr>>(), 40);
     }
 
     #[test]
     fn holes_are_compacted_and_positions_may_wrap() {
         let mut t = TimeWaitTable::new(100, FlowHashing::default());
-        // Start just below the wrap of positions.
-        t.head = u32::MAX - 500;
+        // Start just below the wrap of positions: the first entries wrap.
+        t.head = u32::MAX - 50;
         t.tail = t.head;
         for i in 0..100 {
             t.insert(wide(i));
         }
+        assert!(t.tail < 100, "positions wrapped");
         // A peer restarting its entries over and over: each leaves a hole.
         for round in 0..50u64 {
             for i in 0..100 {
@@ -518,14 +619,85 @@ pub(super) mod tests {
             }
         }
         assert_eq!(t.len(), 100);
-        assert!(t.slots() <= t.ring.len() && t.ring.len() <= 256);
+        assert!(t.slots() <= t.ring_len && t.ring_len <= 256);
         for i in 0..100 {
             assert_eq!(
                 t.get(&wide(i).key).map(|e| e.until),
                 Some(Instant::from_millis(49))
             );
         }
-        assert!(t.head < 1 << 20, "positions wrapped");
+        // New entries recycle the old ones; the head wraps too.
+        for i in 100..200 {
+            t.insert(wide(i));
+        }
+        assert_eq!((t.len(), t.recycled), (100, 100));
+        assert!(t.head < 1 << 20);
+        assert!((0..100).all(|i| t.get(&wide(i).key).is_none()));
+        assert!((100..200).all(|i| t.get(&wide(i).key) == Some(wide(i))));
+    }
+
+    /// The ring's memory follows the entries: chunks come as the tail
+    /// reaches them and go as the head leaves them; the index is made
+    /// once, at its final size, on cache-line boundaries.
+    #[test]
+    fn ring_memory_follows_the_window_and_the_index_never_moves() {
+        let mut t = TimeWaitTable::new(100_000, FlowHashing::default());
+        t.insert(wide(0));
+        let index = (t.index.as_ptr(), t.index.len());
+        assert_eq!((t.index.as_ptr() as usize + t.base * 4) % 64, 0);
+        assert_eq!(t.bytes(), CHUNK * 40 + t.index.capacity() * 4);
+        for i in 1..100_000 {
+            t.insert(wide(i));
+        }
+        assert_eq!((t.index.as_ptr(), t.index.len()), index);
+        let chunks = |t: &TimeWaitTable| t.chunks.iter().flatten().count();
+        assert_eq!(chunks(&t), 100_000usize.div_ceil(CHUNK));
+        // All but the last 1,000 expire (each 1 ms after the one before).
+        let mut t2 = TimeWaitTable::new(100_000, FlowHashing::default());
+        for i in 0..100_000u32 {
+            let mut e = wide(i);
+            e.until = Instant::from_millis(u64::from(i));
+            t2.insert(e);
+        }
+        t2.expire(Instant::from_millis(98_999));
+        assert_eq!(t2.len(), 1000);
+        assert!(chunks(&t2) <= 2, "{} chunks for 1,000 entries", chunks(&t2));
+        let ring = |t: &TimeWaitTable| t.bytes() - t.index.capacity() * 4;
+        assert!(ring(&t2) <= 3 * CHUNK * 40 && ring(&t) > 90 * CHUNK * 40);
+        assert!((99_000..100_000).all(|i| t2.get(&wide(i).key).is_some()));
+        // The next entries reuse the spare: still the same memory.
+        let before = t2.bytes();
+        for i in 100_000..100_000 + CHUNK as u32 {
+            let mut e = wide(i);
+            e.until = Instant::from_millis(u64::from(i));
+            t2.insert(e);
+        }
+        assert!(t2.bytes() <= before + CHUNK * 40);
+        // Expiring everything leaves the index and at most a chunk and the spare.
+        t2.expire(Instant::from_millis(1 << 40));
+        assert_eq!(t2.len(), 0);
+        assert!(t2.bytes() <= 2 * CHUNK * 40 + t2.index.capacity() * 4);
+    }
+
+    /// An index whose ways around a key's home are all taken keeps it out
+    /// (a hole) rather than looking further than a lookup reads.
+    #[test]
+    fn an_entry_without_a_way_near_home_is_dropped() {
+        let mut t = TimeWaitTable::new(1 << 14, FlowHashing::default());
+        t.insert(wide(0));
+        let (home, _) = t.hash(&wide(1).key);
+        let pos = t.head;
+        for k in 0..MAX_PROBES {
+            let b = t.bucket_mut(home + k);
+            for w in 0..WAYS {
+                b[w] = pos;
+                set_tag(b, w, 0xffff);
+            }
+        }
+        t.insert(wide(1));
+        assert_eq!(t.len(), 1);
+        assert!(t.get(&wide(1).key).is_none());
+        assert_eq!(t.get(&wide(0).key), Some(wide(0)));
     }
 
     #[test]
