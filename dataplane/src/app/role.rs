@@ -178,15 +178,46 @@ impl<R> Roles<R> {
         self.slots.iter().flatten()
     }
 
-    /// Bytes the table holds (its capacity).
+    /// Bytes of the slots made (a reservation beyond them is untouched).
     pub fn state_bytes(&self) -> usize {
-        self.slots.capacity() * std::mem::size_of::<Option<Entry<R>>>()
+        self.slots.len() * std::mem::size_of::<Option<Entry<R>>>()
+    }
+
+    /// Reserves room for `slots` slots (address space: pages are touched
+    /// as slots are first used), so that inserting never moves the table
+    /// inside the engine loop (`tcp::slots_for`). If the reservation is
+    /// refused, the table grows as it must.
+    pub fn reserve(&mut self, slots: usize) {
+        let _ = self
+            .slots
+            .try_reserve_exact(slots.saturating_sub(self.slots.len()));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reserved_table_never_moves() {
+        let mut roles = Roles::default();
+        roles.reserve(5000);
+        let table = roles.slots.as_ptr();
+        // Slots in any order up to the reservation, as connections come.
+        for slot in (0..5000).rev().step_by(7).chain(0..5000) {
+            roles.insert(
+                ConnId::new(slot, 0),
+                None,
+                Role::Responder(Session::default()),
+            );
+        }
+        assert_eq!(roles.len(), 5000);
+        assert_eq!(roles.slots.as_ptr(), table, "the table moved");
+        assert_eq!(
+            roles.state_bytes(),
+            5000 * std::mem::size_of::<Option<Entry>>()
+        );
+    }
 
     #[test]
     fn a_stale_handle_finds_nothing() {

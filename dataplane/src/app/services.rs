@@ -106,6 +106,12 @@ impl Services {
         }
     }
 
+    /// Reserves the roles table for an engine of at most `max_conns`
+    /// connections, so that it never grows inside the engine loop.
+    pub fn reserve_connections(&mut self, max_conns: usize) {
+        self.roles.reserve(crate::tcp::slots_for(max_conns));
+    }
+
     /// Adds a VIP on `addr:port`: the responder, behind TLS with `tls`,
     /// or forwarded to pool `pool`.
     pub fn add_vip(&mut self, addr: IpAddr, port: u16, tls: Option<TlsConfig>, pool: Option<u16>) {

@@ -213,7 +213,9 @@ pub struct Engine<P: Port, A: Application = Services> {
 impl<P: Port> Engine<P> {
     /// An engine running dpd's services (VIPs added by calls or snapshots).
     pub fn new(cfg: EngineConfig, shared: Arc<SharedCounters>) -> Self {
-        Self::with_app(cfg, shared, Services::new(cfg.handshakes_per_poll))
+        let mut services = Services::new(cfg.handshakes_per_poll);
+        services.reserve_connections(cfg.tcp.max_conns);
+        Self::with_app(cfg, shared, services)
     }
 
     /// Serves the built-in HTTP responder on `addr:port` (a VIP). An

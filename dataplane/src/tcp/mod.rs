@@ -93,6 +93,28 @@ impl ConnId {
     }
 }
 
+/// Slots beyond `max_conns` the slab reserves: connections released in
+/// this iteration whose slots are not free again yet.
+const SLOT_HEADROOM: usize = 4096;
+
+/// Connection slots an engine with `max_conns` uses at most: tables
+/// indexed by slot (the TCP slab, the applications' roles) reserve this
+/// many.
+pub fn slots_for(max_conns: usize) -> usize {
+    max_conns.min(SLOT_MASK as usize + 1) + SLOT_HEADROOM
+}
+
+/// An empty slab with [`slots_for`] `max_conns` reserved (address space
+/// only: pages are touched as slots are first used), so that it never
+/// grows inside the engine loop: doubling would copy every connection
+/// (32,768 × 672 bytes on the way to the default bound). If the
+/// reservation is refused, the slab grows as it must.
+fn reserved_slab<A>(max_conns: usize) -> Vec<Option<Conn<A>>> {
+    let mut slab = Vec::new();
+    let _ = slab.try_reserve_exact(slots_for(max_conns));
+    slab
+}
+
 /// The connection `id` names, if it is still there.
 fn live<A>(conns: &[Option<Conn<A>>], id: ConnId) -> Option<&Conn<A>> {
     conns.get(id.slot())?.as_ref().filter(|c| c.gen == id.gen())
@@ -477,7 +499,7 @@ impl<A: Default> TcpEngine<A> {
                 v4: FlowTable::new(cfg.max_time_wait, secret.flow_hashing()),
                 v6: FlowTable::new(cfg.max_time_wait, secret.flow_hashing()),
             },
-            conns: Vec::new(),
+            conns: reserved_slab(cfg.max_conns),
             keys6: Vec::new(),
             free: Vec::new(),
             released: Vec::new(),
@@ -635,11 +657,12 @@ impl<A: Default> TcpEngine<A> {
         c
     }
 
-    /// Bytes of connection state held: the slot slab, the flow table and
-    /// the timer wheel (capacities, not lengths), plus the ring pool's bytes.
+    /// Bytes of connection state held: the slots made (the slab's
+    /// reservation is untouched beyond them), the flow table and the
+    /// timer wheel (capacities, not lengths), plus the ring pool's bytes.
     pub fn state_bytes(&self) -> usize {
         let slot = std::mem::size_of::<Option<Conn<A>>>();
-        self.conns.capacity() * slot
+        self.conns.len() * slot
             + self.flows.v4.bytes()
             + self.flows.v6.bytes()
             + self.keys6.capacity() * std::mem::size_of::<FlowKey6>()

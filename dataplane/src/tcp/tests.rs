@@ -91,6 +91,41 @@ mod listen_tests {
         super::wire(&repr, src, Ipv4Addr::new(10, 0, 0, 1))
     }
 
+    /// Up to `max_conns` connections (and the headroom) go into slots the
+    /// engine reserved at start: the slab never moves (a doubling would
+    /// copy every connection inside the engine loop).
+    #[test]
+    fn connections_up_to_the_bound_never_move_the_slab() {
+        let cfg = TcpConfig {
+            max_conns: 3000,
+            max_half_open: 3000,
+            ..TcpConfig::default()
+        };
+        let mut tcp: TcpEngine<()> = TcpEngine::new(cfg, Instant::ZERO, Secret::from_seed(5));
+        tcp.listen(Ipv4Addr::UNSPECIFIED, 80);
+        let slab = tcp.conns.as_ptr();
+        let client = Ipv4Addr::new(10, 0, 0, 2);
+        for port in 10_000..13_000 {
+            tcp.input(
+                Instant::ZERO,
+                client,
+                Ipv4Addr::new(10, 0, 0, 1),
+                &syn(port),
+            )
+            .unwrap();
+        }
+        assert_eq!(tcp.counters().half_open, 3000);
+        assert_eq!(tcp.conns.len(), 3000);
+        assert_eq!(tcp.conns.as_ptr(), slab, "the slab moved");
+        // Past the reservation it grows as it must.
+        while tcp.conns.len() < slots_for(3000) {
+            tcp.alloc_slot();
+        }
+        assert_eq!(tcp.conns.as_ptr(), slab);
+        tcp.alloc_slot();
+        assert_eq!(tcp.conns.len(), slots_for(3000) + 1);
+    }
+
     #[test]
     fn each_connection_offers_the_mss_of_its_address_s_link() {
         let client = Ipv4Addr::new(10, 0, 0, 2);
