@@ -10,7 +10,7 @@
 //!   cargo bench -p dataplane --bench inmemory -- --hold [--tls] CONNS
 //!   cargo bench -p dataplane --bench inmemory -- --scale [--tls] [MAX_ENGINES]
 //!   cargo bench -p dataplane --bench inmemory -- --steer
-//!   cargo bench -p dataplane --bench inmemory -- --defaults [--split] [CONNS]
+//!   cargo bench -p dataplane --bench inmemory -- --defaults [--split] [--reuse] [CONNS]
 //!
 //! `--offload` (with any of these) joins engine and generator by a link
 //! that fills and checks IPv4 and TCP checksums as a NIC does, so the
@@ -312,7 +312,11 @@ fn result(client: &LoadGen<MemPort>, srv_ticks: u64, cli_ticks: u64, wall: u64, 
 /// TIME-WAIT entries) and more connections than TIME-WAIT holds: the
 /// server closes first, so its TIME-WAIT table fills and recycles, and no
 /// SYN may be refused.
-fn cps_defaults(conns: u64, split: bool) {
+/// With `sources` client addresses: 64 by default; 4 (`--reuse`) give
+/// about as many 4-tuples as TIME-WAIT holds, so clients' ports come
+/// round while their entries are there and each new SYN reopens one (a
+/// hole in the table's ring, with the table near its bound).
+fn cps_defaults(conns: u64, split: bool, sources: u16) {
     let load = LoadConfig {
         server: SRV,
         port: 80,
@@ -320,7 +324,7 @@ fn cps_defaults(conns: u64, split: bool) {
         requests_per_conn: 1,
         concurrency: 256,
         total_conns: conns,
-        sources: 64,
+        sources,
     };
     let (r, server) = if split {
         run_split(load, TcpConfig::default())
@@ -329,8 +333,9 @@ fn cps_defaults(conns: u64, split: bool) {
     };
     let t = server.tcp().counters();
     println!(
-        "CPS   {} connections from 64 addresses, default [tcp]: server engine {:.0} ns/connection = {:.0} connections/s per core; TIME-WAIT {} (bound {}), {} recycled, {} SYNs refused; server state {} MiB; wall {:.2} s",
+        "CPS   {} connections from {} addresses, default [tcp]: server engine {:.0} ns/connection = {:.0} connections/s per core; TIME-WAIT {} (bound {}), {} recycled, {} SYNs refused; server state {} MiB; wall {:.2} s",
         r.conns,
+        sources,
         r.server_s * 1e9 / r.conns as f64,
         r.conns as f64 / r.server_s,
         t.time_wait,
@@ -540,7 +545,12 @@ fn main() {
     }
     if std::env::args().any(|a| a == "--defaults") {
         // cargo bench -p dataplane --bench inmemory -- --defaults 600000
-        cps_defaults(conns, std::env::args().any(|a| a == "--split"));
+        let sources = if std::env::args().any(|a| a == "--reuse") {
+            4
+        } else {
+            64
+        };
+        cps_defaults(conns, std::env::args().any(|a| a == "--split"), sources);
         return;
     }
     let r = run(LoadConfig {
@@ -559,6 +569,13 @@ fn main() {
         r.conns as f64 / r.server_s,
         r.client_s * 1e9 / r.conns as f64,
         r.wall_s
+    );
+    // One client address: its ports come round again, so SYNs reopen
+    // TIME-WAIT entries and leave holes in the table's ring.
+    println!(
+        "      server polls: longest {:.0} µs, {} over 100 µs",
+        r.stalls.longest_us(),
+        r.stalls.over_100us
     );
     let r = run(LoadConfig {
         server: SRV,
