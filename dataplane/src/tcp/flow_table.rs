@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
+use std::time::Duration;
 
 use super::time_wait::{TimeWait, TimeWaitTable};
 use super::{ConnId, FlowAddr, FlowHashing, FlowKey};
@@ -122,9 +123,11 @@ impl<I: FlowAddr> FlowTable<I> {
         self.time_wait.remove(key)
     }
 
-    /// Restarts the 2 MSL wait of `key` (a retransmitted FIN arrived).
-    pub fn restart_time_wait(&mut self, key: &FlowKey<I>, until: Instant) {
-        self.time_wait.restart(key, until);
+    /// Restarts the 2 MSL wait of `key` (a retransmitted FIN arrived);
+    /// the order of the table's ring may give by `step`
+    /// ([`TimeWaitTable::restart`]).
+    pub fn restart_time_wait(&mut self, key: &FlowKey<I>, until: Instant, step: Duration) {
+        self.time_wait.restart(key, until, step);
     }
 
     /// Ends the TIME-WAIT entries whose 2 MSL are over.

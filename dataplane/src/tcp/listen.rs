@@ -4,6 +4,12 @@
 
 use super::*;
 
+/// A retransmitted FIN restarts TIME-WAIT's 2 MSL; a restart by less than
+/// a 32nd of it (under a second with the default 30 s) changes the
+/// entry's deadline where it is in the table's ring rather than moving
+/// it, so a FIN flood on one 4-tuple cannot fill the ring with holes.
+const RESTART_STEPS: u32 = 32;
+
 impl<A: Default> TcpEngine<A> {
     // RFC 9293 §3.10.7.2, LISTEN.
     pub(super) fn on_listen<I: FlowAddr>(
@@ -244,7 +250,7 @@ impl<A: Default> TcpEngine<A> {
     /// connection: a higher TSval when both used timestamps (RFC 6191),
     /// else a sequence number above the old one's (§3.6.1). Anything else
     /// but a bare ACK at RCV.NXT gets our ACK; a FIN (the peer did not get
-    /// our last ACK) restarts the 2 MSL wait.
+    /// our last ACK) restarts the 2 MSL wait (`RESTART_STEPS`).
     pub(super) fn on_time_wait<I: FlowAddr>(
         &mut self,
         now: Instant,
@@ -266,7 +272,8 @@ impl<A: Default> TcpEngine<A> {
             }
             TcpControl::Fin => {
                 let until = now + self.cfg.time_wait;
-                I::table_mut(&mut self.flows).restart_time_wait(&tw.key, until);
+                let step = self.cfg.time_wait / RESTART_STEPS;
+                I::table_mut(&mut self.flows).restart_time_wait(&tw.key, until, step);
             }
             _ => {}
         }

@@ -10,10 +10,12 @@
 //! - **A ring of entries in arrival order.** Each entry has a *position*,
 //!   a `u32` counted up from the first entry ever pushed; the live window
 //!   is `[head, tail)`. Every wait is the same 2 MSL and a restart
-//!   requeues, so the front is the first due: expiry and recycling only
+//!   requeues (or, repeated within a step, changes the deadline in
+//!   place), so the front is the first due: expiry and recycling only
 //!   move `head` forward. An entry taken out early (a SYN reopening its
 //!   4-tuple, a `connect` reusing it, a restart) leaves a hole that goes
-//!   when it reaches the front.
+//!   when it reaches the front; with every slot of the ring in use, the
+//!   oldest slot goes (holes are never compacted).
 //! - **An index by 4-tuple**: buckets of one cache line, each with eight
 //!   ways holding a 16-bit tag of the key's hash (never 0: a zero tag is a
 //!   free way) and the entry's position. A way whose position lies
@@ -22,19 +24,22 @@
 //!   free as `head` passes them. A new SYN's lookup reads one bucket
 //!   line; entering TIME-WAIT writes one.
 //!
-//! A full bucket sends a new entry on to the next one and records the
-//! entry's position as the bucket's *overflow mark*; lookups go on to the
-//! next bucket only while that mark is inside the live window, and never
-//! past `MAX_PROBES` buckets.
+//! A full bucket sends a new entry on to the next one and counts it as
+//! *passed*; lookups go on to the next bucket only while that count is not
+//! 0, and never past `MAX_PROBES` buckets. An entry so placed records how
+//! many buckets it passed, and counts itself out of them when it leaves
+//! (early, expired or recycled: the one case where leaving at the front
+//! touches the index), so the counts are exact and a lookup reads no
+//! bucket it does not need.
 //!
-//! Nothing grows by copying: the index is made at its final size (in
-//! zeroed memory, its pages supplied as first written) and the ring's
-//! slots come in chunks as the tail reaches them, so filling the table
-//! never stalls the engine loop the way doubling a 20 MiB ring and
-//! rehashing a 4 MiB index did (docs/tcp.md).
+//! Every operation is O(1), and nothing grows by copying: the index is
+//! made at its final size (in zeroed memory, its pages supplied as first
+//! written) and the ring's slots come in chunks as the tail reaches them,
+//! so the table never stalls the engine loop the way doubling a 20 MiB
+//! ring, rehashing a 4 MiB index or compacting holes did (docs/tcp.md).
 //!
-//! Positions wrap after 2^32 pushes. A way or mark left over from that
-//! long ago could look live again; every hit is therefore checked against
+//! Positions wrap after 2^32 pushes. A way left over from that long ago
+//! could look live again; every hit is therefore checked against
 //! the entry's own key in the ring, so such a way can only cost an extra
 //! probe, never a wrong answer.
 
@@ -42,6 +47,7 @@ use super::{FlowAddr, FlowHashing, FlowKey, Seq};
 use crate::time::Instant;
 use std::hash::BuildHasher;
 use std::net::Ipv4Addr;
+use std::time::Duration;
 
 /// What TIME-WAIT remembers of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +74,8 @@ struct Slot<I> {
     window: u16,
     live: bool,
     has_ts: bool,
+    /// Full buckets its way is past its home bucket (< `MAX_PROBES`).
+    passed: u8,
     snd_nxt: Seq,
     rcv_nxt: Seq,
     ts_recent: u32,
@@ -85,6 +93,7 @@ impl<I: FlowAddr> Slot<I> {
         window: 0,
         live: false,
         has_ts: false,
+        passed: 0,
         snd_nxt: Seq(0),
         rcv_nxt: Seq(0),
         ts_recent: 0,
@@ -97,6 +106,7 @@ impl<I: FlowAddr> Slot<I> {
             window: tw.window,
             live: true,
             has_ts: tw.ts_recent.is_some(),
+            passed: 0,
             snd_nxt: tw.snd_nxt,
             rcv_nxt: tw.rcv_nxt,
             ts_recent: tw.ts_recent.unwrap_or(0),
@@ -120,9 +130,10 @@ const WAYS: usize = 8;
 const BUCKET_WORDS: usize = 16;
 /// Where a bucket's tags start: two to a word after the eight positions.
 const TAG_WORD: usize = WAYS;
-/// The word holding a bucket's overflow mark: the position of the newest
-/// entry sent on past it.
-const OVERFLOW_WORD: usize = WAYS + WAYS / 2;
+/// The word counting the live entries placed past a bucket (it was full
+/// when they came): lookups go on to the next bucket only while it is
+/// not 0.
+const PASSED_WORD: usize = WAYS + WAYS / 2;
 
 /// Where a key's way is: bucket and way.
 #[derive(Debug, Clone, Copy)]
@@ -148,13 +159,16 @@ type Chunk<I> = Box<[Slot<I>]>;
 /// TIME-WAIT entries by 4-tuple, at most `max` of them (the oldest
 /// recycled past that).
 ///
-/// Nothing is moved or rebuilt as the table fills, so no insert stalls
-/// the engine loop: the index has its final size from the first entry
-/// on, in zeroed memory (every way free; the kernel supplies its pages
-/// as buckets are first written), and the ring's slots come in chunks
-/// taken as the tail reaches them and handed back as the head leaves
-/// them. Only dropping holes ([`Self::compact`]) is O(ring), after at
-/// least a third of the ring became holes.
+/// Every operation is O(1): nothing is moved or rebuilt as the table
+/// fills, so no insert stalls the engine loop. The index has its final
+/// size from the first entry on, in zeroed memory (every way free; the
+/// kernel supplies its pages as buckets are first written), and the
+/// ring's slots come in chunks taken as the tail reaches them and handed
+/// back as the head leaves them. Holes are not compacted: with every
+/// slot of the ring in use (a third of them holes at least) the oldest
+/// slot goes, so an entry leaves before its 2 MSL only when `max` newer
+/// entries are live or a ring's length of newer ones (at least 1.5 ×
+/// `max`) were pushed since.
 #[derive(Debug)]
 pub(super) struct TimeWaitTable<I = Ipv4Addr> {
     /// The ring's chunks (none before the first entry): the slot of
@@ -243,8 +257,11 @@ impl<I: FlowAddr> TimeWaitTable<I> {
             self.make_index();
             self.chunks = (0..self.ring_len / self.chunk_len).map(|_| None).collect();
         }
-        if self.slots() >= self.ring_len {
-            self.compact();
+        if self.slots() >= self.ring_len && self.drop_front_slot() {
+            // Every slot in use, at least a third of them holes (live
+            // entries are at most `max`, two thirds of the ring): the
+            // oldest goes, a hole for nothing, a live entry early.
+            self.recycled += 1;
         }
         // One hash for both: the old entry's way and the new one's.
         let (home, tag) = self.hash(&tw.key);
@@ -258,11 +275,15 @@ impl<I: FlowAddr> TimeWaitTable<I> {
         *slot = Slot::new(&tw);
         self.tail = pos.wrapping_add(1);
         self.live += 1;
-        if !self.index_from(home, tag, pos) {
-            // No free way near its home: dropped (a hole).
-            if let Some(slot) = self.slot_mut(pos) {
-                slot.live = false;
-                self.live -= 1;
+        let placed = self.index_from(home, tag, pos);
+        if let Some(slot) = self.slot_mut(pos) {
+            match placed {
+                Some(passed) => slot.passed = passed,
+                None => {
+                    // No free way near its home: dropped (a hole).
+                    slot.live = false;
+                    self.live -= 1;
+                }
             }
         }
         while self.live > self.max {
@@ -287,15 +308,50 @@ impl<I: FlowAddr> TimeWaitTable<I> {
         set_tag(b, w.way, 0);
         let slot = self.slot_mut(pos)?;
         slot.live = false;
-        let entry = slot.entry();
+        let (entry, passed) = (slot.entry(), slot.passed);
         self.live -= 1;
+        self.unpass(&entry.key, passed);
         Some(entry)
     }
 
-    /// Restarts `key`'s 2 MSL (a retransmitted FIN came): it moves to the
-    /// back of the ring, which stays in deadline order.
-    pub fn restart(&mut self, key: &FlowKey<I>, until: Instant) {
-        if let Some(mut tw) = self.remove(key) {
+    /// An entry placed `passed` buckets past its home leaves: those
+    /// buckets count one entry fewer past them.
+    fn unpass(&mut self, key: &FlowKey<I>, passed: u8) {
+        if passed == 0 {
+            return;
+        }
+        let (home, _) = self.hash(key);
+        for k in 0..usize::from(passed) {
+            let b = self.bucket_mut(home + k);
+            b[PASSED_WORD] = b[PASSED_WORD].saturating_sub(1);
+        }
+    }
+
+    /// Restarts `key`'s 2 MSL (a retransmitted FIN came) to end at
+    /// `until`. The entry moves to the back of the ring, which stays in
+    /// deadline order, unless it is the newest there or its new deadline
+    /// is at most `step` past that of the slot after it: then only its
+    /// deadline changes, so a peer repeating its FIN leaves at most a
+    /// hole per `step` (each hole holds a ring slot until the head passes),
+    /// and the entries behind it may end up to `step` late.
+    pub fn restart(&mut self, key: &FlowKey<I>, until: Instant, step: Duration) {
+        let Some(w) = self.find(key) else {
+            return;
+        };
+        let pos = self.bucket(w.bucket)[w.way];
+        let next = pos.wrapping_add(1);
+        let in_place = step > Duration::ZERO
+            && (next == self.tail
+                || self
+                    .slot(next)
+                    .is_some_and(|s| until.saturating_since(s.until) <= step));
+        if in_place {
+            if let Some(slot) = self.slot_mut(pos) {
+                slot.until = slot.until.max(until);
+                return;
+            }
+        }
+        if let Some(mut tw) = self.take(w) {
             tw.until = until;
             self.insert(tw);
         }
@@ -306,9 +362,27 @@ impl<I: FlowAddr> TimeWaitTable<I> {
         while self.pop_front(Some(now)).is_some() {}
     }
 
+    /// Moves `head` past the oldest slot; whether it held a live entry.
+    fn drop_front_slot(&mut self) -> bool {
+        let Some(slot) = self.slot(self.head).copied() else {
+            return false;
+        };
+        if self.head == self.tail {
+            return false;
+        }
+        self.head = self.head.wrapping_add(1);
+        self.release_behind_head();
+        if slot.live {
+            self.live -= 1;
+            self.unpass(&slot.key, slot.passed);
+        }
+        slot.live
+    }
+
     /// Takes the oldest live entry out (holes before it go too); with
     /// `due`, only if its 2 MSL are over by then. Its way needs no
-    /// change: `head` has passed its position.
+    /// change (`head` has passed its position); only an entry placed past
+    /// full buckets touches the index, to count itself out of them.
     fn pop_front(&mut self, due: Option<Instant>) -> Option<TimeWait<I>> {
         while self.head != self.tail {
             let slot = *self.slot(self.head)?;
@@ -319,6 +393,7 @@ impl<I: FlowAddr> TimeWaitTable<I> {
             self.release_behind_head();
             if slot.live {
                 self.live -= 1;
+                self.unpass(&slot.key, slot.passed);
                 return Some(slot.entry());
             }
         }
@@ -433,7 +508,7 @@ impl<I: FlowAddr> TimeWaitTable<I> {
                     }
                 }
             }
-            if !self.in_window(b[OVERFLOW_WORD]) {
+            if b[PASSED_WORD] == 0 {
                 return None;
             }
             bucket = (bucket + 1) & self.bucket_mask;
@@ -441,63 +516,26 @@ impl<I: FlowAddr> TimeWaitTable<I> {
         None
     }
 
-    /// Records `key` at `pos` in the first free way from its bucket on,
-    /// marking the full buckets it passes; false if there was none
-    /// within `MAX_PROBES` buckets.
-    fn index(&mut self, key: &FlowKey<I>, pos: u32) -> bool {
-        let (home, tag) = self.hash(key);
-        self.index_from(home, tag, pos)
-    }
-
-    /// [`Self::index`] from the key's home bucket and tag.
-    fn index_from(&mut self, mut bucket: usize, tag: u16, pos: u32) -> bool {
-        for _ in 0..MAX_PROBES {
-            let b = self.bucket(bucket);
+    /// Records an entry at `pos` in the first free way from its home
+    /// bucket `home` on, counting it past the full buckets before; how
+    /// many those were, or `None` (and no count changed) if there was no
+    /// free way within `MAX_PROBES` buckets.
+    fn index_from(&mut self, home: usize, tag: u16, pos: u32) -> Option<u8> {
+        for k in 0..MAX_PROBES {
+            let b = self.bucket(home + k);
             let free = (0..WAYS).find(|&w| tag_of(b, w) == 0 || !self.in_window(b[w]));
-            let b = self.bucket_mut(bucket);
             if let Some(way) = free {
+                let b = self.bucket_mut(home + k);
                 b[way] = pos;
                 set_tag(b, way, tag);
-                return true;
-            }
-            b[OVERFLOW_WORD] = pos;
-            bucket = (bucket + 1) & self.bucket_mask;
-        }
-        false
-    }
-
-    /// Drops the window's holes, the ring being full of slots: the live
-    /// entries slide to the front, keeping their order, and are indexed
-    /// again. O(ring), after at least a third of it became holes (live
-    /// entries are at most `max`, two thirds of the ring).
-    fn compact(&mut self) {
-        let mut to = self.head;
-        let mut from = self.head;
-        while from != self.tail {
-            if let Some(&slot) = self.slot(from) {
-                if slot.live {
-                    if let Some(dst) = self.slot_mut(to) {
-                        *dst = slot;
-                    }
-                    to = to.wrapping_add(1);
+                for j in 0..k {
+                    let b = self.bucket_mut(home + j);
+                    b[PASSED_WORD] = b[PASSED_WORD].saturating_add(1);
                 }
+                return Some(k as u8);
             }
-            from = from.wrapping_add(1);
         }
-        self.tail = to;
-        self.index.fill(0);
-        let mut pos = self.head;
-        while pos != self.tail {
-            if let Some(key) = self.slot(pos).map(|s| s.key) {
-                if !self.index(&key, pos) {
-                    if let Some(slot) = self.slot_mut(pos) {
-                        slot.live = false;
-                        self.live -= 1;
-                    }
-                }
-            }
-            pos = pos.wrapping_add(1);
-        }
+        None
     }
 }
 
@@ -551,7 +589,7 @@ pub(super) mod tests {
         assert!(t.get(&tw(1, 0).key).is_none() && t.get(&tw(2, 0).key).is_none());
         assert_eq!(t.get(&tw(5, 0).key), Some(tw(5, 5)));
         // A restarted entry outlives the ones after it.
-        t.restart(&tw(3, 0).key, Instant::from_millis(100_000));
+        t.restart(&tw(3, 0).key, Instant::from_millis(100_000), Duration::ZERO);
         t.remove(&tw(4, 0).key);
         t.expire(Instant::from_millis(40_000));
         assert_eq!(t.len(), 1);
@@ -576,7 +614,7 @@ pub(super) mod tests {
         for i in 0..8192 {
             t.insert(wide(i));
         }
-        assert!((0..=t.bucket_mask).any(|b| t.in_window(t.bucket(b)[OVERFLOW_WORD])));
+        assert!((0..=t.bucket_mask).any(|b| t.bucket(b)[PASSED_WORD] > 0));
         for i in 0..8192 {
             assert_eq!(t.get(&wide(i).key), Some(wide(i)), "entry {i}");
         }
@@ -594,16 +632,38 @@ pub(super) mod tests {
             1000
         );
         assert!((49_000..50_000).all(|i| t.get(&wide(i).key).is_some()));
+
         // Memory: a ring of at most 1.5 × the bound (a power of two) and
         // a bucket per four entries, no more however many came.
         assert_eq!(t.ring_len, 2048);
         assert_eq!(t.bucket_mask + 1, 256);
         assert!(t.bytes() <= 2048 * 40 + 257 * 64);
         assert_eq!(std::mem::size_of::<Slot<std::net::Ipv4Addr>>(), 40);
+        // Entries leaving (taken out, expired) count themselves out of the
+        // buckets they passed.
+        let passed = |t: &TimeWaitTable| {
+            (0..=t.bucket_mask)
+                .map(|b| t.bucket(b)[PASSED_WORD])
+                .sum::<u32>()
+        };
+        let mut t = TimeWaitTable::new(1 << 14, FlowHashing::default());
+        for i in 0..16_384 {
+            t.insert(wide(i));
+        }
+        assert!(passed(&t) > 0);
+        for i in (0..16_384).step_by(3) {
+            t.remove(&wide(i).key);
+        }
+        for i in 16_384..20_000 {
+            t.insert(wide(i));
+        }
+        assert!((0..20_000).all(|i| t.get(&wide(i).key).is_some() == (i % 3 != 0 || i >= 16_384)));
+        t.expire(Instant::from_millis(1 << 40));
+        assert_eq!((t.len(), passed(&t)), (0, 0));
     }
 
     #[test]
-    fn holes_are_compacted_and_positions_may_wrap() {
+    fn holes_leave_at_the_front_and_positions_may_wrap() {
         let mut t = TimeWaitTable::new(100, FlowHashing::default());
         // Start just below the wrap of positions: the first entries wrap.
         t.head = u32::MAX - 50;
@@ -615,7 +675,7 @@ pub(super) mod tests {
         // A peer restarting its entries over and over: each leaves a hole.
         for round in 0..50u64 {
             for i in 0..100 {
-                t.restart(&wide(i).key, Instant::from_millis(round));
+                t.restart(&wide(i).key, Instant::from_millis(round), Duration::ZERO);
             }
         }
         assert_eq!(t.len(), 100);
@@ -634,6 +694,74 @@ pub(super) mod tests {
         assert!(t.head < 1 << 20);
         assert!((0..100).all(|i| t.get(&wide(i).key).is_none()));
         assert!((100..200).all(|i| t.get(&wide(i).key) == Some(wide(i))));
+    }
+
+    /// A peer repeating its FIN restarts its entry's 2 MSL each time: the
+    /// deadline changes where the entry is unless that would put it more
+    /// than a step past the slot after it, so the flood leaves a hole a
+    /// step at most, and the entries behind end at most a step late.
+    #[test]
+    fn a_repeated_fin_restarts_in_place_within_a_step() {
+        let step = Duration::from_millis(900);
+        let wait = Duration::from_secs(30);
+        let mut t = TimeWaitTable::new(5000, FlowHashing::default());
+        let at = |i: u32, ms: u64| {
+            let mut e = wide(i);
+            e.until = Instant::from_millis(ms) + wait;
+            e
+        };
+        t.insert(at(0, 0));
+        for i in 1..=100 {
+            t.insert(at(i, u64::from(i)));
+        }
+        // A FIN every millisecond for 10 s, other entries arriving
+        // every 10 ms.
+        let mut next = 101;
+        for ms in 0..10_000u64 {
+            t.restart(&wide(0).key, Instant::from_millis(ms) + wait, step);
+            if ms % 10 == 0 {
+                t.insert(at(next, ms));
+                next += 1;
+            }
+        }
+        assert_eq!(t.len(), next as usize);
+        // One move (a hole) per step at most, not one per FIN.
+        let holes = t.slots() - t.len();
+        assert!(holes <= 12, "{holes} holes");
+        assert_eq!(
+            t.get(&wide(0).key).map(|e| e.until),
+            Some(Instant::from_millis(9_999) + wait)
+        );
+        // Expiry: every other entry ends by its deadline plus a step.
+        for ms in (0..10_000u64).step_by(250) {
+            let now = Instant::from_millis(ms) + wait + step;
+            t.expire(now);
+            for i in 1..next {
+                if let Some(e) = t.get(&wide(i).key) {
+                    assert!(
+                        e.until + step > now,
+                        "entry {i} held past its deadline and a step"
+                    );
+                }
+            }
+        }
+        // Exact restarts (no step) move the entry every time.
+        let mut t = TimeWaitTable::new(1000, FlowHashing::default());
+        t.insert(at(0, 0));
+        t.insert(at(1, 0));
+        for ms in 0..100u64 {
+            t.restart(
+                &wide(0).key,
+                Instant::from_millis(ms) + wait,
+                Duration::ZERO,
+            );
+            t.restart(
+                &wide(1).key,
+                Instant::from_millis(ms) + wait,
+                Duration::ZERO,
+            );
+        }
+        assert_eq!((t.len(), t.slots()), (2, 202));
     }
 
     /// The ring's memory follows the entries: chunks come as the tail
@@ -702,55 +830,81 @@ pub(super) mod tests {
 
     #[test]
     fn agrees_with_a_plain_model() {
-        // Random inserts, removals, restarts and expiries against a list.
+        // Random inserts, removals, restarts and expiries against a plain
+        // ring: entries in arrival order, `None` for a hole.
         let mut t = TimeWaitTable::new(50, FlowHashing::default());
-        let mut model: Vec<TimeWait> = Vec::new();
+        let ring_len = 128; // 1.5 × 50, a power of two
+        let mut model: std::collections::VecDeque<Option<TimeWait>> = Default::default();
+        let live = |m: &std::collections::VecDeque<Option<TimeWait>>| m.iter().flatten().count();
+        let take = |m: &mut std::collections::VecDeque<Option<TimeWait>>, k: &FlowKey| {
+            m.iter_mut()
+                .find(|e| e.is_some_and(|e| e.key == *k))
+                .and_then(Option::take)
+        };
+        // Whether the ring was full of slots (its oldest dropped).
+        let push = |m: &mut std::collections::VecDeque<Option<TimeWait>>, e: TimeWait| {
+            let full = m.len() == ring_len;
+            if full {
+                m.pop_front();
+            }
+            take(m, &e.key);
+            m.push_back(Some(e));
+            while live(m) > 50 {
+                while m.pop_front().is_some_and(|e| e.is_none()) {}
+            }
+            full
+        };
+        let mut full = 0;
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
         let mut now = 0u64;
-        for _ in 0..50_000 {
+        for round in 0..50_000 {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             let port = (x % 97) as u16;
-            match (x >> 8) % 5 {
+            // The second half restarts instead of expiring or inserting
+            // anew: holes pile up until the ring is full of slots.
+            let op = match (x >> 8) % 5 {
+                1 | 4 if round >= 25_000 => 3,
+                op => op,
+            };
+            match op {
                 0 | 1 => {
                     let e = tw(port, now);
                     t.insert(e);
-                    model.retain(|m| m.key != e.key);
-                    if model.len() == 50 {
-                        model.remove(0);
-                    }
-                    model.push(e);
+                    full += usize::from(push(&mut model, e));
                 }
                 2 => {
                     let k = tw(port, 0).key;
-                    assert_eq!(t.remove(&k), {
-                        let i = model.iter().position(|m| m.key == k);
-                        i.map(|i| model.remove(i))
-                    });
+                    assert_eq!(t.remove(&k), take(&mut model, &k));
                 }
                 3 => {
                     let k = tw(port, 0).key;
                     let until = Instant::from_millis(now) + Duration::from_secs(30);
-                    t.restart(&k, until);
-                    if let Some(i) = model.iter().position(|m| m.key == k) {
-                        let mut m = model.remove(i);
+                    t.restart(&k, until, Duration::ZERO);
+                    if let Some(mut m) = take(&mut model, &k) {
                         m.until = until;
-                        model.push(m);
+                        full += usize::from(push(&mut model, m));
                     }
                 }
                 _ => {
                     now += (x >> 20) % 3000;
                     let at = Instant::from_millis(now);
                     t.expire(at);
-                    model.retain(|m| m.until > at);
+                    while model
+                        .front()
+                        .is_some_and(|e| e.is_none_or(|e| e.until <= at))
+                    {
+                        model.pop_front();
+                    }
                 }
             }
-            assert_eq!(t.len(), model.len());
-            assert!(t.slots() <= 128);
+            assert_eq!((t.len(), t.slots()), (live(&model), model.len()));
+            assert!(t.slots() <= ring_len);
         }
-        for m in &model {
+        for m in model.iter().flatten() {
             assert_eq!(t.get(&m.key), Some(*m));
         }
+        assert!(full > 100, "the ring was full of slots {full} times");
     }
 }
