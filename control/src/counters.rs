@@ -121,6 +121,7 @@ macro_rules! with_counters {
             busy_cycles: Cycles, "tlsdp_busy_seconds_total", "Time the engine loop spent in iterations that did work.";
             idle_cycles: Cycles, "tlsdp_idle_seconds_total", "Time the engine loop spent finding nothing to do.";
             loops: Counter, "tlsdp_loop_iterations_total", "Iterations of the engine loop.";
+            loop_stalls: Counter, "tlsdp_loop_stalls_total", "Iterations of the engine loop that took over a millisecond: frames waited that long (at 100GE a NIC's 4,096-descriptor receive ring fills in half of one).";
         }
     };
 }

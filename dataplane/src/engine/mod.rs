@@ -859,7 +859,9 @@ impl<P: Port, A: Application> Engine<P, A> {
     }
 
     /// Runs the loop until `stop` is set (checked once per tick), counting
-    /// busy and idle TSC cycles. Transmits what is buffered before returning.
+    /// busy and idle TSC cycles and the iterations that took over a
+    /// millisecond (`loop_stalls`). Transmits what is buffered before
+    /// returning.
     ///
     /// While `drain` is set, listeners take no new connections (SYNs get a
     /// reset); existing connections go on.
@@ -867,11 +869,15 @@ impl<P: Port, A: Application> Engine<P, A> {
         let mut draining = false;
         let mut next_stop_check = Instant::ZERO;
         let mut idle_streak = 0u32;
+        let stall = clock.hz() / 1000; // a millisecond
         loop {
             let start = clock.ticks();
             let now = clock.at(start);
             let work = self.poll(now);
             let spent = clock.ticks().wrapping_sub(start);
+            if spent > stall {
+                self.counters.loop_stalls += 1;
+            }
             if work > 0 {
                 self.counters.busy_cycles += spent;
                 idle_streak = 0;
