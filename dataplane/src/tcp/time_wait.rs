@@ -441,7 +441,9 @@ impl<I: FlowAddr> TimeWaitTable<I> {
         if i != 0 || self.slots() > self.ring_len - self.chunk_len {
             return;
         }
-        let behind = c.checked_sub(1).unwrap_or(self.chunks.len() - 1);
+        let behind = c
+            .checked_sub(1)
+            .unwrap_or(self.chunks.len().saturating_sub(1));
         if let Some(chunk) = self.chunks.get_mut(behind).and_then(Option::take) {
             if self.spare.is_none() {
                 self.spare = Some(chunk);
