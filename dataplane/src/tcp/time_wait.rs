@@ -470,7 +470,10 @@ impl<I: FlowAddr> TimeWaitTable<I> {
         self.bucket_mask = buckets - 1;
     }
 
-    /// Bucket `b`'s words (`b` within the index: masked by the caller).
+    /// Bucket `b`'s words (`b` taken modulo the bucket count). In bounds
+    /// once the index is made: `base` < 16 and the index holds one
+    /// bucket more than `bucket_mask + 1`, so the last bucket ends within
+    /// it.
     fn bucket(&self, b: usize) -> &[u32] {
         let start = self.base + (b & self.bucket_mask) * BUCKET_WORDS;
         &self.index[start..start + BUCKET_WORDS]
