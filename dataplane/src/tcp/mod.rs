@@ -97,9 +97,9 @@ impl ConnId {
 /// this iteration whose slots are not free again yet.
 const SLOT_HEADROOM: usize = 4096;
 
-/// Connection slots an engine with `max_conns` uses at most: tables
-/// indexed by slot (the TCP slab, the applications' roles) reserve this
-/// many.
+/// Connection slots to reserve for an engine of `max_conns`: that many
+/// and `SLOT_HEADROOM` (tables indexed by slot, the TCP slab and the
+/// applications' roles, reserve this many; past it they grow).
 pub fn slots_for(max_conns: usize) -> usize {
     max_conns.min(SLOT_MASK as usize + 1) + SLOT_HEADROOM
 }
