@@ -389,11 +389,7 @@ impl<I: FlowAddr> TimeWaitTable<I> {
             if slot.live && due.is_some_and(|now| slot.until > now) {
                 return None;
             }
-            self.head = self.head.wrapping_add(1);
-            self.release_behind_head();
-            if slot.live {
-                self.live -= 1;
-                self.unpass(&slot.key, slot.passed);
+            if self.drop_front_slot() {
                 return Some(slot.entry());
             }
         }
