@@ -9,28 +9,32 @@
 //! two chaining values (RFC 2104's `H(K ^ ipad)` and `H(K ^ opad)`), and
 //! each tag continues copies of them: half the compressions per expand,
 //! and no digest state allocated, copied through AWS-LC or wiped per tag
-//! ([`crate::hashing`]). The suites' transcript hash runs on the same
-//! states, so its forks are copies too. Same algorithms, same outputs
-//! (tested against AWS-LC's HKDF and HMAC, and RFC 5869), same AEADs:
-//! only the TLS 1.3 suites' `hkdf_provider` and `hash_provider` change.
-//! [`provider`] is rustls' aws-lc-rs provider with those suites.
+//! ([`crate::hashing`]). What every handshake without a PSK computes
+//! alike (the early secret, its "derived" secret and that salt's key) is
+//! made once per process. The suites' transcript hash runs
+//! on the same states, so its forks are copies too. Same algorithms, same
+//! outputs (tested against AWS-LC's HKDF and HMAC, RFC 5869 and RFC
+//! 8448), same AEADs: only the TLS 1.3 suites' `hkdf_provider` and
+//! `hash_provider` change. [`provider`] is rustls' aws-lc-rs provider
+//! with those suites.
 
 use crate::hashing::{Hasher, Sha2, Sha256, Sha384, TranscriptHash, MAX_BLOCK};
 use rustls::crypto::aws_lc_rs::cipher_suite as cs;
 use rustls::crypto::hash::Hash;
-use rustls::crypto::hmac::{Hmac, Key, Tag};
-use rustls::crypto::tls13::HkdfUsingHmac;
+use rustls::crypto::hmac::Tag;
+use rustls::crypto::tls13::{Hkdf, HkdfExpander, OkmBlock, OutputLengthError};
 use rustls::crypto::CryptoProvider;
 use rustls::{CipherSuiteCommon, SupportedCipherSuite, Tls13CipherSuite};
+use std::sync::OnceLock;
 use zeroize::Zeroize;
 
-/// HMAC (RFC 2104) on `H` with the key's pads hashed once, in
-/// [`Hmac::with_key`].
-struct PreparedHmac<H: Sha2>(std::marker::PhantomData<H>);
+/// The longest output of the functions here (SHA-384's), in bytes.
+const MAX_OUTPUT: usize = MAX_BLOCK / 2;
 
-/// An HMAC key as the chaining values after its inner and outer pads
-/// (one block each); each tag continues copies of them. Dropping it
-/// wipes both.
+/// An HMAC key (RFC 2104) as the chaining values after its inner and
+/// outer pads (one block each); each tag continues copies of them.
+/// Dropping it wipes both.
+#[derive(Clone)]
 struct PreparedKey<H: Sha2> {
     inner: H,
     outer: H,
@@ -43,8 +47,10 @@ impl<H: Sha2> Drop for PreparedKey<H> {
     }
 }
 
-impl<H: Sha2> Hmac for PreparedHmac<H> {
-    fn with_key(&self, key: &[u8]) -> Box<dyn Key> {
+impl<H: Sha2> PreparedKey<H> {
+    /// Hashes `key`'s pads: two compressions (three for a key longer
+    /// than the block).
+    fn new(key: &[u8]) -> Self {
         let block = H::BLOCK;
         // RFC 2104 §2: a key longer than the block is hashed first; the
         // key is then padded with zeros to the block.
@@ -64,16 +70,12 @@ impl<H: Sha2> Hmac for PreparedHmac<H> {
         let mut outer = H::initial();
         outer.compress(pad);
         pad.zeroize();
-        Box::new(PreparedKey { inner, outer })
+        Self { inner, outer }
     }
 
-    fn hash_output_len(&self) -> usize {
-        H::OUTPUT
-    }
-}
-
-impl<H: Sha2> Key for PreparedKey<H> {
-    fn sign_concat(&self, first: &[u8], middle: &[&[u8]], last: &[u8]) -> Tag {
+    /// HMAC of `first`, the `middle` parts and `last`, concatenated,
+    /// into `out[..H::OUTPUT]`.
+    fn tag_into(&self, first: &[u8], middle: &[&[u8]], last: &[u8], out: &mut [u8]) {
         let block = H::BLOCK as u64;
         let mut inner = Hasher::resume(self.inner, block);
         inner.update(first);
@@ -81,29 +83,254 @@ impl<H: Sha2> Key for PreparedKey<H> {
             inner.update(m);
         }
         inner.update(last);
-        let mut digest = [0u8; MAX_BLOCK / 2];
+        let mut digest = [0u8; MAX_OUTPUT];
         inner.finish_into(&mut digest);
         let mut outer = Hasher::resume(self.outer, block);
         outer.update(&digest[..H::OUTPUT]);
         // Plain stores kept by `black_box`, as in `Hasher`'s drop.
         digest.fill(0);
         std::hint::black_box(&mut digest);
-        let mut tag = [0u8; MAX_BLOCK / 2];
-        outer.finish_into(&mut tag);
-        Tag::new(&tag[..H::OUTPUT])
+        outer.finish_into(out);
     }
 
-    fn tag_len(&self) -> usize {
+    /// HKDF-Expand (RFC 5869 §2.3) with this key as the PRK: `T(n) =
+    /// HMAC(PRK, T(n-1) | info | n)` until `out` is full.
+    fn expand_into(&self, info: &[&[u8]], out: &mut [u8]) {
+        let mut t = [0u8; MAX_OUTPUT];
+        let mut previous = 0;
+        for (n, chunk) in out.chunks_mut(H::OUTPUT).enumerate() {
+            let mut next = [0u8; MAX_OUTPUT];
+            self.tag_into(&t[..previous], info, &[(n + 1) as u8], &mut next);
+            chunk.copy_from_slice(&next[..chunk.len()]);
+            t = next;
+            previous = H::OUTPUT;
+            next.fill(0);
+            std::hint::black_box(&mut next);
+        }
+        t.fill(0);
+        std::hint::black_box(&mut t);
+    }
+}
+
+/// What every TLS 1.3 key schedule without a PSK computes first, the
+/// same in every handshake (RFC 8446 §7.1): the early secret
+/// `HKDF-Extract(0, 0)`, its `Derive-Secret(., "derived", "")` and that
+/// value as the next extract's HMAC key, and the all-zero salt's key. Made
+/// once per process on first use; nothing in it depends on a secret.
+struct Constants<H: Sha2> {
+    /// The early secret as an HMAC key.
+    early: PreparedKey<H>,
+    /// The `HkdfLabel` of `Derive-Secret(., "derived", "")`.
+    derived_info: [u8; 2 + 1 + 13 + 1 + MAX_OUTPUT],
+    /// Bytes of `derived_info` in use.
+    derived_info_len: usize,
+    /// `Derive-Secret(early secret, "derived", "")`.
+    derived: [u8; MAX_OUTPUT],
+    /// `derived` as an HMAC key: the salt of the handshake secret.
+    derived_key: PreparedKey<H>,
+    /// The all-zero salt (`Hash.length` zeros) as an HMAC key.
+    zero_salt: PreparedKey<H>,
+}
+
+impl<H: Sha2> Constants<H> {
+    fn compute() -> Self {
+        let zeros = [0u8; MAX_OUTPUT];
+        let zero_salt = PreparedKey::<H>::new(&zeros[..H::OUTPUT]);
+        let mut early_secret = [0u8; MAX_OUTPUT];
+        zero_salt.tag_into(&zeros[..H::OUTPUT], &[], &[], &mut early_secret);
+        let early = PreparedKey::<H>::new(&early_secret[..H::OUTPUT]);
+
+        let mut empty_hash = [0u8; MAX_OUTPUT];
+        Hasher::<H>::new().finish_into(&mut empty_hash);
+        let label = b"tls13 derived";
+        let mut derived_info = [0u8; 2 + 1 + 13 + 1 + MAX_OUTPUT];
+        let mut at = 0;
+        for part in [
+            &(H::OUTPUT as u16).to_be_bytes()[..],
+            &[label.len() as u8],
+            label,
+            &[H::OUTPUT as u8],
+            &empty_hash[..H::OUTPUT],
+        ] {
+            derived_info[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        let mut derived = [0u8; MAX_OUTPUT];
+        early.expand_into(&[&derived_info[..at]], &mut derived[..H::OUTPUT]);
+        let derived_key = PreparedKey::new(&derived[..H::OUTPUT]);
+        Self {
+            early,
+            derived_info,
+            derived_info_len: at,
+            derived,
+            derived_key,
+            zero_salt,
+        }
+    }
+
+    /// Whether `info`, concatenated, is the "derived" label's.
+    fn is_derived_info(&self, info: &[&[u8]]) -> bool {
+        let mut rest = &self.derived_info[..self.derived_info_len];
+        for part in info {
+            match rest.split_at_checked(part.len()) {
+                Some((head, tail)) if head == *part => rest = tail,
+                _ => return false,
+            }
+        }
+        rest.is_empty()
+    }
+
+    /// The HMAC key for `salt` (`None`: the zero salt), prepared here
+    /// unless it is one of the constant salts.
+    fn salt_key(&self, salt: Option<&[u8]>) -> std::borrow::Cow<'_, PreparedKey<H>> {
+        use std::borrow::Cow;
+        match salt {
+            None => Cow::Borrowed(&self.zero_salt),
+            Some(s) if equal_in_constant_time(s, &self.derived[..H::OUTPUT]) => {
+                Cow::Borrowed(&self.derived_key)
+            }
+            Some(s) => Cow::Owned(PreparedKey::new(s)),
+        }
+    }
+}
+
+/// `a == b` in time that depends only on the lengths: a salt is secret
+/// (the "derived" secret of the handshake secret) when it is not the
+/// constant it is compared with.
+fn equal_in_constant_time(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A hash function whose key-schedule constants are made once per
+/// process.
+trait ScheduleHash: Sha2 {
+    fn constants() -> &'static Constants<Self>;
+}
+
+impl ScheduleHash for Sha256 {
+    fn constants() -> &'static Constants<Self> {
+        static C: OnceLock<Constants<Sha256>> = OnceLock::new();
+        C.get_or_init(Constants::compute)
+    }
+}
+
+impl ScheduleHash for Sha384 {
+    fn constants() -> &'static Constants<Self> {
+        static C: OnceLock<Constants<Sha384>> = OnceLock::new();
+        C.get_or_init(Constants::compute)
+    }
+}
+
+/// HKDF (RFC 5869) on `H` with prepared HMAC keys: rustls' TLS 1.3 key
+/// schedule calls it.
+struct PreparedHkdf<H: ScheduleHash>(std::marker::PhantomData<H>);
+
+impl<H: ScheduleHash> PreparedHkdf<H> {
+    /// HKDF-Extract's PRK as an expander.
+    fn extract(&self, salt: Option<&[u8]>, ikm: &[u8]) -> Box<dyn HkdfExpander> {
+        let mut prk = [0u8; MAX_OUTPUT];
+        H::constants()
+            .salt_key(salt)
+            .tag_into(ikm, &[], &[], &mut prk);
+        let key = PreparedKey::<H>::new(&prk[..H::OUTPUT]);
+        prk.zeroize();
+        Box::new(Expander(key))
+    }
+}
+
+impl<H: ScheduleHash> Hkdf for PreparedHkdf<H> {
+    fn extract_from_zero_ikm(&self, salt: Option<&[u8]>) -> Box<dyn HkdfExpander> {
+        match salt {
+            // The early secret without a PSK: the same in every handshake.
+            None => Box::new(EarlySecret::<H>(std::marker::PhantomData)),
+            Some(_) => self.extract(salt, &[0u8; MAX_OUTPUT][..H::OUTPUT]),
+        }
+    }
+
+    fn extract_from_secret(&self, salt: Option<&[u8]>, secret: &[u8]) -> Box<dyn HkdfExpander> {
+        self.extract(salt, secret)
+    }
+
+    fn expander_for_okm(&self, okm: &OkmBlock) -> Box<dyn HkdfExpander> {
+        Box::new(Expander(PreparedKey::<H>::new(okm.as_ref())))
+    }
+
+    fn hmac_sign(&self, key: &OkmBlock, message: &[u8]) -> Tag {
+        let mut tag = [0u8; MAX_OUTPUT];
+        PreparedKey::<H>::new(key.as_ref()).tag_into(message, &[], &[], &mut tag);
+        Tag::new(&tag[..H::OUTPUT])
+    }
+}
+
+/// A PRK as an HKDF expander.
+struct Expander<H: Sha2>(PreparedKey<H>);
+
+/// Checks HKDF-Expand's output bound (RFC 5869 §2.3: `L <= 255 *
+/// HashLen`).
+fn checked_len<H: Sha2>(out: &[u8]) -> Result<(), OutputLengthError> {
+    match out.len() <= 255 * H::OUTPUT {
+        true => Ok(()),
+        false => Err(OutputLengthError),
+    }
+}
+
+impl<H: Sha2> HkdfExpander for Expander<H> {
+    fn expand_slice(&self, info: &[&[u8]], output: &mut [u8]) -> Result<(), OutputLengthError> {
+        checked_len::<H>(output)?;
+        self.0.expand_into(info, output);
+        Ok(())
+    }
+
+    fn expand_block(&self, info: &[&[u8]]) -> OkmBlock {
+        let mut out = [0u8; MAX_OUTPUT];
+        self.0.expand_into(info, &mut out[..H::OUTPUT]);
+        let block = OkmBlock::new(&out[..H::OUTPUT]);
+        out.zeroize();
+        block
+    }
+
+    fn hash_len(&self) -> usize {
         H::OUTPUT
     }
 }
 
-static HMAC_SHA256: PreparedHmac<Sha256> = PreparedHmac(std::marker::PhantomData);
-static HMAC_SHA384: PreparedHmac<Sha384> = PreparedHmac(std::marker::PhantomData);
+/// The early secret without a PSK, from [`Constants`]: its "derived"
+/// secret is a copy; any other expansion is computed.
+struct EarlySecret<H: ScheduleHash>(std::marker::PhantomData<H>);
+
+impl<H: ScheduleHash> HkdfExpander for EarlySecret<H> {
+    fn expand_slice(&self, info: &[&[u8]], output: &mut [u8]) -> Result<(), OutputLengthError> {
+        checked_len::<H>(output)?;
+        let c = H::constants();
+        if output.len() == H::OUTPUT && c.is_derived_info(info) {
+            output.copy_from_slice(&c.derived[..H::OUTPUT]);
+        } else {
+            c.early.expand_into(info, output);
+        }
+        Ok(())
+    }
+
+    fn expand_block(&self, info: &[&[u8]]) -> OkmBlock {
+        let c = H::constants();
+        if c.is_derived_info(info) {
+            return OkmBlock::new(&c.derived[..H::OUTPUT]);
+        }
+        let mut out = [0u8; MAX_OUTPUT];
+        c.early.expand_into(info, &mut out[..H::OUTPUT]);
+        let block = OkmBlock::new(&out[..H::OUTPUT]);
+        out.zeroize();
+        block
+    }
+
+    fn hash_len(&self) -> usize {
+        H::OUTPUT
+    }
+}
+
 static HASH_SHA256: TranscriptHash<Sha256> = TranscriptHash::new();
 static HASH_SHA384: TranscriptHash<Sha384> = TranscriptHash::new();
-static HKDF_SHA256: HkdfUsingHmac<'static> = HkdfUsingHmac(&HMAC_SHA256);
-static HKDF_SHA384: HkdfUsingHmac<'static> = HkdfUsingHmac(&HMAC_SHA384);
+static HKDF_SHA256: PreparedHkdf<Sha256> = PreparedHkdf(std::marker::PhantomData);
+static HKDF_SHA384: PreparedHkdf<Sha384> = PreparedHkdf(std::marker::PhantomData);
 
 /// `base` (one of rustls' aws-lc-rs TLS 1.3 suites) with `hash` and
 /// `hkdf`, built at compile time (a suite that is not TLS 1.3 fails the
@@ -111,7 +338,7 @@ static HKDF_SHA384: HkdfUsingHmac<'static> = HkdfUsingHmac(&HMAC_SHA384);
 const fn with_key_schedule(
     base: SupportedCipherSuite,
     hash: &'static dyn Hash,
-    hkdf: &'static HkdfUsingHmac<'static>,
+    hkdf: &'static dyn Hkdf,
 ) -> Tls13CipherSuite {
     let Some(s) = base.tls13() else {
         panic!("a TLS 1.3 suite")
@@ -179,7 +406,6 @@ pub fn provider() -> CryptoProvider {
 mod tests {
     use super::*;
     use aws_lc_rs::{hkdf, hmac};
-    use rustls::crypto::tls13::Hkdf;
 
     struct Len(usize);
     impl hkdf::KeyType for Len {
@@ -206,7 +432,7 @@ mod tests {
         out
     }
 
-    fn ours(h: &HkdfUsingHmac<'_>, salt: &[u8], ikm: &[u8], info: &[&[u8]], len: usize) -> Vec<u8> {
+    fn ours(h: &dyn Hkdf, salt: &[u8], ikm: &[u8], info: &[&[u8]], len: usize) -> Vec<u8> {
         let mut out = vec![0; len];
         h.extract_from_secret(Some(salt), ikm)
             .expand_slice(info, &mut out)
@@ -216,12 +442,6 @@ mod tests {
 
     #[test]
     fn rfc5869_test_case_1() {
-        let hex = |s: &str| -> Vec<u8> {
-            (0..s.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-                .collect()
-        };
         let ikm = [0x0b; 22];
         let salt = hex("000102030405060708090a0b0c");
         let info = hex("f0f1f2f3f4f5f6f7f8f9");
@@ -250,7 +470,7 @@ mod tests {
             let parts: [&[u8]; 3] = [&info[..cut], &info[cut..2 * cut], &info[2 * cut..]];
             let len = 1 + case % 200;
             for (alg, h) in [
-                (hkdf::HKDF_SHA256, &HKDF_SHA256),
+                (hkdf::HKDF_SHA256, &HKDF_SHA256 as &dyn Hkdf),
                 (hkdf::HKDF_SHA384, &HKDF_SHA384),
             ] {
                 assert_eq!(
@@ -287,23 +507,122 @@ mod tests {
     /// when longer than the block, RFC 2104 §2), messages in three parts.
     #[test]
     fn hmac_agrees_with_aws_lc_for_every_key_length() {
-        for (ours, theirs) in [
-            (&HMAC_SHA256 as &dyn Hmac, hmac::HMAC_SHA256),
-            (&HMAC_SHA384, hmac::HMAC_SHA384),
-        ] {
-            for len in 0..300 {
-                let key: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
-                let msg: Vec<u8> = (0..len % 150).map(|i| (i ^ len) as u8).collect();
-                let cut = msg.len() / 3;
-                let tag = ours.with_key(&key).sign_concat(
-                    &msg[..cut],
-                    &[&msg[cut..2 * cut]],
-                    &msg[2 * cut..],
-                );
-                let want = hmac::sign(&hmac::Key::new(theirs, &key), &msg);
-                assert_eq!(tag.as_ref(), want.as_ref(), "key length {len}");
+        fn ours<H: Sha2>(key: &[u8], a: &[u8], b: &[u8], c: &[u8]) -> Vec<u8> {
+            let mut tag = [0u8; MAX_OUTPUT];
+            PreparedKey::<H>::new(key).tag_into(a, &[b], c, &mut tag);
+            tag[..H::OUTPUT].to_vec()
+        }
+        for len in 0..300 {
+            let key: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+            let msg: Vec<u8> = (0..len % 150).map(|i| (i ^ len) as u8).collect();
+            let (a, rest) = msg.split_at(msg.len() / 3);
+            let (b, c) = rest.split_at(rest.len() / 2);
+            for (tag, alg) in [
+                (ours::<Sha256>(&key, a, b, c), hmac::HMAC_SHA256),
+                (ours::<Sha384>(&key, a, b, c), hmac::HMAC_SHA384),
+            ] {
+                let want = hmac::sign(&hmac::Key::new(alg, &key), &msg);
+                assert_eq!(tag, want.as_ref(), "key length {len}");
             }
         }
+    }
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// `HkdfLabel` (RFC 8446 §7.1) in the parts rustls passes.
+    fn label_parts<'a>(
+        out_len: &'a [u8; 2],
+        label_len: &'a [u8; 1],
+        label: &'a [u8],
+        ctx_len: &'a [u8; 1],
+        ctx: &'a [u8],
+    ) -> [&'a [u8]; 6] {
+        [out_len, label_len, b"tls13 ", label, ctx_len, ctx]
+    }
+
+    /// RFC 8448 §3 (a simple 1-RTT handshake, SHA-256): the early secret,
+    /// its "derived" secret (both from the constants) and the handshake
+    /// secret from the example's (EC)DHE output, with that salt's key
+    /// taken from the constants too.
+    #[test]
+    fn the_constant_secrets_match_rfc_8448() {
+        let empty_hash = hex("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        let early = HKDF_SHA256.extract_from_zero_ikm(None);
+        let derived = early.expand_block(&label_parts(
+            &[0, 32],
+            &[13],
+            b"derived",
+            &[32],
+            &empty_hash,
+        ));
+        let want_derived = hex("6f2615a108c702c5678f54fc9dbab69716c076189c48250cebeac3576c3611ba");
+        assert_eq!(derived.as_ref(), &want_derived[..]);
+        // The same expansion as one part, and through `expand_slice`.
+        let flat: Vec<u8> = label_parts(&[0, 32], &[13], b"derived", &[32], &empty_hash).concat();
+        assert_eq!(early.expand_block(&[&flat]).as_ref(), &want_derived[..]);
+        let mut out = [0u8; 32];
+        early.expand_slice(&[&flat], &mut out).unwrap();
+        assert_eq!(out[..], want_derived[..]);
+
+        let ecdhe = hex("8bd4054fb55b9d63fdfbacf9f04b9f0d35e6d63f537563efd46272900f89492d");
+        let handshake = HKDF_SHA256.extract_from_secret(Some(derived.as_ref()), &ecdhe);
+        let secret = hex("1dc826e93606aa6fdc0aadc12f741b01046aa6b99f691ed221a9f0ca043fbeac");
+        let info: &[&[u8]] = &[b"any label"];
+        let mut want = vec![0; 32];
+        hkdf::Prk::new_less_safe(hkdf::HKDF_SHA256, &secret)
+            .expand(info, Len(32))
+            .unwrap()
+            .fill(&mut want)
+            .unwrap();
+        assert_eq!(handshake.expand_block(info).as_ref(), &want[..]);
+    }
+
+    /// What the constants answer is what AWS-LC's HKDF computes, for both
+    /// hashes: the early secret's other expansions (binder keys, any
+    /// length), extracts with the zero salt, the "derived" salt and a salt
+    /// one bit off it, and from zero input keying material.
+    #[test]
+    fn the_constants_agree_with_aws_lc_and_other_inputs_are_computed() {
+        fn check<H: ScheduleHash>(h: &dyn Hkdf, alg: hkdf::Algorithm) {
+            let n = H::OUTPUT;
+            let zeros = vec![0u8; n];
+            let early = h.extract_from_zero_ikm(None);
+            for (label, len) in [(&b"ext binder"[..], n), (b"res binder", n), (b"derived", 7)] {
+                let info: &[&[u8]] = &[label, b"context"];
+                let mut got = vec![0; len];
+                early.expand_slice(info, &mut got).unwrap();
+                assert_eq!(got, reference(alg, &zeros, &zeros, info, len));
+            }
+            let derived = H::constants().derived[..n].to_vec();
+            let mut off = derived.clone();
+            off[n - 1] ^= 1;
+            let ikm = vec![0x42u8; n];
+            for salt in [None, Some(&derived[..]), Some(&off[..])] {
+                let info: &[&[u8]] = &[b"info"];
+                let want = reference(alg, salt.unwrap_or(&zeros), &ikm, info, 2 * n + 3);
+                let mut got = vec![0; 2 * n + 3];
+                h.extract_from_secret(salt, &ikm)
+                    .expand_slice(info, &mut got)
+                    .unwrap();
+                assert_eq!(got, want);
+                let want = reference(alg, salt.unwrap_or(&zeros), &zeros, info, n);
+                let got = h.extract_from_zero_ikm(salt).expand_block(info);
+                assert_eq!(got.as_ref(), &want[..]);
+            }
+            let mut too_long = vec![0u8; 255 * n + 1];
+            assert!(early.expand_slice(&[], &mut too_long).is_err());
+            assert!(h
+                .extract_from_secret(None, &ikm)
+                .expand_slice(&[], &mut too_long)
+                .is_err());
+        }
+        check::<Sha256>(&HKDF_SHA256, hkdf::HKDF_SHA256);
+        check::<Sha384>(&HKDF_SHA384, hkdf::HKDF_SHA384);
     }
 
     #[test]
@@ -321,8 +640,8 @@ mod tests {
             if let SupportedCipherSuite::Tls13(t) = s {
                 let h: *const () = (t.hkdf_provider as *const dyn Hkdf).cast();
                 assert!(
-                    std::ptr::eq(h, (&HKDF_SHA256 as *const HkdfUsingHmac<'_>).cast())
-                        || std::ptr::eq(h, (&HKDF_SHA384 as *const HkdfUsingHmac<'_>).cast()),
+                    std::ptr::eq(h, (&HKDF_SHA256 as *const PreparedHkdf<Sha256>).cast())
+                        || std::ptr::eq(h, (&HKDF_SHA384 as *const PreparedHkdf<Sha384>).cast()),
                     "{:?} keeps AWS-LC's HKDF",
                     s.suite()
                 );
