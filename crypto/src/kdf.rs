@@ -19,6 +19,7 @@
 //! with those suites.
 
 use crate::hashing::{Hasher, Sha2, Sha256, Sha384, TranscriptHash, MAX_BLOCK};
+use crate::lazy_aead::LazyAead;
 use rustls::crypto::aws_lc_rs::cipher_suite as cs;
 use rustls::crypto::hash::Hash;
 use rustls::crypto::hmac::Tag;
@@ -332,17 +333,16 @@ static HASH_SHA384: TranscriptHash<Sha384> = TranscriptHash::new();
 static HKDF_SHA256: PreparedHkdf<Sha256> = PreparedHkdf(std::marker::PhantomData);
 static HKDF_SHA384: PreparedHkdf<Sha384> = PreparedHkdf(std::marker::PhantomData);
 
-/// `base` (one of rustls' aws-lc-rs TLS 1.3 suites) with `hash` and
-/// `hkdf`, built at compile time (a suite that is not TLS 1.3 fails the
-/// build).
+/// `base` (one of rustls' aws-lc-rs TLS 1.3 suites) with `hash`, `hkdf`
+/// and `aead` (its AEAD with contexts built at first use), built at
+/// compile time (a suite that is not TLS 1.3 fails the build).
 const fn with_key_schedule(
     base: SupportedCipherSuite,
     hash: &'static dyn Hash,
     hkdf: &'static dyn Hkdf,
+    aead: &'static LazyAead,
 ) -> Tls13CipherSuite {
-    let Some(s) = base.tls13() else {
-        panic!("a TLS 1.3 suite")
-    };
+    let s = tls13_of(base);
     Tls13CipherSuite {
         common: CipherSuiteCommon {
             suite: s.common.suite,
@@ -350,19 +350,41 @@ const fn with_key_schedule(
             confidentiality_limit: s.common.confidentiality_limit,
         },
         hkdf_provider: hkdf,
-        aead_alg: s.aead_alg,
+        aead_alg: aead,
         quic: s.quic,
     }
 }
 
-static AES_128_GCM_SHA256: Tls13CipherSuite =
-    with_key_schedule(cs::TLS13_AES_128_GCM_SHA256, &HASH_SHA256, &HKDF_SHA256);
-static AES_256_GCM_SHA384: Tls13CipherSuite =
-    with_key_schedule(cs::TLS13_AES_256_GCM_SHA384, &HASH_SHA384, &HKDF_SHA384);
+/// `base`'s TLS 1.3 suite (a suite that is not TLS 1.3 fails the build).
+const fn tls13_of(base: SupportedCipherSuite) -> &'static Tls13CipherSuite {
+    match base.tls13() {
+        Some(s) => s,
+        None => panic!("a TLS 1.3 suite"),
+    }
+}
+
+static AES_128_GCM: LazyAead = LazyAead(tls13_of(cs::TLS13_AES_128_GCM_SHA256).aead_alg);
+static AES_256_GCM: LazyAead = LazyAead(tls13_of(cs::TLS13_AES_256_GCM_SHA384).aead_alg);
+static CHACHA20_POLY1305: LazyAead =
+    LazyAead(tls13_of(cs::TLS13_CHACHA20_POLY1305_SHA256).aead_alg);
+
+static AES_128_GCM_SHA256: Tls13CipherSuite = with_key_schedule(
+    cs::TLS13_AES_128_GCM_SHA256,
+    &HASH_SHA256,
+    &HKDF_SHA256,
+    &AES_128_GCM,
+);
+static AES_256_GCM_SHA384: Tls13CipherSuite = with_key_schedule(
+    cs::TLS13_AES_256_GCM_SHA384,
+    &HASH_SHA384,
+    &HKDF_SHA384,
+    &AES_256_GCM,
+);
 static CHACHA20_POLY1305_SHA256: Tls13CipherSuite = with_key_schedule(
     cs::TLS13_CHACHA20_POLY1305_SHA256,
     &HASH_SHA256,
     &HKDF_SHA256,
+    &CHACHA20_POLY1305,
 );
 
 /// `TLS_AES_128_GCM_SHA256` on the prepared-key HKDF.

@@ -18,6 +18,7 @@ pub mod client;
 pub mod files;
 mod hashing;
 pub mod kdf;
+mod lazy_aead;
 pub mod policy;
 pub mod record;
 pub mod session;
