@@ -118,6 +118,26 @@ impl Sha2 for Sha384 {
     }
 }
 
+/// Bytes of message that fit in a hash's last block before its padding
+/// (the `0x80` byte and the length field, FIPS 180-4 §5.1).
+pub(crate) const fn last_block_room<H: Sha2>() -> usize {
+    H::BLOCK - 1 - H::LENGTH_FIELD
+}
+
+/// Makes `block` (one block) the last of a message of `taken` bytes in
+/// all: after the message's `tail` bytes already in it (`Some(n)`, `n <=
+/// last_block_room`), or alone after a block that took the `0x80`
+/// (`None`), zeros and then the length in bits.
+pub(crate) fn pad_last_block<H: Sha2>(block: &mut [u8], tail: Option<usize>, taken: u64) {
+    let field = H::BLOCK - H::LENGTH_FIELD;
+    if let Some(n) = tail {
+        block[n] = 0x80;
+        block[n + 1..field].fill(0);
+    }
+    let bits = u128::from(taken) * 8;
+    block[field..H::BLOCK].copy_from_slice(&bits.to_be_bytes()[16 - H::LENGTH_FIELD..]);
+}
+
 /// A hash in progress: the chaining value, the bytes of a block not yet
 /// compressed and the count of bytes taken. Copying it is a `memcpy`;
 /// dropping it wipes the state and the partial block.
@@ -172,18 +192,17 @@ impl<H: Sha2> Hasher<H> {
     /// Pads (FIPS 180-4 §5.1) and writes the digest into
     /// `out[..H::OUTPUT]`; the hasher is spent.
     pub(crate) fn finish_into(&mut self, out: &mut [u8]) {
-        let bits = u128::from(self.taken) * 8;
         let block = H::BLOCK;
-        self.partial[self.used] = 0x80;
-        self.used += 1;
-        if self.used > block - H::LENGTH_FIELD {
-            self.partial[self.used..block].fill(0);
+        if self.used > last_block_room::<H>() {
+            self.partial[self.used] = 0x80;
+            self.partial[self.used + 1..block].fill(0);
             self.state.compress(&self.partial[..block]);
+            self.partial[..block].fill(0);
             self.used = 0;
+            pad_last_block::<H>(&mut self.partial[..block], None, self.taken);
+        } else {
+            pad_last_block::<H>(&mut self.partial[..block], Some(self.used), self.taken);
         }
-        let field = block - H::LENGTH_FIELD;
-        self.partial[self.used..field].fill(0);
-        self.partial[field..block].copy_from_slice(&bits.to_be_bytes()[16 - H::LENGTH_FIELD..]);
         self.state.compress(&self.partial[..block]);
         self.used = 0;
         self.state.write_output(out);

@@ -18,7 +18,9 @@
 //! `hash_provider` change. [`provider`] is rustls' aws-lc-rs provider
 //! with those suites.
 
-use crate::hashing::{Hasher, Sha2, Sha256, Sha384, TranscriptHash, MAX_BLOCK};
+use crate::hashing::{
+    last_block_room, pad_last_block, Hasher, Sha2, Sha256, Sha384, TranscriptHash, MAX_BLOCK,
+};
 use crate::lazy_aead::LazyAead;
 use rustls::crypto::aws_lc_rs::cipher_suite as cs;
 use rustls::crypto::hash::Hash;
@@ -75,23 +77,51 @@ impl<H: Sha2> PreparedKey<H> {
     }
 
     /// HMAC of `first`, the `middle` parts and `last`, concatenated,
-    /// into `out[..H::OUTPUT]`.
+    /// into `out[..H::OUTPUT]`. A message that fits in one block with
+    /// its padding (every label, secret and hash the key schedule tags)
+    /// is padded in place and compressed once, and so is the outer hash
+    /// (a digest always fits); a longer one goes through [`Hasher`].
     fn tag_into(&self, first: &[u8], middle: &[&[u8]], last: &[u8], out: &mut [u8]) {
-        let block = H::BLOCK as u64;
-        let mut inner = Hasher::resume(self.inner, block);
-        inner.update(first);
-        for m in middle {
-            inner.update(m);
+        let block = H::BLOCK;
+        let len = first.len() + middle.iter().map(|m| m.len()).sum::<usize>() + last.len();
+        let mut buf = [0u8; MAX_BLOCK];
+        let mut inner = self.inner;
+        if len <= last_block_room::<H>() {
+            let mut at = 0;
+            for part in std::iter::once(first)
+                .chain(middle.iter().copied())
+                .chain(std::iter::once(last))
+            {
+                buf[at..at + part.len()].copy_from_slice(part);
+                at += part.len();
+            }
+            pad_last_block::<H>(&mut buf[..block], Some(at), (block + len) as u64);
+            inner.compress(&buf[..block]);
+            inner.write_output(&mut buf);
+        } else {
+            let mut hasher = Hasher::resume(inner, block as u64);
+            hasher.update(first);
+            for m in middle {
+                hasher.update(m);
+            }
+            hasher.update(last);
+            hasher.finish_into(&mut buf);
         }
-        inner.update(last);
-        let mut digest = [0u8; MAX_OUTPUT];
-        inner.finish_into(&mut digest);
-        let mut outer = Hasher::resume(self.outer, block);
-        outer.update(&digest[..H::OUTPUT]);
+        inner.zeroize();
+        // The outer hash: its pad's state, then the inner digest (now in
+        // `buf[..H::OUTPUT]`) padded to one block.
+        let mut outer = self.outer;
+        pad_last_block::<H>(
+            &mut buf[..block],
+            Some(H::OUTPUT),
+            (block + H::OUTPUT) as u64,
+        );
+        outer.compress(&buf[..block]);
+        outer.write_output(out);
+        outer.zeroize();
         // Plain stores kept by `black_box`, as in `Hasher`'s drop.
-        digest.fill(0);
-        std::hint::black_box(&mut digest);
-        outer.finish_into(out);
+        buf.fill(0);
+        std::hint::black_box(&mut buf);
     }
 
     /// HKDF-Expand (RFC 5869 §2.3) with this key as the PRK: `T(n) =
