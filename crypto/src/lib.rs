@@ -20,6 +20,7 @@ mod hashing;
 pub mod kdf;
 mod lazy_aead;
 pub mod policy;
+mod random;
 pub mod record;
 pub mod session;
 #[doc(hidden)]

@@ -209,6 +209,7 @@ impl TlsConfig {
         let provider = rustls::crypto::CryptoProvider {
             cipher_suites: suites,
             kx_groups: groups,
+            secure_random: &crate::random::PUBLIC_RANDOM,
             ..kdf::provider()
         };
         let mut cfg = ServerConfig::builder_with_provider(Arc::new(provider))
