@@ -325,6 +325,11 @@ impl Services {
             t.conn.queued = true;
             self.deferred.push(id);
         }
+        if o.deferred {
+            // Its answer (the server's flight, or the response after the
+            // client's Finished) carries the ACK when its turn comes.
+            cx.tcp.hold_ack(id, cx.now);
+        }
         if wants_backend {
             self.connect_backend(cx, id);
         }

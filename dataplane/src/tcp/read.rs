@@ -124,7 +124,7 @@ impl<A: Default> TcpEngine<A> {
         let n = c.recv(buf, &mut self.buffers);
         // Opening the window may need an update to the peer; a connection
         // in TIME-WAIT read to the end can leave its slot.
-        if n > 0 && (c.window_update_due(&self.cfg) || c.state == State::TimeWait) {
+        if n > 0 && (c.window_update_due(&self.cfg) || c.acks_now() || c.state == State::TimeWait) {
             mark_dirty(&mut self.dirty, c, id);
         }
         n
@@ -147,8 +147,23 @@ impl<A: Default> TcpEngine<A> {
             return;
         };
         c.consume(n, &mut self.buffers);
-        if c.window_update_due(&self.cfg) || c.state == State::TimeWait {
+        if c.window_update_due(&self.cfg) || c.acks_now() || c.state == State::TimeWait {
             mark_dirty(&mut self.dirty, c, id);
+        }
+    }
+
+    /// Holds the ACK owed for the short data just received until the
+    /// application takes it, and at most `[tcp] delayed_ack`
+    /// ([`Conn::hold_ack`]): for an application that answers it soon but
+    /// not in this iteration (a TLS handshake put off by the handshake
+    /// budget), so the answer carries the ACK instead of a segment of its
+    /// own.
+    pub fn hold_ack(&mut self, id: ConnId, now: Instant) {
+        let Some(c) = live_mut(&mut self.conns, id) else {
+            return;
+        };
+        if c.hold_ack(now, &self.cfg) {
+            self.rearm(id, now);
         }
     }
 

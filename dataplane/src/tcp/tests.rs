@@ -1184,6 +1184,74 @@ mod pair_tests {
         assert_eq!(p.a.recv(ca, &mut buf), 4 * mss);
     }
 
+    /// Short in-order data is ACKed at the end of the iteration; an
+    /// application that answers later holds that ACK (`hold_ack`):
+    /// nothing goes out until it takes the data and answers, and the
+    /// answer carries the ACK. Held and never taken, the ACK leaves at
+    /// the delayed-ACK deadline, not before. ACKs owed for other reasons
+    /// (here every second segment) are not held.
+    #[test]
+    fn a_held_ack_rides_on_the_answer_or_leaves_by_the_delayed_ack() {
+        let cfg = TcpConfig::default();
+        let (mut p, ca, cb) = established(cfg);
+        let c = live(&p.b.conns, cb).unwrap();
+        let (seq, ack) = (c.snd_nxt.0, c.rcv_nxt.0);
+        let ts = b_tsval(&p);
+        let data = |seq: u32, payload: &[u8]| {
+            emit_from_b(TcpRepr {
+                window_len: 2048,
+                timestamp: Some(TcpTimestampRepr::new(ts, 1)),
+                payload,
+                ..super::seg(5000, 80, TcpControl::Psh, seq, Some(ack))
+            })
+        };
+        let pure_ack = |to: u32| (TcpControl::None, 0, Some(to));
+
+        // Not held: an ACK of its own at once.
+        p.a.input(p.now, B, A, &data(seq, b"hello")).unwrap();
+        assert_eq!(a_sends(&mut p), vec![pure_ack(seq + 5)]);
+        let mut buf = [0u8; 16];
+        assert_eq!(p.a.recv(ca, &mut buf), 5);
+
+        // Held: nothing until the application takes the data and answers.
+        p.a.input(p.now, B, A, &data(seq + 5, b"world")).unwrap();
+        p.a.hold_ack(ca, p.now);
+        assert_eq!(a_sends(&mut p), vec![]);
+        assert_eq!(p.a.recv(ca, &mut buf), 5);
+        assert_eq!(p.a.send(ca, b"answer"), 6);
+        let sent = a_sends(&mut p);
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert_eq!(
+            (sent[0].1, sent[0].2),
+            (6, Some(seq + 10)),
+            "the answer carries it"
+        );
+
+        // Held and never taken: the ACK at the delayed-ACK deadline.
+        p.a.input(p.now, B, A, &data(seq + 10, b"again")).unwrap();
+        p.a.hold_ack(ca, p.now);
+        let held_at = p.now;
+        p.now = held_at + (cfg.delayed_ack - Duration::from_micros(1));
+        assert_eq!(a_sends(&mut p), vec![]);
+        p.now = held_at + cfg.delayed_ack;
+        assert_eq!(a_sends(&mut p), vec![pure_ack(seq + 15)]);
+
+        // Taken without an answer: the ACK at the end of that iteration.
+        p.a.input(p.now, B, A, &data(seq + 15, b"short")).unwrap();
+        p.a.hold_ack(ca, p.now);
+        assert_eq!(p.a.recv(ca, &mut buf), 10, "the two unread messages");
+        assert_eq!(a_sends(&mut p), vec![pure_ack(seq + 20)]);
+
+        // A second unacknowledged segment owes an ACK that is not held.
+        let mss = usize::from(cfg.mss) - 12;
+        p.a.input(p.now, B, A, &data(seq + 20, &vec![b'x'; mss]))
+            .unwrap();
+        p.a.input(p.now, B, A, &data(seq + 20 + mss as u32, b"tail"))
+            .unwrap();
+        p.a.hold_ack(ca, p.now);
+        assert_eq!(a_sends(&mut p), vec![pure_ack(seq + 24 + mss as u32)]);
+    }
+
     #[test]
     fn challenge_acks_are_limited_per_connection() {
         // RFC 5961 §7: 50 in-window RSTs not at RCV.NXT in one second get at

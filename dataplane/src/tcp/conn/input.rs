@@ -325,12 +325,14 @@ impl<A: Default> Conn<A> {
                 // counts as as many: ACK at least every second one.
                 let segs = (data.len() / (self.seg_size.max(1) as usize)).clamp(1, 255) as u8;
                 self.unacked_segs = self.unacked_segs.saturating_add(segs);
-                if (n as usize) < data.len()
-                    || self.unacked_segs >= 2
-                    || data.len() < self.seg_size as usize
-                    || self.ooo.len > 0
-                {
+                if (n as usize) < data.len() || self.unacked_segs >= 2 || self.ooo.len > 0 {
                     self.ack_now = true;
+                } else if data.len() < self.seg_size as usize {
+                    // The end of a message (a request, a handshake flight):
+                    // ACKed at the end of this iteration, on the answer if
+                    // there is one, or held while the application waits
+                    // (`Conn::hold_ack`).
+                    self.ack_small = true;
                 } else if self.ack_at.is_none() {
                     self.ack_at = Some(now + cfg.delayed_ack);
                 }
@@ -371,7 +373,7 @@ impl<A: Default> Conn<A> {
                 _ => {}
             }
         }
-        out.send |= self.ack_now;
+        out.send |= self.acks_now();
         out
     }
 

@@ -153,6 +153,14 @@ pub(super) struct Conn<A> {
     rto_at: Option<Instant>,
     ack_at: Option<Instant>,
     ack_now: bool,
+    /// An ACK owed only for in-order data shorter than a segment: sent
+    /// at the end of this iteration as `ack_now` is (on the answer, when
+    /// the application answers), unless the application holds it
+    /// ([`Conn::hold_ack`]).
+    ack_small: bool,
+    /// `ack_small`, held until the application takes the data or
+    /// `ack_at`, whichever comes first.
+    ack_held: bool,
     unacked_segs: u8,
     /// When the connection began (the peer's SYN, or our connect; a
     /// cookie's ACK): its handshake deadline counts from here.
@@ -285,6 +293,8 @@ impl<A: Default> Conn<A> {
             rto_at: None,
             ack_at: None,
             ack_now: false,
+            ack_small: false,
+            ack_held: false,
             unacked_segs: 0,
             opened: now,
             reset_when_sent: false,
@@ -476,6 +486,9 @@ impl<A: Default> Conn<A> {
         if r.is_empty() && self.ooo.len == 0 {
             pool.give(self.recv.take().expect("some"));
         }
+        if n > 0 {
+            self.release_held_ack();
+        }
         n
     }
 
@@ -490,6 +503,43 @@ impl<A: Default> Conn<A> {
                 pool.give(self.recv.take().expect("some"));
             }
         }
+        if n > 0 {
+            self.release_held_ack();
+        }
+    }
+
+    /// Holds the ACK owed for short in-order data until the application
+    /// takes the data ([`Conn::consume`], [`Conn::recv`]), and at most
+    /// `[tcp] delayed_ack`: the application will answer soon and the
+    /// answer carries the ACK (a TLS handshake waiting for the handshake
+    /// budget). Any other ACK owed (out of order, every second segment,
+    /// a FIN, a window update) is not held. True when `ack_at` moved.
+    pub fn hold_ack(&mut self, now: Instant, cfg: &TcpConfig) -> bool {
+        if !self.ack_small || self.ack_now {
+            return false;
+        }
+        self.ack_small = false;
+        self.ack_held = true;
+        let by = now + cfg.delayed_ack;
+        if self.ack_at.is_some_and(|t| t <= by) {
+            return false;
+        }
+        self.ack_at = Some(by);
+        true
+    }
+
+    /// The application took data: a held ACK is owed at the end of this
+    /// iteration again.
+    fn release_held_ack(&mut self) {
+        if self.ack_held {
+            self.ack_held = false;
+            self.ack_small = true;
+        }
+    }
+
+    /// Whether an ACK goes out at the end of this iteration.
+    pub fn acks_now(&self) -> bool {
+        self.ack_now || self.ack_small
     }
 
     fn can_send(&self) -> bool {

@@ -263,6 +263,8 @@ impl<A: Default> Conn<A> {
         self.adv_right = right;
         self.dsack = None;
         self.ack_now = false;
+        self.ack_small = false;
+        self.ack_held = false;
         self.ack_at = None;
         self.unacked_segs = 0;
     }
@@ -330,7 +332,7 @@ impl<A: Default> Conn<A> {
             // §3.8.6.1).
             self.rto_at = Some(now + self.rto);
         }
-        if self.ack_now {
+        if self.acks_now() {
             return self.emit_ack(now, cfg, counters, to, emit);
         }
         true
