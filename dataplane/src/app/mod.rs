@@ -8,6 +8,7 @@
 //! responder, TLS termination, proxying to pools and health checks, one
 //! [`role::Role`] per connection.
 
+pub mod budget;
 pub mod config;
 pub mod deadlines;
 pub mod health;

@@ -3,9 +3,11 @@
 //! checks; those live in their own modules as `impl Services` blocks).
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use crypto::session::TlsConfig;
 
+use super::budget::HandshakeBudget;
 use super::config::{MemberView, PoolView, Snapshot, MAX_VIPS};
 use super::deadlines::Timeouts;
 use super::health::HealthShare;
@@ -67,9 +69,8 @@ pub struct Services {
     /// (and the list being worked through).
     deferred: Vec<ConnId>,
     deferred_scratch: Vec<ConnId>,
-    /// TLS handshake steps per iteration, and those left in this one.
-    handshakes_per_poll: u32,
-    budget: u32,
+    /// TLS handshake time per iteration, and what is left of it.
+    budget: HandshakeBudget,
     /// Which members this engine health-checks (all without a share).
     pub(super) health_share: Option<HealthShare>,
     /// Version of the snapshot in use (0: set up by calls, not snapshots).
@@ -77,9 +78,9 @@ pub struct Services {
 }
 
 impl Services {
-    /// `handshakes_per_poll`: TLS handshake steps (each may cost a
-    /// signature and a key exchange) per loop iteration.
-    pub fn new(handshakes_per_poll: u32) -> Self {
+    /// `handshake_budget`: TLS handshake work (signatures, key
+    /// exchanges) per loop iteration ([`HandshakeBudget`]).
+    pub fn new(handshake_budget: Duration) -> Self {
         Self {
             vips: Vec::new(),
             vip_counters: vec![VipCounters::default(); MAX_VIPS],
@@ -99,8 +100,7 @@ impl Services {
             connecting: Vec::with_capacity(256),
             deferred: Vec::with_capacity(256),
             deferred_scratch: Vec::with_capacity(256),
-            handshakes_per_poll,
-            budget: handshakes_per_poll,
+            budget: HandshakeBudget::new(handshake_budget),
             health_share: None,
             snapshot_version: 0,
         }
@@ -419,11 +419,11 @@ pub(super) fn count_failure(cx: &mut Cx<'_>, f: crypto::session::Failure) {
 impl Application for Services {
     fn resume(&mut self, cx: &mut Cx<'_>) {
         // Handshakes put off last time go first.
-        self.budget = self.handshakes_per_poll;
+        self.budget.refill();
         std::mem::swap(&mut self.deferred, &mut self.deferred_scratch);
         for i in 0..self.deferred_scratch.len() {
             let id = self.deferred_scratch[i];
-            if self.budget == 0 {
+            if !self.budget.allows() {
                 // Still no room: the rest keep their place in the queue.
                 self.deferred.push(id);
                 continue;

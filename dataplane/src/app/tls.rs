@@ -13,6 +13,7 @@
 
 use crypto::session::{Failure, Negotiated, Progress, ServerSession, TlsConfig};
 
+use super::budget::HandshakeBudget;
 use super::proxy::{ClientStream, ProxyLink};
 use super::responder::{Responder, Session, Stream};
 use super::role::{Inner, TlsRole};
@@ -284,7 +285,8 @@ pub type BackendSide<'a> = Option<(ConnId, &'a mut ProxyLink)>;
 /// Moves a TLS connection forward: ciphertext in, its inner role
 /// (responder, or forwarding to and from `backend`), ciphertext out,
 /// close_notify and TCP close at the end. Handshake work (the costly
-/// part) happens only while `handshake_budget` lasts; each use takes one.
+/// part) starts only while `handshake_budget` allows, and is charged
+/// the time it took.
 #[allow(clippy::too_many_arguments)]
 pub fn drive(
     tcp: &mut Tcp,
@@ -293,7 +295,7 @@ pub fn drive(
     mut backend: BackendSide<'_>,
     responder: &mut Responder,
     peer_closed: bool,
-    handshake_budget: &mut u32,
+    handshake_budget: &mut HandshakeBudget,
     scratch: &mut [u8],
     spare: &mut SpareBuffers,
 ) -> TlsOutcome {
@@ -314,13 +316,12 @@ pub fn drive(
         let waiting = a.len() + b.len();
         let input = waiting > 0 || tls.session.has_pending_input();
         if input && tls.plain_in.len() < PLAIN_IN_MAX && tls.cipher_out.len() < CIPHER_OUT_MAX {
-            if tls.session.is_handshaking() {
-                if *handshake_budget == 0 {
-                    outcome.deferred = true;
-                    break;
-                }
-                *handshake_budget -= 1;
+            let handshaking = tls.session.is_handshaking();
+            if handshaking && !handshake_budget.allows() {
+                outcome.deferred = true;
+                break;
             }
+            let step = handshaking.then(|| handshake_budget.start());
             if tls.plain_in.capacity() == 0 {
                 tls.plain_in = spare.take();
             }
@@ -328,6 +329,9 @@ pub fn drive(
             let result =
                 tls.session
                     .read((a, b), &mut tls.cipher_out, &mut tls.plain_in, PLAIN_IN_MAX);
+            if let Some(step) = step {
+                handshake_budget.charge(step);
+            }
             match result {
                 Ok(p) => {
                     tcp.consume(id, p.consumed);

@@ -54,10 +54,11 @@ pub struct EngineConfig {
     /// Pause after 256 idle iterations in a row (`None`: never; the
     /// production setting — a dataplane core polls).
     pub idle_sleep: Option<Duration>,
-    /// TLS handshake steps (each may cost a signature and a key exchange)
-    /// per loop iteration; connections beyond it wait for the next one, so
-    /// a burst of handshakes cannot starve established traffic.
-    pub handshakes_per_poll: u32,
+    /// TLS handshake work (signatures, key exchanges) per loop
+    /// iteration, timed: steps start while some is left (the first always
+    /// does) and connections beyond it wait for the next iteration, so a
+    /// burst of handshakes cannot hold the loop (`app::budget`).
+    pub handshake_budget: Duration,
 }
 
 impl Default for EngineConfig {
@@ -70,7 +71,7 @@ impl Default for EngineConfig {
             tcp: TcpConfig::default(),
             isn_key: None,
             idle_sleep: None,
-            handshakes_per_poll: 8,
+            handshake_budget: Duration::from_micros(500),
         }
     }
 }
@@ -213,7 +214,7 @@ pub struct Engine<P: Port, A: Application = Services> {
 impl<P: Port> Engine<P> {
     /// An engine running dpd's services (VIPs added by calls or snapshots).
     pub fn new(cfg: EngineConfig, shared: Arc<SharedCounters>) -> Self {
-        let mut services = Services::new(cfg.handshakes_per_poll);
+        let mut services = Services::new(cfg.handshake_budget);
         services.reserve_connections(cfg.tcp.max_conns);
         Self::with_app(cfg, shared, services)
     }
