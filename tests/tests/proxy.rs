@@ -396,7 +396,20 @@ fn a_backend_lost_mid_run_leaves_no_client_hanging() {
     std::thread::scope(|scope| {
         let run = scope.spawn(|| spread(&lab, certs.path(), "https://p256.test/", 60));
         std::thread::sleep(std::time::Duration::from_millis(300));
-        // rip-test-2 vanishes from the network while requests go on.
+        // rip-test-2 takes no new connection, then vanishes from the
+        // network while requests go on. (A request whose backend leg is
+        // under way at the very moment it vanishes cannot be answered, and
+        // waits for curl's own timeout: the 100 ms between lets the one in
+        // flight finish, so the run tests what comes after the loss.)
+        let rules = format!(
+            "table inet tlsdp_px_lost {{ chain in {{ type filter hook input priority 0; policy accept; ip daddr {}.12 tcp flags & (syn | ack) == syn drop; }}\n}}\n",
+            lab.net
+        );
+        let file = certs.path().join("lost.nft");
+        std::fs::write(&file, rules).unwrap();
+        let o = lab.client(&["nft", "-f", file.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::thread::sleep(std::time::Duration::from_millis(100));
         backend_addr(&lab, 12, "del");
         let (got, failed) = run.join().unwrap();
         assert_eq!(failed, 0, "{got:?}\n{}", dpd.log_text());

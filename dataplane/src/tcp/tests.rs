@@ -559,6 +559,17 @@ mod pair_tests {
         super::wire(&repr, B, A)
     }
 
+    /// Data from B:5000 to A:80 at `seq`, acknowledging `ack`, with a
+    /// timestamp option carrying `tsval`.
+    fn data_from_b(tsval: u32, seq: u32, ack: u32, payload: &[u8]) -> Vec<u8> {
+        emit_from_b(TcpRepr {
+            window_len: 2048,
+            timestamp: Some(TcpTimestampRepr::new(tsval, 1)),
+            payload,
+            ..super::seg(5000, 80, TcpControl::Psh, seq, Some(ack))
+        })
+    }
+
     /// B's timestamp clock now (ms, like every engine's).
     fn b_tsval(p: &Pair) -> u32 {
         (p.now.as_nanos() / 1_000_000) as u32
@@ -1159,14 +1170,7 @@ mod pair_tests {
         let (seq, ack) = (c.snd_nxt.0, c.rcv_nxt.0);
         let one = vec![b'a'; mss];
         let ts = b_tsval(&p);
-        let data = |seq: u32, payload: &[u8]| {
-            emit_from_b(TcpRepr {
-                window_len: 2048,
-                timestamp: Some(TcpTimestampRepr::new(ts, 1)),
-                payload,
-                ..super::seg(5000, 80, TcpControl::Psh, seq, Some(ack))
-            })
-        };
+        let data = |seq: u32, payload: &[u8]| data_from_b(ts, seq, ack, payload);
         let three = vec![b'b'; 3 * mss];
         p.a.input(p.now, B, A, &data(seq, &three)).unwrap();
         let sent = a_sends(&mut p);
@@ -1197,14 +1201,7 @@ mod pair_tests {
         let c = live(&p.b.conns, cb).unwrap();
         let (seq, ack) = (c.snd_nxt.0, c.rcv_nxt.0);
         let ts = b_tsval(&p);
-        let data = |seq: u32, payload: &[u8]| {
-            emit_from_b(TcpRepr {
-                window_len: 2048,
-                timestamp: Some(TcpTimestampRepr::new(ts, 1)),
-                payload,
-                ..super::seg(5000, 80, TcpControl::Psh, seq, Some(ack))
-            })
-        };
+        let data = |seq: u32, payload: &[u8]| data_from_b(ts, seq, ack, payload);
         let pure_ack = |to: u32| (TcpControl::None, 0, Some(to));
 
         // Not held: an ACK of its own at once.
