@@ -128,6 +128,10 @@ pub(crate) const fn last_block_room<H: Sha2>() -> usize {
 /// all: after the message's `tail` bytes already in it (`Some(n)`, `n <=
 /// last_block_room`), or alone after a block that took the `0x80`
 /// (`None`), zeros and then the length in bits.
+///
+/// `block` is exactly one block: every caller passes `&mut buf[..H::BLOCK]`
+/// of a `MAX_BLOCK` buffer, and `n <= last_block_room < field`, so no index
+/// here leaves it; the length field is 8 or 16 of the 16 bytes of `bits`.
 pub(crate) fn pad_last_block<H: Sha2>(block: &mut [u8], tail: Option<usize>, taken: u64) {
     let field = H::BLOCK - H::LENGTH_FIELD;
     if let Some(n) = tail {

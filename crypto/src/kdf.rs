@@ -87,6 +87,8 @@ impl<H: Sha2> PreparedKey<H> {
         let mut buf = [0u8; MAX_BLOCK];
         let mut inner = self.inner;
         if len <= last_block_room::<H>() {
+            // All parts together fit before the padding, so `at + part.len()
+            // <= len < H::BLOCK <= MAX_BLOCK` throughout.
             let mut at = 0;
             for part in std::iter::once(first)
                 .chain(middle.iter().copied())
@@ -174,6 +176,8 @@ impl<H: Sha2> Constants<H> {
         let mut empty_hash = [0u8; MAX_OUTPUT];
         Hasher::<H>::new().finish_into(&mut empty_hash);
         let label = b"tls13 derived";
+        // Fixed sizes: 2 + 1 + 13 + 1 + H::OUTPUT (32 or 48) bytes fill at
+        // most the whole buffer; both casts hold 32 and 48.
         let mut derived_info = [0u8; 2 + 1 + 13 + 1 + MAX_OUTPUT];
         let mut at = 0;
         for part in [
@@ -389,6 +393,7 @@ const fn with_key_schedule(
 const fn tls13_of(base: SupportedCipherSuite) -> &'static Tls13CipherSuite {
     match base.tls13() {
         Some(s) => s,
+        // Evaluated at compile time (the statics below): never at run time.
         None => panic!("a TLS 1.3 suite"),
     }
 }

@@ -65,7 +65,8 @@ impl HandshakeBudget {
     }
 
     /// Steps taken in this iteration.
-    pub fn steps(&self) -> u32 {
+    #[cfg(test)]
+    fn steps(&self) -> u32 {
         self.steps
     }
 }
