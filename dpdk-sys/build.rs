@@ -84,6 +84,8 @@ fn main() {
         .allowlist_function("rte_softrss.*")
         .allowlist_function("rte_openlog_stream")
         .allowlist_function("rte_log_cur_msg_loglevel")
+        .allowlist_function("rte_memseg_walk")
+        .allowlist_function("rte_memseg_get_fd_thread_unsafe")
         .allowlist_function("tlsdp_.*")
         .allowlist_type("rte_mbuf")
         .allowlist_type("rte_mempool")

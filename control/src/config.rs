@@ -760,6 +760,17 @@ pub enum DeviceKind {
     },
 }
 
+/// A memif client port's connection ([`Port::memif_client`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemifClient {
+    /// The server's socket: a path, or a name in the abstract namespace.
+    pub socket: String,
+    pub abstract_socket: bool,
+    /// Frames sent from and received into dpd's own mbufs (`zero-copy=yes`:
+    /// the server copies; DPDK needs `--single-file-segments` for it).
+    pub zero_copy: bool,
+}
+
 impl DeviceKind {
     /// What names the device uniquely among the ports.
     pub fn key(&self) -> String {
@@ -1755,6 +1766,36 @@ impl Port {
         Err("expected a PCI address (0000:01:00.0), a DPDK virtual device (net_af_packet0,iface=IFACE) or vnet_tap,iface=TAP[,netns=NAMESPACE]".into())
     }
 
+    /// This port's memif client settings, when its device is DPDK's memif
+    /// in the client role (`net_memifN,role=client,...`): a client
+    /// connects to its server when started, and DPDK 22.11 never connects
+    /// it again by itself (dpd does: docs/architecture.md, "Ports").
+    pub fn memif_client(&self) -> Option<MemifClient> {
+        let spec = self.device.trim();
+        let mut args = spec.split(',');
+        if !args.next()?.starts_with("net_memif") {
+            return None;
+        }
+        // DPDK's defaults, and its way of reading yes/no (a substring).
+        let (mut client, mut socket, mut abstract_socket, mut zero_copy) =
+            (false, "/run/memif.sock", true, false);
+        for kv in args {
+            match kv.split_once('=') {
+                Some(("role", v)) => client = v == "client" || v == "slave",
+                Some(("socket", v)) => socket = v,
+                Some(("socket-abstract", v)) if v.contains("yes") => abstract_socket = true,
+                Some(("socket-abstract", v)) if v.contains("no") => abstract_socket = false,
+                Some(("zero-copy", v)) => zero_copy = v.contains("yes"),
+                _ => {}
+            }
+        }
+        client.then(|| MemifClient {
+            socket: socket.to_string(),
+            abstract_socket,
+            zero_copy,
+        })
+    }
+
     /// The members of a bond, each as a port with that device (no
     /// addresses: the bond has them).
     pub fn members(&self) -> impl Iterator<Item = Port> + '_ {
@@ -1953,6 +1994,39 @@ mod tests {
                 spec: "net_af_packet0,iface=veth-dut".into()
             }
         );
+    }
+
+    #[test]
+    fn memif_clients_are_told_from_servers_with_dpdks_defaults() {
+        let port = |device: &str| Port {
+            device: device.into(),
+            ..Config::parse(GOOD).unwrap().ports[0].clone()
+        };
+        assert_eq!(
+            port("net_memif0,role=client,socket=/tmp/m.sock,socket-abstract=no,zero-copy=yes")
+                .memif_client(),
+            Some(MemifClient {
+                socket: "/tmp/m.sock".into(),
+                abstract_socket: false,
+                zero_copy: true
+            })
+        );
+        assert_eq!(
+            port("net_memif1,role=slave").memif_client(),
+            Some(MemifClient {
+                socket: "/run/memif.sock".into(),
+                abstract_socket: true,
+                zero_copy: false
+            })
+        );
+        for not_client in [
+            "net_memif0",
+            "net_memif0,role=server,zero-copy=yes",
+            "net_af_packet0,iface=veth0,role=client",
+            "0000:01:00.0",
+        ] {
+            assert_eq!(port(not_client).memif_client(), None, "{not_client}");
+        }
     }
 
     #[test]

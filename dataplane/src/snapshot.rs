@@ -32,14 +32,32 @@ pub enum ToEngine {
     Capture { port: usize, capture: Capture },
     /// Another engine's health checks found a member up or down.
     Health(HealthNews),
+    /// Stop (`paused`) or resume using port `port` (index), while the
+    /// control thread restarts it; answer [`FromEngine::Paused`].
+    Pause { port: usize, paused: bool },
 }
 
 /// An engine's answer; `engine` is its index.
 #[derive(Debug)]
 pub enum FromEngine {
-    Prepared { engine: usize, version: u64 },
-    Applied { engine: usize, version: u64 },
-    Pools { engine: usize, pools: Vec<PoolView> },
+    Prepared {
+        engine: usize,
+        version: u64,
+    },
+    Applied {
+        engine: usize,
+        version: u64,
+    },
+    Pools {
+        engine: usize,
+        pools: Vec<PoolView>,
+    },
+    /// Port `port` is paused or in use again, as asked.
+    Paused {
+        engine: usize,
+        port: usize,
+        paused: bool,
+    },
 }
 
 impl HealthSink for ControlLink {

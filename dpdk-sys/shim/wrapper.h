@@ -9,6 +9,7 @@
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
+#include <rte_memory.h>
 #include <rte_thread.h>
 #include <rte_version.h>
 #include <rte_dev.h>

@@ -33,8 +33,11 @@ use crate::stats::{Counters, SharedCounters};
 use crate::tcp::ListenLimits;
 
 mod capture;
+mod reconnect;
 pub mod service;
 mod tick;
+
+pub use reconnect::PeerPort;
 mod views;
 
 /// How long engines may take to switch to a snapshot or answer a query
@@ -121,6 +124,11 @@ pub struct DaemonInfo {
     pub stop: Arc<AtomicBool>,
     /// The announce interface, with `[routing]`.
     pub announce: Option<crate::dpdk::VipIface>,
+    /// The ports that connect to their peer (memif clients), restarted
+    /// while their link is down.
+    pub peers: Vec<PeerPort>,
+    /// EAL's memory files, kept for zero-copy memif clients to share again.
+    pub memseg_fds: crate::dpdk::MemsegFds,
 }
 
 impl Controller {

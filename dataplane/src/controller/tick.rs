@@ -63,6 +63,7 @@ impl Controller {
     /// Called often by the control thread (between requests); works every
     /// [`TICK`].
     pub fn tick(&mut self, now: Instant) {
+        self.reconnect_peers(now);
         let (Some(d), Some(svc)) = (&self.daemon, &self.service) else {
             return;
         };

@@ -112,7 +112,9 @@ impl Controller {
                 }
                 views.iter().all(Option::is_some)
             }
-            FromEngine::Applied { .. } | FromEngine::Prepared { .. } => false,
+            FromEngine::Applied { .. }
+            | FromEngine::Prepared { .. }
+            | FromEngine::Paused { .. } => false,
         });
         if !answered {
             return Err(format!("engines did not answer within {timeout:?}"));

@@ -21,7 +21,7 @@ use smoltcp::wire::EthernetAddress;
 pub use plan::{parse_cpu_list, plan, Machine, Plan};
 pub(crate) use threads::open_connections;
 
-use crate::controller::{collect_stats, Controller, DaemonInfo};
+use crate::controller::{collect_stats, Controller, DaemonInfo, PeerPort};
 use crate::dpdk::TscClock;
 use crate::dpdk::{
     self, Eal, EthPort, EthPortConfig, LaunchedLcore, LcoreId, Mempool, QueueId, VipIface, VnetTap,
@@ -181,7 +181,8 @@ pub fn run(
     if plan.control_shares_cpu {
         log::warn!("the control thread shares a CPU with an engine (eal.cpus leaves none free)");
     }
-    let ports = start_ports(cfg)?;
+    let mut memseg_fds = dpdk::MemsegFds::default();
+    let ports = start_ports(cfg, &mut memseg_fds)?;
     // The announce interface exists only while dpd runs (it goes with the
     // process, however that ends), so routes never outlive the dataplane.
     let announce = match &cfg.routing {
@@ -216,6 +217,8 @@ pub fn run(
         term,
         stop: stop.clone(),
         announce,
+        peers: peer_ports(cfg, &ports),
+        memseg_fds,
     });
 
     let tsc_hz = dpdk::tsc_hz();
@@ -315,7 +318,12 @@ fn check_bond_members_take_the_mtu(i: usize, pc: &control::config::Port) -> Resu
 
 /// Starts every configured port with a queue pair per engine (as many
 /// as the device has), its mbufs from a mempool of its NUMA socket.
-fn start_ports(cfg: &Config) -> Result<Vec<StartedPort>, StartError> {
+/// Starts every port; a zero-copy memif client's shared memory files are
+/// kept in `memseg_fds` before it first connects.
+fn start_ports(
+    cfg: &Config,
+    memseg_fds: &mut dpdk::MemsegFds,
+) -> Result<Vec<StartedPort>, StartError> {
     let engines = engine_count(cfg);
     let mut pools = Pools::default();
     let mut ports = Vec::new();
@@ -360,6 +368,15 @@ fn start_ports(cfg: &Config) -> Result<Vec<StartedPort>, StartError> {
             .min(info.max_rx_queues)
             .min(info.max_tx_queues)
             .max(1);
+        if pc.memif_client().is_some_and(|m| m.zero_copy) {
+            memseg_fds.keep_new().map_err(|e| {
+                ConfigError::new(
+                    format!("port[{i}].device"),
+                    &pc.device,
+                    format!("zero-copy: EAL's memory files cannot be kept ({e})"),
+                )
+            })?;
+        }
         let port = EthPort::start(
             id,
             EthPortConfig {
@@ -370,6 +387,7 @@ fn start_ports(cfg: &Config) -> Result<Vec<StartedPort>, StartError> {
                 checksum_offload: pc.checksum_offload,
                 segmentation,
                 mtu: pc.mtu,
+                connects_to_peer: pc.memif_client().is_some(),
             },
         )
         .map_err(|e| e.context(format!("port {} ({})", pc.name, pc.device)))?;
@@ -568,6 +586,22 @@ fn offload_summary(o: crate::dpdk::Offloads, wanted: bool) -> String {
         s.push_str(" (transmit checksums in software)");
     }
     s
+}
+
+/// The ports that connect to their peer (memif clients), for the
+/// controller to restart while their link is down.
+fn peer_ports(cfg: &Config, ports: &[StartedPort]) -> Vec<PeerPort> {
+    ports
+        .iter()
+        .zip(&cfg.ports)
+        .enumerate()
+        .filter_map(|(i, (p, pc))| match (&p.device, pc.memif_client()) {
+            (Device::Eth(e), Some(client)) => {
+                Some(PeerPort::new(i, &pc.name, e.id(), client, e.started()))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 fn port_status(p: &StartedPort, pc: &control::config::Port) -> PortStatus {

@@ -209,6 +209,31 @@ pub fn plan(
             args.extend(["-m".to_string(), "512".to_string()]);
         }
     }
+    // A zero-copy memif client shares dpd's mbuf memory with its server:
+    // DPDK maps it from one file per segment list, in hugepages.
+    if let Some((i, _)) = cfg
+        .ports
+        .iter()
+        .enumerate()
+        .find(|(_, p)| p.memif_client().is_some_and(|m| m.zero_copy))
+    {
+        if !use_hugepages {
+            return Err(ConfigError::new(
+                format!("port[{i}].device"),
+                &cfg.ports[i].device,
+                "a zero-copy memif client needs hugepages (reserve some: scripts/setup.sh; or zero-copy=no)",
+            ));
+        }
+        if !user_has("--single-file-segments") {
+            args.push("--single-file-segments".into());
+        }
+        // DPDK's telemetry thread waits in accept(), which holds the lowest
+        // free descriptor number: the one a memif disconnection frees, and
+        // which dpd must give back to EAL's memory (dpdk::MemsegFds).
+        if !user_has("--no-telemetry") {
+            args.push("--no-telemetry".into());
+        }
+    }
     args.extend(user_args.cloned());
     Ok(Plan {
         main_lcore,
@@ -310,6 +335,37 @@ mod tests {
         // Without hugepages --in-memory cannot work: --no-huge --no-shconf.
         let p = plan(&config("args = [\"--in-memory\"]"), &machine(0), |_| true).unwrap();
         assert_eq!(&p.eal_args[5..], ["--no-huge", "--no-shconf", "-m", "512"]);
+    }
+
+    #[test]
+    fn a_zero_copy_memif_client_gets_single_file_segments_in_hugepages() {
+        let memif = |dev: &str| {
+            Config::parse(&format!(
+                "[eal]\nlcores = [1]\n[[port]]\nname = \"p0\"\ndevice = \"{dev}\"\naddress = \"10.77.0.1/24\"\n"
+            ))
+            .unwrap()
+        };
+        let zc =
+            memif("net_memif0,role=client,socket=/tmp/m.sock,socket-abstract=no,zero-copy=yes");
+        let p = plan(&zc, &machine(1 << 30), |_| true).unwrap();
+        assert_eq!(
+            &p.eal_args[5..],
+            ["--in-memory", "--single-file-segments", "--no-telemetry"]
+        );
+        let e = plan(&zc, &machine(0), |_| true).unwrap_err();
+        assert_eq!(e.field, "port[0].device");
+        assert!(e.reason.contains("needs hugepages"), "{e}");
+        // A copying client, or a server, needs neither.
+        for dev in [
+            "net_memif0,role=client,socket=/tmp/m.sock,socket-abstract=no",
+            "net_memif0,role=server,zero-copy=yes",
+        ] {
+            let p = plan(&memif(dev), &machine(0), |_| true).unwrap();
+            assert!(
+                !p.eal_args.iter().any(|a| a == "--single-file-segments"),
+                "{dev}"
+            );
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 use dpdk_sys::consts as c;
 use dpdk_sys::rte_mbuf;
 
-use super::{check, DpdkError, Mbuf, Mempool};
+use super::{check, DpdkError, Mbuf, Mempool, MemsegFds};
 
 /// A DPDK ethdev port id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -131,6 +131,10 @@ pub struct EthPortConfig {
     /// The link's MTU; `mempool`'s mbufs must hold its frames (with an
     /// 802.1Q tag).
     pub mtu: u16,
+    /// Starting connects to a peer that may not be there yet (a memif
+    /// client): a failed `rte_eth_dev_start` leaves the port configured
+    /// and stopped, its queues paused, for [`restart`] to start later.
+    pub connects_to_peer: bool,
 }
 
 /// An Ethernet header with an 802.1Q tag: a frame's bytes beyond its MTU.
@@ -344,11 +348,18 @@ impl EthPort {
         // SAFETY: filled by the successful call.
         port.mac = unsafe { mac.assume_init() }.addr_bytes;
         // SAFETY: the port is configured with all its queues.
-        check("rte_eth_dev_start", unsafe {
+        let started = check("rte_eth_dev_start", unsafe {
             dpdk_sys::rte_eth_dev_start(id.0)
         })
-        .map_err(|e| e.context(port.info.driver.clone()))?;
-        port.started = true;
+        .map_err(|e| e.context(port.info.driver.clone()));
+        match started {
+            Ok(_) => port.started = true,
+            Err(e) if cfg.connects_to_peer => {
+                log::warn!("port {}: not connected yet ({e}); trying again", id.0);
+                return Ok(port);
+            }
+            Err(e) => return Err(e),
+        }
         // Multicast in: IPv6 Neighbor Discovery arrives at solicited-node
         // groups, and a bond passes broadcast and multicast frames up only
         // with it on. A device without it (most deliver every group
@@ -430,6 +441,12 @@ impl EthPort {
         link_status(self.id)
     }
 
+    /// Whether `rte_eth_dev_start` succeeded at [`EthPort::start`] (a port
+    /// that connects to its peer may be left stopped).
+    pub fn started(&self) -> bool {
+        self.started
+    }
+
     /// A handle for queue `q`, to be used by exactly one thread (DPDK
     /// queues are not thread-safe).
     ///
@@ -446,6 +463,7 @@ impl EthPort {
             offloads: self.offloads,
             rss_spread: (self.rss && self.queues > 1).then_some((self.queues, self.info.reta_size)),
             bond: self.is_bond(),
+            paused: !self.started,
         }
     }
 
@@ -465,15 +483,48 @@ impl EthPort {
 
 impl Drop for EthPort {
     fn drop(&mut self) {
-        if self.started {
-            // SAFETY: engines using this port's queues have stopped (their
-            // owner waits for them before dropping the port).
-            unsafe {
-                dpdk_sys::rte_eth_dev_stop(self.id.0);
-                dpdk_sys::rte_eth_dev_close(self.id.0);
-            }
+        // Stopped whether or not [`restart`] started it since (stopping a
+        // stopped port is a no-op).
+        // SAFETY: engines using this port's queues have stopped (their
+        // owner waits for them before dropping the port).
+        unsafe {
+            dpdk_sys::rte_eth_dev_stop(self.id.0);
+            dpdk_sys::rte_eth_dev_close(self.id.0);
         }
     }
+}
+
+/// Stops port `id` (when `started`) and starts it again: a memif client
+/// connects to its server only in `rte_eth_dev_start` (DPDK 22.11). A
+/// zero-copy one shares EAL's memory files, which its last disconnection
+/// closed: `memory` puts them back first.
+///
+/// Contract: no thread is inside a burst on the port's queues, and none
+/// enters one until this returns `Ok` (the engines pause them:
+/// [`EthQueue::set_paused`]): stopping swaps the port's burst functions.
+///
+/// # Errors
+/// When the start fails (the peer is not there), or the memory files
+/// cannot be put back: the port stays stopped.
+pub fn restart(id: PortId, started: bool, memory: Option<&mut MemsegFds>) -> Result<(), DpdkError> {
+    if started {
+        // SAFETY: a configured port; the caller keeps its queues unused.
+        unsafe { dpdk_sys::rte_eth_dev_stop(id.0) };
+    }
+    if let Some(m) = memory {
+        m.restore().and_then(|_| m.keep_new()).map_err(|e| {
+            DpdkError::new(
+                "restoring EAL's memory files",
+                e.raw_os_error().unwrap_or(libc::EIO),
+            )
+            .context(e.to_string())
+        })?;
+    }
+    // SAFETY: a configured port with all its queues set up.
+    check("rte_eth_dev_start", unsafe {
+        dpdk_sys::rte_eth_dev_start(id.0)
+    })
+    .map(drop)
 }
 
 /// One RX/TX queue pair of a started port, owned by one engine thread.
@@ -491,6 +542,8 @@ pub struct EthQueue {
     /// A bond (DPDK's bonding driver): its LACP frames go out only from
     /// within a transmit burst, so an idle engine calls an empty one.
     bond: bool,
+    /// No burst is called: the port is stopped, or is being restarted.
+    paused: bool,
 }
 
 /// Most mbufs moved by one burst call.
@@ -525,9 +578,18 @@ impl EthQueue {
         self.large
     }
 
+    /// Stops (`true`) or resumes calling the driver: while paused, bursts
+    /// receive and send nothing (unsent frames stay with the caller).
+    pub fn set_paused(&mut self, paused: bool) {
+        self.paused = paused;
+    }
+
     /// Receives up to `max` (≤ [`MAX_BURST`]) packets, appended to `out`.
     #[inline]
     pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        if self.paused {
+            return 0;
+        }
         let mut raw: [*mut rte_mbuf; MAX_BURST] = [std::ptr::null_mut(); MAX_BURST];
         let max = max.min(MAX_BURST) as u16;
         // SAFETY: raw has room for `max` pointers; the queue belongs to this
@@ -554,7 +616,7 @@ impl EthQueue {
     /// Only queue 0 does it: one caller is enough, and the bond's rings
     /// of control frames are not meant for several.
     pub fn tx_idle(&mut self) {
-        if self.bond && self.queue.0 == 0 {
+        if self.bond && self.queue.0 == 0 && !self.paused {
             let mut none: [*mut rte_mbuf; 1] = [std::ptr::null_mut()];
             // SAFETY: a burst of zero mbufs on our own queue; the bond
             // sends only its own control frames.
@@ -566,7 +628,7 @@ impl EthQueue {
 
     pub fn tx_burst(&mut self, batch: &mut Vec<Mbuf>) -> usize {
         let n = batch.len().min(MAX_BURST);
-        if n == 0 {
+        if n == 0 || self.paused {
             return 0;
         }
         let mut raw: [*mut rte_mbuf; MAX_BURST] = [std::ptr::null_mut(); MAX_BURST];

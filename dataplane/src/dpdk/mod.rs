@@ -13,6 +13,7 @@ mod eal;
 mod ethdev;
 mod logs;
 mod mbuf;
+mod memseg_fds;
 mod vip_iface;
 mod vnet_tap;
 
@@ -20,11 +21,13 @@ pub use allocator::{keep_freed_memory, purge_delay_ms};
 pub use clock::TscClock;
 pub use eal::{register_thread, tsc_hz, tsc_now, Eal, LaunchedLcore, LcoreId};
 pub use ethdev::{
-    bond_active_members, link_status, port_id_by_name, EthPort, EthPortConfig, EthQueue,
-    LinkStatus, Offloads, PortId, PortInfo, QueueId, FRAME_OVERHEAD, SYMMETRIC_RSS_KEY,
+    bond_active_members, link_status, port_id_by_name, restart as restart_port, EthPort,
+    EthPortConfig, EthQueue, LinkStatus, Offloads, PortId, PortInfo, QueueId, FRAME_OVERHEAD,
+    SYMMETRIC_RSS_KEY,
 };
 pub use logs::route_to_log;
 pub use mbuf::{Mbuf, Mempool};
+pub use memseg_fds::MemsegFds;
 pub use vip_iface::VipIface;
 pub use vnet_tap::{VnetTap, VnetTapConfig, VnetTapStats};
 

@@ -125,6 +125,16 @@ impl<P: Port, A: Application> Engine<P, A> {
                     self.app.health_news(&news);
                     continue;
                 }
+                ToEngine::Pause { port, paused } => {
+                    if let Some(ep) = self.ports.get_mut(port) {
+                        ep.port.set_paused(paused);
+                    }
+                    FromEngine::Paused {
+                        engine: link.engine,
+                        port,
+                        paused,
+                    }
+                }
             };
             // The control thread waits for replies one request at a time:
             // the ring has room.

@@ -70,4 +70,8 @@ impl Port for DeviceQueue {
     fn on_tick(&mut self) {
         each!(self, q => Port::on_tick(q))
     }
+
+    fn set_paused(&mut self, paused: bool) {
+        each!(self, q => Port::set_paused(q, paused))
+    }
 }

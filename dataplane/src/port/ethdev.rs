@@ -168,6 +168,10 @@ impl Port for EthQueue {
         self.tx_idle();
     }
 
+    fn set_paused(&mut self, paused: bool) {
+        EthQueue::set_paused(self, paused);
+    }
+
     fn checksum_offload(&self) -> ChecksumOffload {
         let o = self.offloads();
         ChecksumOffload {

@@ -197,6 +197,11 @@ pub trait Port {
     /// Called at every engine tick (1 ms) on a port the engine transmits
     /// on: work the device needs even when idle (a bond's LACP frames).
     fn on_tick(&mut self) {}
+
+    /// Stops (`true`) or resumes using the device, while the control
+    /// thread restarts it: paused, bursts move nothing. Ports that are
+    /// never restarted ignore it.
+    fn set_paused(&mut self, _paused: bool) {}
 }
 
 /// How a port spreads received flows over its queues, and which is ours.
