@@ -21,6 +21,7 @@
 #   DPD_STATS=1          after the run, dpd's TCP counters and memory
 #   DPD_PORT=af_packet|af_xdp|vnet_tap|memif   dpd's port (scripts/peers/peers.sh)
 #   DPD_MTU=N  the memif link's MTU, both ends (jumbo frames: DPD_MTU=9000)
+#   DPD_MEMIF=client  dpd the memif client, zero-copy (dpbench the server)
 #   BYPASS=1   dpbench's kernel-bypass client (tlsdp's stack on DPDK, on the
 #              client core): over memif with DPD_PORT=memif, else through
 #              net_af_packet on veth-cli at NET.200 (closed-loop tests; the
@@ -82,7 +83,9 @@ if [ "${BYPASS:-0}" = 1 ]; then
     if [ "${DPD_PORT:-af_packet}" = memif ]; then
         mtu=${DPD_MTU:-1500}
         bsize=; [ "$mtu" -gt 1500 ] && bsize=,bsize=16384
-        cmd+=(--bypass "net_memif0,role=client,socket=$work/run/memif.sock,socket-abstract=no$bsize" --bypass-addr "${MEMIF_NET:-10.79.0}.2/24,sources=$nsrc,mtu=$mtu")
+        # The other end of dpd's memif (DPD_MEMIF, scripts/peers/peers.sh).
+        role=client; [ "${DPD_MEMIF:-server}" = client ] && role=server
+        cmd+=(--bypass "net_memif0,role=$role,socket=$work/run/memif.sock,socket-abstract=no$bsize" --bypass-addr "${MEMIF_NET:-10.79.0}.2/24,sources=$nsrc,mtu=$mtu")
     else
         cmd+=(--bypass "net_af_packet0,iface=veth-cli" --bypass-addr "$net.200/24,sources=$nsrc")
     fi

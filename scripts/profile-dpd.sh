@@ -12,6 +12,7 @@
 #            (default /tmp/dpd-profile-TEST-KEY)
 #   PROFILE_SECONDS=5  C=128 (connections in flight)  TLS=1.3 (or 1.2)
 #   DPD_MTU=1500 (the memif link's MTU, both ends: 9000 for jumbo frames)
+#   DPD_MEMIF=server (dpd's memif role; client: zero-copy, dpbench the server)
 #   INFERNO=/opt/inferno/bin (inferno-collapse-perf, inferno-flamegraph:
 #            `cargo install inferno --root /opt/inferno`; without them only
 #            the buckets are written)
@@ -27,6 +28,8 @@ inferno=${INFERNO:-/opt/inferno/bin}
 mtu=${DPD_MTU:-1500}
 bsize=; [ "$mtu" -gt 1500 ] && bsize=,bsize=16384
 export DPD_MTU=$mtu
+# dpbench's end of the memif: the other role than dpd's.
+role=client; [ "${DPD_MEMIF:-server}" = client ] && role=server
 name=prof
 work=/tmp/dpbench-$name
 [ "$(id -u)" -eq 0 ] || { echo "profile-dpd: must run as root" >&2; exit 1; }
@@ -46,7 +49,7 @@ pid=$(cat "$work/run/dpd.pid")
 ramp=2
 "$target_dir/release/dpbench" test "$test" --target "$t" --key "$key" --tls "$tls" --dangerous-no-verify \
     -c "$inflight" --ramp-up "$ramp" --sustain $((secs + 2)) --ramp-down 1 --repeat 1 --ceiling-ms 0 \
-    --cores 0 --bypass "net_memif0,role=client,socket=$work/run/memif.sock,socket-abstract=no$bsize" \
+    --cores 0 --bypass "net_memif0,role=$role,socket=$work/run/memif.sock,socket-abstract=no$bsize" \
     --bypass-addr "10.79.0.2/24,sources=16,mtu=$mtu" --out "$out/run" > "$out/run.md" 2>&1 &
 bench=$!
 sleep $((ramp + 1))

@@ -211,7 +211,42 @@ fn start_host(bypass: Bypass) -> Result<Host, String> {
     })
 }
 
+/// The socket file a memif server in `device` binds, when it names one
+/// (`role=server,socket=PATH,socket-abstract=no`).
+fn memif_server_socket(device: &str) -> Option<&str> {
+    let mut args = device.split(',');
+    if !args.next()?.starts_with("net_memif") {
+        return None;
+    }
+    let (mut server, mut socket, mut file) = (true, "/run/memif.sock", false);
+    for kv in args {
+        match kv.split_once('=') {
+            Some(("role", v)) => server = v == "server" || v == "master",
+            Some(("socket", v)) => socket = v,
+            Some(("socket-abstract", v)) => file = v.contains("no"),
+            _ => {}
+        }
+    }
+    (server && file).then_some(socket)
+}
+
+/// Removes a memif server's socket file that nothing listens on any more
+/// (left by an earlier run: DPDK refuses to bind over it). One in use is
+/// left for DPDK to refuse.
+fn remove_stale_socket(path: &str) {
+    // memif listens with SOCK_SEQPACKET: a stream connect to a live one
+    // fails with EPROTOTYPE, to a file with no listener with ECONNREFUSED.
+    if let Err(e) = std::os::unix::net::UnixStream::connect(path) {
+        if e.kind() == io::ErrorKind::ConnectionRefused {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
 fn start_dpdk(b: &Bypass) -> Result<(Eal, EthPort), String> {
+    if let Some(path) = memif_server_socket(&b.device) {
+        remove_stale_socket(path);
+    }
     let hugepages =
         std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
             .ok()
@@ -248,6 +283,7 @@ fn start_dpdk(b: &Bypass) -> Result<(Eal, EthPort), String> {
             checksum_offload: true,
             segmentation: None,
             mtu: b.mtu,
+            connects_to_peer: false,
         },
     )
     .map_err(|e| format!("bypass: {}: {e}", b.device))?;
@@ -384,6 +420,37 @@ fn publish(c: &Counters, published: &mut LoadStats, now: LoadStats) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_memif_servers_stale_socket_is_removed_and_a_live_one_kept() {
+        assert_eq!(
+            memif_server_socket("net_memif0,role=server,socket=/tmp/m.sock,socket-abstract=no"),
+            Some("/tmp/m.sock")
+        );
+        assert_eq!(
+            memif_server_socket("net_memif0,socket-abstract=no"),
+            Some("/run/memif.sock")
+        );
+        for none in [
+            "net_memif0,role=client,socket=/tmp/m.sock,socket-abstract=no",
+            "net_memif0,role=server,socket=m",
+            "net_af_packet0,iface=veth0",
+        ] {
+            assert_eq!(memif_server_socket(none), None, "{none}");
+        }
+        let dir = std::env::temp_dir().join(format!("dpbench-memif-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let live = dir.join("live.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&live).unwrap();
+        remove_stale_socket(live.to_str().unwrap());
+        assert!(live.exists(), "a socket someone listens on stays");
+        let stale = dir.join("stale.sock");
+        drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+        assert!(stale.exists());
+        remove_stale_socket(stale.to_str().unwrap());
+        assert!(!stale.exists(), "a socket nothing listens on goes");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn bypass_arguments_parse_and_bad_ones_are_named() {

@@ -551,3 +551,62 @@ fn bypass_client_counts_agree_with_dpd() {
     assert_eq!(total["tls_failures"], 0, "{total}");
     assert_eq!(total["tcp_accepted"], 42, "{total}");
 }
+
+/// dpd as a zero-copy memif client (`DPD_MEMIF=client`), started before
+/// any server: it connects when dpbench's bypass (the server) comes up,
+/// and again for each later run after the one before left. DPDK 22.11's
+/// memif client never connects again by itself, and in zero-copy mode
+/// its disconnection closes EAL's memory files (docs/architecture.md,
+/// "Ports"): each run here after the first fails without dpd's
+/// reconnection. Every connection and byte of every run reaches dpd.
+#[test]
+#[ignore = "needs root, hugepages and a release dpd: run scripts/bench-test.sh"]
+fn a_zero_copy_memif_client_connects_to_each_new_server() {
+    let lab = Lab::with_peers_env(
+        "dpbt8",
+        &["dpd"],
+        &[("DPD_PORT", "memif"), ("DPD_MEMIF", "client")],
+    );
+    let t = lab.target_of("dpd");
+    let server = format!(
+        "net_memif0,role=server,socket={},socket-abstract=no",
+        lab.dir.join("run/memif.sock").display()
+    );
+    let common = [
+        "--target",
+        &t,
+        "--key",
+        "p256",
+        "--dangerous-no-verify",
+        "--repeat",
+        "1",
+        "--ramp-up",
+        "0",
+        "--ramp-down",
+        "0",
+        "--bypass",
+        &server,
+        "--bypass-addr",
+        "10.79.0.2/24,sources=4",
+    ];
+    for run in ["zc-cps-1", "zc-cps-2", "zc-cps-3"] {
+        let mut args = vec!["test", "cps", "--sustain", "20", "-c", "4", "--conns", "20"];
+        args.extend(common);
+        let v = lab.dpbench(run, &args);
+        assert_eq!(total(&v, "transactions"), 20, "{run}: {v}");
+        assert!(run0(&v)["rejected"].is_null(), "{run}: {v}");
+    }
+    let mut args = vec!["test", "throughput", "--sustain", "2", "-c", "2"];
+    args.extend(common);
+    let v = lab.dpbench("zc-tp", &args);
+    let requests = total(&v, "requests");
+    assert!(requests > 0, "{v}");
+    assert_eq!(
+        total(&v, "body_bytes"),
+        requests << 20,
+        "whole 1 MiB bodies from dpd's own mbufs: {v}"
+    );
+    let total = lab.dpd_totals();
+    assert_eq!(total["tcp_accepted"], 62, "{total}");
+    assert_eq!(total["tls_failures"], 0, "{total}");
+}

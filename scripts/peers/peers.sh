@@ -37,6 +37,10 @@
 #   memif server on DIR/run/memif.sock for dpbench's kernel-bypass client
 #   (--bypass net_memif0,role=client,socket=DIR/run/memif.sock,socket-abstract=no
 #   --bypass-addr MEMIF_NET.2/24; dpd at MEMIF_NET.1, default 10.79.0).
+#   DPD_MEMIF=client: over memif, dpd is the client instead, in zero-copy
+#   mode (it sends from and receives into its own mbufs; the server copies),
+#   and dpbench's bypass the server (--bypass net_memif0,role=server,...):
+#   dpd connects whenever a server appears, and again after it leaves.
 #   DPD_OFFLOAD=off: the port's checksum (and so segmentation) offloads off.
 #   DPD_MTU=N: the port's MTU (memif only: both ends are DPDK processes;
 #   above 1500, memif buffers of 16 KiB so that a frame is one descriptor).
@@ -75,7 +79,13 @@ case "$dpd_port" in
     af_packet) dpd_ip=$net.100; dpd_device="net_af_packet0,iface=veth-dut"; dpd_gateway= ;;
     af_xdp) dpd_ip=$net.100; dpd_device="net_af_xdp0,iface=veth-dut"; dpd_gateway= ;;
     vnet_tap) dpd_ip=$tap_net.1; dpd_device="vnet_tap,iface=tap-cli,netns=$name-cli"; dpd_gateway=$tap_net.2 ;;
-    memif) dpd_ip=${MEMIF_NET:-10.79.0}.1; dpd_device="net_memif0,role=server,socket=$run/memif.sock,socket-abstract=no$(memif_bsize)"; dpd_gateway= ;;
+    memif)
+        dpd_ip=${MEMIF_NET:-10.79.0}.1; dpd_gateway=
+        case "${DPD_MEMIF:-server}" in
+            server) dpd_device="net_memif0,role=server,socket=$run/memif.sock,socket-abstract=no$(memif_bsize)" ;;
+            client) dpd_device="net_memif0,role=client,socket=$run/memif.sock,socket-abstract=no,zero-copy=yes" ;;
+            *) echo "peers: DPD_MEMIF must be server or client" >&2; exit 1 ;;
+        esac ;;
     *) echo "peers: DPD_PORT must be af_packet, af_xdp, vnet_tap or memif" >&2; exit 1 ;;
 esac
 root=$(cd "$here/../.." && pwd)
@@ -330,7 +340,8 @@ start() {
                 # bench-lab.sh does for veth-cli.
                 ip netns exec "$name-cli" sh -c "printf '%x' $((1 << cli_core)) > /sys/class/net/tap-cli/queues/rx-0/rps_cpus"
             fi
-            # A memif server binds its socket afresh (a stale one fails it).
+            # A memif server binds its socket afresh (a stale one fails it);
+            # a client waits for its server's.
             [ "$dpd_port" = memif ] && rm -f "$run/memif.sock"
             # The pool lives on the veth: not reachable over memif.
             proxy_section=
