@@ -197,6 +197,54 @@ impl RecordKey {
         total
     }
 
+    /// Seals `plain` (at most [`MAX_PLAINTEXT`] bytes) as one record of
+    /// content type `typ` into `record` (at least `plain.len()` +
+    /// [`RecordKey::overhead`] bytes), reading `plain` once: the same bytes
+    /// as [`RecordKey::seal_in_place`] without first copying the plaintext
+    /// into place. Returns the record's length.
+    ///
+    /// # Panics
+    /// When `plain` is too long or `record` too short.
+    pub fn seal_from(&mut self, typ: u8, plain: &[u8], record: &mut [u8]) -> usize {
+        assert!(plain.len() <= MAX_PLAINTEXT, "record plaintext too long");
+        let prefix = self.prefix_len();
+        let total = prefix + plain.len() + self.suffix_len();
+        let record = &mut record[..total];
+        let body_len = (total - HEADER_LEN) as u16;
+        let nonce = self.nonce(self.seq);
+        // TLS 1.3's inner content type is encrypted after the data, ahead
+        // of the tag.
+        let inner = [typ];
+        let (outer_type, extra_in, aad, aad_len): (u8, &[u8], [u8; 13], usize) = match self.protocol
+        {
+            Protocol::Tls13 => {
+                let mut aad = [0u8; 13];
+                aad[..5].copy_from_slice(&header(content::APPLICATION_DATA, body_len));
+                (content::APPLICATION_DATA, &inner, aad, 5)
+            }
+            Protocol::Tls12 => {
+                if self.explicit_nonce {
+                    record[HEADER_LEN..prefix].copy_from_slice(&nonce[4..]);
+                }
+                (typ, &[], tls12_aad(self.seq, typ, plain.len()), 13)
+            }
+        };
+        record[..HEADER_LEN].copy_from_slice(&header(outer_type, body_len));
+        let (body, extra_out_and_tag) = record[prefix..].split_at_mut(plain.len());
+        self.key
+            .seal_out_of_place_scatter(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(&aad[..aad_len]),
+                plain,
+                body,
+                extra_in,
+                extra_out_and_tag,
+            )
+            .expect("AEAD seal");
+        self.seq += 1;
+        total
+    }
+
     /// Where the ciphertext, explicit nonce and tag sit in a body of `len`.
     fn layout(&self, len: usize) -> Result<(usize, usize), RecordError> {
         let explicit = if self.explicit_nonce { 8 } else { 0 };
@@ -524,11 +572,16 @@ mod tests {
                 };
                 let seq = p.seal.seq();
 
-                // Ours, in place.
+                // Ours, in place, or from the plaintext where it is (every
+                // third record).
                 let mut ours = vec![0u8; len + p.seal.overhead()];
-                let pre = p.seal.prefix_len();
-                ours[pre..pre + len].copy_from_slice(&plain);
-                let n = p.seal.seal_in_place(typ, &mut ours, len);
+                let n = if i % 3 == 1 {
+                    p.seal.seal_from(typ, &plain, &mut ours)
+                } else {
+                    let pre = p.seal.prefix_len();
+                    ours[pre..pre + len].copy_from_slice(&plain);
+                    p.seal.seal_in_place(typ, &mut ours, len)
+                };
                 assert_eq!(n, ours.len(), "{name}");
 
                 // rustls', same key, same sequence number.

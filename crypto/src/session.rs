@@ -893,6 +893,18 @@ impl ServerSession {
             .seal_in_place(content::APPLICATION_DATA, record, plain_len))
     }
 
+    /// Seals `plain` as one application-data record into `record` (room
+    /// for `plain` and [`ServerSession::record_layout`]'s overhead),
+    /// reading it where it is. Returns the record's length. Call
+    /// [`ServerSession::maintain`] first.
+    ///
+    /// # Errors
+    /// Before the handshake completes or after a failure.
+    pub fn seal_from(&mut self, plain: &[u8], record: &mut [u8]) -> Result<usize, TlsError> {
+        let est = self.established()?;
+        Ok(est.tx.seal_from(content::APPLICATION_DATA, plain, record))
+    }
+
     /// Keeps the send key within its limit: at the limit a TLS 1.3 session
     /// appends a KeyUpdate to `outgoing` (true when it did); TLS 1.2 cannot
     /// rekey and fails, to be closed.

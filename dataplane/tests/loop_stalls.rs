@@ -1,7 +1,7 @@
 //! The engine loop counts the iterations that took over a millisecond
 //! (`loop_stalls`): every frame that came meanwhile waited that long.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,10 +13,12 @@ use dataplane::stats::SharedCounters;
 use dataplane::tcp::Event;
 
 /// An application whose first tick holds the loop for `hold` (a stand-in
-/// for any work that runs long inside one iteration).
+/// for any work that runs long inside one iteration); `ticks` counts its
+/// ticks.
 struct SlowTick {
     hold: Duration,
     held: Arc<AtomicBool>,
+    ticks: Arc<AtomicU32>,
 }
 
 impl Application for SlowTick {
@@ -29,6 +31,7 @@ impl Application for SlowTick {
     fn on_event(&mut self, _cx: &mut Cx<'_>, _event: Event) {}
 
     fn on_tick(&mut self, _cx: &mut Cx<'_>) {
+        self.ticks.fetch_add(1, Ordering::Release);
         if !self.held.load(Ordering::Relaxed) {
             let start = std::time::Instant::now();
             while start.elapsed() < self.hold {
@@ -42,9 +45,11 @@ impl Application for SlowTick {
 #[test]
 fn an_iteration_over_a_millisecond_is_counted_as_a_stall() {
     let held = Arc::new(AtomicBool::new(false));
+    let ticks = Arc::new(AtomicU32::new(0));
     let app = SlowTick {
         hold: Duration::from_millis(3),
         held: held.clone(),
+        ticks: ticks.clone(),
     };
     let mut engine: Engine<MemPort, SlowTick> = Engine::with_app(
         EngineConfig::default(),
@@ -55,9 +60,12 @@ fn an_iteration_over_a_millisecond_is_counted_as_a_stall() {
     let (stop, drain) = (AtomicBool::new(false), AtomicBool::new(false));
     std::thread::scope(|s| {
         let runner = s.spawn(|| engine.run(&clock, &stop, &drain));
-        // Wait for the slow tick to have run, then stop the loop.
+        // Wait for the slow tick and a tick after it (so the loop went
+        // on past the stall), then stop the loop.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !held.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
+        while (!held.load(Ordering::Acquire) || ticks.load(Ordering::Acquire) < 2)
+            && std::time::Instant::now() < deadline
+        {
             std::thread::yield_now();
         }
         stop.store(true, Ordering::Relaxed);

@@ -157,6 +157,63 @@ impl TlsConn {
         self.cipher_out.is_empty()
     }
 
+    /// Readies the send side for a record: a KeyUpdate due goes out first,
+    /// and earlier ciphertext must have left for the ring. The record
+    /// layout (prefix, overhead) when a record can be sealed now.
+    fn record_room(&mut self, tcp: &mut Tcp, id: ConnId) -> Option<(usize, usize)> {
+        if self.failed {
+            return None;
+        }
+        if self.session.maintain(&mut self.cipher_out).is_err() {
+            self.failed = true;
+            self.closing = true;
+            return None;
+        }
+        if !self.flush_cipher(tcp, id) {
+            return None;
+        }
+        self.session.record_layout()
+    }
+
+    /// Seals one record of a prefix of `data` straight into the TCP send
+    /// ring, reading `data` once (no plaintext copy). Returns the bytes of
+    /// `data` taken (0: no room). With bytes pending from `send` (a
+    /// response head), or free space that wraps, the record is built by
+    /// [`TlsConn::seal_record`]'s copies instead.
+    pub(crate) fn seal_from(&mut self, tcp: &mut Tcp, id: ConnId, data: &[u8]) -> usize {
+        let mut copy = |room: &mut [u8]| {
+            let n = room.len().min(data.len());
+            room[..n].copy_from_slice(&data[..n]);
+            n
+        };
+        if !self.pending.is_empty() || data.is_empty() {
+            return self.seal_record(tcp, id, data.len(), &mut copy);
+        }
+        let Some((_, overhead)) = self.record_room(tcp, id) else {
+            return 0;
+        };
+        let session = &mut self.session;
+        let room_needed = overhead + MIN_IN_PLACE.min(data.len());
+        let mut taken = 0;
+        tcp.send_with(id, RECORD + overhead, |room| {
+            if room.len() < room_needed {
+                return 0;
+            }
+            let n = (room.len() - overhead).min(RECORD).min(data.len());
+            match session.seal_from(&data[..n], room) {
+                Ok(len) => {
+                    taken = n;
+                    len
+                }
+                Err(_) => 0,
+            }
+        });
+        if taken == 0 {
+            return self.seal_record(tcp, id, data.len(), &mut copy);
+        }
+        taken
+    }
+
     /// Seals one record of pending bytes followed by what `fill` writes
     /// (at most `max`) into the TCP send ring. Returns the bytes `fill`
     /// wrote (0: no room, or nothing to fill).
@@ -167,19 +224,7 @@ impl TlsConn {
         max: usize,
         fill: &mut dyn FnMut(&mut [u8]) -> usize,
     ) -> usize {
-        if self.failed {
-            return 0;
-        }
-        // The send key first: a KeyUpdate due goes out before the record.
-        if self.session.maintain(&mut self.cipher_out).is_err() {
-            self.failed = true;
-            self.closing = true;
-            return 0;
-        }
-        if !self.flush_cipher(tcp, id) {
-            return 0;
-        }
-        let Some((prefix, overhead)) = self.session.record_layout() else {
+        let Some((prefix, overhead)) = self.record_room(tcp, id) else {
             return 0;
         };
         let (session, pending) = (&mut self.session, &mut self.pending);
@@ -259,6 +304,9 @@ impl Stream for TlsStream<'_> {
     }
     fn send_with(&mut self, max: usize, fill: &mut dyn FnMut(&mut [u8]) -> usize) -> usize {
         self.tls.seal_record(self.tcp, self.id, max, fill)
+    }
+    fn send_from(&mut self, data: &[u8]) -> usize {
+        self.tls.seal_from(self.tcp, self.id, data)
     }
     fn close(&mut self) {
         self.tls.closing = true;
