@@ -88,11 +88,29 @@ impl MemsegFds {
     /// # Errors
     /// When a number now names another file (opened since by someone
     /// else): the memory cannot be shared again under it.
-    pub fn restore(&self) -> io::Result<usize> {
+    pub fn restore(&mut self) -> io::Result<usize> {
+        self.restore_among(&eal_memseg_fds())
+    }
+
+    /// [`MemsegFds::restore`] for the numbers EAL uses now, `current`: a
+    /// number EAL gave up (it closes a memseg list's file when the list
+    /// empties) is forgotten, and one EAL reopened on a new memory file
+    /// of its own is kept anew.
+    fn restore_among(&mut self, current: &[RawFd]) -> io::Result<usize> {
+        self.saved.retain(|(fd, _)| current.contains(fd));
         let mut restored = 0;
-        for (fd, copy) in &self.saved {
+        for (fd, copy) in &mut self.saved {
             match identity(*fd)? {
                 Some(id) if Some(id) == identity(copy.as_raw_fd())? => {}
+                Some(_) if is_eal_memory(*fd) => {
+                    // SAFETY: F_DUPFD_CLOEXEC on an open descriptor.
+                    let again = unsafe { libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 0) };
+                    if again < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    // SAFETY: `again` was just opened and nothing else owns it.
+                    *copy = unsafe { OwnedFd::from_raw_fd(again) };
+                }
                 Some(_) => {
                     return Err(io::Error::other(format!(
                         "descriptor {fd} of EAL's memory was closed and now names another file"
@@ -110,6 +128,13 @@ impl MemsegFds {
         }
         Ok(restored)
     }
+}
+
+/// Whether `fd` is one of EAL's memory files (`memfd_create("seg_N")`
+/// with `--in-memory`).
+fn is_eal_memory(fd: RawFd) -> bool {
+    std::fs::read_link(format!("/proc/self/fd/{fd}"))
+        .is_ok_and(|p| p.to_string_lossy().starts_with("/memfd:seg_"))
 }
 
 #[cfg(test)]
@@ -131,15 +156,15 @@ mod tests {
         assert!(id.is_some());
         // SAFETY: as above.
         let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-        let kept = MemsegFds {
+        let mut kept = MemsegFds {
             // SAFETY: `copy` is new and owned by nothing else.
             saved: vec![(fd, unsafe { OwnedFd::from_raw_fd(copy) })],
         };
-        assert_eq!(kept.restore().unwrap(), 0, "open: left alone");
+        assert_eq!(kept.restore_among(&[fd]).unwrap(), 0, "open: left alone");
         // SAFETY: memif's close of a number it does not own.
         unsafe { libc::close(fd) };
         assert_eq!(identity(fd).unwrap(), None);
-        assert_eq!(kept.restore().unwrap(), 1);
+        assert_eq!(kept.restore_among(&[fd]).unwrap(), 1);
         assert_eq!(
             identity(fd).unwrap(),
             id,
@@ -149,10 +174,28 @@ mod tests {
         let other = std::fs::File::open("/proc/self/status").unwrap();
         // SAFETY: `fd` is this test's (restored above).
         assert!(unsafe { libc::dup2(other.as_raw_fd(), fd) } == fd);
-        let e = kept.restore().unwrap_err();
+        let e = kept.restore_among(&[fd]).unwrap_err();
         assert!(e.to_string().contains("another file"), "{e}");
+        // EAL's own new memory file under that number: kept anew.
+        // SAFETY: a new memfd owned by this test, put on its number.
+        let memfd = unsafe { libc::memfd_create(c"seg_9".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(memfd >= 0);
+        // SAFETY: as above.
+        assert!(unsafe { libc::dup2(memfd, fd) } == fd);
+        // SAFETY: this test's memfd.
+        unsafe { libc::close(memfd) };
+        let eal_new = identity(fd).unwrap();
+        assert_eq!(kept.restore_among(&[fd]).unwrap(), 0);
+        // SAFETY: memif's close again.
+        unsafe { libc::close(fd) };
+        assert_eq!(kept.restore_among(&[fd]).unwrap(), 1);
+        assert_eq!(identity(fd).unwrap(), eal_new, "the new file came back");
+        // A number EAL no longer uses is forgotten, never put back.
         // SAFETY: this test's number.
         unsafe { libc::close(fd) };
+        assert_eq!(kept.restore_among(&[]).unwrap(), 0);
+        assert!(kept.saved.is_empty());
+        assert_eq!(identity(fd).unwrap(), None);
         std::fs::remove_file(&path).unwrap();
     }
 }
