@@ -78,6 +78,22 @@ fn missing_device() {
     );
 }
 
+/// A zero-copy memif client shares dpd's hugepage memory with its server:
+/// without hugepages it is refused before DPDK starts, naming the port.
+#[test]
+fn zero_copy_memif_without_hugepages() {
+    refused(
+        &GOOD
+            .replace("lcores = [1]", "lcores = [1]\nhugepages = \"off\"")
+            .replace(
+                "net_ring0",
+                "net_memif0,role=client,socket=/tmp/tlsdp-e2e-none.sock,socket-abstract=no,zero-copy=yes",
+            ),
+        2,
+        &["port[0].device", "zero-copy memif client needs hugepages"],
+    );
+}
+
 #[test]
 fn core_that_does_not_exist() {
     refused(
@@ -133,6 +149,7 @@ fn check_mode_validates_without_starting() {
         "examples/dpd.toml",
         "examples/dpd-af-xdp.toml",
         "examples/dpd-cluster-node.toml",
+        "examples/dpd-memif-client.toml",
     ] {
         let out = e2e::run(
             std::process::Command::new(e2e::bin("dpd"))
