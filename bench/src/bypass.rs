@@ -283,7 +283,7 @@ fn start_dpdk(b: &Bypass) -> Result<(Eal, EthPort), String> {
             checksum_offload: true,
             segmentation: None,
             mtu: b.mtu,
-            connects_to_peer: false,
+            start_later: false,
         },
     )
     .map_err(|e| format!("bypass: {}: {e}", b.device))?;

@@ -46,7 +46,7 @@ fn dpdk() -> &'static Mutex<Dpdk> {
                 checksum_offload: true,
                 segmentation: None,
                 mtu: 1500,
-                connects_to_peer: false,
+                start_later: false,
             },
         )
         .expect("port start");
@@ -193,7 +193,7 @@ fn too_many_queues_is_a_clear_error() {
             checksum_offload: true,
             segmentation: None,
             mtu: 1500,
-            connects_to_peer: false,
+            start_later: false,
         },
     )
     .unwrap_err();

@@ -387,7 +387,7 @@ fn start_ports(
                 checksum_offload: pc.checksum_offload,
                 segmentation,
                 mtu: pc.mtu,
-                connects_to_peer: pc.memif_client().is_some(),
+                start_later: pc.memif_client().is_some(),
             },
         )
         .map_err(|e| e.context(format!("port {} ({})", pc.name, pc.device)))?;
@@ -405,7 +405,13 @@ fn start_ports(
             info.reta_size,
             offload_summary(port.offloads(), pc.checksum_offload),
             unfit.map_or_else(|| segmentation_summary(port.segmentation(), pc), str::to_string),
-            if link.up { "up" } else { "down" }
+            if link.up {
+                "up"
+            } else if !port.started() {
+                "down (a memif client: it connects once dpd is up, and again whenever its server comes back)"
+            } else {
+                "down"
+            }
         );
         let steered = engines > 1 && !(port.rss() && queues == engines);
         if steered {

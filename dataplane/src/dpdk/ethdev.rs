@@ -131,10 +131,11 @@ pub struct EthPortConfig {
     /// The link's MTU; `mempool`'s mbufs must hold its frames (with an
     /// 802.1Q tag).
     pub mtu: u16,
-    /// Starting connects to a peer that may not be there yet (a memif
-    /// client): a failed `rte_eth_dev_start` leaves the port configured
-    /// and stopped, its queues paused, for [`restart`] to start later.
-    pub connects_to_peer: bool,
+    /// Leave the port configured and stopped, its queues paused: starting
+    /// it connects to a peer (a memif client), which the control thread
+    /// does once dpd is up, and again whenever the link is lost
+    /// ([`restart`]).
+    pub start_later: bool,
 }
 
 /// An Ethernet header with an 802.1Q tag: a frame's bytes beyond its MTU.
@@ -347,19 +348,15 @@ impl EthPort {
         })?;
         // SAFETY: filled by the successful call.
         port.mac = unsafe { mac.assume_init() }.addr_bytes;
+        if cfg.start_later {
+            return Ok(port);
+        }
         // SAFETY: the port is configured with all its queues.
-        let started = check("rte_eth_dev_start", unsafe {
+        check("rte_eth_dev_start", unsafe {
             dpdk_sys::rte_eth_dev_start(id.0)
         })
-        .map_err(|e| e.context(port.info.driver.clone()));
-        match started {
-            Ok(_) => port.started = true,
-            Err(e) if cfg.connects_to_peer => {
-                log::warn!("port {}: not connected yet ({e}); trying again", id.0);
-                return Ok(port);
-            }
-            Err(e) => return Err(e),
-        }
+        .map_err(|e| e.context(port.info.driver.clone()))?;
+        port.started = true;
         // Multicast in: IPv6 Neighbor Discovery arrives at solicited-node
         // groups, and a bond passes broadcast and multicast frames up only
         // with it on. A device without it (most deliver every group
@@ -441,8 +438,8 @@ impl EthPort {
         link_status(self.id)
     }
 
-    /// Whether `rte_eth_dev_start` succeeded at [`EthPort::start`] (a port
-    /// that connects to its peer may be left stopped).
+    /// Whether [`EthPort::start`] started the port (one that connects to
+    /// its peer is left stopped).
     pub fn started(&self) -> bool {
         self.started
     }

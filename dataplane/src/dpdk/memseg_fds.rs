@@ -113,7 +113,9 @@ impl MemsegFds {
                 }
                 Some(_) => {
                     return Err(io::Error::other(format!(
-                        "descriptor {fd} of EAL's memory was closed and now names another file"
+                        "descriptor {fd} of EAL's memory ({}) was closed and now names another file ({})",
+                        describe(copy.as_raw_fd()),
+                        describe(*fd)
                     )))
                 }
                 None => {
@@ -128,6 +130,12 @@ impl MemsegFds {
         }
         Ok(restored)
     }
+}
+
+/// What `fd` names, for messages.
+fn describe(fd: RawFd) -> String {
+    std::fs::read_link(format!("/proc/self/fd/{fd}"))
+        .map_or_else(|e| e.to_string(), |p| p.display().to_string())
 }
 
 /// Whether `fd` is one of EAL's memory files (`memfd_create("seg_N")`
