@@ -414,3 +414,48 @@ fn a_stale_neighbour_is_still_answered_while_it_is_asked_again() {
     assert_eq!(parse_echo_reply(&out[0]).0, HOST_MAC);
     assert_eq!(requested(&out[1]), Some(HOST_IP));
 }
+
+/// The control thread pauses a port around its restart (a memif client
+/// connecting again, docs/architecture.md "Ports"): the engine answers
+/// once it no longer uses the port, moves nothing through it while
+/// paused, and after the resume answers what arrived meanwhile.
+#[test]
+fn a_paused_port_moves_nothing_until_resumed_and_loses_nothing() {
+    use dataplane::snapshot::{ControlLink, FromEngine, ToEngine};
+    let mut lab = new_lab(None);
+    let link = ControlLink::new_set(1).remove(0);
+    lab.engine.set_control(link.clone());
+    assert_eq!(lab.exchange(vec![arp_request(DUT_IP)]).len(), 1);
+
+    // Asks, and returns what the engine sent meanwhile.
+    let ask = |lab: &mut Lab, paused: bool| {
+        link.to_engine
+            .push(ToEngine::Pause { port: 0, paused })
+            .unwrap();
+        // Control messages are read at the engine's tick (1 ms).
+        let sent = lab.advance(Duration::from_millis(2));
+        match link.from_engines.pop() {
+            Some(FromEngine::Paused {
+                engine: 0,
+                port: 0,
+                paused: p,
+            }) if p == paused => {}
+            other => panic!("no answer to the pause ({paused}): {other:?}"),
+        }
+        sent
+    };
+    assert!(ask(&mut lab, true).is_empty());
+    assert!(
+        lab.exchange(vec![arp_request(DUT_IP), arp_request(DUT_IP)])
+            .is_empty(),
+        "nothing answered while paused"
+    );
+    assert!(lab.advance(Duration::from_millis(5)).is_empty());
+    let replies = ask(&mut lab, false);
+    assert_eq!(replies.len(), 2, "both requests answered after the resume");
+    for r in &replies {
+        let arp =
+            ArpPacket::new_checked(EthernetFrame::new_checked(&r[..]).unwrap().payload()).unwrap();
+        assert_eq!(arp.operation(), ArpOperation::Reply);
+    }
+}

@@ -392,6 +392,9 @@ pub struct MemPort {
     /// Segments cut from a received frame that the last burst had no
     /// room for.
     cut_pending: VecDeque<MemBuf>,
+    /// Bursts move nothing ([`Port::set_paused`], as a DPDK port being
+    /// restarted).
+    paused: bool,
 }
 
 /// Makes a link of two ports with the given MACs; each direction holds at
@@ -454,6 +457,7 @@ fn link_with(
             offload,
             large: large.clone(),
             cut_pending: VecDeque::new(),
+            paused: false,
         },
         MemPort {
             mac: mac_b,
@@ -463,6 +467,7 @@ fn link_with(
             offload,
             large,
             cut_pending: VecDeque::new(),
+            paused: false,
         },
     )
 }
@@ -497,7 +502,7 @@ impl Port for MemPort {
 
     fn rx_burst(&mut self, _now: Instant, out: &mut Vec<MemBuf>, max: usize) -> usize {
         let mut n = 0;
-        while n < max {
+        while n < max && !self.paused {
             if let Some(b) = self.cut_pending.pop_front() {
                 out.push(b);
                 n += 1;
@@ -531,6 +536,9 @@ impl Port for MemPort {
     }
 
     fn tx_burst(&mut self, _now: Instant, batch: &mut Vec<MemBuf>) -> usize {
+        if self.paused {
+            return 0;
+        }
         let room = self.tx.capacity() - self.tx.len();
         let n = room.min(batch.len());
         for b in batch.drain(..n) {
@@ -554,6 +562,10 @@ impl Port for MemPort {
 
     fn segmentation(&self) -> Option<usize> {
         self.large.is_some().then_some(MEM_LARGE_BUF_SIZE)
+    }
+
+    fn set_paused(&mut self, paused: bool) {
+        self.paused = paused;
     }
 
     fn checksum_offload(&self) -> ChecksumOffload {
