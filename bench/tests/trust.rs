@@ -609,4 +609,15 @@ fn a_zero_copy_memif_client_connects_to_each_new_server() {
     let total = lab.dpd_totals();
     assert_eq!(total["tcp_accepted"], 62, "{total}");
     assert_eq!(total["tls_failures"], 0, "{total}");
+    // `dpctl status` counts the four connections to a server.
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
+    let status = sh(Command::new(target.join("release/dpctl"))
+        .args(["--socket"])
+        .arg(lab.dir.join("run/dpd.sock"))
+        .args(["status", "--json"]));
+    let v: Value = serde_json::from_str(&status).unwrap();
+    let memif = &v["status"]["ports"][0]["memif_client"];
+    assert_eq!(memif["connections"], 4, "{v}");
+    assert_eq!(memif["zero_copy"], true, "{v}");
 }

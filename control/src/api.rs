@@ -430,6 +430,25 @@ pub struct PortStatus {
     /// that did not report it).
     #[serde(default)]
     pub mtu: u16,
+    /// A memif client port's connection to its server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memif_client: Option<MemifClientStatus>,
+}
+
+/// How a memif client port stands with its server (dpd connects it again
+/// while its link is down).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemifClientStatus {
+    /// The server's socket.
+    pub socket: String,
+    pub zero_copy: bool,
+    /// Times the link came up.
+    pub connections: u64,
+    /// Starts tried since the link was last up.
+    pub tries: u32,
+    /// Why the last start failed, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 /// The checksum offloads a port uses (what the device has, unless the

@@ -710,6 +710,9 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
                 for a in &p.ipv6 {
                     println!("{:<8} {a}", "");
                 }
+                if let Some(m) = &p.memif_client {
+                    println!("{:<8} {}", "", memif_client_line(m, p.link_up));
+                }
                 if !p.bond_members.is_empty() {
                     println!(
                         "{:<8} bond 802.3ad: {} of {} members aggregated ({})",
@@ -1156,9 +1159,47 @@ fn clock_now() -> String {
     format!("{:02}:{:02}:{:02}", s / 3600 % 24, s / 60 % 60, s % 60)
 }
 
+/// One line on a memif client port's connection, for `dpctl status`.
+fn memif_client_line(m: &control::api::MemifClientStatus, up: bool) -> String {
+    let mode = if m.zero_copy { ", zero-copy" } else { "" };
+    let state = if up {
+        format!("connected ({} time(s) so far)", m.connections)
+    } else {
+        let mut s = format!(
+            "connecting ({} tries since it was up, {} connection(s) so far)",
+            m.tries, m.connections
+        );
+        if let Some(e) = &m.last_error {
+            s.push_str(&format!("; last: {e}"));
+        }
+        s
+    };
+    format!("memif client of {}{mode}: {state}", m.socket)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_memif_client_says_where_its_connection_stands() {
+        let mut m = control::api::MemifClientStatus {
+            socket: "/run/vpp/memif.sock".into(),
+            zero_copy: true,
+            connections: 2,
+            tries: 0,
+            last_error: None,
+        };
+        assert_eq!(
+            memif_client_line(&m, true),
+            "memif client of /run/vpp/memif.sock, zero-copy: connected (2 time(s) so far)"
+        );
+        m.tries = 3;
+        m.last_error = Some("rte_eth_dev_start failed".into());
+        let down = memif_client_line(&m, false);
+        assert!(down.contains("connecting (3 tries"), "{down}");
+        assert!(down.ends_with("last: rte_eth_dev_start failed"), "{down}");
+    }
 
     #[test]
     fn stats_print_each_prefix_once_with_its_labelled_counts() {

@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use control::api::MemifClientStatus;
 use control::config::MemifClient;
 
 use super::Controller;
@@ -43,6 +44,10 @@ pub struct PeerPort {
     checked: Option<Instant>,
     /// The server's socket file (device, inode) at the last try.
     tried_socket: Option<(u64, u64)>,
+    /// Times the link came up.
+    connections: u64,
+    /// Why the last start failed.
+    last_error: Option<String>,
 }
 
 impl PeerPort {
@@ -60,6 +65,29 @@ impl PeerPort {
             tries: 0,
             checked: None,
             tried_socket: None,
+            connections: 0,
+            last_error: None,
+        }
+    }
+
+    /// The port's index in the configuration.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Whether the port is started (its link can be up).
+    pub fn started(&self) -> bool {
+        self.started
+    }
+
+    /// Where its connection stands, for `dpctl status`.
+    pub fn status(&self) -> MemifClientStatus {
+        MemifClientStatus {
+            socket: self.client.socket.clone(),
+            zero_copy: self.client.zero_copy,
+            connections: self.connections,
+            tries: self.tries,
+            last_error: self.last_error.clone(),
         }
     }
 
@@ -87,6 +115,10 @@ impl PeerPort {
     /// What to do at `now` with the link `up`: true to restart the port.
     fn due(&mut self, now: Instant, up: bool) -> bool {
         if up {
+            if self.down_since.is_some() || self.connections == 0 {
+                self.connections += 1;
+                self.last_error = None;
+            }
             if self.tries > 0 {
                 log::info!(
                     "port {}: connected to its memif server at {}",
@@ -186,6 +218,7 @@ impl Controller {
             Err(e) => log::error!("port {}: not started again: {e}", p.name),
             Ok(()) => {}
         }
+        p.last_error = started.as_ref().err().map(ToString::to_string);
         if started.is_ok() {
             if let Err(late) = self.pause_port(index, false) {
                 log::error!("port {index}: engine(s) {late} did not resume it");
@@ -266,6 +299,9 @@ mod tests {
         assert_eq!(tries, [10, 20, 40, 80, 160, 240, 320]);
         // Up again: the next loss waits its second again.
         assert!(!p.due(t, true));
+        assert!(!p.due(t, true));
+        assert_eq!(p.status().connections, 2, "once at first, once now");
+        assert_eq!(p.status().tries, 0);
         assert!(!p.due(t + Duration::from_secs(9), false));
         assert!(p.due(t + Duration::from_secs(10), false));
     }

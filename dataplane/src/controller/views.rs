@@ -14,7 +14,8 @@ impl Controller {
         let ports = d
             .ports
             .iter()
-            .map(|(p, id)| {
+            .enumerate()
+            .map(|(i, (p, id))| {
                 let Some(id) = id else {
                     return PortStatus {
                         link_up: true,
@@ -22,10 +23,13 @@ impl Controller {
                     };
                 };
                 let link = crate::dpdk::link_status(*id);
+                let peer = d.peers.iter().find(|peer| peer.index() == i);
                 PortStatus {
-                    link_up: link.up,
+                    // A port left stopped reports no link of its own.
+                    link_up: link.up && peer.is_none_or(|peer| peer.started()),
                     speed_mbps: link.speed_mbps,
                     active_members: crate::dpdk::bond_active_members(*id),
+                    memif_client: peer.map(|peer| peer.status()),
                     ..p.clone()
                 }
             })

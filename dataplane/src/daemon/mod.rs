@@ -671,6 +671,8 @@ fn port_status(p: &StartedPort, pc: &control::config::Port) -> PortStatus {
         checksum_offload,
         segmentation_max_frame: segmentation.map_or(0, |f| u32::try_from(f).unwrap_or(u32::MAX)),
         mtu: pc.mtu,
+        // Filled from the controller's reconnection state at each request.
+        memif_client: None,
     }
 }
 
