@@ -167,6 +167,10 @@ impl Controller {
         let Some(d) = self.daemon.as_mut() else {
             return;
         };
+        // Stopping: the engines answer no more.
+        if d.stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         let mut due = Vec::new();
         for (i, p) in d.peers.iter_mut().enumerate() {
             if !p.check_now(now) {
@@ -198,8 +202,11 @@ impl Controller {
         let (index, id, was_started) = (p.index, p.id, p.started);
         if let Err(late) = self.pause_port(index, true) {
             log::warn!("port {index}: engine(s) {late} did not pause it; not restarted");
-            // Those that did use it again; a late one answers when it runs.
-            let _ = self.pause_port(index, false);
+            // Those that did use a started port again (a late one answers
+            // when it runs); a stopped one stays paused.
+            if was_started {
+                let _ = self.pause_port(index, false);
+            }
             return;
         }
         let Some(d) = self.daemon.as_mut() else {
