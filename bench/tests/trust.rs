@@ -494,6 +494,28 @@ fn dpd_negotiates_every_group_with_a_rustls_client() {
     assert_eq!(total["tls_failures"], 0, "{total}");
 }
 
+/// dpbench's arguments for one short P-256 run against `target` from the
+/// bypass client on memif `device` (no ramps, four source addresses).
+fn bypass_run<'a>(target: &'a str, device: &'a str) -> [&'a str; 15] {
+    [
+        "--target",
+        target,
+        "--key",
+        "p256",
+        "--dangerous-no-verify",
+        "--repeat",
+        "1",
+        "--ramp-up",
+        "0",
+        "--ramp-down",
+        "0",
+        "--bypass",
+        device,
+        "--bypass-addr",
+        "10.79.0.2/24,sources=4",
+    ]
+}
+
 /// dpbench's kernel-bypass client (tlsdp's stack on DPDK) against dpd
 /// over memif: every connection and every byte it counts, dpd counts too;
 /// throughput responses arrive whole (the run's end lets the ones under
@@ -508,23 +530,7 @@ fn bypass_client_counts_agree_with_dpd() {
         "net_memif0,role=client,socket={},socket-abstract=no",
         lab.dir.join("run/memif.sock").display()
     );
-    let common = [
-        "--target",
-        &t,
-        "--key",
-        "p256",
-        "--dangerous-no-verify",
-        "--repeat",
-        "1",
-        "--ramp-up",
-        "0",
-        "--ramp-down",
-        "0",
-        "--bypass",
-        &sock,
-        "--bypass-addr",
-        "10.79.0.2/24,sources=4",
-    ];
+    let common = bypass_run(&t, &sock);
     let mut args = vec!["test", "cps", "--sustain", "20", "-c", "4", "--conns", "40"];
     args.extend(common);
     let v = lab.dpbench("bypass-cps", &args);
@@ -572,23 +578,7 @@ fn a_zero_copy_memif_client_connects_to_each_new_server() {
         "net_memif0,role=server,socket={},socket-abstract=no",
         lab.dir.join("run/memif.sock").display()
     );
-    let common = [
-        "--target",
-        &t,
-        "--key",
-        "p256",
-        "--dangerous-no-verify",
-        "--repeat",
-        "1",
-        "--ramp-up",
-        "0",
-        "--ramp-down",
-        "0",
-        "--bypass",
-        &server,
-        "--bypass-addr",
-        "10.79.0.2/24,sources=4",
-    ];
+    let common = bypass_run(&t, &server);
     for run in ["zc-cps-1", "zc-cps-2", "zc-cps-3"] {
         let mut args = vec!["test", "cps", "--sustain", "20", "-c", "4", "--conns", "20"];
         args.extend(common);

@@ -209,6 +209,8 @@ impl RecordKey {
         assert!(plain.len() <= MAX_PLAINTEXT, "record plaintext too long");
         let prefix = self.prefix_len();
         let total = prefix + plain.len() + self.suffix_len();
+        // Within `record` by the contract above; under 2^16 with the
+        // assertion (at most 2^14 + 8 + 17 bytes after the header).
         let record = &mut record[..total];
         let body_len = (total - HEADER_LEN) as u16;
         let nonce = self.nonce(self.seq);
@@ -240,6 +242,8 @@ impl RecordKey {
                 extra_in,
                 extra_out_and_tag,
             )
+            // Fails only on lengths, which match by construction (as in
+            // seal_in_place).
             .expect("AEAD seal");
         self.seq += 1;
         total

@@ -308,6 +308,7 @@ impl Responder {
             // whole periods), read where it is: TLS seals records from it.
             let phase = (pos % PATTERN.len() as u64) as usize;
             let n = left.min(RUN as u64) as usize;
+            // phase < 64 and n ≤ RUN: within PATTERN_RUN (RUN + 64 bytes).
             let n = s.send_from(&PATTERN_RUN[phase..phase + n]);
             if n == 0 {
                 return false;
