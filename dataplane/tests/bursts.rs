@@ -560,3 +560,131 @@ fn tls_handshake_end_and_close_in_one_burst() {
     settle_and_check_nothing_held(&mut lab);
     still_serves(&mut lab, 60_002);
 }
+
+/// A TLS client of a proxied VIP sends records and resets in one burst:
+/// the backend gets every byte those records carried, then a reset.
+#[test]
+fn a_tls_client_reset_after_records_delivers_their_bytes_to_the_backend() {
+    let mut lab = lab();
+    let cfg = LoadClientConfig::new(true, true);
+    let mut c = TlsClient::new(&cfg, 51_000, PROXY_TLS);
+    let syn = c.tcp.next(TcpControl::Syn, b"");
+    let out = lab.exchange(&[syn]);
+    c.absorb(&out);
+    let mut hello = vec![c.tcp.next(TcpControl::None, b"")];
+    hello.extend(c.tls_segments());
+    let out = lab.exchange(&hello);
+    c.absorb(&out);
+    assert!(!c.tls.is_handshaking(), "the server's flight came");
+    c.tls.write_plain(REQUEST);
+    let finished = c.tls_segments();
+    let out = lab.exchange(&finished);
+    let syn = out
+        .iter()
+        .find(|s| s.dst_port == BACKEND && s.control == TcpControl::Syn)
+        .expect("the backend connection opens");
+    let mut backend = HostConn::accepted(syn, 700_000);
+    let synack = backend.next(TcpControl::Syn, b"");
+    backend.absorb(&lab.exchange(&[synack]));
+    assert_eq!(backend.received, REQUEST);
+
+    // More than the engine decrypts ahead of its backend (32 KiB), in
+    // records, and the reset after them.
+    let upload: Vec<u8> = (0..40_000).map(|i| (i % 251) as u8).collect();
+    c.tls.write_plain(&upload);
+    let mut burst = c.tls_segments();
+    burst.push(c.tcp.next(TcpControl::Rst, b""));
+    backend.absorb(&lab.exchange(&burst));
+    for _ in 0..100 {
+        if backend.reset {
+            break;
+        }
+        let ack = backend.next(TcpControl::None, b"");
+        backend.absorb(&lab.exchange(&[ack]));
+    }
+    assert_eq!(
+        backend.received.len() - REQUEST.len(),
+        upload.len(),
+        "every byte before the reset"
+    );
+    assert!(backend.received[REQUEST.len()..] == upload[..], "in order");
+    assert!(backend.reset, "then a reset");
+    assert_eq!(backend.fin_at, None, "no FIN: the stream was cut");
+    settle_and_check_nothing_held(&mut lab);
+}
+
+/// A TLS client uploads to a backend that acknowledges nothing until the
+/// engine holds all it can for the pair (the backend's send ring, the
+/// decrypted bytes, the client's receive ring), then resets: once the
+/// backend acknowledges again it gets the bytes of every whole record
+/// the engine accepted, then a reset.
+#[test]
+fn a_tls_client_reset_with_the_backend_behind_still_delivers_every_record() {
+    let mut lab = lab();
+    let cfg = LoadClientConfig::new(true, true);
+    let mut c = TlsClient::new(&cfg, 51_001, PROXY_TLS);
+    let syn = c.tcp.next(TcpControl::Syn, b"");
+    let out = lab.exchange(&[syn]);
+    c.absorb(&out);
+    let mut hello = vec![c.tcp.next(TcpControl::None, b"")];
+    hello.extend(c.tls_segments());
+    let out = lab.exchange(&hello);
+    c.absorb(&out);
+    c.tls.write_plain(REQUEST);
+    let finished = c.tls_segments();
+    let out = lab.exchange(&finished);
+    let syn = out
+        .iter()
+        .find(|s| s.dst_port == BACKEND && s.control == TcpControl::Syn)
+        .expect("the backend connection opens");
+    let mut backend = HostConn::accepted(syn, 700_000);
+    let synack = backend.next(TcpControl::Syn, b"");
+    backend.absorb(&lab.exchange(&[synack]));
+
+    // Rounds of one 8,000-byte record each until the engine stops taking
+    // them; the backend listens without acknowledging.
+    const ROUND: usize = 8_000;
+    let upload: Vec<u8> = (0..4_000_000).map(|i| (i % 251) as u8).collect();
+    let mut whole_rounds = 0;
+    loop {
+        assert!((whole_rounds + 1) * ROUND <= upload.len(), "never filled");
+        let start = c.tcp.snd_nxt;
+        c.tls
+            .write_plain(&upload[whole_rounds * ROUND..(whole_rounds + 1) * ROUND]);
+        let segs = c.tls_segments();
+        let out = lab.exchange(&segs);
+        backend.absorb(&out);
+        let acked = out
+            .iter()
+            .filter(|s| s.dst_port == c.tcp.port)
+            .filter_map(|s| s.ack)
+            .max_by_key(|a| a.wrapping_sub(start))
+            .unwrap_or(start);
+        if acked != c.tcp.snd_nxt {
+            c.tcp.snd_nxt = acked; // the rest was not taken
+            break;
+        }
+        whole_rounds += 1;
+    }
+    let before = backend.received.len() - REQUEST.len();
+    assert!(before < whole_rounds * ROUND, "the backend is behind");
+    let rst = c.tcp.next(TcpControl::Rst, b"");
+    backend.absorb(&lab.exchange(&[rst]));
+    for _ in 0..400 {
+        if backend.reset {
+            break;
+        }
+        let ack = backend.next(TcpControl::None, b"");
+        backend.absorb(&lab.exchange(&[ack]));
+    }
+    let got = &backend.received[REQUEST.len()..];
+    assert!(
+        got.len() >= whole_rounds * ROUND,
+        "every whole record: {} of {} bytes ({before} before the reset)",
+        got.len(),
+        whole_rounds * ROUND
+    );
+    assert!(got == &upload[..got.len()], "in order");
+    assert!(backend.reset, "then a reset");
+    settle_and_check_nothing_held(&mut lab);
+}

@@ -269,3 +269,109 @@ fn a_backend_reset_after_data_delivers_the_data_then_resets_the_client() {
     assert!(client.reset, "then a reset");
     assert_eq!(client.fin_at, None, "no FIN: the answer was cut");
 }
+
+/// The byte at offset `i` of what the tests' clients upload.
+fn upload_byte(i: usize) -> u8 {
+    (i % 251) as u8
+}
+
+/// The backend acknowledges what it got, round after round, until the
+/// engine resets it (or nothing more comes).
+fn drain_backend(lab: &mut Lab, backend: &mut HostConn) {
+    for _ in 0..400 {
+        if backend.reset {
+            return;
+        }
+        let ack = backend.next(TcpControl::None, b"");
+        let sent = lab.exchange(&[ack]);
+        backend.absorb(&sent);
+    }
+}
+
+/// A client sends data and resets in one burst: the backend gets every
+/// byte the client sent before its reset, then a reset (not a FIN: the
+/// request was cut). Before, the backend was reset at once and the bytes,
+/// queued for it in the same iteration, were lost.
+#[test]
+fn a_client_reset_after_data_delivers_the_data_then_resets_the_backend() {
+    let mut lab = Lab::with_check(false);
+    let (mut client, mut backend) = lab.proxied_request(REQUEST);
+    let upload: Vec<u8> = (0..3000).map(upload_byte).collect();
+    let mut burst: Vec<Seg> = upload
+        .chunks(1000)
+        .map(|c| client.next(TcpControl::Psh, c))
+        .collect();
+    burst.push(client.next(TcpControl::Rst, b""));
+    let sent = lab.exchange(&burst);
+    backend.absorb(&sent);
+    drain_backend(&mut lab, &mut backend);
+    assert_eq!(
+        backend.received.len() - REQUEST.len(),
+        upload.len(),
+        "every byte before the reset"
+    );
+    assert!(backend.received[REQUEST.len()..] == upload[..], "in order");
+    assert!(backend.reset, "then a reset");
+    assert_eq!(backend.fin_at, None, "no FIN: the request was cut");
+    assert_eq!(lab.host.mem.engine.tcp().counters().active, 0);
+}
+
+/// A client uploads to a backend that acknowledges nothing until the
+/// engine's buffers for the pair are full (its send ring to the backend,
+/// then the client's receive ring), then resets: once the backend
+/// acknowledges again, it gets every byte the engine accepted from the
+/// client, then a reset. The bytes the backend's ring could not take when
+/// the client reset are carried (they were dropped with the client).
+#[test]
+fn a_client_reset_with_the_backend_behind_still_delivers_every_byte() {
+    let mut lab = Lab::with_check(false);
+    let (mut client, mut backend) = lab.proxied_request(REQUEST);
+    let mut upload = Vec::new();
+    let mut accepted = 0usize;
+    let mut stalled = 0;
+    // The client sends while the engine acknowledges; the backend only
+    // listens.
+    while stalled < 3 {
+        let start = client.snd_nxt;
+        let burst: Vec<Seg> = (0..16)
+            .map(|_| {
+                let chunk: Vec<u8> = (upload.len()..upload.len() + 1000)
+                    .map(upload_byte)
+                    .collect();
+                upload.extend_from_slice(&chunk);
+                client.next(TcpControl::Psh, &chunk)
+            })
+            .collect();
+        let sent = lab.exchange(&burst);
+        backend.absorb(&sent);
+        let acked = sent
+            .iter()
+            .filter(|s| s.dst_port == CLIENT_PORT)
+            .filter_map(|s| s.ack)
+            .max_by_key(|a| a.wrapping_sub(start))
+            .unwrap_or(start);
+        let took = acked.wrapping_sub(start) as usize;
+        // What the engine did not take is not sent: the client goes back.
+        accepted += took;
+        upload.truncate(accepted);
+        client.snd_nxt = acked;
+        stalled = if took == 0 { stalled + 1 } else { 0 };
+        assert!(accepted < 64 << 20, "the engine's buffers never filled");
+    }
+    assert!(
+        backend.received.len() < REQUEST.len() + accepted,
+        "the backend is behind when the client resets"
+    );
+    let rst = client.next(TcpControl::Rst, b"");
+    let sent = lab.exchange(&[rst]);
+    backend.absorb(&sent);
+    drain_backend(&mut lab, &mut backend);
+    assert_eq!(
+        backend.received.len() - REQUEST.len(),
+        accepted,
+        "every byte the engine accepted"
+    );
+    assert!(backend.received[REQUEST.len()..] == upload[..], "in order");
+    assert!(backend.reset, "then a reset");
+    assert_eq!(lab.host.mem.engine.tcp().counters().active, 0);
+}

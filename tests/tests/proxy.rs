@@ -505,3 +505,82 @@ for tls in (False, True):
     };
     assert_eq!((whole("plain"), whole("tls")), (5, 5), "{report}");
 }
+
+/// A kernel client uploads through a plain proxied VIP to a backend that
+/// reads nothing yet (a small receive buffer: dpd holds most of the
+/// upload for it), then resets (`SO_LINGER` 0) once dpd has acknowledged
+/// every byte. The backend then reads: all of the upload, then the reset
+/// (ECONNRESET). Before, dpd reset the backend at once and the bytes it
+/// held for it were lost.
+#[test]
+fn bytes_a_client_sent_before_its_reset_all_reach_the_backend() {
+    const SIZE: usize = 200_000;
+    let lab = Lab::up("crst");
+    backend_addr(&lab, 12, "add");
+    let dpd = Dpd::start(&lab, |s| {
+        format!(
+            "{base}\n[[vip]]\nname = \"plain\"\nlisten = \"{ip}:8095\"\npool = \"sink\"\n\
+             [[pool]]\nname = \"sink\"\nmembers = [{{ addr = \"{net}.12:8095\" }}]\n",
+            base = lab.config("net_af_packet", s, ""),
+            ip = lab.dut_ip(),
+            net = lab.net,
+        )
+    });
+    let script = format!(
+        r#"
+import fcntl, socket, struct, termios, threading, time
+SIZE, N = {SIZE}, 3
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+srv.bind(("{net}.12", 8095))
+srv.listen(8)
+resets = [threading.Event() for _ in range(N)]
+def serve():
+    for i in range(N):
+        c, _ = srv.accept()
+        if not resets[i].wait(30):
+            print("client never reset")
+        n, err = 0, None
+        while True:
+            try:
+                b = c.recv(65536)
+            except OSError as e:
+                err = e.errno
+                break
+            if not b:
+                break
+            n += len(b)
+        print("backend", n, err)
+        c.close()
+t = threading.Thread(target=serve)
+t.start()
+for i in range(N):
+    s = socket.create_connection(("{ip}", 8095), timeout=20)
+    s.sendall(bytes(range(256)) * (SIZE // 256) + bytes(SIZE % 256))
+    # Until dpd has acknowledged all of it (nothing left to send).
+    deadline = time.monotonic() + 20
+    while struct.unpack("i", fcntl.ioctl(s, termios.TIOCOUTQ, b"\0" * 4))[0] and time.monotonic() < deadline:
+        time.sleep(0.005)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+    resets[i].set()
+t.join(60)
+"#,
+        ip = lab.dut_ip(),
+        net = lab.net
+    );
+    let out = lab.client(&["timeout", "120", "/usr/bin/python3", "-c", &script]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let report = format!(
+        "{text}{}\n{:?}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        dpd.stats(),
+        dpd.log_text()
+    );
+    let whole = text
+        .lines()
+        .filter(|l| *l == format!("backend {SIZE} 104"))
+        .count();
+    assert_eq!(whole, 3, "all bytes, then ECONNRESET:\n{report}");
+}

@@ -13,7 +13,7 @@ use super::role::Role;
 use super::services::EPHEMERAL;
 use super::tls::TlsConn;
 use super::{Cx, Services, Tcp, Uplink};
-use crate::tcp::{AnyFlowKey, CloseReason, ConnId};
+use crate::tcp::{AnyFlowKey, CloseReason, ConnId, Unread};
 
 /// Which end of a pair a connection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +23,7 @@ pub enum Side {
 }
 
 /// A proxied connection's link to its pair.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ProxyLink {
     pub side: Side,
     /// Index of the pool in the engine.
@@ -42,6 +42,8 @@ pub struct ProxyLink {
     pub fin_passed: bool,
     /// Bytes moved from this connection to the other.
     pub forwarded: u64,
+    /// A backend's: what its client sent before its reset, still to go.
+    pub carry: Option<Box<Carry>>,
 }
 
 impl ProxyLink {
@@ -56,6 +58,45 @@ impl ProxyLink {
             fin_received: false,
             fin_passed: false,
             forwarded: 0,
+            carry: None,
+        }
+    }
+}
+
+/// What a client sent before its reset that its backend connection's
+/// send ring could not take yet, kept on the backend's link: moved on as
+/// the backend acknowledges ([`Services::carry_on`]), then the backend is
+/// reset (or, when it had finished its answer, closed). The bytes stay
+/// counted where they were: the client's receive ring in the buffer
+/// pool, or its decrypted plaintext.
+#[derive(Debug)]
+pub struct Carry {
+    bytes: Carried,
+    end: BackendEnd,
+}
+
+#[derive(Debug)]
+enum Carried {
+    /// A plain client's receive ring.
+    Unread(Unread),
+    /// A TLS client's decrypted bytes.
+    Plain(Vec<u8>),
+}
+
+/// How a backend connection ends once its client's last bytes are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BackendEnd {
+    /// It had not finished its answer: a reset once they are delivered.
+    Reset,
+    /// It had (its FIN passed on): a FIN after them.
+    Close,
+}
+
+impl BackendEnd {
+    fn apply(self, tcp: &mut Tcp, backend: ConnId) {
+        match self {
+            Self::Reset => tcp.abort_after_send(backend),
+            Self::Close => tcp.close(backend),
         }
     }
 }
@@ -338,9 +379,17 @@ impl Services {
         }
     }
 
-    /// A proxied connection is gone: the member's count, a retry when a
-    /// backend could not be reached, or the end of the other side.
-    pub(super) fn proxy_closed(&mut self, cx: &mut Cx<'_>, link: &ProxyLink, reason: CloseReason) {
+    /// A proxied connection (`id`) is gone: the member's count, a retry
+    /// when a backend could not be reached, or the end of the other side.
+    /// `plain`: a TLS client's decrypted bytes not passed on yet.
+    pub(super) fn proxy_closed(
+        &mut self,
+        cx: &mut Cx<'_>,
+        id: ConnId,
+        link: &ProxyLink,
+        reason: CloseReason,
+        plain: Option<&mut Vec<u8>>,
+    ) {
         let other = peer(cx.tcp, link);
         match link.side {
             Side::Backend => {
@@ -381,6 +430,16 @@ impl Services {
                 if link.fin_passed && backend_done {
                     // Both directions finished: the backend connection is
                     // closing (or in TIME-WAIT) on its own.
+                } else if link.connected && reason == CloseReason::Reset {
+                    // Everything the client sent before its reset goes to
+                    // the backend, then the reset (a FIN if the backend
+                    // had finished: its answer was whole).
+                    let end = if backend_done {
+                        BackendEnd::Close
+                    } else {
+                        BackendEnd::Reset
+                    };
+                    self.hand_over(cx, id, b, plain, end);
                 } else if !link.connected || (reason != CloseReason::Normal && !backend_done) {
                     // The backend's answer has nowhere to go.
                     cx.tcp.abort(b);
@@ -392,6 +451,91 @@ impl Services {
                 }
             }
         }
+    }
+}
+
+impl Services {
+    /// The client `client` reset: what it sent that is still here (its
+    /// unread bytes, or a TLS client's decrypted `plain`) goes to
+    /// `backend` as its send ring takes it, then `end`.
+    fn hand_over(
+        &mut self,
+        cx: &mut Cx<'_>,
+        client: ConnId,
+        backend: ConnId,
+        plain: Option<&mut Vec<u8>>,
+        end: BackendEnd,
+    ) {
+        let rest = match plain {
+            Some(v) => {
+                let n = cx.tcp.send(backend, v);
+                v.drain(..n);
+                (!v.is_empty()).then(|| Carried::Plain(std::mem::take(v)))
+            }
+            None => {
+                cx.tcp.splice(client, backend, usize::MAX);
+                cx.tcp.take_unread(client).map(Carried::Unread)
+            }
+        };
+        let Some(bytes) = rest else {
+            end.apply(cx.tcp, backend);
+            return;
+        };
+        match self.roles.get_mut(backend).and_then(|e| e.role.link_mut()) {
+            Some(link) => link.carry = Some(Box::new(Carry { bytes, end })),
+            None => {
+                // Not expected: `backend` is a live proxied connection.
+                give_carried(cx.tcp, bytes);
+                end.apply(cx.tcp, backend);
+            }
+        }
+    }
+
+    /// Moves on what `backend`'s client left, as its send ring takes it;
+    /// once all of it is queued, the backend's end follows.
+    pub(super) fn carry_on(&mut self, cx: &mut Cx<'_>, backend: ConnId) {
+        let Some(link) = self.roles.get_mut(backend).and_then(|e| e.role.link_mut()) else {
+            return;
+        };
+        let Some(carry) = link.carry.as_mut() else {
+            return;
+        };
+        // Its answer has nowhere to go: taken, so that a backend that
+        // waits to write before it reads on still reads the rest.
+        let (a, b) = cx.tcp.peek(backend);
+        let answer = a.len() + b.len();
+        cx.tcp.consume(backend, answer);
+        let left = match &mut carry.bytes {
+            Carried::Unread(u) => {
+                cx.tcp.send_unread(u, backend);
+                u.len()
+            }
+            Carried::Plain(v) => {
+                let n = cx.tcp.send(backend, v);
+                v.drain(..n);
+                v.len()
+            }
+        };
+        if left == 0 {
+            if let Some(carry) = link.carry.take() {
+                carry.end.apply(cx.tcp, backend);
+                give_carried(cx.tcp, carry.bytes);
+            }
+        }
+    }
+}
+
+/// A backend connection is gone: what it still had to carry goes too.
+pub fn drop_carry(tcp: &mut Tcp, link: &mut ProxyLink) {
+    if let Some(carry) = link.carry.take() {
+        give_carried(tcp, carry.bytes);
+    }
+}
+
+/// Gives a carry's ring back to the buffer pool.
+fn give_carried(tcp: &mut Tcp, bytes: Carried) {
+    if let Carried::Unread(u) = bytes {
+        tcp.give_unread(u);
     }
 }
 

@@ -271,15 +271,22 @@ impl Services {
         }
         match entry.role {
             Role::Responder(_) => {}
-            Role::Tls(t) => {
+            Role::Tls(mut t) => {
                 if t.conn.is_handshaking() && !t.conn.failed() && reason != CloseReason::Deadline {
                     cx.counters.tls_abandoned += 1;
                 }
                 if let Inner::Proxy(link) = &t.inner {
-                    self.proxy_closed(cx, link, reason);
+                    if reason == CloseReason::Reset {
+                        // Records that came before the reset, still unread.
+                        t.conn.decrypt_rest(cx.tcp, entry.id);
+                    }
+                    self.proxy_closed(cx, entry.id, link, reason, Some(&mut t.conn.plain_in));
                 }
             }
-            Role::Client(link) | Role::Backend(link) => self.proxy_closed(cx, &link, reason),
+            Role::Client(mut link) | Role::Backend(mut link) => {
+                proxy::drop_carry(cx.tcp, &mut link);
+                self.proxy_closed(cx, entry.id, &link, reason, None);
+            }
             Role::Probe(probe) => self.probe_closed(cx, entry.id, probe),
         }
     }
@@ -378,6 +385,9 @@ impl Services {
             .and_then(|e| e.role.link())
             .and_then(|l| proxy::peer(cx.tcp, l))
         else {
+            if side == Side::Backend {
+                self.carry_on(cx, id);
+            }
             return;
         };
         // A backend whose client speaks TLS: the client's side does the

@@ -136,6 +136,29 @@ impl TlsConn {
         self.flush_cipher(tcp, id);
     }
 
+    /// At the connection's end by a reset: decrypts the whole records it
+    /// left unread (past [`PLAIN_IN_MAX`]: the bytes are here already)
+    /// into `plain_in`, so that a proxy can pass on everything the client
+    /// sent before its reset. A record that fails ends it.
+    pub(crate) fn decrypt_rest(&mut self, tcp: &mut Tcp, id: ConnId) {
+        if self.failed || self.session.is_handshaking() {
+            return;
+        }
+        loop {
+            let (a, b) = tcp.peek(id);
+            if a.is_empty() && b.is_empty() {
+                return;
+            }
+            let read =
+                self.session
+                    .read((a, b), &mut self.cipher_out, &mut self.plain_in, usize::MAX);
+            match read {
+                Ok(p) if p.consumed > 0 => tcp.consume(id, p.consumed),
+                _ => return,
+            }
+        }
+    }
+
     /// Gives back buffers that emptied: the plaintext ones to `spare`.
     fn release_idle(&mut self, spare: &mut SpareBuffers) {
         for v in [&mut self.plain_in, &mut self.pending] {

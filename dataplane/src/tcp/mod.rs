@@ -51,6 +51,7 @@ use key::Tables;
 pub use key::{AnyFlowKey, FlowAddr, FlowKey, FlowKey6};
 use limits::Listener;
 pub use limits::{ListenLimits, Refusals};
+pub use read::Unread;
 pub use seq::Seq;
 use time_wait::TimeWait;
 use timer::TimerWheel;

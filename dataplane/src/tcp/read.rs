@@ -38,6 +38,16 @@ impl Remains {
         }
     }
 
+    /// Takes `id`'s ring out (see [`TcpEngine::take_unread`]).
+    fn take(&mut self, id: ConnId) -> Option<RingBuf> {
+        for list in [&mut self.batch, &mut self.pending] {
+            if let Some(i) = list.iter().position(|(i, _)| *i == id) {
+                return Some(list.swap_remove(i).1);
+            }
+        }
+        None
+    }
+
     fn ring(&self, id: ConnId) -> Option<&RingBuf> {
         self.batch
             .iter()
@@ -52,6 +62,25 @@ impl Remains {
             .chain(&mut self.pending)
             .find(|(i, _)| *i == id)
             .map(|(_, r)| r)
+    }
+}
+
+/// The unread bytes of a connection that ended, taken to be moved on
+/// later ([`TcpEngine::take_unread`]): a proxy whose client reset while
+/// its backend's send ring was full. The ring stays counted in the
+/// buffer pool until [`TcpEngine::give_unread`] takes it back; dropping
+/// an `Unread` instead leaves its bytes counted as in use.
+#[derive(Debug)]
+pub struct Unread(RingBuf);
+
+impl Unread {
+    /// Bytes not moved on yet.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 
@@ -200,6 +229,39 @@ impl<A: Default> TcpEngine<A> {
             }
         }
         moved
+    }
+
+    /// Takes the bytes `id` left unread when it ended (the module doc), if
+    /// it has any and its `Closed` event is being handled: they no longer
+    /// go back to the pool with the next batch.
+    pub fn take_unread(&mut self, id: ConnId) -> Option<Unread> {
+        if live(&self.conns, id).is_some() {
+            return None;
+        }
+        let ring = self.remains.take(id)?;
+        if ring.is_empty() {
+            self.buffers.give(ring);
+            return None;
+        }
+        Some(Unread(ring))
+    }
+
+    /// Moves as much of `from` into `to`'s send buffer as it takes now;
+    /// returns how many bytes. `to` must be live.
+    pub fn send_unread(&mut self, from: &mut Unread, to: ConnId) -> usize {
+        let Some(dst) = live_mut(&mut self.conns, to) else {
+            return 0;
+        };
+        let moved = splice_into(&mut from.0, dst, usize::MAX, &mut self.buffers);
+        if moved > 0 {
+            mark_dirty(&mut self.dirty, dst, to);
+        }
+        moved
+    }
+
+    /// Gives an [`Unread`]'s ring back to the pool.
+    pub fn give_unread(&mut self, unread: Unread) {
+        self.buffers.give(unread.0);
     }
 
     /// [`TcpEngine::splice`] from the unread bytes of a connection that
