@@ -687,4 +687,9 @@ fn a_tls_client_reset_with_the_backend_behind_still_delivers_every_record() {
     assert!(got == &upload[..got.len()], "in order");
     assert!(backend.reset, "then a reset");
     settle_and_check_nothing_held(&mut lab);
+    assert_eq!(
+        lab.mem.engine.tcp().buffers().in_use(),
+        0,
+        "every ring back in the pool"
+    );
 }

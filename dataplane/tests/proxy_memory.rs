@@ -314,6 +314,11 @@ fn a_client_reset_after_data_delivers_the_data_then_resets_the_backend() {
     assert!(backend.reset, "then a reset");
     assert_eq!(backend.fin_at, None, "no FIN: the request was cut");
     assert_eq!(lab.host.mem.engine.tcp().counters().active, 0);
+    assert_eq!(
+        lab.host.mem.engine.tcp().buffers().in_use(),
+        0,
+        "every ring back in the pool"
+    );
 }
 
 /// A client uploads to a backend that acknowledges nothing until the
@@ -374,4 +379,9 @@ fn a_client_reset_with_the_backend_behind_still_delivers_every_byte() {
     assert!(backend.received[REQUEST.len()..] == upload[..], "in order");
     assert!(backend.reset, "then a reset");
     assert_eq!(lab.host.mem.engine.tcp().counters().active, 0);
+    assert_eq!(
+        lab.host.mem.engine.tcp().buffers().in_use(),
+        0,
+        "every ring back in the pool"
+    );
 }

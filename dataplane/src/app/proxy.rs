@@ -67,8 +67,8 @@ impl ProxyLink {
 /// send ring could not take yet, kept on the backend's link: moved on as
 /// the backend acknowledges ([`Services::carry_on`]), then the backend is
 /// reset (or, when it had finished its answer, closed). The bytes stay
-/// counted where they were: the client's receive ring in the buffer
-/// pool, or its decrypted plaintext.
+/// where they were: the client's receive ring, counted in the buffer
+/// pool, and a TLS client's decrypted plaintext.
 #[derive(Debug)]
 pub struct Carry {
     bytes: Carried,
@@ -79,8 +79,10 @@ pub struct Carry {
 enum Carried {
     /// A plain client's receive ring.
     Unread(Unread),
-    /// A TLS client's decrypted bytes.
-    Plain(Vec<u8>),
+    /// A TLS client's session (its decrypted bytes) and receive ring (its
+    /// records not decrypted yet: a [`TlsConn::carry_rest`] at a time, so
+    /// that the plaintext held stays as bounded as a live connection's).
+    Tls(Box<TlsConn>, Option<Unread>),
 }
 
 /// How a backend connection ends once its client's last bytes are sent.
@@ -381,14 +383,15 @@ impl Services {
 
     /// A proxied connection (`id`) is gone: the member's count, a retry
     /// when a backend could not be reached, or the end of the other side.
-    /// `plain`: a TLS client's decrypted bytes not passed on yet.
+    /// `tls`: a TLS client's session (its decrypted bytes not passed on
+    /// yet).
     pub(super) fn proxy_closed(
         &mut self,
         cx: &mut Cx<'_>,
         id: ConnId,
         link: &ProxyLink,
         reason: CloseReason,
-        plain: Option<&mut Vec<u8>>,
+        tls: Option<TlsConn>,
     ) {
         let other = peer(cx.tcp, link);
         match link.side {
@@ -439,7 +442,7 @@ impl Services {
                     } else {
                         BackendEnd::Reset
                     };
-                    self.hand_over(cx, id, b, plain, end);
+                    self.hand_over(cx, id, b, tls, end);
                 } else if !link.connected || (reason != CloseReason::Normal && !backend_done) {
                     // The backend's answer has nowhere to go.
                     cx.tcp.abort(b);
@@ -456,31 +459,29 @@ impl Services {
 
 impl Services {
     /// The client `client` reset: what it sent that is still here (its
-    /// unread bytes, or a TLS client's decrypted `plain`) goes to
-    /// `backend` as its send ring takes it, then `end`.
+    /// unread bytes; for a TLS client, `tls`'s decrypted bytes and the
+    /// records after them) goes to `backend` as its send ring takes it,
+    /// then `end`.
     fn hand_over(
         &mut self,
         cx: &mut Cx<'_>,
         client: ConnId,
         backend: ConnId,
-        plain: Option<&mut Vec<u8>>,
+        tls: Option<TlsConn>,
         end: BackendEnd,
     ) {
-        let rest = match plain {
-            Some(v) => {
-                let n = cx.tcp.send(backend, v);
-                v.drain(..n);
-                (!v.is_empty()).then(|| Carried::Plain(std::mem::take(v)))
-            }
-            None => {
-                cx.tcp.splice(client, backend, usize::MAX);
-                cx.tcp.take_unread(client).map(Carried::Unread)
-            }
+        let unread = cx.tcp.take_unread(client);
+        let mut bytes = match tls {
+            Some(conn) => Carried::Tls(Box::new(conn), unread),
+            None => match unread {
+                Some(u) => Carried::Unread(u),
+                None => return end.apply(cx.tcp, backend),
+            },
         };
-        let Some(bytes) = rest else {
-            end.apply(cx.tcp, backend);
-            return;
-        };
+        if move_carried(cx.tcp, &mut bytes, backend) {
+            give_carried(cx.tcp, bytes);
+            return end.apply(cx.tcp, backend);
+        }
         match self.roles.get_mut(backend).and_then(|e| e.role.link_mut()) {
             Some(link) => link.carry = Some(Box::new(Carry { bytes, end })),
             None => {
@@ -505,23 +506,24 @@ impl Services {
         let (a, b) = cx.tcp.peek(backend);
         let answer = a.len() + b.len();
         cx.tcp.consume(backend, answer);
-        let left = match &mut carry.bytes {
-            Carried::Unread(u) => {
-                cx.tcp.send_unread(u, backend);
-                u.len()
-            }
-            Carried::Plain(v) => {
-                let n = cx.tcp.send(backend, v);
-                v.drain(..n);
-                v.len()
-            }
-        };
-        if left == 0 {
+        if move_carried(cx.tcp, &mut carry.bytes, backend) {
             if let Some(carry) = link.carry.take() {
                 carry.end.apply(cx.tcp, backend);
                 give_carried(cx.tcp, carry.bytes);
             }
         }
+    }
+}
+
+/// Moves as much of `bytes` into `to`'s send ring as it takes; true once
+/// all of it is there.
+fn move_carried(tcp: &mut Tcp, bytes: &mut Carried, to: ConnId) -> bool {
+    match bytes {
+        Carried::Unread(u) => {
+            tcp.send_unread(u, to);
+            u.is_empty()
+        }
+        Carried::Tls(conn, unread) => conn.carry_rest(tcp, unread.as_mut(), to),
     }
 }
 
@@ -534,8 +536,9 @@ pub fn drop_carry(tcp: &mut Tcp, link: &mut ProxyLink) {
 
 /// Gives a carry's ring back to the buffer pool.
 fn give_carried(tcp: &mut Tcp, bytes: Carried) {
-    if let Carried::Unread(u) = bytes {
-        tcp.give_unread(u);
+    match bytes {
+        Carried::Unread(u) | Carried::Tls(_, Some(u)) => tcp.give_unread(u),
+        Carried::Tls(_, None) => {}
     }
 }
 

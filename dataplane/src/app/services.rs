@@ -271,16 +271,13 @@ impl Services {
         }
         match entry.role {
             Role::Responder(_) => {}
-            Role::Tls(mut t) => {
+            Role::Tls(t) => {
                 if t.conn.is_handshaking() && !t.conn.failed() && reason != CloseReason::Deadline {
                     cx.counters.tls_abandoned += 1;
                 }
-                if let Inner::Proxy(link) = &t.inner {
-                    if reason == CloseReason::Reset {
-                        // Records that came before the reset, still unread.
-                        t.conn.decrypt_rest(cx.tcp, entry.id);
-                    }
-                    self.proxy_closed(cx, entry.id, link, reason, Some(&mut t.conn.plain_in));
+                let TlsRole { conn, inner } = *t;
+                if let Inner::Proxy(link) = &inner {
+                    self.proxy_closed(cx, entry.id, link, reason, Some(conn));
                 }
             }
             Role::Client(mut link) | Role::Backend(mut link) => {

@@ -18,7 +18,7 @@ use super::proxy::{ClientStream, ProxyLink};
 use super::responder::{Responder, Session, Stream};
 use super::role::{Inner, TlsRole};
 use super::Tcp;
-use crate::tcp::ConnId;
+use crate::tcp::{ConnId, Unread};
 
 /// Decrypted bytes waiting for the responder, at most; beyond it records
 /// stay in the TCP ring and its window closes (back-pressure).
@@ -136,25 +136,41 @@ impl TlsConn {
         self.flush_cipher(tcp, id);
     }
 
-    /// At the connection's end by a reset: decrypts the whole records it
-    /// left unread (past [`PLAIN_IN_MAX`]: the bytes are here already)
-    /// into `plain_in`, so that a proxy can pass on everything the client
-    /// sent before its reset. A record that fails ends it.
-    pub(crate) fn decrypt_rest(&mut self, tcp: &mut Tcp, id: ConnId) {
-        if self.failed || self.session.is_handshaking() {
-            return;
-        }
+    /// After the client's reset, for its backend `to`: moves what was
+    /// decrypted, then the whole records left in `unread` (the client's
+    /// receive ring, a [`PLAIN_IN_MAX`] of plaintext at a time), into
+    /// `to`'s send ring as far as it takes them. True once nothing is left
+    /// to move; a partial record at the end, or one that fails, is dropped
+    /// (the client is gone: nothing is sent back to it).
+    pub(crate) fn carry_rest(
+        &mut self,
+        tcp: &mut Tcp,
+        unread: Option<&mut Unread>,
+        to: ConnId,
+    ) -> bool {
+        let mut unread = unread;
         loop {
-            let (a, b) = tcp.peek(id);
-            if a.is_empty() && b.is_empty() {
-                return;
+            let n = tcp.send(to, &self.plain_in);
+            self.plain_in.drain(..n);
+            if !self.plain_in.is_empty() {
+                return false;
             }
-            let read =
-                self.session
-                    .read((a, b), &mut self.cipher_out, &mut self.plain_in, usize::MAX);
+            let Some(u) = unread.as_deref_mut() else {
+                return true;
+            };
+            if self.failed || self.session.is_handshaking() {
+                return true;
+            }
+            self.cipher_out.clear();
+            let read = self.session.read(
+                u.as_slices(),
+                &mut self.cipher_out,
+                &mut self.plain_in,
+                PLAIN_IN_MAX,
+            );
             match read {
-                Ok(p) if p.consumed > 0 => tcp.consume(id, p.consumed),
-                _ => return,
+                Ok(p) if p.consumed > 0 || !self.plain_in.is_empty() => u.consume(p.consumed),
+                _ => return true,
             }
         }
     }

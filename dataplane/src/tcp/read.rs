@@ -82,6 +82,16 @@ impl Unread {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// The bytes, in order (up to two slices).
+    pub fn as_slices(&self) -> (&[u8], &[u8]) {
+        self.0.as_slices()
+    }
+
+    /// Drops the first `n` bytes (they were moved on).
+    pub fn consume(&mut self, n: usize) {
+        self.0.consume(n.min(self.0.len()));
+    }
 }
 
 /// Where spliced bytes come from: a live connection's receive buffer or
