@@ -189,6 +189,68 @@ fn handshake_work_waits_when_the_budget_is_spent() {
     assert_eq!(tight_segments, roomy_segments);
 }
 
+/// A poll that did something says so (`Engine::run` counts only those
+/// as busy, which dpd's busy share and dpbench's µs per connection come
+/// from): one that only went on with handshakes put off earlier, or only
+/// sent what a retransmission timer queued, is not idle time. Polled twice
+/// per step of the client, the second poll finds no new frame.
+#[test]
+fn every_poll_that_does_work_says_so() {
+    let cfg = EngineConfig {
+        handshake_budget: Duration::ZERO,
+        ..EngineConfig::default()
+    };
+    let impair = ImpairConfig {
+        seed: 11,
+        loss: 0.03,
+        ..ImpairConfig::default()
+    };
+    let (mut server, mut client) = setup(
+        cfg,
+        load(2_000, 1, 48, 16),
+        LoadClientConfig::new(true, true),
+        impair,
+    );
+    let mut now = Instant::from_millis(1);
+    let limit = now + Duration::from_secs(600);
+    let (mut silent, mut resumed_alone, mut timers_alone) = (0, 0, 0);
+    while !client.done() {
+        now = now + Duration::from_micros(20);
+        assert!(now < limit, "stalled: {:?}", client.stats());
+        client.poll(now);
+        for _ in 0..2 {
+            let (c, t) = (server.counters(), server.tcp().counters());
+            let before = (c.rx_packets, c.tx_packets, c.tls_handshakes_deferred);
+            let (retransmits, handshakes) = (t.retransmits, c.tls_handshakes);
+            let work = server.poll(now);
+            let (c, t) = (server.counters(), server.tcp().counters());
+            let after = (c.rx_packets, c.tx_packets, c.tls_handshakes_deferred);
+            let no_frame_in = after.0 == before.0;
+            if after != before || c.tls_handshakes != handshakes {
+                if work == 0 {
+                    silent += 1;
+                }
+                if no_frame_in && after.1 > before.1 {
+                    if t.retransmits > retransmits {
+                        timers_alone += 1;
+                    } else {
+                        resumed_alone += 1;
+                    }
+                }
+            }
+        }
+    }
+    let s = client.stats();
+    assert_eq!((s.completed, s.failed), (48, 0), "{s:?}");
+    // Both kinds of poll happened, and none of them said it did nothing.
+    assert!(
+        resumed_alone > 0,
+        "no poll went on with put-off handshakes alone"
+    );
+    assert!(timers_alone > 0, "no poll only retransmitted");
+    assert_eq!(silent, 0, "polls that did work but returned 0");
+}
+
 #[test]
 fn idle_tls_connections_hold_no_buffers() {
     // Hold mode: handshake, then nothing. Then requests on keep-alive,

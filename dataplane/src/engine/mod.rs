@@ -606,8 +606,13 @@ impl<P: Port, A: Application> Engine<P, A> {
         &self.ports[i].port
     }
 
-    /// One loop iteration at time `now`; returns the work it did (frames
-    /// received, and handshakes still put off: they keep the loop busy).
+    /// One loop iteration at time `now`; returns the work it did: frames
+    /// received and sent, connection timers fired, TCP events handled,
+    /// handshakes put off (those it went on with, and those still
+    /// waiting: they keep the loop busy). 0 only for an iteration that
+    /// found nothing to do; [`Engine::run`] counts the others' time as
+    /// busy, so an iteration that only goes on with put-off handshakes
+    /// or sends what a timer queued is not idle time.
     ///
     /// Phases, in order: timers (every tick), receive bursts, frames other
     /// engines passed on, frames whose next hop resolved, TCP timers and
@@ -620,6 +625,7 @@ impl<P: Port, A: Application> Engine<P, A> {
             self.next_tick = now + self.cfg.tick;
             self.tick(now);
         }
+        let sent_before = self.counters.tx_packets;
         let mut work = self.receive_bursts(now);
         work += self.receive_inbox(now);
         for ep in &mut self.ports {
@@ -632,7 +638,8 @@ impl<P: Port, A: Application> Engine<P, A> {
         work += self.transport(now);
         self.transmit_segments(now);
         self.drain_tx(now);
-        work
+        let sent = self.counters.tx_packets.wrapping_sub(sent_before);
+        work + usize::try_from(sent).unwrap_or(usize::MAX)
     }
 
     /// The tick's work: interface timers, control messages, the
@@ -743,22 +750,26 @@ impl<P: Port, A: Application> Engine<P, A> {
 
     /// TCP's timers, then the application: work put off earlier, then
     /// this iteration's events.
-    /// Returns the work the application still puts off.
+    /// Returns the work done and still put off: timers fired, put-off
+    /// work before and after, events handled.
     fn transport(&mut self, now: Instant) -> usize {
-        self.tcp.poll_timers(now);
+        let fired = self.tcp.poll_timers(now);
         let mut cx = Cx {
             now,
             tcp: &mut self.tcp,
             counters: &mut self.counters,
             uplinks: &self.uplinks,
         };
+        // Work put off earlier: `resume` goes on with at least one.
+        let put_off = self.app.pending();
         self.app.resume(&mut cx);
         cx.tcp.drain_events(&mut self.events);
+        let events = self.events.len();
         for ev in self.events.drain(..) {
             self.app.on_event(&mut cx, ev);
         }
         cx.tcp.events_handled();
-        self.app.pending()
+        fired + put_off + events + self.app.pending()
     }
 
     /// Builds frames for what TCP transmits.
@@ -860,7 +871,8 @@ impl<P: Port, A: Application> Engine<P, A> {
     }
 
     /// Runs the loop until `stop` is set (checked once per tick), counting
-    /// busy and idle TSC cycles and the iterations that took over a
+    /// busy TSC cycles (iterations whose [`Engine::poll`] did work), idle
+    /// ones and the iterations that took over a
     /// millisecond (`loop_stalls`). Transmits what is buffered before
     /// returning.
     ///

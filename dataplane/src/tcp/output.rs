@@ -32,12 +32,14 @@ impl TimeWaitAck {
 }
 
 impl<A: Default> TcpEngine<A> {
-    /// Runs due timers.
-    pub fn poll_timers(&mut self, now: Instant) {
+    /// Runs due timers; returns how many connection timers fired (stale
+    /// wheel entries and TIME-WAIT's expiry not counted).
+    pub fn poll_timers(&mut self, now: Instant) -> usize {
         self.flows.v4.expire(now);
         self.flows.v6.expire(now);
         let mut due = std::mem::take(&mut self.fired);
         self.timers.expire(now, |id, at| due.push((id, at)));
+        let mut fired = 0;
         for &(id, at) in &due {
             let Some(c) = live_mut(&mut self.conns, id) else {
                 continue;
@@ -45,6 +47,7 @@ impl<A: Default> TcpEngine<A> {
             if !c.armed.take(at) {
                 continue; // stale entry
             }
+            fired += 1;
             let before = c.state;
             let out = c.on_timer(now, &self.cfg, &mut self.counters);
             let after = c.state;
@@ -53,6 +56,7 @@ impl<A: Default> TcpEngine<A> {
         }
         due.clear();
         self.fired = due;
+        fired
     }
 
     /// Sends the queued resets (ours, or those for stray segments); false
