@@ -561,13 +561,12 @@ fn tls_handshake_end_and_close_in_one_burst() {
     still_serves(&mut lab, 60_002);
 }
 
-/// A TLS client of a proxied VIP sends records and resets in one burst:
-/// the backend gets every byte those records carried, then a reset.
-#[test]
-fn a_tls_client_reset_after_records_delivers_their_bytes_to_the_backend() {
-    let mut lab = lab();
+/// A TLS 1.3 client from `port` on the proxied TLS VIP: its handshake
+/// and a request, and the backend connection the engine opens for it,
+/// accepted (ISS 700,000) with the request received.
+fn tls_proxied_request(lab: &mut HostLab, port: u16) -> (TlsClient, HostConn) {
     let cfg = LoadClientConfig::new(true, true);
-    let mut c = TlsClient::new(&cfg, 51_000, PROXY_TLS);
+    let mut c = TlsClient::new(&cfg, port, PROXY_TLS);
     let syn = c.tcp.next(TcpControl::Syn, b"");
     let out = lab.exchange(&[syn]);
     c.absorb(&out);
@@ -587,6 +586,27 @@ fn a_tls_client_reset_after_records_delivers_their_bytes_to_the_backend() {
     let synack = backend.next(TcpControl::Syn, b"");
     backend.absorb(&lab.exchange(&[synack]));
     assert_eq!(backend.received, REQUEST);
+    (c, backend)
+}
+
+/// The backend acknowledges what it has, at most `rounds` times, until
+/// the engine resets it.
+fn ack_until_reset(lab: &mut HostLab, backend: &mut HostConn, rounds: usize) {
+    for _ in 0..rounds {
+        if backend.reset {
+            return;
+        }
+        let ack = backend.next(TcpControl::None, b"");
+        backend.absorb(&lab.exchange(&[ack]));
+    }
+}
+
+/// A TLS client of a proxied VIP sends records and resets in one burst:
+/// the backend gets every byte those records carried, then a reset.
+#[test]
+fn a_tls_client_reset_after_records_delivers_their_bytes_to_the_backend() {
+    let mut lab = lab();
+    let (mut c, mut backend) = tls_proxied_request(&mut lab, 51_000);
 
     // More than the engine decrypts ahead of its backend (32 KiB), in
     // records, and the reset after them.
@@ -595,13 +615,7 @@ fn a_tls_client_reset_after_records_delivers_their_bytes_to_the_backend() {
     let mut burst = c.tls_segments();
     burst.push(c.tcp.next(TcpControl::Rst, b""));
     backend.absorb(&lab.exchange(&burst));
-    for _ in 0..100 {
-        if backend.reset {
-            break;
-        }
-        let ack = backend.next(TcpControl::None, b"");
-        backend.absorb(&lab.exchange(&[ack]));
-    }
+    ack_until_reset(&mut lab, &mut backend, 100);
     assert_eq!(
         backend.received.len() - REQUEST.len(),
         upload.len(),
@@ -621,25 +635,7 @@ fn a_tls_client_reset_after_records_delivers_their_bytes_to_the_backend() {
 #[test]
 fn a_tls_client_reset_with_the_backend_behind_still_delivers_every_record() {
     let mut lab = lab();
-    let cfg = LoadClientConfig::new(true, true);
-    let mut c = TlsClient::new(&cfg, 51_001, PROXY_TLS);
-    let syn = c.tcp.next(TcpControl::Syn, b"");
-    let out = lab.exchange(&[syn]);
-    c.absorb(&out);
-    let mut hello = vec![c.tcp.next(TcpControl::None, b"")];
-    hello.extend(c.tls_segments());
-    let out = lab.exchange(&hello);
-    c.absorb(&out);
-    c.tls.write_plain(REQUEST);
-    let finished = c.tls_segments();
-    let out = lab.exchange(&finished);
-    let syn = out
-        .iter()
-        .find(|s| s.dst_port == BACKEND && s.control == TcpControl::Syn)
-        .expect("the backend connection opens");
-    let mut backend = HostConn::accepted(syn, 700_000);
-    let synack = backend.next(TcpControl::Syn, b"");
-    backend.absorb(&lab.exchange(&[synack]));
+    let (mut c, mut backend) = tls_proxied_request(&mut lab, 51_001);
 
     // Rounds of one 8,000-byte record each until the engine stops taking
     // them; the backend listens without acknowledging.
@@ -670,13 +666,7 @@ fn a_tls_client_reset_with_the_backend_behind_still_delivers_every_record() {
     assert!(before < whole_rounds * ROUND, "the backend is behind");
     let rst = c.tcp.next(TcpControl::Rst, b"");
     backend.absorb(&lab.exchange(&[rst]));
-    for _ in 0..400 {
-        if backend.reset {
-            break;
-        }
-        let ack = backend.next(TcpControl::None, b"");
-        backend.absorb(&lab.exchange(&[ack]));
-    }
+    ack_until_reset(&mut lab, &mut backend, 400);
     let got = &backend.received[REQUEST.len()..];
     assert!(
         got.len() >= whole_rounds * ROUND,
