@@ -639,7 +639,7 @@ impl<P: Port, A: Application> Engine<P, A> {
         self.transmit_segments(now);
         self.drain_tx(now);
         let sent = self.counters.tx_packets.wrapping_sub(sent_before);
-        work + usize::try_from(sent).unwrap_or(usize::MAX)
+        work.saturating_add(usize::try_from(sent).unwrap_or(usize::MAX))
     }
 
     /// The tick's work: interface timers, control messages, the
