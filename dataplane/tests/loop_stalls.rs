@@ -1,5 +1,6 @@
 //! The engine loop counts the iterations that took over a millisecond
-//! (`loop_stalls`): every frame that came meanwhile waited that long.
+//! (`loop_stalls`): every frame that came meanwhile waited that long. Its
+//! busy and idle time add up to its wall time, sleeps included.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -75,4 +76,51 @@ fn an_iteration_over_a_millisecond_is_counted_as_a_stall() {
     let c = engine.counters();
     assert!(c.loop_stalls >= 1, "{c:?}");
     assert!(c.loop_stalls < c.loops, "{c:?}");
+}
+
+/// An engine with nothing to do that sleeps `idle_sleep` between polls:
+/// the sleeps count as idle time, so busy and idle add up to the loop's
+/// wall time and the busy share `dpctl stats` shows is the core's (with
+/// the sleeps left out, a core two-thirds busy showed 98 %).
+#[test]
+fn sleeping_while_idle_counts_as_idle_time() {
+    let ticks = Arc::new(AtomicU32::new(0));
+    let app = SlowTick {
+        hold: Duration::ZERO,
+        held: Arc::new(AtomicBool::new(false)),
+        ticks: ticks.clone(),
+    };
+    let cfg = EngineConfig {
+        idle_sleep: Some(Duration::from_micros(200)),
+        ..EngineConfig::default()
+    };
+    let mut engine: Engine<MemPort, SlowTick> =
+        Engine::with_app(cfg, Arc::new(SharedCounters::default()), app);
+    let clock = TscClock::new();
+    let (stop, drain) = (AtomicBool::new(false), AtomicBool::new(false));
+    let start = clock.ticks();
+    std::thread::scope(|s| {
+        let runner = s.spawn(|| engine.run(&clock, &stop, &drain));
+        // 100 ticks (1 ms each): most of it asleep.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while ticks.load(Ordering::Acquire) < 100 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        stop.store(true, Ordering::Relaxed);
+        runner.join().expect("engine thread");
+    });
+    let wall = clock.ticks().wrapping_sub(start);
+    let c = engine.counters();
+    let counted = c.busy_cycles + c.idle_cycles;
+    assert!(
+        counted as f64 >= 0.8 * wall as f64 && counted <= wall,
+        "busy {} + idle {} cycles of {wall}",
+        c.busy_cycles,
+        c.idle_cycles
+    );
+    assert!(
+        (c.busy_cycles as f64) < 0.2 * wall as f64,
+        "an idle engine is not busy: {} of {wall}",
+        c.busy_cycles
+    );
 }

@@ -872,7 +872,8 @@ impl<P: Port, A: Application> Engine<P, A> {
 
     /// Runs the loop until `stop` is set (checked once per tick), counting
     /// busy TSC cycles (iterations whose [`Engine::poll`] did work), idle
-    /// ones and the iterations that took over a
+    /// ones (the other iterations and the `idle_sleep` after them) and the
+    /// iterations that took over a
     /// millisecond (`loop_stalls`). Transmits what is buffered before
     /// returning.
     ///
@@ -899,7 +900,11 @@ impl<P: Port, A: Application> Engine<P, A> {
                 idle_streak += 1;
                 if let Some(pause) = self.cfg.idle_sleep.filter(|_| idle_streak >= 256) {
                     // Only when configured and idle: never on a busy path.
+                    // The sleep is idle time too, so busy and idle add up to
+                    // the loop's wall time and the busy share is the core's.
+                    let before = clock.ticks();
                     std::thread::sleep(pause);
+                    self.counters.idle_cycles += clock.ticks().wrapping_sub(before);
                 }
             }
             self.counters.loops += 1;
