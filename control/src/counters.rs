@@ -119,7 +119,7 @@ macro_rules! with_counters {
             frames_steered: Counter, "tlsdp_frames_steered_total", "Frames received by the engine and handed to the engine owning their flow (software RSS).";
             config_version: Version, "tlsdp_config_version", "Version of the configuration the engine uses (1 at start, one up per change).";
             busy_cycles: Cycles, "tlsdp_busy_seconds_total", "Time the engine loop spent in iterations that did work.";
-            idle_cycles: Cycles, "tlsdp_idle_seconds_total", "Time the engine loop spent finding nothing to do.";
+            idle_cycles: Cycles, "tlsdp_idle_seconds_total", "Time the engine loop spent finding nothing to do, its idle sleeps included.";
             loops: Counter, "tlsdp_loop_iterations_total", "Iterations of the engine loop.";
             loop_stalls: Counter, "tlsdp_loop_stalls_total", "Iterations of the engine loop that took over a millisecond: frames waited that long (at 100GE a NIC's 4,096-descriptor receive ring fills in half of one).";
         }
