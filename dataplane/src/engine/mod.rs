@@ -873,9 +873,8 @@ impl<P: Port, A: Application> Engine<P, A> {
     /// Runs the loop until `stop` is set (checked once per tick), counting
     /// busy TSC cycles (iterations whose [`Engine::poll`] did work), idle
     /// ones (the other iterations and the `idle_sleep` after them) and the
-    /// iterations that took over a
-    /// millisecond (`loop_stalls`). Transmits what is buffered before
-    /// returning.
+    /// iterations that took over a millisecond (`loop_stalls`). Transmits
+    /// what is buffered before returning.
     ///
     /// While `drain` is set, listeners take no new connections (SYNs get a
     /// reset); existing connections go on.
