@@ -43,6 +43,21 @@ impl Application for SlowTick {
     }
 }
 
+/// Runs `engine`'s loop on a thread of its own until `done` (or 10 s),
+/// then stops it.
+fn run_until(engine: &mut Engine<MemPort, SlowTick>, clock: &TscClock, done: impl Fn() -> bool) {
+    let (stop, drain) = (AtomicBool::new(false), AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let runner = s.spawn(|| engine.run(clock, &stop, &drain));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !done() && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        stop.store(true, Ordering::Relaxed);
+        runner.join().expect("engine thread");
+    });
+}
+
 #[test]
 fn an_iteration_over_a_millisecond_is_counted_as_a_stall() {
     let held = Arc::new(AtomicBool::new(false));
@@ -58,19 +73,10 @@ fn an_iteration_over_a_millisecond_is_counted_as_a_stall() {
         app,
     );
     let clock = TscClock::new();
-    let (stop, drain) = (AtomicBool::new(false), AtomicBool::new(false));
-    std::thread::scope(|s| {
-        let runner = s.spawn(|| engine.run(&clock, &stop, &drain));
-        // Wait for the slow tick and a tick after it (so the loop went
-        // on past the stall), then stop the loop.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while (!held.load(Ordering::Acquire) || ticks.load(Ordering::Acquire) < 2)
-            && std::time::Instant::now() < deadline
-        {
-            std::thread::yield_now();
-        }
-        stop.store(true, Ordering::Relaxed);
-        runner.join().expect("engine thread");
+    // Until the slow tick and a tick after it (so the loop went on past
+    // the stall).
+    run_until(&mut engine, &clock, || {
+        held.load(Ordering::Acquire) && ticks.load(Ordering::Acquire) >= 2
     });
     assert!(held.load(Ordering::Acquire), "the slow tick never ran");
     let c = engine.counters();
@@ -97,18 +103,9 @@ fn sleeping_while_idle_counts_as_idle_time() {
     let mut engine: Engine<MemPort, SlowTick> =
         Engine::with_app(cfg, Arc::new(SharedCounters::default()), app);
     let clock = TscClock::new();
-    let (stop, drain) = (AtomicBool::new(false), AtomicBool::new(false));
     let start = clock.ticks();
-    std::thread::scope(|s| {
-        let runner = s.spawn(|| engine.run(&clock, &stop, &drain));
-        // 100 ticks (1 ms each): most of it asleep.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while ticks.load(Ordering::Acquire) < 100 && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        stop.store(true, Ordering::Relaxed);
-        runner.join().expect("engine thread");
-    });
+    // 100 ticks (1 ms each): most of it asleep.
+    run_until(&mut engine, &clock, || ticks.load(Ordering::Acquire) >= 100);
     let wall = clock.ticks().wrapping_sub(start);
     let c = engine.counters();
     let counted = c.busy_cycles + c.idle_cycles;
