@@ -6,6 +6,7 @@
 //! and reports (Markdown, CSV, JSON, SVG).
 #![forbid(unsafe_code)]
 
+pub mod alone;
 pub mod bypass;
 pub mod ceiling;
 pub mod dut;

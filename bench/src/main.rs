@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use bench::alone::Pausable;
 use bench::loadgen::{Load, Phases};
 use bench::run::{self, TestKind, TestSpec};
 use bench::target::{KeyType, Target};
@@ -81,7 +82,8 @@ enum Cmd {
 
 #[derive(Args, Debug, Clone)]
 struct Common {
-    /// Target: name=N,host=IP,rsa2048=PORT,p256=PORT,p384=PORT,http=PORT,pidfile=A[+B],core=C[,busy=cmd:..|file:..]. Repeatable.
+    /// Target: name=N,host=IP,rsa2048=PORT,p256=PORT,p384=PORT,http=PORT,pidfile=A[+B],core=C[,pause=A[+B]][,busy=cmd:..|file:..]. Repeatable.
+    /// `pause=`: processes stopped while other targets (or the ceiling) are measured.
     #[arg(long = "target", required = true)]
     targets: Vec<String>,
     /// Certificate key type (selects the target's port).
@@ -260,7 +262,9 @@ impl Common {
         self.targets.iter().map(|t| Ok(Target::parse(t)?)).collect()
     }
 
-    fn ceilings(&self) -> Result<Vec<ceiling::Ceiling>> {
+    /// The ceilings from `--ceiling-file`, or measured on core 1 with the
+    /// targets' `pause=` processes stopped.
+    fn ceilings(&self, targets: &Pausable) -> Result<Vec<ceiling::Ceiling>> {
         if let Some(path) = &self.ceiling_file {
             #[derive(serde::Deserialize)]
             struct File {
@@ -279,6 +283,7 @@ impl Common {
         if self.ceiling_ms == 0 {
             return Ok(Vec::new());
         }
+        let _alone = targets.alone(None);
         Ok(ceiling_on(1, self.ceiling_ms)
             .map(|c| c.1)
             .unwrap_or_default())
@@ -301,15 +306,16 @@ fn main() -> Result<()> {
     match cli.cmd {
         Cmd::Test { kind, common } => {
             let targets = common.targets()?;
+            let others = Pausable::new(&targets);
             let spec = common.spec(kind, None)?;
             let ceilings = if kind.uses_tls() {
-                common.ceilings()?
+                common.ceilings(&others)?
             } else {
                 Vec::new()
             };
             let mut results = Vec::new();
             for t in &targets {
-                results.push(run::run_repeated(&spec, t));
+                results.push(run::run_repeated(&spec, t, &others));
             }
             print!("{}", report::runs_markdown(&results));
             print!(
@@ -327,7 +333,8 @@ fn main() -> Result<()> {
             common,
         } => {
             let targets = common.targets()?;
-            let ceilings = common.ceilings()?;
+            let others = Pausable::new(&targets);
+            let ceilings = common.ceilings(&others)?;
             let mut results = Vec::new();
             for t in &targets {
                 for &kind in &tests {
@@ -338,7 +345,7 @@ fn main() -> Result<()> {
                     };
                     for k in ks {
                         let spec = common.spec(kind, k)?;
-                        results.push(run::run_repeated(&spec, t));
+                        results.push(run::run_repeated(&spec, t, &others));
                     }
                 }
             }

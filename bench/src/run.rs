@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use rustls::pki_types::ServerName;
 
+use crate::alone::Pausable;
 use crate::dut::{self, DutSample};
 use crate::loadgen::{
     Counter, Counters, Latencies, Load, Negotiated, Phases, Snapshot, Worker, Workload,
@@ -733,9 +734,11 @@ pub fn run_once(
 }
 
 /// Runs the test `spec.repeat` times and picks the best and the median of
-/// the accepted runs.
+/// the accepted runs; the other targets' `pause=` processes are stopped
+/// meanwhile ([`crate::alone`]).
 #[must_use]
-pub fn run_repeated(spec: &TestSpec, target: &Target) -> TestResult {
+pub fn run_repeated(spec: &TestSpec, target: &Target, others: &Pausable) -> TestResult {
+    let _alone = others.alone(Some(&target.name));
     let label = format!("{} {}", spec.kind.name(), target.name);
     let mut res = TestResult {
         test: spec.kind,

@@ -6,6 +6,7 @@
 
 use std::fmt::Write as _;
 
+use crate::alone::Pausable;
 use crate::loadgen::Load;
 use crate::report::fmt_num;
 use crate::run::{self, TestKind, TestResult, TestSpec};
@@ -66,11 +67,12 @@ fn cell(r: &TestResult) -> String {
 }
 
 fn run_rows(rows: &[Row], targets: &[Target]) -> Vec<Vec<TestResult>> {
+    let others = Pausable::new(targets);
     rows.iter()
         .map(|row| {
             targets
                 .iter()
-                .map(|t| run::run_repeated(&row.spec, t))
+                .map(|t| run::run_repeated(&row.spec, t, &others))
                 .collect()
         })
         .collect()
@@ -204,8 +206,9 @@ fn lbo(targets: &[Target], f: &SpecFn<'_>) -> Result<(String, Vec<TestResult>), 
         "\n## loadbalancer.org: SSL offload TPS (107 B page from backends rip-test-N, HTTPS in, cleartext to a weighted-least-connections pool)\n\n| target | cipher as run | certificate | run 1 | run 2 | run 3 | best | median | DUT µs/conn | saturated |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let mut all = Vec::new();
+    let others = Pausable::new(targets);
     for t in targets {
-        let r = run::run_repeated(&spec, t);
+        let r = run::run_repeated(&spec, t, &others);
         let mut runs: Vec<String> = r
             .runs
             .iter()
@@ -263,8 +266,9 @@ fn abs(targets: &[Target], f: &SpecFn<'_>) -> Result<(String, Vec<TestResult>), 
         "\n## NetScaler VPX with abs (`abs -n 50000 -c 100 -f TLS1.2 https://host/samplefile.htm`)\n\n| target | key | concurrency | transactions/s best (median) | handshake p50 / p99 ms | failed | DUT core | saturated |\n|---|---|---|---|---|---|---|---|\n",
     );
     let mut all = Vec::new();
+    let others = Pausable::new(targets);
     for t in targets {
-        let r = run::run_repeated(&spec, t);
+        let r = run::run_repeated(&spec, t, &others);
         let best = r.best_run();
         let _ = writeln!(
             s,

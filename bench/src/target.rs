@@ -45,6 +45,9 @@ pub struct Target {
     pub busy: BusySource,
     /// The core the DUT is pinned to (its busy fraction is sampled).
     pub core: Option<usize>,
+    /// Processes that poll the DUT core even when idle (`dpd`): stopped
+    /// while other targets are measured ([`crate::alone`]).
+    pub pause: Vec<PathBuf>,
 }
 
 /// A bad `--target` specification.
@@ -70,7 +73,7 @@ impl Target {
     }
 
     /// Parses `name=N,host=IP,rsa2048=PORT,p256=PORT,p384=PORT,http=PORT,
-    /// pidfile=A[+B],core=C,busy=cmd:...|file:...`.
+    /// pidfile=A[+B],core=C,pause=A[+B],busy=cmd:...|file:...`.
     ///
     /// # Errors
     /// [`TargetSpecError`] naming the bad field and value.
@@ -84,6 +87,7 @@ impl Target {
             http: None,
             busy: BusySource::None,
             core: None,
+            pause: Vec::new(),
         };
         let mut pidfiles: Vec<PathBuf> = Vec::new();
         // `busy=cmd:...` may contain commas: it must come last.
@@ -111,6 +115,7 @@ impl Target {
                 "p384" => t.p384 = Some(port()?),
                 "http" => t.http = Some(port()?),
                 "pidfile" => pidfiles.extend(v.split('+').map(PathBuf::from)),
+                "pause" => t.pause.extend(v.split('+').map(PathBuf::from)),
                 "core" => {
                     t.core = Some(
                         v.parse()
@@ -155,12 +160,13 @@ mod tests {
     #[test]
     fn parse_dpd_like_target_with_busy_command() {
         let t = Target::parse(
-            "name=tlsdp,host=10.77.0.1,rsa2048=443,busy=cmd:dpctl stats --busy-seconds,x",
+            "name=tlsdp,host=10.77.0.1,rsa2048=443,pause=/run/dpd.pid,busy=cmd:dpctl stats --busy-seconds,x",
         )
         .unwrap();
         assert!(
             matches!(t.busy, BusySource::Command(ref c) if c == "dpctl stats --busy-seconds,x")
         );
+        assert_eq!(t.pause, [PathBuf::from("/run/dpd.pid")]);
     }
 
     #[test]

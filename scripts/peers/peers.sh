@@ -284,6 +284,9 @@ stop_pidfile() {
     local pid
     pid=$(cat "$f")
     if kill -0 "$pid" 2>/dev/null; then
+        # A dpd that dpbench held stopped (pause=, an interrupted run)
+        # takes SIGTERM only once it runs again.
+        kill -CONT "$pid" 2>/dev/null || true
         kill "$pid" 2>/dev/null || true
         for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
@@ -381,8 +384,10 @@ EOS
             fi
             cat > "$conf/dpd.toml" <<EOT
 # tlsdp on the bench lab: the DUT core, the port DPD_PORT names (AF_PACKET on
-# veth-dut beside the kernel peers by default), an idle pause so it leaves
-# the core to them between its runs.
+# veth-dut beside the kernel peers by default), a short sleep when idle.
+# That alone does not leave the core to the kernel peers (an idle dpd took
+# a quarter of nginx's CPS): dpbench stops it while they are measured
+# (its target's pause=).
 [eal]
 lcores = [$dut_core]
 idle_sleep_us = 50
@@ -451,8 +456,8 @@ targets() {
         haproxy) echo "name=haproxy,host=$vip,rsa2048=4441,p256=4442,p384=4443,http=8002,pidfile=$run/haproxy.pid,core=$dut_core" ;;
         stunnel) echo "name=stunnel,host=$vip,rsa2048=4451,p256=4452,p384=4453,http=8003,pidfile=$run/stunnel.pid+$run/haproxy-clear.pid,core=$dut_core" ;;
         backend) echo "name=backend,host=$vip,http=8090,pidfile=$run/backend.pid,core=$cli_core" ;;
-        dpd) echo "name=dpd,host=$dpd_ip,rsa2048=4461,p256=4462,p384=4463,http=80,core=$dut_core,busy=cmd:$dpctl_bin --socket $run/dpd.sock stats --busy-seconds" ;;
-        dpd-proxy) echo "name=dpd-proxy,host=$dpd_ip,rsa2048=4471,p256=4472,p384=4473,http=8071,core=$dut_core,busy=cmd:$dpctl_bin --socket $run/dpd.sock stats --busy-seconds" ;;
+        dpd) echo "name=dpd,host=$dpd_ip,rsa2048=4461,p256=4462,p384=4463,http=80,core=$dut_core,pause=$run/dpd.pid,busy=cmd:$dpctl_bin --socket $run/dpd.sock stats --busy-seconds" ;;
+        dpd-proxy) echo "name=dpd-proxy,host=$dpd_ip,rsa2048=4471,p256=4472,p384=4473,http=8071,core=$dut_core,pause=$run/dpd.pid,busy=cmd:$dpctl_bin --socket $run/dpd.sock stats --busy-seconds" ;;
         esac
     done
 }

@@ -1,0 +1,255 @@
+//! One target on the DUT core at a time.
+//!
+//! The peers of one comparison share the DUT core (BENCH.md: "tlsdp /
+//! nginx on the same core"), and dpbench measures them one after the
+//! other. A kernel peer waiting for connections costs nothing, but tlsdp's
+//! `dpd` polls its port even when idle (a run-to-completion loop that
+//! sleeps only briefly), so while nginx is measured beside an idle `dpd`
+//! the two share the core and nginx is charged the context switches and
+//! the caches `dpd` takes. Measured on the lab VM: nginx's P-256 CPS fell
+//! from 2,641 to 1,952 conn/s and its DUT µs per connection rose from 534
+//! to 599 (docs/bench.md).
+//!
+//! A target names such processes with `pause=PIDFILE[+PIDFILE]`: they are
+//! stopped (`SIGSTOP`) while any other target is measured or the crypto
+//! ceiling is, and continued (`SIGCONT`) when that ends. A process named
+//! by the measured target itself is never stopped (`dpd` and `dpd-proxy`
+//! are one process).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::target::Target;
+
+/// How long a stopped process may take to show as stopped in /proc.
+const STOP_WAIT: Duration = Duration::from_secs(2);
+
+/// The processes each target wants stopped while the others are measured.
+#[derive(Debug, Default)]
+pub struct Pausable {
+    targets: Vec<(String, Vec<PathBuf>)>,
+}
+
+impl Pausable {
+    /// From the targets' `pause=` pidfiles.
+    #[must_use]
+    pub fn new(targets: &[Target]) -> Self {
+        Self {
+            targets: targets
+                .iter()
+                .filter(|t| !t.pause.is_empty())
+                .map(|t| (t.name.clone(), t.pause.clone()))
+                .collect(),
+        }
+    }
+
+    /// Stops the `pause=` processes of every target other than `measured`
+    /// (of all of them for `None`), except those `measured` names itself;
+    /// they run again when the returned guard drops. A pidfile that cannot
+    /// be read or a process that does not stop is reported on stderr and
+    /// left as it is: the measurement goes on.
+    pub fn alone(&self, measured: Option<&str>) -> Stopped {
+        let own: Vec<u32> = self
+            .targets
+            .iter()
+            .filter(|(name, _)| Some(name.as_str()) == measured)
+            .flat_map(|(_, files)| files.iter().filter_map(|f| read_pid(f)))
+            .collect();
+        let mut stopped = Stopped { pids: Vec::new() };
+        for (name, files) in &self.targets {
+            if Some(name.as_str()) == measured {
+                continue;
+            }
+            for file in files {
+                let Some(pid) = read_pid(file) else {
+                    eprintln!(
+                        "dpbench: pause={}: no process to stop while others are measured ({name})",
+                        file.display()
+                    );
+                    continue;
+                };
+                if own.contains(&pid) || stopped.pids.contains(&pid) {
+                    continue;
+                }
+                if signal(pid, "-STOP") && wait_state(pid, true) {
+                    stopped.pids.push(pid);
+                } else {
+                    eprintln!("dpbench: pause: process {pid} ({name}) did not stop");
+                    signal(pid, "-CONT");
+                }
+            }
+        }
+        stopped
+    }
+}
+
+/// Processes stopped for a measurement; continued on drop.
+#[derive(Debug)]
+#[must_use = "the processes run again as soon as this drops"]
+pub struct Stopped {
+    pids: Vec<u32>,
+}
+
+impl Stopped {
+    /// The processes held stopped.
+    #[must_use]
+    pub fn pids(&self) -> &[u32] {
+        &self.pids
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        for &pid in &self.pids {
+            if !(signal(pid, "-CONT") && wait_state(pid, false)) {
+                eprintln!("dpbench: pause: process {pid} did not continue");
+            }
+        }
+    }
+}
+
+/// The first pid in a pidfile, if that process exists.
+fn read_pid(file: &Path) -> Option<u32> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let pid = text.split_whitespace().next()?.parse::<u32>().ok()?;
+    Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+}
+
+/// Sends `sig` (`-STOP`, `-CONT`) with kill(1) (dpbench has no unsafe
+/// code); true when it was delivered.
+fn signal(pid: u32, sig: &str) -> bool {
+    Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether /proc says every thread of `pid` is stopped (state `T`; a
+/// stop reaches a process's threads one by one); `None` when it is gone.
+#[must_use]
+pub fn is_stopped(pid: u32) -> Option<bool> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut any = false;
+    for task in tasks.flatten() {
+        let Ok(text) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue; // a thread that just ended
+        };
+        let state = text
+            .rfind(')')
+            .and_then(|i| text.get(i + 2..))
+            .and_then(|rest| rest.chars().next());
+        if state != Some('T') {
+            return Some(false);
+        }
+        any = true;
+    }
+    any.then_some(true)
+}
+
+/// Waits (bounded) until `pid` shows as stopped or running as wanted; a
+/// process that is gone counts as neither.
+fn wait_state(pid: u32, stopped: bool) -> bool {
+    let start = Instant::now();
+    loop {
+        match is_stopped(pid) {
+            Some(s) if s == stopped => return true,
+            None => return false,
+            Some(_) if start.elapsed() > STOP_WAIT => return false,
+            Some(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process of our own (ended on drop) and a pidfile naming it.
+    struct Child {
+        child: std::process::Child,
+        _dir: tempfile::TempDir,
+        pidfile: PathBuf,
+    }
+
+    impl Child {
+        fn start() -> Self {
+            let child = Command::new("sleep").arg("60").spawn().unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let pidfile = dir.path().join("peer.pid");
+            std::fs::write(&pidfile, format!("{}\n", child.id())).unwrap();
+            Self {
+                child,
+                _dir: dir,
+                pidfile,
+            }
+        }
+
+        fn stopped(&self) -> bool {
+            is_stopped(self.child.id()).unwrap()
+        }
+    }
+
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let _ = signal(self.child.id(), "-CONT");
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    fn target(spec: &str) -> Target {
+        Target::parse(spec).unwrap()
+    }
+
+    #[test]
+    fn a_polling_peer_is_stopped_while_another_is_measured() {
+        let dpd = Child::start();
+        let pause = dpd.pidfile.display();
+        let targets = [
+            target("name=nginx,host=10.0.0.1,p256=1"),
+            target(&format!("name=dpd,host=10.0.0.2,p256=2,pause={pause}")),
+            target(&format!(
+                "name=dpd-proxy,host=10.0.0.2,p256=3,pause={pause}"
+            )),
+        ];
+        let others = Pausable::new(&targets);
+        assert!(!dpd.stopped());
+        {
+            let held = others.alone(Some("nginx"));
+            assert!(dpd.stopped(), "dpd runs while nginx is measured");
+            assert_eq!(held.pids(), [dpd.child.id()], "stopped once");
+        }
+        assert!(!dpd.stopped(), "dpd continues after nginx's runs");
+        // Its own runs, and those of a target served by the same process.
+        for name in ["dpd", "dpd-proxy"] {
+            let held = others.alone(Some(name));
+            assert!(held.pids().is_empty());
+            assert!(!dpd.stopped(), "dpd stopped for {name}'s runs");
+        }
+        // The crypto ceiling: every pause= process stopped.
+        let held = others.alone(None);
+        assert!(dpd.stopped());
+        drop(held);
+        assert!(!dpd.stopped());
+    }
+
+    #[test]
+    fn a_pidfile_without_a_process_stops_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("none.pid");
+        let stale = dir.path().join("stale.pid");
+        // A pid far above any pid_max default: no such process.
+        std::fs::write(&stale, "2147483600\n").unwrap();
+        let targets = [
+            target("name=nginx,host=10.0.0.1,p256=1"),
+            target(&format!(
+                "name=dpd,host=10.0.0.2,p256=2,pause={}+{}",
+                missing.display(),
+                stale.display()
+            )),
+        ];
+        let held = Pausable::new(&targets).alone(Some("nginx"));
+        assert!(held.pids().is_empty());
+    }
+}
