@@ -155,8 +155,9 @@ struct Common {
     ceiling_ms: u64,
     /// Take the ceilings from this file (`dpbench ceiling --json`),
     /// measured with the DUT core free, instead of measuring them here
-    /// while the targets are up: an idle dpd still polls its core
-    /// (scripts/bench-suite.sh measures it before starting the peers).
+    /// on the targets' core while the targets are up (their `pause=`
+    /// processes stopped; scripts/bench-suite.sh measures it before
+    /// starting the peers).
     #[arg(long, conflicts_with = "ceiling_ms")]
     ceiling_file: Option<PathBuf>,
     /// Kernel-bypass client: run on tlsdp's own stack over this DPDK
@@ -262,9 +263,9 @@ impl Common {
         self.targets.iter().map(|t| Ok(Target::parse(t)?)).collect()
     }
 
-    /// The ceilings from `--ceiling-file`, or measured on core 1 with the
-    /// targets' `pause=` processes stopped.
-    fn ceilings(&self, targets: &Pausable) -> Result<Vec<ceiling::Ceiling>> {
+    /// The ceilings from `--ceiling-file`, or measured on the DUT core
+    /// ([`dut_core`]) with the targets' `pause=` processes stopped.
+    fn ceilings(&self, targets: &[Target], others: &Pausable) -> Result<Vec<ceiling::Ceiling>> {
         if let Some(path) = &self.ceiling_file {
             #[derive(serde::Deserialize)]
             struct File {
@@ -283,11 +284,17 @@ impl Common {
         if self.ceiling_ms == 0 {
             return Ok(Vec::new());
         }
-        let _alone = targets.alone(None);
-        Ok(ceiling_on(1, self.ceiling_ms)
+        let _alone = others.alone(None);
+        Ok(ceiling_on(dut_core(targets), self.ceiling_ms)
             .map(|c| c.1)
             .unwrap_or_default())
     }
+}
+
+/// The core the ceiling is measured on: the first target's `core=`, else 1
+/// (the lab's DUT core).
+fn dut_core(targets: &[Target]) -> usize {
+    targets.iter().find_map(|t| t.core).unwrap_or(1)
 }
 
 fn ceiling_on(core: usize, ms: u64) -> Result<(Vec<ceiling::OpCost>, Vec<ceiling::Ceiling>)> {
@@ -309,7 +316,7 @@ fn main() -> Result<()> {
             let others = Pausable::new(&targets);
             let spec = common.spec(kind, None)?;
             let ceilings = if kind.uses_tls() {
-                common.ceilings(&others)?
+                common.ceilings(&targets, &others)?
             } else {
                 Vec::new()
             };
@@ -334,7 +341,7 @@ fn main() -> Result<()> {
         } => {
             let targets = common.targets()?;
             let others = Pausable::new(&targets);
-            let ceilings = common.ceilings(&others)?;
+            let ceilings = common.ceilings(&targets, &others)?;
             let mut results = Vec::new();
             for t in &targets {
                 for &kind in &tests {
@@ -383,4 +390,20 @@ fn main() -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ceiling_is_measured_on_the_targets_core() {
+        let on = |specs: &[&str]| {
+            let targets: Vec<Target> = specs.iter().map(|s| Target::parse(s).unwrap()).collect();
+            dut_core(&targets)
+        };
+        assert_eq!(on(&["name=a,core=3", "name=b,core=1"]), 3);
+        assert_eq!(on(&["name=a", "name=b,core=5"]), 5);
+        assert_eq!(on(&["name=a"]), 1, "the lab's DUT core when none is named");
+    }
 }
