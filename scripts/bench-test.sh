@@ -14,6 +14,8 @@ done
 # Release profile for everything: one build of aws-lc serves tests and runs.
 # dpd and dpctl too: the trust tests run dpd as the benchmarks do.
 cargo build --release -p dataplane -p control --bins
-cargo test --release -p bench --lib --bins
+# Unit tests and the integration tests that need no lab (ceiling_file,
+# pause); the trust tests are #[ignore]d there and run next.
+cargo test --release -p bench
 cargo test --release -p bench --test trust -- --ignored --test-threads=1
 echo "bench-test: all passed"

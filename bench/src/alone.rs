@@ -14,16 +14,57 @@
 //! stopped (`SIGSTOP`) while any other target is measured or the crypto
 //! ceiling is, and continued (`SIGCONT`) when that ends. A process named
 //! by the measured target itself is never stopped (`dpd` and `dpd-proxy`
-//! are one process).
+//! are one process). If dpbench is interrupted meanwhile (SIGINT, SIGTERM,
+//! SIGHUP), [`continue_on_signal`] continues them before it ends: a `dpd`
+//! left stopped would not even answer `dpctl`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::target::Target;
 
 /// How long a stopped process may take to show as stopped in /proc.
 const STOP_WAIT: Duration = Duration::from_secs(2);
+
+/// Every process some [`Stopped`] holds (entered before it is stopped,
+/// left after it is continued), for [`continue_on_signal`].
+static HELD: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+fn held() -> MutexGuard<'static, Vec<u32>> {
+    HELD.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Starts a thread that, when dpbench gets SIGINT, SIGTERM or SIGHUP,
+/// continues every process held stopped and then ends dpbench as that
+/// signal would have.
+///
+/// # Errors
+/// When the handlers or the thread cannot be set up.
+pub fn continue_on_signal() -> std::io::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    std::thread::Builder::new()
+        .name("dpbench-signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                continue_held();
+                let _ = signal_hook::low_level::emulate_default_handler(sig);
+                std::process::exit(128 + sig);
+            }
+        })?;
+    Ok(())
+}
+
+/// Continues every process held stopped (they stay in [`HELD`] until their
+/// guards drop; a second `SIGCONT` does nothing).
+pub fn continue_held() {
+    for &pid in held().iter() {
+        signal(pid, "-CONT");
+    }
+}
 
 /// The processes each target wants stopped while the others are measured.
 #[derive(Debug, Default)]
@@ -72,11 +113,16 @@ impl Pausable {
                 if own.contains(&pid) || stopped.pids.contains(&pid) {
                     continue;
                 }
+                // Held before it stops, under the lock: an interrupt's
+                // continue comes after the stop, never before.
+                let mut held = held();
+                held.push(pid);
                 if signal(pid, "-STOP") && wait_state(pid, true) {
                     stopped.pids.push(pid);
                 } else {
                     eprintln!("dpbench: pause: process {pid} ({name}) did not stop");
                     signal(pid, "-CONT");
+                    held.pop();
                 }
             }
         }
@@ -105,7 +151,16 @@ impl Drop for Stopped {
             if !(signal(pid, "-CONT") && wait_state(pid, false)) {
                 eprintln!("dpbench: pause: process {pid} did not continue");
             }
+            release(pid);
         }
+    }
+}
+
+/// Takes one entry of `pid` out of [`HELD`].
+fn release(pid: u32) {
+    let mut held = held();
+    if let Some(i) = held.iter().position(|&p| p == pid) {
+        held.swap_remove(i);
     }
 }
 

@@ -308,6 +308,10 @@ fn ceiling_on(core: usize, ms: u64) -> Result<(Vec<ceiling::OpCost>, Vec<ceiling
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    // A peer dpbench holds stopped (a target's pause=) must not stay so.
+    if let Err(e) = bench::alone::continue_on_signal() {
+        eprintln!("dpbench: no signal handling ({e}): an interrupted run may leave pause= processes stopped");
+    }
     // As in dpd: the bypass client's engine keeps its freed memory.
     dataplane::dpdk::keep_freed_memory();
     match cli.cmd {
