@@ -1,6 +1,6 @@
 //! The safe layer over DPDK: EAL, mempools, mbufs, ethdev ports and queues
 //! (and the other C underneath: the vnet tap, the VIP interface, the
-//! allocator's settings).
+//! allocator's settings, the CPU's prefetch hint).
 //!
 //! This module and its children are the only unsafe code of the dataplane
 //! (STYLE.md §2): every DPDK return code or null pointer becomes a
@@ -14,6 +14,7 @@ mod ethdev;
 mod logs;
 mod mbuf;
 mod memseg_fds;
+mod prefetch;
 mod vip_iface;
 mod vnet_tap;
 
@@ -28,6 +29,7 @@ pub use ethdev::{
 pub use logs::route_to_log;
 pub use mbuf::{Mbuf, Mempool};
 pub use memseg_fds::MemsegFds;
+pub use prefetch::prefetch;
 pub use vip_iface::VipIface;
 pub use vnet_tap::{VnetTap, VnetTapConfig, VnetTapStats};
 

@@ -2,7 +2,7 @@
 //! and TCP, software RSS hand-offs, the transmit buffer and its flush.
 
 use super::{EnginePort, Held, MAX_TX_PENDING, MAX_UNRESOLVED, RESOLVE_TIMEOUT};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::app::Tcp;
 use crate::net::toeplitz::{classify, FrameClass};
@@ -11,7 +11,76 @@ use crate::net::{vlan, Interface};
 use crate::port::{PacketBuf, Port};
 use crate::stats::{Counters, DropReason};
 use crate::steer::{SteerLink, Steered};
+use crate::tcp::{AnyFlowKey, FlowKey, FlowKey6};
 use crate::time::Instant;
+
+/// Prefetches, for each SYN (without ACK) among `frames`, what its input
+/// will read out of the caches ([`Tcp::prefetch_syn`]: its TIME-WAIT
+/// bucket), so that those misses overlap as the burst is processed.
+/// Frames it cannot read are left to [`receive`] to judge.
+pub(super) fn prefetch_syns<B: PacketBuf>(frames: &[B], tcp: &Tcp) {
+    for buf in frames {
+        match syn_key(buf.data()) {
+            Some(AnyFlowKey::V4(key)) => tcp.prefetch_syn(&key),
+            Some(AnyFlowKey::V6(key)) => tcp.prefetch_syn(&key),
+            None => {}
+        }
+    }
+}
+
+/// The flow of a TCP SYN without ACK in `frame` (untagged or one 802.1Q
+/// tag, IPv4 or IPv6 without extension headers), ours the destination;
+/// `None` for anything else or too short to tell. Nothing is checked
+/// that [`receive`] checks (checksums, fragments, lengths past the
+/// flags): this only picks what to prefetch.
+fn syn_key(frame: &[u8]) -> Option<AnyFlowKey> {
+    /// SYN and ACK in the TCP header's flags byte.
+    const SYN_ACK: u8 = 0x12;
+    const SYN: u8 = 0x02;
+    let (at, _) = vlan::peek(frame);
+    let ip = frame.get(at + 2..)?;
+    let ports = |tcp: &[u8]| {
+        (
+            u16::from_be_bytes([tcp[0], tcp[1]]),
+            u16::from_be_bytes([tcp[2], tcp[3]]),
+        )
+    };
+    match frame.get(at..at + 2)? {
+        [0x08, 0x00] => {
+            let ihl = usize::from(ip.first()? & 0x0f) * 4;
+            let tcp = ip.get(ihl..ihl + 14).filter(|_| ihl >= 20 && ip[9] == 6)?;
+            if tcp[13] & SYN_ACK != SYN {
+                return None;
+            }
+            let (src_port, dst_port) = ports(tcp);
+            Some(AnyFlowKey::V4(FlowKey {
+                local: Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
+                local_port: dst_port,
+                remote: Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
+                remote_port: src_port,
+            }))
+        }
+        [0x86, 0xdd] => {
+            let tcp = ip.get(40..54).filter(|_| ip[6] == 6)?;
+            if tcp[13] & SYN_ACK != SYN {
+                return None;
+            }
+            let addr = |at: usize| {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(&ip[at..at + 16]);
+                Ipv6Addr::from(a)
+            };
+            let (src_port, dst_port) = ports(tcp);
+            Some(AnyFlowKey::V6(FlowKey6 {
+                local: addr(24),
+                local_port: dst_port,
+                remote: addr(8),
+                remote_port: src_port,
+            }))
+        }
+        _ => None,
+    }
+}
 
 /// Processes one received frame: TCP to the stack, the rest answered or
 /// dropped by the interface.
@@ -420,5 +489,99 @@ pub(super) fn segmentation_max<P: Port>(port: &P) -> u32 {
             payload as u32 // < 2^16
         }
         _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An Ethernet frame (with an 802.1Q tag for `vlan`) carrying a TCP
+    /// header with `flags` from `src:1234` to `dst:443`.
+    fn frame(ip: IpAddr, vlan: Option<u16>, flags: u8) -> Vec<u8> {
+        let mut f = vec![0u8; 12]; // MACs
+        if let Some(id) = vlan {
+            f.extend_from_slice(&[0x81, 0x00]);
+            f.extend_from_slice(&id.to_be_bytes());
+        }
+        let mut tcp = [0u8; 20];
+        tcp[..2].copy_from_slice(&1234u16.to_be_bytes());
+        tcp[2..4].copy_from_slice(&443u16.to_be_bytes());
+        tcp[12] = 5 << 4;
+        tcp[13] = flags;
+        match ip {
+            IpAddr::V4(_) => {
+                f.extend_from_slice(&[0x08, 0x00]);
+                let mut h = [0u8; 20];
+                h[0] = 0x45;
+                h[9] = 6;
+                h[12..16].copy_from_slice(&[10, 0, 0, 2]);
+                h[16..20].copy_from_slice(&[10, 0, 0, 1]);
+                f.extend_from_slice(&h);
+            }
+            IpAddr::V6(_) => {
+                f.extend_from_slice(&[0x86, 0xdd]);
+                let mut h = [0u8; 40];
+                h[0] = 0x60;
+                h[6] = 6;
+                h[8..24].copy_from_slice(&Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2).octets());
+                h[24..40].copy_from_slice(&Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1).octets());
+                f.extend_from_slice(&h);
+            }
+        }
+        f.extend_from_slice(&tcp);
+        f
+    }
+
+    const V4: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+    const V6: IpAddr = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
+
+    #[test]
+    fn a_syn_names_its_flow_ours_the_destination() {
+        let v4 = FlowKey {
+            local: Ipv4Addr::new(10, 0, 0, 1),
+            local_port: 443,
+            remote: Ipv4Addr::new(10, 0, 0, 2),
+            remote_port: 1234,
+        };
+        let v6 = FlowKey6 {
+            local: Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
+            local_port: 443,
+            remote: Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
+            remote_port: 1234,
+        };
+        for vlan in [None, Some(100)] {
+            assert_eq!(syn_key(&frame(V4, vlan, 0x02)), Some(AnyFlowKey::V4(v4)));
+            assert_eq!(syn_key(&frame(V6, vlan, 0x02)), Some(AnyFlowKey::V6(v6)));
+        }
+    }
+
+    #[test]
+    fn only_a_syn_without_ack_is_named() {
+        // SYN-ACK, ACK, FIN+ACK, RST: no lookup of TIME-WAIT to come.
+        for flags in [0x12, 0x10, 0x11, 0x04] {
+            assert_eq!(syn_key(&frame(V4, None, flags)), None, "{flags:#x}");
+            assert_eq!(syn_key(&frame(V6, None, flags)), None, "{flags:#x}");
+        }
+    }
+
+    #[test]
+    fn frames_too_short_or_not_tcp_name_nothing() {
+        for ip in [V4, V6] {
+            let whole = frame(ip, Some(7), 0x02);
+            // Every cut short of the flags byte, tagged or not.
+            for len in 0..whole.len() - 6 {
+                assert_eq!(syn_key(&whole[..len]), None, "cut at {len}");
+            }
+        }
+        let mut udp = frame(V4, None, 0x02);
+        udp[14 + 9] = 17;
+        assert_eq!(syn_key(&udp), None);
+        let mut short_ihl = frame(V4, None, 0x02);
+        short_ihl[14] = 0x44; // a header of 16 bytes
+        assert_eq!(syn_key(&short_ihl), None);
+        let mut arp = frame(V4, None, 0x02);
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(syn_key(&arp), None);
     }
 }

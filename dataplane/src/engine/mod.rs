@@ -683,6 +683,7 @@ impl<P: Port, A: Application> Engine<P, A> {
             }
             work += n;
             ep.rx_drained = drained;
+            io::prefetch_syns(&self.rx, &self.tcp);
             for buf in self.rx.drain(..) {
                 if let Some(c) = &ep.capture {
                     if !c.take(buf.data()) {

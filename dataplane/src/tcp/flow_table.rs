@@ -65,6 +65,12 @@ impl<I: FlowAddr> FlowTable<I> {
         }
     }
 
+    /// Prefetches what [`Self::find`] of a `key` with no connection reads
+    /// from the TIME-WAIT table (the connections' map is small and hot).
+    pub fn prefetch_time_wait(&self, key: &FlowKey<I>) {
+        self.time_wait.prefetch(key);
+    }
+
     /// The connection `key` belongs to.
     pub fn conn(&self, key: &FlowKey<I>) -> Option<ConnId> {
         self.conns.get(key).copied()

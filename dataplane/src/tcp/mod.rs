@@ -997,6 +997,14 @@ impl<A: Default> TcpEngine<A> {
         self.input_checked(now, src, dst, bytes, Check::Unknown)
     }
 
+    /// Prefetches what the input of a SYN of flow `key` will read that is
+    /// likely out of the caches: its TIME-WAIT index bucket (the engine
+    /// prefetches a burst's SYNs before it processes the burst). Only a
+    /// hint: nothing changes.
+    pub fn prefetch_syn<I: FlowAddr>(&self, key: &FlowKey<I>) {
+        I::table(&self.flows).prefetch_time_wait(key);
+    }
+
     /// [`TcpEngine::input`] for a segment whose checksum the port has
     /// already judged (`Good` or `Bad`; `Unknown` is checked here).
     ///
