@@ -5,10 +5,9 @@
 //! other. A kernel peer waiting for connections costs nothing, but tlsdp's
 //! `dpd` polls its port even when idle (a run-to-completion loop that
 //! sleeps only briefly), so while nginx is measured beside an idle `dpd`
-//! the two share the core and nginx is charged the context switches and
-//! the caches `dpd` takes. Measured on the lab VM: nginx's P-256 CPS fell
+//! the two share the core. Measured on the lab VM: nginx's P-256 CPS fell
 //! from 2,641 to 1,952 conn/s and its DUT µs per connection rose from 534
-//! to 599 (docs/bench.md).
+//! to 599 (docs/bench.md, "Each peer alone on the DUT core").
 //!
 //! A target names such processes with `pause=PIDFILE[+PIDFILE]`: they are
 //! stopped (`SIGSTOP`) while any other target is measured or the crypto
