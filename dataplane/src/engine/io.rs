@@ -66,15 +66,14 @@ fn syn_key(frame: &[u8]) -> Option<AnyFlowKey> {
                 return None;
             }
             let addr = |at: usize| {
-                let mut a = [0u8; 16];
-                a.copy_from_slice(&ip[at..at + 16]);
-                Ipv6Addr::from(a)
+                let a: [u8; 16] = ip.get(at..at + 16)?.try_into().ok()?;
+                Some(Ipv6Addr::from(a))
             };
             let (src_port, dst_port) = ports(tcp);
             Some(AnyFlowKey::V6(FlowKey6 {
-                local: addr(24),
+                local: addr(24)?,
                 local_port: dst_port,
-                remote: addr(8),
+                remote: addr(8)?,
                 remote_port: src_port,
             }))
         }
