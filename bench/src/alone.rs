@@ -101,29 +101,21 @@ impl Pausable {
             if Some(name.as_str()) == measured {
                 continue;
             }
-            for file in files {
-                let Some(pid) = read_pid(file) else {
-                    eprintln!(
-                        "dpbench: pause={}: no process to stop while others are measured ({name})",
-                        file.display()
-                    );
-                    continue;
-                };
-                if own.contains(&pid) || stopped.pids.contains(&pid) {
-                    continue;
-                }
-                // Held before it stops, under the lock: an interrupt's
-                // continue comes after the stop, never before.
-                let mut held = held();
-                held.push(pid);
-                if signal(pid, "-STOP") && wait_state(pid, true) {
-                    stopped.pids.push(pid);
-                } else {
-                    eprintln!("dpbench: pause: process {pid} ({name}) did not stop");
-                    signal(pid, "-CONT");
-                    held.pop();
-                }
-            }
+            stopped.stop(name, files, &own);
+        }
+        stopped
+    }
+
+    /// Stops `measured`'s own `pause=` processes as well, while [`alone`]'s
+    /// guard for it holds the others: for a crypto ceiling measured between
+    /// its runs (`--ceiling-each`). They run again when the returned guard
+    /// drops.
+    ///
+    /// [`alone`]: Pausable::alone
+    pub fn own(&self, measured: &str) -> Stopped {
+        let mut stopped = Stopped { pids: Vec::new() };
+        for (name, files) in self.targets.iter().filter(|(n, _)| n == measured) {
+            stopped.stop(name, files, &[]);
         }
         stopped
     }
@@ -137,6 +129,34 @@ pub struct Stopped {
 }
 
 impl Stopped {
+    /// Stops the processes in `files` (target `name`'s pidfiles) but those
+    /// in `except` and those already stopped here.
+    fn stop(&mut self, name: &str, files: &[PathBuf], except: &[u32]) {
+        for file in files {
+            let Some(pid) = read_pid(file) else {
+                eprintln!(
+                    "dpbench: pause={}: no process to stop while others are measured ({name})",
+                    file.display()
+                );
+                continue;
+            };
+            if except.contains(&pid) || self.pids.contains(&pid) {
+                continue;
+            }
+            // Held before it stops, under the lock: an interrupt's
+            // continue comes after the stop, never before.
+            let mut held = held();
+            held.push(pid);
+            if signal(pid, "-STOP") && wait_state(pid, true) {
+                self.pids.push(pid);
+            } else {
+                eprintln!("dpbench: pause: process {pid} ({name}) did not stop");
+                signal(pid, "-CONT");
+                held.pop();
+            }
+        }
+    }
+
     /// The processes held stopped.
     #[must_use]
     pub fn pids(&self) -> &[u32] {
@@ -286,6 +306,36 @@ mod tests {
         assert!(dpd.stopped());
         drop(held);
         assert!(!dpd.stopped());
+    }
+
+    #[test]
+    fn a_target_is_stopped_for_a_ceiling_between_its_runs_and_the_others_stay_stopped() {
+        let (dpd, nginx) = (Child::start(), Child::start());
+        let targets = [
+            target(&format!(
+                "name=nginx,host=10.0.0.1,p256=1,pause={}",
+                nginx.pidfile.display()
+            )),
+            target(&format!(
+                "name=dpd,host=10.0.0.2,p256=2,pause={}",
+                dpd.pidfile.display()
+            )),
+        ];
+        let others = Pausable::new(&targets);
+        let runs = others.alone(Some("dpd"));
+        assert!(nginx.stopped() && !dpd.stopped());
+        {
+            let ceiling = others.own("dpd");
+            assert_eq!(ceiling.pids(), [dpd.child.id()]);
+            assert!(dpd.stopped() && nginx.stopped());
+        }
+        // After the ceiling: dpd runs again, nginx stays stopped for the
+        // rest of dpd's runs.
+        assert!(!dpd.stopped() && nginx.stopped());
+        drop(runs);
+        assert!(!dpd.stopped() && !nginx.stopped());
+        // A target without pause= has nothing to stop.
+        assert!(Pausable::new(&targets[..1]).own("dpd").pids().is_empty());
     }
 
     #[test]

@@ -189,6 +189,57 @@ pub fn measure(budget: Duration) -> Result<(Vec<OpCost>, Vec<Ceiling>), CeilingE
     Ok((ops, ceilings))
 }
 
+/// The ceiling (handshakes/s) of one server handshake with X25519 and a
+/// `key` certificate: its signature, an X25519 key generation and shared
+/// secret, `budget` each. For a ceiling measured beside each run
+/// (`--ceiling-each`): a third of [`measure`]'s operations.
+///
+/// # Errors
+/// [`CeilingError`] when a key cannot be generated (should not happen).
+pub fn handshake_rate(budget: Duration, key: crate::target::KeyType) -> Result<f64, CeilingError> {
+    use crate::target::KeyType;
+    let rng = rand::SystemRandom::new();
+    let msg = [0x5au8; 64];
+    let sign = match key {
+        KeyType::Rsa2048 => {
+            let k = rsa::KeyPair::generate(rsa::KeySize::Rsa2048)
+                .map_err(|_| CeilingError("RSA keygen"))?;
+            let mut sig = vec![0u8; k.public_modulus_len()];
+            time_op(budget, || {
+                let _ = k.sign(&signature::RSA_PSS_SHA256, &rng, &msg, &mut sig);
+            })
+        }
+        KeyType::P256 | KeyType::P384 => {
+            let alg = if key == KeyType::P256 {
+                &signature::ECDSA_P256_SHA256_ASN1_SIGNING
+            } else {
+                &signature::ECDSA_P384_SHA384_ASN1_SIGNING
+            };
+            let k =
+                signature::EcdsaKeyPair::generate(alg).map_err(|_| CeilingError("ECDSA keygen"))?;
+            time_op(budget, || {
+                let _ = k.sign(&rng, &msg);
+            })
+        }
+    };
+    let (gen, agree) = kx_cost(&agreement::X25519, budget)?;
+    Ok(1e6 / (sign + gen + agree))
+}
+
+/// Runs `f` on a thread of its own pinned to `core` (the DUT core, so a
+/// ceiling is that core's); `None` if it panicked.
+pub fn on_core<T: Send + 'static>(
+    core: usize,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    std::thread::spawn(move || {
+        core_affinity::set_for_current(core_affinity::CoreId { id: core });
+        f()
+    })
+    .join()
+    .ok()
+}
+
 /// The ceiling (handshakes/s) for a key type with X25519.
 #[must_use]
 pub fn for_key(ceilings: &[Ceiling], key: crate::target::KeyType) -> Option<f64> {
@@ -209,5 +260,23 @@ mod tests {
         assert_eq!(ops.len(), 10);
         assert!(ops.iter().all(|o| o.us > 0.0 || o.op.contains("shared")));
         assert!(for_key(&c, crate::target::KeyType::Rsa2048).unwrap() > 0.0);
+    }
+
+    #[test]
+    fn one_handshake_rate_per_key_ranks_as_the_keys_do() {
+        use crate::target::KeyType;
+        let budget = Duration::from_millis(30);
+        let rate = |k| on_core(0, move || handshake_rate(budget, k).unwrap()).unwrap();
+        let (rsa, p256, p384) = (
+            rate(KeyType::Rsa2048),
+            rate(KeyType::P256),
+            rate(KeyType::P384),
+        );
+        // An RSA-2048 signature costs several P-384 ones, and a P-384
+        // one several P-256 ones, on any machine.
+        assert!(
+            rsa > 0.0 && rsa < p384 && p384 < p256,
+            "{rsa} {p384} {p256}"
+        );
     }
 }
