@@ -9,6 +9,7 @@
 #
 #   scripts/bench-suite.sh                          # dpbench suite, defaults
 #   scripts/bench-suite.sh suite --tests cps --keys rsa2048,p256 --repeat 3
+#   scripts/bench-suite.sh suite --tests cps --keys p256 --ceiling-each   # ceiling around each run
 #   scripts/bench-suite.sh test latency --rate 300
 #   scripts/bench-suite.sh scenario f5 --sustain 5
 #

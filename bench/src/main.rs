@@ -160,6 +160,14 @@ struct Common {
     /// starting the peers).
     #[arg(long, conflicts_with = "ceiling_ms")]
     ceiling_file: Option<PathBuf>,
+    /// Also measure the ceiling of each TLS cps and tps run's handshake
+    /// (its signature, X25519; MS per operation, 300 if not given) on the
+    /// DUT core right before and right after the run, all `pause=`
+    /// processes stopped meanwhile (the measured target's too), and report
+    /// each run's per-core rate over the mean of the two: a VM whose speed
+    /// drifts moves both alike.
+    #[arg(long, value_name = "MS", num_args = 0..=1, default_missing_value = "300")]
+    ceiling_each: Option<u64>,
     /// Kernel-bypass client: run on tlsdp's own stack over this DPDK
     /// virtual device (net_memif0,role=client,socket=PATH;
     /// net_af_packet0,iface=IFACE), on the first of --cores. Closed-loop
@@ -248,6 +256,15 @@ impl Common {
         s.cores.clone_from(&self.cores);
         s.sources = parse_sources(&self.src)?;
         s.tolerance = self.tolerance;
+        if let Some(ms) = self.ceiling_each {
+            if ms == 0 {
+                bail!("--ceiling-each 0: the ceiling needs some time per operation");
+            }
+            s.ceiling_each = Some(run::CeilingEach {
+                core: dut_core(&self.targets()?),
+                budget: Duration::from_millis(ms),
+            });
+        }
         if let (Some(dev), Some(addr)) = (&self.bypass, &self.bypass_addr) {
             let core = self.cores.first().copied().unwrap_or(0);
             s.bypass =
@@ -298,12 +315,10 @@ fn dut_core(targets: &[Target]) -> usize {
 }
 
 fn ceiling_on(core: usize, ms: u64) -> Result<(Vec<ceiling::OpCost>, Vec<ceiling::Ceiling>)> {
-    let h = std::thread::spawn(move || {
-        core_affinity::set_for_current(core_affinity::CoreId { id: core });
-        ceiling::measure(Duration::from_millis(ms))
-    });
-    Ok(h.join()
-        .map_err(|_| anyhow::anyhow!("ceiling thread panicked"))??)
+    Ok(
+        ceiling::on_core(core, move || ceiling::measure(Duration::from_millis(ms)))
+            .ok_or_else(|| anyhow::anyhow!("ceiling thread panicked"))??,
+    )
 }
 
 fn main() -> Result<()> {
@@ -333,6 +348,7 @@ fn main() -> Result<()> {
                 "{}",
                 report::comparison_markdown(&results, &targets, &ceilings)
             );
+            print!("{}", report::ceiling_each_markdown(&results));
             if let Some(dir) = &common.out {
                 report::write_files(dir, &results, &ceilings)?;
                 eprintln!("reports written to {}", dir.display());
@@ -365,6 +381,7 @@ fn main() -> Result<()> {
                 "{}",
                 report::comparison_markdown(&results, &targets, &ceilings)
             );
+            print!("{}", report::ceiling_each_markdown(&results));
             if let Some(dir) = &common.out {
                 report::write_files(dir, &results, &ceilings)?;
                 eprintln!("reports written to {}", dir.display());

@@ -213,6 +213,71 @@ pub fn comparison_markdown(
     s
 }
 
+/// The per-core rate of each run against the crypto ceiling measured
+/// right before and after it (`--ceiling-each`); empty when no run has
+/// one.
+#[must_use]
+pub fn ceiling_each_markdown(results: &[TestResult]) -> String {
+    let mut s = String::new();
+    for r in results {
+        let runs: Vec<_> = r
+            .runs
+            .iter()
+            .filter_map(|run| Some((run, run.ceiling?, run.per_core_of_ceiling()?)))
+            .collect();
+        if runs.is_empty() {
+            continue;
+        }
+        if s.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n## Per-core rate against the ceiling measured around each run\n\n\
+                 The handshake's public-key work (its signature, X25519) timed on the DUT core right before and right after each run, every `pause=` process stopped; per-core rate = 10^6 ÷ DUT µs/conn, over the mean of the two.\n\n\
+                 | test | target | run | DUT µs/conn | ceiling before hs/s | ceiling after hs/s | per-core ÷ ceiling | verdict |\n\
+                 |---|---|---|---|---|---|---|---|"
+            );
+        }
+        let mut ratios = Vec::new();
+        for (run, (before, after), ratio) in runs {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {:.3} | {} |",
+                row_key(r),
+                r.target,
+                run.run,
+                run.dut_us_per_conn.map_or("-".into(), fmt_num),
+                fmt_num(before),
+                fmt_num(after),
+                ratio,
+                if run.rejected.is_some() {
+                    "rejected"
+                } else {
+                    "ok"
+                },
+            );
+            if run.rejected.is_none() {
+                ratios.push(ratio);
+            }
+        }
+        if !ratios.is_empty() {
+            ratios.sort_by(f64::total_cmp);
+            let n = ratios.len();
+            let median = if n % 2 == 1 {
+                ratios[n / 2]
+            } else {
+                (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | median of {n} | | | | **{median:.3}** | |",
+                row_key(r),
+                r.target
+            );
+        }
+    }
+    s
+}
+
 /// The crypto ceiling table.
 #[must_use]
 pub fn ceiling_markdown(ops: &[OpCost], c: &[Ceiling], core: usize) -> String {

@@ -103,6 +103,18 @@ pub struct TestSpec {
     /// Run the client on tlsdp's own stack over this DPDK port (one
     /// worker, on `bypass.core`) instead of kernel sockets.
     pub bypass: Option<crate::bypass::Bypass>,
+    /// Measure the crypto ceiling of the test's handshake around each run
+    /// (`--ceiling-each`; TLS cps and tps only).
+    pub ceiling_each: Option<CeilingEach>,
+}
+
+/// Where and how long the crypto ceiling is measured around each run: on
+/// the DUT core, with the measured target's `pause=` processes stopped
+/// too, `budget` per operation ([`crate::ceiling::handshake_rate`]).
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct CeilingEach {
+    pub core: usize,
+    pub budget: Duration,
 }
 
 impl TestSpec {
@@ -143,6 +155,7 @@ impl TestSpec {
             repeat: 3,
             tolerance: 0.001,
             bypass: None,
+            ceiling_each: None,
         };
         match kind {
             TestKind::Cps => {}
@@ -313,9 +326,22 @@ pub struct RunResult {
     pub dut_mem_bytes: Option<i64>,
     pub negotiated: Negotiated,
     pub series: Vec<SeriesPoint>,
+    /// The crypto ceiling (handshakes/s) measured on the DUT core right
+    /// before and right after this run, `(before, after)`
+    /// (`--ceiling-each`).
+    pub ceiling: Option<(f64, f64)>,
 }
 
 impl RunResult {
+    /// The DUT's per-core handshake rate (10^6 ÷ its busy µs per
+    /// connection) over the mean of the ceilings measured around the run.
+    #[must_use]
+    pub fn per_core_of_ceiling(&self) -> Option<f64> {
+        let (before, after) = self.ceiling?;
+        let us = self.dut_us_per_conn.filter(|&u| u > 0.0)?;
+        Some(1e6 / us / ((before + after) / 2.0))
+    }
+
     /// The headline figure for this test.
     #[must_use]
     pub fn headline(&self, kind: TestKind) -> f64 {
@@ -730,6 +756,7 @@ pub fn run_once(
         },
         negotiated,
         series,
+        ceiling: None,
     })
 }
 
@@ -740,6 +767,22 @@ pub fn run_once(
 pub fn run_repeated(spec: &TestSpec, target: &Target, others: &Pausable) -> TestResult {
     let _alone = others.alone(Some(&target.name));
     let label = format!("{} {}", spec.kind.name(), target.name);
+    // The ceiling around each run: before the first, after each.
+    let each = spec
+        .ceiling_each
+        .filter(|_| spec.use_tls && matches!(spec.kind, TestKind::Cps | TestKind::Tps));
+    let key = spec.key;
+    let ceiling = |each: CeilingEach| {
+        let _own = others.own(&target.name);
+        crate::ceiling::on_core(each.core, move || {
+            crate::ceiling::handshake_rate(each.budget, key).ok()
+        })
+        .flatten()
+    };
+    let mut ceilings = Vec::new();
+    if let Some(e) = each {
+        ceilings.push(ceiling(e));
+    }
     let mut res = TestResult {
         test: spec.kind,
         target: target.name.clone(),
@@ -765,11 +808,25 @@ pub fn run_repeated(spec: &TestSpec, target: &Target, others: &Pausable) -> Test
                 return res;
             }
         }
+        if let Some(e) = each {
+            ceilings.push(ceiling(e));
+            bracket(&ceilings, &mut res.runs);
+        }
         // Let TIME-WAIT and the DUT settle between runs.
         std::thread::sleep(Duration::from_millis(500));
     }
     pick(&mut res);
     res
+}
+
+/// Gives run `i` the ceilings measured before and after it:
+/// `ceilings[i]` and `ceilings[i + 1]` (a failed measurement, none).
+fn bracket(ceilings: &[Option<f64>], runs: &mut [RunResult]) {
+    for (i, r) in runs.iter_mut().enumerate() {
+        if let (Some(Some(b)), Some(Some(a))) = (ceilings.get(i), ceilings.get(i + 1)) {
+            r.ceiling = Some((*b, *a));
+        }
+    }
 }
 
 /// Chooses best and median among accepted runs.
@@ -826,7 +883,90 @@ mod tests {
             dut_mem_bytes: None,
             negotiated: Negotiated::default(),
             series: vec![],
+            ceiling: None,
         }
+    }
+
+    #[test]
+    fn the_report_lists_each_runs_ratio_and_their_median() {
+        let mut r = TestResult {
+            test: TestKind::Cps,
+            target: "dpd".into(),
+            spec: String::new(),
+            key: Some(KeyType::P256),
+            runs: vec![
+                fake_run(1.0, false),
+                fake_run(2.0, false),
+                fake_run(3.0, true),
+            ],
+            best: None,
+            best_value: None,
+            median_value: None,
+            unit: "conn/s",
+            skipped: None,
+        };
+        assert_eq!(crate::report::ceiling_each_markdown(&[r.clone()]), "");
+        for (i, (run, us)) in r.runs.iter_mut().zip([60.0, 62.5, 50.0]).enumerate() {
+            run.run = i as u32 + 1;
+            run.dut_us_per_conn = Some(us);
+        }
+        bracket(
+            &[
+                Some(22_000.0),
+                Some(22_000.0),
+                Some(22_000.0),
+                Some(22_000.0),
+            ],
+            &mut r.runs,
+        );
+        let md = crate::report::ceiling_each_markdown(&[r]);
+        // 10^6 / 60 / 22,000 = 0.758; 10^6 / 62.5 / 22,000 = 0.727; the
+        // rejected run is listed but not in the median.
+        assert!(
+            md.contains("| cps ECDSA P-256 | dpd | 1 | 60.0 | 22000 | 22000 | 0.758 | ok |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 2 | 62.5 | 22000 | 22000 | 0.727 | ok |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 3 | 50.0 | 22000 | 22000 | 0.909 | rejected |"),
+            "{md}"
+        );
+        assert!(md.contains("| median of 2 | | | | **0.742** |"), "{md}");
+    }
+
+    #[test]
+    fn each_run_gets_the_ceilings_measured_on_either_side() {
+        let mut runs = vec![
+            fake_run(1.0, false),
+            fake_run(2.0, false),
+            fake_run(3.0, false),
+        ];
+        for (r, us) in runs.iter_mut().zip([50.0, 60.0, 40.0]) {
+            r.dut_us_per_conn = Some(us);
+        }
+        // The third run's "after" failed; a fourth ceiling for no run.
+        bracket(
+            &[Some(20_000.0), Some(22_000.0), Some(18_000.0)],
+            &mut runs[..2],
+        );
+        bracket(
+            &[Some(20_000.0), Some(22_000.0), Some(18_000.0), None],
+            &mut runs,
+        );
+        assert_eq!(runs[0].ceiling, Some((20_000.0, 22_000.0)));
+        assert_eq!(runs[1].ceiling, Some((22_000.0, 18_000.0)));
+        assert_eq!(runs[2].ceiling, None);
+        // 10^6 / 50 µs = 20,000/s over a mean ceiling of 21,000/s.
+        let ratio = runs[0].per_core_of_ceiling().unwrap();
+        assert!((ratio - 20_000.0 / 21_000.0).abs() < 1e-9);
+        assert_eq!(runs[1].per_core_of_ceiling(), Some(1e6 / 60.0 / 20_000.0));
+        assert_eq!(runs[2].per_core_of_ceiling(), None);
+        // No DUT figure: no ratio.
+        runs[0].dut_us_per_conn = None;
+        assert_eq!(runs[0].per_core_of_ceiling(), None);
     }
 
     #[test]
