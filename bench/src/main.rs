@@ -401,7 +401,8 @@ fn main() -> Result<()> {
             let out = scenario::run(name, &targets, &|kind, key| {
                 common.spec(kind, key).map_err(|e| format!("{e:#}"))
             })?;
-            let (md, results) = out;
+            let (mut md, results) = out;
+            md.push_str(&report::ceiling_each_markdown(&results));
             print!("{md}");
             if let Some(dir) = &common.out {
                 report::write_files(dir, &results, &[])?;
