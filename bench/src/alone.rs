@@ -135,7 +135,7 @@ impl Stopped {
         for file in files {
             let Some(pid) = read_pid(file) else {
                 eprintln!(
-                    "dpbench: pause={}: no process to stop while others are measured ({name})",
+                    "dpbench: pause={}: no process to stop ({name})",
                     file.display()
                 );
                 continue;

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use aws_lc_rs::{agreement, kem, rand, rsa, signature};
 
+use crate::target::KeyType;
+
 /// Cost of one operation.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct OpCost {
@@ -89,24 +91,9 @@ fn kx_cost(
 /// # Errors
 /// [`CeilingError`] when a key cannot be generated (should not happen).
 pub fn measure(budget: Duration) -> Result<(Vec<OpCost>, Vec<Ceiling>), CeilingError> {
-    let rng = rand::SystemRandom::new();
-    let msg = [0x5au8; 64];
-    let rsa_key =
-        rsa::KeyPair::generate(rsa::KeySize::Rsa2048).map_err(|_| CeilingError("RSA keygen"))?;
-    let mut sig = vec![0u8; rsa_key.public_modulus_len()];
-    let rsa_pss = time_op(budget, || {
-        let _ = rsa_key.sign(&signature::RSA_PSS_SHA256, &rng, &msg, &mut sig);
-    });
-    let p256 = signature::EcdsaKeyPair::generate(&signature::ECDSA_P256_SHA256_ASN1_SIGNING)
-        .map_err(|_| CeilingError("P-256 keygen"))?;
-    let p256_sign = time_op(budget, || {
-        let _ = p256.sign(&rng, &msg);
-    });
-    let p384 = signature::EcdsaKeyPair::generate(&signature::ECDSA_P384_SHA384_ASN1_SIGNING)
-        .map_err(|_| CeilingError("P-384 keygen"))?;
-    let p384_sign = time_op(budget, || {
-        let _ = p384.sign(&rng, &msg);
-    });
+    let rsa_pss = sign_cost(budget, KeyType::Rsa2048)?;
+    let p256_sign = sign_cost(budget, KeyType::P256)?;
+    let p384_sign = sign_cost(budget, KeyType::P384)?;
     let (x_gen, x_agree) = kx_cost(&agreement::X25519, budget)?;
     let (p256_gen, p256_agree) = kx_cost(&agreement::ECDH_P256, budget)?;
     let (p384_gen, p384_agree) = kx_cost(&agreement::ECDH_P384, budget)?;
@@ -196,11 +183,18 @@ pub fn measure(budget: Duration) -> Result<(Vec<OpCost>, Vec<Ceiling>), CeilingE
 ///
 /// # Errors
 /// [`CeilingError`] when a key cannot be generated (should not happen).
-pub fn handshake_rate(budget: Duration, key: crate::target::KeyType) -> Result<f64, CeilingError> {
-    use crate::target::KeyType;
+pub fn handshake_rate(budget: Duration, key: KeyType) -> Result<f64, CeilingError> {
+    let sign = sign_cost(budget, key)?;
+    let (gen, agree) = kx_cost(&agreement::X25519, budget)?;
+    Ok(1e6 / (sign + gen + agree))
+}
+
+/// µs per signature with a fresh `key` (RSA-2048 PSS-SHA256, or ECDSA),
+/// over `budget`.
+fn sign_cost(budget: Duration, key: KeyType) -> Result<f64, CeilingError> {
     let rng = rand::SystemRandom::new();
     let msg = [0x5au8; 64];
-    let sign = match key {
+    Ok(match key {
         KeyType::Rsa2048 => {
             let k = rsa::KeyPair::generate(rsa::KeySize::Rsa2048)
                 .map_err(|_| CeilingError("RSA keygen"))?;
@@ -221,9 +215,7 @@ pub fn handshake_rate(budget: Duration, key: crate::target::KeyType) -> Result<f
                 let _ = k.sign(&rng, &msg);
             })
         }
-    };
-    let (gen, agree) = kx_cost(&agreement::X25519, budget)?;
-    Ok(1e6 / (sign + gen + agree))
+    })
 }
 
 /// Runs `f` on a thread of its own pinned to `core` (the DUT core, so a
@@ -242,7 +234,7 @@ pub fn on_core<T: Send + 'static>(
 
 /// The ceiling (handshakes/s) for a key type with X25519.
 #[must_use]
-pub fn for_key(ceilings: &[Ceiling], key: crate::target::KeyType) -> Option<f64> {
+pub fn for_key(ceilings: &[Ceiling], key: KeyType) -> Option<f64> {
     let want = format!("ECDHE X25519 + {}", key.name());
     ceilings
         .iter()
@@ -259,12 +251,11 @@ mod tests {
         let (ops, c) = measure(Duration::from_millis(20)).unwrap();
         assert_eq!(ops.len(), 10);
         assert!(ops.iter().all(|o| o.us > 0.0 || o.op.contains("shared")));
-        assert!(for_key(&c, crate::target::KeyType::Rsa2048).unwrap() > 0.0);
+        assert!(for_key(&c, KeyType::Rsa2048).unwrap() > 0.0);
     }
 
     #[test]
     fn one_handshake_rate_per_key_ranks_as_the_keys_do() {
-        use crate::target::KeyType;
         let budget = Duration::from_millis(30);
         let rate = |k| on_core(0, move || handshake_rate(budget, k).unwrap()).unwrap();
         let (rsa, p256, p384) = (
