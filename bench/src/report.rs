@@ -259,14 +259,9 @@ pub fn ceiling_each_markdown(results: &[TestResult]) -> String {
                 ratios.push(ratio);
             }
         }
-        if !ratios.is_empty() {
-            ratios.sort_by(f64::total_cmp);
+        ratios.sort_by(f64::total_cmp);
+        if let Some(median) = crate::run::median(&ratios) {
             let n = ratios.len();
-            let median = if n % 2 == 1 {
-                ratios[n / 2]
-            } else {
-                (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0
-            };
             let _ = writeln!(
                 s,
                 "| {} | {} | median of {n} | | | | **{median:.3}** | |",

@@ -848,12 +848,19 @@ pub fn pick(res: &mut TestResult) {
     }
     res.best = Some(ok[0].0);
     res.best_value = Some(ok[0].1);
-    let n = ok.len();
-    res.median_value = Some(if n % 2 == 1 {
-        ok[n / 2].1
-    } else {
-        (ok[n / 2 - 1].1 + ok[n / 2].1) / 2.0
-    });
+    let values: Vec<f64> = ok.iter().map(|&(_, v)| v).collect();
+    res.median_value = median(&values);
+}
+
+/// The median of `sorted` (either order); `None` when it is empty.
+#[must_use]
+pub fn median(sorted: &[f64]) -> Option<f64> {
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+    }
 }
 
 #[cfg(test)]
