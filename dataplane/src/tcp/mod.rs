@@ -1068,6 +1068,13 @@ impl<A: Default> TcpEngine<A> {
         let before = c.state;
         let out = c.input(now, &repr, &self.cfg, &mut self.buffers, &mut self.counters);
         let after = c.state;
+        if after == State::TimeWait && before != State::TimeWait {
+            // The connection moves to the compact table once its last ACK
+            // is out (`retire_to_time_wait`, in the transmit pass): its
+            // bucket there is a cache miss, asked for now while the rest
+            // of the burst is processed.
+            I::table(&self.flows).prefetch_time_wait(&key);
+        }
         self.transition(before, after);
         self.apply(id, out, now);
         Ok(())
