@@ -38,6 +38,24 @@ pub(crate) trait Sha2: Copy + Zeroize + Send + Sync + 'static {
     fn write_output(&self, out: &mut [u8]);
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Blocks compressed on this thread, both functions together (tests
+    /// count the work a step does).
+    static COMPRESSIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Blocks compressed on this thread so far.
+#[cfg(test)]
+pub(crate) fn compressions() -> u64 {
+    COMPRESSIONS.with(std::cell::Cell::get)
+}
+
+#[cfg(test)]
+fn count_compressions(blocks: usize) {
+    COMPRESSIONS.with(|c| c.set(c.get() + blocks as u64));
+}
+
 /// SHA-256's chaining value (FIPS 180-4 §5.3.3).
 #[derive(Clone, Copy)]
 pub(crate) struct Sha256([u32; 8]);
@@ -73,6 +91,8 @@ impl Sha2 for Sha256 {
 
     fn compress(&mut self, blocks: &[u8]) {
         debug_assert_eq!(blocks.len() % Self::BLOCK, 0);
+        #[cfg(test)]
+        count_compressions(blocks.len() / Self::BLOCK);
         for block in blocks.chunks_exact(Self::BLOCK) {
             sha2::compress256(&mut self.0, &[*GenericArray::from_slice(block)]);
         }
@@ -106,6 +126,8 @@ impl Sha2 for Sha384 {
 
     fn compress(&mut self, blocks: &[u8]) {
         debug_assert_eq!(blocks.len() % Self::BLOCK, 0);
+        #[cfg(test)]
+        count_compressions(blocks.len() / Self::BLOCK);
         for block in blocks.chunks_exact(Self::BLOCK) {
             sha2::compress512(&mut self.0, &[*GenericArray::from_slice(block)]);
         }

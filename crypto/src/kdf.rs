@@ -22,6 +22,7 @@ use crate::hashing::{
     last_block_room, pad_last_block, Hasher, Sha2, Sha256, Sha384, TranscriptHash, MAX_BLOCK,
 };
 use crate::lazy_aead::LazyAead;
+use crate::secret_cache::{self, Cached};
 use rustls::crypto::aws_lc_rs::cipher_suite as cs;
 use rustls::crypto::hash::Hash;
 use rustls::crypto::hmac::Tag;
@@ -38,7 +39,7 @@ const MAX_OUTPUT: usize = MAX_BLOCK / 2;
 /// outer pads (one block each); each tag continues copies of them.
 /// Dropping it wipes both.
 #[derive(Clone)]
-struct PreparedKey<H: Sha2> {
+pub(crate) struct PreparedKey<H: Sha2> {
     inner: H,
     outer: H,
 }
@@ -53,7 +54,7 @@ impl<H: Sha2> Drop for PreparedKey<H> {
 impl<H: Sha2> PreparedKey<H> {
     /// Hashes `key`'s pads: two compressions (three for a key longer
     /// than the block).
-    fn new(key: &[u8]) -> Self {
+    pub(crate) fn new(key: &[u8]) -> Self {
         let block = H::BLOCK;
         // RFC 2104 §2: a key longer than the block is hashed first; the
         // key is then padded with zeros to the block.
@@ -81,7 +82,7 @@ impl<H: Sha2> PreparedKey<H> {
     /// its padding (every label, secret and hash the key schedule tags)
     /// is padded in place and compressed once, and so is the outer hash
     /// (a digest always fits); a longer one goes through [`Hasher`].
-    fn tag_into(&self, first: &[u8], middle: &[&[u8]], last: &[u8], out: &mut [u8]) {
+    pub(crate) fn tag_into(&self, first: &[u8], middle: &[&[u8]], last: &[u8], out: &mut [u8]) {
         let block = H::BLOCK;
         let len = first.len() + middle.iter().map(|m| m.len()).sum::<usize>() + last.len();
         let mut buf = [0u8; MAX_BLOCK];
@@ -205,14 +206,7 @@ impl<H: Sha2> Constants<H> {
 
     /// Whether `info`, concatenated, is the "derived" label's.
     fn is_derived_info(&self, info: &[&[u8]]) -> bool {
-        let mut rest = &self.derived_info[..self.derived_info_len];
-        for part in info {
-            match rest.split_at_checked(part.len()) {
-                Some((head, tail)) if head == *part => rest = tail,
-                _ => return false,
-            }
-        }
-        rest.is_empty()
+        concatenation_is(info, &self.derived_info[..self.derived_info_len])
     }
 
     /// The HMAC key for `salt` (`None`: the zero salt), prepared here
@@ -232,13 +226,25 @@ impl<H: Sha2> Constants<H> {
 /// `a == b` in time that depends only on the lengths: a salt is secret
 /// (the "derived" secret of the handshake secret) when it is not the
 /// constant it is compared with.
-fn equal_in_constant_time(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn equal_in_constant_time(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Whether `parts`, concatenated, are `bytes`.
+pub(crate) fn concatenation_is(parts: &[&[u8]], bytes: &[u8]) -> bool {
+    let mut rest = bytes;
+    for part in parts {
+        match rest.split_at_checked(part.len()) {
+            Some((head, tail)) if head == *part => rest = tail,
+            _ => return false,
+        }
+    }
+    rest.is_empty()
 }
 
 /// A hash function whose key-schedule constants are made once per
 /// process.
-trait ScheduleHash: Sha2 {
+trait ScheduleHash: Cached {
     fn constants() -> &'static Constants<Self>;
 }
 
@@ -287,7 +293,7 @@ impl<H: ScheduleHash> Hkdf for PreparedHkdf<H> {
     }
 
     fn expander_for_okm(&self, okm: &OkmBlock) -> Box<dyn HkdfExpander> {
-        Box::new(Expander(PreparedKey::<H>::new(okm.as_ref())))
+        Box::new(SecretExpander::<H>::new(okm.as_ref()))
     }
 
     fn hmac_sign(&self, key: &OkmBlock, message: &[u8]) -> Tag {
@@ -319,6 +325,61 @@ impl<H: Sha2> HkdfExpander for Expander<H> {
     fn expand_block(&self, info: &[&[u8]]) -> OkmBlock {
         let mut out = [0u8; MAX_OUTPUT];
         self.0.expand_into(info, &mut out[..H::OUTPUT]);
+        let block = OkmBlock::new(&out[..H::OUTPUT]);
+        out.zeroize();
+        block
+    }
+
+    fn hash_len(&self) -> usize {
+        H::OUTPUT
+    }
+}
+
+/// A secret rustls holds (a traffic secret, mostly) as an HKDF expander,
+/// through the session's [`crate::secret_cache`]: its prepared HMAC key
+/// and its record key and IV are taken from there when a call before
+/// made them, and left there when made here.
+struct SecretExpander<H: Cached> {
+    key: PreparedKey<H>,
+    /// The secret: its first `H::OUTPUT` bytes are in use.
+    secret: [u8; MAX_OUTPUT],
+}
+
+impl<H: Cached> SecretExpander<H> {
+    /// `secret` is an `OkmBlock`'s bytes: `H::OUTPUT` of them.
+    fn new(secret: &[u8]) -> Self {
+        let mut s = [0u8; MAX_OUTPUT];
+        let n = secret.len().min(MAX_OUTPUT);
+        s[..n].copy_from_slice(&secret[..n]);
+        Self {
+            key: secret_cache::prepared_key(secret, || PreparedKey::new(secret)),
+            secret: s,
+        }
+    }
+}
+
+impl<H: Cached> Drop for SecretExpander<H> {
+    fn drop(&mut self) {
+        // Plain stores kept by `black_box`, as in `Hasher`'s drop.
+        self.secret.fill(0);
+        std::hint::black_box(&mut self.secret);
+    }
+}
+
+impl<H: Cached> HkdfExpander for SecretExpander<H> {
+    fn expand_slice(&self, info: &[&[u8]], output: &mut [u8]) -> Result<(), OutputLengthError> {
+        checked_len::<H>(output)?;
+        let secret = &self.secret[..H::OUTPUT];
+        if !secret_cache::recall::<H>(secret, info, output) {
+            self.key.expand_into(info, output);
+            secret_cache::keep::<H>(secret, info, output);
+        }
+        Ok(())
+    }
+
+    fn expand_block(&self, info: &[&[u8]]) -> OkmBlock {
+        let mut out = [0u8; MAX_OUTPUT];
+        self.key.expand_into(info, &mut out[..H::OUTPUT]);
         let block = OkmBlock::new(&out[..H::OUTPUT]);
         out.zeroize();
         block

@@ -22,6 +22,7 @@ mod lazy_aead;
 pub mod policy;
 mod random;
 pub mod record;
+mod secret_cache;
 pub mod session;
 #[doc(hidden)]
 pub mod testcert;

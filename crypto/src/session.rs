@@ -16,6 +16,7 @@ use rustls::unbuffered::{ConnectionState, EncodeError, UnbufferedStatus};
 use rustls::SupportedCipherSuite;
 
 use crate::record::{self, content, Protocol, RecordError, RecordKey, HEADER_LEN};
+use crate::secret_cache::{self, SecretCache};
 
 pub use crate::policy::TlsConfig;
 
@@ -231,6 +232,10 @@ struct Handshake {
     /// Our first flight went out: from then on rustls judges the records
     /// (its alerts are encrypted where they must be).
     answered: bool,
+    /// What rustls' key schedule derived from the traffic secrets, lent
+    /// to it for each call so nothing is derived twice; wiped when the
+    /// handshake ends.
+    secrets: SecretCache,
 }
 
 /// Follows the record framing of the client's byte stream in the
@@ -672,6 +677,7 @@ impl ServerSession {
                 incoming: Vec::new(),
                 headers: HeaderJudge::default(),
                 answered: false,
+                secrets: SecretCache::default(),
             })),
             key: None,
             sni: None,
@@ -775,7 +781,11 @@ impl ServerSession {
                     return Err(e);
                 }
                 let before = outgoing.len();
-                let done = handshake(h, outgoing, plaintext, progress);
+                let mut secrets = std::mem::take(&mut h.secrets);
+                let done = secret_cache::lend(&mut secrets, || {
+                    handshake(h, outgoing, plaintext, progress)
+                });
+                h.secrets = secrets;
                 h.answered |= outgoing.len() > before;
                 // rustls resolved the certificate (if it did) inside this
                 // call, on this thread: note its key type now, before
@@ -792,9 +802,17 @@ impl ServerSession {
                 let State::Handshake(h) = std::mem::replace(&mut self.state, State::Failed) else {
                     unreachable!()
                 };
-                let Handshake { conn, incoming, .. } = *h;
+                let Handshake {
+                    conn,
+                    incoming,
+                    mut secrets,
+                    ..
+                } = *h;
                 self.negotiated = Some(negotiated(&conn, self.key));
-                let mut est = Established::new(conn, incoming)?;
+                // rustls derives the application keys and IVs again from
+                // the secrets it hands over: found in what it kept.
+                let mut est =
+                    secret_cache::lend(&mut secrets, || Established::new(conn, incoming))?;
                 progress.handshake_done = true;
                 let leftover = std::mem::take(&mut est.leftover);
                 let n =
@@ -1310,6 +1328,111 @@ mod tests {
         let mut got = vec![0u8; n];
         c.reader().read_exact(&mut got).unwrap();
         got
+    }
+
+    /// Drives `s`'s handshake with `c` through [`handshake`] and hands
+    /// the secrets over as [`ServerSession::read`] does, the session's
+    /// [`SecretCache`] lent to both when `lent`; the SHA compressions the
+    /// server did in the handshake and in the hand-over.
+    fn handshake_counting(
+        c: &mut ClientConnection,
+        s: ServerSession,
+        lent: bool,
+    ) -> (Established, u64, u64) {
+        let State::Handshake(mut h) = s.state else {
+            panic!("not handshaking")
+        };
+        let mut secrets = SecretCache::default();
+        let mut run = |f: &mut dyn FnMut() -> bool| match lent {
+            true => secret_cache::lend(&mut secrets, f),
+            false => f(),
+        };
+        let mut in_handshake = 0;
+        for _ in 0..10 {
+            c.write_tls(&mut h.incoming).unwrap();
+            let (mut out, mut plain, mut progress) = (Vec::new(), Vec::new(), Progress::default());
+            let before = crate::hashing::compressions();
+            let done = run(&mut || handshake(&mut h, &mut out, &mut plain, &mut progress).unwrap());
+            in_handshake += crate::hashing::compressions() - before;
+            c.read_tls(&mut &out[..]).unwrap();
+            c.process_new_packets().unwrap();
+            if done {
+                let before = crate::hashing::compressions();
+                let mut parts = Some((h.conn, h.incoming));
+                let mut est = None;
+                run(&mut || {
+                    let (conn, incoming) = parts.take().unwrap();
+                    est = Some(Established::new(conn, incoming).unwrap());
+                    true
+                });
+                let in_hand_over = crate::hashing::compressions() - before;
+                return (est.unwrap(), in_handshake, in_hand_over);
+            }
+        }
+        panic!("the handshake did not complete");
+    }
+
+    #[test]
+    fn the_key_schedule_derives_nothing_twice_with_the_secret_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = server(dir.path(), |_| {});
+        let mut counts = Vec::new();
+        for lent in [true, false] {
+            let mut c = client(dir.path(), "p256.test", TLS13);
+            let s = ServerSession::new(&cfg).unwrap();
+            let (mut est, in_handshake, in_hand_over) = handshake_counting(&mut c, s, lent);
+            counts.push((in_handshake, in_hand_over));
+            // The record layer's keys are the client's, both ways.
+            let mut rec = [0u8; 64];
+            let pre = est.tx.prefix_len();
+            rec[pre..pre + 5].copy_from_slice(b"hello");
+            let n = est.tx.seal_in_place(content::APPLICATION_DATA, &mut rec, 5);
+            c.read_tls(&mut &rec[..n]).unwrap();
+            c.process_new_packets().unwrap();
+            assert_eq!(read_all(&mut c, 5), b"hello");
+            let mut wire = Vec::new();
+            c.writer().write_all(b"world").unwrap();
+            c.write_tls(&mut wire).unwrap();
+            let mut plain = Vec::new();
+            let mut progress = Progress::default();
+            est.open_records(
+                &wire,
+                &[],
+                &mut Vec::new(),
+                &mut plain,
+                usize::MAX,
+                &mut progress,
+            )
+            .unwrap();
+            assert_eq!(plain, b"world");
+        }
+        let [(with, with_hand_over), (without, without_hand_over)] = counts[..] else {
+            unreachable!()
+        };
+        // `read` lends the session's cache: its handshake and hand-over
+        // together cost what the lent run's did.
+        let mut c = client(dir.path(), "p256.test", TLS13);
+        let mut s = ServerSession::new(&cfg).unwrap();
+        let mut through_read = 0;
+        let (mut wire, mut plain) = (Vec::new(), Vec::new());
+        while s.is_handshaking() {
+            c.write_tls(&mut wire).unwrap();
+            let mut out = Vec::new();
+            let before = crate::hashing::compressions();
+            let p = s
+                .read((&wire, &[]), &mut out, &mut plain, usize::MAX)
+                .unwrap();
+            through_read += crate::hashing::compressions() - before;
+            wire.drain(..p.consumed);
+            c.read_tls(&mut &out[..]).unwrap();
+            c.process_new_packets().unwrap();
+        }
+        assert_eq!(through_read, with);
+        // The hand-over re-derives both application secrets' HMAC keys,
+        // keys and IVs (two compressions each); the handshake prepares
+        // each handshake secret's HMAC key again for its Finished key.
+        assert_eq!((with_hand_over, without_hand_over), (0, 12));
+        assert_eq!(without - with, 4);
     }
 
     #[test]
