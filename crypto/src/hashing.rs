@@ -94,7 +94,10 @@ impl Sha2 for Sha256 {
         #[cfg(test)]
         count_compressions(blocks.len() / Self::BLOCK);
         for block in blocks.chunks_exact(Self::BLOCK) {
-            sha2::compress256(&mut self.0, std::slice::from_ref(GenericArray::from_slice(block)));
+            sha2::compress256(
+                &mut self.0,
+                std::slice::from_ref(GenericArray::from_slice(block)),
+            );
         }
     }
 
@@ -129,7 +132,10 @@ impl Sha2 for Sha384 {
         #[cfg(test)]
         count_compressions(blocks.len() / Self::BLOCK);
         for block in blocks.chunks_exact(Self::BLOCK) {
-            sha2::compress512(&mut self.0, std::slice::from_ref(GenericArray::from_slice(block)));
+            sha2::compress512(
+                &mut self.0,
+                std::slice::from_ref(GenericArray::from_slice(block)),
+            );
         }
     }
 

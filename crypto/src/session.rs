@@ -1376,12 +1376,18 @@ mod tests {
     fn the_key_schedule_derives_nothing_twice_with_the_secret_cache() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = server(dir.path(), |_| {});
+        // RSA: a signature of fixed length, so every handshake hashes the
+        // same transcript (an ECDSA signature's DER length varies).
         let mut counts = Vec::new();
-        for lent in [true, false] {
-            let mut c = client(dir.path(), "p256.test", TLS13);
+        // A first handshake makes the key schedule's per-process
+        // constants; the next ones are counted.
+        for (i, lent) in [true, true, false].into_iter().enumerate() {
+            let mut c = client(dir.path(), "rsa.test", TLS13);
             let s = ServerSession::new(&cfg).unwrap();
             let (mut est, in_handshake, in_hand_over) = handshake_counting(&mut c, s, lent);
-            counts.push((in_handshake, in_hand_over));
+            if i > 0 {
+                counts.push((in_handshake, in_hand_over));
+            }
             // The record layer's keys are the client's, both ways.
             let mut rec = [0u8; 64];
             let pre = est.tx.prefix_len();
@@ -1411,7 +1417,7 @@ mod tests {
         };
         // `read` lends the session's cache: its handshake and hand-over
         // together cost what the lent run's did.
-        let mut c = client(dir.path(), "p256.test", TLS13);
+        let mut c = client(dir.path(), "rsa.test", TLS13);
         let mut s = ServerSession::new(&cfg).unwrap();
         let mut through_read = 0;
         let (mut wire, mut plain) = (Vec::new(), Vec::new());
