@@ -463,6 +463,18 @@ fn hold(conns: u64, tls: bool) {
         server_poll(&mut server, clock.now());
     }
     let wall = (clock.ticks() - start) as f64 / clock.hz() as f64;
+    // Held idle for a while: the server's busy time is its timers' (each
+    // idle connection's next entry, at most `HORIZON` ahead).
+    let idle_start = clock.ticks();
+    let idle_ticks = HOLD_IDLE_S * clock.hz();
+    let mut busy_ticks = 0;
+    while clock.ticks() - idle_start < idle_ticks {
+        client.poll(clock.now());
+        let t0 = clock.ticks();
+        if server.poll(clock.at(t0)) > 0 {
+            busy_ticks += clock.ticks() - t0;
+        }
+    }
     let t = server.tcp().counters();
     let bytes = server.state_bytes();
     println!(
@@ -487,7 +499,15 @@ fn hold(conns: u64, tls: bool) {
         stalls.longest_us(),
         stalls.over_100us
     );
+    println!(
+        "HOLD  held idle {HOLD_IDLE_S} s: server busy {:.3} % of a core = {:.0} ns per held connection per second",
+        100.0 * busy_ticks as f64 / idle_ticks as f64,
+        busy_ticks as f64 * 1e9 / clock.hz() as f64 / HOLD_IDLE_S as f64 / t.active.max(1) as f64
+    );
 }
+
+/// Seconds `--hold` keeps its connections idle after opening them.
+const HOLD_IDLE_S: u64 = 10;
 
 fn main() {
     // As in dpd: freed memory is kept (no purge, no refault).
