@@ -1156,6 +1156,7 @@ impl<A: Default> TcpEngine<A> {
     fn rearm(&mut self, id: ConnId, now: Instant) {
         let c = live_mut(&mut self.conns, id).expect("live");
         if let Some(at) = c.next_deadline(now, &self.cfg) {
+            let at = at.min(now + timer::HORIZON);
             if !c.armed.covers(at) {
                 c.armed.add(at);
                 self.timers.arm(id, at);

@@ -873,6 +873,79 @@ mod pair_tests {
     }
 
     #[test]
+    fn closed_connections_leave_no_timer_entries_past_the_horizon() {
+        // An idle connection's next deadline is its idle timeout (300 s by
+        // default). Its entry, placed that far ahead, stayed in the wheel
+        // that long after the connection closed, rescanned every turn: a
+        // client opening and closing idle connections filled the wheel at
+        // its connection rate × 300 s.
+        let mut p = Pair::new(TcpConfig::default());
+        p.a.listen(A, 80);
+        let n = 300u16;
+        let cbs: Vec<ConnId> = (0..n)
+            .map(|i| p.b.connect(p.now, key(B, 5000 + i, A, 80)).unwrap())
+            .collect();
+        p.run(1, 5);
+        let cas: Vec<ConnId> = a_events(&mut p)
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Accepted(id) => Some(id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(cas.len(), usize::from(n));
+        // Idle past every handshake timer: what is armed now is for the
+        // idle deadline, and it is no further than the horizon.
+        p.run(1000, 10);
+        assert!(p.a.timers.len() >= usize::from(n) && p.b.timers.len() >= usize::from(n));
+        // The server closes first, the client answers; all end.
+        for &ca in &cas {
+            p.a.close(ca);
+        }
+        p.run(1, 3);
+        for &cb in &cbs {
+            p.b.close(cb);
+        }
+        p.run(1, 5);
+        assert!(cas.iter().all(|&c| p.a.state(c).is_none()));
+        assert!(cbs.iter().all(|&c| p.b.state(c).is_none()));
+        p.run(1000, timer::HORIZON.as_secs() as usize + 1);
+        assert_eq!((p.a.timers.len(), p.b.timers.len()), (0, 0));
+        // Still held: the server's TIME-WAIT entries (the compact table).
+        assert_eq!(p.a.counters().time_wait, u64::from(n));
+    }
+
+    #[test]
+    fn an_idle_deadline_past_the_horizon_fires_on_time() {
+        let cfg = TcpConfig {
+            idle_timeout: Duration::from_secs(30),
+            ..TcpConfig::default()
+        };
+        let (mut p, ca, cb) = established(cfg);
+        p.b.send(cb, b"x");
+        p.run(1, 1); // A takes B's last segment now
+        a_events(&mut p);
+        let quiet_since = p.now;
+        // B goes silent; A's idle deadline is 30 s after the last segment,
+        // seven horizons away, each an entry that finds nothing due.
+        let mut closed_at = None;
+        for _ in 0..40_000 {
+            p.now = p.now + Duration::from_millis(1);
+            p.a.poll_timers(p.now);
+            if a_events(&mut p).contains(&Event::Closed(ca, CloseReason::TimedOut)) {
+                closed_at = Some(p.now);
+                break;
+            }
+            assert!(p.a.timers.len() <= 3, "{} entries", p.a.timers.len());
+        }
+        let idle = closed_at.expect("timed out").saturating_since(quiet_since);
+        assert!(
+            (Duration::from_secs(30)..=Duration::from_millis(30_001)).contains(&idle),
+            "{idle:?}"
+        );
+    }
+
+    #[test]
     fn keep_alive_traffic_keeps_timer_entries_bounded() {
         // Each request arms a delayed ACK and a retransmission timer below
         // the idle deadline; the wheel must not keep an idle entry per

@@ -3,13 +3,23 @@
 //! ([`Armed`], at most three); a new entry is added only for a deadline
 //! earlier than all of them, and when one fires the connection looks at
 //! its deadlines again. Entries a connection no longer records (pushed out
-//! by a fourth, a reused slot) are skipped when they fire.
+//! by a fourth, a reused slot, a closed connection) are skipped when they
+//! fire; none is placed more than [`HORIZON`] ahead.
 
 use super::ConnId;
 use crate::time::Instant;
 
 const SLOTS: usize = 4096;
 const TICK_NS: u64 = 1_000_000;
+
+/// How far ahead an entry is placed at most (under one turn of the
+/// wheel, 4.096 s): a later deadline gets an entry at the horizon, which
+/// finds nothing due and places the next. So an entry a connection leaves
+/// behind when it closes is gone within this long (an idle deadline is
+/// 300 s away by default: held that long, a client opening and closing
+/// idle connections would fill the wheel at its connection rate × 300 s),
+/// and no slot holds entries for a later turn.
+pub const HORIZON: std::time::Duration = std::time::Duration::from_secs(4);
 
 /// The wheel entries one connection has (their deadlines, in ns;
 /// `u64::MAX`: none). Typically an ACK delay, a retransmission and an idle
