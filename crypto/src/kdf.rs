@@ -501,17 +501,18 @@ pub const TLS13_SUITES: [SupportedCipherSuite; 3] = [
 ];
 
 /// The suite to use for `suite`: its prepared-key twin for a TLS 1.3
-/// suite, `suite` itself otherwise (TLS 1.2's PRF already reuses its
-/// HMAC key inside AWS-LC).
+/// suite, its twin that derives the key block once for a TLS 1.2 one
+/// ([`crate::tls12_prf`]), `suite` itself for any other.
 pub fn prepared(suite: SupportedCipherSuite) -> SupportedCipherSuite {
     TLS13_SUITES
         .into_iter()
+        .chain(crate::tls12_prf::TLS12_SUITES)
         .find(|s| s.suite() == suite.suite())
         .unwrap_or(suite)
 }
 
 /// rustls' aws-lc-rs provider with its TLS 1.3 suites on the prepared-key
-/// HKDF.
+/// HKDF and its TLS 1.2 suites deriving the key block once.
 pub fn provider() -> CryptoProvider {
     let mut p = rustls::crypto::aws_lc_rs::default_provider();
     for s in &mut p.cipher_suites {

@@ -29,3 +29,4 @@ pub mod testcert;
 #[cfg(test)]
 mod testutil;
 pub mod tickets;
+mod tls12_prf;

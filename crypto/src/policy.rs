@@ -5,7 +5,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use rustls::crypto::aws_lc_rs::{cipher_suite as cs, kx_group};
+use rustls::crypto::aws_lc_rs::kx_group;
 use rustls::crypto::SupportedKxGroup;
 use rustls::server::NoServerSessionStorage;
 use rustls::{ServerConfig, SupportedCipherSuite};
@@ -13,22 +13,24 @@ use rustls::{ServerConfig, SupportedCipherSuite};
 use crate::certs::CertStore;
 use crate::kdf;
 use crate::tickets::TicketKeys;
+use crate::tls12_prf;
 
 /// TLS versions a VIP may offer (older ones are refused by design).
 pub const VERSION_NAMES: [&str; 2] = ["TLSv1.3", "TLSv1.2"];
 
 /// Cipher suites a VIP may offer, in the default order (AEAD only; TLS
-/// 1.3's on the prepared-key HKDF, [`crate::kdf`]).
+/// 1.3's on the prepared-key HKDF, [`crate::kdf`]; TLS 1.2's deriving
+/// the key block once, [`crate::tls12_prf`]).
 const ALL_SUITES: [SupportedCipherSuite; 9] = [
     kdf::TLS13_AES_128_GCM_SHA256,
     kdf::TLS13_AES_256_GCM_SHA384,
     kdf::TLS13_CHACHA20_POLY1305_SHA256,
-    cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
-    cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
-    cs::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-    cs::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
-    cs::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
-    cs::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+    tls12_prf::ECDHE_ECDSA_AES_128_GCM_SHA256,
+    tls12_prf::ECDHE_ECDSA_AES_256_GCM_SHA384,
+    tls12_prf::ECDHE_ECDSA_CHACHA20_POLY1305_SHA256,
+    tls12_prf::ECDHE_RSA_AES_128_GCM_SHA256,
+    tls12_prf::ECDHE_RSA_AES_256_GCM_SHA384,
+    tls12_prf::ECDHE_RSA_CHACHA20_POLY1305_SHA256,
 ];
 
 /// Key-exchange groups a VIP may offer, in the default preference order.

@@ -15,7 +15,9 @@
 //! lends it to this thread for each call into rustls ([`lend`]). The key
 //! schedule looks there first ([`prepared_key`], [`recall`]) and leaves
 //! what it computed ([`keep`]): per secret its prepared HMAC key and its
-//! first short expansions (the record key and IV). Nothing is kept while
+//! first short expansions (the record key and IV). TLS 1.2's key block,
+//! computed by rustls for the same two reasons, is kept the same way
+//! ([`crate::tls12_prf`], [`recall_key_block`]). Nothing is kept while
 //! no cache is lent, so no secret outlives its session here; secrets are
 //! compared in constant time, and everything kept is wiped when the
 //! cache drops (at the hand-over, or when the handshake fails).
@@ -36,11 +38,37 @@ const OUTPUTS: usize = 2;
 /// Secrets kept per hash function: a handshake has four traffic secrets.
 const SECRETS: usize = 4;
 
-/// A handshake's kept derivations, per hash function (its suite's).
+/// A handshake's kept derivations, per hash function (its suite's), and
+/// a TLS 1.2 connection's key block.
 #[derive(Default)]
 pub(crate) struct SecretCache {
     sha256: Vec<Entry<Sha256>>,
     sha384: Vec<Entry<Sha384>>,
+    key_block: Option<Box<KeyBlock>>,
+}
+
+/// The longest TLS 1.2 master secret and key block kept: 48 bytes, and
+/// two keys and IVs of ChaCha20-Poly1305 (2 × (32 + 12)).
+const MASTER_SECRET: usize = 48;
+const MAX_KEY_BLOCK: usize = 88;
+/// A key block's seed: the two randoms (RFC 5246 §6.3).
+const RANDOMS: usize = 64;
+
+/// A TLS 1.2 key block (RFC 5246 §6.3) and what it was made of.
+struct KeyBlock {
+    secret: [u8; MASTER_SECRET],
+    seed: [u8; RANDOMS],
+    bytes: [u8; MAX_KEY_BLOCK],
+    len: usize,
+}
+
+impl Drop for KeyBlock {
+    fn drop(&mut self) {
+        self.secret.fill(0);
+        self.bytes.fill(0);
+        std::hint::black_box(&mut self.secret);
+        std::hint::black_box(&mut self.bytes);
+    }
 }
 
 /// One secret, its prepared HMAC key and the expansions kept of it.
@@ -207,6 +235,47 @@ pub(crate) fn keep<H: Cached>(secret: &[u8], info: &[&[u8]], out: &[u8]) {
         o.bytes[..out.len()].copy_from_slice(out);
         o.len = out.len();
         e.kept += 1;
+    });
+}
+
+/// Copies the kept key block of `secret` and `seed` into `out` (all of
+/// it): whether one of that length was kept.
+pub(crate) fn recall_key_block(secret: &[u8], seed: &[u8], out: &mut [u8]) -> bool {
+    LENT.with(|l| {
+        let lent = l.borrow();
+        let Some(kb) = lent.as_ref().and_then(|c| c.key_block.as_deref()) else {
+            return false;
+        };
+        let found = kb.len == out.len()
+            && secret.len() == MASTER_SECRET
+            && equal_in_constant_time(&kb.secret, secret)
+            && kb.seed[..] == *seed;
+        if found {
+            out.copy_from_slice(&kb.bytes[..kb.len]);
+        }
+        found
+    })
+}
+
+/// Keeps `out`, the key block of `secret` and `seed`, in the lent cache
+/// (if one is, and all are of the sizes TLS 1.2 has).
+pub(crate) fn keep_key_block(secret: &[u8], seed: &[u8], out: &[u8]) {
+    if secret.len() != MASTER_SECRET || seed.len() != RANDOMS || out.len() > MAX_KEY_BLOCK {
+        return;
+    }
+    LENT.with(|l| {
+        if let Some(c) = l.borrow_mut().as_mut() {
+            let mut kb = Box::new(KeyBlock {
+                secret: [0; MASTER_SECRET],
+                seed: [0; RANDOMS],
+                bytes: [0; MAX_KEY_BLOCK],
+                len: out.len(),
+            });
+            kb.secret.copy_from_slice(secret);
+            kb.seed.copy_from_slice(seed);
+            kb.bytes[..out.len()].copy_from_slice(out);
+            c.key_block = Some(kb);
+        }
     });
 }
 

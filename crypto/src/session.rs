@@ -1442,6 +1442,31 @@ mod tests {
     }
 
     #[test]
+    fn a_tls12_key_block_is_derived_once() {
+        // rustls derives it when it installs the record keys and again
+        // when it hands the secrets over; the second comes from the
+        // session's cache.
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = server(dir.path(), |_| {});
+        for sni in ["p256.test", "rsa.test"] {
+            let mut c = client(dir.path(), sni, TLS12);
+            let mut s = ServerSession::new(&cfg).unwrap();
+            let before = crate::tls12_prf::key_blocks_computed();
+            let (mut wire, mut plain) = (Vec::new(), Vec::new());
+            pump(&mut c, &mut s, &mut wire, &mut plain);
+            assert!(!s.is_handshaking() && !c.is_handshaking(), "{sni}");
+            assert_eq!(crate::tls12_prf::key_blocks_computed() - before, 1, "{sni}");
+            // Both directions' keys are the client's.
+            c.writer().write_all(b"request").unwrap();
+            pump(&mut c, &mut s, &mut wire, &mut plain);
+            assert_eq!(plain, b"request");
+            let mut out = Vec::new();
+            s.encrypt(b"response", &mut out).unwrap();
+            assert_eq!(deliver(&mut c, &out), b"response");
+        }
+    }
+
+    #[test]
     fn handshake_and_data_both_ways_for_each_key_and_version() {
         let dir = tempfile::tempdir().unwrap();
         for versions in [TLS13, TLS12] {
