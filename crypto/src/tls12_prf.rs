@@ -1,15 +1,20 @@
-//! TLS 1.2's PRF, with the key block derived once per handshake
-//! (docs/architecture.md, "TLS"; docs/profile.md).
+//! TLS 1.2's PRF on a prepared HMAC key, with the key block derived once
+//! per handshake (docs/architecture.md, "TLS"; docs/profile.md).
 //!
-//! rustls computes a TLS 1.2 connection's key block (RFC 5246 §6.3,
-//! `PRF(master_secret, "key expansion", server_random + client_random)`)
-//! when it installs the record keys, and again when
-//! `dangerous_into_kernel_connection` hands the secrets over: the same
-//! PRF run twice, about half a microsecond each with SHA-256. The PRF
-//! here is AWS-LC's (rustls' aws-lc-rs provider), and the key block it
-//! computes is kept in the session's [`crate::secret_cache`] for the
-//! second time. Everything else goes to AWS-LC unchanged.
+//! RFC 5246 §5's `P_hash` tags with one HMAC key again and again: here
+//! the key's pads are hashed once per PRF call ([`crate::kdf`]'s
+//! `PreparedKey`) and each tag continues copies of them, with nothing
+//! allocated (AWS-LC's PRF through aws-lc-rs copies the secret into a
+//! heap buffer and returns the output in another). And rustls computes a
+//! connection's key block (RFC 5246 §6.3) when it installs the record
+//! keys and again when `dangerous_into_kernel_connection` hands the
+//! secrets over: the block is kept in the session's
+//! [`crate::secret_cache`] the first time and found the second. Same
+//! output as AWS-LC's PRF (tested for SHA-256 and SHA-384, every output
+//! length to three blocks, short and long secrets).
 
+use crate::hashing::{Sha2, Sha256, Sha384};
+use crate::kdf::PreparedKey;
 use crate::secret_cache;
 use rustls::crypto::aws_lc_rs::cipher_suite as cs;
 use rustls::crypto::tls12::Prf;
@@ -19,10 +24,40 @@ use rustls::{CipherSuiteCommon, Error, SupportedCipherSuite, Tls12CipherSuite};
 /// RFC 5246 §6.3's label of the key block.
 pub(crate) const KEY_EXPANSION: &[u8] = b"key expansion";
 
-/// A suite's PRF, its key blocks kept in the lent secret cache.
-pub(crate) struct KeptKeyBlock(&'static dyn Prf);
+/// The longest output of the hash functions here (SHA-384's), in bytes.
+const MAX_OUTPUT: usize = 48;
 
-impl Prf for KeptKeyBlock {
+/// `PRF(secret, label, seed)` (RFC 5246 §5) into `out`: `P_hash` on
+/// `secret` as an HMAC key, `A(0) = label + seed`, `A(i) = HMAC(A(i-1))`,
+/// each block `HMAC(A(i) + label + seed)`.
+fn prf<H: Sha2>(out: &mut [u8], secret: &[u8], label: &[u8], seed: &[u8]) {
+    let key = PreparedKey::<H>::new(secret);
+    let mut a = [0u8; MAX_OUTPUT];
+    key.tag_into(label, &[], seed, &mut a);
+    let mut chunks = out.chunks_mut(H::OUTPUT).peekable();
+    while let Some(chunk) = chunks.next() {
+        let mut block = [0u8; MAX_OUTPUT];
+        key.tag_into(&a[..H::OUTPUT], &[label], seed, &mut block);
+        chunk.copy_from_slice(&block[..chunk.len()]);
+        block.fill(0);
+        std::hint::black_box(&mut block);
+        if chunks.peek().is_some() {
+            let mut next = [0u8; MAX_OUTPUT];
+            key.tag_into(&a[..H::OUTPUT], &[], &[], &mut next);
+            a = next;
+            next.fill(0);
+            std::hint::black_box(&mut next);
+        }
+    }
+    a.fill(0);
+    std::hint::black_box(&mut a);
+}
+
+/// TLS 1.2's PRF on `H` ([`prf`]), its key blocks kept in the lent
+/// secret cache.
+pub(crate) struct PreparedPrf<H: Sha2>(std::marker::PhantomData<H>);
+
+impl<H: Sha2> Prf for PreparedPrf<H> {
     fn for_key_exchange(
         &self,
         output: &mut [u8; 48],
@@ -31,24 +66,21 @@ impl Prf for KeptKeyBlock {
         label: &[u8],
         seed: &[u8],
     ) -> Result<(), Error> {
-        self.0
-            .for_key_exchange(output, kx, peer_pub_key, label, seed)
+        let shared = kx.complete_for_tls_version(peer_pub_key, &rustls::version::TLS12)?;
+        prf::<H>(output, shared.secret_bytes(), label, seed);
+        Ok(())
     }
 
     fn for_secret(&self, output: &mut [u8], secret: &[u8], label: &[u8], seed: &[u8]) {
         if label != KEY_EXPANSION {
-            return self.0.for_secret(output, secret, label, seed);
+            return prf::<H>(output, secret, label, seed);
         }
         if !secret_cache::recall_key_block(secret, seed, output) {
             #[cfg(test)]
             KEY_BLOCKS_COMPUTED.with(|n| n.set(n.get() + 1));
-            self.0.for_secret(output, secret, label, seed);
+            prf::<H>(output, secret, label, seed);
             secret_cache::keep_key_block(secret, seed, output);
         }
-    }
-
-    fn fips(&self) -> bool {
-        self.0.fips()
     }
 }
 
@@ -74,7 +106,7 @@ const fn tls12_of(base: SupportedCipherSuite) -> &'static Tls12CipherSuite {
 }
 
 /// `base` with `prf`.
-const fn with_prf(base: SupportedCipherSuite, prf: &'static KeptKeyBlock) -> Tls12CipherSuite {
+const fn with_prf(base: SupportedCipherSuite, prf: &'static dyn Prf) -> Tls12CipherSuite {
     let s = tls12_of(base);
     Tls12CipherSuite {
         common: CipherSuiteCommon {
@@ -89,10 +121,8 @@ const fn with_prf(base: SupportedCipherSuite, prf: &'static KeptKeyBlock) -> Tls
     }
 }
 
-static PRF_SHA256: KeptKeyBlock =
-    KeptKeyBlock(tls12_of(cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256).prf_provider);
-static PRF_SHA384: KeptKeyBlock =
-    KeptKeyBlock(tls12_of(cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384).prf_provider);
+static PRF_SHA256: PreparedPrf<Sha256> = PreparedPrf(std::marker::PhantomData);
+static PRF_SHA384: PreparedPrf<Sha384> = PreparedPrf(std::marker::PhantomData);
 
 static ECDSA_AES_128_GCM: Tls12CipherSuite =
     with_prf(cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, &PRF_SHA256);
@@ -137,3 +167,84 @@ pub(crate) const TLS12_SUITES: [SupportedCipherSuite; 6] = [
     ECDHE_RSA_AES_256_GCM_SHA384,
     ECDHE_RSA_CHACHA20_POLY1305_SHA256,
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_lc_rs::tls_prf;
+
+    fn aws_lc(
+        alg: &'static tls_prf::Algorithm,
+        secret: &[u8],
+        label: &[u8],
+        seed: &[u8],
+        len: usize,
+    ) -> Vec<u8> {
+        tls_prf::Secret::new(alg, secret)
+            .unwrap()
+            .derive(label, seed, len)
+            .unwrap()
+            .as_ref()
+            .to_vec()
+    }
+
+    /// Every output length over three blocks, secrets shorter and longer
+    /// than the block (a long one is hashed first), labels and seeds of
+    /// TLS's sizes and across a block.
+    #[test]
+    fn agrees_with_aws_lc() {
+        let bytes: Vec<u8> = (0..300u32).map(|i| (i * 37 + 11) as u8).collect();
+        for (secret_len, label, seed_len) in [
+            (48, &b"key expansion"[..], 64),
+            (32, &b"extended master secret"[..], 32),
+            (48, &b"server finished"[..], 48),
+            (200, &b"x"[..], 100),
+            (1, &b"test label"[..], 1),
+        ] {
+            let (secret, seed) = (&bytes[..secret_len], &bytes[100..100 + seed_len]);
+            for len in 1..=3 * 48 {
+                let mut ours = vec![0u8; len];
+                prf::<Sha256>(&mut ours, secret, label, seed);
+                assert_eq!(
+                    ours,
+                    aws_lc(&tls_prf::P_SHA256, secret, label, seed, len),
+                    "SHA-256 {secret_len} {len}"
+                );
+                prf::<Sha384>(&mut ours, secret, label, seed);
+                assert_eq!(
+                    ours,
+                    aws_lc(&tls_prf::P_SHA384, secret, label, seed, len),
+                    "SHA-384 {secret_len} {len}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_tls12_suite_has_its_hash_s_prf() {
+        for s in TLS12_SUITES {
+            let SupportedCipherSuite::Tls12(ours) = s else {
+                panic!("TLS 1.2")
+            };
+            let stock = rustls::crypto::aws_lc_rs::default_provider()
+                .cipher_suites
+                .into_iter()
+                .find(|b| b.suite() == s.suite())
+                .unwrap();
+            let SupportedCipherSuite::Tls12(stock) = stock else {
+                panic!("TLS 1.2")
+            };
+            let (mut a, mut b) = ([0u8; 100], [0u8; 100]);
+            ours.prf_provider
+                .for_secret(&mut a, b"secret", b"label", b"seed");
+            stock
+                .prf_provider
+                .for_secret(&mut b, b"secret", b"label", b"seed");
+            assert_eq!(a, b, "{:?}", s.suite());
+            assert_eq!(
+                ours.common.hash_provider.algorithm(),
+                stock.common.hash_provider.algorithm()
+            );
+        }
+    }
+}
