@@ -423,8 +423,10 @@ impl<H: ScheduleHash> HkdfExpander for EarlySecret<H> {
     }
 }
 
-static HASH_SHA256: TranscriptHash<Sha256> = TranscriptHash::new();
-static HASH_SHA384: TranscriptHash<Sha384> = TranscriptHash::new();
+/// The transcript hashes on [`crate::hashing`]'s states (TLS 1.2's
+/// suites use them too, [`crate::tls12_prf`]).
+pub(crate) static HASH_SHA256: TranscriptHash<Sha256> = TranscriptHash::new();
+pub(crate) static HASH_SHA384: TranscriptHash<Sha384> = TranscriptHash::new();
 static HKDF_SHA256: PreparedHkdf<Sha256> = PreparedHkdf(std::marker::PhantomData);
 static HKDF_SHA384: PreparedHkdf<Sha384> = PreparedHkdf(std::marker::PhantomData);
 

@@ -1,5 +1,7 @@
-//! TLS 1.2's PRF on a prepared HMAC key, with the key block derived once
-//! per handshake (docs/architecture.md, "TLS"; docs/profile.md).
+//! TLS 1.2's suites with the PRF on a prepared HMAC key, the key block
+//! derived once per handshake, and the transcript hash on
+//! [`crate::hashing`]'s states (docs/architecture.md, "TLS";
+//! docs/profile.md).
 //!
 //! RFC 5246 §5's `P_hash` tags with one HMAC key again and again: here
 //! the key's pads are hashed once per PRF call ([`crate::kdf`]'s
@@ -9,14 +11,17 @@
 //! connection's key block (RFC 5246 §6.3) when it installs the record
 //! keys and again when `dangerous_into_kernel_connection` hands the
 //! secrets over: the block is kept in the session's
-//! [`crate::secret_cache`] the first time and found the second. Same
+//! [`crate::secret_cache`] the first time and found the second. The
+//! transcript hash is the TLS 1.3 suites' (forks are copies of a plain
+//! state, not `EVP_MD_CTX`s allocated inside AWS-LC). Same
 //! output as AWS-LC's PRF (tested for SHA-256 and SHA-384, every output
 //! length to three blocks, short and long secrets).
 
 use crate::hashing::{Sha2, Sha256, Sha384};
-use crate::kdf::PreparedKey;
+use crate::kdf::{PreparedKey, HASH_SHA256, HASH_SHA384};
 use crate::secret_cache;
 use rustls::crypto::aws_lc_rs::cipher_suite as cs;
+use rustls::crypto::hash::Hash;
 use rustls::crypto::tls12::Prf;
 use rustls::crypto::ActiveKeyExchange;
 use rustls::{CipherSuiteCommon, Error, SupportedCipherSuite, Tls12CipherSuite};
@@ -105,13 +110,17 @@ const fn tls12_of(base: SupportedCipherSuite) -> &'static Tls12CipherSuite {
     }
 }
 
-/// `base` with `prf`.
-const fn with_prf(base: SupportedCipherSuite, prf: &'static dyn Prf) -> Tls12CipherSuite {
+/// `base` with `prf` and `hash` (the transcript's).
+const fn with_prf(
+    base: SupportedCipherSuite,
+    hash: &'static dyn Hash,
+    prf: &'static dyn Prf,
+) -> Tls12CipherSuite {
     let s = tls12_of(base);
     Tls12CipherSuite {
         common: CipherSuiteCommon {
             suite: s.common.suite,
-            hash_provider: s.common.hash_provider,
+            hash_provider: hash,
             confidentiality_limit: s.common.confidentiality_limit,
         },
         prf_provider: prf,
@@ -124,20 +133,36 @@ const fn with_prf(base: SupportedCipherSuite, prf: &'static dyn Prf) -> Tls12Cip
 static PRF_SHA256: PreparedPrf<Sha256> = PreparedPrf(std::marker::PhantomData);
 static PRF_SHA384: PreparedPrf<Sha384> = PreparedPrf(std::marker::PhantomData);
 
-static ECDSA_AES_128_GCM: Tls12CipherSuite =
-    with_prf(cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, &PRF_SHA256);
-static ECDSA_AES_256_GCM: Tls12CipherSuite =
-    with_prf(cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, &PRF_SHA384);
-static ECDSA_CHACHA20: Tls12CipherSuite = with_prf(
-    cs::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+static ECDSA_AES_128_GCM: Tls12CipherSuite = with_prf(
+    cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    &HASH_SHA256,
     &PRF_SHA256,
 );
-static RSA_AES_128_GCM: Tls12CipherSuite =
-    with_prf(cs::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, &PRF_SHA256);
-static RSA_AES_256_GCM: Tls12CipherSuite =
-    with_prf(cs::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, &PRF_SHA384);
-static RSA_CHACHA20: Tls12CipherSuite =
-    with_prf(cs::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256, &PRF_SHA256);
+static ECDSA_AES_256_GCM: Tls12CipherSuite = with_prf(
+    cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    &HASH_SHA384,
+    &PRF_SHA384,
+);
+static ECDSA_CHACHA20: Tls12CipherSuite = with_prf(
+    cs::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    &HASH_SHA256,
+    &PRF_SHA256,
+);
+static RSA_AES_128_GCM: Tls12CipherSuite = with_prf(
+    cs::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    &HASH_SHA256,
+    &PRF_SHA256,
+);
+static RSA_AES_256_GCM: Tls12CipherSuite = with_prf(
+    cs::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    &HASH_SHA384,
+    &PRF_SHA384,
+);
+static RSA_CHACHA20: Tls12CipherSuite = with_prf(
+    cs::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+    &HASH_SHA256,
+    &PRF_SHA256,
+);
 
 /// `TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256`, its key block derived once.
 pub(crate) const ECDHE_ECDSA_AES_128_GCM_SHA256: SupportedCipherSuite =
