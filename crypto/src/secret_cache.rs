@@ -23,7 +23,7 @@
 //! cache drops (at the hand-over, or when the handshake fails).
 
 use crate::hashing::{Sha2, Sha256, Sha384};
-use crate::kdf::{concatenation_is, equal_in_constant_time, PreparedKey};
+use crate::kdf::{equal_in_constant_time, PreparedKey};
 use std::cell::RefCell;
 
 /// The longest secret kept (SHA-384's output), in bytes.
@@ -85,8 +85,8 @@ pub(crate) struct Entry<H: Sha2> {
 /// and the length alone.
 #[derive(Default)]
 struct Output {
-    info: [u8; MAX_INFO],
-    info_len: usize,
+    /// The info and its length, joined ([`joined`]).
+    info: ([u8; MAX_INFO], usize),
     bytes: [u8; MAX_OUT],
     len: usize,
 }
@@ -110,10 +110,17 @@ impl<H: Sha2> Entry<H> {
     }
 }
 
-impl Output {
-    fn is_for(&self, info: &[&[u8]], len: usize) -> bool {
-        self.len == len && concatenation_is(info, &self.info[..self.info_len])
+/// An HKDF info joined into one buffer (zeros after it) with its length,
+/// if it is short enough to be kept: compared whole, with no call per
+/// part.
+fn joined(info: &[&[u8]]) -> Option<([u8; MAX_INFO], usize)> {
+    let mut buf = [0u8; MAX_INFO];
+    let mut at = 0;
+    for part in info {
+        buf.get_mut(at..at + part.len())?.copy_from_slice(part);
+        at += part.len();
     }
+    Some((buf, at))
 }
 
 /// The hash functions whose derivations a [`SecretCache`] keeps.
@@ -194,13 +201,16 @@ pub(crate) fn prepared_key<H: Cached>(
 /// Copies the kept expansion of `secret` for `info` into `out` (all of
 /// it): whether one was kept.
 pub(crate) fn recall<H: Cached>(secret: &[u8], info: &[&[u8]], out: &mut [u8]) -> bool {
+    let Some(info) = joined(info) else {
+        return false;
+    };
     with_entries::<H, _>(|entries| {
         let Some(e) = entries.iter().find(|e| e.is_for(secret)) else {
             return false;
         };
         match e.outputs[..e.kept]
             .iter()
-            .find(|o| o.is_for(info, out.len()))
+            .find(|o| o.len == out.len() && o.info == info)
         {
             Some(o) => {
                 out.copy_from_slice(&o.bytes[..o.len]);
@@ -215,8 +225,10 @@ pub(crate) fn recall<H: Cached>(secret: &[u8], info: &[&[u8]], out: &mut [u8]) -
 /// Keeps `out`, the expansion of `secret` for `info`, if the secret is
 /// kept, both are short and its entry has room.
 pub(crate) fn keep<H: Cached>(secret: &[u8], info: &[&[u8]], out: &[u8]) {
-    let info_len: usize = info.iter().map(|p| p.len()).sum();
-    if info_len > MAX_INFO || out.len() > MAX_OUT {
+    let Some(info) = joined(info) else {
+        return;
+    };
+    if out.len() > MAX_OUT {
         return;
     }
     with_entries::<H, _>(|entries| {
@@ -226,12 +238,7 @@ pub(crate) fn keep<H: Cached>(secret: &[u8], info: &[&[u8]], out: &[u8]) {
         let Some(o) = e.outputs.get_mut(e.kept) else {
             return;
         };
-        let mut at = 0;
-        for part in info {
-            o.info[at..at + part.len()].copy_from_slice(part);
-            at += part.len();
-        }
-        o.info_len = at;
+        o.info = info;
         o.bytes[..out.len()].copy_from_slice(out);
         o.len = out.len();
         e.kept += 1;
@@ -359,6 +366,8 @@ mod tests {
             assert!(recall::<Sha256>(&a, &joined, &mut out));
             let changed: [&[u8]; 1] = [b"\x00\x10\x09tls13 kez\x00"];
             assert!(!recall::<Sha256>(&a, &changed, &mut out));
+            let longer: [&[u8]; 2] = [b"\x00\x10\x09tls13 key\x00", &[0]];
+            assert!(!recall::<Sha256>(&a, &longer, &mut out));
             // Two outputs per secret; long infos are not kept.
             keep::<Sha256>(&a, &changed, &[9; 32]);
             assert!(!recall::<Sha256>(&a, &changed, &mut out));
