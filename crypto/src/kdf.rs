@@ -144,6 +144,15 @@ impl<H: Sha2> PreparedKey<H> {
         t.fill(0);
         std::hint::black_box(&mut t);
     }
+
+    /// HKDF-Expand to one hash length, as rustls takes it.
+    fn expand_block(&self, info: &[&[u8]]) -> OkmBlock {
+        let mut out = [0u8; MAX_OUTPUT];
+        self.expand_into(info, &mut out[..H::OUTPUT]);
+        let block = OkmBlock::new(&out[..H::OUTPUT]);
+        out.zeroize();
+        block
+    }
 }
 
 /// What every TLS 1.3 key schedule without a PSK computes first, the
@@ -323,11 +332,7 @@ impl<H: Sha2> HkdfExpander for Expander<H> {
     }
 
     fn expand_block(&self, info: &[&[u8]]) -> OkmBlock {
-        let mut out = [0u8; MAX_OUTPUT];
-        self.0.expand_into(info, &mut out[..H::OUTPUT]);
-        let block = OkmBlock::new(&out[..H::OUTPUT]);
-        out.zeroize();
-        block
+        self.0.expand_block(info)
     }
 
     fn hash_len(&self) -> usize {
@@ -378,11 +383,7 @@ impl<H: Cached> HkdfExpander for SecretExpander<H> {
     }
 
     fn expand_block(&self, info: &[&[u8]]) -> OkmBlock {
-        let mut out = [0u8; MAX_OUTPUT];
-        self.key.expand_into(info, &mut out[..H::OUTPUT]);
-        let block = OkmBlock::new(&out[..H::OUTPUT]);
-        out.zeroize();
-        block
+        self.key.expand_block(info)
     }
 
     fn hash_len(&self) -> usize {
@@ -411,11 +412,7 @@ impl<H: ScheduleHash> HkdfExpander for EarlySecret<H> {
         if c.is_derived_info(info) {
             return OkmBlock::new(&c.derived[..H::OUTPUT]);
         }
-        let mut out = [0u8; MAX_OUTPUT];
-        c.early.expand_into(info, &mut out[..H::OUTPUT]);
-        let block = OkmBlock::new(&out[..H::OUTPUT]);
-        out.zeroize();
-        block
+        c.early.expand_block(info)
     }
 
     fn hash_len(&self) -> usize {
