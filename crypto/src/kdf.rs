@@ -215,7 +215,14 @@ impl<H: Sha2> Constants<H> {
 
     /// Whether `info`, concatenated, is the "derived" label's.
     fn is_derived_info(&self, info: &[&[u8]]) -> bool {
-        concatenation_is(info, &self.derived_info[..self.derived_info_len])
+        let mut rest = &self.derived_info[..self.derived_info_len];
+        for part in info {
+            match rest.split_at_checked(part.len()) {
+                Some((head, tail)) if head == *part => rest = tail,
+                _ => return false,
+            }
+        }
+        rest.is_empty()
     }
 
     /// The HMAC key for `salt` (`None`: the zero salt), prepared here
@@ -237,18 +244,6 @@ impl<H: Sha2> Constants<H> {
 /// constant it is compared with.
 pub(crate) fn equal_in_constant_time(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Whether `parts`, concatenated, are `bytes`.
-pub(crate) fn concatenation_is(parts: &[&[u8]], bytes: &[u8]) -> bool {
-    let mut rest = bytes;
-    for part in parts {
-        match rest.split_at_checked(part.len()) {
-            Some((head, tail)) if head == *part => rest = tail,
-            _ => return false,
-        }
-    }
-    rest.is_empty()
 }
 
 /// A hash function whose key-schedule constants are made once per
