@@ -916,6 +916,33 @@ mod pair_tests {
     }
 
     #[test]
+    fn a_handshake_leaves_one_timer_entry_per_side() {
+        // A SYN or SYN-ACK is armed for its retransmission, one RTO away.
+        // Armed first for the handshake deadline when the connection was
+        // made (before the segment went out), each side left a second
+        // entry, four seconds ahead, that outlived most connections: a
+        // third of a short connection's entries, rescanned when it fired.
+        let mut p = Pair::new(TcpConfig::default());
+        p.a.listen(A, 80);
+        let n = 200u16;
+        for i in 0..n {
+            p.b.connect(p.now, key(B, 5000 + i, A, 80)).unwrap();
+        }
+        // The SYNs go out and arrive; the SYN-ACKs go out.
+        p.run(1, 1);
+        let _ = Pair::output(&mut p.a, p.now);
+        assert_eq!(
+            (p.a.timers.len(), p.b.timers.len()),
+            (usize::from(n), usize::from(n))
+        );
+        // Each fires at its RTO (the initial one: no RTT sample yet).
+        let rto = TcpConfig::default().initial_rto;
+        for w in [&p.a.timers, &p.b.timers] {
+            assert!(w.deadlines().all(|at| at <= p.now + rto));
+        }
+    }
+
+    #[test]
     fn an_idle_deadline_past_the_horizon_fires_on_time() {
         let cfg = TcpConfig {
             idle_timeout: Duration::from_secs(30),

@@ -115,6 +115,12 @@ impl TimerWheel {
         self.len
     }
 
+    /// Every entry's deadline (live and stale).
+    #[cfg(test)]
+    pub fn deadlines(&self) -> impl Iterator<Item = Instant> + '_ {
+        self.slots.iter().flatten().map(|e| e.at)
+    }
+
     /// Arms a timer for `conn` at `at` (rounded up to the next tick).
     pub fn arm(&mut self, conn: ConnId, at: Instant) {
         let t = at.as_nanos().div_ceil(TICK_NS).max(self.tick);

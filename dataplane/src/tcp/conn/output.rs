@@ -18,7 +18,13 @@ pub(in crate::tcp) struct Path {
 }
 
 impl<A: Default> Conn<A> {
-    pub fn next_deadline(&self, _now: Instant, cfg: &TcpConfig) -> Option<Instant> {
+    /// When this connection next needs its timer: the earliest of its
+    /// deadlines. A SYN or SYN-ACK still to go out goes out in this
+    /// iteration's transmission and is retransmitted one RTO after `now`:
+    /// that is its deadline already, so the entry armed for it when the
+    /// connection is made is the one its retransmission needs (the
+    /// handshake deadline, later, would be a second entry).
+    pub fn next_deadline(&self, now: Instant, cfg: &TcpConfig) -> Option<Instant> {
         let mut at: Option<Instant> = None;
         let mut consider = |t: Option<Instant>| {
             if let Some(t) = t {
@@ -28,6 +34,9 @@ impl<A: Default> Conn<A> {
         consider(self.timewait_until);
         consider(self.ack_at);
         consider(self.rto_at);
+        if self.synack_needed && self.rto_at.is_none() {
+            consider(Some(now + self.rto));
+        }
         consider(self.reo_at);
         match self.state {
             State::SynSent | State::SynReceived => {
