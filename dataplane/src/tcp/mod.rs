@@ -34,6 +34,7 @@ mod read;
 pub mod seq;
 mod time_wait;
 mod timer;
+pub use timer::TURN as TIMER_TURN;
 pub(crate) mod wire;
 
 use std::hash::Hasher;

@@ -21,6 +21,9 @@ const TICK_NS: u64 = 1_000_000;
 /// and no slot holds entries for a later turn.
 pub const HORIZON: std::time::Duration = std::time::Duration::from_secs(4);
 
+/// One turn of the wheel: a slot is visited again this long after.
+pub const TURN: std::time::Duration = std::time::Duration::from_nanos(SLOTS as u64 * TICK_NS);
+
 /// The wheel entries one connection has (their deadlines, in ns;
 /// `u64::MAX`: none). Typically an ACK delay, a retransmission and an idle
 /// deadline: a deadline that moves later needs no new entry (the earlier
