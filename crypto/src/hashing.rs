@@ -29,6 +29,9 @@ pub(crate) trait Sha2: Copy + Zeroize + Send + Sync + 'static {
     const LENGTH_FIELD: usize;
     /// rustls' name for the function.
     const ALGORITHM: HashAlgorithm;
+    /// The digest of the empty message (FIPS 180-4): TLS 1.3's key
+    /// schedule asks for it twice per handshake ("derived").
+    const EMPTY: &'static [u8];
     /// The chaining value before any input.
     fn initial() -> Self;
     /// Compresses `blocks`, a whole number of blocks, into the state.
@@ -81,6 +84,11 @@ impl Sha2 for Sha256 {
     const OUTPUT: usize = 32;
     const LENGTH_FIELD: usize = 8;
     const ALGORITHM: HashAlgorithm = HashAlgorithm::SHA256;
+    const EMPTY: &'static [u8] = &[
+        0xe3, 0xb0, 0xc4, 0x42, 0x98, 0xfc, 0x1c, 0x14, 0x9a, 0xfb, 0xf4, 0xc8, 0x99, 0x6f, 0xb9,
+        0x24, 0x27, 0xae, 0x41, 0xe4, 0x64, 0x9b, 0x93, 0x4c, 0xa4, 0x95, 0x99, 0x1b, 0x78, 0x52,
+        0xb8, 0x55,
+    ];
 
     fn initial() -> Self {
         Self([
@@ -113,6 +121,12 @@ impl Sha2 for Sha384 {
     const OUTPUT: usize = 48;
     const LENGTH_FIELD: usize = 16;
     const ALGORITHM: HashAlgorithm = HashAlgorithm::SHA384;
+    const EMPTY: &'static [u8] = &[
+        0x38, 0xb0, 0x60, 0xa7, 0x51, 0xac, 0x96, 0x38, 0x4c, 0xd9, 0x32, 0x7e, 0xb1, 0xb1, 0xe3,
+        0x6a, 0x21, 0xfd, 0xb7, 0x11, 0x14, 0xbe, 0x07, 0x43, 0x4c, 0x0c, 0xc7, 0xbf, 0x63, 0xf6,
+        0xe1, 0xda, 0x27, 0x4e, 0xde, 0xbf, 0xe7, 0x6f, 0x65, 0xfb, 0xd5, 0x1a, 0xd2, 0xf1, 0x48,
+        0x98, 0xb9, 0x5b,
+    ];
 
     fn initial() -> Self {
         Self([
@@ -240,8 +254,12 @@ impl<H: Sha2> Hasher<H> {
         self.state.write_output(out);
     }
 
-    /// The digest of what was taken, leaving this hasher as it was.
+    /// The digest of what was taken, leaving this hasher as it was (of
+    /// nothing: the constant, no compression).
     pub(crate) fn peek(&self) -> Output {
+        if self.taken == 0 {
+            return Output::new(H::EMPTY);
+        }
         let mut out = [0u8; MAX_BLOCK / 2];
         self.clone().finish_into(&mut out);
         Output::new(&out[..H::OUTPUT])
@@ -346,6 +364,24 @@ mod tests {
     }
 
     /// FIPS 180-4's "abc" examples, independent of AWS-LC.
+    #[test]
+    fn the_empty_digest_is_a_constant() {
+        // TLS 1.3's key schedule asks for it twice per handshake: no
+        // compression for it, and the constant is what the padding gives.
+        fn check<H: Sha2>(alg: &'static digest::Algorithm) {
+            let before = compressions();
+            let got = TranscriptHash::<H>::new().start().finish();
+            assert_eq!(compressions(), before);
+            let mut padded = [0u8; MAX_BLOCK];
+            Hasher::<H>::new().finish_into(&mut padded);
+            assert_eq!(compressions(), before + 1);
+            assert_eq!(got.as_ref(), &padded[..H::OUTPUT]);
+            assert_eq!(got.as_ref(), digest::digest(alg, b"").as_ref());
+        }
+        check::<Sha256>(&digest::SHA256);
+        check::<Sha384>(&digest::SHA384);
+    }
+
     #[test]
     fn fips_examples() {
         let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
