@@ -363,7 +363,6 @@ mod tests {
         }
     }
 
-    /// FIPS 180-4's "abc" examples, independent of AWS-LC.
     #[test]
     fn the_empty_digest_is_a_constant() {
         // TLS 1.3's key schedule asks for it twice per handshake: no
@@ -382,6 +381,7 @@ mod tests {
         check::<Sha384>(&digest::SHA384);
     }
 
+    /// FIPS 180-4's "abc" examples, independent of AWS-LC.
     #[test]
     fn fips_examples() {
         let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();

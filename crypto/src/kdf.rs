@@ -183,8 +183,6 @@ impl<H: Sha2> Constants<H> {
         zero_salt.tag_into(&zeros[..H::OUTPUT], &[], &[], &mut early_secret);
         let early = PreparedKey::<H>::new(&early_secret[..H::OUTPUT]);
 
-        let mut empty_hash = [0u8; MAX_OUTPUT];
-        Hasher::<H>::new().finish_into(&mut empty_hash);
         let label = b"tls13 derived";
         // Fixed sizes: 2 + 1 + 13 + 1 + H::OUTPUT (32 or 48) bytes fill at
         // most the whole buffer; both casts hold 32 and 48.
@@ -195,7 +193,7 @@ impl<H: Sha2> Constants<H> {
             &[label.len() as u8],
             label,
             &[H::OUTPUT as u8],
-            &empty_hash[..H::OUTPUT],
+            H::EMPTY,
         ] {
             derived_info[at..at + part.len()].copy_from_slice(part);
             at += part.len();
