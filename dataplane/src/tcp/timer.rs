@@ -73,15 +73,27 @@ struct Entry {
     at: Instant,
 }
 
-/// The wheel. Slot vectors keep their capacity, so arming allocates only
-/// while the wheel warms up. A bitmap of non-empty slots lets a long
-/// pause (an idle engine, simulated time) visit only the slots that hold
-/// something.
+/// Entries a slot keeps room for however few it held (256 bytes).
+const SLOT_KEEP: usize = 16;
+
+/// The wheel. Slot vectors keep their capacity while the load they saw
+/// lasts, so arming allocates only while the wheel warms up or the rate
+/// climbs; a slot that held under a quarter of its room in a turn is
+/// cut to twice what it held (at least [`SLOT_KEEP`]), so the memory a
+/// burst of connections took is given back one turn after it ends. A
+/// bitmap of non-empty slots lets a long pause (an idle engine,
+/// simulated time) visit only the slots that hold something or room to
+/// give back.
 #[derive(Debug)]
 pub struct TimerWheel {
     slots: Vec<Vec<Entry>>,
     /// Bit `i` set: slot `i` holds entries.
     occupied: [u64; SLOTS / 64],
+    /// Bit `i` set: slot `i` has room for more than [`SLOT_KEEP`]
+    /// entries (visited when empty too, to give it back).
+    roomy: [u64; SLOTS / 64],
+    /// Bits set in `roomy`.
+    roomy_slots: usize,
     /// The next tick not yet processed.
     tick: u64,
     fired: Vec<Entry>,
@@ -93,6 +105,8 @@ impl TimerWheel {
         Self {
             slots: (0..SLOTS).map(|_| Vec::new()).collect(),
             occupied: [0; SLOTS / 64],
+            roomy: [0; SLOTS / 64],
+            roomy_slots: 0,
             tick: now.as_nanos() / TICK_NS,
             fired: Vec::new(),
             len: 0,
@@ -139,19 +153,19 @@ impl TimerWheel {
         if end < self.tick {
             return;
         }
-        if self.len == 0 {
-            // Nothing armed: no slot to visit.
+        if self.len == 0 && self.roomy_slots == 0 {
+            // Nothing armed and no room to give back: no slot to visit.
             self.tick = end + 1;
             return;
         }
         // After a long pause, one pass over every slot is enough; only
-        // occupied slots are visited.
+        // slots that hold entries or room to give back are visited.
         let last = end.min(self.tick + SLOTS as u64 - 1);
         let mut t = self.tick;
         while t <= last {
             let i = (t % SLOTS as u64) as usize;
-            // The next occupied slot at or after `i` in this word.
-            let word = self.occupied[i / 64] >> (i % 64);
+            // The next slot to visit at or after `i` in this word.
+            let word = (self.occupied[i / 64] | self.roomy[i / 64]) >> (i % 64);
             if word == 0 {
                 t += 64 - (i % 64) as u64; // the rest of this word is empty
                 continue;
@@ -162,6 +176,7 @@ impl TimerWheel {
                 continue;
             }
             let slot = &mut self.slots[i];
+            let held = slot.len();
             let mut k = 0;
             while k < slot.len() {
                 if slot[k].at <= now {
@@ -173,12 +188,34 @@ impl TimerWheel {
             if slot.is_empty() {
                 self.occupied[i / 64] &= !(1 << (i % 64));
             }
+            self.fit_room(i, held);
             t += 1;
         }
         self.tick = end + 1;
         self.len -= self.fired.len();
         for e in self.fired.drain(..) {
             f(e.conn, e.at);
+        }
+    }
+
+    /// Slot `i` held `held` entries this turn: cuts its room to twice that
+    /// (at least [`SLOT_KEEP`]) when it used under a quarter of it, and
+    /// keeps `roomy` true to what is left.
+    fn fit_room(&mut self, i: usize, held: usize) {
+        let slot = &mut self.slots[i];
+        if slot.capacity() > SLOT_KEEP && slot.capacity() / 4 > held {
+            slot.shrink_to((2 * held).max(SLOT_KEEP));
+        }
+        let bit = 1 << (i % 64);
+        let was = self.roomy[i / 64] & bit != 0;
+        let is = slot.capacity() > SLOT_KEEP;
+        if was != is {
+            self.roomy[i / 64] ^= bit;
+            if is {
+                self.roomy_slots += 1;
+            } else {
+                self.roomy_slots -= 1;
+            }
         }
     }
 }
@@ -202,6 +239,66 @@ mod tests {
         w.expire(Instant::from_millis(10_001), |c, _| got.push(c));
         assert_eq!(got, vec![ConnId::new(1, 0), ConnId::new(2, 0)]);
         assert!(w.is_empty());
+    }
+
+    /// Arms `per_tick` entries in each of the next `ticks` ticks, each due
+    /// one second on, and expires up to now as it goes.
+    fn steady(w: &mut TimerWheel, from_ms: u64, ticks: u64, per_tick: u32) -> u64 {
+        let mut fired = 0;
+        for t in from_ms..from_ms + ticks {
+            for c in 0..per_tick {
+                w.arm(ConnId::new(c, 0), Instant::from_millis(t + 1_000));
+            }
+            w.expire(Instant::from_millis(t), |_, _| fired += 1);
+        }
+        fired
+    }
+
+    /// A burst of entries grows the slots it lands in; one turn after it
+    /// has fired, with nothing armed since, their room is given back.
+    #[test]
+    fn gives_back_the_room_a_burst_took() {
+        let mut w = TimerWheel::new(Instant::ZERO);
+        steady(&mut w, 0, 1_000, 200); // 200 k entries in a second
+        let peak = w.entry_bytes();
+        assert!(peak >= 200 * 1_000 * std::mem::size_of::<Entry>());
+        let mut fired = 0;
+        w.expire(Instant::from_millis(2_100), |_, _| fired += 1);
+        assert_eq!(fired, 200 * 1_000);
+        assert!(w.is_empty());
+        assert_eq!(
+            w.entry_bytes(),
+            peak,
+            "the turn that fired them keeps the room"
+        );
+        // One more turn: every slot it grew held nothing.
+        w.expire(Instant::from_millis(2_100 + 4_096), |_, _| fired += 1);
+        assert_eq!(fired, 200 * 1_000);
+        assert!(
+            w.entry_bytes() <= SLOTS * SLOT_KEEP * std::mem::size_of::<Entry>(),
+            "{} bytes kept",
+            w.entry_bytes()
+        );
+        assert_eq!(w.roomy_slots, 0);
+        // Arming and firing work as before.
+        w.arm(ConnId::new(7, 0), Instant::from_millis(7_000));
+        let mut got = Vec::new();
+        w.expire(Instant::from_millis(7_000), |c, _| got.push(c));
+        assert_eq!(got, vec![ConnId::new(7, 0)]);
+    }
+
+    /// Under a load that changes little from turn to turn the slots keep
+    /// their room: no allocation after the first turn.
+    #[test]
+    fn keeps_its_room_under_a_steady_load() {
+        let mut w = TimerWheel::new(Instant::ZERO);
+        steady(&mut w, 0, 5_000, 40);
+        let warm = w.entry_bytes();
+        let ptrs: Vec<*const Entry> = w.slots.iter().map(|s| s.as_ptr()).collect();
+        let fired = steady(&mut w, 5_000, 3 * 4_096, 40);
+        assert_eq!(fired, 3 * 4_096 * 40);
+        assert_eq!(w.entry_bytes(), warm);
+        assert!(w.slots.iter().zip(&ptrs).all(|(s, &p)| s.as_ptr() == p));
     }
 
     /// Against a plain model: timers at pseudo-random times over several
