@@ -425,3 +425,75 @@ fn keepalive_keeps_live_peers_and_drops_dead_ones() {
     let t = server.tcp().counters();
     assert_eq!((t.active, t.timeouts), (0, 5), "{t:?}");
 }
+
+/// `tcp_state_bytes` is what the TCP engine's tables hold, published
+/// every tick; once a burst's TIME-WAIT has run out and the timer wheel
+/// has turned twice more, it is given back (the connection slots and
+/// the flow table keep their peak).
+#[test]
+fn the_state_gauge_gives_back_what_a_burst_took() {
+    let load = LoadConfig {
+        server: SRV,
+        port: 80,
+        body: 64,
+        requests_per_conn: 1,
+        concurrency: 256,
+        total_conns: 20_000,
+        sources: 4,
+    };
+    let (mut server, mut client) = setup(EngineConfig::default(), load, ImpairConfig::default(), 1);
+    let mut now = Instant::from_millis(1);
+    while !client.done() {
+        step_both(
+            &mut server,
+            &mut client,
+            &mut now,
+            1,
+            Duration::from_micros(20),
+        );
+        assert!(
+            now < Instant::from_millis(600_000),
+            "stalled: {:?}",
+            client.stats()
+        );
+    }
+    step_both(
+        &mut server,
+        &mut client,
+        &mut now,
+        1000,
+        Duration::from_micros(20),
+    );
+    assert_eq!(client.stats().completed, 20_000);
+    let peak = server.counters().tcp_state_bytes;
+    assert_eq!(peak, server.tcp().table_bytes() as u64);
+    let wheel_peak = server.tcp().timer_bytes();
+    assert_eq!(server.counters().tcp_time_wait, 20_000);
+    // TIME-WAIT (30 s) runs out, then the wheel turns twice (4.1 s each).
+    let quiet = now + Duration::from_secs(30) + 2 * dataplane::tcp::TIMER_TURN;
+    while now < quiet {
+        step_both(
+            &mut server,
+            &mut client,
+            &mut now,
+            1,
+            Duration::from_millis(1),
+        );
+    }
+    let c = server.counters();
+    assert_eq!(c.tcp_time_wait, 0);
+    assert_eq!(c.tcp_state_bytes, server.tcp().table_bytes() as u64);
+    // The wheel's room (about 1 MB at the peak here) is given back, and
+    // the gauge shows it.
+    let wheel = server.tcp().timer_bytes();
+    assert!(wheel_peak > 256 * 1024, "{wheel_peak} bytes of wheel");
+    assert!(
+        wheel * 10 < wheel_peak,
+        "{wheel} of {wheel_peak} wheel bytes kept"
+    );
+    assert!(
+        c.tcp_state_bytes + (wheel_peak - wheel) as u64 <= peak,
+        "{} of {peak} bytes kept",
+        c.tcp_state_bytes
+    );
+}

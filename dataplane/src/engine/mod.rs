@@ -864,6 +864,7 @@ impl<P: Port, A: Application> Engine<P, A> {
         c.tcp_buffer_bytes = t.buffer_bytes;
         c.tcp_buffer_denied = t.buffer_denied;
         c.tcp_syn_no_memory = t.syn_no_memory;
+        c.tcp_state_bytes = self.tcp.table_bytes() as u64;
         self.app.count(c);
         let tcp = &self.tcp;
         self.app.count_refusals(&|slot| tcp.refusals(slot));

@@ -660,9 +660,22 @@ impl<A: Default> TcpEngine<A> {
     }
 
     /// Bytes of connection state held: the slots made (the slab's
-    /// reservation is untouched beyond them), the flow table and the
-    /// timer wheel (capacities, not lengths), plus the ring pool's bytes.
+    /// reservation is untouched beyond them), the flow and TIME-WAIT
+    /// tables and the timer wheel (capacities, not lengths), plus the
+    /// ring pool's bytes.
     pub fn state_bytes(&self) -> usize {
+        self.table_bytes() + self.buffers.bytes_held()
+    }
+
+    /// Bytes of the timer wheel's slots (part of [`TcpEngine::table_bytes`]).
+    pub fn timer_bytes(&self) -> usize {
+        self.timers.entry_bytes()
+    }
+
+    /// [`TcpEngine::state_bytes`] but the byte rings: what connections
+    /// and TIME-WAIT hold whatever they carry. O(1): published every
+    /// tick (`tcp_state_bytes`).
+    pub fn table_bytes(&self) -> usize {
         let slot = std::mem::size_of::<Option<Conn<A>>>();
         self.conns.len() * slot
             + self.flows.v4.bytes()
@@ -670,7 +683,6 @@ impl<A: Default> TcpEngine<A> {
             + self.keys6.capacity() * std::mem::size_of::<FlowKey6>()
             + self.free.capacity() * 4
             + self.timers.entry_bytes()
-            + self.buffers.bytes_held()
     }
 
     /// The application state of every live connection.

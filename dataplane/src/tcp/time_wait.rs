@@ -176,6 +176,9 @@ pub(super) struct TimeWaitTable<I = Ipv4Addr> {
     chunks: Vec<Option<Chunk<I>>>,
     /// A chunk the head left, kept for the next one the tail needs.
     spare: Option<Chunk<I>>,
+    /// Chunks allocated: those in `chunks` and the spare (kept as they
+    /// come and go, so [`TimeWaitTable::bytes`] walks nothing).
+    held_chunks: usize,
     /// Ring slots: room for 1.5 × `max` (holes), a power of two.
     ring_len: usize,
     /// Slots per chunk: `CHUNK`, or `ring_len` when smaller.
@@ -206,6 +209,7 @@ impl<I: FlowAddr> TimeWaitTable<I> {
         Self {
             chunks: Vec::new(),
             spare: None,
+            held_chunks: 0,
             ring_len,
             chunk_len: CHUNK.min(ring_len),
             // From 1: a zeroed overflow mark (position 0) is outside the
@@ -234,8 +238,7 @@ impl<I: FlowAddr> TimeWaitTable<I> {
 
     /// Bytes held (ring chunks and index).
     pub fn bytes(&self) -> usize {
-        let chunks = self.chunks.iter().flatten().count() + usize::from(self.spare.is_some());
-        chunks * self.chunk_len * std::mem::size_of::<Slot<I>>()
+        self.held_chunks * self.chunk_len * std::mem::size_of::<Slot<I>>()
             + self.index.capacity() * std::mem::size_of::<u32>()
     }
 
@@ -432,11 +435,13 @@ impl<I: FlowAddr> TimeWaitTable<I> {
         let (c, i) = self.place(self.tail);
         let chunk = self.chunks.get_mut(c)?;
         if chunk.is_none() {
-            *chunk = Some(
-                self.spare
-                    .take()
-                    .unwrap_or_else(|| vec![Slot::EMPTY; self.chunk_len].into_boxed_slice()),
-            );
+            *chunk = Some(match self.spare.take() {
+                Some(spare) => spare,
+                None => {
+                    self.held_chunks += 1;
+                    vec![Slot::EMPTY; self.chunk_len].into_boxed_slice()
+                }
+            });
         }
         chunk.as_mut()?.get_mut(i)
     }
@@ -455,6 +460,8 @@ impl<I: FlowAddr> TimeWaitTable<I> {
         if let Some(chunk) = self.chunks.get_mut(behind).and_then(Option::take) {
             if self.spare.is_none() {
                 self.spare = Some(chunk);
+            } else {
+                self.held_chunks -= 1;
             }
         }
     }
@@ -793,6 +800,11 @@ pub(super) mod tests {
         assert_eq!((t.index.as_ptr(), t.index.len()), index);
         let chunks = |t: &TimeWaitTable| t.chunks.iter().flatten().count();
         assert_eq!(chunks(&t), 100_000usize.div_ceil(CHUNK));
+        // What `bytes` keeps count of, walked.
+        let walked = |t: &TimeWaitTable| {
+            (chunks(t) + usize::from(t.spare.is_some())) * CHUNK * 40 + t.index.capacity() * 4
+        };
+        assert_eq!(t.bytes(), walked(&t));
         // All but the last 1,000 expire (each 1 ms after the one before).
         let mut t2 = TimeWaitTable::new(100_000, FlowHashing::default());
         for i in 0..100_000u32 {
@@ -805,6 +817,7 @@ pub(super) mod tests {
         assert!(chunks(&t2) <= 2, "{} chunks for 1,000 entries", chunks(&t2));
         let ring = |t: &TimeWaitTable| t.bytes() - t.index.capacity() * 4;
         assert!(ring(&t2) <= 3 * CHUNK * 40 && ring(&t) > 90 * CHUNK * 40);
+        assert_eq!(t2.bytes(), walked(&t2));
         assert!((99_000..100_000).all(|i| t2.get(&wide(i).key).is_some()));
         // The next entries reuse the spare: still the same memory.
         let before = t2.bytes();
@@ -818,6 +831,7 @@ pub(super) mod tests {
         t2.expire(Instant::from_millis(1 << 40));
         assert_eq!(t2.len(), 0);
         assert!(t2.bytes() <= 2 * CHUNK * 40 + t2.index.capacity() * 4);
+        assert_eq!(t2.bytes(), walked(&t2));
     }
 
     /// An index whose ways around a key's home are all taken keeps it out

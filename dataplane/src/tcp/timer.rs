@@ -94,6 +94,8 @@ pub struct TimerWheel {
     roomy: [u64; SLOTS / 64],
     /// Bits set in `roomy`.
     roomy_slots: usize,
+    /// Entries the slots have room for (the sum of their capacities).
+    room: usize,
     /// The next tick not yet processed.
     tick: u64,
     fired: Vec<Entry>,
@@ -107,18 +109,16 @@ impl TimerWheel {
             occupied: [0; SLOTS / 64],
             roomy: [0; SLOTS / 64],
             roomy_slots: 0,
+            room: 0,
             tick: now.as_nanos() / TICK_NS,
             fired: Vec::new(),
             len: 0,
         }
     }
 
-    /// Bytes held by the wheel's slots.
+    /// Bytes held by the wheel's slots (kept as they change: O(1)).
     pub fn entry_bytes(&self) -> usize {
-        self.slots
-            .iter()
-            .map(|s| s.capacity() * std::mem::size_of::<Entry>())
-            .sum()
+        self.room * std::mem::size_of::<Entry>()
     }
 
     #[cfg(test)]
@@ -142,7 +142,10 @@ impl TimerWheel {
     pub fn arm(&mut self, conn: ConnId, at: Instant) {
         let t = at.as_nanos().div_ceil(TICK_NS).max(self.tick);
         let i = (t % SLOTS as u64) as usize;
-        self.slots[i].push(Entry { conn, at });
+        let slot = &mut self.slots[i];
+        let before = slot.capacity();
+        slot.push(Entry { conn, at });
+        self.room += slot.capacity() - before;
         self.occupied[i / 64] |= 1 << (i % 64);
         self.len += 1;
     }
@@ -204,7 +207,9 @@ impl TimerWheel {
     fn fit_room(&mut self, i: usize, held: usize) {
         let slot = &mut self.slots[i];
         if slot.capacity() > SLOT_KEEP && slot.capacity() / 4 > held {
+            let before = slot.capacity();
             slot.shrink_to((2 * held).max(SLOT_KEEP));
+            self.room -= before - slot.capacity();
         }
         let bit = 1 << (i % 64);
         let was = self.roomy[i / 64] & bit != 0;
@@ -241,6 +246,14 @@ mod tests {
         assert!(w.is_empty());
     }
 
+    /// The slots' room, counted the long way.
+    fn scanned_bytes(w: &TimerWheel) -> usize {
+        w.slots
+            .iter()
+            .map(|s| s.capacity() * std::mem::size_of::<Entry>())
+            .sum()
+    }
+
     /// Arms `per_tick` entries in each of the next `ticks` ticks, each due
     /// one second on, and expires up to now as it goes.
     fn steady(w: &mut TimerWheel, from_ms: u64, ticks: u64, per_tick: u32) -> u64 {
@@ -261,6 +274,7 @@ mod tests {
         let mut w = TimerWheel::new(Instant::ZERO);
         steady(&mut w, 0, 1_000, 200); // 200 k entries in a second
         let peak = w.entry_bytes();
+        assert_eq!(peak, scanned_bytes(&w));
         assert!(peak >= 200 * 1_000 * std::mem::size_of::<Entry>());
         let mut fired = 0;
         w.expire(Instant::from_millis(2_100), |_, _| fired += 1);
@@ -279,6 +293,7 @@ mod tests {
             "{} bytes kept",
             w.entry_bytes()
         );
+        assert_eq!(w.entry_bytes(), scanned_bytes(&w));
         assert_eq!(w.roomy_slots, 0);
         // Arming and firing work as before.
         w.arm(ConnId::new(7, 0), Instant::from_millis(7_000));
@@ -298,6 +313,7 @@ mod tests {
         let fired = steady(&mut w, 5_000, 3 * 4_096, 40);
         assert_eq!(fired, 3 * 4_096 * 40);
         assert_eq!(w.entry_bytes(), warm);
+        assert_eq!(warm, scanned_bytes(&w));
         assert!(w.slots.iter().zip(&ptrs).all(|(s, &p)| s.as_ptr() == p));
     }
 
@@ -343,5 +359,6 @@ mod tests {
             }
         }
         assert!(w.is_empty());
+        assert_eq!(w.entry_bytes(), scanned_bytes(&w));
     }
 }
