@@ -462,10 +462,39 @@ impl Dpd {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+
+    /// What a failed test leaves to read: whether `dpd` had exited (and
+    /// how), its counters if it still answers, the end of its log.
+    fn post_mortem(&mut self) {
+        let Some(child) = self.child.as_mut() else {
+            return;
+        };
+        match child.try_wait() {
+            Ok(Some(status)) => eprintln!("dpd had exited: {status}"),
+            _ => match Client::connect(&self.socket).and_then(|mut c| c.call(&Request::Stats)) {
+                Ok(reply) => match reply.body {
+                    Some(Body::Stats(s)) => {
+                        eprintln!("dpd still running; its counters: {:?}", s.total)
+                    }
+                    other => eprintln!("dpd still running; stats answered {other:?}"),
+                },
+                Err(e) => eprintln!("dpd still running; stats failed: {e}"),
+            },
+        }
+        let log = self.log_text();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        eprintln!("dpd log, last {} lines:", tail.len());
+        for line in tail.iter().rev() {
+            eprintln!("  {line}");
+        }
+    }
 }
 
 impl Drop for Dpd {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.post_mortem();
+        }
         if let Some(mut child) = self.child.take() {
             let _ = Command::new("kill")
                 .arg("-TERM")

@@ -459,9 +459,15 @@ fn download(lab: &Lab, url: &str, resolve: &str, certs: &Path, out: &Path) {
         url,
     ]);
     let got = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success() && got.starts_with("200 "),
-        "{url}: {got} {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    if !(o.status.success() && got.starts_with("200 ")) {
+        // The client kernel's TCP counters (checksum errors, PAWS,
+        // retransmissions) tell which side stopped; dpd's follow from
+        // its post-mortem.
+        let nstat = lab.client(&["nstat", "-a", "-s"]);
+        panic!(
+            "{url}: {got} {}\nclient nstat:\n{}",
+            String::from_utf8_lossy(&o.stderr),
+            String::from_utf8_lossy(&nstat.stdout)
+        );
+    }
 }
