@@ -123,6 +123,7 @@ macro_rules! with_counters {
             idle_cycles: Cycles, "tlsdp_idle_seconds_total", "Time the engine loop spent finding nothing to do, its idle sleeps included.";
             loops: Counter, "tlsdp_loop_iterations_total", "Iterations of the engine loop.";
             loop_stalls: Counter, "tlsdp_loop_stalls_total", "Iterations of the engine loop that took over a millisecond: frames waited that long (at 100GE a NIC's 4,096-descriptor receive ring fills in half of one).";
+            clock_steps_back: Counter, "tlsdp_clock_steps_back_total", "Times the engine read its clock (the TSC) earlier than before: engine time was held still instead, so timers and TCP timestamps never go back.";
         }
     };
 }

@@ -56,7 +56,7 @@ impl HandshakeBudget {
 
     /// The step that began at `step` ended: its time is spent.
     pub fn charge(&mut self, step: Step) {
-        self.charge_ticks(tsc_now().wrapping_sub(step.0));
+        self.charge_ticks(tsc_now().saturating_sub(step.0));
     }
 
     fn charge_ticks(&mut self, ticks: u64) {

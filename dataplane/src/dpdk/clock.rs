@@ -29,10 +29,11 @@ impl TscClock {
         tsc_now()
     }
 
-    /// Converts a TSC value to engine time.
+    /// Converts a TSC value to engine time (a value before this clock's
+    /// start is its start, not a wrap to centuries ahead).
     #[inline]
     pub fn at(&self, ticks: u64) -> Instant {
-        let dt = u128::from(ticks.wrapping_sub(self.start));
+        let dt = u128::from(ticks.saturating_sub(self.start));
         Instant::from_nanos((dt * 1_000_000_000 / u128::from(self.hz.max(1))) as u64)
     }
 

@@ -29,7 +29,7 @@ use crate::snapshot::{Capture, ControlLink, HealthShare, PoolView};
 use crate::stats::{Counters, DropReason, SharedCounters, VipCounters};
 use crate::steer::{PortShare, SteerLink, Steered};
 use crate::tcp::{Event, LinkLimits, ListenLimits, Secret, TcpConfig, TcpEngine};
-use crate::time::Instant;
+use crate::time::{Instant, MonotonicTime};
 use io::{flush, queue, receive, release_resolved, steer};
 
 #[derive(Debug, Clone, Copy)]
@@ -875,8 +875,9 @@ impl<P: Port, A: Application> Engine<P, A> {
     /// Runs the loop until `stop` is set (checked once per tick), counting
     /// busy TSC cycles (iterations whose [`Engine::poll`] did work), idle
     /// ones (the other iterations and the `idle_sleep` after them) and the
-    /// iterations that took over a millisecond (`loop_stalls`). Transmits
-    /// what is buffered before returning.
+    /// iterations that took over a millisecond (`loop_stalls`). Engine
+    /// time never goes back ([`MonotonicTime`], `clock_steps_back`).
+    /// Transmits what is buffered before returning.
     ///
     /// While `drain` is set, listeners take no new connections (SYNs get a
     /// reset); existing connections go on.
@@ -885,11 +886,13 @@ impl<P: Port, A: Application> Engine<P, A> {
         let mut next_stop_check = Instant::ZERO;
         let mut idle_streak = 0u32;
         let stall = clock.hz() / 1000; // a millisecond
+        let mut time = MonotonicTime::default();
         loop {
             let start = clock.ticks();
-            let now = clock.at(start);
+            let now = time.at(clock.at(start));
+            self.counters.clock_steps_back = time.steps_back();
             let work = self.poll(now);
-            let spent = clock.ticks().wrapping_sub(start);
+            let spent = clock.ticks().saturating_sub(start);
             if spent > stall {
                 self.counters.loop_stalls += 1;
             }
@@ -905,7 +908,7 @@ impl<P: Port, A: Application> Engine<P, A> {
                     // the loop's wall time and the busy share is the core's.
                     let before = clock.ticks();
                     std::thread::sleep(pause);
-                    self.counters.idle_cycles += clock.ticks().wrapping_sub(before);
+                    self.counters.idle_cycles += clock.ticks().saturating_sub(before);
                 }
             }
             self.counters.loops += 1;
