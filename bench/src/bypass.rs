@@ -356,6 +356,8 @@ fn run_job(b: &Bypass, port: &EthPort, n: usize, job: &Job) -> io::Result<Worker
         gen = gen.with_tls(LoadClientConfig::from_rustls(cfg.clone()));
     }
     let clock = TscClock::new();
+    // Engine time never goes back (its TCP timestamps with it).
+    let mut engine_time = dataplane::time::MonotonicTime::default();
     let p = w.phases;
     let end = job.start + Duration::from_secs(p.total());
     let grace = end + w.timeout + Duration::from_secs(1);
@@ -375,9 +377,9 @@ fn run_job(b: &Bypass, port: &EthPort, n: usize, job: &Job) -> io::Result<Worker
             let level = p.level(t);
             gen.set_concurrency((f64::from(concurrency) * level).ceil() as usize);
         }
-        let work = gen.poll(dataplane::time::Instant::from_nanos(
+        let work = gen.poll(engine_time.at(dataplane::time::Instant::from_nanos(
             epoch_ns.saturating_add(clock.now().as_nanos()),
-        ));
+        )));
         if work == 0 {
             idle += 1;
             if idle >= 256 {
