@@ -415,12 +415,17 @@ impl Dpd {
 
     /// The total counters over all engines.
     pub fn stats(&self) -> CoreStats {
+        self.try_stats().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Dpd::stats`], or why there are none.
+    fn try_stats(&self) -> Result<CoreStats, String> {
         let reply = Client::connect(&self.socket)
             .and_then(|mut c| c.call(&Request::Stats))
-            .expect("stats");
+            .map_err(|e| format!("stats: {e}"))?;
         match reply.body {
-            Some(Body::Stats(s)) => s.total,
-            other => panic!("unexpected stats reply {other:?}"),
+            Some(Body::Stats(s)) => Ok(s.total),
+            other => Err(format!("unexpected stats reply {other:?}")),
         }
     }
 
@@ -471,14 +476,9 @@ impl Dpd {
         };
         match child.try_wait() {
             Ok(Some(status)) => eprintln!("dpd had exited: {status}"),
-            _ => match Client::connect(&self.socket).and_then(|mut c| c.call(&Request::Stats)) {
-                Ok(reply) => match reply.body {
-                    Some(Body::Stats(s)) => {
-                        eprintln!("dpd still running; its counters: {:?}", s.total)
-                    }
-                    other => eprintln!("dpd still running; stats answered {other:?}"),
-                },
-                Err(e) => eprintln!("dpd still running; stats failed: {e}"),
+            _ => match self.try_stats() {
+                Ok(total) => eprintln!("dpd still running; its counters: {total:?}"),
+                Err(e) => eprintln!("dpd still running; {e}"),
             },
         }
         let log = self.log_text();
