@@ -1675,6 +1675,61 @@ mod pair_tests {
         assert_eq!(data, 3000, "the window stayed open: {out:?}");
     }
 
+    /// xorshift64 from a seed: the random loss and conditions of the
+    /// seeded pair tests.
+    struct Xorshift(u64);
+
+    impl Xorshift {
+        fn new(seed: u64) -> Self {
+            Self(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+        }
+
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    /// `n` bytes of a pattern that shows a byte out of place.
+    fn pattern(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i % 251) as u8).collect()
+    }
+
+    /// A sends `data` to B on `(ca, cb)`, a 1 ms round at a time, until B
+    /// has read it all or `limit` has passed; `keep(from_a)` decides
+    /// whether each segment arrives, `read(round)` how many bytes B's
+    /// reader takes in that round. Returns what B read.
+    fn send_through(
+        p: &mut Pair,
+        (ca, cb): (ConnId, ConnId),
+        data: &[u8],
+        limit: Duration,
+        mut keep: impl FnMut(bool) -> bool,
+        mut read: impl FnMut(u64) -> usize,
+    ) -> Vec<u8> {
+        let (mut sent, mut got) = (0, Vec::with_capacity(data.len()));
+        let mut buf = vec![0u8; 64 * 1024];
+        let deadline = p.now + limit;
+        let mut round = 0u64;
+        while got.len() < data.len() && p.now < deadline {
+            round += 1;
+            sent += p.a.send(ca, &data[sent..]);
+            p.run_filtered(1, 1, |from_a, _| keep(from_a));
+            let mut budget = read(round);
+            while budget > 0 {
+                let k = p.b.recv(cb, &mut buf[..budget.min(64 * 1024)]);
+                if k == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..k]);
+                budget -= k;
+            }
+        }
+        got
+    }
+
     /// Sequence numbers wrap past 2^32 (RFC 9293 §3.4) in the middle of
     /// a transfer that loses segments both ways: loss recovery (SACK
     /// scoreboard, RACK, retransmission and window edges) and the
@@ -1699,31 +1754,19 @@ mod pair_tests {
                 "ISS {} not just below the wrap",
                 iss.0
             );
-            // 2 % of segments each way lost (xorshift, seeded).
-            let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-            let n = 1_000_000;
-            let data: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
-            let (mut sent, mut got) = (0, Vec::with_capacity(n));
-            let mut buf = vec![0u8; 64 * 1024];
-            let deadline = p.now + Duration::from_secs(60);
-            while got.len() < n && p.now < deadline {
-                sent += p.a.send(ca, &data[sent..]);
-                p.run_filtered(1, 1, |_, _| {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    rng % 100 >= 2
-                });
-                loop {
-                    let k = p.b.recv(cb, &mut buf);
-                    if k == 0 {
-                        break;
-                    }
-                    got.extend_from_slice(&buf[..k]);
-                }
-            }
+            // 2 % of segments each way lost.
+            let mut rng = Xorshift::new(seed);
+            let data = pattern(1_000_000);
+            let got = send_through(
+                &mut p,
+                (ca, cb),
+                &data,
+                Duration::from_secs(60),
+                |_| rng.next() % 100 >= 2,
+                |_| usize::MAX,
+            );
             let t = p.a.counters();
-            assert_eq!(got.len(), n, "seed {seed}: {t:?}");
+            assert_eq!(got.len(), data.len(), "seed {seed}: {t:?}");
             assert!(got == data, "seed {seed}: the bytes differ");
             assert!(t.retransmits > 0, "seed {seed}: nothing was lost: {t:?}");
             let una = live(&p.a.conns, ca).unwrap().snd_una;
@@ -1746,13 +1789,8 @@ mod pair_tests {
             .and_then(|v| v.parse().ok())
             .unwrap_or(256);
         for seed in 1..=count {
-            let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-            let mut next = move || {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                rng
-            };
+            let mut rng = Xorshift::new(seed);
+            let mut next = move || rng.next();
             let loss_a = next() % 6;
             let loss_b = next() % 6;
             let buf_kb = [8usize, 16, 64, 256][(next() % 4) as usize];
@@ -1765,32 +1803,25 @@ mod pair_tests {
             };
             let start = Instant::from_nanos(next() % (1 << 44));
             let (mut p, ca, cb) = established_from(Pair::starting_at(cfg, start));
-            let data: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
-            let (mut sent, mut got) = (0, Vec::with_capacity(n));
-            let mut buf = vec![0u8; 64 * 1024];
-            let deadline = p.now + Duration::from_secs(300);
-            let mut round = 0u64;
-            while got.len() < n && p.now < deadline {
-                round += 1;
-                sent += p.a.send(ca, &data[sent..]);
-                p.run_filtered(1, 1, |from_a, _| {
+            let data = pattern(n);
+            let got = send_through(
+                &mut p,
+                (ca, cb),
+                &data,
+                Duration::from_secs(300),
+                |from_a| {
                     let l = if from_a { loss_a } else { loss_b };
                     next() % 100 >= l
-                });
-                if pause_every > 0 && round.is_multiple_of(pause_every + 1) {
-                    continue; // the reader pauses this round
-                }
-                let mut budget = read_per_ms;
-                while budget > 0 {
-                    let m = budget.min(buf.len());
-                    let k = p.b.recv(cb, &mut buf[..m]);
-                    if k == 0 {
-                        break;
+                },
+                // The reader skips a round now and then.
+                |round| {
+                    if pause_every > 0 && round.is_multiple_of(pause_every + 1) {
+                        0
+                    } else {
+                        read_per_ms
                     }
-                    got.extend_from_slice(&buf[..k]);
-                    budget -= k;
-                }
-            }
+                },
+            );
             let t = p.a.counters();
             assert_eq!(
                 got.len(),
