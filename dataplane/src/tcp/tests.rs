@@ -1730,6 +1730,100 @@ mod pair_tests {
         got
     }
 
+    /// A sends `data` to B over a path with `delay` each way, `step` at a
+    /// time, until B has read it all or `limit` has passed. A's `n`-th
+    /// data segment (first sends and resends alike, counted from 1)
+    /// arrives `extra(n)` later than that, so the ones sent after it pass
+    /// it. Returns what B read.
+    fn send_over_path(
+        p: &mut Pair,
+        (ca, cb): (ConnId, ConnId),
+        data: &[u8],
+        (step, delay): (Duration, Duration),
+        limit: Duration,
+        mut extra: impl FnMut(u64) -> Duration,
+    ) -> Vec<u8> {
+        // In flight: (arrives at, order sent, from A, src, dst, segment).
+        let mut path: Vec<(Instant, u64, bool, Ipv4Addr, Ipv4Addr, Vec<u8>)> = Vec::new();
+        let (mut sent, mut order, mut data_segs) = (0, 0u64, 0u64);
+        let mut got = Vec::with_capacity(data.len());
+        let mut buf = vec![0u8; 64 * 1024];
+        let deadline = p.now + limit;
+        while got.len() < data.len() && p.now < deadline {
+            p.now = p.now + step;
+            let now = p.now;
+            sent += p.a.send(ca, &data[sent..]);
+            let out_a = Pair::output(&mut p.a, now);
+            let out_b = Pair::output(&mut p.b, now);
+            let outs = out_a.into_iter().map(|s| (true, s));
+            for (from_a, (src, dst, bytes)) in outs.chain(out_b.into_iter().map(|s| (false, s))) {
+                let mut at = now + delay;
+                if from_a && !parse(src, dst, &bytes).payload.is_empty() {
+                    data_segs += 1;
+                    at = at + extra(data_segs);
+                }
+                order += 1;
+                path.push((at, order, from_a, src, dst, bytes));
+            }
+            path.sort_by_key(|e| (e.0, e.1));
+            let due = path.partition_point(|e| e.0 <= now);
+            for (_, _, from_a, src, dst, bytes) in path.drain(..due) {
+                let to = if from_a { &mut p.b } else { &mut p.a };
+                let _ = to.input(now, src, dst, &bytes);
+            }
+            loop {
+                let k = p.b.recv(cb, &mut buf);
+                if k == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..k]);
+            }
+        }
+        got
+    }
+
+    /// RFC 8985 §6.2 steps 3-4 on a path that reorders and loses
+    /// nothing: one data segment in 40 arrives 4 ms late, on a 10 ms
+    /// round trip, so RACK's first reordering window (a quarter of the
+    /// minimum RTT) declares it lost and resends it. B reports each
+    /// needless resend with a D-SACK (RFC 2883); from the first, SACKs
+    /// alone no longer mark loss, and each round trip with one widens
+    /// the window by a quarter of the minimum RTT. Once it is wide enough
+    /// late segments are waited for: the next 8 MB (~140 late segments)
+    /// go with at most a few resends, where a window that never widens
+    /// resends every late segment (~190 in those 8 MB).
+    #[test]
+    fn d_sacks_widen_the_reordering_window_until_late_segments_are_waited_for() {
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        let path = (Duration::from_micros(250), Duration::from_millis(5));
+        let late = |n: u64| {
+            if n.is_multiple_of(40) {
+                Duration::from_millis(4)
+            } else {
+                Duration::ZERO
+            }
+        };
+        let data = pattern(2_000_000);
+        let limit = Duration::from_secs(20);
+        let got = send_over_path(&mut p, (ca, cb), &data, path, limit, late);
+        assert!(got == data, "the first 2 MB");
+        let first = p.a.counters();
+        assert!(
+            first.retransmits > 0,
+            "the first late segments are resent: {first:?}"
+        );
+        for round in 0..4 {
+            let got = send_over_path(&mut p, (ca, cb), &data, path, limit, late);
+            assert!(got == data, "2 MB more, {round}");
+        }
+        let after = p.a.counters();
+        assert!(
+            after.retransmits - first.retransmits <= 10,
+            "late segments are waited for: {first:?} then {after:?}"
+        );
+        assert_eq!(after.rto_expiries, 0, "{after:?}");
+    }
+
     /// Sequence numbers wrap past 2^32 (RFC 9293 §3.4) in the middle of
     /// a transfer that loses segments both ways: loss recovery (SACK
     /// scoreboard, RACK, retransmission and window edges) and the

@@ -184,6 +184,12 @@ impl<A: Default> Conn<A> {
             None
         };
         self.settle_tlp_episode(ack, seg_len == 0 && !sack_news, dsack, counters);
+        let una_after = if ack.diff(self.snd_una) > 0 {
+            ack
+        } else {
+            self.snd_una
+        };
+        self.rack.on_ack(una_after, self.snd_max, dsack.is_some());
         if sack_news {
             for &(l, r) in seg.sack_ranges.iter().flatten() {
                 self.scoreboard
@@ -235,9 +241,12 @@ impl<A: Default> Conn<A> {
                 }
             }
             let rack_found = self.rack_detect(now);
-            if self.recover.is_none()
-                && (probe_arrived || rack_found || self.scoreboard.bytes() > 3 * self.seg_size)
-            {
+            // RFC 6675's three segments' worth SACKed above a hole marks
+            // loss only while the path has not been seen to reorder; after
+            // that, RACK's time rule does (RFC 8985 §6.2).
+            let sack_rule =
+                !self.rack.reordering_seen() && self.scoreboard.bytes() > 3 * self.seg_size;
+            if self.recover.is_none() && (probe_arrived || rack_found || sack_rule) {
                 self.enter_recovery();
             }
             if rack_found {
@@ -435,6 +444,19 @@ impl<A: Default> Conn<A> {
         }
         self.retries = 0;
         self.dupacks = 0;
+        // RFC 8985 §6.2 step 3: a hole below SACKed data filled with
+        // nothing resent into it (no recovery, no probe): the path
+        // reorders.
+        if self.recover.is_none()
+            && self.tlp_episode.is_none()
+            && self
+                .scoreboard
+                .ranges()
+                .first()
+                .is_some_and(|&(left, _)| ack.diff(left) >= 0)
+        {
+            self.rack.reordering_observed();
+        }
         self.scoreboard.prune(ack);
         if self.rtx_next.diff(ack) < 0 {
             self.rtx_next = ack;
@@ -445,6 +467,7 @@ impl<A: Default> Conn<A> {
                 self.recover = None;
                 self.cwnd = self.ssthresh;
                 self.scoreboard.clear();
+                self.rack.recovery_ended();
             }
             Some(_) => {
                 // Partial ACK (RFC 6582): retransmit the next hole now.

@@ -165,6 +165,7 @@ impl<A: Default> Conn<A> {
             } else {
                 self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
                 self.cwnd = self.seg_size;
+                self.rack.recovery_ended();
                 self.go_back(now);
             }
             out.send = true;
@@ -384,13 +385,13 @@ impl<A: Default> Conn<A> {
                 continue;
             }
             // RFC 6675 IsLost: a hole counts as lost once at least
-            // three segments' worth is SACKed above it (reordering
-            // alone rarely gets that far), or RACK's time rule says so
-            // (RFC 8985 §6.2). The first hole, at snd_una, always goes
-            // (NewReno's partial-ACK rule).
+            // three segments' worth is SACKed above it (while the path
+            // has not been seen to reorder), or RACK's time rule says
+            // so (RFC 8985 §6.2). The first hole, at snd_una, always
+            // goes (NewReno's partial-ACK rule).
             if self.scoreboard.len > 0
                 && at != self.snd_una
-                && self.scoreboard.above(at) < 3 * self.seg_size
+                && (self.rack.reordering_seen() || self.scoreboard.above(at) < 3 * self.seg_size)
                 && self.rack_lost.diff(at) <= 0
             {
                 break;

@@ -142,7 +142,24 @@ pub(super) struct Rack {
     rtt: Micros,
     /// RACK.min_RTT (µs; 0: none yet).
     min_rtt: Micros,
+    /// RACK.reo_wnd_mult − 1: how many quarters of the minimum RTT past
+    /// the first the reordering window is (§6.2 step 4).
+    reo_wnd_extra: u8,
+    /// RACK.reo_wnd_persist: recoveries left before a widened window
+    /// narrows to its base again.
+    reo_wnd_persist: u8,
+    /// RACK.dsack_round: D-SACKs widen the window once per round trip,
+    /// until SND.UNA passes this (SND.NXT when the first came).
+    dsack_round: Option<Seq>,
+    /// RACK.reordering_seen: the peer reported a duplicate (a D-SACK: our
+    /// retransmission was not needed), or a hole below SACKed data filled
+    /// before anything was resent into it.
+    reordering_seen: bool,
 }
+
+/// Recoveries a widened reordering window outlives without a D-SACK
+/// (RFC 8985 §6.2 step 4).
+const REO_WND_PERSIST: u8 = 16;
 
 impl Rack {
     /// An RTT sample (RFC 6298's), for RACK.min_RTT.
@@ -153,12 +170,58 @@ impl Rack {
         }
     }
 
-    /// RACK.reo_wnd (§6.2 step 4): a quarter of the minimum RTT, at most
-    /// SRTT. Reordering is always taken as possible (never 0), and D-SACKs
-    /// do not widen it.
+    /// RACK.reo_wnd (§6.2 step 4): RACK.reo_wnd_mult quarters of the
+    /// minimum RTT, at most SRTT. Reordering is always taken as possible:
+    /// the window is never 0 (the RFC's 0 before any reordering was seen
+    /// is left out), and never under 250 µs.
     pub fn reo_wnd(&self, srtt: Duration) -> Duration {
-        let quarter = Duration::from_micros(u64::from(self.min_rtt / 4));
-        quarter.min(srtt).max(Duration::from_micros(250))
+        let quarters = u64::from(self.reo_wnd_extra) + 1;
+        let wnd = Duration::from_micros(quarters * u64::from(self.min_rtt / 4));
+        wnd.min(srtt).max(Duration::from_micros(250))
+    }
+
+    /// §6.2 step 4 for an acceptable ACK: `una` is SND.UNA after it,
+    /// `nxt` the highest sequence number sent, `dsack` whether it carried
+    /// a D-SACK block (RFC 2883). The first D-SACK of a round trip widens
+    /// the reordering window by a quarter of the minimum RTT and keeps it
+    /// wide for the next 16 recoveries.
+    pub fn on_ack(&mut self, una: Seq, nxt: Seq, dsack: bool) {
+        if self.dsack_round.is_some_and(|r| una.diff(r) >= 0) {
+            self.dsack_round = None;
+        }
+        if dsack {
+            self.reordering_seen = true;
+            if self.dsack_round.is_none() {
+                self.dsack_round = Some(nxt);
+                self.reo_wnd_extra = self.reo_wnd_extra.saturating_add(1);
+                self.reo_wnd_persist = REO_WND_PERSIST;
+            }
+        }
+    }
+
+    /// A hole below SACKed data was filled with nothing resent into it:
+    /// the network reorders (§6.2 step 3).
+    pub fn reordering_observed(&mut self) {
+        self.reordering_seen = true;
+    }
+
+    /// Whether this connection's path has been seen to reorder: then SACKs
+    /// alone (RFC 6675's three segments' worth above a hole) no longer
+    /// mark loss, RACK's time rule does.
+    pub fn reordering_seen(&self) -> bool {
+        self.reordering_seen
+    }
+
+    /// A recovery ended (fast recovery, or an RTO, counted when it
+    /// fires): after 16 without a D-SACK the window narrows to a quarter
+    /// of the minimum RTT again (§6.2 step 4).
+    pub fn recovery_ended(&mut self) {
+        if self.reo_wnd_persist > 0 {
+            self.reo_wnd_persist -= 1;
+            if self.reo_wnd_persist == 0 {
+                self.reo_wnd_extra = 0;
+            }
+        }
     }
 
     /// §6.2 step 2: first-sent data up to `end` has been delivered, at
@@ -269,6 +332,43 @@ mod tests {
         log.clear(at_us(500));
         log.record(base + 1200, at_us(600));
         assert_eq!(log.sent(base + 1150), Some((500, 600)), "after an RTO");
+    }
+
+    #[test]
+    fn d_sacks_widen_the_window_once_a_round_trip_and_sixteen_recoveries_narrow_it() {
+        let ms = Duration::from_millis;
+        let srtt = ms(8);
+        let mut rack = Rack::default();
+        rack.rtt_sample(ms(8));
+        assert_eq!(rack.reo_wnd(srtt), ms(2), "a quarter of the minimum RTT");
+        assert!(!rack.reordering_seen());
+        // A D-SACK while SND.NXT is 5000 widens it by a quarter; more
+        // before SND.UNA reaches 5000 do not.
+        rack.on_ack(Seq(1000), Seq(5000), true);
+        assert!(rack.reordering_seen());
+        assert_eq!(rack.reo_wnd(srtt), ms(4));
+        rack.on_ack(Seq(3000), Seq(7000), true);
+        assert_eq!(rack.reo_wnd(srtt), ms(4), "the same round trip");
+        // SND.UNA at 5000: the round is over, the next D-SACK counts.
+        rack.on_ack(Seq(5000), Seq(9000), true);
+        assert_eq!(rack.reo_wnd(srtt), ms(6));
+        rack.on_ack(Seq(9000), Seq(12000), false);
+        rack.on_ack(Seq(12000), Seq(15000), true);
+        assert_eq!(rack.reo_wnd(srtt), ms(8));
+        rack.on_ack(Seq(15000), Seq(18000), true);
+        assert_eq!(rack.reo_wnd(srtt), ms(8), "never past SRTT");
+        // Sixteen recoveries with no D-SACK since the last: back to a
+        // quarter. Reordering stays seen.
+        for _ in 0..15 {
+            rack.recovery_ended();
+        }
+        assert_eq!(rack.reo_wnd(srtt), ms(8));
+        rack.recovery_ended();
+        assert_eq!(rack.reo_wnd(srtt), ms(2));
+        assert!(rack.reordering_seen());
+        // Recoveries with the window at its base change nothing.
+        rack.recovery_ended();
+        assert_eq!(rack.reo_wnd(srtt), ms(2));
     }
 
     #[test]
