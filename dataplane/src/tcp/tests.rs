@@ -1783,45 +1783,52 @@ mod pair_tests {
     }
 
     /// RFC 8985 §6.2 steps 3-4 on a path that reorders and loses
-    /// nothing: one data segment in 40 arrives 4 ms late, on a 10 ms
-    /// round trip, so RACK's first reordering window (a quarter of the
-    /// minimum RTT) declares it lost and resends it. B reports each
-    /// needless resend with a D-SACK (RFC 2883); from the first, SACKs
-    /// alone no longer mark loss, and each round trip with one widens
-    /// the window by a quarter of the minimum RTT. Once it is wide enough
-    /// late segments are waited for: the next 8 MB (~140 late segments)
-    /// go with at most a few resends, where a window that never widens
-    /// resends every late segment (~190 in those 8 MB).
+    /// nothing: one data segment in 40 arrives late, by 4 ms on a 10 ms
+    /// round trip and by 0.4 ms on a 0.8 ms one, so RACK's first
+    /// reordering window (a quarter of the minimum RTT) declares it lost
+    /// and resends it. B reports each needless resend with a D-SACK (RFC
+    /// 2883); from the first, SACKs alone no longer mark loss, and each
+    /// round trip with one widens the window by a quarter of the minimum
+    /// RTT, measured in microseconds from the send log (the millisecond
+    /// timestamps read 0 or 1 ms on the short path, which left the window
+    /// at its 250 µs floor). Once it is wide enough late segments are
+    /// waited for: the next 8 MB (~140 late segments) go with at most a
+    /// few resends, where a window that never widens resends every late
+    /// segment (~190 in those 8 MB on the long path).
     #[test]
     fn d_sacks_widen_the_reordering_window_until_late_segments_are_waited_for() {
-        let (mut p, ca, cb) = established(TcpConfig::default());
-        let path = (Duration::from_micros(250), Duration::from_millis(5));
-        let late = |n: u64| {
-            if n.is_multiple_of(40) {
-                Duration::from_millis(4)
-            } else {
-                Duration::ZERO
-            }
-        };
-        let data = pattern(2_000_000);
-        let limit = Duration::from_secs(20);
-        let got = send_over_path(&mut p, (ca, cb), &data, path, limit, late);
-        assert!(got == data, "the first 2 MB");
-        let first = p.a.counters();
-        assert!(
-            first.retransmits > 0,
-            "the first late segments are resent: {first:?}"
-        );
-        for round in 0..4 {
+        let ms = Duration::from_millis;
+        let us = Duration::from_micros;
+        // (step, one-way delay), how late.
+        for (path, lateness) in [((us(250), ms(5)), ms(4)), ((us(50), us(400)), us(400))] {
+            let (mut p, ca, cb) = established(TcpConfig::default());
+            let late = |n: u64| {
+                if n.is_multiple_of(40) {
+                    lateness
+                } else {
+                    Duration::ZERO
+                }
+            };
+            let data = pattern(2_000_000);
+            let limit = Duration::from_secs(20);
             let got = send_over_path(&mut p, (ca, cb), &data, path, limit, late);
-            assert!(got == data, "2 MB more, {round}");
+            assert!(got == data, "{path:?}: the first 2 MB");
+            let first = p.a.counters();
+            assert!(
+                first.retransmits > 0,
+                "{path:?}: the first late segments are resent: {first:?}"
+            );
+            for round in 0..4 {
+                let got = send_over_path(&mut p, (ca, cb), &data, path, limit, late);
+                assert!(got == data, "{path:?}: 2 MB more, {round}");
+            }
+            let after = p.a.counters();
+            assert!(
+                after.retransmits - first.retransmits <= 10,
+                "{path:?}: late segments are waited for: {first:?} then {after:?}"
+            );
+            assert_eq!(after.rto_expiries, 0, "{path:?}: {after:?}");
         }
-        let after = p.a.counters();
-        assert!(
-            after.retransmits - first.retransmits <= 10,
-            "late segments are waited for: {first:?} then {after:?}"
-        );
-        assert_eq!(after.rto_expiries, 0, "{after:?}");
     }
 
     /// Sequence numbers wrap past 2^32 (RFC 9293 §3.4) in the middle of

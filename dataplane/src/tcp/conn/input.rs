@@ -436,8 +436,8 @@ impl<A: Default> Conn<A> {
         if let Some(r) = sample {
             self.rtt_probe = None;
             self.update_rto(r, cfg);
-            self.rack.rtt_sample(r);
         }
+        self.rack.acked(ack, now);
         self.rack.log.prune(ack);
         if self.rack_lost.diff(ack) < 0 {
             self.rack_lost = ack;

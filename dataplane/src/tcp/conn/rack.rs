@@ -162,9 +162,19 @@ pub(super) struct Rack {
 const REO_WND_PERSIST: u8 = 16;
 
 impl Rack {
-    /// An RTT sample (RFC 6298's), for RACK.min_RTT.
-    pub fn rtt_sample(&mut self, rtt: Duration) {
-        let us = rtt.as_micros().min(u128::from(u32::MAX)) as u32;
+    /// SND.UNA moved to `ack` at `now`: a sample for RACK.min_RTT, in
+    /// microseconds from the send log, not from the millisecond
+    /// timestamps (a path of a millisecond or less would read 0). The
+    /// newest byte acknowledged went out no earlier than the log says, so
+    /// the sample is never shorter than its round trip (a resent byte's
+    /// is longer).
+    pub fn acked(&mut self, ack: Seq, now: Instant) {
+        if let Some((earliest, _)) = self.log.sent(ack + u32::MAX) {
+            self.min_rtt_sample(micros(now).wrapping_sub(earliest));
+        }
+    }
+
+    fn min_rtt_sample(&mut self, us: Micros) {
         if self.min_rtt == 0 || us < self.min_rtt {
             self.min_rtt = us.max(1);
         }
@@ -233,6 +243,7 @@ impl Rack {
         if let Some((earliest, _)) = self.log.sent(end + u32::MAX) {
             self.end = Some(end);
             self.rtt = micros(now).wrapping_sub(earliest);
+            self.min_rtt_sample(self.rtt);
         }
     }
 
@@ -339,7 +350,9 @@ mod tests {
         let ms = Duration::from_millis;
         let srtt = ms(8);
         let mut rack = Rack::default();
-        rack.rtt_sample(ms(8));
+        // A first send at 0 acknowledged at 8 ms: the minimum RTT.
+        rack.log.record(Seq(1000), at_us(0));
+        rack.acked(Seq(1000), at_us(8000));
         assert_eq!(rack.reo_wnd(srtt), ms(2), "a quarter of the minimum RTT");
         assert!(!rack.reordering_seen());
         // A D-SACK while SND.NXT is 5000 widens it by a quarter; more
@@ -375,9 +388,8 @@ mod tests {
     fn what_was_sent_before_the_delivered_segment_is_lost_a_reordering_window_later() {
         let una = Seq(0);
         let mut rack = Rack::default();
-        rack.rtt_sample(Duration::from_millis(4));
         // Stretches sent at 0, 1.5 and 2 ms; the last arrives (SACKed) at
-        // 6 ms: RACK.rtt is 4 ms, reo_wnd 1 ms.
+        // 6 ms: RACK.rtt and the minimum RTT are 4 ms, reo_wnd 1 ms.
         for (i, t) in [0u64, 1500, 2000].into_iter().enumerate() {
             rack.log.record(Seq(1000 * (i as u32 + 1)), at_us(t));
         }
