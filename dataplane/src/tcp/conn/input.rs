@@ -206,13 +206,17 @@ impl<A: Default> Conn<A> {
         {
             // A duplicate ACK (RFC 5681 §2). Not with a closed window: those
             // answer persist probes, whose byte the peer could not take.
+            // With SACK on a path seen to reorder, three of them are not
+            // loss either (a receiver sends one for each segment that
+            // overtook another): RACK's time rule decides (RFC 8985 §6.2).
             self.dupacks = self.dupacks.saturating_add(1);
-            if self.dupacks == 3 && self.recover.is_none() {
+            let reorders = self.sack_ok && self.rack.reordering_seen();
+            if self.dupacks == 3 && self.recover.is_none() && !reorders {
                 self.enter_recovery();
                 self.cwnd = self.ssthresh + 3 * self.seg_size;
                 self.fast_rtx = true;
                 out.send = true;
-            } else if self.dupacks > 3 {
+            } else if self.dupacks > 3 && self.recover.is_some() {
                 self.cwnd += self.seg_size;
                 out.send = true;
             }
