@@ -137,17 +137,19 @@ fn a_reordering_path_costs_few_resends() {
             String::from_utf8_lossy(&o.stderr)
         );
     }
-    let script = e2e::repo_root().join("tests/clients/reorder_relay.py");
-    let mut relay = std::process::Command::new("ip")
-        .args(["netns", "exec", &dut, "python3"])
-        .arg(&script)
-        .args(["veth-dut", "veth-rly", "--delay-ms", "5", "--late-ms", "4"])
-        .args(["--every", "40", "--limit", "300"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("start the relay");
-    let mut lines = std::io::BufReader::new(relay.stdout.take().unwrap()).lines();
-    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
+    let mut relay = Relay::start(
+        &dut,
+        &[
+            "veth-dut",
+            "veth-rly",
+            "--delay-ms",
+            "5",
+            "--late-ms",
+            "4",
+            "--every",
+            "40",
+        ],
+    );
     let dpd = Dpd::start(&lab, |s| {
         lab.config_with_vip("net_af_packet", s)
             .replace("iface=veth-dut", "iface=veth-dpd")
@@ -176,13 +178,7 @@ fn a_reordering_path_costs_few_resends() {
     );
     verify_pattern_file(&file, bytes);
     let stats = dpd.stats();
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &relay.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let report = lines.next().and_then(Result::ok).unwrap_or_default();
-    let _ = relay.wait();
+    let report = relay.report();
     // "late N forwarded M dropped D"
     let field = |name: &str| -> u64 {
         let words: Vec<&str> = report.split_whitespace().collect();
@@ -209,6 +205,50 @@ fn a_reordering_path_costs_few_resends() {
         stats.tcp_retransmits <= late / 4 + dropped,
         "late segments were resent: {report}; {stats:?}"
     );
+}
+
+/// `tests/clients/reorder_relay.py` in a namespace, stopped on drop.
+struct Relay {
+    child: std::process::Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl Relay {
+    /// Starts the relay in `netns` with `args` and waits for its "ready".
+    fn start(netns: &str, args: &[&str]) -> Self {
+        let script = e2e::repo_root().join("tests/clients/reorder_relay.py");
+        let mut child = std::process::Command::new("ip")
+            .args(["netns", "exec", netns, "python3"])
+            .arg(&script)
+            .args(args)
+            .args(["--limit", "300"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the relay");
+        let mut lines = std::io::BufReader::new(child.stdout.take().expect("piped")).lines();
+        let first = lines.next().and_then(Result::ok);
+        assert_eq!(first.as_deref(), Some("ready"), "the relay did not start");
+        Self { child, lines }
+    }
+
+    /// Stops the relay (SIGTERM) and returns its report line.
+    fn report(&mut self) -> String {
+        let kill = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(kill.success());
+        let line = self.lines.next().and_then(Result::ok).unwrap_or_default();
+        let _ = self.child.wait();
+        line
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 #[test]
