@@ -184,12 +184,8 @@ impl<A: Default> Conn<A> {
             None
         };
         self.settle_tlp_episode(ack, seg_len == 0 && !sack_news, dsack, counters);
-        let una_after = if ack.diff(self.snd_una) > 0 {
-            ack
-        } else {
-            self.snd_una
-        };
-        self.rack.on_ack(una_after, self.snd_max, dsack.is_some());
+        self.rack
+            .on_ack(ack.max(self.snd_una), self.snd_max, dsack.is_some());
         if sack_news {
             for &(l, r) in seg.sack_ranges.iter().flatten() {
                 self.scoreboard
