@@ -1504,6 +1504,22 @@ mod pair_tests {
         (p, took)
     }
 
+    /// After an RTO, every segment sent again counts as a retransmission,
+    /// not only the first (the go-back-N's later ones went out as "new"
+    /// data below SND.MAX, uncounted). A 10-segment flight is lost, and
+    /// the tail loss probe too: the RTO sends all 10 again.
+    #[test]
+    fn each_segment_the_rto_sends_again_counts_as_a_retransmission() {
+        let mut first = None;
+        let (p, _) = transfer_with_drops(10 * 1448, |seq, _, times| {
+            let base = *first.get_or_insert(seq);
+            times == 1 || (seq.wrapping_sub(base) == 9 * 1448 && times == 2)
+        });
+        let t = p.a.counters();
+        assert_eq!(t.rto_expiries, 1, "{t:?}");
+        assert!(t.retransmits >= 11, "the probe and 10 after the RTO: {t:?}");
+    }
+
     #[test]
     fn a_lost_tail_is_repaired_by_a_probe_not_the_rto() {
         // RFC 8985 §7: the last two segments of a 20-segment flight are

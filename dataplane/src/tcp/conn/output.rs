@@ -157,9 +157,9 @@ impl<A: Default> Conn<A> {
                 out.send = true;
                 return out;
             }
-            counters.retransmits += 1;
             counters.rto_expiries += 1;
             if handshake {
+                counters.retransmits += 1;
                 self.restart_rack(now);
                 self.synack_needed = true;
             } else {
@@ -593,6 +593,11 @@ impl<A: Default> Conn<A> {
                 counters.segments_out += 1;
                 if segment_size > 0 {
                     counters.offload_segments += 1;
+                }
+                if self.snd_nxt.diff(self.snd_max) < 0 {
+                    // Sent before: go-back-N after an RTO or a Packet Too
+                    // Big, or a window probe's byte again.
+                    counters.retransmits += 1;
                 }
                 self.probe = false;
                 if self.rtt_probe.is_none()
