@@ -249,7 +249,7 @@ fn keep_alive_requests_and_loss() {
 #[test]
 fn goodput_by_loss_keeps_its_floors() {
     let mut table = String::from(
-        "loss %  goodput Mbit/s  Mathis bound  retransmits  RTO expiries  tail loss probes  RACK lost rtx  RACK losses  TLP repairs  (means of 3 seeds)\n",
+        "loss %  goodput Mbit/s  Mathis bound  retransmits  RTO expiries  tail loss probes  RACK lost rtx  RACK losses  TLP repairs  needless RTOs  needless recoveries  (means of 3 seeds)\n",
     );
     let mut failures = Vec::new();
     for (loss, share) in [
@@ -299,6 +299,8 @@ fn goodput_by_loss_keeps_its_floors() {
             t.lost_retransmits += c.lost_retransmits;
             t.rack_losses += c.rack_losses;
             t.tlp_repairs += c.tlp_repairs;
+            t.spurious_timeouts += c.spurious_timeouts;
+            t.spurious_recoveries += c.spurious_recoveries;
         }
         let n = seeds.len() as f64;
         // MSS 1448 (with timestamps), RTT 2 ms.
@@ -308,7 +310,7 @@ fn goodput_by_loss_keeps_its_floors() {
             f64::INFINITY
         };
         table += &format!(
-            "{:>6.1}  {:>14.1}  {:>12.1}  {:>11.1}  {:>12.1}  {:>16.1}  {:>13.1}  {:>11.1}  {:>11.1}\n",
+            "{:>6.1}  {:>14.1}  {:>12.1}  {:>11.1}  {:>12.1}  {:>16.1}  {:>13.1}  {:>11.1}  {:>11.1}  {:>13.1}  {:>19.1}\n",
             loss * 100.0,
             mbps,
             bound,
@@ -317,7 +319,9 @@ fn goodput_by_loss_keeps_its_floors() {
             t.tail_loss_probes as f64 / n,
             t.lost_retransmits as f64 / n,
             t.rack_losses as f64 / n,
-            t.tlp_repairs as f64 / n
+            t.tlp_repairs as f64 / n,
+            t.spurious_timeouts as f64 / n,
+            t.spurious_recoveries as f64 / n
         );
         let floor = if loss > 0.0 { share * bound } else { 500.0 };
         if mbps < floor {

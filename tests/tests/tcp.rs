@@ -112,11 +112,38 @@ fn downloads_survive_two_percent_drops() {
 /// MB/s (the relay keeps up). RACK first resends late segments needlessly;
 /// Linux reports each with a D-SACK, dpd stops taking three segments'
 /// worth of SACKs as loss and widens its reordering window, and then
-/// waits for late segments: dpd resends under a quarter of them (a
-/// window that never widened resent every one, and more).
+/// waits for late segments.
 #[test]
 fn a_reordering_path_costs_few_resends() {
-    let lab = Lab::up("o");
+    reordering_path("o", true);
+}
+
+/// The same path with a client that sends no D-SACKs (Linux with
+/// `net.ipv4.tcp_dsack = 0`): dpd tells from timestamps that a resend was
+/// needless (the ACK ending its fast recovery echoes the late original's
+/// TSval, RFC 3522), undoes the window cut, and takes the path as
+/// reordering as a D-SACK would have told it.
+#[test]
+fn a_reordering_path_costs_few_resends_to_a_client_without_d_sacks() {
+    reordering_path("od", false);
+}
+
+/// 30 MB from dpd to curl at 10 MB/s over `tests/clients/reorder_relay.py`
+/// (5 ms each way, one data segment in 40 held 4 ms more), the client
+/// sending D-SACKs or not (`dsack`): dpd resends under half of the late
+/// segments (a window that never widened resent more than all of them:
+/// 899 for 594 with D-SACKs before they widened it, 892-930 for ~594
+/// without them before timestamps did).
+fn reordering_path(name: &str, dsack: bool) {
+    let lab = Lab::up(name);
+    if !dsack {
+        let o = std::process::Command::new("ip")
+            .args(["netns", "exec", &format!("{}-cli", lab.name)])
+            .args(["sysctl", "-qw", "net.ipv4.tcp_dsack=0"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
     let dut = format!("{}-dut", lab.name);
     for args in [
         &[
@@ -190,19 +217,27 @@ fn a_reordering_path_costs_few_resends() {
     };
     let (late, dropped) = (field("late"), field("dropped"));
     eprintln!(
-        "relay: {report}; dpd: retransmits {}, RACK losses {}, tail loss probes {}, RTO expiries {}",
+        "D-SACKs {dsack}; relay: {report}; dpd: retransmits {}, RACK losses {}, lost retransmissions {}, tail loss probes {}, RTO expiries {}, window probes {}, needless recoveries {}",
         stats.tcp_retransmits,
         stats.tcp_rack_losses,
+        stats.tcp_lost_retransmits,
         stats.tcp_tail_loss_probes,
-        stats.tcp_rto_expiries
+        stats.tcp_rto_expiries,
+        stats.tcp_window_probes,
+        stats.tcp_spurious_recoveries
     );
     assert!(
         late >= 300,
         "the relay held too few segments late: {report}"
     );
     // Frames the relay itself lost (its buffers full) are real losses.
+    // Half, not fewer: with other tests beside it the relay sometimes
+    // serves its late queue past dpd's SRTT, and RACK rightly takes those
+    // segments as lost; how many are in flight then grows with the window
+    // that undoing needless recoveries keeps open (alone: 5-45 resends;
+    // with the binary's other tests: up to 112 of ~533).
     assert!(
-        stats.tcp_retransmits <= late / 4 + dropped,
+        stats.tcp_retransmits <= late / 2 + dropped,
         "late segments were resent: {report}; {stats:?}"
     );
 }

@@ -861,6 +861,8 @@ impl<P: Port, A: Application> Engine<P, A> {
         c.tcp_tlp_repairs = t.tlp_repairs;
         c.tcp_rack_losses = t.rack_losses;
         c.tcp_lost_retransmits = t.lost_retransmits;
+        c.tcp_spurious_timeouts = t.spurious_timeouts;
+        c.tcp_spurious_recoveries = t.spurious_recoveries;
         c.tcp_buffer_bytes = t.buffer_bytes;
         c.tcp_buffer_denied = t.buffer_denied;
         c.tcp_syn_no_memory = t.syn_no_memory;

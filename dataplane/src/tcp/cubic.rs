@@ -41,6 +41,19 @@ impl Cubic {
         ((f64::from(cwnd) * BETA) as u32).max(2 * mss)
     }
 
+    /// W_max, in segments: kept before a congestion event that may prove
+    /// spurious.
+    pub fn w_max(&self) -> f64 {
+        self.w_max
+    }
+
+    /// The congestion event was spurious (RFC 9438 §4.9): W_max as it was
+    /// before it, and a new epoch (K from the window it finds).
+    pub fn restore(&mut self, w_max: f64) {
+        self.w_max = w_max;
+        self.epoch = None;
+    }
+
     /// The window after `acked` bytes were acknowledged in congestion
     /// avoidance, given the smoothed RTT.
     pub fn on_ack(&mut self, now: Instant, acked: u32, cwnd: u32, mss: u32, srtt: Duration) -> u32 {

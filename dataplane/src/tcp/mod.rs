@@ -244,6 +244,10 @@ pub struct TcpCounters {
     /// window (§7.4.2).
     pub rack_losses: u64,
     pub tlp_repairs: u64,
+    /// RTOs shown needless by timestamps (RFC 3522), their response undone.
+    pub spurious_timeouts: u64,
+    /// Fast recoveries shown needless by timestamps, their response undone.
+    pub spurious_recoveries: u64,
     pub syn_dropped: u64,
     /// SYNs dropped because the buffer cap left no ring for them.
     pub syn_no_memory: u64,

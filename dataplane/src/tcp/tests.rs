@@ -1746,18 +1746,63 @@ mod pair_tests {
         got
     }
 
+    /// What B's ACKs carry over [`send_over_path`].
+    #[derive(Clone, Copy, PartialEq)]
+    enum BAcks {
+        AsSent,
+        /// D-SACK blocks taken out, as from a peer that sends none (Linux
+        /// with `net.ipv4.tcp_dsack = 0`).
+        NoDsack,
+    }
+
+    impl BAcks {
+        /// B's segment `bytes`, from `src` to `dst`, as it goes on the path.
+        fn apply(self, src: Ipv4Addr, dst: Ipv4Addr, bytes: Vec<u8>) -> Vec<u8> {
+            match self {
+                BAcks::AsSent => bytes,
+                BAcks::NoDsack => without_dsack(src, dst, bytes),
+            }
+        }
+    }
+
+    /// `bytes` (a segment from `src` to `dst`) without a D-SACK block.
+    fn without_dsack(src: Ipv4Addr, dst: Ipv4Addr, bytes: Vec<u8>) -> Vec<u8> {
+        let mut repr = parse(src, dst, &bytes);
+        let Some((l, r)) = repr.sack_ranges[0] else {
+            return bytes;
+        };
+        let ack = repr.ack_number.map_or(0, |a| a.0 as u32);
+        let below = r.wrapping_sub(ack) as i32 <= 0;
+        let inside = repr.sack_ranges[1].is_some_and(|(l2, r2)| {
+            l.wrapping_sub(l2) as i32 >= 0 && r.wrapping_sub(r2) as i32 <= 0
+        });
+        if !below && !inside {
+            return bytes;
+        }
+        repr.sack_ranges = [repr.sack_ranges[1], repr.sack_ranges[2], None];
+        let mut buf = vec![0u8; repr.buffer_len()];
+        repr.emit(
+            &mut TcpPacket::new_unchecked(&mut buf[..]),
+            &IpAddress::from(src),
+            &IpAddress::from(dst),
+            &ChecksumCapabilities::default(),
+        );
+        buf
+    }
+
     /// A sends `data` to B over a path with `delay` each way, `step` at a
     /// time, until B has read it all or `limit` has passed. A's `n`-th
-    /// data segment (first sends and resends alike, counted from 1)
-    /// arrives `extra(n)` later than that, so the ones sent after it pass
-    /// it. Returns what B read.
+    /// data segment (first sends and resends alike, counted from 1), sent
+    /// at `t`, arrives `extra(n, t)` later than that, so the ones sent
+    /// after it pass it (or, where `extra` says so, wait behind it).
+    /// Returns what B read.
     fn send_over_path(
         p: &mut Pair,
         (ca, cb): (ConnId, ConnId),
         data: &[u8],
         (step, delay): (Duration, Duration),
-        limit: Duration,
-        mut extra: impl FnMut(u64) -> Duration,
+        (limit, acks): (Duration, BAcks),
+        mut extra: impl FnMut(u64, Instant) -> Duration,
     ) -> Vec<u8> {
         // In flight: (arrives at, order sent, from A, src, dst, segment).
         let mut path: Vec<(Instant, u64, bool, Ipv4Addr, Ipv4Addr, Vec<u8>)> = Vec::new();
@@ -1770,13 +1815,15 @@ mod pair_tests {
             let now = p.now;
             sent += p.a.send(ca, &data[sent..]);
             let out_a = Pair::output(&mut p.a, now);
-            let out_b = Pair::output(&mut p.b, now);
+            let out_b = Pair::output(&mut p.b, now)
+                .into_iter()
+                .map(|(src, dst, bytes)| (src, dst, acks.apply(src, dst, bytes)));
             let outs = out_a.into_iter().map(|s| (true, s));
             for (from_a, (src, dst, bytes)) in outs.chain(out_b.into_iter().map(|s| (false, s))) {
                 let mut at = now + delay;
                 if from_a && !parse(src, dst, &bytes).payload.is_empty() {
                     data_segs += 1;
-                    at = at + extra(data_segs);
+                    at = at + extra(data_segs, now);
                 }
                 order += 1;
                 path.push((at, order, from_a, src, dst, bytes));
@@ -1794,6 +1841,7 @@ mod pair_tests {
                 let _ = p.b.input(now, src, dst, &bytes);
                 for (src, dst, bytes) in Pair::output(&mut p.b, now) {
                     order += 1;
+                    let bytes = acks.apply(src, dst, bytes);
                     path.push((now + delay, order, false, src, dst, bytes));
                 }
             }
@@ -1830,7 +1878,7 @@ mod pair_tests {
         // (step, one-way delay), how late.
         for (path, lateness) in [((us(250), ms(5)), ms(4)), ((us(50), us(400)), us(400))] {
             let (mut p, ca, cb) = established(TcpConfig::default());
-            let late = |n: u64| {
+            let late = |n: u64, _| {
                 if n.is_multiple_of(40) {
                     lateness
                 } else {
@@ -1839,7 +1887,7 @@ mod pair_tests {
             };
             let data = pattern(2_000_000);
             let limit = Duration::from_secs(20);
-            let got = send_over_path(&mut p, (ca, cb), &data, path, limit, late);
+            let got = send_over_path(&mut p, (ca, cb), &data, path, (limit, BAcks::AsSent), late);
             assert!(got == data, "{path:?}: the first 2 MB");
             let first = p.a.counters();
             assert!(
@@ -1847,7 +1895,8 @@ mod pair_tests {
                 "{path:?}: the first late segments are resent: {first:?}"
             );
             for round in 0..4 {
-                let got = send_over_path(&mut p, (ca, cb), &data, path, limit, late);
+                let got =
+                    send_over_path(&mut p, (ca, cb), &data, path, (limit, BAcks::AsSent), late);
                 assert!(got == data, "{path:?}: 2 MB more, {round}");
             }
             let after = p.a.counters();
@@ -1857,6 +1906,111 @@ mod pair_tests {
             );
             assert_eq!(after.rto_expiries, 0, "{path:?}: {after:?}");
         }
+    }
+
+    /// The paths of the test above, with a peer that sends no D-SACKs (as
+    /// Linux with `net.ipv4.tcp_dsack = 0`): A learns that its resends
+    /// were needless from timestamps instead (RFC 3522). The ACK that
+    /// ends each needless fast recovery echoes the TSval of the late
+    /// original, older than the resend's, so the window cut is undone and
+    /// RACK takes the path as reordering, widening its window as a D-SACK
+    /// would. Without that, every late segment was resent (46 in the
+    /// first 2 MB and 172 in the next 8 MB on the 10 ms path; here 1 and
+    /// 4-6). On the 0.8 ms path, where a resend often carries the
+    /// original's millisecond and cannot be told apart: 26 and 58
+    /// before, 9-15 and 7-11 now.
+    #[test]
+    fn timestamps_show_needless_resends_to_a_peer_without_d_sacks() {
+        let ms = Duration::from_millis;
+        let us = Duration::from_micros;
+        for (path, lateness) in [((us(250), ms(5)), ms(4)), ((us(50), us(400)), us(400))] {
+            let (mut p, ca, cb) = established(TcpConfig::default());
+            let late = |n: u64, _| {
+                if n.is_multiple_of(40) {
+                    lateness
+                } else {
+                    Duration::ZERO
+                }
+            };
+            let data = pattern(2_000_000);
+            let how = (Duration::from_secs(20), BAcks::NoDsack);
+            let got = send_over_path(&mut p, (ca, cb), &data, path, how, late);
+            assert!(got == data, "{path:?}: the first 2 MB");
+            let first = p.a.counters();
+            assert!(
+                first.retransmits > 0,
+                "{path:?}: the first late segments are resent: {first:?}"
+            );
+            for round in 0..4 {
+                let got = send_over_path(&mut p, (ca, cb), &data, path, how, late);
+                assert!(got == data, "{path:?}: 2 MB more, {round}");
+            }
+            let after = p.a.counters();
+            eprintln!(
+                "{path:?}: resends {} then {}, needless recoveries {} then {}",
+                first.retransmits,
+                after.retransmits - first.retransmits,
+                first.spurious_recoveries,
+                after.spurious_recoveries - first.spurious_recoveries
+            );
+            assert!(
+                after.retransmits - first.retransmits <= 20,
+                "{path:?}: late segments are waited for: {first:?} then {after:?}"
+            );
+            assert!(first.spurious_recoveries > 0, "{path:?}: {first:?}");
+            assert_eq!(after.rto_expiries, 0, "{path:?}: {after:?}");
+        }
+    }
+
+    /// A delay spike past the RTO (RFC 3522, RFC 4015): A's data stops
+    /// reaching B for 500 ms, nothing lost, then drains from the path's
+    /// queue in order at 1.2 Gbit/s. A's RTO fires (twice, backing off)
+    /// and resends SND.UNA; the first ACK after it echoes a TSval older
+    /// than that resend, so the timeout was spurious: A goes on from
+    /// SND.MAX instead of sending the whole flight again behind the
+    /// originals still queued, and its window comes back. Before, the
+    /// go-back-N resent everything the queue held (hundreds of
+    /// segments, each arriving twice).
+    #[test]
+    fn a_delay_spike_past_the_rto_does_not_send_the_flight_again() {
+        let us = Duration::from_micros;
+        let freeze = Duration::from_millis(500);
+        let gap = us(10);
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        let data = pattern(8_000_000);
+        let (mut stalled, mut last) = (None::<Instant>, Instant::ZERO);
+        // The path's queue: from A's 2,000th data segment on, nothing
+        // leaves it for 500 ms; it never reorders, and drains one
+        // segment per 10 µs.
+        let spike = |n: u64, now: Instant| {
+            let sent = now + us(5_000);
+            if n == 2_000 {
+                stalled = Some(now);
+            }
+            let mut at = sent;
+            if let Some(t0) = stalled.filter(|&t0| now < t0 + freeze) {
+                at = at.max(t0 + freeze);
+            }
+            if at <= last {
+                at = last + gap;
+            }
+            last = at;
+            at - sent
+        };
+        let how = (Duration::from_secs(20), BAcks::AsSent);
+        let got = send_over_path(&mut p, (ca, cb), &data, (us(250), us(5_000)), how, spike);
+        assert!(got == data, "every byte, in order");
+        let t = p.a.counters();
+        eprintln!(
+            "retransmits {}, RTOs {}, spurious {}",
+            t.retransmits, t.rto_expiries, t.spurious_timeouts
+        );
+        assert!(t.rto_expiries >= 1, "the spike outlasted the RTO: {t:?}");
+        assert!(
+            t.retransmits <= t.rto_expiries + 2,
+            "only the RTO's own resends: {t:?}"
+        );
+        assert_eq!(t.spurious_timeouts, 1, "{t:?}");
     }
 
     /// Sequence numbers wrap past 2^32 (RFC 9293 §3.4) in the middle of

@@ -193,7 +193,14 @@ impl<A: Default> Conn<A> {
             }
         }
         if ack.diff(self.snd_una) > 0 {
+            let acked = ack - self.snd_una;
+            // Was the congestion response in progress needed? (RFC 3522)
+            let ends_recovery = self.recover.is_some_and(|rec| ack.diff(rec) >= 0);
+            let needless = self.undo_judge(seg.timestamp, ends_recovery);
             self.on_new_ack(now, ack, seg.timestamp, cfg, pool, &mut out);
+            if let Some(u) = needless {
+                self.undo_response(u, acked, counters);
+            }
         } else if ack == self.snd_una
             && seg_len == 0
             && window == self.snd_wnd
@@ -208,7 +215,7 @@ impl<A: Default> Conn<A> {
             self.dupacks = self.dupacks.saturating_add(1);
             let reorders = self.sack_ok && self.rack.reordering_seen();
             if self.dupacks == 3 && self.recover.is_none() && !reorders {
-                self.enter_recovery();
+                self.enter_recovery(now);
                 self.cwnd = self.ssthresh + 3 * self.seg_size;
                 self.fast_rtx = true;
                 out.send = true;
@@ -247,7 +254,7 @@ impl<A: Default> Conn<A> {
             let sack_rule =
                 !self.rack.reordering_seen() && self.scoreboard.bytes() > 3 * self.seg_size;
             if self.recover.is_none() && (probe_arrived || rack_found || sack_rule) {
-                self.enter_recovery();
+                self.enter_recovery(now);
             }
             if rack_found {
                 counters.rack_losses += 1;
@@ -504,7 +511,8 @@ impl<A: Default> Conn<A> {
     /// Fast recovery begins (RFC 6675 §5, RFC 8985 §6.2): the window is
     /// cut, holes go out from SND.UNA, and a probe's episode is over (its
     /// loss gets this response, §7.1).
-    pub(super) fn enter_recovery(&mut self) {
+    pub(super) fn enter_recovery(&mut self, now: Instant) {
+        self.undo_begin(now, false);
         self.cut_window();
         self.recover = Some(self.snd_max);
         self.rtx_next = self.snd_una;

@@ -8,6 +8,7 @@ mod input;
 mod output;
 mod rack;
 mod sack;
+mod undo;
 
 use super::buffer::{BufferPool, RingBuf};
 use super::cubic::Cubic;
@@ -16,6 +17,7 @@ use crate::time::Instant;
 pub(super) use output::Path;
 use rack::Rack;
 use sack::Scoreboard;
+use undo::Undo;
 
 /// Connection states, named as RFC 9293 §3.3.2 names them (LISTEN is the
 /// engine's listener table, not a connection).
@@ -69,6 +71,9 @@ pub(super) const MIN_PEER_MSS: u16 = 88;
 fn peer_mss(option: Option<u16>) -> u32 {
     u32::from(option.unwrap_or(536).max(MIN_PEER_MSS))
 }
+
+/// ssthresh before any loss (RFC 5681 §3.1: arbitrarily high).
+const INITIAL_SSTHRESH: u32 = u32::MAX / 2;
 
 /// Timestamps in ms for the TSopt clock (RFC 7323 §5.4: 1 ms to 1 s/tick).
 fn ts_now(now: Instant) -> u32 {
@@ -230,6 +235,9 @@ pub(super) struct Conn<A> {
     dsack: Option<(Seq, Seq)>,
     /// Next sequence number to consider for retransmission in recovery.
     rtx_next: Seq,
+    /// The congestion response in progress, until an ACK shows whether it
+    /// was needed (`undo.rs`).
+    undo: Option<Undo>,
 }
 
 /// A tail loss probe's episode (RFC 8985 §7.4.1): TLP.end_seq and
@@ -308,7 +316,7 @@ impl<A: Default> Conn<A> {
             challenges: 0,
             challenge_sec: 0,
             cwnd: 10 * seg_size,
-            ssthresh: u32::MAX / 2,
+            ssthresh: INITIAL_SSTHRESH,
             dupacks: 0,
             recover: None,
             fast_rtx: false,
@@ -328,6 +336,7 @@ impl<A: Default> Conn<A> {
             ooo: Scoreboard::default(),
             dsack: None,
             rtx_next: Seq(0),
+            undo: None,
         }
     }
 

@@ -106,7 +106,7 @@ impl<A: Default> Conn<A> {
             self.reo_at = None;
             if self.rack_detect(now) {
                 if self.recover.is_none() {
-                    self.enter_recovery();
+                    self.enter_recovery(now);
                 }
                 counters.rack_losses += 1;
                 self.fast_rtx = true;
@@ -163,6 +163,7 @@ impl<A: Default> Conn<A> {
                 self.restart_rack(now);
                 self.synack_needed = true;
             } else {
+                self.undo_begin(now, true);
                 self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
                 self.cwnd = self.seg_size;
                 self.rack.recovery_ended();
@@ -218,6 +219,7 @@ impl<A: Default> Conn<A> {
         }
         self.seg_size = size;
         self.go_back(now);
+        self.undo = None;
         true
     }
 

@@ -200,12 +200,20 @@ impl Rack {
             self.dsack_round = None;
         }
         if dsack {
-            self.reordering_seen = true;
-            if self.dsack_round.is_none() {
-                self.dsack_round = Some(nxt);
-                self.reo_wnd_extra = self.reo_wnd_extra.saturating_add(1);
-                self.reo_wnd_persist = REO_WND_PERSIST;
-            }
+            self.needless_retransmission(nxt);
+        }
+    }
+
+    /// A retransmission was not needed (a D-SACK, or timestamps showed the
+    /// original arrived: `Conn::undo_judge`), with `nxt` the highest
+    /// sequence number sent: the path reorders, and the first such news
+    /// in a round trip widens the window (§6.2 step 4).
+    pub fn needless_retransmission(&mut self, nxt: Seq) {
+        self.reordering_seen = true;
+        if self.dsack_round.is_none() {
+            self.dsack_round = Some(nxt);
+            self.reo_wnd_extra = self.reo_wnd_extra.saturating_add(1);
+            self.reo_wnd_persist = REO_WND_PERSIST;
         }
     }
 
