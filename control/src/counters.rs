@@ -97,6 +97,7 @@ macro_rules! with_counters {
             tcp_tlp_repairs: Counter, "tlsdp_tcp_tlp_repairs_total", "Tail loss probes that repaired a loss, answered with a congestion window cut (RFC 8985 section 7.4.2).";
             tcp_rack_losses: Counter, "tlsdp_tcp_rack_losses_total", "Times RACK's time rule found sent data lost (RFC 8985 section 6.2).";
             tcp_lost_retransmits: Counter, "tlsdp_tcp_lost_retransmits_total", "Retransmissions found lost again by RACK's time rule.";
+            tcp_hystart_exits: Counter, "tlsdp_tcp_hystart_exits_total", "First slow starts that HyStart++ slowed on a growing round trip, before any loss (RFC 9406).";
             tcp_spurious_timeouts: Counter, "tlsdp_tcp_spurious_timeouts_total", "Retransmission timeouts that timestamps showed needless (the original was delayed, not lost; RFC 3522): go-back-N stopped and the window cut undone (RFC 4015).";
             tcp_spurious_recoveries: Counter, "tlsdp_tcp_spurious_recoveries_total", "Fast recoveries that timestamps showed needless (the path reordered; RFC 3522): the window cut undone and the reordering window widened.";
             tcp_buffer_bytes: Gauge, "tlsdp_tcp_buffer_bytes", "Bytes of the engine's TCP byte rings (in use and idle), at most tcp.buffer_memory_mib.";

@@ -861,6 +861,7 @@ impl<P: Port, A: Application> Engine<P, A> {
         c.tcp_tlp_repairs = t.tlp_repairs;
         c.tcp_rack_losses = t.rack_losses;
         c.tcp_lost_retransmits = t.lost_retransmits;
+        c.tcp_hystart_exits = t.hystart_exits;
         c.tcp_spurious_timeouts = t.spurious_timeouts;
         c.tcp_spurious_recoveries = t.spurious_recoveries;
         c.tcp_buffer_bytes = t.buffer_bytes;

@@ -54,6 +54,9 @@ pub struct TcpConfig {
     /// (TCP segmentation offload; the engine sets it from the port); 0:
     /// one segment size.
     pub segmentation_max: u32,
+    /// HyStart++ in the first slow start (RFC 9406; `hystart.rs`). On by
+    /// default; off only to measure what it does.
+    pub hystart: bool,
 }
 
 impl TcpConfig {
@@ -87,6 +90,7 @@ impl Default for TcpConfig {
             keepalive_interval: Duration::from_secs(75),
             keepalive_probes: 9,
             segmentation_max: 0,
+            hystart: true,
         }
     }
 }

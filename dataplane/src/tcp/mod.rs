@@ -26,6 +26,7 @@ mod conn;
 mod cookie;
 mod cubic;
 mod flow_table;
+mod hystart;
 mod key;
 mod limits;
 mod listen;
@@ -244,6 +245,9 @@ pub struct TcpCounters {
     /// window (§7.4.2).
     pub rack_losses: u64,
     pub tlp_repairs: u64,
+    /// First slow starts HyStart++ slowed on a growing round trip (RFC
+    /// 9406), before any loss.
+    pub hystart_exits: u64,
     /// RTOs shown needless by timestamps (RFC 3522), their response undone.
     pub spurious_timeouts: u64,
     /// Fast recoveries shown needless by timestamps, their response undone.

@@ -1794,15 +1794,15 @@ mod pair_tests {
     /// time, until B has read it all or `limit` has passed. A's `n`-th
     /// data segment (first sends and resends alike, counted from 1), sent
     /// at `t`, arrives `extra(n, t)` later than that, so the ones sent
-    /// after it pass it (or, where `extra` says so, wait behind it).
-    /// Returns what B read.
+    /// after it pass it (or, where `extra` says so, wait behind it); it
+    /// is lost where `extra` says None. Returns what B read.
     fn send_over_path(
         p: &mut Pair,
         (ca, cb): (ConnId, ConnId),
         data: &[u8],
         (step, delay): (Duration, Duration),
         (limit, acks): (Duration, BAcks),
-        mut extra: impl FnMut(u64, Instant) -> Duration,
+        mut extra: impl FnMut(u64, Instant) -> Option<Duration>,
     ) -> Vec<u8> {
         // In flight: (arrives at, order sent, from A, src, dst, segment).
         let mut path: Vec<(Instant, u64, bool, Ipv4Addr, Ipv4Addr, Vec<u8>)> = Vec::new();
@@ -1823,7 +1823,10 @@ mod pair_tests {
                 let mut at = now + delay;
                 if from_a && !parse(src, dst, &bytes).payload.is_empty() {
                     data_segs += 1;
-                    at = at + extra(data_segs, now);
+                    match extra(data_segs, now) {
+                        Some(late) => at = at + late,
+                        None => continue,
+                    }
                 }
                 order += 1;
                 path.push((at, order, from_a, src, dst, bytes));
@@ -1879,11 +1882,11 @@ mod pair_tests {
         for (path, lateness) in [((us(250), ms(5)), ms(4)), ((us(50), us(400)), us(400))] {
             let (mut p, ca, cb) = established(TcpConfig::default());
             let late = |n: u64, _| {
-                if n.is_multiple_of(40) {
+                Some(if n.is_multiple_of(40) {
                     lateness
                 } else {
                     Duration::ZERO
-                }
+                })
             };
             let data = pattern(2_000_000);
             let limit = Duration::from_secs(20);
@@ -1926,11 +1929,11 @@ mod pair_tests {
         for (path, lateness) in [((us(250), ms(5)), ms(4)), ((us(50), us(400)), us(400))] {
             let (mut p, ca, cb) = established(TcpConfig::default());
             let late = |n: u64, _| {
-                if n.is_multiple_of(40) {
+                Some(if n.is_multiple_of(40) {
                     lateness
                 } else {
                     Duration::ZERO
-                }
+                })
             };
             let data = pattern(2_000_000);
             let how = (Duration::from_secs(20), BAcks::NoDsack);
@@ -1995,7 +1998,7 @@ mod pair_tests {
                 at = last + gap;
             }
             last = at;
-            at - sent
+            Some(at - sent)
         };
         let how = (Duration::from_secs(20), BAcks::AsSent);
         let got = send_over_path(&mut p, (ca, cb), &data, (us(250), us(5_000)), how, spike);
@@ -2011,6 +2014,88 @@ mod pair_tests {
             "only the RTO's own resends: {t:?}"
         );
         assert_eq!(t.spurious_timeouts, 1, "{t:?}");
+    }
+
+    /// A sends 8 MB through a bottleneck: 116 Mbit/s (a segment per 100
+    /// µs) behind a 200-segment drop-tail queue, 10 ms each way (the path
+    /// holds 200 segments, the queue as many again), with HyStart++ on or
+    /// off. Returns the segments the queue dropped and how long it took.
+    fn through_a_bottleneck(hystart: bool) -> (u64, Duration, TcpCounters) {
+        let us = Duration::from_micros;
+        // Buffers (so windows) above what the path and queue hold.
+        let cfg = TcpConfig {
+            buffer_size: 4 << 20,
+            hystart,
+            ..TcpConfig::default()
+        };
+        let (mut p, ca, cb) = established(cfg);
+        let (gap, room) = (us(100), 200);
+        let (mut free_at, mut drops) = (Instant::ZERO, 0u64);
+        let bottleneck = |_, now: Instant| {
+            let start = free_at.max(now);
+            if (start - now).as_micros() / gap.as_micros() >= room {
+                drops += 1;
+                return None;
+            }
+            free_at = start + gap;
+            Some(free_at - now)
+        };
+        let data = pattern(8_000_000);
+        let start = p.now;
+        let how = (Duration::from_secs(30), BAcks::AsSent);
+        let got = send_over_path(
+            &mut p,
+            (ca, cb),
+            &data,
+            (us(100), us(10_000)),
+            how,
+            bottleneck,
+        );
+        assert!(got == data, "every byte, in order");
+        (drops, p.now - start, p.a.counters())
+    }
+
+    /// Slow start into a drop-tail bottleneck: its window doubles each
+    /// round trip until the queue overflows, then loss recovery must send
+    /// no faster than the queue drains, and after an RTO the go-back-N
+    /// must not start a second recovery for what it is resending.
+    /// HyStart++ (RFC 9406) sees the round trip grow (4 ms: 40 segments
+    /// queued) and from then grows a quarter as fast, so less overflows.
+    /// Before: with SACK, recovery still inflated the window per
+    /// duplicate ACK (two segments out for each delivered: 5,822 drops
+    /// for 5,525 segments); after an RTO a new recovery cut the window to
+    /// 2 segments until all that was in flight was acknowledged.
+    #[test]
+    fn slow_start_into_a_bottleneck_overflows_it_once() {
+        let (plain_drops, plain_took, plain) = through_a_bottleneck(false);
+        let (drops, took, t) = through_a_bottleneck(true);
+        eprintln!(
+            "plain: dropped {plain_drops}, {plain_took:?}, resends {}, RTOs {}; \
+             HyStart++: dropped {drops}, {took:?}, resends {}, RTOs {}",
+            plain.retransmits, plain.rto_expiries, t.retransmits, t.rto_expiries
+        );
+        assert_eq!(
+            (plain.hystart_exits, t.hystart_exits > 0),
+            (0, true),
+            "{t:?}"
+        );
+        assert!(
+            plain_drops < 1_400,
+            "recovery overflowed the queue again: {plain:?}"
+        );
+        assert!(
+            drops * 4 < plain_drops * 3,
+            "HyStart++ dropped {drops} of {plain_drops}"
+        );
+        assert!(
+            took < plain_took,
+            "HyStart++ took {took:?}, plain {plain_took:?}"
+        );
+        assert!(
+            plain_took < Duration::from_millis(3_500),
+            "{plain_took:?}: {plain:?}"
+        );
+        assert!(took < Duration::from_secs(3), "{took:?}: {t:?}");
     }
 
     /// Sequence numbers wrap past 2^32 (RFC 9293 §3.4) in the middle of

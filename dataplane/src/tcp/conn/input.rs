@@ -7,6 +7,7 @@ use smoltcp::wire::{TcpControl, TcpRepr, TcpTimestampRepr};
 
 use super::*;
 use crate::tcp::buffer::BufferPool;
+use crate::tcp::hystart::{Growth, CSS_GROWTH_DIVISOR};
 use crate::tcp::{CloseReason, Seq, TcpConfig, TcpCounters};
 use crate::time::Instant;
 
@@ -197,7 +198,9 @@ impl<A: Default> Conn<A> {
             // Was the congestion response in progress needed? (RFC 3522)
             let ends_recovery = self.recover.is_some_and(|rec| ack.diff(rec) >= 0);
             let needless = self.undo_judge(seg.timestamp, ends_recovery);
-            self.on_new_ack(now, ack, seg.timestamp, cfg, pool, &mut out);
+            if self.on_new_ack(now, ack, seg.timestamp, cfg, pool, &mut out) {
+                counters.hystart_exits += 1;
+            }
             if let Some(u) = needless {
                 self.undo_response(u, acked, counters);
             }
@@ -214,13 +217,22 @@ impl<A: Default> Conn<A> {
             // overtook another): RACK's time rule decides (RFC 8985 §6.2).
             self.dupacks = self.dupacks.saturating_add(1);
             let reorders = self.sack_ok && self.rack.reordering_seen();
-            if self.dupacks == 3 && self.recover.is_none() && !reorders {
+            // Without SACK, NewReno's window inflation (RFC 6582 §3.2)
+            // stands for the segments that left the network; with it,
+            // the pipe estimate already leaves SACKed data out (RFC 6675
+            // §5), and inflating too would send two segments for each
+            // one delivered, all through recovery.
+            if self.dupacks == 3 && self.may_enter_recovery() && !reorders {
                 self.enter_recovery(now);
-                self.cwnd = self.ssthresh + 3 * self.seg_size;
+                if !self.sack_ok {
+                    self.cwnd = self.ssthresh + 3 * self.seg_size;
+                }
                 self.fast_rtx = true;
                 out.send = true;
             } else if self.dupacks > 3 && self.recover.is_some() {
-                self.cwnd += self.seg_size;
+                if !self.sack_ok {
+                    self.cwnd += self.seg_size;
+                }
                 out.send = true;
             }
         }
@@ -253,7 +265,7 @@ impl<A: Default> Conn<A> {
             // that, RACK's time rule does (RFC 8985 §6.2).
             let sack_rule =
                 !self.rack.reordering_seen() && self.scoreboard.bytes() > 3 * self.seg_size;
-            if self.recover.is_none() && (probe_arrived || rack_found || sack_rule) {
+            if self.may_enter_recovery() && (probe_arrived || rack_found || sack_rule) {
                 self.enter_recovery(now);
             }
             if rack_found {
@@ -393,6 +405,9 @@ impl<A: Default> Conn<A> {
         out
     }
 
+    /// An acceptable ACK of new data, up to `ack`: buffers, RTT, loss
+    /// recovery and the congestion window. Returns whether HyStart++
+    /// found the round trip growing with it (RFC 9406: CSS began).
     fn on_new_ack(
         &mut self,
         now: Instant,
@@ -401,8 +416,9 @@ impl<A: Default> Conn<A> {
         cfg: &TcpConfig,
         pool: &mut BufferPool,
         out: &mut Input,
-    ) {
+    ) -> bool {
         let acked = ack - self.snd_una;
+        let mut css_began = false;
         self.snd_una = ack;
         if self.snd_nxt.diff(ack) < 0 {
             self.snd_nxt = ack;
@@ -465,6 +481,9 @@ impl<A: Default> Conn<A> {
             self.rack.reordering_observed();
         }
         self.scoreboard.prune(ack);
+        if self.timeout_point.is_some_and(|p| ack.diff(p) >= 0) {
+            self.timeout_point = None;
+        }
         if self.rtx_next.diff(ack) < 0 {
             self.rtx_next = ack;
         }
@@ -477,13 +496,28 @@ impl<A: Default> Conn<A> {
                 self.rack.recovery_ended();
             }
             Some(_) => {
-                // Partial ACK (RFC 6582): retransmit the next hole now.
+                // Partial ACK (RFC 6582): retransmit the next hole now,
+                // and without SACK deflate the inflated window.
                 self.fast_rtx = true;
-                self.cwnd = self.cwnd.saturating_sub(acked).max(self.seg_size) + self.seg_size;
+                if !self.sack_ok {
+                    self.cwnd = self.cwnd.saturating_sub(acked).max(self.seg_size) + self.seg_size;
+                }
             }
             // Slow start counts bytes acknowledged, not ACKs (RFC 3465):
             // receivers with GRO send stretch ACKs covering many segments.
-            None if self.cwnd < self.ssthresh => self.cwnd = self.cwnd.saturating_add(acked),
+            // HyStart++ (RFC 9406) slows the first slow start, and ends
+            // it, when the round trip grows.
+            None if self.cwnd < self.ssthresh => {
+                let (growth, css) = self.hystart.on_ack(ack, self.snd_nxt, sample);
+                css_began = css;
+                match growth {
+                    Growth::Full => self.cwnd = self.cwnd.saturating_add(acked),
+                    Growth::Conservative => {
+                        self.cwnd = self.cwnd.saturating_add(acked / CSS_GROWTH_DIVISOR);
+                    }
+                    Growth::End => self.ssthresh = self.cwnd,
+                }
+            }
             // Congestion avoidance: CUBIC (RFC 9438).
             None => {
                 let srtt = self.srtt.unwrap_or(self.rto);
@@ -506,6 +540,13 @@ impl<A: Default> Conn<A> {
             self.arm_loss_timer(now, true);
         }
         out.send = true;
+        css_began
+    }
+
+    /// Whether a loss now starts fast recovery: not while one runs, nor
+    /// for data an RTO's go-back-N is sending again.
+    pub(super) fn may_enter_recovery(&self) -> bool {
+        self.recover.is_none() && self.timeout_point.is_none()
     }
 
     /// Fast recovery begins (RFC 6675 §5, RFC 8985 §6.2): the window is
@@ -522,6 +563,7 @@ impl<A: Default> Conn<A> {
     /// The congestion response to a loss: ssthresh from CUBIC, and the
     /// window down to it.
     fn cut_window(&mut self) {
+        self.hystart.off();
         self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
         self.cwnd = self.ssthresh;
     }

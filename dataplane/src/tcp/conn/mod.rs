@@ -12,6 +12,7 @@ mod undo;
 
 use super::buffer::{BufferPool, RingBuf};
 use super::cubic::Cubic;
+use super::hystart::HyStart;
 use super::{CloseReason, ConnLink, FlowKey, Seq, TcpConfig};
 use crate::time::Instant;
 pub(super) use output::Path;
@@ -194,9 +195,15 @@ pub(super) struct Conn<A> {
     ssthresh: u32,
     dupacks: u8,
     recover: Option<Seq>,
+    /// SND.MAX at the last RTO, until SND.UNA passes it: what was in
+    /// flight then is resent by the go-back-N, so no fast recovery (and
+    /// no second window cut) starts for it (RFC 6582 §3.2 step 1, RFC 6675
+    /// §5.1).
+    timeout_point: Option<Seq>,
     fast_rtx: bool,
 
     cubic: Cubic,
+    hystart: HyStart,
 
     // RACK-TLP (RFC 8985).
     /// `rto_at` is the probe timeout (PTO), not the RTO.
@@ -319,8 +326,10 @@ impl<A: Default> Conn<A> {
             ssthresh: INITIAL_SSTHRESH,
             dupacks: 0,
             recover: None,
+            timeout_point: None,
             fast_rtx: false,
             cubic: Cubic::default(),
+            hystart: HyStart::new(iss, cfg.hystart),
             tlp_armed: false,
             tlp_out: false,
             tlp_new: false,

@@ -105,7 +105,7 @@ impl<A: Default> Conn<A> {
             // what arrived is still missing a reordering window later.
             self.reo_at = None;
             if self.rack_detect(now) {
-                if self.recover.is_none() {
+                if self.may_enter_recovery() {
                     self.enter_recovery(now);
                 }
                 counters.rack_losses += 1;
@@ -164,10 +164,12 @@ impl<A: Default> Conn<A> {
                 self.synack_needed = true;
             } else {
                 self.undo_begin(now, true);
+                self.hystart.off();
                 self.ssthresh = self.cubic.on_congestion(self.cwnd, self.seg_size);
                 self.cwnd = self.seg_size;
                 self.rack.recovery_ended();
                 self.go_back(now);
+                self.timeout_point = Some(self.snd_max);
             }
             out.send = true;
         }
@@ -558,7 +560,23 @@ impl<A: Default> Conn<A> {
                 0
             };
             let segment = self.data_room();
-            let room = self.send_room(segment);
+            let mut room = self.send_room(segment);
+            if self.snd_nxt.diff(self.snd_max) < 0 {
+                // Sending again (go-back-N after an RTO): what the peer
+                // has SACKed since does not go again (RFC 6675 §5.1).
+                if let Some(end) = self.scoreboard.covering(self.snd_nxt) {
+                    self.snd_nxt = end;
+                    continue;
+                }
+                if let Some(&(next, _)) = self
+                    .scoreboard
+                    .ranges()
+                    .iter()
+                    .find(|&&(l, _)| l.diff(self.snd_nxt) > 0)
+                {
+                    room = room.min(next - self.snd_nxt);
+                }
+            }
             let len = queued.min(room).min(usable);
             // Sender-side silly window avoidance (RFC 9293 §3.8.6.2.1,
             // MUST-38): when the peer's window is what limits us, send a
