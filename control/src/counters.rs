@@ -103,7 +103,7 @@ macro_rules! with_counters {
             tcp_buffer_bytes: Gauge, "tlsdp_tcp_buffer_bytes", "Bytes of the engine's TCP byte rings (in use and idle), at most tcp.buffer_memory_mib.";
             tcp_buffer_denied: Counter, "tlsdp_tcp_buffer_denied_total", "Byte rings (or larger ones) refused at tcp.buffer_memory_mib: received data dropped for the peer to send again, or a send that waits.";
             tcp_syn_no_memory: Counter, "tlsdp_tcp_syn_no_memory_total", "SYNs dropped because tcp.buffer_memory_mib was reached.";
-            tcp_state_bytes: Gauge, "tlsdp_tcp_state_bytes", "Bytes of the engine's TCP connection state: connection slots, flow and TIME-WAIT tables, timer wheel (byte rings are tlsdp_tcp_buffer_bytes). TIME-WAIT's ring and the wheel give back what a burst took; the slots and the flow table keep their peak.";
+            tcp_state_bytes: Gauge, "tlsdp_tcp_state_bytes", "Bytes of the engine's TCP connection state: connection slots, flow and TIME-WAIT tables, timer wheel, SACK scoreboard boards (byte rings are tlsdp_tcp_buffer_bytes). TIME-WAIT's ring and the wheel give back what a burst took; the slots and the flow table keep their peak.";
             http_requests: Counter, "tlsdp_http_requests_total", "Requests answered by the built-in responder.";
             tls_handshakes: Counter, "tlsdp_tls_handshakes_total", "TLS handshakes completed.";
             tls_failures: Counter, "tlsdp_tls_failures_total", "TLS connections failed.";

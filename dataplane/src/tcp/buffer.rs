@@ -177,6 +177,9 @@ pub struct BufferPool {
     cap: usize,
     /// Rings (or larger rings) refused at the cap.
     denied: u64,
+    /// Spare SACK scoreboards (`conn/sack.rs`), for connections whose
+    /// peers leave more holes than fit in the slot.
+    pub(in crate::tcp) boards: super::conn::BoardSpares,
 }
 
 impl BufferPool {
@@ -202,6 +205,7 @@ impl BufferPool {
             idle_bytes: 0,
             cap: cap.max(full),
             denied: 0,
+            boards: Default::default(),
         }
     }
 

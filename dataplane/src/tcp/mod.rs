@@ -691,6 +691,7 @@ impl<A: Default> TcpEngine<A> {
             + self.keys6.capacity() * std::mem::size_of::<FlowKey6>()
             + self.free.capacity() * 4
             + self.timers.entry_bytes()
+            + self.buffers.boards.bytes()
     }
 
     /// The application state of every live connection.

@@ -2017,8 +2017,8 @@ mod pair_tests {
     }
 
     /// A sends 8 MB through a bottleneck: 116 Mbit/s (a segment per 100
-    /// µs) behind a 200-segment drop-tail queue, 10 ms each way (the path
-    /// holds 200 segments, the queue as many again), with HyStart++ on or
+    /// µs) behind a 400-segment drop-tail queue, 10 ms each way (the path
+    /// holds 200 segments, the queue twice that), with HyStart++ on or
     /// off. Returns the segments the queue dropped and how long it took.
     fn through_a_bottleneck(hystart: bool) -> (u64, Duration, TcpCounters) {
         let us = Duration::from_micros;
@@ -2029,7 +2029,7 @@ mod pair_tests {
             ..TcpConfig::default()
         };
         let (mut p, ca, cb) = established(cfg);
-        let (gap, room) = (us(100), 200);
+        let (gap, room) = (us(100), 400);
         let (mut free_at, mut drops) = (Instant::ZERO, 0u64);
         let bottleneck = |_, now: Instant| {
             let start = free_at.max(now);
@@ -2056,17 +2056,19 @@ mod pair_tests {
     }
 
     /// Slow start into a drop-tail bottleneck: its window doubles each
-    /// round trip until the queue overflows, then loss recovery must send
-    /// no faster than the queue drains, and after an RTO the go-back-N
-    /// must not start a second recovery for what it is resending.
-    /// HyStart++ (RFC 9406) sees the round trip grow (4 ms: 40 segments
-    /// queued) and from then grows a quarter as fast, so less overflows.
-    /// Before: with SACK, recovery still inflated the window per
-    /// duplicate ACK (two segments out for each delivered: 5,822 drops
-    /// for 5,525 segments); after an RTO a new recovery cut the window to
-    /// 2 segments until all that was in flight was acknowledged.
+    /// round trip until the queue overflows, dropping about every other
+    /// segment of a round. Then loss recovery must send no faster than
+    /// the queue drains, know every range the peer holds, and after an
+    /// RTO not start a second recovery for what the go-back-N resends.
+    /// HyStart++ (RFC 9406) sees the round trip grow by 4 ms (40 segments
+    /// queued) and from then grows a quarter as fast: about half the
+    /// drops, for a little more time alone on the link. Before (at a
+    /// 200-segment queue): recovery inflated the window per duplicate ACK
+    /// with SACK (5,822 drops for 5,525 segments); the scoreboard kept 4
+    /// ranges, so recovery stalled until the RTO (3.2 s); after an RTO a
+    /// new recovery cut the window to 2 segments.
     #[test]
-    fn slow_start_into_a_bottleneck_overflows_it_once() {
+    fn slow_start_into_a_bottleneck_recovers_at_the_rate_it_drains() {
         let (plain_drops, plain_took, plain) = through_a_bottleneck(false);
         let (drops, took, t) = through_a_bottleneck(true);
         eprintln!(
@@ -2080,22 +2082,26 @@ mod pair_tests {
             "{t:?}"
         );
         assert!(
-            plain_drops < 1_400,
+            plain_drops < 1_500,
             "recovery overflowed the queue again: {plain:?}"
+        );
+        assert_eq!(
+            (plain.rto_expiries, t.rto_expiries),
+            (0, 0),
+            "{plain:?} {t:?}"
+        );
+        assert!(
+            plain_took < Duration::from_secs(1),
+            "{plain_took:?}: {plain:?}"
         );
         assert!(
             drops * 4 < plain_drops * 3,
             "HyStart++ dropped {drops} of {plain_drops}"
         );
         assert!(
-            took < plain_took,
+            took * 10 < plain_took * 13,
             "HyStart++ took {took:?}, plain {plain_took:?}"
         );
-        assert!(
-            plain_took < Duration::from_millis(3_500),
-            "{plain_took:?}: {plain:?}"
-        );
-        assert!(took < Duration::from_secs(3), "{took:?}: {t:?}");
     }
 
     /// Sequence numbers wrap past 2^32 (RFC 9293 §3.4) in the middle of

@@ -189,8 +189,12 @@ impl<A: Default> Conn<A> {
             .on_ack(ack.max(self.snd_una), self.snd_max, dsack.is_some());
         if sack_news {
             for &(l, r) in seg.sack_ranges.iter().flatten() {
-                self.scoreboard
-                    .add(Seq(l), Seq(r), ack.max(self.snd_una), self.snd_max);
+                self.scoreboard.add(
+                    Seq(l),
+                    Seq(r),
+                    (ack.max(self.snd_una), self.snd_max),
+                    &mut pool.boards,
+                );
             }
         }
         if ack.diff(self.snd_una) > 0 {
@@ -239,7 +243,7 @@ impl<A: Default> Conn<A> {
         // RFC 6675 §5: with SACK, more than 3 MSS SACKed above a hole means
         // loss, without waiting for three duplicate ACKs; in recovery each
         // ACK lets the next holes go out.
-        if sack_news && self.scoreboard.len > 0 {
+        if sack_news && !self.scoreboard.is_empty() {
             // RACK after a tail loss probe (RFC 8985 §6.2, §7.4): the probe
             // went out 2·SRTT after everything below it; SACKed while a
             // hole stays open below, that hole is lost (three segments'
@@ -339,10 +343,10 @@ impl<A: Default> Conn<A> {
                             n += r - end;
                             end = r;
                         }
-                        self.ooo.prune(r);
+                        self.ooo.prune(r, &mut pool.boards);
                     }
                 }
-                if let Some(ring) = self.recv.take_if(|r| r.is_empty() && self.ooo.len == 0) {
+                if let Some(ring) = self.recv.take_if(|r| r.is_empty() && self.ooo.is_empty()) {
                     pool.give(ring);
                 }
                 self.rcv_nxt = self.rcv_nxt + n;
@@ -353,7 +357,7 @@ impl<A: Default> Conn<A> {
                 // counts as as many: ACK at least every second one.
                 let segs = (data.len() / (self.seg_size.max(1) as usize)).clamp(1, 255) as u8;
                 self.unacked_segs = self.unacked_segs.saturating_add(segs);
-                if (n as usize) < data.len() || self.unacked_segs >= 2 || self.ooo.len > 0 {
+                if (n as usize) < data.len() || self.unacked_segs >= 2 || !self.ooo.is_empty() {
                     self.ack_now = true;
                 } else if data.len() < self.seg_size as usize {
                     // The end of a message (a request, a handshake flight):
@@ -372,11 +376,11 @@ impl<A: Default> Conn<A> {
                 {
                     if ring.write_ahead(offset, seg.payload) {
                         let (l, r) = (seq, seq + seg.payload.len() as u32);
-                        self.ooo
-                            .add(l, r, self.rcv_nxt, self.rcv_nxt + ring.free() as u32);
+                        let window = (self.rcv_nxt, self.rcv_nxt + ring.free() as u32);
+                        self.ooo.add(l, r, window, &mut pool.boards);
                     }
                 }
-                if let Some(ring) = self.recv.take_if(|r| r.is_empty() && self.ooo.len == 0) {
+                if let Some(ring) = self.recv.take_if(|r| r.is_empty() && self.ooo.is_empty()) {
                     pool.give(ring);
                 }
                 self.ack_now = true;
@@ -480,7 +484,7 @@ impl<A: Default> Conn<A> {
         {
             self.rack.reordering_observed();
         }
-        self.scoreboard.prune(ack);
+        self.scoreboard.prune(ack, &mut pool.boards);
         if self.timeout_point.is_some_and(|p| ack.diff(p) >= 0) {
             self.timeout_point = None;
         }
@@ -492,7 +496,7 @@ impl<A: Default> Conn<A> {
             Some(rec) if ack.diff(rec) >= 0 => {
                 self.recover = None;
                 self.cwnd = self.ssthresh;
-                self.scoreboard.clear();
+                self.scoreboard.release(&mut pool.boards);
                 self.rack.recovery_ended();
             }
             Some(_) => {

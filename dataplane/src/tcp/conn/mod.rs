@@ -17,6 +17,7 @@ use super::{CloseReason, ConnLink, FlowKey, Seq, TcpConfig};
 use crate::time::Instant;
 pub(super) use output::Path;
 use rack::Rack;
+pub(super) use sack::BoardSpares;
 use sack::Scoreboard;
 use undo::Undo;
 
@@ -501,7 +502,7 @@ impl<A: Default> Conn<A> {
             return 0;
         };
         let n = r.pop_into(buf);
-        if r.is_empty() && self.ooo.len == 0 {
+        if r.is_empty() && self.ooo.is_empty() {
             pool.give(self.recv.take().expect("some"));
         }
         if n > 0 {
@@ -517,7 +518,7 @@ impl<A: Default> Conn<A> {
     pub fn consume(&mut self, n: usize, pool: &mut BufferPool) {
         if let Some(r) = self.recv.as_mut() {
             r.consume(n);
-            if r.is_empty() && self.ooo.len == 0 {
+            if r.is_empty() && self.ooo.is_empty() {
                 pool.give(self.recv.take().expect("some"));
             }
         }
@@ -651,6 +652,8 @@ impl<A: Default> Conn<A> {
     }
 
     pub fn release_buffers(&mut self, pool: &mut BufferPool) {
+        self.scoreboard.release(&mut pool.boards);
+        self.ooo.release(&mut pool.boards);
         if let Some(r) = self.send.take() {
             pool.give(r);
         }
@@ -672,7 +675,7 @@ impl<A: Default> Conn<A> {
     /// count against the MSS), so no packet exceeds the MTU.
     fn data_room(&self) -> u32 {
         let blocks = if self.sack_ok {
-            (self.ooo.len + u8::from(self.dsack.is_some())).min(3) as u32
+            (self.ooo.count() + usize::from(self.dsack.is_some())).min(3) as u32
         } else {
             0
         };

@@ -378,7 +378,7 @@ impl<A: Default> Conn<A> {
         let pipe = (self.snd_nxt - self.snd_una).saturating_sub(self.scoreboard.bytes());
         let mut budget = (self.cwnd.saturating_sub(pipe) / self.seg_size).max(1);
         let limit = self.scoreboard.highest().unwrap_or(self.snd_una + 1);
-        let mut at = if self.scoreboard.len > 0 {
+        let mut at = if !self.scoreboard.is_empty() {
             self.rtx_next.max(self.snd_una)
         } else {
             self.snd_una
@@ -393,7 +393,7 @@ impl<A: Default> Conn<A> {
             // has not been seen to reorder), or RACK's time rule says
             // so (RFC 8985 §6.2). The first hole, at snd_una, always
             // goes (NewReno's partial-ACK rule).
-            if self.scoreboard.len > 0
+            if !self.scoreboard.is_empty()
                 && at != self.snd_una
                 && (self.rack.reordering_seen() || self.scoreboard.above(at) < 3 * self.seg_size)
                 && self.rack_lost.diff(at) <= 0

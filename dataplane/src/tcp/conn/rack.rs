@@ -311,6 +311,7 @@ impl Rack {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tcp::conn::sack::BoardSpares;
 
     fn at_us(us: u64) -> Instant {
         Instant::from_nanos(us * 1000)
@@ -402,7 +403,8 @@ mod tests {
             rack.log.record(Seq(1000 * (i as u32 + 1)), at_us(t));
         }
         let mut board = Scoreboard::default();
-        board.add(Seq(2000), Seq(3000), una, Seq(3000));
+        let mut spares = BoardSpares::default();
+        board.add(Seq(2000), Seq(3000), (una, Seq(3000)), &mut spares);
         rack.delivered(Seq(3000), at_us(6000));
         let reo = rack.reo_wnd(Duration::from_millis(4));
         assert_eq!(reo, Duration::from_millis(1));
@@ -414,7 +416,7 @@ mod tests {
         let (lost, next) = rack.detect(at_us(6500), reo, una, &board);
         assert_eq!((lost, next), (Seq(2000), None));
         // A stretch the peer holds is never a reason for the timer.
-        board.add(Seq(1000), Seq(2000), una, Seq(3000));
+        board.add(Seq(1000), Seq(2000), (una, Seq(3000)), &mut spares);
         let (lost, next) = rack.detect(at_us(6000), reo, una, &board);
         assert_eq!((lost, next), (Seq(1000), None));
         // Nothing delivered yet: nothing lost.

@@ -1,27 +1,118 @@
 //! The SACK scoreboard (RFC 2018, RFC 6675): what the peer holds above
-//! SND.UNA.
+//! SND.UNA (and, on the receive side, what we hold above RCV.NXT).
+//!
+//! Four ranges fit in the connection's slot. A peer whose losses leave
+//! more holes (a drop-tail queue that overflowed in slow start drops
+//! every other segment) gets a board of 256 from the engine's spares
+//! (`BoardSpares`, at most 1,024 boards, 2 KiB each), given back when four
+//! fit again. Without one, the lowest ranges are forgotten: what lies in
+//! them then counts as missing, and recovery resends it.
 
 use crate::tcp::Seq;
 
-/// Up to four SACKed ranges above SND.UNA, sorted and disjoint.
-#[derive(Debug, Clone, Copy, Default)]
+/// Ranges held in the connection's slot.
+const INLINE: usize = 4;
+/// Ranges in a board from the spares.
+const SPILLED: usize = 256;
+
+/// A scoreboard's ranges when four do not fit.
+pub(in crate::tcp) type Board = Box<[(Seq, Seq); SPILLED]>;
+
+/// The engine's spare boards: taken by a connection whose scoreboard
+/// outgrows its slot, given back when it fits again or the connection's
+/// buffers go. Made as needed, at most [`BoardSpares::MAX`]; then kept for
+/// reuse, so after the first no board costs an allocation.
+#[derive(Debug, Default)]
+pub(in crate::tcp) struct BoardSpares {
+    free: Vec<Board>,
+    out: usize,
+}
+
+impl BoardSpares {
+    /// Most boards one engine makes (2 MiB).
+    pub const MAX: usize = 1024;
+
+    fn take(&mut self) -> Option<Board> {
+        let board = match self.free.pop() {
+            Some(b) => b,
+            None if self.out < Self::MAX => Box::new([(Seq(0), Seq(0)); SPILLED]),
+            None => return None,
+        };
+        self.out += 1;
+        Some(board)
+    }
+
+    fn give(&mut self, board: Board) {
+        self.out -= 1;
+        self.free.push(board);
+    }
+
+    /// Boards held by connections now.
+    #[cfg(test)]
+    pub fn out(&self) -> usize {
+        self.out
+    }
+
+    /// Bytes of the boards made (held by connections, or spare).
+    pub fn bytes(&self) -> usize {
+        (self.out + self.free.len()) * std::mem::size_of::<[(Seq, Seq); SPILLED]>()
+    }
+}
+
+/// SACKed (or received out-of-order) ranges, sorted, disjoint and not
+/// touching, with the bytes they cover.
+#[derive(Debug, Default)]
 pub(super) struct Scoreboard {
-    ranges: [(Seq, Seq); 4],
-    pub(in crate::tcp) len: u8,
+    inline: [(Seq, Seq); INLINE],
+    spill: Option<Board>,
+    len: u16,
+    bytes: u32,
 }
 
 impl Scoreboard {
-    pub(in crate::tcp) fn ranges(&self) -> &[(Seq, Seq)] {
-        &self.ranges[..usize::from(self.len)]
+    fn slots(&self) -> &[(Seq, Seq)] {
+        match &self.spill {
+            Some(b) => &b[..],
+            None => &self.inline,
+        }
     }
 
+    fn slots_mut(&mut self) -> &mut [(Seq, Seq)] {
+        match &mut self.spill {
+            Some(b) => &mut b[..],
+            None => &mut self.inline,
+        }
+    }
+
+    pub(in crate::tcp) fn ranges(&self) -> &[(Seq, Seq)] {
+        &self.slots()[..usize::from(self.len)]
+    }
+
+    /// Number of ranges.
+    pub(in crate::tcp) fn count(&self) -> usize {
+        usize::from(self.len)
+    }
+
+    pub(in crate::tcp) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Forgets every range (the board, if any, stays until
+    /// [`Scoreboard::release`] or the next [`Scoreboard::prune`]).
     pub(in crate::tcp) fn clear(&mut self) {
         self.len = 0;
+        self.bytes = 0;
+    }
+
+    /// Forgets every range and gives the board back.
+    pub(in crate::tcp) fn release(&mut self, spares: &mut BoardSpares) {
+        self.clear();
+        self.fit_inline(spares);
     }
 
     /// Bytes covered.
     pub(in crate::tcp) fn bytes(&self) -> u32 {
-        self.ranges().iter().map(|&(l, r)| r - l).sum()
+        self.bytes
     }
 
     /// The highest SACKed sequence number.
@@ -29,49 +120,99 @@ impl Scoreboard {
         self.ranges().last().map(|&(_, r)| r)
     }
 
-    /// Adds a block (clipped to `una..max`), merging overlaps.
-    pub(in crate::tcp) fn add(&mut self, left: Seq, right: Seq, una: Seq, max: Seq) {
+    /// Adds a block (clipped to `una..max`), merging what it overlaps or
+    /// touches. When the ranges are full and no board is to be had, the
+    /// lowest goes (the highest matter for recovery).
+    pub(in crate::tcp) fn add(
+        &mut self,
+        left: Seq,
+        right: Seq,
+        (una, max): (Seq, Seq),
+        spares: &mut BoardSpares,
+    ) {
         let left = left.max(una);
         let right = if right.diff(max) > 0 { max } else { right };
         if right.diff(left) <= 0 {
             return;
         }
-        let mut v: [(Seq, Seq); 5] = [(Seq(0), Seq(0)); 5];
         let n = usize::from(self.len);
-        v[..n].copy_from_slice(&self.ranges[..n]);
-        v[n] = (left, right);
-        let v = &mut v[..=n];
-        v.sort_by(|a, b| a.0.diff(b.0).cmp(&0));
-        let mut out: [(Seq, Seq); 5] = [(Seq(0), Seq(0)); 5];
-        let mut m = 0;
-        for &(l, r) in v.iter() {
-            if m > 0 && l.diff(out[m - 1].1) <= 0 {
-                if r.diff(out[m - 1].1) > 0 {
-                    out[m - 1].1 = r;
-                }
-            } else {
-                out[m] = (l, r);
-                m += 1;
+        let ranges = self.ranges();
+        // Ranges first..end overlap or touch the block.
+        let first = ranges
+            .iter()
+            .position(|&(_, r)| r.diff(left) >= 0)
+            .unwrap_or(n);
+        let end = ranges
+            .iter()
+            .position(|&(l, _)| l.diff(right) > 0)
+            .unwrap_or(n);
+        if first < end {
+            let (l0, r0) = (ranges[first].0, ranges[end - 1].1);
+            let merged: u32 = ranges[first..end].iter().map(|&(l, r)| r - l).sum();
+            let l = if l0.diff(left) < 0 { l0 } else { left };
+            let r = if r0.diff(right) > 0 { r0 } else { right };
+            let slots = self.slots_mut();
+            slots[first] = (l, r);
+            slots.copy_within(end..n, first + 1);
+            self.len -= (end - first - 1) as u16;
+            self.bytes = self.bytes - merged + (r - l);
+            return;
+        }
+        let (mut at, mut n) = (first, n);
+        if n == self.slots().len() && self.spill.is_none() {
+            if let Some(mut board) = spares.take() {
+                board[..n].copy_from_slice(&self.inline[..n]);
+                self.spill = Some(board);
             }
         }
-        // Keep the four highest ranges (those matter for recovery).
-        let skip = m.saturating_sub(4);
-        self.len = (m - skip) as u8;
-        self.ranges[..m - skip].copy_from_slice(&out[skip..m]);
+        if n == self.slots().len() {
+            if at == 0 {
+                return;
+            }
+            let (l, r) = self.slots()[0];
+            self.bytes -= r - l;
+            self.slots_mut().copy_within(1..n, 0);
+            n -= 1;
+            at -= 1;
+        }
+        let slots = self.slots_mut();
+        slots.copy_within(at..n, at + 1);
+        slots[at] = (left, right);
+        self.len = (n + 1) as u16;
+        self.bytes += right - left;
     }
 
-    /// Forgets what lies below `una`.
-    pub(in crate::tcp) fn prune(&mut self, una: Seq) {
-        let mut out = [(Seq(0), Seq(0)); 4];
-        let mut m = 0;
-        for &(l, r) in self.ranges() {
-            if r.diff(una) > 0 {
-                out[m] = (l.max(una), r);
-                m += 1;
+    /// Forgets what lies below `una`; the board goes back once four
+    /// ranges fit.
+    pub(in crate::tcp) fn prune(&mut self, una: Seq, spares: &mut BoardSpares) {
+        let n = usize::from(self.len);
+        let gone = self
+            .ranges()
+            .iter()
+            .position(|&(_, r)| r.diff(una) > 0)
+            .unwrap_or(n);
+        let below: u32 = self.ranges()[..gone].iter().map(|&(l, r)| r - l).sum();
+        let slots = self.slots_mut();
+        slots.copy_within(gone..n, 0);
+        let mut cut = 0;
+        if gone < n && slots[0].0.diff(una) < 0 {
+            cut = una - slots[0].0;
+            slots[0].0 = una;
+        }
+        self.len = (n - gone) as u16;
+        self.bytes -= below + cut;
+        self.fit_inline(spares);
+    }
+
+    /// Back into the slot when four ranges fit.
+    fn fit_inline(&mut self, spares: &mut BoardSpares) {
+        let n = usize::from(self.len);
+        if n <= INLINE {
+            if let Some(board) = self.spill.take() {
+                self.inline[..n].copy_from_slice(&board[..n]);
+                spares.give(board);
             }
         }
-        self.ranges = out;
-        self.len = m as u8;
     }
 
     /// Bytes SACKed above `seq`.
@@ -101,5 +242,92 @@ impl Scoreboard {
             .iter()
             .find(|&&(l, r)| seq.diff(l) >= 0 && seq.diff(r) < 0)
             .map(|&(_, r)| r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ranges(b: &Scoreboard) -> Vec<(u32, u32)> {
+        b.ranges().iter().map(|&(l, r)| (l.0, r.0)).collect()
+    }
+
+    fn check_bytes(b: &Scoreboard) {
+        let sum: u32 = b.ranges().iter().map(|&(l, r)| r - l).sum();
+        assert_eq!(b.bytes(), sum, "{:?}", ranges(b));
+    }
+
+    #[test]
+    fn blocks_merge_when_they_overlap_or_touch_and_stay_sorted() {
+        let mut spares = BoardSpares::default();
+        let mut b = Scoreboard::default();
+        let w = (Seq(0), Seq(10_000));
+        b.add(Seq(300), Seq(400), w, &mut spares);
+        b.add(Seq(100), Seq(200), w, &mut spares);
+        b.add(Seq(500), Seq(600), w, &mut spares);
+        assert_eq!(ranges(&b), [(100, 200), (300, 400), (500, 600)]);
+        b.add(Seq(200), Seq(300), w, &mut spares);
+        assert_eq!(ranges(&b), [(100, 400), (500, 600)]);
+        b.add(Seq(50), Seq(700), w, &mut spares);
+        assert_eq!(ranges(&b), [(50, 700)]);
+        check_bytes(&b);
+        b.prune(Seq(120), &mut spares);
+        assert_eq!(ranges(&b), [(120, 700)]);
+        check_bytes(&b);
+    }
+
+    /// A peer that dropped every other segment of 300 reports 300
+    /// ranges: a board holds the highest 256, the rest are forgotten,
+    /// and the board goes back once four fit again.
+    #[test]
+    fn many_holes_take_a_board_and_give_it_back() {
+        let mut spares = BoardSpares::default();
+        let mut b = Scoreboard::default();
+        let w = (Seq(0), Seq(1_000_000));
+        for i in 0..300u32 {
+            b.add(Seq(i * 200 + 100), Seq(i * 200 + 200), w, &mut spares);
+            check_bytes(&b);
+        }
+        assert_eq!((b.count(), spares.out()), (256, 1));
+        assert_eq!(ranges(&b)[0], (44 * 200 + 100, 44 * 200 + 200));
+        assert_eq!(b.highest(), Some(Seq(299 * 200 + 200)));
+        assert!(b.has_gap(Seq(44 * 200), Seq(45 * 200)));
+        b.prune(Seq(296 * 200), &mut spares);
+        assert_eq!((b.count(), spares.out()), (4, 0));
+        check_bytes(&b);
+        // The board is reused: no second one is made.
+        for i in 0..10u32 {
+            b.add(
+                Seq(100_000 + i * 200),
+                Seq(100_100 + i * 200),
+                w,
+                &mut spares,
+            );
+        }
+        assert_eq!((spares.out(), spares.free.len()), (1, 0));
+        b.release(&mut spares);
+        assert_eq!((b.count(), spares.out(), spares.free.len()), (0, 0, 1));
+    }
+
+    #[test]
+    fn without_a_board_the_lowest_ranges_are_forgotten() {
+        let mut spares = BoardSpares {
+            free: Vec::new(),
+            out: BoardSpares::MAX,
+        };
+        let mut b = Scoreboard::default();
+        let w = (Seq(0), Seq(100_000));
+        for i in 0..6u32 {
+            b.add(Seq(i * 200 + 100), Seq(i * 200 + 200), w, &mut spares);
+        }
+        assert_eq!(
+            ranges(&b),
+            [(500, 600), (700, 800), (900, 1000), (1100, 1200)]
+        );
+        // A block below all four, with no room: not kept.
+        b.add(Seq(0), Seq(50), w, &mut spares);
+        assert_eq!(b.count(), 4);
+        check_bytes(&b);
     }
 }

@@ -64,7 +64,7 @@ impl<A> Conn<A> {
     /// stopping it would leave to the next RTO (the scoreboard and RACK's
     /// log are gone), as Linux uses F-RTO only outside recovery.
     pub(super) fn undo_begin(&mut self, now: Instant, timeout: bool) {
-        if timeout && (self.recover.is_some() || self.scoreboard.len > 0) {
+        if timeout && (self.recover.is_some() || !self.scoreboard.is_empty()) {
             self.undo = None;
             return;
         }
