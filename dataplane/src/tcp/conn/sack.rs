@@ -156,6 +156,7 @@ impl Scoreboard {
             slots.copy_within(end..n, first + 1);
             self.len -= (end - first - 1) as u16;
             self.bytes = self.bytes - merged + (r - l);
+            self.fit_inline(spares);
             return;
         }
         let (mut at, mut n) = (first, n);
@@ -308,6 +309,73 @@ mod tests {
         assert_eq!((spares.out(), spares.free.len()), (1, 0));
         b.release(&mut spares);
         assert_eq!((b.count(), spares.out(), spares.free.len()), (0, 0, 1));
+    }
+
+    /// Random blocks and prunes against a byte map: the ranges are
+    /// exactly the bytes added and not pruned (while they fit), sorted,
+    /// disjoint and not touching, their byte total right, the board
+    /// back once four fit.
+    #[test]
+    fn random_blocks_and_prunes_match_a_byte_map() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u32| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % u64::from(n)) as u32
+        };
+        let mut spares = BoardSpares::default();
+        for round in 0..200 {
+            let mut b = Scoreboard::default();
+            let mut map = vec![false; 4000];
+            // Near the wrap for half the rounds.
+            let base = if round % 2 == 0 {
+                0u32
+            } else {
+                0u32.wrapping_sub(2000)
+            };
+            let mut una = 0u32;
+            for _ in 0..300 {
+                if next(10) == 0 {
+                    una = (una + next(200)).min(3999);
+                    b.prune(Seq(base.wrapping_add(una)), &mut spares);
+                    map[..una as usize].iter_mut().for_each(|x| *x = false);
+                } else {
+                    let l = next(4000);
+                    let r = (l + 1 + next(40)).min(4000);
+                    let w = (Seq(base.wrapping_add(una)), Seq(base.wrapping_add(4000)));
+                    let (bl, br) = (Seq(base.wrapping_add(l)), Seq(base.wrapping_add(r)));
+                    b.add(bl, br, w, &mut spares);
+                    if r > l.max(una) {
+                        map[l.max(una) as usize..r as usize]
+                            .iter_mut()
+                            .for_each(|x| *x = true);
+                    }
+                }
+                let mut want = Vec::new();
+                let mut i = 0;
+                while i < 4000 {
+                    if map[i] {
+                        let start = i;
+                        while i < 4000 && map[i] {
+                            i += 1;
+                        }
+                        want.push((base.wrapping_add(start as u32), base.wrapping_add(i as u32)));
+                    }
+                    i += 1;
+                }
+                assert!(want.len() <= 256, "more ranges than a board");
+                assert_eq!(ranges(&b), want, "round {round}");
+                check_bytes(&b);
+                assert_eq!(
+                    spares.out(),
+                    usize::from(b.count() > INLINE),
+                    "round {round}"
+                );
+            }
+            b.release(&mut spares);
+            assert_eq!(spares.out(), 0);
+        }
     }
 
     #[test]
