@@ -5,18 +5,23 @@ that delays frames: a path that reorders, as `tc netem` would make one
 
 Every frame waits DELAY ms in each direction; every EVERY-th TCP segment
 with data that arrives on the second interface (B, going to A) waits LATE
-ms more, so the segments sent after it overtake it. Nothing is dropped on
-purpose.
+ms more, so the segments sent after it overtake it (--every 0: none).
+With --rate-mbit, frames from B first pass a bottleneck of that rate
+behind a drop-tail queue of --queue frames, as a router's would be:
+frames that find it full are dropped.
 
-    reorder_relay.py A B [--delay-ms 5] [--late-ms 4] [--every 40] [--limit 120]
+    reorder_relay.py A B [--delay-ms 5] [--late-ms 4] [--every 40]
+                     [--rate-mbit R --queue N] [--limit 120]
 
 Prints "ready" once both interfaces are bound. On SIGTERM (or after
---limit seconds) prints "late N forwarded M dropped D": the segments held
-late, the frames forwarded, and the frames the kernel dropped before the
-relay read them (its socket buffers full) or could not send.
+--limit seconds) prints "late N forwarded M dropped D queue_drops Q": the
+segments held late, the frames forwarded, the frames the kernel dropped
+before the relay read them (its socket buffers full) or could not send,
+and the frames the bottleneck's queue dropped.
 """
 
 import argparse
+import collections
 import heapq
 import select
 import signal
@@ -59,6 +64,8 @@ def main():
     ap.add_argument("--delay-ms", type=float, default=5.0)
     ap.add_argument("--late-ms", type=float, default=4.0)
     ap.add_argument("--every", type=int, default=40)
+    ap.add_argument("--rate-mbit", type=float, default=0.0)
+    ap.add_argument("--queue", type=int, default=100)
     ap.add_argument("--limit", type=float, default=120.0)
     args = ap.parse_args()
 
@@ -66,7 +73,10 @@ def main():
     other = {side_a.fileno(): side_b, side_b.fileno(): side_a}
     delay, late = args.delay_ms / 1000.0, args.late_ms / 1000.0
     held = []  # (due, order, socket to send on, frame)
-    order = late_count = forwarded = send_failures = data_from_b = 0
+    order = late_count = forwarded = send_failures = data_from_b = queue_drops = 0
+    # The bottleneck: when each frame queued for it leaves it.
+    leaving = collections.deque()
+    link_free = 0.0
     stop = False
 
     def on_term(_sig, _frame):
@@ -91,10 +101,22 @@ def main():
                     break
                 if addr[2] == PACKET_OUTGOING:
                     continue  # our own send on this interface
-                due = time.monotonic() + delay
+                arrived = time.monotonic()
+                due = arrived + delay
+                if src is side_b and args.rate_mbit > 0:
+                    while leaving and leaving[0] <= arrived:
+                        leaving.popleft()
+                    if len(leaving) >= args.queue:
+                        queue_drops += 1
+                        continue
+                    link_free = max(link_free, arrived) + len(frame) * 8 / (
+                        args.rate_mbit * 1e6
+                    )
+                    leaving.append(link_free)
+                    due = link_free + delay
                 if src is side_b and tcp_payload_len(frame) > 0:
                     data_from_b += 1
-                    if data_from_b % args.every == 0:
+                    if args.every > 0 and data_from_b % args.every == 0:
                         due += late
                         late_count += 1
                 order += 1
@@ -114,7 +136,8 @@ def main():
         )
         kernel_drops += drops
     print(
-        f"late {late_count} forwarded {forwarded} dropped {kernel_drops + send_failures}",
+        f"late {late_count} forwarded {forwarded} dropped {kernel_drops + send_failures}"
+        f" queue_drops {queue_drops}",
         flush=True,
     )
     return 0
