@@ -401,12 +401,7 @@ impl<A: Default> Conn<A> {
                 break;
             }
             // The hole runs to the next SACKed range (or one segment).
-            let hole_end = self
-                .scoreboard
-                .ranges()
-                .iter()
-                .find(|&&(l, _)| l.diff(at) > 0)
-                .map_or(limit, |&(l, _)| l);
+            let hole_end = self.scoreboard.next_above(at).unwrap_or(limit);
             let len = (hole_end - at)
                 .min(self.data_room())
                 .min(data_end.max(at) - at);
@@ -568,12 +563,7 @@ impl<A: Default> Conn<A> {
                     self.snd_nxt = end;
                     continue;
                 }
-                if let Some(&(next, _)) = self
-                    .scoreboard
-                    .ranges()
-                    .iter()
-                    .find(|&&(l, _)| l.diff(self.snd_nxt) > 0)
-                {
+                if let Some(next) = self.scoreboard.next_above(self.snd_nxt) {
                     room = room.min(next - self.snd_nxt);
                 }
             }

@@ -6,7 +6,11 @@
 //! every other segment) gets a board of 256 from the engine's spares
 //! (`BoardSpares`, at most 1,024 boards, 2 KiB each), given back when four
 //! fit again. Without one, the lowest ranges are forgotten: what lies in
-//! them then counts as missing, and recovery resends it.
+//! them then counts as missing, and recovery resends it. The ranges'
+//! byte total is kept as they change, and lookups (`covering`,
+//! `has_gap`, `next_above`) are binary searches, so a peer that leaves
+//! many holes, or chooses its SACK blocks to, costs no walk over all of
+//! them per segment.
 
 use crate::tcp::Seq;
 
@@ -225,24 +229,28 @@ impl Scoreboard {
             .sum()
     }
 
-    /// Whether some byte of `from..to` is not SACKed.
-    pub(in crate::tcp) fn has_gap(&self, from: Seq, to: Seq) -> bool {
-        let mut at = from;
-        while at.diff(to) < 0 {
-            match self.covering(at) {
-                Some(end) => at = end,
-                None => return true,
-            }
-        }
-        false
+    /// Where the first range starting above `seq` starts (binary search).
+    pub(in crate::tcp) fn next_above(&self, seq: Seq) -> Option<Seq> {
+        let ranges = self.ranges();
+        let after = ranges.partition_point(|&(l, _)| l.diff(seq) <= 0);
+        ranges.get(after).map(|&(l, _)| l)
     }
 
-    /// The end of the SACKed range containing `seq`, if any.
+    /// Whether some byte of `from..to` is not SACKed. Ranges never touch,
+    /// so none is unless one range holds all of it: O(log n), as a peer
+    /// choosing its SACK blocks could otherwise make each ACK walk every
+    /// range for every stretch RACK looks at.
+    pub(in crate::tcp) fn has_gap(&self, from: Seq, to: Seq) -> bool {
+        to.diff(from) > 0 && self.covering(from).is_none_or(|end| end.diff(to) < 0)
+    }
+
+    /// The end of the SACKed range containing `seq`, if any (a binary
+    /// search: the ranges are sorted).
     pub(in crate::tcp) fn covering(&self, seq: Seq) -> Option<Seq> {
-        self.ranges()
-            .iter()
-            .find(|&&(l, r)| seq.diff(l) >= 0 && seq.diff(r) < 0)
-            .map(|&(_, r)| r)
+        let ranges = self.ranges();
+        let after = ranges.partition_point(|&(l, _)| l.diff(seq) <= 0);
+        let &(_, r) = ranges.get(after.checked_sub(1)?)?;
+        (seq.diff(r) < 0).then_some(r)
     }
 }
 
@@ -367,6 +375,16 @@ mod tests {
                 assert!(want.len() <= 256, "more ranges than a board");
                 assert_eq!(ranges(&b), want, "round {round}");
                 check_bytes(&b);
+                // Lookups agree with the map.
+                let at = next(4000);
+                let seq = Seq(base.wrapping_add(at));
+                assert_eq!(b.covering(seq).is_some(), map[at as usize], "round {round}");
+                let to = (at + 1 + next(60)).min(4000);
+                let gap = map[at as usize..to as usize].iter().any(|&x| !x);
+                let to = Seq(base.wrapping_add(to));
+                assert_eq!(b.has_gap(seq, to), gap, "round {round}: {at}");
+                let next = b.ranges().iter().find(|&&(l, _)| l.diff(seq) > 0);
+                assert_eq!(b.next_above(seq), next.map(|&(l, _)| l), "round {round}");
                 assert_eq!(
                     spares.out(),
                     usize::from(b.count() > INLINE),
