@@ -343,7 +343,10 @@ fn a_ticket_from_one_node_resumes_on_another() {
     c.await_next_hops(VIP, &hops(&c, &[1]), Duration::from_secs(5));
     let first = s_client(&format!("-sess_out {}", session.display()));
     assert!(first.contains("New, TLSv1.3"), "{first}");
-    assert_eq!(nodes[0].stats().tls_handshakes, 1);
+    // The engine publishes its counters once a tick: wait for the one
+    // after the handshake rather than sample the one before it.
+    let on1 = nodes[0].stats_when(Duration::from_secs(2), |s| s.tls_handshakes == 1);
+    assert_eq!(on1.tls_handshakes, 1);
 
     assert!(Cluster::dpctl(&nodes[1], &["undrain"]).status.success());
     assert!(Cluster::dpctl(&nodes[0], &["drain", "--wait"])
