@@ -8,7 +8,8 @@ with data that arrives on the second interface (B, going to A) waits LATE
 ms more, so the segments sent after it overtake it (--every 0: none).
 With --rate-mbit, frames from B first pass a bottleneck of that rate
 behind a drop-tail queue of --queue frames, as a router's would be:
-frames that find it full are dropped.
+frames that find it full are dropped. The queue and delays run on the
+kernel's receive timestamps, not on when the relay reads a frame.
 
     reorder_relay.py A B [--delay-ms 5] [--late-ms 4] [--every 40]
                      [--rate-mbit R --queue N] [--limit 120]
@@ -34,15 +35,29 @@ ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
 SOL_PACKET = 263
 PACKET_STATISTICS = 6
+# <asm-generic/socket.h>: receive times in a struct timespec (CLOCK_REALTIME).
+SO_TIMESTAMPNS = 35
+TIMESPEC = struct.Struct("qq")
 
 
 def bound(ifname):
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     s.bind((ifname, 0))
     s.setblocking(False)
     return s
+
+
+def received_at(ancdata, realtime_offset):
+    """When the kernel received the frame, on time.monotonic()'s clock;
+    None without the timestamp."""
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= TIMESPEC.size:
+            sec, nsec = TIMESPEC.unpack_from(data)
+            return sec + nsec / 1e9 - realtime_offset
+    return None
 
 
 def tcp_payload_len(frame):
@@ -89,6 +104,11 @@ def main():
     poller = select.poll()
     for s in (side_a, side_b):
         poller.register(s, select.POLLIN)
+    # The queue and delays run on the kernel's receive times, so a relay
+    # short of CPU that reads a backlog at once still sees its frames come
+    # as they came (it sends them late, but drops none a real queue would
+    # have passed).
+    realtime_offset = time.time() - time.monotonic()
     while not stop and time.monotonic() < end:
         now = time.monotonic()
         wait_ms = 100 if not held else max(0.0, (held[0][0] - now) * 1000.0)
@@ -96,12 +116,12 @@ def main():
             src = side_a if fd == side_a.fileno() else side_b
             while True:
                 try:
-                    frame, addr = src.recvfrom(65536)
+                    frame, ancdata, _flags, addr = src.recvmsg(65536, 64)
                 except BlockingIOError:
                     break
                 if addr[2] == PACKET_OUTGOING:
                     continue  # our own send on this interface
-                arrived = time.monotonic()
+                arrived = received_at(ancdata, realtime_offset) or time.monotonic()
                 due = arrived + delay
                 if src is side_b and args.rate_mbit > 0:
                     while leaving and leaving[0] <= arrived:
