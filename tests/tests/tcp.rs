@@ -182,7 +182,10 @@ fn reordering_path(name: &str, dsack: bool) {
 /// it can. dpd's slow start overflows the queue; then each overflow is
 /// repaired by resending what was dropped, at the rate the queue drains:
 /// resends stay near the queue's drops (1.00-1.03 of them alone), with
-/// no RTO, and the link stays busy (33.0-33.5 Mbit/s alone). The build
+/// no RTO, and the link stays busy (32.7-34.0 Mbit/s alone, in whole
+/// segments: docs/tcp.md, "Whole segments where the congestion window
+/// limits"). The relay times its queue by the kernel's receive times, so
+/// a backlog it reads at once, short of CPU, is not a burst. The build
 /// before the bottleneck work resent 1.24-1.76 times the drops (329 for
 /// 187, 368 for 297) at 30.2-31.7 Mbit/s, and passed this test once in
 /// two runs: `pair_tests::slow_start_into_a_bottleneck_recovers_at_the_rate_it_drains`

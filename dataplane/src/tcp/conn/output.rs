@@ -567,19 +567,27 @@ impl<A: Default> Conn<A> {
                     room = room.min(next - self.snd_nxt);
                 }
             }
-            let len = queued.min(room).min(usable);
-            // Sender-side silly window avoidance (RFC 9293 §3.8.6.2.1,
-            // MUST-38): when the peer's window is what limits us, send a
-            // full segment, all that is queued, or at least half the
-            // largest window it offered; else wait for more room (the
-            // persist timer overrides). Where the congestion window
-            // limits, what it allows goes.
+            let mut len = queued.min(room).min(usable);
+            // Silly window avoidance (RFC 9293 §3.8.6.2.1, MUST-38) for
+            // both windows: where the peer's window or the congestion
+            // window ends the segment short of what is queued, send whole
+            // segments only, and wait for room for the rest. A byte-counted
+            // congestion window grows a few bytes per ACK; sending what it
+            // allowed split the stream into runts (a quarter-size average
+            // through a bottleneck), each costing a packet on every queue
+            // and a whole slot in a drop-tail one. Where the peer's window
+            // limits, half the largest one it offered also goes; the
+            // persist probe and the tail loss probe override.
+            let short = len < queued.min(room);
+            if short && len >= segment {
+                len -= len % segment;
+            }
             let window_bound = self.snd_wnd < self.cwnd;
-            let worth = !window_bound
+            let worth = !short
                 || len >= segment
-                || len == queued
-                || len >= self.max_snd_wnd / 2
-                || self.probe;
+                || (window_bound && len >= self.max_snd_wnd / 2)
+                || self.probe
+                || self.tlp_new;
             if len > 0 && worth {
                 let payload = self.sent_bytes(self.snd_nxt, len);
                 let plen = payload.len() as u32;
