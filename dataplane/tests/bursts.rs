@@ -683,3 +683,138 @@ fn a_tls_client_reset_with_the_backend_behind_still_delivers_every_record() {
         "every ring back in the pool"
     );
 }
+
+/// Answers the engine's SYN to the backend in `out` (the host's ISS
+/// 900,000), and acknowledges what comes until the engine resets it.
+fn backend_answers(lab: &mut HostLab, out: &[Seg]) -> HostConn {
+    let syn = out
+        .iter()
+        .find(|s| s.dst_port == BACKEND && s.control == TcpControl::Syn)
+        .expect("the backend connection opens");
+    let mut backend = HostConn::accepted(syn, 900_000);
+    let synack = backend.next(TcpControl::Syn, b"");
+    backend.absorb(&lab.exchange(&[synack]));
+    ack_until_reset(lab, &mut backend, 100);
+    backend
+}
+
+/// Asserts that `backend` got `want`, then a reset and no FIN.
+fn got_then_reset(backend: &HostConn, want: &[u8]) {
+    assert_eq!(
+        String::from_utf8_lossy(&backend.received),
+        String::from_utf8_lossy(want),
+        "every byte the client sent before its reset"
+    );
+    assert!(backend.reset, "then a reset");
+    assert_eq!(backend.fin_at, None, "no FIN: the client's stream was cut");
+}
+
+/// A plain client of a proxied VIP sends the handshake's ACK, a request
+/// and an RST, in one burst (the engine learns of the connection in the
+/// burst that ends it) or the RST in a burst of its own, while the
+/// backend connection is still opening: once it is up the backend gets
+/// the request, then a reset. Before, the backend connection was dropped
+/// at once (or, in one burst, never opened) and the request lost.
+#[test]
+fn a_client_reset_while_its_backend_connects_still_delivers_its_request() {
+    let mut lab = lab();
+    for (port, one_burst) in [(52_003, false), (52_000, true)] {
+        let mut c = HostConn::client(port, PROXY, 5_000_000);
+        let syn = c.next(TcpControl::Syn, b"");
+        c.absorb(&lab.exchange(&[syn]));
+        let mut burst = client_segments(&mut c, ClientBurst::DataRst);
+        let mut out = Vec::new();
+        if !one_burst {
+            let rst = burst.pop();
+            out = lab.exchange(&burst);
+            burst = rst.into_iter().collect();
+        }
+        out.extend(lab.exchange(&burst));
+        let backend = backend_answers(&mut lab, &out);
+        got_then_reset(&backend, REQUEST);
+    }
+    settle_and_check_nothing_held(&mut lab);
+    assert_eq!(lab.mem.engine.tcp().buffers().in_use(), 0, "no ring held");
+    still_serves(&mut lab, 60_003);
+}
+
+/// A TLS client of a proxied VIP sends its Finished, a request in
+/// records and an RST in one burst, the burst that opens the backend
+/// connection: once it is up, the backend gets the request, then a reset.
+#[test]
+fn a_tls_client_reset_while_its_backend_connects_still_delivers_its_request() {
+    let mut lab = lab();
+    let cfg = LoadClientConfig::new(true, true);
+    let mut c = TlsClient::new(&cfg, 52_001, PROXY_TLS);
+    let syn = c.tcp.next(TcpControl::Syn, b"");
+    let out = lab.exchange(&[syn]);
+    c.absorb(&out);
+    let mut hello = vec![c.tcp.next(TcpControl::None, b"")];
+    hello.extend(c.tls_segments());
+    let out = lab.exchange(&hello);
+    c.absorb(&out);
+    assert!(!c.tls.is_handshaking(), "the server's flight came");
+    c.tls.write_plain(REQUEST);
+    let mut burst = c.tls_segments();
+    burst.push(c.tcp.next(TcpControl::Rst, b""));
+    let out = lab.exchange(&burst);
+    let backend = backend_answers(&mut lab, &out);
+    got_then_reset(&backend, REQUEST);
+    settle_and_check_nothing_held(&mut lab);
+    assert_eq!(lab.mem.engine.tcp().buffers().in_use(), 0, "no ring held");
+}
+
+/// As above, to a pool that sends the PROXY protocol header: the header
+/// the client never saw go (it reset first) still goes before its
+/// request, naming the client.
+#[test]
+fn a_client_reset_while_its_backend_connects_still_gets_its_proxy_header() {
+    const PP_VIP: u16 = 8090;
+    let mut lab = lab();
+    let e = &mut lab.mem.engine;
+    let member = Member::new(SocketAddrV4::new(HOST_IP, BACKEND), 1, MemberState::Up);
+    let mut pool = Pool::new("pp".into(), Balance::RoundRobin, vec![member]);
+    pool.proxy_protocol = true;
+    let pool = e.add_pool(pool);
+    e.listen_pool(common::host::DUT_IP, PP_VIP, None, pool);
+    let mut c = HostConn::client(52_002, PP_VIP, 6_000_000);
+    let syn = c.next(TcpControl::Syn, b"");
+    c.absorb(&lab.exchange(&[syn]));
+    let burst = client_segments(&mut c, ClientBurst::DataRst);
+    let out = lab.exchange(&burst);
+    let backend = backend_answers(&mut lab, &out);
+    let mut want = Vec::new();
+    dataplane::app::proxy_protocol::header_v2(
+        SocketAddrV4::new(HOST_IP, 52_002).into(),
+        SocketAddrV4::new(common::host::DUT_IP, PP_VIP).into(),
+        None,
+        &mut want,
+    );
+    want.extend_from_slice(REQUEST);
+    assert_eq!(backend.received, want, "the header, then the request");
+    assert!(backend.reset, "then a reset");
+    settle_and_check_nothing_held(&mut lab);
+}
+
+/// A client resets while its backend connects, and the backend refuses:
+/// what the client sent is dropped with the backend connection, nothing
+/// is held, and the engine goes on serving.
+#[test]
+fn a_client_reset_then_a_refused_backend_holds_nothing() {
+    let mut lab = lab();
+    let mut c = HostConn::client(52_004, PROXY, 7_000_000);
+    let syn = c.next(TcpControl::Syn, b"");
+    c.absorb(&lab.exchange(&[syn]));
+    let burst = client_segments(&mut c, ClientBurst::DataRst);
+    let out = lab.exchange(&burst);
+    let syn = out
+        .iter()
+        .find(|s| s.dst_port == BACKEND && s.control == TcpControl::Syn)
+        .expect("the backend connection opens");
+    let mut backend = HostConn::accepted(syn, 910_000);
+    let refusal = backend.next(TcpControl::Rst, b"");
+    lab.exchange(&[refusal]);
+    settle_and_check_nothing_held(&mut lab);
+    assert_eq!(lab.mem.engine.tcp().buffers().in_use(), 0, "no ring held");
+    still_serves(&mut lab, 60_004);
+}

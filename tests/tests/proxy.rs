@@ -584,3 +584,124 @@ t.join(60)
         .count();
     assert_eq!(whole, 3, "all bytes, then ECONNRESET:\n{report}");
 }
+
+/// A kernel client sends a request through a plain proxied VIP and resets
+/// at once (`SO_LINGER` 0), while dpd's connection to the backend is still
+/// opening: the backend's first SYNs are dropped (nft in its namespace)
+/// until dpd has seen the reset. Once the rule goes, dpd's SYN
+/// retransmission reaches the backend, which reads the request, then the
+/// reset (ECONNRESET). Before, dpd dropped the backend connection at
+/// once and the request was lost.
+#[test]
+fn a_request_sent_before_a_reset_reaches_a_backend_still_connecting() {
+    const REQUEST: &str = "GET /sent-then-reset HTTP/1.1\\r\\nHost: tlsdp\\r\\n\\r\\n";
+    let lab = Lab::up("crwb");
+    backend_addr(&lab, 13, "add");
+    let dpd = Dpd::start(&lab, |s| {
+        format!(
+            "{base}\n[[vip]]\nname = \"plain\"\nlisten = \"{ip}:8096\"\npool = \"slow\"\n\
+             [[pool]]\nname = \"slow\"\nconnect_timeout_ms = 10000\n\
+             members = [{{ addr = \"{net}.13:8096\" }}]\n",
+            base = lab.config("net_af_packet", s, ""),
+            ip = lab.dut_ip(),
+            net = lab.net,
+        )
+    });
+    let nft = |args: &[&str]| {
+        let o = lab.client(&[&["nft"][..], args].concat());
+        assert!(
+            o.status.success(),
+            "nft {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    nft(&["add", "table", "inet", "tlsdp_synwait"]);
+    nft(&[
+        "add",
+        "chain",
+        "inet",
+        "tlsdp_synwait",
+        "in",
+        "{ type filter hook input priority 0 ; policy accept ; }",
+    ]);
+    nft(&[
+        "add",
+        "rule",
+        "inet",
+        "tlsdp_synwait",
+        "in",
+        "tcp",
+        "dport",
+        "8096",
+        "tcp",
+        "flags",
+        "syn",
+        "drop",
+    ]);
+    let backend_script = format!(
+        r#"
+import socket
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("{net}.13", 8096))
+srv.listen(8)
+srv.settimeout(15)
+print("ready", flush=True)
+try:
+    c, _ = srv.accept()
+except socket.timeout:
+    print("no connection came", flush=True)
+    raise SystemExit(1)
+data, err = b"", None
+while True:
+    try:
+        b = c.recv(65536)
+    except OSError as e:
+        err = e.errno
+        break
+    if not b:
+        break
+    data += b
+print("backend", data, err, flush=True)
+"#,
+        net = lab.net
+    );
+    let mut backend = lab
+        .client_command(&["timeout", "60", "/usr/bin/python3", "-c", &backend_script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("backend");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+        backend.stdout.take().expect("stdout"),
+    ));
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
+    let client_script = format!(
+        r#"
+import socket, struct
+s = socket.create_connection(("{ip}", 8096), timeout=10)
+s.sendall(b"{REQUEST}")
+s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+s.close()
+"#,
+        ip = lab.dut_ip()
+    );
+    let o = lab.client(&["timeout", "20", "/usr/bin/python3", "-c", &client_script]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // dpd has seen the reset (the VIP holds no connection) while its
+    // backend connection is still opening.
+    let stats = dpd.stats_when(std::time::Duration::from_secs(10), |s| {
+        s.proxy_backend_connects >= 1 && s.vips.get("plain").is_some_and(|v| v.active == 0)
+    });
+    assert_eq!(stats.proxy_backend_failures, 0, "{stats:?}");
+    nft(&["delete", "table", "inet", "tlsdp_synwait"]);
+    let line = lines.next().and_then(Result::ok).unwrap_or_default();
+    let _ = backend.wait();
+    assert_eq!(
+        line,
+        format!("backend b'{REQUEST}' 104"),
+        "the request, then ECONNRESET: {:?}\n{}",
+        dpd.stats(),
+        dpd.log_text()
+    );
+}

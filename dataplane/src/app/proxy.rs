@@ -71,6 +71,9 @@ impl ProxyLink {
 /// pool, and a TLS client's decrypted plaintext.
 #[derive(Debug)]
 pub struct Carry {
+    /// The PROXY protocol header, where the client reset before its
+    /// backend was up (and so before the header went): sent first.
+    header: Vec<u8>,
     bytes: Carried,
     end: BackendEnd,
 }
@@ -219,7 +222,9 @@ impl Services {
     /// Opens a backend connection for `client` to a member of its pool not
     /// tried yet; with none left, ends the client connection.
     pub(super) fn connect_backend(&mut self, cx: &mut Cx<'_>, client: ConnId) {
-        let Some(ckey) = cx.tcp.key(client) else {
+        // A client released in this batch with bytes unread is connected
+        // for too (see `Services::accept`): they go once the backend is up.
+        let Some(ckey) = cx.tcp.key(client).or_else(|| cx.tcp.released_key(client)) else {
             return;
         };
         let Some(link) = self.roles.get(client).and_then(|e| e.role.link()) else {
@@ -281,17 +286,7 @@ impl Services {
             return;
         }
         let Some(key) = cx.tcp.key(c) else { return };
-        let (from, vip) = (key.remote_addr(), key.local_addr());
-        let tls = client.role.tls().and_then(|t| {
-            let n = t.session().negotiated()?;
-            Some(proxy_protocol::TlsFacts {
-                version: crypto::session::VERSIONS[n.version],
-                cipher: crypto::session::SUITES[n.suite],
-                sni: t.session().server_name(),
-            })
-        });
-        let mut header = Vec::with_capacity(128);
-        proxy_protocol::header_v2(from, vip, tls, &mut header);
+        let header = proxy_header(key, client.role.tls());
         cx.tcp.send(b, &header);
     }
 
@@ -443,6 +438,10 @@ impl Services {
                         BackendEnd::Reset
                     };
                     self.hand_over(cx, id, b, tls, end);
+                } else if !link.connected && reason == CloseReason::Reset {
+                    // The backend is still connecting: what the client
+                    // sent before its reset waits for it, then the reset.
+                    self.hold_for_connect(cx, (id, link), b, tls);
                 } else if !link.connected || (reason != CloseReason::Normal && !backend_done) {
                     // The backend's answer has nowhere to go.
                     cx.tcp.abort(b);
@@ -483,7 +482,13 @@ impl Services {
             return end.apply(cx.tcp, backend);
         }
         match self.roles.get_mut(backend).and_then(|e| e.role.link_mut()) {
-            Some(link) => link.carry = Some(Box::new(Carry { bytes, end })),
+            Some(link) => {
+                link.carry = Some(Box::new(Carry {
+                    header: Vec::new(),
+                    bytes,
+                    end,
+                }))
+            }
             None => {
                 // Not expected: `backend` is a live proxied connection.
                 give_carried(cx.tcp, bytes);
@@ -492,15 +497,84 @@ impl Services {
         }
     }
 
+    /// The client `client` (its link `clink`) reset while `backend` was
+    /// still connecting: what it sent (its unread bytes; for a TLS client,
+    /// `tls`'s decrypted bytes and the whole records after them) is kept
+    /// on the backend's link, with the PROXY protocol header where the
+    /// pool asks for one, and goes once the backend is up
+    /// ([`Services::carry_on`]), then a reset. A client that sent nothing
+    /// resets the backend at once; a backend that cannot be reached drops
+    /// what was kept (the client is gone: no other member is tried).
+    fn hold_for_connect(
+        &mut self,
+        cx: &mut Cx<'_>,
+        (client, clink): (ConnId, &ProxyLink),
+        backend: ConnId,
+        tls: Option<TlsConn>,
+    ) {
+        let unread = cx.tcp.take_unread(client);
+        let bytes = match (tls, unread) {
+            (Some(conn), unread)
+                if conn.has_plaintext() || (unread.is_some() && conn.can_read()) =>
+            {
+                Carried::Tls(Box::new(conn), unread)
+            }
+            (None, Some(u)) => Carried::Unread(u),
+            (_, unread) => {
+                if let Some(u) = unread {
+                    cx.tcp.give_unread(u);
+                }
+                return cx.tcp.abort(backend);
+            }
+        };
+        let Some(blink) = self.roles.get_mut(backend).and_then(|e| e.role.link_mut()) else {
+            // Not expected: `backend` is a live proxied connection.
+            give_carried(cx.tcp, bytes);
+            return cx.tcp.abort(backend);
+        };
+        let with_header = self
+            .pools
+            .get(usize::from(clink.pool))
+            .is_some_and(|p| p.proxy_protocol);
+        // The client's key, kept on the backend's link (the client's own
+        // slot is gone).
+        let header = match (with_header, blink.peer) {
+            (true, Some((_, key))) => {
+                let tls = match &bytes {
+                    Carried::Tls(conn, _) => Some(&**conn),
+                    Carried::Unread(_) => None,
+                };
+                proxy_header(key, tls)
+            }
+            _ => Vec::new(),
+        };
+        blink.carry = Some(Box::new(Carry {
+            header,
+            bytes,
+            end: BackendEnd::Reset,
+        }));
+    }
+
     /// Moves on what `backend`'s client left, as its send ring takes it;
     /// once all of it is queued, the backend's end follows.
     pub(super) fn carry_on(&mut self, cx: &mut Cx<'_>, backend: ConnId) {
         let Some(link) = self.roles.get_mut(backend).and_then(|e| e.role.link_mut()) else {
             return;
         };
+        if !link.connected {
+            return; // kept until the backend is up
+        }
         let Some(carry) = link.carry.as_mut() else {
             return;
         };
+        if !carry.header.is_empty() {
+            // The backend's empty send ring takes a header whole.
+            let sent = cx.tcp.send(backend, &carry.header);
+            carry.header.drain(..sent);
+            if !carry.header.is_empty() {
+                return;
+            }
+        }
         // Its answer has nowhere to go: taken, so that a backend that
         // waits to write before it reads on still reads the rest.
         let (a, b) = cx.tcp.peek(backend);
@@ -513,6 +587,23 @@ impl Services {
             }
         }
     }
+}
+
+/// The PROXY protocol v2 header for a client whose connection's key is
+/// `client_key`, with its TLS session's facts where it speaks TLS.
+fn proxy_header(client_key: AnyFlowKey, tls: Option<&TlsConn>) -> Vec<u8> {
+    let (from, vip) = (client_key.remote_addr(), client_key.local_addr());
+    let facts = tls.and_then(|t| {
+        let n = t.session().negotiated()?;
+        Some(proxy_protocol::TlsFacts {
+            version: crypto::session::VERSIONS[n.version],
+            cipher: crypto::session::SUITES[n.suite],
+            sni: t.session().server_name(),
+        })
+    });
+    let mut header = Vec::with_capacity(128);
+    proxy_protocol::header_v2(from, vip, facts, &mut header);
+    header
 }
 
 /// Moves as much of `bytes` into `to`'s send ring as it takes; true once

@@ -209,12 +209,17 @@ impl Services {
     /// Gives an accepted connection its role for its VIP; false when it
     /// was refused (or is already gone).
     fn accept(&mut self, cx: &mut Cx<'_>, id: ConnId) -> bool {
-        let Some(local) = cx.tcp.key(id).map(|k| k.local_addr()) else {
-            // Accepted and released in one burst (the handshake's ACK, then
-            // an RST): nothing to set up; its `Closed` event follows in the
-            // same batch.
-            return false;
+        // Accepted and released in one burst (the handshake's ACK, then an
+        // RST; its `Closed` event follows in this batch): set up only where
+        // it left bytes for a backend, a plain proxied VIP's client.
+        let (key, live) = match cx.tcp.key(id) {
+            Some(key) => (key, true),
+            None => match cx.tcp.released_key(id) {
+                Some(key) => (key, false),
+                None => return false,
+            },
         };
+        let local = key.local_addr();
         let Some(vip) = self
             .vips
             .iter()
@@ -224,6 +229,9 @@ impl Services {
             cx.tcp.abort(id);
             return false;
         };
+        if !live && (vip.tls.is_some() || vip.pool.is_none()) {
+            return false; // no TLS handshake or request it could answer
+        }
         let (tls, pool, slot, timeouts) = (vip.tls.clone(), vip.pool, vip.slot, vip.timeouts);
         let role = match (tls, pool) {
             (None, None) => Role::Responder(Session::default()),
@@ -250,7 +258,7 @@ impl Services {
         let plain_proxy = matches!(role, Role::Client(_));
         self.roles.insert(id, Some(slot), role);
         // Its first deadline is set once the event is handled (on_event).
-        if let Some(idle) = timeouts.idle {
+        if let (Some(idle), true) = (timeouts.idle, live) {
             cx.tcp.set_idle_timeout(id, idle, cx.now);
         }
         if plain_proxy {

@@ -119,6 +119,17 @@ impl TlsConn {
         self.failed
     }
 
+    /// Decrypted bytes wait to be passed on.
+    pub(crate) fn has_plaintext(&self) -> bool {
+        !self.plain_in.is_empty()
+    }
+
+    /// Records after the handshake can still be decrypted (it ended and
+    /// did not fail).
+    pub(crate) fn can_read(&self) -> bool {
+        !self.failed && !self.session.is_handshaking()
+    }
+
     /// The TLS session (what it negotiated).
     pub fn session(&self) -> &ServerSession {
         &self.session
@@ -158,7 +169,7 @@ impl TlsConn {
             let Some(u) = unread.as_deref_mut() else {
                 return true;
             };
-            if self.failed || self.session.is_handshaking() {
+            if !self.can_read() {
                 return true;
             }
             self.cipher_out.clear();

@@ -1214,7 +1214,7 @@ impl<A: Default> TcpEngine<A> {
         // readable through this batch of events; an abort discards them.
         if c.accepted && reason != CloseReason::Aborted {
             if let Some(ring) = c.take_unread() {
-                self.remains.keep(id, ring);
+                self.remains.keep(id, key, ring);
             }
         }
         c.release_buffers(&mut self.buffers);

@@ -14,14 +14,23 @@ use super::*;
 /// ring is given back to the pool one drain after its batch.
 #[derive(Debug, Default)]
 pub(super) struct Remains {
-    pending: Vec<(ConnId, RingBuf)>,
-    batch: Vec<(ConnId, RingBuf)>,
+    pending: Vec<Remain>,
+    batch: Vec<Remain>,
+}
+
+/// A released connection's unread bytes, with its flow key (the
+/// application may learn of the connection only in this batch).
+#[derive(Debug)]
+struct Remain {
+    id: ConnId,
+    key: AnyFlowKey,
+    ring: RingBuf,
 }
 
 impl Remains {
     /// Keeps `ring`, the unread bytes of `id`, which was just released.
-    pub(super) fn keep(&mut self, id: ConnId, ring: RingBuf) {
-        self.pending.push((id, ring));
+    pub(super) fn keep(&mut self, id: ConnId, key: AnyFlowKey, ring: RingBuf) {
+        self.pending.push(Remain { id, key, ring });
     }
 
     /// At `drain_events`: the last batch's rings go back to `pool`, and
@@ -33,35 +42,35 @@ impl Remains {
 
     /// The application has handled the batch: its rings go back now.
     pub(super) fn release_batch(&mut self, pool: &mut BufferPool) {
-        for (_, ring) in self.batch.drain(..) {
-            pool.give(ring);
+        for r in self.batch.drain(..) {
+            pool.give(r.ring);
         }
     }
 
     /// Takes `id`'s ring out (see [`TcpEngine::take_unread`]).
     fn take(&mut self, id: ConnId) -> Option<RingBuf> {
         for list in [&mut self.batch, &mut self.pending] {
-            if let Some(i) = list.iter().position(|(i, _)| *i == id) {
-                return Some(list.swap_remove(i).1);
+            if let Some(i) = list.iter().position(|r| r.id == id) {
+                return Some(list.swap_remove(i).ring);
             }
         }
         None
     }
 
+    fn find(&self, id: ConnId) -> Option<&Remain> {
+        self.batch.iter().chain(&self.pending).find(|r| r.id == id)
+    }
+
     fn ring(&self, id: ConnId) -> Option<&RingBuf> {
-        self.batch
-            .iter()
-            .chain(&self.pending)
-            .find(|(i, _)| *i == id)
-            .map(|(_, r)| r)
+        self.find(id).map(|r| &r.ring)
     }
 
     fn ring_mut(&mut self, id: ConnId) -> Option<&mut RingBuf> {
         self.batch
             .iter_mut()
             .chain(&mut self.pending)
-            .find(|(i, _)| *i == id)
-            .map(|(_, r)| r)
+            .find(|r| r.id == id)
+            .map(|r| &mut r.ring)
     }
 }
 
@@ -239,6 +248,17 @@ impl<A: Default> TcpEngine<A> {
             }
         }
         moved
+    }
+
+    /// The flow key of `id`, released in this batch with bytes unread (the
+    /// module doc): an application that learns of a connection only in
+    /// the batch that ends it (the handshake's ACK, data and an RST in one
+    /// burst) can still pass those bytes on. None for a live connection.
+    pub fn released_key(&self, id: ConnId) -> Option<AnyFlowKey> {
+        if live(&self.conns, id).is_some() {
+            return None;
+        }
+        self.remains.find(id).map(|r| r.key)
     }
 
     /// Takes the bytes `id` left unread when it ended (the module doc), if
