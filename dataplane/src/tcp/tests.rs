@@ -1753,6 +1753,9 @@ mod pair_tests {
         /// D-SACK blocks taken out, as from a peer that sends none (Linux
         /// with `net.ipv4.tcp_dsack = 0`).
         NoDsack,
+        /// Every SACK block taken out, as by a middlebox that strips the
+        /// option after the handshake agreed to it.
+        NoSack,
     }
 
     impl BAcks {
@@ -1761,8 +1764,26 @@ mod pair_tests {
             match self {
                 BAcks::AsSent => bytes,
                 BAcks::NoDsack => without_dsack(src, dst, bytes),
+                BAcks::NoSack => without_sack(src, dst, bytes),
             }
         }
+    }
+
+    /// `bytes` (a segment from `src` to `dst`) without SACK blocks.
+    fn without_sack(src: Ipv4Addr, dst: Ipv4Addr, bytes: Vec<u8>) -> Vec<u8> {
+        let mut repr = parse(src, dst, &bytes);
+        if repr.sack_ranges[0].is_none() {
+            return bytes;
+        }
+        repr.sack_ranges = [None; 3];
+        let mut buf = vec![0u8; repr.buffer_len()];
+        repr.emit(
+            &mut TcpPacket::new_unchecked(&mut buf[..]),
+            &IpAddress::from(src),
+            &IpAddress::from(dst),
+            &ChecksumCapabilities::default(),
+        );
+        buf
     }
 
     /// `bytes` (a segment from `src` to `dst`) without a D-SACK block.
@@ -2058,6 +2079,34 @@ mod pair_tests {
         };
         let t = through_a_bottleneck(cfg, Duration::from_micros(100), 400, 8_000_000);
         (t.drops, t.took, t.counters)
+    }
+
+    /// Recovery without SACK information (a peer whose SACK blocks a
+    /// middlebox strips, or one that never offered SACK) resends whole
+    /// segments from SND.UNA (RFC 6582). Three segments of a 2 MB
+    /// transfer are lost, 10 ms each way: each goes again once, whole,
+    /// and the transfer ends in well under a second. Before, the hole was
+    /// taken to end one byte above SND.UNA: each partial ACK brought a
+    /// one-byte resend, a round trip each (1,448 round trips a lost
+    /// segment), and the RTO, pushed back by every one, never fired.
+    #[test]
+    fn recovery_without_sack_blocks_resends_whole_segments() {
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        let data = pattern(2_000_000);
+        let start = p.now;
+        let us = Duration::from_micros;
+        let lost = |n: u64, _| (![300, 302, 700].contains(&n)).then_some(Duration::ZERO);
+        let how = (Duration::from_secs(30), BAcks::NoSack);
+        let got = send_over_path(&mut p, (ca, cb), &data, (us(100), us(10_000)), how, lost);
+        let t = p.a.counters();
+        let took = p.now - start;
+        eprintln!(
+            "{took:?}, {} resends, {} RTOs",
+            t.retransmits, t.rto_expiries
+        );
+        assert!(got == data, "every byte, in order, in {took:?}: {t:?}");
+        assert!(t.retransmits <= 4, "{t:?}");
+        assert!(took < Duration::from_secs(1), "{took:?}: {t:?}");
     }
 
     /// Congestion avoidance grows the byte-counted window a few bytes per

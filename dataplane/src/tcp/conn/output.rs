@@ -377,7 +377,12 @@ impl<A: Default> Conn<A> {
         self.fast_rtx = false;
         let pipe = (self.snd_nxt - self.snd_una).saturating_sub(self.scoreboard.bytes());
         let mut budget = (self.cwnd.saturating_sub(pipe) / self.seg_size).max(1);
-        let limit = self.scoreboard.highest().unwrap_or(self.snd_una + 1);
+        // Holes below the highest SACKed byte; without SACK information,
+        // the one segment at snd_una.
+        let limit = self
+            .scoreboard
+            .highest()
+            .unwrap_or(self.snd_una + self.data_room());
         let mut at = if !self.scoreboard.is_empty() {
             self.rtx_next.max(self.snd_una)
         } else {
