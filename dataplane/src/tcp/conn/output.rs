@@ -378,11 +378,10 @@ impl<A: Default> Conn<A> {
         let pipe = (self.snd_nxt - self.snd_una).saturating_sub(self.scoreboard.bytes());
         let mut budget = (self.cwnd.saturating_sub(pipe) / self.seg_size).max(1);
         // Holes below the highest SACKed byte; without SACK information,
-        // the one segment at snd_una.
-        let limit = self
-            .scoreboard
-            .highest()
-            .unwrap_or(self.snd_una + self.data_room());
+        // the one segment at snd_una, never past SND.MAX (what lies there
+        // was never sent).
+        let one_segment = self.snd_una + self.data_room().min(self.snd_max - self.snd_una);
+        let limit = self.scoreboard.highest().unwrap_or(one_segment);
         let mut at = if !self.scoreboard.is_empty() {
             self.rtx_next.max(self.snd_una)
         } else {
@@ -410,6 +409,7 @@ impl<A: Default> Conn<A> {
             let len = (hole_end - at)
                 .min(self.data_room())
                 .min(data_end.max(at) - at);
+            debug_assert!((at + len).diff(self.snd_max) <= 0, "a resend past SND.MAX");
             let Some(sent) = self.resend(now, cfg, counters, to, emit, at, len, self.fin_seq)
             else {
                 self.fast_rtx = true;
