@@ -561,10 +561,25 @@ fn tls_handshake_end_and_close_in_one_burst() {
     still_serves(&mut lab, 60_002);
 }
 
-/// A TLS 1.3 client from `port` on the proxied TLS VIP: its handshake
-/// and a request, and the backend connection the engine opens for it,
-/// accepted (ISS 700,000) with the request received.
-fn tls_proxied_request(lab: &mut HostLab, port: u16) -> (TlsClient, HostConn) {
+/// A client from `port` (ISS `iss`) whose SYN to `vip` the engine
+/// answered; the handshake's ACK not sent yet.
+fn syn_acked(lab: &mut HostLab, port: u16, vip: u16, iss: u32) -> HostConn {
+    let mut c = HostConn::client(port, vip, iss);
+    let syn = c.next(TcpControl::Syn, b"");
+    c.absorb(&lab.exchange(&[syn]));
+    c
+}
+
+/// The engine's SYN to the pool's member in `out`.
+fn backend_syn(out: &[Seg]) -> &Seg {
+    out.iter()
+        .find(|s| s.dst_port == BACKEND && s.control == TcpControl::Syn)
+        .expect("the backend connection opens")
+}
+
+/// A TLS 1.3 client from `port` on the proxied TLS VIP, its Finished not
+/// sent yet (the server's flight came).
+fn tls_client_at_finished(lab: &mut HostLab, port: u16) -> TlsClient {
     let cfg = LoadClientConfig::new(true, true);
     let mut c = TlsClient::new(&cfg, port, PROXY_TLS);
     let syn = c.tcp.next(TcpControl::Syn, b"");
@@ -575,13 +590,18 @@ fn tls_proxied_request(lab: &mut HostLab, port: u16) -> (TlsClient, HostConn) {
     let out = lab.exchange(&hello);
     c.absorb(&out);
     assert!(!c.tls.is_handshaking(), "the server's flight came");
+    c
+}
+
+/// A TLS 1.3 client from `port` on the proxied TLS VIP: its handshake
+/// and a request, and the backend connection the engine opens for it,
+/// accepted (ISS 700,000) with the request received.
+fn tls_proxied_request(lab: &mut HostLab, port: u16) -> (TlsClient, HostConn) {
+    let mut c = tls_client_at_finished(lab, port);
     c.tls.write_plain(REQUEST);
     let finished = c.tls_segments();
     let out = lab.exchange(&finished);
-    let syn = out
-        .iter()
-        .find(|s| s.dst_port == BACKEND && s.control == TcpControl::Syn)
-        .expect("the backend connection opens");
+    let syn = backend_syn(&out);
     let mut backend = HostConn::accepted(syn, 700_000);
     let synack = backend.next(TcpControl::Syn, b"");
     backend.absorb(&lab.exchange(&[synack]));
@@ -687,10 +707,7 @@ fn a_tls_client_reset_with_the_backend_behind_still_delivers_every_record() {
 /// Answers the engine's SYN to the backend in `out` (the host's ISS
 /// 900,000), and acknowledges what comes until the engine resets it.
 fn backend_answers(lab: &mut HostLab, out: &[Seg]) -> HostConn {
-    let syn = out
-        .iter()
-        .find(|s| s.dst_port == BACKEND && s.control == TcpControl::Syn)
-        .expect("the backend connection opens");
+    let syn = backend_syn(out);
     let mut backend = HostConn::accepted(syn, 900_000);
     let synack = backend.next(TcpControl::Syn, b"");
     backend.absorb(&lab.exchange(&[synack]));
@@ -719,9 +736,7 @@ fn got_then_reset(backend: &HostConn, want: &[u8]) {
 fn a_client_reset_while_its_backend_connects_still_delivers_its_request() {
     let mut lab = lab();
     for (port, one_burst) in [(52_003, false), (52_000, true)] {
-        let mut c = HostConn::client(port, PROXY, 5_000_000);
-        let syn = c.next(TcpControl::Syn, b"");
-        c.absorb(&lab.exchange(&[syn]));
+        let mut c = syn_acked(&mut lab, port, PROXY, 5_000_000);
         let mut burst = client_segments(&mut c, ClientBurst::DataRst);
         let mut out = Vec::new();
         if !one_burst {
@@ -744,16 +759,7 @@ fn a_client_reset_while_its_backend_connects_still_delivers_its_request() {
 #[test]
 fn a_tls_client_reset_while_its_backend_connects_still_delivers_its_request() {
     let mut lab = lab();
-    let cfg = LoadClientConfig::new(true, true);
-    let mut c = TlsClient::new(&cfg, 52_001, PROXY_TLS);
-    let syn = c.tcp.next(TcpControl::Syn, b"");
-    let out = lab.exchange(&[syn]);
-    c.absorb(&out);
-    let mut hello = vec![c.tcp.next(TcpControl::None, b"")];
-    hello.extend(c.tls_segments());
-    let out = lab.exchange(&hello);
-    c.absorb(&out);
-    assert!(!c.tls.is_handshaking(), "the server's flight came");
+    let mut c = tls_client_at_finished(&mut lab, 52_001);
     c.tls.write_plain(REQUEST);
     let mut burst = c.tls_segments();
     burst.push(c.tcp.next(TcpControl::Rst, b""));
@@ -777,9 +783,7 @@ fn a_client_reset_while_its_backend_connects_still_gets_its_proxy_header() {
     pool.proxy_protocol = true;
     let pool = e.add_pool(pool);
     e.listen_pool(common::host::DUT_IP, PP_VIP, None, pool);
-    let mut c = HostConn::client(52_002, PP_VIP, 6_000_000);
-    let syn = c.next(TcpControl::Syn, b"");
-    c.absorb(&lab.exchange(&[syn]));
+    let mut c = syn_acked(&mut lab, 52_002, PP_VIP, 6_000_000);
     let burst = client_segments(&mut c, ClientBurst::DataRst);
     let out = lab.exchange(&burst);
     let backend = backend_answers(&mut lab, &out);
@@ -802,15 +806,10 @@ fn a_client_reset_while_its_backend_connects_still_gets_its_proxy_header() {
 #[test]
 fn a_client_reset_then_a_refused_backend_holds_nothing() {
     let mut lab = lab();
-    let mut c = HostConn::client(52_004, PROXY, 7_000_000);
-    let syn = c.next(TcpControl::Syn, b"");
-    c.absorb(&lab.exchange(&[syn]));
+    let mut c = syn_acked(&mut lab, 52_004, PROXY, 7_000_000);
     let burst = client_segments(&mut c, ClientBurst::DataRst);
     let out = lab.exchange(&burst);
-    let syn = out
-        .iter()
-        .find(|s| s.dst_port == BACKEND && s.control == TcpControl::Syn)
-        .expect("the backend connection opens");
+    let syn = backend_syn(&out);
     let mut backend = HostConn::accepted(syn, 910_000);
     let refusal = backend.next(TcpControl::Rst, b"");
     lab.exchange(&[refusal]);
