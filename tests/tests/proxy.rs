@@ -506,6 +506,21 @@ for tls in (False, True):
     assert_eq!((whole("plain"), whole("tls")), (5, 5), "{report}");
 }
 
+/// Python for a backend: `read_to_end(c)` returns what socket `c`
+/// receives until EOF or an error, and that error's errno (None at EOF).
+const READ_TO_END: &str = r#"
+def read_to_end(c):
+    data = b""
+    while True:
+        try:
+            b = c.recv(65536)
+        except OSError as e:
+            return data, e.errno
+        if not b:
+            return data, None
+        data += b
+"#;
+
 /// A kernel client uploads through a plain proxied VIP to a backend that
 /// reads nothing yet (a small receive buffer: dpd holds most of the
 /// upload for it), then resets (`SO_LINGER` 0) once dpd has acknowledged
@@ -529,6 +544,7 @@ fn bytes_a_client_sent_before_its_reset_all_reach_the_backend() {
     let script = format!(
         r#"
 import fcntl, socket, struct, termios, threading, time
+{READ_TO_END}
 SIZE, N = {SIZE}, 3
 srv = socket.socket()
 srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -541,17 +557,8 @@ def serve():
         c, _ = srv.accept()
         if not resets[i].wait(30):
             print("client never reset")
-        n, err = 0, None
-        while True:
-            try:
-                b = c.recv(65536)
-            except OSError as e:
-                err = e.errno
-                break
-            if not b:
-                break
-            n += len(b)
-        print("backend", n, err)
+        data, err = read_to_end(c)
+        print("backend", len(data), err)
         c.close()
 t = threading.Thread(target=serve)
 t.start()
@@ -641,6 +648,7 @@ fn a_request_sent_before_a_reset_reaches_a_backend_still_connecting() {
     let backend_script = format!(
         r#"
 import socket
+{READ_TO_END}
 srv = socket.socket()
 srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 srv.bind(("{net}.13", 8096))
@@ -652,16 +660,7 @@ try:
 except socket.timeout:
     print("no connection came", flush=True)
     raise SystemExit(1)
-data, err = b"", None
-while True:
-    try:
-        b = c.recv(65536)
-    except OSError as e:
-        err = e.errno
-        break
-    if not b:
-        break
-    data += b
+data, err = read_to_end(c)
 print("backend", data, err, flush=True)
 "#,
         net = lab.net

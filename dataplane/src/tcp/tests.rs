@@ -1776,14 +1776,7 @@ mod pair_tests {
             return bytes;
         }
         repr.sack_ranges = [None; 3];
-        let mut buf = vec![0u8; repr.buffer_len()];
-        repr.emit(
-            &mut TcpPacket::new_unchecked(&mut buf[..]),
-            &IpAddress::from(src),
-            &IpAddress::from(dst),
-            &ChecksumCapabilities::default(),
-        );
-        buf
+        super::wire(&repr, src, dst)
     }
 
     /// `bytes` (a segment from `src` to `dst`) without a D-SACK block.
@@ -1801,14 +1794,7 @@ mod pair_tests {
             return bytes;
         }
         repr.sack_ranges = [repr.sack_ranges[1], repr.sack_ranges[2], None];
-        let mut buf = vec![0u8; repr.buffer_len()];
-        repr.emit(
-            &mut TcpPacket::new_unchecked(&mut buf[..]),
-            &IpAddress::from(src),
-            &IpAddress::from(dst),
-            &ChecksumCapabilities::default(),
-        );
-        buf
+        super::wire(&repr, src, dst)
     }
 
     /// A sends `data` to B over a path with `delay` each way, `step` at a
