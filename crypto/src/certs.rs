@@ -18,6 +18,7 @@ use rustls::NamedGroup;
 use rustls::{SignatureAlgorithm, SignatureScheme};
 use x509_parser::extensions::GeneralName;
 use x509_parser::public_key::PublicKey;
+use zeroize::Zeroizing;
 
 /// A certificate's key type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -110,6 +111,9 @@ pub struct Cert {
     /// [`crate::files::exposed`]).
     pub key_mode: u32,
     certified: Arc<CertifiedKey>,
+    /// The private key as loaded, for [`Cert::own_copy`] (wiped when the
+    /// last copy goes).
+    key: Arc<Zeroizing<PrivateKeyDer<'static>>>,
 }
 
 impl Cert {
@@ -204,6 +208,7 @@ impl Cert {
             );
         }
 
+        let key = Zeroizing::new(key);
         let signing = any_supported_type(&key)
             .map_err(|e| key_err(CertErrorKind::Unsupported(e.to_string())))?;
         let chain_len = chain.len();
@@ -223,7 +228,23 @@ impl Cert {
             chain_len,
             key_mode,
             certified: Arc::new(certified),
+            key: Arc::new(key),
         })
+    }
+
+    /// An equal certificate that shares nothing a handshake writes to
+    /// with this one: its own chain, and a signing key parsed again (each
+    /// handshake takes references to the served `CertifiedKey` and to its
+    /// key pair, and AWS-LC one to the key for each signature). One per
+    /// engine keeps those reference counts off cache lines that all cores
+    /// write. Should parsing fail now where it passed at load (not
+    /// expected), the copy shares the key.
+    pub fn own_copy(&self) -> Self {
+        let key = any_supported_type(&self.key).unwrap_or_else(|_| self.certified.key.clone());
+        Self {
+            certified: Arc::new(CertifiedKey::new(self.certified.cert.clone(), key)),
+            ..self.clone()
+        }
     }
 
     /// SHA-256 of the leaf certificate (DER), lowercase hex: what
@@ -243,6 +264,25 @@ impl Cert {
     }
 }
 
+impl Cert {
+    /// Address and strong count of each reference-counted part a
+    /// handshake takes a reference to: the served `CertifiedKey`, and its
+    /// signing key.
+    pub(crate) fn counted_parts(&self) -> [(usize, usize); 2] {
+        let key = &self.certified.key;
+        [
+            (
+                Arc::as_ptr(&self.certified) as usize,
+                Arc::strong_count(&self.certified),
+            ),
+            (
+                Arc::as_ptr(key).cast::<()>() as usize,
+                Arc::strong_count(key),
+            ),
+        ]
+    }
+}
+
 /// Certificates of one VIP, chosen per handshake.
 #[derive(Debug, Default)]
 pub struct CertStore {
@@ -257,6 +297,8 @@ pub struct CertStore {
     /// one of the client's groups (in TLS 1.3 the signature scheme names
     /// the curve instead).
     tls12_only: bool,
+    /// Every certificate in the order added (for [`CertStore::own_copy`]).
+    added: Vec<Cert>,
 }
 
 impl CertStore {
@@ -284,8 +326,25 @@ impl CertStore {
             .default_name
             .get_or_insert_with(|| cert.names.first().cloned().unwrap_or_default());
         if cert.names.first() == Some(first) {
-            self.default.push(cert);
+            self.default.push(cert.clone());
         }
+        self.added.push(cert);
+    }
+
+    /// Every certificate, in the order added.
+    pub(crate) fn certs(&self) -> &[Cert] {
+        &self.added
+    }
+
+    /// An equal store whose certificates are [`Cert::own_copy`]s: what
+    /// one engine serves from.
+    pub fn own_copy(&self) -> Self {
+        let mut copy = Self::new();
+        for cert in &self.added {
+            copy.add(cert.own_copy());
+        }
+        copy.tls12_only = self.tls12_only;
+        copy
     }
 
     /// Whether the VIP offers only TLS 1.2 (set from its policy).

@@ -137,9 +137,14 @@ fn pick<T: Copy>(
 }
 
 /// A VIP's TLS configuration: certificates and policy, as rustls runs it.
-/// Cheap to clone (shared).
+/// Cheap to clone (shared); [`TlsConfig::own_copy`] makes one that shares
+/// nothing a handshake writes to, for each engine.
 #[derive(Debug, Clone)]
-pub struct TlsConfig(Arc<ServerConfig>);
+pub struct TlsConfig {
+    rustls: Arc<ServerConfig>,
+    /// Its certificates (rustls' resolver), kept to copy.
+    store: Arc<CertStore>,
+}
 
 impl TlsConfig {
     /// The default policy: TLS 1.3 and 1.2, all AEAD suites, groups
@@ -214,11 +219,12 @@ impl TlsConfig {
             secure_random: &crate::random::PUBLIC_RANDOM,
             ..kdf::provider()
         };
+        let store = Arc::new(store);
         let mut cfg = ServerConfig::builder_with_provider(Arc::new(provider))
             .with_protocol_versions(&versions)
             .map_err(|e| PolicyError(e.to_string()))?
             .with_no_client_auth()
-            .with_cert_resolver(Arc::new(store));
+            .with_cert_resolver(store.clone());
         // The record layer runs on AWS-LC after the handshake.
         cfg.enable_secret_extraction = true;
         cfg.session_storage = Arc::new(NoServerSessionStorage {});
@@ -236,11 +242,56 @@ impl TlsConfig {
                 cfg.send_tls13_tickets = 1;
             }
         }
-        Ok(Self(Arc::new(cfg)))
+        Ok(Self {
+            rustls: Arc::new(cfg),
+            store,
+        })
+    }
+
+    /// An equal configuration for one engine: its own rustls
+    /// `ServerConfig` and certificates ([`CertStore::own_copy`]). A
+    /// handshake takes references to the configuration, to the
+    /// certificate it serves and to that certificate's key; with one
+    /// shared by all engines, each of those reference counts is a cache
+    /// line every core writes, and the configuration's fields beside it
+    /// are read through that contention. Ticket keys and the crypto
+    /// provider stay shared: handshakes only read them.
+    pub fn own_copy(&self) -> Self {
+        let store = Arc::new(self.store.own_copy());
+        let mut cfg = ServerConfig::clone(&self.rustls);
+        cfg.cert_resolver = store.clone();
+        Self {
+            rustls: Arc::new(cfg),
+            store,
+        }
     }
 
     pub(crate) fn rustls(&self) -> &Arc<ServerConfig> {
-        &self.0
+        &self.rustls
+    }
+
+    /// Whether a handshake on this configuration writes a reference count
+    /// that one on `other` writes too (they are one configuration, or
+    /// share a certificate or key): false between [`TlsConfig::own_copy`]s.
+    pub fn shares_with(&self, other: &TlsConfig) -> bool {
+        let theirs = other.counted_parts();
+        self.counted_parts()
+            .iter()
+            .any(|(at, _)| theirs.iter().any(|(t, _)| t == at))
+    }
+
+    /// Address and strong count of each reference-counted part a
+    /// handshake takes a reference to: the configuration, then each
+    /// certificate's [`crate::certs::Cert::counted_parts`].
+    pub(crate) fn counted_parts(&self) -> Vec<(usize, usize)> {
+        let mut parts = vec![(
+            Arc::as_ptr(&self.rustls) as usize,
+            Arc::strong_count(&self.rustls),
+        )];
+        for c in self.store.certs() {
+            parts.extend(c.counted_parts());
+        }
+        parts
     }
 }
 
@@ -283,12 +334,13 @@ mod tests {
         assert!(e.0.contains("/nonexistent/t.key"), "{e}");
         // Aliases operators use.
         let c = policy(|p| p.groups = vec!["P-384".into(), "X25519".into()]).unwrap();
-        let names: Vec<_> =
-            c.0.crypto_provider()
-                .kx_groups
-                .iter()
-                .map(|g| group_name(*g))
-                .collect();
+        let names: Vec<_> = c
+            .rustls
+            .crypto_provider()
+            .kx_groups
+            .iter()
+            .map(|g| group_name(*g))
+            .collect();
         assert_eq!(names, ["secp384r1", "X25519"]);
     }
 }

@@ -1523,6 +1523,52 @@ mod tests {
         }
     }
 
+    /// Each engine serves from its own copy of a VIP's configuration
+    /// (`TlsConfig::own_copy`). Handshakes through a copy, every key and
+    /// version, serve what the original serves, and leave every reference
+    /// count of the original as it was (the configuration, each
+    /// certificate, each signing key): with one configuration shared by
+    /// all engines, each handshake wrote those counts from every core.
+    #[test]
+    fn handshakes_through_an_own_copy_leave_the_original_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let original = server(dir.path(), |p| p.versions = vec![]);
+        let copy = original.own_copy();
+        let before = original.counted_parts();
+        let copied = copy.counted_parts();
+        assert_eq!(before.len(), copied.len());
+        for (o, c) in before.iter().zip(&copied) {
+            assert_ne!(o.0, c.0, "a part is shared: {before:?} {copied:?}");
+        }
+        assert!(!copy.shares_with(&original) && original.shares_with(&original.clone()));
+        let mut live = Vec::new();
+        for versions in [TLS13, TLS12] {
+            for (sni, key) in [
+                ("rsa.test", "RSA-2048"),
+                ("p256.test", "ECDSA-P256"),
+                ("p384.test", "ECDSA-P384"),
+            ] {
+                let mut c = client(dir.path(), sni, versions);
+                let mut s = ServerSession::new(&copy).unwrap();
+                let (mut wire, mut plain) = (Vec::new(), Vec::new());
+                pump(&mut c, &mut s, &mut wire, &mut plain);
+                assert!(!s.is_handshaking() && !c.is_handshaking(), "{sni}");
+                assert_eq!(KEY_TYPES[s.negotiated().unwrap().key], key, "{sni}");
+                let leaf = c.peer_certificates().unwrap()[0].clone();
+                assert!(leaf
+                    .as_ref()
+                    .windows(sni.len())
+                    .any(|w| w == sni.as_bytes()));
+                assert_eq!(original.counted_parts(), before, "{sni} {versions:?}");
+                live.push(s);
+            }
+        }
+        // A session just begun holds its engine's configuration.
+        live.push(ServerSession::new(&copy).unwrap());
+        assert_eq!(original.counted_parts(), before);
+        assert!(copy.counted_parts()[0].1 > copied[0].1);
+    }
+
     #[test]
     fn byte_at_a_time_input_works() {
         // TCP may deliver a record in pieces: the session must wait for
