@@ -22,9 +22,10 @@
 //! heap memory do not add 2 MiB page zeroing to those stalls.
 //!
 //! `--scale` runs 1, 2, 4 ... engines at once, each on its own thread with
-//! its own generator and in-memory link (share-nothing, as in `dpd`; the
-//! TLS configuration is one shared `Arc`, as a snapshot's is), and reports
-//! connections/s per engine and the scaling efficiency.
+//! its own generator and in-memory link (share-nothing, as in `dpd`: each
+//! engine its own copy of the TLS configuration, or with `--shared-tls` one
+//! for all), and reports connections/s per engine and the scaling
+//! efficiency.
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -136,12 +137,20 @@ impl SteadyMark {
     }
 }
 
-/// RSA-2048 and ECDSA P-256 certificates, default policy.
+/// RSA-2048 and ECDSA P-256 certificates, default policy: this engine's
+/// own copy of the one configuration, as each of dpd's engines has
+/// (`app::config::TlsCopies`), or with `--shared-tls` that configuration
+/// itself, shared by every engine (as dpd's engines were before).
 fn tls_config() -> TlsConfig {
-    SHARED_TLS.get_or_init(make_tls_config).clone()
+    let one = SHARED_TLS.get_or_init(make_tls_config);
+    if std::env::args().any(|a| a == "--shared-tls") {
+        one.clone()
+    } else {
+        one.own_copy()
+    }
 }
 
-/// One TLS configuration for every engine (shared, as a snapshot's is).
+/// The one TLS configuration the engines' copies are made from.
 static SHARED_TLS: std::sync::OnceLock<TlsConfig> = std::sync::OnceLock::new();
 
 fn make_tls_config() -> TlsConfig {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use common::host::{DUT_IP, DUT_MAC, HOST_MAC};
 use control::api::{Answer, Body, Reply, Request};
 use control::config::Config;
+use crypto::testcert::{self_signed, P256};
 use dataplane::controller::Controller;
 use dataplane::dpdk::TscClock;
 use dataplane::engine::{Engine, EngineConfig};
@@ -32,9 +33,14 @@ listen = "10.78.0.1:80"
 respond = "builtin"
 "#;
 
-fn engine(control: &ControlLink, shared: Arc<SharedCounters>) -> Engine<MemPort> {
+/// Engine `index` of dpd's, on its control ring.
+fn engine(control: &ControlLink, shared: Arc<SharedCounters>, index: usize) -> Engine<MemPort> {
     let (dut, _host) = link(DUT_MAC, HOST_MAC, 64, 64);
-    let mut e = Engine::new(EngineConfig::default(), shared);
+    let cfg = EngineConfig {
+        index,
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(cfg, shared);
     e.add_port(
         dut,
         InterfaceConfig {
@@ -92,8 +98,8 @@ fn a_change_one_engine_cannot_take_changes_none_and_its_version_is_not_reused() 
         .collect();
     let (mut ctl, first) =
         Controller::start(cfg, None, links.clone(), shared.clone(), 1_000_000_000).unwrap();
-    let mut e0 = engine(&links[0], shared[0].1.clone());
-    let mut e1 = engine(&links[1], shared[1].1.clone());
+    let mut e0 = engine(&links[0], shared[0].1.clone(), 0);
+    let mut e1 = engine(&links[1], shared[1].1.clone(), 1);
     e0.apply(&first);
     e1.apply(&first);
     let disable = Request::VipDisable { name: "web".into() };
@@ -129,4 +135,43 @@ fn a_change_one_engine_cannot_take_changes_none_and_its_version_is_not_reused() 
     assert!(!web_enabled(&e0) && !web_enabled(&e1));
     assert_eq!(e0.counters().config_version, 3);
     assert_eq!(e1.counters().config_version, 3);
+}
+
+/// Each engine serves a TLS VIP from its own copy of the VIP's
+/// configuration (`app::config::TlsCopies`): a handshake on one engine
+/// writes no reference count (configuration, certificate, key) that a
+/// handshake on the other writes. A change that leaves the VIP's TLS
+/// inputs as they were keeps each engine's copy.
+#[test]
+fn engines_serve_tls_from_copies_of_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    self_signed(dir.path(), "web", P256, "web.test");
+    let cfg = Config::parse(&format!(
+        "{CONFIG}certs = [\"web\"]\n[[cert]]\nname = \"web\"\ncert = \"{d}/web.pem\"\nkey = \"{d}/web.key\"\n",
+        d = dir.path().display()
+    ))
+    .unwrap();
+    let links = ControlLink::new_set(2);
+    let shared: Vec<(u32, Arc<SharedCounters>)> = (1..=2)
+        .map(|l| (l, Arc::new(SharedCounters::default())))
+        .collect();
+    let (mut ctl, first) =
+        Controller::start(cfg, None, links.clone(), shared.clone(), 1_000_000_000).unwrap();
+    let mut e0 = engine(&links[0], shared[0].1.clone(), 0);
+    let mut e1 = engine(&links[1], shared[1].1.clone(), 1);
+    e0.apply(&first);
+    e1.apply(&first);
+    let tls = |e: &Engine<MemPort>| {
+        use dataplane::app::Application;
+        e.app().vips()[0].tls.clone().expect("a TLS VIP")
+    };
+    let (t0, t1) = (tls(&e0), tls(&e1));
+    assert!(!t0.shares_with(&t1), "the engines share a configuration");
+
+    let disable = Request::VipDisable { name: "web".into() };
+    let r = running(&mut [&mut e0, &mut e1], || reply(ctl.handle(&disable)));
+    assert!(r.ok, "{r:?}");
+    assert!(!web_enabled(&e0) && !web_enabled(&e1));
+    assert!(tls(&e0).shares_with(&t0) && tls(&e1).shares_with(&t1));
+    assert!(!tls(&e0).shares_with(&tls(&e1)));
 }

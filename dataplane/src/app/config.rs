@@ -4,6 +4,7 @@
 //! are the `snapshot` module's.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use crypto::session::TlsConfig;
 
@@ -35,13 +36,36 @@ pub struct VipSpec {
     pub port: u16,
     /// Disabled VIPs answer SYNs with a reset; their open connections go on.
     pub enabled: bool,
-    pub tls: Option<TlsConfig>,
+    pub tls: Option<TlsCopies>,
     /// The pool's name, or `None` for the built-in responder.
     pub pool: Option<String>,
     /// How long its clients may take (handshake, request, silence).
     pub timeouts: Timeouts,
     /// What its listener admits on each engine (its share of the VIP's).
     pub limits: crate::tcp::ListenLimits,
+}
+
+/// A VIP's TLS configuration, a copy for each engine
+/// ([`TlsConfig::own_copy`]): a handshake takes references to its
+/// configuration, certificate and key, and with one copy for all engines
+/// those reference counts were cache lines every core wrote. Each engine
+/// serves from [`TlsCopies::for_engine`] with its index
+/// ([`crate::engine::EngineConfig::index`]).
+#[derive(Debug, Clone)]
+pub struct TlsCopies(Arc<[TlsConfig]>);
+
+impl TlsCopies {
+    /// `config` for engine 0 and a copy of it for each of the other
+    /// `engines - 1`.
+    pub fn new(config: TlsConfig, engines: usize) -> Self {
+        let copies: Vec<TlsConfig> = (1..engines).map(|_| config.own_copy()).collect();
+        Self(std::iter::once(config).chain(copies).collect())
+    }
+
+    /// Engine `index`'s copy (an index past the copies shares one).
+    pub fn for_engine(&self, index: usize) -> TlsConfig {
+        self.0[index % self.0.len()].clone()
+    }
 }
 
 /// A pool as one engine sees it.

@@ -73,6 +73,9 @@ pub struct Services {
     budget: HandshakeBudget,
     /// Which members this engine health-checks (all without a share).
     pub(super) health_share: Option<HealthShare>,
+    /// This engine's index: which copy of each VIP's TLS configuration
+    /// it serves from.
+    engine_index: usize,
     /// Version of the snapshot in use (0: set up by calls, not snapshots).
     pub(super) snapshot_version: u64,
 }
@@ -102,6 +105,7 @@ impl Services {
             deferred_scratch: Vec::with_capacity(256),
             budget: HandshakeBudget::new(handshake_budget),
             health_share: None,
+            engine_index: 0,
             snapshot_version: 0,
         }
     }
@@ -166,6 +170,12 @@ impl Services {
     /// Splits health checks with the other engines: this one checks only
     /// its share of members and reports their changes; the others' reach
     /// it as health news.
+    /// Which of dpd's engines this is (its copy of each VIP's TLS
+    /// configuration, [`crate::app::config::TlsCopies`]).
+    pub fn set_engine_index(&mut self, index: usize) {
+        self.engine_index = index;
+    }
+
     pub fn set_health_share(&mut self, share: HealthShare) {
         self.health_share = Some(share);
     }
@@ -545,7 +555,7 @@ impl Application for Services {
                     addr: v.addr,
                     port: v.port,
                     enabled: v.enabled && !lost,
-                    tls: v.tls.clone(),
+                    tls: v.tls.as_ref().map(|t| t.for_engine(self.engine_index)),
                     pool: pool.flatten(),
                     timeouts: v.timeouts,
                     limits: v.limits,

@@ -24,6 +24,7 @@ use control::config::{Config, ConfigError};
 use crypto::certs::{Cert, CertStore};
 use crypto::session::TlsConfig;
 
+use crate::app::config::TlsCopies;
 use crate::app::deadlines::Timeouts;
 use crate::app::pool as dataplane_pool;
 use crate::snapshot::{
@@ -68,7 +69,7 @@ struct TlsInputs {
 struct Built {
     snapshot: Arc<Snapshot>,
     certs: HashMap<String, LoadedCert>,
-    tls: HashMap<String, (TlsInputs, TlsConfig)>,
+    tls: HashMap<String, (TlsInputs, TlsCopies)>,
     slots: HashMap<String, u16>,
     tickets_epoch: u64,
     generation: u64,
@@ -91,7 +92,7 @@ pub struct Controller {
     slots: HashMap<String, u16>,
     slot_names: SlotNames,
     certs: HashMap<String, LoadedCert>,
-    tls: HashMap<String, (TlsInputs, TlsConfig)>,
+    tls: HashMap<String, (TlsInputs, TlsCopies)>,
     tickets_epoch: u64,
     generation: u64,
     links: Vec<ControlLink>,
@@ -392,9 +393,11 @@ impl Controller {
                                 secret_permissions(next, &field, f, mode)?;
                             }
                         }
-                        TlsConfig::with_policy(store, &tls_policy(vip.tls.as_ref())).map_err(
-                            |e| ConfigError::new(format!("vip[{i}].tls"), "", e.to_string()),
-                        )?
+                        let config = TlsConfig::with_policy(store, &tls_policy(vip.tls.as_ref()))
+                            .map_err(|e| {
+                            ConfigError::new(format!("vip[{i}].tls"), "", e.to_string())
+                        })?;
+                        TlsCopies::new(config, engines as usize)
                     }
                 };
                 tls.insert(vip.name.clone(), (inputs, config.clone()));

@@ -758,7 +758,11 @@ fn launch_engines(
     };
     for (q, &lcore) in cfg.eal.lcores.iter().enumerate() {
         let q16 = u16::try_from(q).unwrap_or(u16::MAX);
-        let mut engine = Engine::new(engine_config(cfg), shared[q].1.clone());
+        let engine_cfg = EngineConfig {
+            index: q,
+            ..engine_config(cfg)
+        };
+        let mut engine = Engine::new(engine_cfg, shared[q].1.clone());
         let mut shares = Vec::new();
         for (p, pc) in ports.iter().zip(&cfg.ports) {
             let own = q16 < p.queues;

@@ -59,6 +59,9 @@ pub struct EngineConfig {
     /// does) and connections beyond it wait for the next iteration, so a
     /// burst of handshakes cannot hold the loop (`app::budget`).
     pub handshake_budget: Duration,
+    /// Which of `dpd`'s engines this is (0 up): it serves from that copy
+    /// of each VIP's TLS configuration (`app::config::TlsCopies`).
+    pub index: usize,
 }
 
 impl Default for EngineConfig {
@@ -72,6 +75,7 @@ impl Default for EngineConfig {
             isn_key: None,
             idle_sleep: None,
             handshake_budget: Duration::from_micros(500),
+            index: 0,
         }
     }
 }
@@ -216,6 +220,7 @@ impl<P: Port> Engine<P> {
     pub fn new(cfg: EngineConfig, shared: Arc<SharedCounters>) -> Self {
         let mut services = Services::new(cfg.handshake_budget);
         services.reserve_connections(cfg.tcp.max_conns);
+        services.set_engine_index(cfg.index);
         Self::with_app(cfg, shared, services)
     }
 
