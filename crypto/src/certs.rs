@@ -232,15 +232,21 @@ impl Cert {
         })
     }
 
-    /// An equal certificate that shares nothing a handshake writes to
-    /// with this one: its own chain, and a signing key parsed again (each
-    /// handshake takes references to the served `CertifiedKey` and to its
-    /// key pair, and AWS-LC one to the key for each signature). One per
-    /// engine keeps those reference counts off cache lines that all cores
-    /// write. Should parsing fail now where it passed at load (not
-    /// expected), the copy shares the key.
-    pub fn own_copy(&self) -> Self {
-        let key = any_supported_type(&self.key).unwrap_or_else(|_| self.certified.key.clone());
+    /// An equal certificate with its own `CertifiedKey` (each handshake
+    /// takes a reference to the one it serves) and, with `new_key`, its
+    /// own signing key parsed again from the one loaded (each handshake
+    /// takes a reference to the key pair, and AWS-LC one to the key for
+    /// each signature). One per engine keeps those reference counts off
+    /// cache lines that all cores write. Without `new_key`, or should
+    /// parsing fail now where it passed at load (not expected), the copy
+    /// shares the key.
+    pub fn own_copy(&self, new_key: bool) -> Self {
+        let shared = || self.certified.key.clone();
+        let key = if new_key {
+            any_supported_type(&self.key).unwrap_or_else(|_| shared())
+        } else {
+            shared()
+        };
         Self {
             certified: Arc::new(CertifiedKey::new(self.certified.cert.clone(), key)),
             ..self.clone()
@@ -282,6 +288,11 @@ impl Cert {
         ]
     }
 }
+
+/// Keys [`CertStore::own_copy`] parses again at most, per store (a VIP
+/// serving thousands of names shares the rest: a copy for each engine
+/// would take seconds on the control thread).
+pub const OWN_KEYS_PER_STORE: usize = 64;
 
 /// Certificates of one VIP, chosen per handshake.
 #[derive(Debug, Default)]
@@ -337,11 +348,20 @@ impl CertStore {
     }
 
     /// An equal store whose certificates are [`Cert::own_copy`]s: what
-    /// one engine serves from.
+    /// one engine serves from. Keys are parsed again for the first
+    /// [`OWN_KEYS_PER_STORE`] ECDSA P-256 certificates; RSA and P-384 keys
+    /// are shared. A P-256 key takes about 23 µs to parse and its
+    /// handshake about 50 µs of a core, so shared counts weigh most there;
+    /// an RSA-2048 or P-384 key takes about 200 µs to parse, for each
+    /// engine on the control thread, and its handshakes cost three to
+    /// eight times a P-256 one.
     pub fn own_copy(&self) -> Self {
         let mut copy = Self::new();
+        let mut keys = 0;
         for cert in &self.added {
-            copy.add(cert.own_copy());
+            let new_key = cert.key_type == KeyType::EcdsaP256 && keys < OWN_KEYS_PER_STORE;
+            keys += usize::from(new_key);
+            copy.add(cert.own_copy(new_key));
         }
         copy.tls12_only = self.tls12_only;
         copy

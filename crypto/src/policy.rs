@@ -249,13 +249,14 @@ impl TlsConfig {
     }
 
     /// An equal configuration for one engine: its own rustls
-    /// `ServerConfig` and certificates ([`CertStore::own_copy`]). A
-    /// handshake takes references to the configuration, to the
-    /// certificate it serves and to that certificate's key; with one
-    /// shared by all engines, each of those reference counts is a cache
-    /// line every core writes, and the configuration's fields beside it
-    /// are read through that contention. Ticket keys and the crypto
-    /// provider stay shared: handshakes only read them.
+    /// `ServerConfig` and certificates ([`CertStore::own_copy`]: P-256
+    /// keys parsed again, others shared). A handshake takes references to
+    /// the configuration, to the certificate it serves and to that
+    /// certificate's key; with one shared by all engines, each of those
+    /// reference counts is a cache line every core writes, and the
+    /// configuration's fields beside it are read through that contention.
+    /// Ticket keys and the crypto provider stay shared: handshakes only
+    /// read them.
     pub fn own_copy(&self) -> Self {
         let store = Arc::new(self.store.own_copy());
         let mut cfg = ServerConfig::clone(&self.rustls);
@@ -272,7 +273,8 @@ impl TlsConfig {
 
     /// Whether a handshake on this configuration writes a reference count
     /// that one on `other` writes too (they are one configuration, or
-    /// share a certificate or key): false between [`TlsConfig::own_copy`]s.
+    /// share a certificate or key): false between [`TlsConfig::own_copy`]s
+    /// of a configuration whose keys are all P-256.
     pub fn shares_with(&self, other: &TlsConfig) -> bool {
         let theirs = other.counted_parts();
         self.counted_parts()

@@ -1537,10 +1537,19 @@ mod tests {
         let before = original.counted_parts();
         let copied = copy.counted_parts();
         assert_eq!(before.len(), copied.len());
-        for (o, c) in before.iter().zip(&copied) {
-            assert_ne!(o.0, c.0, "a part is shared: {before:?} {copied:?}");
-        }
-        assert!(!copy.shares_with(&original) && original.shares_with(&original.clone()));
+        // The configuration, then each certificate's CertifiedKey and
+        // key (RSA-2048, P-256, P-384): only the RSA and P-384 keys are
+        // shared.
+        let shared: Vec<bool> = before
+            .iter()
+            .zip(&copied)
+            .map(|(o, c)| o.0 == c.0)
+            .collect();
+        assert_eq!(
+            shared,
+            [false, false, true, false, false, false, true],
+            "{before:?} {copied:?}"
+        );
         let mut live = Vec::new();
         for versions in [TLS13, TLS12] {
             for (sni, key) in [
@@ -1567,6 +1576,37 @@ mod tests {
         live.push(ServerSession::new(&copy).unwrap());
         assert_eq!(original.counted_parts(), before);
         assert!(copy.counted_parts()[0].1 > copied[0].1);
+    }
+
+    /// A configuration whose keys are all P-256 shares nothing with its
+    /// copies; a store's keys are parsed again up to
+    /// `OWN_KEYS_PER_STORE`, and the rest shared (a copy per engine of
+    /// thousands of keys would hold the control thread for seconds).
+    #[test]
+    fn own_copies_of_p256_keys_are_bounded_per_store() {
+        let dir = tempfile::tempdir().unwrap();
+        test_store(dir.path());
+        let p = |ext: &str| dir.path().join(format!("p256.{ext}"));
+        let cert = crate::certs::Cert::load(&p("pem"), &p("key"), crate::testutil::now()).unwrap();
+        let config = |n: usize| {
+            let mut store = crate::certs::CertStore::new();
+            for _ in 0..n {
+                store.add(cert.clone());
+            }
+            TlsConfig::new(store).unwrap()
+        };
+        let one = config(1);
+        assert!(!one.own_copy().shares_with(&one) && one.shares_with(&one.clone()));
+        let many = config(crate::certs::OWN_KEYS_PER_STORE + 1);
+        let copy = many.own_copy();
+        let (before, copied) = (many.counted_parts(), copy.counted_parts());
+        let shared = before
+            .iter()
+            .zip(&copied)
+            .filter(|(o, c)| o.0 == c.0)
+            .count();
+        assert_eq!(shared, 1, "the last key only");
+        assert_eq!(before.last().map(|b| b.0), copied.last().map(|c| c.0));
     }
 
     #[test]
