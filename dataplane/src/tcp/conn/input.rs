@@ -533,7 +533,9 @@ impl<A: Default> Conn<A> {
         // New data acknowledged: a tail loss probe may be sent again, and
         // the loss timer restarts (PTO or RTO).
         self.tlp_out = false;
-        if self.recover.is_none() {
+        if self.recover.is_none() && self.rtx_next.diff(self.snd_una) <= 0 {
+            // No resend left in flight above SND.UNA (a recovery may end
+            // with holes above its recovery point resent and unanswered).
             self.rtx_sent = None;
         }
         if self.snd_una == self.snd_max {
@@ -560,7 +562,14 @@ impl<A: Default> Conn<A> {
         self.undo_begin(now, false);
         self.cut_window();
         self.recover = Some(self.snd_max);
-        self.rtx_next = self.snd_una;
+        // Holes an earlier recovery resent, whose resends are still in
+        // flight, do not go again: RACK's rule for retransmissions
+        // (`rack_lost_retransmissions`) sends them again once later data
+        // shows them lost.
+        self.rtx_next = match self.rtx_sent {
+            Some(_) => self.rtx_next.max(self.snd_una),
+            None => self.snd_una,
+        };
         self.tlp_episode = None;
     }
 
