@@ -1298,6 +1298,13 @@ mod tests {
         TlsConfig::with_policy(test_store(dir), &p).unwrap()
     }
 
+    /// `test_store`'s names and the key type each is served with.
+    const TEST_NAMES: [(&str, &str); 3] = [
+        ("rsa.test", "RSA-2048"),
+        ("p256.test", "ECDSA-P256"),
+        ("p384.test", "ECDSA-P384"),
+    ];
+
     fn client_with(cfg: Arc<ClientConfig>, sni: &str) -> ClientConnection {
         ClientConnection::new(cfg, ServerName::try_from(sni.to_string()).unwrap()).unwrap()
     }
@@ -1471,11 +1478,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for versions in [TLS13, TLS12] {
             let cfg = server(dir.path(), |p| p.versions = vec![]);
-            for (sni, key) in [
-                ("rsa.test", "RSA-2048"),
-                ("p256.test", "ECDSA-P256"),
-                ("p384.test", "ECDSA-P384"),
-            ] {
+            for (sni, key) in TEST_NAMES {
                 let mut c = client(dir.path(), sni, versions);
                 let mut s = ServerSession::new(&cfg).unwrap();
                 let (mut wire, mut plain) = (Vec::new(), Vec::new());
@@ -1552,11 +1555,7 @@ mod tests {
         );
         let mut live = Vec::new();
         for versions in [TLS13, TLS12] {
-            for (sni, key) in [
-                ("rsa.test", "RSA-2048"),
-                ("p256.test", "ECDSA-P256"),
-                ("p384.test", "ECDSA-P384"),
-            ] {
+            for (sni, key) in TEST_NAMES {
                 let mut c = client(dir.path(), sni, versions);
                 let mut s = ServerSession::new(&copy).unwrap();
                 let (mut wire, mut plain) = (Vec::new(), Vec::new());

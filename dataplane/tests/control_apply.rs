@@ -54,6 +54,22 @@ fn engine(control: &ControlLink, shared: Arc<SharedCounters>, index: usize) -> E
     e
 }
 
+/// The control thread started on `cfg` with its two engines (0 and 1),
+/// both on the first configuration.
+fn started(cfg: Config) -> (Controller, Engine<MemPort>, Engine<MemPort>) {
+    let links = ControlLink::new_set(2);
+    let shared: Vec<(u32, Arc<SharedCounters>)> = (1..=2)
+        .map(|l| (l, Arc::new(SharedCounters::default())))
+        .collect();
+    let (ctl, first) =
+        Controller::start(cfg, None, links.clone(), shared.clone(), 1_000_000_000).unwrap();
+    let mut e0 = engine(&links[0], shared[0].1.clone(), 0);
+    let mut e1 = engine(&links[1], shared[1].1.clone(), 1);
+    e0.apply(&first);
+    e1.apply(&first);
+    (ctl, e0, e1)
+}
+
 fn reply(a: Answer) -> Reply {
     match a {
         Answer::Now(r) => r,
@@ -92,16 +108,7 @@ fn web_enabled(e: &Engine<MemPort>) -> bool {
 #[test]
 fn a_change_one_engine_cannot_take_changes_none_and_its_version_is_not_reused() {
     let cfg = Config::parse(CONFIG).unwrap();
-    let links = ControlLink::new_set(2);
-    let shared: Vec<(u32, Arc<SharedCounters>)> = (1..=2)
-        .map(|l| (l, Arc::new(SharedCounters::default())))
-        .collect();
-    let (mut ctl, first) =
-        Controller::start(cfg, None, links.clone(), shared.clone(), 1_000_000_000).unwrap();
-    let mut e0 = engine(&links[0], shared[0].1.clone(), 0);
-    let mut e1 = engine(&links[1], shared[1].1.clone(), 1);
-    e0.apply(&first);
-    e1.apply(&first);
+    let (mut ctl, mut e0, mut e1) = started(cfg);
     let disable = Request::VipDisable { name: "web".into() };
 
     // Engine 1 is stalled: the change is refused and engine 0, which had
@@ -151,16 +158,7 @@ fn engines_serve_tls_from_copies_of_their_own() {
         d = dir.path().display()
     ))
     .unwrap();
-    let links = ControlLink::new_set(2);
-    let shared: Vec<(u32, Arc<SharedCounters>)> = (1..=2)
-        .map(|l| (l, Arc::new(SharedCounters::default())))
-        .collect();
-    let (mut ctl, first) =
-        Controller::start(cfg, None, links.clone(), shared.clone(), 1_000_000_000).unwrap();
-    let mut e0 = engine(&links[0], shared[0].1.clone(), 0);
-    let mut e1 = engine(&links[1], shared[1].1.clone(), 1);
-    e0.apply(&first);
-    e1.apply(&first);
+    let (mut ctl, mut e0, mut e1) = started(cfg);
     let tls = |e: &Engine<MemPort>| {
         use dataplane::app::Application;
         e.app().vips()[0].tls.clone().expect("a TLS VIP")
