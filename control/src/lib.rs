@@ -7,4 +7,5 @@ pub mod api;
 pub mod change;
 pub mod config;
 pub mod counters;
+pub mod fuzzing;
 pub mod metrics;
