@@ -278,6 +278,36 @@ mod tests {
     }
 
     #[test]
+    fn a_vip_offering_h2_cannot_turn_to_the_builtin_responder() {
+        let h2 = changed(set(VipChange {
+            alpn: Some(vec!["h2".into(), "http/1.1".into()]),
+            ..VipChange::default()
+        }));
+        let e = apply(
+            &h2,
+            &set(VipChange {
+                builtin: true,
+                ..VipChange::default()
+            }),
+        )
+        .expect("a change")
+        .unwrap_err();
+        assert_eq!(e.field, "vip[0].tls.alpn", "{e}");
+        // Both at once: offering HTTP/1.1 only, it may.
+        let c = apply(
+            &h2,
+            &set(VipChange {
+                builtin: true,
+                alpn: Some(vec!["http/1.1".into()]),
+                ..VipChange::default()
+            }),
+        )
+        .expect("a change")
+        .expect("accepted");
+        assert_eq!(c.vips[0].respond, Some(Respond::Builtin));
+    }
+
+    #[test]
     fn vip_set_changes_only_what_is_given() {
         let c = changed(set(VipChange {
             tls_versions: Some(vec!["TLSv1.3".into()]),

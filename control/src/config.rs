@@ -675,6 +675,9 @@ fn check_af_packet_frames(spec: &str, mtu: u16) -> Result<(), String> {
 
 /// Ethernet's MTU, the default.
 pub const DEFAULT_MTU: u16 = 1500;
+
+/// The ALPN protocols a VIP answered by the built-in responder may offer.
+const BUILTIN_ALPN: [&str; 2] = ["http/1.1", "http/1.0"];
 /// The smallest MTU a port may have: IPv6's minimum link MTU (RFC 8200 §5).
 pub const MIN_MTU: u16 = 1280;
 /// The largest MTU a port may have: the jumbo frames of most 10-100GE NICs
@@ -1432,6 +1435,19 @@ impl Config {
                     ));
                 }
             }
+            // The built-in responder speaks HTTP/1.x: a client that
+            // negotiated another protocol (h2) would get no answer at all.
+            let alpn = vip.tls.as_ref().and_then(|t| t.alpn.as_deref());
+            if let Some(p) = alpn
+                .filter(|_| vip.respond.is_some())
+                .and_then(|ps| ps.iter().find(|p| !BUILTIN_ALPN.contains(&p.as_str())))
+            {
+                return Err(ConfigError::new(
+                    at("tls.alpn"),
+                    p,
+                    "the built-in responder speaks HTTP/1.x only: offer \"http/1.1\" and \"http/1.0\" at most",
+                ));
+            }
             if !listens.insert(addr) {
                 return Err(ConfigError::new(
                     at("listen"),
@@ -2176,6 +2192,30 @@ mod tests {
             vip.replace(r#"certs = [{ cert = "a.pem", key = "a.key" }]"#, "")
         ));
         assert_eq!(e.field, "vip[0].tls", "{e}");
+    }
+
+    #[test]
+    fn a_builtin_responder_offers_http_1_only() {
+        let vip = |alpn: &str, serves: &str| {
+            format!(
+                "{GOOD}[[vip]]\nname = \"web\"\nlisten = \"10.77.0.1:443\"\n{serves}\n\
+                 certs = [{{ cert = \"a.pem\", key = \"a.key\" }}]\ntls = {{ alpn = {alpn} }}\n\
+                 [[pool]]\nname = \"web\"\nmembers = [{{ addr = \"10.77.0.12:80\" }}]\n"
+            )
+        };
+        let builtin = "respond = \"builtin\"";
+        for ok in [r#"["http/1.1"]"#, r#"["http/1.1", "http/1.0"]"#, "[]"] {
+            Config::parse(&vip(ok, builtin)).unwrap();
+        }
+        let e = err_of(&vip(r#"["h2", "http/1.1"]"#, builtin));
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str()),
+            ("vip[0].tls.alpn", "h2"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("HTTP/1.x only"), "{e}");
+        // A pool's backends may speak what the operator offers for them.
+        Config::parse(&vip(r#"["h2", "http/1.1"]"#, "pool = \"web\"")).unwrap();
     }
 
     #[test]

@@ -288,6 +288,10 @@ fn every_dpctl_command_against_a_running_dpd() {
     );
     // A policy dpd cannot build (checked where TLS configurations are made).
     assert!(refused(&dpd, &["vip", "set", "strict", "--tls-version", "SSLv3"]).contains("SSLv3"));
+    // The built-in responder cannot answer a client that negotiated h2.
+    assert!(
+        refused(&dpd, &["vip", "set", "strict", "--alpn", "h2,http/1.1"]).contains("HTTP/1.x only")
+    );
     assert!(tls12(&lab), "the refused changes left the policy as it was");
     ok(
         &dpd,
