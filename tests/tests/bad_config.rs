@@ -165,6 +165,63 @@ fn check_mode_validates_without_starting() {
     }
 }
 
+/// `dpd --check` loads what `dpd` would load at start: a missing
+/// certificate, a key others can read under `strict_key_permissions`, or a
+/// TLS policy that cannot be built fail the check as they would fail the
+/// start (exit 2, naming the field), where it used to say "ok".
+#[test]
+fn check_mode_loads_certificates_and_tls_policies() {
+    let dir = tempfile::tempdir().unwrap();
+    e2e::make_certs(dir.path());
+    let d = dir.path().display();
+    let tls = format!(
+        "{GOOD}[[vip]]\nname = \"web\"\nlisten = \"10.99.0.1:443\"\nrespond = \"builtin\"\n\
+         certs = [{{ cert = \"{d}/rsa.pem\", key = \"{d}/rsa.key\" }}, \"ec\"]\n\
+         [[cert]]\nname = \"ec\"\ncert = \"{d}/p256.pem\"\nkey = \"{d}/p256.key\"\n"
+    );
+    let check = |config: &str| {
+        let path = dir.path().join("dpd.toml");
+        std::fs::write(&path, config).unwrap();
+        let out = e2e::run(
+            std::process::Command::new(e2e::bin("dpd"))
+                .arg("--check")
+                .arg("--config")
+                .arg(&path),
+        );
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = check(&tls);
+    assert_eq!(code, Some(0), "{stderr}");
+    for (config, needles) in [
+        (
+            tls.replace("rsa.pem", "missing.pem"),
+            vec!["vip[0].certs[0]", "missing.pem", "No such file"],
+        ),
+        (
+            tls.replace("respond = ", "tls = { versions = [\"SSLv3\"] }\nrespond = "),
+            vec!["vip[0].tls", "SSLv3"],
+        ),
+        (
+            tls.replace("[control]", "[control]\nstrict_key_permissions = true"),
+            vec!["cert[0] (ec)", "p256.key", "mode 0644"],
+        ),
+    ] {
+        if needles.contains(&"mode 0644") {
+            use std::os::unix::fs::PermissionsExt;
+            let key = dir.path().join("p256.key");
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        let (code, stderr) = check(&config);
+        assert_eq!(code, Some(2), "{config}\n{stderr}");
+        for n in needles {
+            assert!(stderr.contains(n), "stderr lacks {n:?}:\n{stderr}");
+        }
+    }
+}
+
 #[test]
 fn mtu_out_of_range() {
     for mtu in ["9199", "576"] {

@@ -25,7 +25,8 @@ struct Args {
     /// Configuration file (TOML).
     #[arg(long, short)]
     config: PathBuf,
-    /// Check the configuration file and exit.
+    /// Check the configuration file, its certificates, keys and TLS
+    /// policies, and exit (0 if dpd would take them, 2 if not).
     #[arg(long)]
     check: bool,
 }
@@ -41,7 +42,16 @@ fn main() -> ExitCode {
     };
     init_logging(&cfg.log);
     if args.check {
-        println!("{}: ok", args.config.display());
+        // Certificates, keys and TLS policies too: what would stop `dpd`
+        // at start, short of the machine (cores, devices, hugepages).
+        if let Err(e) = daemon::check(&cfg) {
+            eprintln!("dpd: config error: {e}");
+            return ExitCode::from(2);
+        }
+        println!(
+            "{}: ok (certificates, keys and TLS policies loaded; cores, devices and hugepages are checked at start)",
+            args.config.display()
+        );
         return ExitCode::SUCCESS;
     }
     let stop = Arc::new(AtomicBool::new(false));

@@ -120,6 +120,33 @@ struct Engines {
     health_news: Arc<crossbeam_queue::ArrayQueue<HealthNews>>,
 }
 
+/// What `dpd --check` looks at beyond the file itself ([`Config::load`]):
+/// every certificate and key loads, key permissions are judged, and every
+/// VIP's TLS policy builds, exactly as [`run`] does before DPDK starts.
+/// The machine (cores, devices, hugepages) is not looked at: that is
+/// checked at start, where it runs.
+///
+/// # Errors
+/// The first certificate, key or policy that cannot be used, naming its
+/// field (`vip[0].certs[1]`, `cert[2] (web)`, `vip[0].tls`).
+pub fn check(cfg: &Config) -> Result<(), ConfigError> {
+    let engines = cfg.eal.lcores.len();
+    let shared = cfg
+        .eal
+        .lcores
+        .iter()
+        .map(|&l| (l, Arc::new(SharedCounters::default())))
+        .collect();
+    Controller::start(
+        cfg.clone(),
+        None,
+        ControlLink::new_set(engines),
+        shared,
+        dpdk::tsc_hz(),
+    )
+    .map(drop)
+}
+
 /// Runs `dpd` until `stop` is set: the whole life of the daemon, in three
 /// parts: bring-up (plan, controller, EAL, ports, engines), serving (the
 /// control socket on this thread; metrics, health relay and SIGTERM drain
