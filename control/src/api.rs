@@ -133,6 +133,13 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         path: Option<PathBuf>,
     },
+    /// Reads the file `dpd` was started with again and applies it as one
+    /// change (what SIGHUP does): VIPs, certificates (every one loaded
+    /// again from its files, so certificates renewed in place are taken)
+    /// and pools. Refused, with nothing changed, when the file is invalid
+    /// or changes what only a restart applies (`[eal]`, ports, `[tcp]`,
+    /// `[control]`, `[log]`, `[routing]`).
+    ConfigReload,
     /// Writes up to `count` frames received or sent on dataplane port
     /// `port` (by name) to `file` (pcap), waiting at most `timeout_ms`.
     Capture {

@@ -126,9 +126,39 @@ pub fn apply(cfg: &Config, req: &Request) -> Option<Result<Config, ConfigError>>
         | Request::TicketsRotate
         | Request::ConfigShow
         | Request::ConfigSave { .. }
+        | Request::ConfigReload
         | Request::Capture { .. } => return None,
     };
     Some(result.and_then(|()| next.validate().map(|()| next)))
+}
+
+/// The sections of `next` that differ from `running` and that only a
+/// restart applies (all but VIPs, certificates and pools), as written in
+/// the file (`[eal]`, `[[port]]`, ...).
+pub fn restart_sections(running: &Config, next: &Config) -> Vec<&'static str> {
+    // Named one by one, so that a new section must be placed here.
+    let Config {
+        eal,
+        ports,
+        vips: _,
+        pools: _,
+        certs: _,
+        log,
+        tcp,
+        control,
+        routing,
+    } = next;
+    [
+        (*eal != running.eal, "[eal]"),
+        (*ports != running.ports, "[[port]]"),
+        (*log != running.log, "[log]"),
+        (*tcp != running.tcp, "[tcp]"),
+        (*control != running.control, "[control]"),
+        (*routing != running.routing, "[routing]"),
+    ]
+    .into_iter()
+    .filter_map(|(differs, name)| differs.then_some(name))
+    .collect()
 }
 
 /// Applies `change` to VIP `i` of `next` (validated with the rest).
@@ -275,6 +305,26 @@ mod tests {
             name: "https".into(),
             change,
         }
+    }
+
+    #[test]
+    fn only_vips_certificates_and_pools_change_without_a_restart() {
+        let running = base();
+        let mut next = changed(Request::VipRemove {
+            name: "https".into(),
+        });
+        next.pools.clear();
+        next.certs.clear();
+        assert!(restart_sections(&running, &next).is_empty());
+        next.tcp.max_connections += 1;
+        next.eal.lcores.push(2);
+        next.ports[0].mtu = 9000;
+        next.control.strict_key_permissions = !next.control.strict_key_permissions;
+        next.routing = Some(crate::config::Routing::default());
+        assert_eq!(
+            restart_sections(&running, &next),
+            ["[eal]", "[[port]]", "[tcp]", "[control]", "[routing]"]
+        );
     }
 
     #[test]

@@ -853,3 +853,98 @@ fn logs_follow_the_log_section() {
         "DPDK's information lines follow the level too: {log}"
     );
 }
+
+/// Waits up to 10 s for `dpctl vip list` to satisfy `want`; the list.
+fn vips_until(dpd: &Dpd, want: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let list = ok(dpd, &["vip", "list"]);
+        if want(&list) {
+            return list;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "vip list never changed as wanted:\n{list}\n{}",
+            dpd.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// SIGHUP (which used to end dpd: no handler) and `dpctl config reload`
+/// read dpd's file again: a VIP added there is served, and a certificate
+/// renewed in place (same file names, as an ACME client does) is served;
+/// a file that does not parse, or that changes `[tcp]`, is refused with
+/// its reason and nothing changed, dpd serving on.
+#[test]
+fn a_reload_applies_the_file_and_refuses_what_needs_a_restart() {
+    let certs = certs_dir();
+    let cp = certs.path();
+    let lab = Lab::up("rl");
+    let dpd = start_web(&lab, cp);
+    let dut = lab.dut_ip();
+    let file = dpd.dir.path().join("dpd.toml");
+    let original = std::fs::read_to_string(&file).unwrap();
+    let with_more = format!(
+        "{original}\n[[vip]]\nname = \"more\"\nlisten = \"{dut}:8080\"\nrespond = \"builtin\"\n"
+    );
+    let more_url = format!("http://{dut}:8080/bytes/3");
+    let served = |lab: &Lab| served_fingerprint(lab, &format!("{dut}:443"), "p256.test");
+    assert_eq!(served(&lab), file_fingerprint(&cp.join("cert-a.pem")));
+
+    // Renewed in place, and a VIP more; SIGHUP.
+    for ext in ["pem", "key"] {
+        std::fs::copy(
+            cp.join(format!("cert-b.{ext}")),
+            cp.join(format!("cert-a.{ext}")),
+        )
+        .unwrap();
+    }
+    std::fs::write(&file, &with_more).unwrap();
+    let hup = |dpd: &Dpd| {
+        let o = run(Command::new("kill").args(["-HUP", &dpd.pid().to_string()]));
+        assert!(o.status.success(), "kill -HUP");
+    };
+    hup(&dpd);
+    vips_until(&dpd, |l| l.contains("more"));
+    assert_eq!(curl(&lab, cp, &more_url, None), (0, "012".to_string()));
+    assert_eq!(
+        served(&lab),
+        file_fingerprint(&cp.join("cert-b.pem")),
+        "the certificate renewed in place is served"
+    );
+    assert!(
+        dpd.log_text().contains("reloaded from"),
+        "{}",
+        dpd.log_text()
+    );
+
+    // A file that does not parse: refused by both, nothing changed.
+    std::fs::write(&file, format!("{with_more}\nthis = = not toml\n")).unwrap();
+    let e = refused(&dpd, &["config", "reload"]);
+    assert!(
+        e.contains("not reloaded") && e.contains("invalid config"),
+        "{e}"
+    );
+    hup(&dpd);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !dpd.log_text().contains("SIGHUP: not reloaded") {
+        assert!(std::time::Instant::now() < deadline, "{}", dpd.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A section only a restart applies.
+    std::fs::write(
+        &file,
+        format!("{with_more}\n[tcp]\nmax_connections = 5000\n"),
+    )
+    .unwrap();
+    let e = refused(&dpd, &["config", "reload"]);
+    assert!(e.contains("[tcp]") && e.contains("restart"), "{e}");
+    assert!(ok(&dpd, &["vip", "list"]).contains("more"));
+    assert_eq!(curl(&lab, cp, &more_url, None), (0, "012".to_string()));
+
+    // The VIP taken out of the file again.
+    std::fs::write(&file, &original).unwrap();
+    assert!(ok(&dpd, &["config", "reload"]).contains("reloaded from"));
+    vips_until(&dpd, |l| !l.contains("more"));
+}

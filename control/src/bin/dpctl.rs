@@ -367,6 +367,9 @@ enum ConfigCmd {
     /// Write the running configuration as TOML (default: the file dpd was
     /// started with).
     Save { file: Option<PathBuf> },
+    /// Read the file dpd was started with again and apply it (VIPs,
+    /// certificates loaded again, pools), as SIGHUP does.
+    Reload,
 }
 
 /// Paths go to dpd, whose working folder is not ours.
@@ -513,6 +516,7 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
         },
         Cmd::Tickets(TicketsCmd::Rotate) => Request::TicketsRotate,
         Cmd::Config(ConfigCmd::Show) => Request::ConfigShow,
+        Cmd::Config(ConfigCmd::Reload) => Request::ConfigReload,
         Cmd::Config(ConfigCmd::Save { file }) => Request::ConfigSave {
             path: file.as_deref().map(absolute),
         },

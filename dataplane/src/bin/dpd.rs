@@ -4,13 +4,12 @@
 //! configured ports and serves the control socket until SIGINT (stop now) or
 //! SIGTERM (drain: no new connections, stop when the open ones are done or
 //! after `[control] drain_timeout_s`), then stops the engines, frees the
-//! ports and exits 0. A bad configuration
+//! ports and exits 0. SIGHUP reads the file again and applies its VIPs,
+//! certificates and pools (`dpctl config reload`). A bad configuration
 //! exits 2 with a message naming the field and value; a DPDK failure exits 1.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 
 use clap::Parser;
 use control::config::{Config, LogFormat};
@@ -54,18 +53,18 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let term = Arc::new(AtomicBool::new(false));
+    let signals = daemon::Signals::default();
     for (sig, flag) in [
-        (signal_hook::consts::SIGINT, &stop),
-        (signal_hook::consts::SIGTERM, &term),
+        (signal_hook::consts::SIGINT, &signals.stop),
+        (signal_hook::consts::SIGTERM, &signals.term),
+        (signal_hook::consts::SIGHUP, &signals.reload),
     ] {
         if let Err(e) = signal_hook::flag::register(sig, flag.clone()) {
             eprintln!("dpd: cannot install signal handler: {e}");
             return ExitCode::FAILURE;
         }
     }
-    match daemon::run(&cfg, Some(&args.config), stop, term) {
+    match daemon::run(&cfg, Some(&args.config), signals) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e @ StartError::Config(_)) => {
             eprintln!("dpd: {e}");

@@ -122,6 +122,9 @@ pub struct DaemonInfo {
     pub drain: Arc<AtomicBool>,
     /// Set by SIGTERM: drain, then set `stop`.
     pub term: Arc<AtomicBool>,
+    /// Set by SIGHUP: reload the configuration file (taken back by the
+    /// tick that does it).
+    pub reload: Arc<AtomicBool>,
     pub stop: Arc<AtomicBool>,
     /// The announce interface, with `[routing]`.
     pub announce: Option<crate::dpdk::VipIface>,
@@ -163,7 +166,7 @@ impl Controller {
             daemon: None,
             service: None,
         };
-        let built = c.build(&cfg, None, false)?;
+        let built = c.build(&cfg, Reload::Nothing, false)?;
         let snap = built.snapshot.clone();
         c.commit(cfg, built);
         Ok((c, snap))
@@ -229,8 +232,9 @@ impl Controller {
             }
             Request::TicketsRotate => {
                 let cfg = self.cfg.clone();
-                self.push_change(cfg, None, true, "ticket keys rotated".into())
+                self.push_change(cfg, Reload::Nothing, true, "ticket keys rotated".into())
             }
+            Request::ConfigReload => self.reload_file(),
             Request::ConfigShow => Reply::ok(Body::Config(self.cfg.to_toml())),
             Request::ConfigSave { path } => self.save(path.as_deref()),
             Request::Status => self.status(),
@@ -241,7 +245,7 @@ impl Controller {
     }
 
     fn change(&mut self, next: Config, req: &Request) -> Reply {
-        let (reload, what) = match req {
+        let (cert, what) = match req {
             Request::VipAdd { vip } => (None, format!("VIP {} added", vip.name)),
             Request::VipSet { name, .. } => (None, format!("VIP {name} changed")),
             Request::VipRemove { name } => (None, format!("VIP {name} removed")),
@@ -275,14 +279,15 @@ impl Controller {
             }
             _ => (None, "changed".into()),
         };
-        self.push_change(next, reload.as_deref(), false, what)
+        let reload = cert.as_deref().map_or(Reload::Nothing, Reload::Cert);
+        self.push_change(next, reload, false, what)
     }
 
     /// Builds, pushes and commits `next`; the reply says applied or why not.
     fn push_change(
         &mut self,
         next: Config,
-        reload: Option<&str>,
+        reload: Reload<'_>,
         rotate_tickets: bool,
         what: String,
     ) -> Reply {
@@ -308,11 +313,12 @@ impl Controller {
     }
 
     /// The snapshot for `next`, reusing what did not change. `reload`
-    /// names a certificate to load again even if its files are the same.
+    /// says which certificates to load again even if their files are named
+    /// as before.
     fn build(
         &mut self,
         next: &Config,
-        reload: Option<&str>,
+        reload: Reload<'_>,
         rotate_tickets: bool,
     ) -> Result<Built, ConfigError> {
         let now = std::time::SystemTime::now()
@@ -325,9 +331,10 @@ impl Controller {
         let share = |n: u32| n.div_ceil(engines).max(1);
         let mut certs = HashMap::new();
         for (k, c) in next.certs.iter().enumerate() {
-            let cached = self.certs.get(&c.name).filter(|l| {
-                l.cert_file == c.cert && l.key_file == c.key && reload != Some(c.name.as_str())
-            });
+            let cached = self
+                .certs
+                .get(&c.name)
+                .filter(|l| l.cert_file == c.cert && l.key_file == c.key && !reload.wants(&c.name));
             let loaded = match cached {
                 Some(l) => l.clone(),
                 None => {
@@ -566,6 +573,31 @@ impl Controller {
 
     /// Writes the running configuration as TOML, atomically
     /// ([`crate::files::write_atomically`]).
+    /// `config reload` and SIGHUP: the file `dpd` was started with, read
+    /// and validated again, applied as one change with every certificate
+    /// loaded again from its files (renewed in place by an ACME client, say).
+    /// Refused with nothing changed when the file is bad, or differs in a
+    /// section only a restart applies.
+    pub fn reload_file(&mut self) -> Reply {
+        let Some(path) = self.config_path.clone() else {
+            return Reply::error("dpd was not started from a file: nothing to reload");
+        };
+        let next = match Config::load(&path) {
+            Ok(next) => next,
+            Err(e) => return Reply::error(format!("not reloaded: {e}")),
+        };
+        let restart = control::change::restart_sections(&self.cfg, &next);
+        if !restart.is_empty() {
+            return Reply::error(format!(
+                "not reloaded: {} changed in {}, which only a restart applies; nothing changed",
+                restart.join(", "),
+                path.display()
+            ));
+        }
+        let what = format!("reloaded from {}", path.display());
+        self.push_change(next, Reload::All, false, what)
+    }
+
     fn save(&self, path: Option<&Path>) -> Reply {
         let Some(path) = path.or(self.config_path.as_deref()) else {
             return Reply::error("no file given and dpd was not started from one");
@@ -582,6 +614,27 @@ impl Controller {
                 Reply::ok(Body::Saved(path.to_path_buf()))
             }
             Err(e) => Reply::error(format!("cannot write {}: {e}", path.display())),
+        }
+    }
+}
+
+/// Which certificates a new snapshot loads again from files named as
+/// before.
+#[derive(Debug, Clone, Copy)]
+enum Reload<'a> {
+    Nothing,
+    /// `cert add` and `cert rotate`: the one named.
+    Cert(&'a str),
+    /// `config reload`: every one.
+    All,
+}
+
+impl Reload<'_> {
+    fn wants(self, name: &str) -> bool {
+        match self {
+            Self::Nothing => false,
+            Self::Cert(n) => n == name,
+            Self::All => true,
         }
     }
 }

@@ -64,6 +64,17 @@ impl Controller {
     /// [`TICK`].
     pub fn tick(&mut self, now: Instant) {
         self.reconnect_peers(now);
+        if self
+            .daemon
+            .as_ref()
+            .is_some_and(|d| d.reload.swap(false, Ordering::Relaxed))
+        {
+            // What went in is logged by the change; what did not, here.
+            let r = self.reload_file();
+            if let Some(e) = r.error.filter(|_| !r.ok) {
+                log::error!("SIGHUP: {e}; configuration {} goes on", self.version);
+            }
+        }
         let (Some(d), Some(svc)) = (&self.daemon, &self.service) else {
             return;
         };

@@ -120,6 +120,17 @@ struct Engines {
     health_news: Arc<crossbeam_queue::ArrayQueue<HealthNews>>,
 }
 
+/// The flags `dpd`'s signal handlers set.
+#[derive(Debug, Default, Clone)]
+pub struct Signals {
+    /// SIGINT: stop now.
+    pub stop: Arc<AtomicBool>,
+    /// SIGTERM: drain, then stop.
+    pub term: Arc<AtomicBool>,
+    /// SIGHUP: reload the configuration file.
+    pub reload: Arc<AtomicBool>,
+}
+
 /// What `dpd --check` looks at beyond the file itself ([`Config::load`]):
 /// every certificate and key loads, key permissions are judged, and every
 /// VIP's TLS policy builds, exactly as [`run`] does before DPDK starts.
@@ -155,15 +166,12 @@ pub fn check(cfg: &Config) -> Result<(), ConfigError> {
 /// # Errors
 /// When anything fails to start; everything started is stopped again.
 ///
-/// `stop` ends it at once; `term` drains first: listeners stop taking new
-/// connections, and it stops when the open ones have finished (TIME-WAIT
-/// aside) or after `[control] drain_timeout_s`.
-pub fn run(
-    cfg: &Config,
-    config_path: Option<&Path>,
-    stop: Arc<AtomicBool>,
-    term: Arc<AtomicBool>,
-) -> Result<(), StartError> {
+/// `signals.stop` ends it at once; `term` drains first: listeners stop
+/// taking new connections, and it stops when the open ones have finished
+/// (TIME-WAIT aside) or after `[control] drain_timeout_s`; `reload` reads
+/// `config_path` again and applies it (`Controller::reload_file`).
+pub fn run(cfg: &Config, config_path: Option<&Path>, signals: Signals) -> Result<(), StartError> {
+    let Signals { stop, term, reload } = signals;
     let started = std::time::Instant::now();
     let machine = Machine::probe();
     log::info!("hugepages: {}", machine.hugepages.join("; "));
@@ -242,6 +250,7 @@ pub fn run(
         hugepages_in_use: plan.use_hugepages,
         drain,
         term,
+        reload,
         stop: stop.clone(),
         announce,
         peers: peer_ports(cfg, &ports),
