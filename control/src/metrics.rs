@@ -61,8 +61,20 @@ fn core_label(c: &CoreStats) -> String {
         .map_or_else(|| "total".to_string(), |l| l.to_string())
 }
 
-/// The exposition of `stats` (per core).
-pub fn render(stats: &Stats) -> String {
+/// What the control thread knows beyond the engines' counters, for the
+/// gauges alerts are written on: certificates expiring, reloads failing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigState {
+    /// Each `[[cert]]` loaded: its name and its leaf's notAfter (Unix
+    /// seconds).
+    pub certs: Vec<(String, i64)>,
+    /// Whether the last reload of the file (SIGHUP, `config reload`)
+    /// applied; `None` before the first.
+    pub last_reload_ok: Option<bool>,
+}
+
+/// The exposition of `stats` (per core) and of `config`.
+pub fn render(stats: &Stats, config: &ConfigState) -> String {
     let mut out = String::with_capacity(16 * 1024);
     // The declared counters (crate::counters), one sample per core.
     let hz = stats.tsc_hz.max(1) as f64;
@@ -122,7 +134,29 @@ pub fn render(stats: &Stats) -> String {
             }
         }
     }
+    render_config(&mut out, config);
     out
+}
+
+fn render_config(out: &mut String, config: &ConfigState) {
+    let _ = writeln!(
+        out,
+        "# HELP tlsdp_config_last_reload_successful Whether the last reload of the configuration file (SIGHUP, dpctl config reload) applied (1 before any).\n\
+         # TYPE tlsdp_config_last_reload_successful gauge\ntlsdp_config_last_reload_successful {}",
+        u8::from(config.last_reload_ok.unwrap_or(true))
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tlsdp_cert_not_after_seconds When each certificate expires: its leaf's notAfter, Unix seconds.\n\
+         # TYPE tlsdp_cert_not_after_seconds gauge"
+    );
+    for (name, not_after) in &config.certs {
+        let _ = writeln!(
+            out,
+            "tlsdp_cert_not_after_seconds{{cert=\"{}\"}} {not_after}",
+            escape(name)
+        );
+    }
 }
 
 /// Label values: backslash, quote and newline escaped.
@@ -167,7 +201,7 @@ mod tests {
             total: CoreStats::default(),
             tsc_hz: 1_000_000_000,
         };
-        let text = render(&stats);
+        let text = render(&stats, &ConfigState::default());
         assert!(text.contains("tlsdp_rx_packets_total{core=\"1\"} 7\n"));
         assert!(text.contains("tlsdp_rx_packets_total{core=\"2\"} 7\n"));
         assert!(text
@@ -180,5 +214,26 @@ mod tests {
         assert!(text.contains("tlsdp_vip_connections{core=\"1\",vip=\"web\"} 1\n"));
         assert_eq!(text.matches("# TYPE tlsdp_rx_packets_total ").count(), 1);
         assert_eq!(escape("a\"b\\c"), "a\\\"b\\\\c");
+    }
+
+    #[test]
+    fn certificates_expiry_and_reloads_are_gauges() {
+        let stats = Stats {
+            cores: Vec::new(),
+            total: CoreStats::default(),
+            tsc_hz: 1,
+        };
+        let mut state = ConfigState {
+            certs: vec![("web".into(), 1_790_000_000), ("a\"b".into(), 5)],
+            last_reload_ok: None,
+        };
+        let text = render(&stats, &state);
+        assert!(text.contains("# TYPE tlsdp_cert_not_after_seconds gauge\n"));
+        assert!(text.contains("tlsdp_cert_not_after_seconds{cert=\"web\"} 1790000000\n"));
+        assert!(text.contains("tlsdp_cert_not_after_seconds{cert=\"a\\\"b\"} 5\n"));
+        assert!(text.contains("tlsdp_config_last_reload_successful 1\n"));
+        state.last_reload_ok = Some(false);
+        let text = render(&stats, &state);
+        assert!(text.contains("tlsdp_config_last_reload_successful 0\n"));
     }
 }

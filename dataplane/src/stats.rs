@@ -411,11 +411,14 @@ mod tests {
             crypto::session::FAILURES.len()
         );
         let hz = 1_000;
-        let text = control::metrics::render(&control::api::Stats {
-            cores: vec![api.clone()],
-            total: api,
-            tsc_hz: hz,
-        });
+        let text = control::metrics::render(
+            &control::api::Stats {
+                cores: vec![api.clone()],
+                total: api,
+                tsc_hz: hz,
+            },
+            &control::metrics::ConfigState::default(),
+        );
         for (info, v) in counters::SCALARS.iter().zip(c.scalars()) {
             let value = match info.kind {
                 counters::Kind::Cycles => format!("{}", v as f64 / hz as f64),

@@ -153,6 +153,20 @@ fn metrics_parse_and_agree_with_dpctl() {
         assert_eq!(get("tlsdp_vip_connections", &labels), v.active as f64);
     }
     assert_eq!(get("tlsdp_config_version", core), 1.0);
+    // The certificate's expiry, as openssl reads the leaf; no reload yet.
+    let end = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "date -d \"$(openssl x509 -noout -enddate -in {c}/p256.pem | cut -d= -f2)\" +%s"
+        ))
+        .output()
+        .unwrap();
+    let end: f64 = String::from_utf8_lossy(&end.stdout).trim().parse().unwrap();
+    assert_eq!(
+        get("tlsdp_cert_not_after_seconds", r#"{"cert": "tls-0"}"#),
+        end
+    );
+    assert_eq!(get("tlsdp_config_last_reload_successful", "{}"), 1.0);
     // Anything else: 404, and the endpoint goes on serving.
     let other = in_dut(
         &lab,
@@ -188,5 +202,35 @@ fn metrics_parse_and_agree_with_dpctl() {
     assert!(
         again.contains("tlsdp_tls_handshakes_total{core=\"1\"} 3"),
         "{again}"
-    );
+    ); // A reload that fails shows until one applies.
+    let file = dpd.dir.path().join("dpd.toml");
+    let good = std::fs::read_to_string(&file).unwrap();
+    let scrape = || {
+        in_dut(
+            &lab,
+            &[
+                "curl",
+                "-sS",
+                "--max-time",
+                "5",
+                "http://127.0.0.1:9464/metrics",
+            ],
+        )
+    };
+    let reload = || {
+        e2e::run(
+            Command::new(e2e::bin("dpctl"))
+                .arg("--socket")
+                .arg(&dpd.socket)
+                .args(["config", "reload"]),
+        )
+        .status
+        .success()
+    };
+    std::fs::write(&file, format!("{good}\n[[nonsense]]\n")).unwrap();
+    assert!(!reload());
+    assert!(scrape().contains("\ntlsdp_config_last_reload_successful 0\n"));
+    std::fs::write(&file, good).unwrap();
+    assert!(reload());
+    assert!(scrape().contains("\ntlsdp_config_last_reload_successful 1\n"));
 }

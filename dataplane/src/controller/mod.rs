@@ -79,6 +79,10 @@ struct Built {
 /// thread.
 pub type SlotNames = Arc<RwLock<Vec<String>>>;
 
+/// The configuration's gauges for the metrics endpoint (its own thread),
+/// written by the control thread.
+pub type SharedConfigState = Arc<RwLock<control::metrics::ConfigState>>;
+
 /// The control thread's state.
 #[derive(Debug)]
 pub struct Controller {
@@ -91,6 +95,7 @@ pub struct Controller {
     issued: u64,
     slots: HashMap<String, u16>,
     slot_names: SlotNames,
+    config_state: SharedConfigState,
     certs: HashMap<String, LoadedCert>,
     tls: HashMap<String, (TlsInputs, TlsCopies)>,
     tickets_epoch: u64,
@@ -155,6 +160,7 @@ impl Controller {
             issued: 0,
             slots: HashMap::new(),
             slot_names: Arc::new(RwLock::new(Vec::new())),
+            config_state: Arc::default(),
             certs: HashMap::new(),
             tls: HashMap::new(),
             tickets_epoch: 0,
@@ -181,6 +187,11 @@ impl Controller {
     /// Slot names, for a thread that renders stats.
     pub fn slot_names(&self) -> SlotNames {
         self.slot_names.clone()
+    }
+
+    /// The gauges the metrics endpoint shows beside the counters.
+    pub fn config_state(&self) -> SharedConfigState {
+        self.config_state.clone()
     }
 
     /// Counters of every engine, per VIP too.
@@ -475,6 +486,14 @@ impl Controller {
         }
         self.slots = built.slots;
         *self.slot_names.write().expect("not poisoned") = names;
+        let mut certs: Vec<(String, i64)> = self
+            .certs
+            .iter()
+            .map(|(name, l)| (name.clone(), l.cert.not_after))
+            .collect();
+        certs.sort();
+        let mut state = self.config_state.write().expect("not poisoned");
+        state.certs = certs;
     }
 
     /// Switches every engine to `snap`, or none: each is sent the
@@ -579,6 +598,15 @@ impl Controller {
     /// Refused with nothing changed when the file is bad, or differs in a
     /// section only a restart applies.
     pub fn reload_file(&mut self) -> Reply {
+        let reply = self.try_reload_file();
+        self.config_state
+            .write()
+            .expect("not poisoned")
+            .last_reload_ok = Some(reply.ok);
+        reply
+    }
+
+    fn try_reload_file(&mut self) -> Reply {
         let Some(path) = self.config_path.clone() else {
             return Reply::error("dpd was not started from a file: nothing to reload");
         };

@@ -259,11 +259,16 @@ pub fn run(cfg: &Config, config_path: Option<&Path>, signals: Signals) -> Result
 
     let tsc_hz = dpdk::tsc_hz();
     let slot_names = controller.slot_names();
-    let stats = {
+    let metrics_text = {
         let (shared, slot_names) = (shared.clone(), slot_names.clone());
-        move || collect_stats(&shared, &slot_names, tsc_hz)
+        let state = controller.config_state();
+        move || {
+            let stats = collect_stats(&shared, &slot_names, tsc_hz);
+            let state = state.read().expect("not poisoned").clone();
+            control::metrics::render(&stats, &state)
+        }
     };
-    let helpers = threads::Helpers::start(cfg, stats, &links, &engines.health_news);
+    let helpers = threads::Helpers::start(cfg, metrics_text, &links, &engines.health_news);
     let result = match helpers {
         Ok(helpers) => {
             let served = serve(cfg, &mut controller, &stop);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use control::api::{CoreStats, Stats};
+use control::api::CoreStats;
 use control::config::Config;
 use crossbeam_queue::ArrayQueue;
 
@@ -31,7 +31,7 @@ impl Helpers {
     /// When the metrics address cannot be bound.
     pub(super) fn start(
         cfg: &Config,
-        stats: impl Fn() -> Stats + Send + Clone + 'static,
+        metrics_text: impl Fn() -> String + Send + 'static,
         links: &[ControlLink],
         news: &Arc<ArrayQueue<HealthNews>>,
     ) -> Result<Self, StartError> {
@@ -45,9 +45,9 @@ impl Helpers {
                     ))
                 })?;
                 log::info!("metrics on http://{addr}/metrics");
-                let (quit, stats) = (quit.clone(), stats.clone());
+                let quit = quit.clone();
                 Some(std::thread::spawn(move || {
-                    serve_metrics(listener, &quit, stats);
+                    serve_metrics(listener, &quit, metrics_text);
                 }))
             }
             _ => None,
@@ -89,7 +89,7 @@ pub(crate) fn open_connections(total: &CoreStats) -> u64 {
 /// Serves `GET /metrics` (Prometheus text format) on `listener` until
 /// `stop` ([`super::metrics_http`]: several scrapers at once, none able to
 /// hold it).
-fn serve_metrics(listener: std::net::TcpListener, stop: &AtomicBool, stats: impl Fn() -> Stats) {
+fn serve_metrics(listener: std::net::TcpListener, stop: &AtomicBool, text: impl Fn() -> String) {
     let mut http = match super::metrics_http::MetricsHttp::new(listener) {
         Ok(h) => h,
         Err(e) => {
@@ -97,7 +97,7 @@ fn serve_metrics(listener: std::net::TcpListener, stop: &AtomicBool, stats: impl
             return;
         }
     };
-    let mut body = || control::metrics::render(&stats());
+    let mut body = text;
     while !stop.load(Ordering::Relaxed) {
         if !http.step(std::time::Instant::now(), &mut body) {
             std::thread::sleep(std::time::Duration::from_millis(10));
