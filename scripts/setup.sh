@@ -26,6 +26,9 @@ PACKAGES=(
     # TCP conformance suite (tests/conformance/tcp_conformance.py): hand-built
     # segments, sent and parsed with scapy
     python3-scapy
+    # the example service unit (examples/tlsdp.service), checked by
+    # systemd-analyze verify
+    systemd
     # dpbench: peer terminators, cleartext backend, cross-check clients, certificates
     nginx haproxy stunnel4 nghttp2-client apache2-utils wrk openssl curl util-linux
 )

@@ -948,3 +948,46 @@ fn a_reload_applies_the_file_and_refuses_what_needs_a_restart() {
     assert!(ok(&dpd, &["config", "reload"]).contains("reloaded from"));
     vips_until(&dpd, |l| !l.contains("more"));
 }
+
+/// The shipped systemd unit: `systemd-analyze verify` finds nothing to say
+/// (with the binaries where they are here), a reload goes through `dpctl
+/// config reload` on the socket the configuration names by default (so a
+/// refused reload fails `systemctl reload`), a start is checked first with
+/// `dpd --check`, and a stop waits longer than the default drain.
+#[test]
+fn the_systemd_unit_verifies_and_reloads_through_dpctl() {
+    let unit = std::fs::read_to_string(e2e::repo_root().join("examples/tlsdp.service")).unwrap();
+    let key = |k: &str| {
+        unit.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("no {k} in the unit"))
+            .to_string()
+    };
+    let defaults = control::config::Control::default();
+    assert_eq!(
+        key("ExecReload"),
+        format!(
+            "/usr/local/bin/dpctl --socket {} config reload",
+            defaults.socket.display()
+        )
+    );
+    assert!(key("ExecStartPre").contains("dpd --check --config /etc/tlsdp/dpd.toml"));
+    assert_eq!(
+        defaults.socket.parent(),
+        Some(Path::new("/run").join(key("RuntimeDirectory")).as_path())
+    );
+    let stop: u32 = key("TimeoutStopSec").parse().unwrap();
+    assert!(stop > defaults.drain_timeout_s, "{stop} s");
+    let dir = tempfile::tempdir().unwrap();
+    let here = bin("dpd");
+    let here = here.parent().unwrap();
+    let copy = dir.path().join("tlsdp.service");
+    std::fs::write(
+        &copy,
+        unit.replace("/usr/local/bin/", &format!("{}/", here.display())),
+    )
+    .unwrap();
+    let o = run(Command::new("systemd-analyze").arg("verify").arg(&copy));
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && said.trim().is_empty(), "{said}");
+}
