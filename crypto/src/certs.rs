@@ -253,6 +253,15 @@ impl Cert {
         }
     }
 
+    /// Whether `other` holds the same chain and private key (files read
+    /// again after a reload, say). Comparing the key's bytes takes time
+    /// that depends on where they differ: both sides are keys this process
+    /// read itself, not anything a peer sent.
+    pub fn same_as(&self, other: &Cert) -> bool {
+        self.certified.cert == other.certified.cert
+            && self.key.secret_der() == other.key.secret_der()
+    }
+
     /// SHA-256 of the leaf certificate (DER), lowercase hex: what
     /// `openssl x509 -fingerprint -sha256` prints, without colons.
     pub fn sha256_hex(&self) -> String {
@@ -517,6 +526,18 @@ mod tests {
             assert_eq!(cert.names, ["a.test", "*.b.test"]);
             assert_eq!(cert.chain_len, 2, "leaf and CA");
         }
+    }
+
+    #[test]
+    fn the_same_files_read_twice_are_the_same_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let (c, k) = make(dir.path(), "a", P256, "DNS:a.test");
+        let first = Cert::load(&c, &k, now()).unwrap();
+        assert!(first.same_as(&Cert::load(&c, &k, now()).unwrap()));
+        assert!(first.same_as(&first.own_copy(true)));
+        // Renewed in place: a new key and certificate under the same names.
+        let (c, k) = make(dir.path(), "a", P256, "DNS:a.test");
+        assert!(!first.same_as(&Cert::load(&c, &k, now()).unwrap()));
     }
 
     #[test]

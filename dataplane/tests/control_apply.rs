@@ -57,12 +57,20 @@ fn engine(control: &ControlLink, shared: Arc<SharedCounters>, index: usize) -> E
 /// The control thread started on `cfg` with its two engines (0 and 1),
 /// both on the first configuration.
 fn started(cfg: Config) -> (Controller, Engine<MemPort>, Engine<MemPort>) {
+    started_from(cfg, None)
+}
+
+/// [`started`], as if from the file `path`.
+fn started_from(
+    cfg: Config,
+    path: Option<std::path::PathBuf>,
+) -> (Controller, Engine<MemPort>, Engine<MemPort>) {
     let links = ControlLink::new_set(2);
     let shared: Vec<(u32, Arc<SharedCounters>)> = (1..=2)
         .map(|l| (l, Arc::new(SharedCounters::default())))
         .collect();
     let (ctl, first) =
-        Controller::start(cfg, None, links.clone(), shared.clone(), 1_000_000_000).unwrap();
+        Controller::start(cfg, path, links.clone(), shared.clone(), 1_000_000_000).unwrap();
     let mut e0 = engine(&links[0], shared[0].1.clone(), 0);
     let mut e1 = engine(&links[1], shared[1].1.clone(), 1);
     e0.apply(&first);
@@ -172,4 +180,43 @@ fn engines_serve_tls_from_copies_of_their_own() {
     assert!(!web_enabled(&e0) && !web_enabled(&e1));
     assert!(tls(&e0).shares_with(&t0) && tls(&e1).shares_with(&t1));
     assert!(!tls(&e0).shares_with(&tls(&e1)));
+}
+
+/// A reload of the file reads every certificate again. One that reads the
+/// same keeps its VIP's TLS configuration, and with it the ticket keys
+/// (drawn at random per configuration without a key file: a new one would
+/// stop every outstanding ticket resuming); one renewed in place gives a
+/// new configuration.
+#[test]
+fn a_reload_keeps_tls_configurations_whose_certificates_read_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    self_signed(dir.path(), "web", P256, "web.test");
+    let text = format!(
+        "{CONFIG}certs = [\"web\"]\ntls = {{ tickets = {{ rotate_s = 600 }} }}\n\
+         [[cert]]\nname = \"web\"\ncert = \"{d}/web.pem\"\nkey = \"{d}/web.key\"\n",
+        d = dir.path().display()
+    );
+    let file = dir.path().join("dpd.toml");
+    std::fs::write(&file, &text).unwrap();
+    let cfg = Config::parse(&text).unwrap();
+    let (mut ctl, mut e0, mut e1) = started_from(cfg, Some(file));
+    let tls = |e: &Engine<MemPort>| {
+        use dataplane::app::Application;
+        e.app().vips()[0].tls.clone().expect("a TLS VIP")
+    };
+    let first = tls(&e0);
+    let r = running(&mut [&mut e0, &mut e1], || ctl.reload_file());
+    assert!(r.ok, "{r:?}");
+    assert!(
+        tls(&e0).shares_with(&first),
+        "the same certificate read again gave a new configuration"
+    );
+    // Renewed in place: the same file names, a new key and certificate.
+    self_signed(dir.path(), "web", P256, "web.test");
+    let r = running(&mut [&mut e0, &mut e1], || ctl.reload_file());
+    assert!(r.ok, "{r:?}");
+    assert!(
+        !tls(&e0).shares_with(&first),
+        "the renewed certificate is not served"
+    );
 }

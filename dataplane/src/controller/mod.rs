@@ -342,13 +342,13 @@ impl Controller {
         let share = |n: u32| n.div_ceil(engines).max(1);
         let mut certs = HashMap::new();
         for (k, c) in next.certs.iter().enumerate() {
-            let cached = self
+            let known = self
                 .certs
                 .get(&c.name)
-                .filter(|l| l.cert_file == c.cert && l.key_file == c.key && !reload.wants(&c.name));
-            let loaded = match cached {
-                Some(l) => l.clone(),
-                None => {
+                .filter(|l| l.cert_file == c.cert && l.key_file == c.key);
+            let loaded = match known {
+                Some(l) if !reload.wants(&c.name) => l.clone(),
+                _ => {
                     let field = c
                         .origin
                         .clone()
@@ -357,12 +357,20 @@ impl Controller {
                         ConfigError::new(field.clone(), e.file.display(), e.to_string())
                     })?;
                     secret_permissions(next, &field, &c.key, cert.key_mode)?;
-                    generation += 1;
-                    LoadedCert {
-                        cert_file: c.cert.clone(),
-                        key_file: c.key.clone(),
-                        cert,
-                        generation,
+                    match known {
+                        // Read again and unchanged: kept as it was, so the
+                        // VIPs serving it keep their TLS configurations
+                        // (and with them their ticket keys).
+                        Some(l) if l.cert.same_as(&cert) => l.clone(),
+                        _ => {
+                            generation += 1;
+                            LoadedCert {
+                                cert_file: c.cert.clone(),
+                                key_file: c.key.clone(),
+                                cert,
+                                generation,
+                            }
+                        }
                     }
                 }
             };
@@ -651,9 +659,11 @@ impl Controller {
 #[derive(Debug, Clone, Copy)]
 enum Reload<'a> {
     Nothing,
-    /// `cert add` and `cert rotate`: the one named.
+    /// `cert add` and `cert rotate`: the one named (kept as it was if it
+    /// reads the same).
     Cert(&'a str),
-    /// `config reload`: every one.
+    /// `config reload`: every one (one whose chain and key read the same
+    /// as before is kept as it was).
     All,
 }
 
