@@ -383,6 +383,20 @@ pub struct Status {
     /// Route announcement, with `[routing]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routing: Option<RoutingStatus>,
+    /// The last reload of the file (SIGHUP, `config reload`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reload: Option<ReloadStatus>,
+}
+
+/// How the last reload of the configuration file went, in `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReloadStatus {
+    /// Whether it applied.
+    pub ok: bool,
+    /// Seconds since.
+    pub ago_s: f64,
+    /// What it did (`reloaded from FILE`) or why it did not.
+    pub message: String,
 }
 
 /// One VLAN of a port in `status`.

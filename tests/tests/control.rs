@@ -940,6 +940,14 @@ fn a_reload_applies_the_file_and_refuses_what_needs_a_restart() {
     .unwrap();
     let e = refused(&dpd, &["config", "reload"]);
     assert!(e.contains("[tcp]") && e.contains("restart"), "{e}");
+    // Where an operator looks first.
+    let status = ok(&dpd, &["status"]);
+    assert!(
+        status.contains("last reload") && status.contains("REFUSED: not reloaded: [tcp]"),
+        "{status}"
+    );
+    let j = json(&dpd, &["status"]);
+    assert_eq!(j["status"]["last_reload"]["ok"], false, "{j}");
     assert!(ok(&dpd, &["vip", "list"]).contains("more"));
     assert_eq!(curl(&lab, cp, &more_url, None), (0, "012".to_string()));
 
@@ -947,6 +955,14 @@ fn a_reload_applies_the_file_and_refuses_what_needs_a_restart() {
     std::fs::write(&file, &original).unwrap();
     assert!(ok(&dpd, &["config", "reload"]).contains("reloaded from"));
     vips_until(&dpd, |l| !l.contains("more"));
+    let j = json(&dpd, &["status"]);
+    assert_eq!(j["status"]["last_reload"]["ok"], true, "{j}");
+    assert!(
+        j["status"]["last_reload"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("reloaded from ")),
+        "{j}"
+    );
 }
 
 /// The shipped systemd unit: `systemd-analyze verify` finds nothing to say

@@ -671,6 +671,14 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
                 "dpd {} (DPDK {}), pid {}, up {:.0} s, configuration {}",
                 s.version, s.dpdk, s.pid, s.uptime_s, s.config_version
             );
+            if let Some(r) = &s.last_reload {
+                println!(
+                    "last reload {:.0} s ago: {}{}",
+                    r.ago_s,
+                    if r.ok { "" } else { "REFUSED: " },
+                    r.message
+                );
+            }
             println!("dataplane cores: {:?}", s.lcores);
             println!(
                 "hugepages: {} ({})",

@@ -17,8 +17,8 @@ use std::sync::{mpsc, Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use control::api::{
-    Answer, Applied, Body, Captured, CertInfo, DrainState, MemberInfo, PoolInfo, PortStatus, Reply,
-    Request, Stats, Status, VipCounters, VipInfo,
+    Answer, Applied, Body, Captured, CertInfo, DrainState, MemberInfo, PoolInfo, PortStatus,
+    ReloadStatus, Reply, Request, Stats, Status, VipCounters, VipInfo,
 };
 use control::config::{Config, ConfigError};
 use crypto::certs::{Cert, CertStore};
@@ -96,6 +96,9 @@ pub struct Controller {
     slots: HashMap<String, u16>,
     slot_names: SlotNames,
     config_state: SharedConfigState,
+    /// The last reload of the file: when, whether it applied, and what it
+    /// did or why not.
+    last_reload: Option<(Instant, bool, String)>,
     certs: HashMap<String, LoadedCert>,
     tls: HashMap<String, (TlsInputs, TlsCopies)>,
     tickets_epoch: u64,
@@ -161,6 +164,7 @@ impl Controller {
             slots: HashMap::new(),
             slot_names: Arc::new(RwLock::new(Vec::new())),
             config_state: Arc::default(),
+            last_reload: None,
             certs: HashMap::new(),
             tls: HashMap::new(),
             tickets_epoch: 0,
@@ -611,6 +615,14 @@ impl Controller {
             .write()
             .expect("not poisoned")
             .last_reload_ok = Some(reply.ok);
+        let message = match (&reply.error, &reply.body) {
+            (Some(e), _) => e.clone(),
+            (None, Some(Body::Applied(a))) => {
+                format!("{} (configuration {})", a.change, a.version)
+            }
+            (None, _) => String::new(),
+        };
+        self.last_reload = Some((Instant::now(), reply.ok, message));
         reply
     }
 

@@ -46,6 +46,14 @@ impl Controller {
             config_version: self.stats().total.config_version,
             drain: Some(self.drain_state()),
             routing: self.routing_status(),
+            last_reload: self
+                .last_reload
+                .as_ref()
+                .map(|(at, ok, message)| ReloadStatus {
+                    ok: *ok,
+                    ago_s: at.elapsed().as_secs_f64(),
+                    message: message.clone(),
+                }),
         })))
     }
 
