@@ -129,17 +129,22 @@ fn missing_file_and_garbage() {
     );
 }
 
+/// `dpd --check --config PATH`.
+fn dpd_check(path: &std::path::Path) -> std::process::Output {
+    e2e::run(
+        std::process::Command::new(e2e::bin("dpd"))
+            .arg("--check")
+            .arg("--config")
+            .arg(path),
+    )
+}
+
 #[test]
 fn check_mode_validates_without_starting() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("dpd.toml");
     std::fs::write(&path, GOOD).unwrap();
-    let out = e2e::run(
-        std::process::Command::new(e2e::bin("dpd"))
-            .arg("--check")
-            .arg("--config")
-            .arg(&path),
-    );
+    let out = dpd_check(&path);
     assert!(
         out.status.success(),
         "{}",
@@ -151,12 +156,7 @@ fn check_mode_validates_without_starting() {
         "examples/dpd-cluster-node.toml",
         "examples/dpd-memif-client.toml",
     ] {
-        let out = e2e::run(
-            std::process::Command::new(e2e::bin("dpd"))
-                .arg("--check")
-                .arg("--config")
-                .arg(e2e::repo_root().join(example)),
-        );
+        let out = dpd_check(&e2e::repo_root().join(example));
         assert!(
             out.status.success(),
             "{example}: {}",
@@ -182,12 +182,7 @@ fn check_mode_loads_certificates_and_tls_policies() {
     let check = |config: &str| {
         let path = dir.path().join("dpd.toml");
         std::fs::write(&path, config).unwrap();
-        let out = e2e::run(
-            std::process::Command::new(e2e::bin("dpd"))
-                .arg("--check")
-                .arg("--config")
-                .arg(&path),
-        );
+        let out = dpd_check(&path);
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stderr).into_owned(),

@@ -16,6 +16,20 @@ fn in_dut(lab: &Lab, args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// The exposition, fetched in the DUT namespace as a scraper would.
+fn scrape(lab: &Lab) -> String {
+    in_dut(
+        lab,
+        &[
+            "curl",
+            "-sS",
+            "--max-time",
+            "5",
+            "http://127.0.0.1:9464/metrics",
+        ],
+    )
+}
+
 /// Samples as `name{labels as sorted JSON}` → value, by prometheus_client.
 fn parse(text: &str) -> serde_json::Value {
     let script = r#"
@@ -89,16 +103,7 @@ fn metrics_parse_and_agree_with_dpctl() {
         assert!(o.status.success());
     }
     let stats = dpd.stats_when(Duration::from_secs(5), |s| s.http_requests >= 5);
-    let text = in_dut(
-        &lab,
-        &[
-            "curl",
-            "-sS",
-            "--max-time",
-            "5",
-            "http://127.0.0.1:9464/metrics",
-        ],
-    );
+    let text = scrape(&lab);
     let m = parse(&text);
     let core = r#"{"core": "1"}"#;
     let get = |name: &str, labels: &str| {
@@ -189,34 +194,13 @@ fn metrics_parse_and_agree_with_dpctl() {
             "exec 3<>/dev/tcp/127.0.0.1/9464; printf 'garbage\\r\\n\\r\\n' >&3; cat <&3 >/dev/null",
         ],
     );
-    let again = in_dut(
-        &lab,
-        &[
-            "curl",
-            "-sS",
-            "--max-time",
-            "5",
-            "http://127.0.0.1:9464/metrics",
-        ],
-    );
+    let again = scrape(&lab);
     assert!(
         again.contains("tlsdp_tls_handshakes_total{core=\"1\"} 3"),
         "{again}"
     ); // A reload that fails shows until one applies.
     let file = dpd.dir.path().join("dpd.toml");
     let good = std::fs::read_to_string(&file).unwrap();
-    let scrape = || {
-        in_dut(
-            &lab,
-            &[
-                "curl",
-                "-sS",
-                "--max-time",
-                "5",
-                "http://127.0.0.1:9464/metrics",
-            ],
-        )
-    };
     let reload = || {
         e2e::run(
             Command::new(e2e::bin("dpctl"))
@@ -229,8 +213,8 @@ fn metrics_parse_and_agree_with_dpctl() {
     };
     std::fs::write(&file, format!("{good}\n[[nonsense]]\n")).unwrap();
     assert!(!reload());
-    assert!(scrape().contains("\ntlsdp_config_last_reload_successful 0\n"));
+    assert!(scrape(&lab).contains("\ntlsdp_config_last_reload_successful 0\n"));
     std::fs::write(&file, good).unwrap();
     assert!(reload());
-    assert!(scrape().contains("\ntlsdp_config_last_reload_successful 1\n"));
+    assert!(scrape(&lab).contains("\ntlsdp_config_last_reload_successful 1\n"));
 }
