@@ -138,8 +138,15 @@ pub enum Request {
     /// again from its files, so certificates renewed in place are taken)
     /// and pools. Refused, with nothing changed, when the file is invalid
     /// or changes what only a restart applies (`[eal]`, ports, `[tcp]`,
-    /// `[control]`, `[log]`, `[routing]`).
+    /// `[control]`, `[log] format`, `[routing]`).
     ConfigReload,
+    /// Replaces `[log] level` (a level, or a filter such as
+    /// `info,dataplane::proxy=debug`) in the running configuration and in
+    /// the logger at once: no restart, no connection touched. `RUST_LOG`'s
+    /// filter, if `dpd` started with one, is replaced too.
+    LogLevel {
+        level: String,
+    },
     /// Writes up to `count` frames received or sent on dataplane port
     /// `port` (by name) to `file` (pcap), waiting at most `timeout_ms`.
     Capture {
@@ -386,6 +393,10 @@ pub struct Status {
     /// The last reload of the file (SIGHUP, `config reload`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_reload: Option<ReloadStatus>,
+    /// The log filter in effect (`[log] level`, `RUST_LOG`'s at start, or
+    /// the last `log level`); empty where `dpd`'s logger is not installed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub log_level: String,
 }
 
 /// How the last reload of the configuration file went, in `status`.

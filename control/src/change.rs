@@ -45,6 +45,13 @@ pub fn apply(cfg: &Config, req: &Request) -> Option<Result<Config, ConfigError>>
                 Ok(())
             }
         }
+        Request::LogLevel { level } => match crate::config::check_log_level(level) {
+            Ok(()) => {
+                next.log.level.clone_from(level);
+                Ok(())
+            }
+            Err(why) => Err(ConfigError::new("log.level", level, why)),
+        },
         Request::CertRotate { cert } => match next.certs.iter_mut().find(|c| c.name == cert.name) {
             Some(c) => {
                 c.cert.clone_from(&cert.cert);
@@ -151,7 +158,9 @@ pub fn restart_sections(running: &Config, next: &Config) -> Vec<&'static str> {
     [
         (*eal != running.eal, "[eal]"),
         (*ports != running.ports, "[[port]]"),
-        (*log != running.log, "[log]"),
+        // The level applies at once (`log level`); the format is fixed
+        // when the logger is installed.
+        (log.format != running.log.format, "[log] format"),
         (*tcp != running.tcp, "[tcp]"),
         (*control != running.control, "[control]"),
         (*routing != running.routing, "[routing]"),
@@ -325,6 +334,32 @@ mod tests {
             restart_sections(&running, &next),
             ["[eal]", "[[port]]", "[tcp]", "[control]", "[routing]"]
         );
+        next.log.format = crate::config::LogFormat::Json;
+        assert!(restart_sections(&running, &next).contains(&"[log] format"));
+    }
+
+    #[test]
+    fn the_log_level_changes_without_a_restart_and_must_read() {
+        let running = base();
+        let next = changed(Request::LogLevel {
+            level: "warn,dataplane::app::proxy=debug".into(),
+        });
+        assert_eq!(next.log.level, "warn,dataplane::app::proxy=debug");
+        assert!(restart_sections(&running, &next).is_empty());
+        // A misspelt level would read as a target with every level on,
+        // and everything else off.
+        for bad in [
+            "debgu",
+            "",
+            "info,dataplane=loud",
+            "dataplane::=info",
+            "info/regex",
+        ] {
+            let e = apply(&running, &Request::LogLevel { level: bad.into() })
+                .expect("a change")
+                .unwrap_err();
+            assert_eq!(e.field, "log.level", "{bad:?}: {e}");
+        }
     }
 
     #[test]

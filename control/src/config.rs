@@ -452,7 +452,8 @@ impl CertRef {
 #[serde(deny_unknown_fields, default)]
 pub struct Log {
     /// `error`, `warn`, `info`, `debug` or `trace`, or a filter such as
-    /// `info,dataplane::engine=debug`; `RUST_LOG` overrides it.
+    /// `info,dataplane::engine=debug` ([`check_log_level`]); `RUST_LOG`
+    /// overrides it at start; `dpctl log level` replaces it while `dpd` runs.
     pub level: String,
     /// `text` (`time level target: message`) or `json` (one object per
     /// line: `ts`, `level`, `target`, `msg`).
@@ -1236,13 +1237,8 @@ impl Config {
                 },
             )?;
         }
-        if self.log.level.trim().is_empty() {
-            return Err(ConfigError::new(
-                "log.level",
-                "",
-                "e.g. \"info\" or \"warn\"",
-            ));
-        }
+        check_log_level(&self.log.level)
+            .map_err(|why| ConfigError::new("log.level", &self.log.level, why))?;
         let mut pool_names = HashSet::new();
         for (i, pool) in self.pools.iter().enumerate() {
             let at = |f: &str| format!("pool[{i}].{f}");
@@ -1935,6 +1931,56 @@ fn check_name(field: &str, name: &str) -> Result<(), ConfigError> {
     }
 }
 
+/// The levels a `[log] level` directive may name.
+pub const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// Checks a `[log] level` filter: comma-separated directives, each a
+/// level (the default for every target) or `target=level`, where target
+/// is a module path (`dataplane::engine`, `rustls`, `dpdk`). Stricter than
+/// `RUST_LOG`: a bare word that is not a level would read as "every level
+/// of a target of that name", and a misspelt `level = "debgu"` would then
+/// silence every other line.
+///
+/// # Errors
+/// What is wrong, in words.
+pub fn check_log_level(spec: &str) -> Result<(), String> {
+    let is_level = |w: &str| LOG_LEVELS.iter().any(|l| l.eq_ignore_ascii_case(w));
+    let levels = LOG_LEVELS.join(", ");
+    if spec.trim().is_empty() {
+        return Err(format!(
+            "a level ({levels}) or a filter such as \"info,dataplane::engine=debug\""
+        ));
+    }
+    if spec.len() > 1024 {
+        return Err("at most 1,024 characters".into());
+    }
+    for directive in spec.split(',').map(str::trim) {
+        match directive.split_once('=') {
+            None if is_level(directive) => {}
+            None => {
+                return Err(format!(
+                    "{directive:?} is not a level ({levels}); a target takes one: \"{directive}=debug\""
+                ))
+            }
+            Some((target, level)) => {
+                let target_ok = !target.is_empty()
+                    && target
+                        .split("::")
+                        .all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+                if !target_ok {
+                    return Err(format!(
+                        "{target:?} is not a target (a module path such as dataplane::engine)"
+                    ));
+                }
+                if !is_level(level) {
+                    return Err(format!("{level:?} (for {target}) is not a level ({levels})"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn check_cert_paths(at: &str, f: &CertFiles) -> Result<(), ConfigError> {
     for (what, path) in [("cert", &f.cert), ("key", &f.key)] {
         if path.as_os_str().is_empty() {
@@ -1967,6 +2013,39 @@ mod tests {
 
     fn err_of(text: &str) -> ConfigError {
         Config::parse(text).expect_err("config should be refused")
+    }
+
+    #[test]
+    fn a_log_level_is_levels_and_targets_given_levels() {
+        for good in [
+            "info",
+            "WARN",
+            "off",
+            "info,dataplane::engine=debug",
+            " warn , rustls=off, dpdk=info ",
+            "dataplane::app::proxy=trace",
+        ] {
+            assert_eq!(check_log_level(good), Ok(()), "{good:?}");
+        }
+        for (bad, says) in [
+            ("debgu", "not a level"),
+            ("info,dataplane", "dataplane=debug"),
+            ("dataplane=loud", "\"loud\" (for dataplane) is not a level"),
+            ("=info", "not a target"),
+            ("data-plane=info", "not a target"),
+            ("a::::b=info", "not a target"),
+            ("info/handshake", "not a level"),
+            ("", "a level"),
+            ("info,", "not a level"),
+        ] {
+            let e = check_log_level(bad).unwrap_err();
+            assert!(e.contains(says), "{bad:?}: {e}");
+        }
+        let long = format!("info{}", ",dataplane=debug".repeat(100));
+        assert!(check_log_level(&long).is_err());
+        // In the file too, naming the field.
+        let e = err_of(&format!("{GOOD}[log]\nlevel = \"infoo\"\n"));
+        assert_eq!(e.field, "log.level", "{e}");
     }
 
     #[test]

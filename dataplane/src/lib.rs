@@ -12,6 +12,7 @@ pub mod engine;
 pub mod files;
 pub mod fuzzing;
 pub mod loadgen;
+pub mod logging;
 pub mod net;
 pub mod port;
 pub mod snapshot;

@@ -4,20 +4,12 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
-use common::host::{DUT_IP, DUT_MAC, HOST_MAC};
-use control::api::{Answer, Body, Reply, Request};
+use common::controller::{reply, running, started, started_from};
+use control::api::{Body, Request};
 use control::config::Config;
 use crypto::testcert::{self_signed, P256};
-use dataplane::controller::Controller;
-use dataplane::dpdk::TscClock;
-use dataplane::engine::{Engine, EngineConfig};
-use dataplane::net::InterfaceConfig;
-use dataplane::port::{link, MemPort};
-use dataplane::snapshot::ControlLink;
-use dataplane::stats::SharedCounters;
+use dataplane::engine::Engine;
+use dataplane::port::MemPort;
 
 const CONFIG: &str = r#"
 [eal]
@@ -32,81 +24,6 @@ name = "web"
 listen = "10.78.0.1:80"
 respond = "builtin"
 "#;
-
-/// Engine `index` of dpd's, on its control ring.
-fn engine(control: &ControlLink, shared: Arc<SharedCounters>, index: usize) -> Engine<MemPort> {
-    let (dut, _host) = link(DUT_MAC, HOST_MAC, 64, 64);
-    let cfg = EngineConfig {
-        index,
-        ..EngineConfig::default()
-    };
-    let mut e = Engine::new(cfg, shared);
-    e.add_port(
-        dut,
-        InterfaceConfig {
-            mac: DUT_MAC,
-            addr: DUT_IP,
-            prefix_len: 24,
-            gateway: None,
-        },
-    );
-    e.set_control(control.clone());
-    e
-}
-
-/// The control thread started on `cfg` with its two engines (0 and 1),
-/// both on the first configuration.
-fn started(cfg: Config) -> (Controller, Engine<MemPort>, Engine<MemPort>) {
-    started_from(cfg, None)
-}
-
-/// [`started`], as if from the file `path`.
-fn started_from(
-    cfg: Config,
-    path: Option<std::path::PathBuf>,
-) -> (Controller, Engine<MemPort>, Engine<MemPort>) {
-    let links = ControlLink::new_set(2);
-    let shared: Vec<(u32, Arc<SharedCounters>)> = (1..=2)
-        .map(|l| (l, Arc::new(SharedCounters::default())))
-        .collect();
-    let (ctl, first) =
-        Controller::start(cfg, path, links.clone(), shared.clone(), 1_000_000_000).unwrap();
-    let mut e0 = engine(&links[0], shared[0].1.clone(), 0);
-    let mut e1 = engine(&links[1], shared[1].1.clone(), 1);
-    e0.apply(&first);
-    e1.apply(&first);
-    (ctl, e0, e1)
-}
-
-fn reply(a: Answer) -> Reply {
-    match a {
-        Answer::Now(r) => r,
-        Answer::Later(rx) => rx.recv().expect("a reply"),
-    }
-}
-
-/// The engines' clock (one for the whole test: engine time never goes
-/// back).
-static CLOCK: std::sync::LazyLock<TscClock> = std::sync::LazyLock::new(TscClock::new);
-
-/// Runs `engines` on their own threads while `f` runs.
-fn running<T>(engines: &mut [&mut Engine<MemPort>], f: impl FnOnce() -> T) -> T {
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        for e in engines.iter_mut() {
-            let stop = &stop;
-            s.spawn(move || {
-                let clock = &*CLOCK;
-                while !stop.load(Ordering::Relaxed) {
-                    e.poll(clock.now());
-                }
-            });
-        }
-        let out = f();
-        stop.store(true, Ordering::Relaxed);
-        out
-    })
-}
 
 fn web_enabled(e: &Engine<MemPort>) -> bool {
     use dataplane::app::Application;

@@ -965,6 +965,55 @@ fn a_reload_applies_the_file_and_refuses_what_needs_a_restart() {
     );
 }
 
+/// At 3 a.m., more (or less) logging without a restart: `dpctl log level`
+/// replaces the filter at once, `status` shows it, a filter that does not
+/// read is refused, and a reload takes a changed `[log] level` but not a
+/// changed format.
+#[test]
+fn the_log_level_changes_while_dpd_runs() {
+    let lab = Lab::up("lg");
+    let dpd = Dpd::start(&lab, |s| lab.config_with_vip("net_af_packet", s));
+    let file = dpd.dir.path().join("dpd.toml");
+    let original = std::fs::read_to_string(&file).unwrap();
+
+    assert!(ok(&dpd, &["log", "level", "warn"]).contains("log level warn"));
+    assert_eq!(ok(&dpd, &["log", "level"]).trim(), "warn");
+    assert!(ok(&dpd, &["status"]).contains("log level: warn"));
+    ok(&dpd, &["vip", "disable", "plain"]);
+    ok(&dpd, &["log", "level", "info,dataplane::app=debug"]);
+    ok(&dpd, &["vip", "enable", "plain"]);
+    // Written before the reply went out.
+    let log = dpd.log_text();
+    assert!(log.contains(": VIP plain enabled"), "{log}");
+    assert!(
+        !log.contains(": VIP plain disabled"),
+        "logged at warn: {log}"
+    );
+    assert_eq!(
+        json(&dpd, &["status"])["status"]["log_level"],
+        "info,dataplane::app=debug"
+    );
+
+    let e = refused(&dpd, &["log", "level", "debgu"]);
+    assert!(e.contains("log.level") && e.contains("not a level"), "{e}");
+    assert_eq!(
+        ok(&dpd, &["log", "level"]).trim(),
+        "info,dataplane::app=debug"
+    );
+
+    // The file's level on reload; its format only at a restart.
+    std::fs::write(&file, format!("{original}\n[log]\nlevel = \"error\"\n")).unwrap();
+    assert!(ok(&dpd, &["config", "reload"]).contains("reloaded from"));
+    assert_eq!(ok(&dpd, &["log", "level"]).trim(), "error");
+    std::fs::write(
+        &file,
+        format!("{original}\n[log]\nlevel = \"error\"\nformat = \"json\"\n"),
+    )
+    .unwrap();
+    let e = refused(&dpd, &["config", "reload"]);
+    assert!(e.contains("[log] format") && e.contains("restart"), "{e}");
+}
+
 /// The shipped systemd unit: `systemd-analyze verify` finds nothing to say
 /// (with the binaries where they are here), a reload goes through `dpctl
 /// config reload` on the socket the configuration names by default (so a

@@ -90,6 +90,9 @@ enum Cmd {
     /// The running configuration.
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// dpd's log filter, shown or set while it runs.
+    #[command(subcommand)]
+    Log(LogCmd),
     /// Write frames received and sent on a dataplane port to a pcap file.
     Capture {
         /// Port name (`[[port]] name`).
@@ -372,6 +375,15 @@ enum ConfigCmd {
     Reload,
 }
 
+#[derive(Subcommand, Debug)]
+enum LogCmd {
+    /// Print the filter in effect, or set one: a level (error, warn, info,
+    /// debug, trace, off) or directives such as
+    /// `info,dataplane::app::proxy=debug`. It applies at once and is kept
+    /// in the running configuration (`config save` writes it).
+    Level { filter: Option<String> },
+}
+
 /// Paths go to dpd, whose working folder is not ours.
 fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
@@ -517,6 +529,12 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
         Cmd::Tickets(TicketsCmd::Rotate) => Request::TicketsRotate,
         Cmd::Config(ConfigCmd::Show) => Request::ConfigShow,
         Cmd::Config(ConfigCmd::Reload) => Request::ConfigReload,
+        Cmd::Log(LogCmd::Level { filter: None }) => Request::Status,
+        Cmd::Log(LogCmd::Level {
+            filter: Some(level),
+        }) => Request::LogLevel {
+            level: level.clone(),
+        },
         Cmd::Config(ConfigCmd::Save { file }) => Request::ConfigSave {
             path: file.as_deref().map(absolute),
         },
@@ -666,11 +684,15 @@ fn unreachable_dpd(socket: &Path, e: &std::io::Error) -> ExitCode {
 fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
     match (reply.body, cmd) {
         (Some(Body::Drain(d)), _) => println!("{}", drain_line(&d)),
+        (Some(Body::Status(s)), Cmd::Log(_)) => println!("{}", s.log_level),
         (Some(Body::Status(s)), _) => {
             println!(
                 "dpd {} (DPDK {}), pid {}, up {:.0} s, configuration {}",
                 s.version, s.dpdk, s.pid, s.uptime_s, s.config_version
             );
+            if !s.log_level.is_empty() {
+                println!("log level: {}", s.log_level);
+            }
             if let Some(r) = &s.last_reload {
                 println!(
                     "last reload {:.0} s ago: {}{}",

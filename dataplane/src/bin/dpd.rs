@@ -5,14 +5,14 @@
 //! SIGTERM (drain: no new connections, stop when the open ones are done or
 //! after `[control] drain_timeout_s`), then stops the engines, frees the
 //! ports and exits 0. SIGHUP reads the file again and applies its VIPs,
-//! certificates and pools (`dpctl config reload`). A bad configuration
+//! certificates, pools and log level (`dpctl config reload`). A bad configuration
 //! exits 2 with a message naming the field and value; a DPDK failure exits 1.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use control::config::{Config, LogFormat};
+use control::config::Config;
 use dataplane::daemon::{self, StartError};
 
 #[global_allocator]
@@ -39,7 +39,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logging(&cfg.log);
+    if let Err(e) = dataplane::logging::init(&cfg.log) {
+        eprintln!("dpd: cannot install the logger: {e}");
+        return ExitCode::FAILURE;
+    }
     if args.check {
         // Certificates, keys and TLS policies too: what would stop `dpd`
         // at start, short of the machine (cores, devices, hugepages).
@@ -75,39 +78,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Logs on stderr: the level from `RUST_LOG` or `[log] level`, one line per
-/// record as text (`2026-11-30T18:01:10.123Z INFO dataplane::daemon: ...`)
-/// or JSON (`{"ts":..., "level":..., "target":..., "msg":...}`).
-fn init_logging(cfg: &control::config::Log) {
-    use std::io::Write;
-    let env = env_logger::Env::default().default_filter_or(cfg.level.as_str());
-    let mut b = env_logger::Builder::from_env(env);
-    match cfg.format {
-        LogFormat::Text => {
-            b.format(|f, r| {
-                writeln!(
-                    f,
-                    "{} {:<5} {}: {}",
-                    f.timestamp_millis(),
-                    r.level(),
-                    r.target(),
-                    r.args()
-                )
-            });
-        }
-        LogFormat::Json => {
-            b.format(|f, r| {
-                let line = serde_json::json!({
-                    "ts": f.timestamp_millis().to_string(),
-                    "level": r.level().as_str(),
-                    "target": r.target(),
-                    "msg": r.args().to_string(),
-                });
-                writeln!(f, "{line}")
-            });
-        }
-    }
-    b.init();
 }

@@ -292,6 +292,7 @@ impl Controller {
             Request::MemberEnable { pool, addr } => {
                 (None, format!("pool {pool}: member {addr} enabled"))
             }
+            Request::LogLevel { level } => (None, format!("log level {level}")),
             _ => (None, "changed".into()),
         };
         let reload = cert.as_deref().map_or(Reload::Nothing, Reload::Cert);
@@ -485,6 +486,12 @@ impl Controller {
     }
 
     fn commit(&mut self, next: Config, built: Built) {
+        if next.log.level != self.cfg.log.level {
+            // Validated with the rest (`check_log_level`), so it reads.
+            if let Err(e) = crate::logging::set_level(&next.log.level) {
+                log::warn!("log level {:?} not taken: {e}", next.log.level);
+            }
+        }
         self.cfg = next;
         self.version = built.snapshot.version;
         self.issued = self.issued.max(self.version);

@@ -54,6 +54,7 @@ impl Controller {
                     ago_s: at.elapsed().as_secs_f64(),
                     message: message.clone(),
                 }),
+            log_level: crate::logging::level().unwrap_or_default(),
         })))
     }
 

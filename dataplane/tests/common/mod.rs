@@ -5,6 +5,7 @@
 // Each test file uses the part it needs.
 #![allow(dead_code)]
 
+pub mod controller;
 pub mod host;
 pub mod vips;
 

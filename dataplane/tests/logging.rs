@@ -1,0 +1,87 @@
+//! `dpd`'s logger (installed here as `dpd` installs it: one per process,
+//! so one test in this file) takes a new filter from the control thread
+//! once every engine has taken the change it came with, and not before.
+
+mod common;
+
+use common::controller::{reply, running, started};
+use control::api::{Body, Request};
+use control::config::{Config, Log, LogFormat};
+use log::Level;
+
+const CONFIG: &str = r#"
+[eal]
+lcores = [1, 2]
+args = ["--in-memory"]
+[[port]]
+name = "p0"
+device = "net_ring0"
+address = "10.78.0.1/24"
+[log]
+level = "warn"
+[[vip]]
+name = "web"
+listen = "10.78.0.1:80"
+respond = "builtin"
+"#;
+
+#[test]
+fn the_log_filter_changes_with_the_configuration_and_only_with_it() {
+    // SAFETY: the only test in this process, before any thread starts.
+    unsafe { std::env::remove_var("RUST_LOG") };
+    let cfg = Config::parse(CONFIG).unwrap();
+    dataplane::logging::init(&Log {
+        level: cfg.log.level.clone(),
+        format: LogFormat::Json,
+    })
+    .unwrap();
+    let proxy = "dataplane::app::proxy";
+    let on = |target: &str, level: Level| log::log_enabled!(target: target, level);
+    assert_eq!(dataplane::logging::level().as_deref(), Some("warn"));
+    assert!(on(proxy, Level::Warn) && !on(proxy, Level::Info));
+
+    let (mut ctl, mut e0, mut e1) = started(cfg);
+    let debug_proxy = Request::LogLevel {
+        level: format!("warn,{proxy}=debug"),
+    };
+    // Engine 1 stalled: the change is refused, and so is its filter.
+    let r = running(&mut [&mut e0], || reply(ctl.handle(&debug_proxy)));
+    assert!(!r.ok, "{r:?}");
+    assert_eq!(dataplane::logging::level().as_deref(), Some("warn"));
+    assert!(!on(proxy, Level::Debug));
+
+    let r = running(&mut [&mut e0, &mut e1], || reply(ctl.handle(&debug_proxy)));
+    assert!(r.ok, "{r:?}");
+    let want = format!("warn,{proxy}=debug");
+    assert_eq!(dataplane::logging::level(), Some(want.clone()));
+    assert!(on(proxy, Level::Debug) && !on(proxy, Level::Trace));
+    assert!(
+        !on("dataplane::engine", Level::Info),
+        "other targets stay at warn"
+    );
+    // The running configuration holds it: `config save` writes it.
+    match reply(ctl.handle(&Request::ConfigShow)).body {
+        Some(Body::Config(text)) => {
+            assert_eq!(Config::parse(&text).unwrap().log.level, want, "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A filter that does not read changes nothing.
+    let r = reply(ctl.handle(&Request::LogLevel {
+        level: "debgu".into(),
+    }));
+    assert!(
+        !r.ok && r.error.as_deref().unwrap_or("").contains("log.level"),
+        "{r:?}"
+    );
+    assert_eq!(dataplane::logging::level(), Some(want));
+
+    let r = running(&mut [&mut e0, &mut e1], || {
+        reply(ctl.handle(&Request::LogLevel {
+            level: "off".into(),
+        }))
+    });
+    assert!(r.ok, "{r:?}");
+    assert!(!on(proxy, Level::Error));
+}
