@@ -121,9 +121,10 @@ pub enum Request {
         pool: String,
         addr: String,
     },
-    /// New session-ticket keys on every VIP with tickets (the key file is
-    /// read again; a random secret is drawn again): tickets issued before
-    /// no longer resume.
+    /// Session-ticket keys built again on every VIP with tickets: a key
+    /// file is read again (rewritten, its tickets issued before no longer
+    /// resume); a random secret is drawn again (none issued before
+    /// resumes).
     TicketsRotate,
     /// The running configuration as TOML.
     ConfigShow,
@@ -135,8 +136,8 @@ pub enum Request {
     },
     /// Reads the file `dpd` was started with again and applies it as one
     /// change (what SIGHUP does): VIPs, certificates (every one loaded
-    /// again from its files, so certificates renewed in place are taken)
-    /// and pools. Refused, with nothing changed, when the file is invalid
+    /// again from its files, so certificates renewed in place are taken),
+    /// ticket key files, pools and `[log] level`. Refused, with nothing changed, when the file is invalid
     /// or changes what only a restart applies (`[eal]`, ports, `[tcp]`,
     /// `[control]`, `[log] format`, `[routing]`).
     ConfigReload,

@@ -271,6 +271,12 @@ impl TlsConfig {
         &self.rustls
     }
 
+    /// Whether this is `other` (the same copy, not one built again from
+    /// the same inputs, whose ticket keys may differ).
+    pub fn is(&self, other: &TlsConfig) -> bool {
+        Arc::ptr_eq(&self.rustls, &other.rustls)
+    }
+
     /// Whether a handshake on this configuration writes a reference count
     /// that one on `other` writes too (they are one configuration, or
     /// share a certificate or key): false between [`TlsConfig::own_copy`]s

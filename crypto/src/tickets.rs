@@ -66,6 +66,22 @@ fn derive(ikm: &[u8], info: &[u8], out: &mut [u8]) {
         .expect("HKDF output length is valid");
 }
 
+/// A ticket key file's secret: the whole file, at least [`MIN_KEY_FILE`]
+/// bytes.
+fn read_key_file(path: &Path) -> Result<Vec<u8>, TicketKeyError> {
+    let bytes = crate::files::read_capped(path, crate::files::MAX_TICKET_KEY_FILE)
+        .map_err(|e| TicketKeyError(format!("ticket key file {}: {e}", path.display())))?
+        .bytes;
+    if bytes.len() < MIN_KEY_FILE {
+        return Err(TicketKeyError(format!(
+            "ticket key file {}: {} bytes, at least {MIN_KEY_FILE} needed (openssl rand 80 > FILE)",
+            path.display(),
+            bytes.len()
+        )));
+    }
+    Ok(bytes)
+}
+
 struct Len(usize);
 
 impl aws_lc_rs::hkdf::KeyType for Len {
@@ -96,17 +112,20 @@ impl TicketKeys {
     /// # Errors
     /// Unreadable or too short, naming the file.
     pub fn from_file(path: &Path, rotate_s: u64) -> Result<Self, TicketKeyError> {
-        let bytes = crate::files::read_capped(path, crate::files::MAX_TICKET_KEY_FILE)
-            .map_err(|e| TicketKeyError(format!("ticket key file {}: {e}", path.display())))?
-            .bytes;
-        if bytes.len() < MIN_KEY_FILE {
-            return Err(TicketKeyError(format!(
-                "ticket key file {}: {} bytes, at least {MIN_KEY_FILE} needed (openssl rand 80 > FILE)",
-                path.display(),
-                bytes.len()
-            )));
-        }
-        Self::from_secret(&bytes, rotate_s)
+        Self::from_secret(&read_key_file(path)?, rotate_s)
+    }
+
+    /// What the key file at `path` holds now, as a value that changes when
+    /// its secret does and tells nothing of it (HKDF-SHA256 of the secret
+    /// for its own label): how `dpd` knows on a reload whether the file
+    /// was rewritten.
+    ///
+    /// # Errors
+    /// As [`TicketKeys::from_file`].
+    pub fn key_file_id(path: &Path) -> Result<[u8; 32], TicketKeyError> {
+        let mut id = [0u8; 32];
+        derive(&read_key_file(path)?, b"key file id", &mut id);
+        Ok(id)
     }
 
     fn from_secret(secret: &[u8], rotate_s: u64) -> Result<Self, TicketKeyError> {

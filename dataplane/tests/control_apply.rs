@@ -137,3 +137,58 @@ fn a_reload_keeps_tls_configurations_whose_certificates_read_the_same() {
         "the renewed certificate is not served"
     );
 }
+
+/// A ticket key file is read at start, by a reload and by `tickets
+/// rotate`: nodes sharing one rotate their keys by rewriting it and
+/// reloading each. A reload that finds it as it was keeps the VIP's TLS
+/// configuration; other changes do not read it.
+#[test]
+fn a_reload_reads_the_ticket_key_file_again() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    self_signed(dir.path(), "web", P256, "web.test");
+    let key = dir.path().join("ticket.key");
+    let write_key = |byte: u8| {
+        std::fs::write(&key, [byte; 48]).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    };
+    write_key(7);
+    let text = format!(
+        "{CONFIG}certs = [\"web\"]\n\
+         tls = {{ tickets = {{ rotate_s = 600, key_file = \"{k}\" }} }}\n\
+         [[cert]]\nname = \"web\"\ncert = \"{d}/web.pem\"\nkey = \"{d}/web.key\"\n",
+        d = dir.path().display(),
+        k = key.display()
+    );
+    let file = dir.path().join("dpd.toml");
+    std::fs::write(&file, &text).unwrap();
+    let (mut ctl, mut e0, mut e1) = started_from(Config::parse(&text).unwrap(), Some(file));
+    let tls = |e: &Engine<MemPort>| {
+        use dataplane::app::Application;
+        e.app().vips()[0].tls.clone().expect("a TLS VIP")
+    };
+    let first = tls(&e0);
+    let r = running(&mut [&mut e0, &mut e1], || ctl.reload_file());
+    assert!(r.ok, "{r:?}");
+    assert!(tls(&e0).is(&first), "the same key file");
+
+    write_key(9);
+    let disable = Request::VipDisable { name: "web".into() };
+    let r = running(&mut [&mut e0, &mut e1], || reply(ctl.handle(&disable)));
+    assert!(r.ok, "{r:?}");
+    assert!(tls(&e0).is(&first), "read by a reload, not by this");
+    let r = running(&mut [&mut e0, &mut e1], || ctl.reload_file());
+    assert!(r.ok, "{r:?}");
+    let second = tls(&e0);
+    assert!(!second.is(&first), "the rewritten file not read");
+
+    // One that can no longer be read refuses the reload, naming it.
+    std::fs::write(&key, [1u8; 8]).unwrap();
+    let r = running(&mut [&mut e0, &mut e1], || ctl.reload_file());
+    let e = r.error.unwrap_or_default();
+    assert!(
+        e.contains("vip[0].tls.tickets.key_file") && e.contains("at least"),
+        "{e}"
+    );
+    assert!(tls(&e0).is(&second));
+}

@@ -965,6 +965,65 @@ fn a_reload_applies_the_file_and_refuses_what_needs_a_restart() {
     );
 }
 
+/// Nodes sharing ticket keys through a key file rotate them by rewriting
+/// the file and reloading each node, as with nginx: a reload reads the
+/// file again. Found as it was, a ticket issued before still resumes;
+/// rewritten, it does not, and new tickets do.
+#[test]
+fn a_reload_reads_a_rewritten_ticket_key_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let certs = certs_dir();
+    let cp = certs.path();
+    let key = cp.join("ticket.key");
+    let write_key = |byte: u8| {
+        std::fs::write(&key, [byte; 48]).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    };
+    write_key(7);
+    let lab = Lab::up("tk");
+    let dut = lab.dut_ip();
+    let dpd = Dpd::start(&lab, |s| {
+        format!(
+            "{}\n[[cert]]\nname = \"web-cert\"\ncert = \"{c}/cert-a.pem\"\nkey = \"{c}/cert-a.key\"\n\n\
+             [[vip]]\nname = \"web\"\nlisten = \"{dut}:443\"\nrespond = \"builtin\"\ncerts = [\"web-cert\"]\n\
+             tls = {{ tickets = {{ rotate_s = 3600, key_file = \"{k}\" }} }}\n",
+            lab.config("net_af_packet", s, ""),
+            c = cp.display(),
+            k = key.display()
+        )
+    });
+    let session = cp.join("session.pem");
+    let s_client = |extra: &str| {
+        let sh = format!(
+            "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | openssl s_client -connect {dut}:443 \
+             -servername p256.test -CAfile {}/ca.pem -ign_eof {extra} 2>&1",
+            cp.display()
+        );
+        String::from_utf8_lossy(&lab.client(&["sh", "-c", &sh]).stdout).into_owned()
+    };
+    let sess_in = format!("-sess_in {}", session.display());
+    let sess_out = format!("-sess_out {}", session.display());
+    let first = s_client(&sess_out);
+    assert!(first.contains("New, TLSv1.3"), "{first}");
+
+    assert!(ok(&dpd, &["config", "reload"]).contains("reloaded from"));
+    let again = s_client(&sess_in);
+    assert!(again.contains("Reused, TLSv1.3"), "the same file: {again}");
+
+    write_key(9);
+    assert!(ok(&dpd, &["config", "reload"]).contains("reloaded from"));
+    let after = s_client(&format!("{sess_in} {sess_out}"));
+    assert!(
+        after.contains("New, TLSv1.3"),
+        "a ticket under the old keys: {after}"
+    );
+    let next = s_client(&sess_in);
+    assert!(
+        next.contains("Reused, TLSv1.3"),
+        "a ticket under the new keys: {next}"
+    );
+}
+
 /// At 3 a.m., more (or less) logging without a restart: `dpctl log level`
 /// replaces the filter at once, `status` shows it, a filter that does not
 /// read is refused, and a reload takes a changed `[log] level` but not a

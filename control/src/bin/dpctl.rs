@@ -358,8 +358,9 @@ enum MemberCmd {
 
 #[derive(Subcommand, Debug)]
 enum TicketsCmd {
-    /// New ticket keys on every VIP with tickets (the key file is read
-    /// again): earlier tickets no longer resume.
+    /// Ticket keys built again on every VIP with tickets, from its key file
+    /// read again (if rewritten, earlier tickets stop resuming) or from a
+    /// new random secret (earlier tickets stop resuming).
     Rotate,
 }
 
@@ -371,7 +372,8 @@ enum ConfigCmd {
     /// started with).
     Save { file: Option<PathBuf> },
     /// Read the file dpd was started with again and apply it (VIPs,
-    /// certificates loaded again, pools), as SIGHUP does.
+    /// certificates and ticket key files read again, pools, log level), as
+    /// SIGHUP does.
     Reload,
 }
 

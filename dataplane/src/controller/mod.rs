@@ -23,6 +23,7 @@ use control::api::{
 use control::config::{Config, ConfigError};
 use crypto::certs::{Cert, CertStore};
 use crypto::session::TlsConfig;
+use crypto::tickets::TicketKeys;
 
 use crate::app::config::TlsCopies;
 use crate::app::deadlines::Timeouts;
@@ -62,6 +63,9 @@ struct TlsInputs {
     certs: Vec<(String, u64)>,
     policy: String,
     tickets_epoch: u64,
+    /// What the ticket key file held when last read
+    /// ([`crypto::tickets::TicketKeys::key_file_id`]).
+    ticket_key_file: Option<[u8; 32]>,
 }
 
 /// Everything a snapshot was built from, committed once engines use it.
@@ -394,13 +398,35 @@ impl Controller {
             } else {
                 let names: Vec<&str> = vip.certs.iter().filter_map(|c| c.name()).collect();
                 let with_tickets = vip.tls.as_ref().is_some_and(|t| t.tickets.is_some());
+                let policy = serde_json::to_string(&vip.tls).expect("serialisable");
+                let ticket_file = vip.tls.as_ref().and_then(|t| t.tickets.as_ref());
+                let ticket_file = ticket_file.and_then(|t| t.key_file.as_deref());
+                let before = self.tls.get(&vip.name).map(|(k, _)| k);
+                let ticket_key_file = match (ticket_file, before) {
+                    (None, _) => None,
+                    // Read at start, by a reload and by `tickets rotate`;
+                    // other changes keep what the last read found.
+                    (Some(_), Some(k))
+                        if k.policy == policy && !rotate_tickets && !reload.wants_all() =>
+                    {
+                        k.ticket_key_file
+                    }
+                    (Some(f), _) => Some(TicketKeys::key_file_id(f).map_err(|e| {
+                        ConfigError::new(
+                            format!("vip[{i}].tls.tickets.key_file"),
+                            f.display(),
+                            e.to_string(),
+                        )
+                    })?),
+                };
                 let inputs = TlsInputs {
                     certs: names
                         .iter()
                         .map(|n| (n.to_string(), certs[*n].generation))
                         .collect(),
-                    policy: serde_json::to_string(&vip.tls).expect("serialisable"),
+                    policy,
                     tickets_epoch: if with_tickets { tickets_epoch } else { 0 },
+                    ticket_key_file,
                 };
                 let config = match self.tls.get(&vip.name).filter(|(k, _)| *k == inputs) {
                     Some((_, t)) => t.clone(),
@@ -417,8 +443,7 @@ impl Controller {
                             );
                             store.add(l.cert.clone());
                         }
-                        let ticket_file = vip.tls.as_ref().and_then(|t| t.tickets.as_ref());
-                        if let Some(f) = ticket_file.and_then(|t| t.key_file.as_deref()) {
+                        if let Some(f) = ticket_file {
                             if let Ok(mode) = crypto::files::mode_of(f) {
                                 let field = format!("vip[{i}].tls.tickets.key_file");
                                 secret_permissions(next, &field, f, mode)?;
@@ -682,11 +707,16 @@ enum Reload<'a> {
     /// reads the same).
     Cert(&'a str),
     /// `config reload`: every one (one whose chain and key read the same
-    /// as before is kept as it was).
+    /// as before is kept as it was), and every ticket key file.
     All,
 }
 
 impl Reload<'_> {
+    /// A reload of the file: ticket key files are read again too.
+    fn wants_all(self) -> bool {
+        matches!(self, Self::All)
+    }
+
     fn wants(self, name: &str) -> bool {
         match self {
             Self::Nothing => false,
