@@ -490,6 +490,7 @@ mod tests {
             enabled: true,
             handshake_timeout_ms: crate::config::DEFAULT_HANDSHAKE_TIMEOUT_MS,
             request_timeout_ms: crate::config::DEFAULT_REQUEST_TIMEOUT_MS,
+            send_timeout_ms: crate::config::DEFAULT_SEND_TIMEOUT_MS,
             idle_timeout_s: None,
             max_connections: None,
             max_new_per_source: None,

@@ -182,6 +182,15 @@ pub struct Vip {
         skip_serializing_if = "is_default_request_timeout"
     )]
     pub request_timeout_ms: u32,
+    /// A client that has acknowledged none of the data waiting for it for
+    /// this long (one that stopped reading, holding its TCP window closed
+    /// while it answers every probe) is reset, as nginx's `send_timeout`
+    /// does (1000 to 3600000; default 60000).
+    #[serde(
+        default = "default_send_timeout",
+        skip_serializing_if = "is_default_send_timeout"
+    )]
+    pub send_timeout_ms: u32,
     /// A client silent this long is reset (1 to 86400; default:
     /// `[tcp] idle_timeout_s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -208,6 +217,8 @@ pub const MAX_CONFIG_FILE: u64 = 16 << 20;
 pub const DEFAULT_HANDSHAKE_TIMEOUT_MS: u32 = 10_000;
 /// [`Vip::request_timeout_ms`]'s default.
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u32 = 30_000;
+/// [`Vip::send_timeout_ms`]'s default.
+pub const DEFAULT_SEND_TIMEOUT_MS: u32 = 60_000;
 
 fn default_handshake_timeout() -> u32 {
     DEFAULT_HANDSHAKE_TIMEOUT_MS
@@ -215,6 +226,10 @@ fn default_handshake_timeout() -> u32 {
 
 fn default_request_timeout() -> u32 {
     DEFAULT_REQUEST_TIMEOUT_MS
+}
+
+fn default_send_timeout() -> u32 {
+    DEFAULT_SEND_TIMEOUT_MS
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if
@@ -225,6 +240,11 @@ fn is_default_handshake_timeout(v: &u32) -> bool {
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if
 fn is_default_request_timeout(v: &u32) -> bool {
     *v == DEFAULT_REQUEST_TIMEOUT_MS
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if
+fn is_default_send_timeout(v: &u32) -> bool {
+    *v == DEFAULT_SEND_TIMEOUT_MS
 }
 
 /// A pool of backend servers (`[[pool]]`).
@@ -1341,6 +1361,13 @@ impl Config {
                     "must be 100 to 3600000",
                 ));
             }
+            if !(1_000..=3_600_000).contains(&vip.send_timeout_ms) {
+                return Err(ConfigError::new(
+                    at("send_timeout_ms"),
+                    vip.send_timeout_ms,
+                    "must be 1000 to 3600000",
+                ));
+            }
             if let Some(idle) = vip.idle_timeout_s.filter(|s| !(1..=86_400).contains(s)) {
                 return Err(ConfigError::new(
                     at("idle_timeout_s"),
@@ -2178,21 +2205,24 @@ mod tests {
             (
                 v.handshake_timeout_ms,
                 v.request_timeout_ms,
+                v.send_timeout_ms,
                 v.idle_timeout_s
             ),
-            (10_000, 30_000, None)
+            (10_000, 30_000, 60_000, None)
         );
         // Defaults are not written back; others are, and parse again.
         assert!(!c.to_toml().contains("timeout_ms"));
         let set =
-            vip("handshake_timeout_ms = 5000\nrequest_timeout_ms = 2000\nidle_timeout_s = 60");
+            vip("handshake_timeout_ms = 5000\nrequest_timeout_ms = 2000\nsend_timeout_ms = 9000\nidle_timeout_s = 60");
         let c = Config::parse(&set).unwrap();
         let again = Config::parse(&c.to_toml()).unwrap();
         assert_eq!(again.vips, c.vips);
         assert_eq!(c.vips[0].idle_timeout_s, Some(60));
+        assert_eq!(c.vips[0].send_timeout_ms, 9_000);
         for (extra, field) in [
             ("handshake_timeout_ms = 50", "vip[0].handshake_timeout_ms"),
             ("request_timeout_ms = 0", "vip[0].request_timeout_ms"),
+            ("send_timeout_ms = 999", "vip[0].send_timeout_ms"),
             ("idle_timeout_s = 0", "vip[0].idle_timeout_s"),
         ] {
             assert_eq!(err_of(&vip(extra)).field, field);

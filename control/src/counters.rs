@@ -113,6 +113,7 @@ macro_rules! with_counters {
             tls_renegotiations_refused: Counter, "tlsdp_tls_renegotiations_refused_total", "TLS 1.2 renegotiations refused.";
             tls_handshake_timeouts: Counter, "tlsdp_tls_handshake_timeouts_total", "TLS connections reset because their handshake had not finished within the VIP's handshake_timeout_ms of the SYN.";
             request_timeouts: Counter, "tlsdp_request_timeouts_total", "Connections reset because no request head (responder) or first bytes (proxy) came within the VIP's request_timeout_ms.";
+            send_timeouts: Counter, "tlsdp_send_timeouts_total", "Client connections reset because the client acknowledged none of the data waiting for it within the VIP's send_timeout_ms (it stopped reading).";
             tls_handshakes_deferred: Counter, "tlsdp_tls_handshakes_deferred_total", "Times handshake work waited for the next loop iteration (the per-iteration budget was spent).";
             proxy_backend_connects: Counter, "tlsdp_proxy_backend_connects_total", "Backend connections opened.";
             proxy_backend_failures: Counter, "tlsdp_proxy_backend_failures_total", "Backend connects that failed (retried on another member).";
@@ -144,6 +145,7 @@ macro_rules! with_vip_counters {
             proxy_no_member: Counter, "tlsdp_vip_no_member_total", "Clients of the VIP ended for want of a pool member.";
             handshake_timeouts: Counter, "tlsdp_vip_tls_handshake_timeouts_total", "Connections of the VIP reset at their TLS handshake deadline.";
             request_timeouts: Counter, "tlsdp_vip_request_timeouts_total", "Connections of the VIP reset at their request deadline.";
+            send_timeouts: Counter, "tlsdp_vip_send_timeouts_total", "Connections of the VIP reset at their send timeout (the client stopped reading).";
             refused_conn_limit: Counter, "tlsdp_vip_refused_connection_limit_total", "SYNs to the VIP reset because its max_connections were open.";
             refused_source_rate: Counter, "tlsdp_vip_refused_source_rate_total", "SYNs to the VIP reset because their source was over max_new_per_source.";
         }

@@ -194,6 +194,7 @@ fn a_vips_own_timeouts_replace_the_defaults() {
         handshake: Duration::from_secs(2),
         request: Duration::from_secs(60),
         idle: Some(Duration::from_secs(5)),
+        ..Timeouts::default()
     };
     app.set_vip_timeouts(DUT_IP, TLS, short);
     app.set_vip_timeouts(DUT_IP, PLAIN, short);
@@ -223,4 +224,86 @@ fn a_proxied_tls_client_that_closes_mid_handshake_is_closed_at_once() {
         "the engine closed its side too (it used to sit in CLOSE-WAIT for 300 s)"
     );
     assert_eq!(host.backends.len(), 0, "no backend was opened");
+}
+
+/// A client that stops reading holds its window closed and ACKs every
+/// probe, so TCP never gives it up (RFC 9293 §3.8.6.1): without more, a
+/// few thousand of them would hold the connection table and their send
+/// rings for ever. Once none of what waits for it has been acknowledged
+/// for the VIP's send timeout (60 s by default), it is reset and counted
+/// (RFC 6429 leaves that to the application). A client that reads
+/// slowly, acknowledging some every 30 s, is not.
+#[test]
+fn a_client_that_stops_reading_is_reset_at_its_send_timeout() {
+    let mut host = Host::new(lab());
+    let get = b"GET /bytes/10000000 HTTP/1.1\r\nHost: t\r\n\r\n";
+    let mut stopped = host.connect(45_000, PLAIN);
+    let mut slow = host.connect(45_001, PLAIN);
+    let (g1, g2) = (
+        stopped.next(TcpControl::Psh, get),
+        slow.next(TcpControl::Psh, get),
+    );
+    host.exchange(&[g1, g2], &mut [&mut stopped, &mut slow]);
+    // A few round trips with the window open, then ACKs with it closed.
+    for _ in 0..4 {
+        host.lab.mem.now = host.lab.mem.now + Duration::from_millis(1);
+        let acks = [
+            stopped.next(TcpControl::None, b""),
+            slow.next(TcpControl::None, b""),
+        ];
+        host.exchange(&acks, &mut [&mut stopped, &mut slow]);
+    }
+    assert!(
+        stopped.received.len() > 20_000,
+        "{}",
+        stopped.received.len()
+    );
+    let closed =
+        |c: &HostConn, ack: u32| Seg::to(c.dut_port, c.port, c.snd_nxt, Some(ack)).window(0);
+    // `stopped` ACKs every second with its window closed, never taking
+    // more; `slow` too, but every 30 s it takes what came and offers two
+    // segments' worth of window.
+    let held = stopped.rcv_nxt.expect("connected");
+    let mut slow_acked = slow.rcv_nxt.expect("connected");
+    let slow_before = slow.received.len();
+    let mut stopped_at = None;
+    for s in 1..=300u64 {
+        host.lab.mem.now = host.lab.mem.now + Duration::from_secs(1);
+        let mut segs = Vec::new();
+        if !stopped.reset {
+            segs.push(closed(&stopped, held));
+        }
+        if s % 30 == 0 {
+            slow_acked = slow.rcv_nxt.expect("connected");
+            segs.push(
+                Seg::to(slow.dut_port, slow.port, slow.snd_nxt, Some(slow_acked)).window(2_920),
+            );
+        } else {
+            segs.push(closed(&slow, slow_acked));
+        }
+        let out = host.lab.exchange(&segs);
+        stopped.absorb(&out);
+        slow.absorb(&out);
+        if let Some(rst) = out
+            .iter()
+            .find(|g| g.dst_port == stopped.port && g.control == TcpControl::Rst)
+        {
+            // At the edge of the closed window, where the client takes it
+            // (after a probe's byte, SND.NXT is past it).
+            assert_eq!(rst.seq, held, "the reset's sequence number");
+            stopped_at.get_or_insert(s);
+        }
+    }
+    // The ACK closing the window, at second 1, took the last of its data.
+    assert!(
+        within_a_second_of(stopped_at, 61),
+        "reset at {stopped_at:?} s"
+    );
+    assert!(
+        host.lab.mem.engine.tcp().counters().window_probes > 0,
+        "probed"
+    );
+    assert!(!slow.reset, "a slow reader is not a stopped one");
+    assert!(slow.received.len() >= slow_before + 9 * 2_920, "it read on");
+    assert_eq!(host.counters().send_timeouts, 1);
 }

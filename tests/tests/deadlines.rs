@@ -105,3 +105,46 @@ fn silent_and_trickling_clients_are_reset_at_their_vips_deadlines() {
     ]);
     assert_eq!(String::from_utf8_lossy(&o.stdout), "0123456789");
 }
+
+/// Clients that stop reading (a kernel socket with a small receive buffer
+/// that is never read: the kernel holds the window closed and answers
+/// every zero-window probe) are reset at the VIP's send timeout, plain and
+/// TLS, and counted; before, they were held for as long as they answered.
+#[test]
+fn clients_that_stop_reading_are_reset_at_the_send_timeout() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up("sr");
+    let dpd = Dpd::start(&lab, |s| {
+        config(&lab, s, certs.path()).replace(
+            "respond = \"builtin\"\n",
+            "respond = \"builtin\"\nsend_timeout_ms = 2000\n",
+        )
+    });
+    let script = e2e::repo_root().join("tests/clients/stopped_reader.py");
+    let script = script.to_str().expect("utf-8 path");
+    for (port, tls) in [("80", false), ("443", true)] {
+        let dut = lab.dut_ip();
+        let mut args = vec![
+            PYTHON, script, "--dut", &dut, "--port", port, "--limit", "15",
+        ];
+        if tls {
+            args.push("--tls");
+        }
+        let out = lab.client(&args);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let after: f64 = text
+            .trim()
+            .strip_prefix("reset after ")
+            .and_then(|t| t.strip_suffix(" s"))
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!(":{port}: {text}{}", String::from_utf8_lossy(&out.stderr)));
+        // The window closes within milliseconds of the request; then 2 s.
+        assert!(
+            (1.8..5.0).contains(&after),
+            ":{port}: reset after {after} s"
+        );
+    }
+    let stats = dpd.stats_when(Duration::from_secs(5), |s| s.tcp_active == 0);
+    assert_eq!((stats.send_timeouts, stats.tcp_active), (2, 0), "{stats:?}");
+}

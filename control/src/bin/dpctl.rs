@@ -419,6 +419,7 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
                     enabled: !disabled,
                     handshake_timeout_ms: control::config::DEFAULT_HANDSHAKE_TIMEOUT_MS,
                     request_timeout_ms: control::config::DEFAULT_REQUEST_TIMEOUT_MS,
+                    send_timeout_ms: control::config::DEFAULT_SEND_TIMEOUT_MS,
                     idle_timeout_s: None,
                     max_connections: None,
                     max_new_per_source: None,

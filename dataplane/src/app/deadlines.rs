@@ -7,7 +7,10 @@
 //! handshake done, previous response sent). A deadline that passes resets
 //! the connection (`CloseReason::Deadline`) and is counted by what it
 //! waited for. Silence past the VIP's `idle_timeout` ends any connection
-//! (TCP's own timer). See docs/architecture.md, "Roles".
+//! (TCP's own timer), and so does a client that acknowledges none of what
+//! waits for it for the VIP's `send_timeout` (TCP's send timeout: a client
+//! that stopped reading, counted as `send_timeouts`). See
+//! docs/architecture.md, "Roles".
 
 use std::time::Duration;
 
@@ -25,6 +28,9 @@ pub struct Timeouts {
     pub request: Duration,
     /// Silence from the client, at most (`None`: `[tcp] idle_timeout`).
     pub idle: Option<Duration>,
+    /// How long data may wait for the client with none of it
+    /// acknowledged (`TcpEngine::set_send_timeout`).
+    pub send: Duration,
 }
 
 impl Default for Timeouts {
@@ -33,6 +39,7 @@ impl Default for Timeouts {
             handshake: Duration::from_secs(10),
             request: Duration::from_secs(30),
             idle: None,
+            send: Duration::from_secs(60),
         }
     }
 }
@@ -103,6 +110,14 @@ impl Services {
         slot.and_then(|s| self.vips.iter().find(|v| v.slot == s))
             .map(|v| v.timeouts)
             .unwrap_or_default()
+    }
+
+    /// A client reset at its send timeout.
+    pub(super) fn count_send_timeout(&mut self, cx: &mut Cx<'_>, slot: Option<u16>) {
+        cx.counters.send_timeouts += 1;
+        if let Some(vc) = slot.and_then(|s| self.vip_counters.get_mut(usize::from(s))) {
+            vc.send_timeouts += 1;
+        }
     }
 
     /// A connection reset at its deadline: counted by what it waited for.

@@ -271,6 +271,9 @@ impl Services {
         if let (Some(idle), true) = (timeouts.idle, live) {
             cx.tcp.set_idle_timeout(id, idle, cx.now);
         }
+        if live {
+            cx.tcp.set_send_timeout(id, timeouts.send, cx.now);
+        }
         if plain_proxy {
             self.connect_backend(cx, id);
         }
@@ -280,8 +283,10 @@ impl Services {
     /// A connection is gone: its counts, and what its role leaves behind
     /// (the other side of a proxied pair, a health check's result).
     fn closed(&mut self, cx: &mut Cx<'_>, entry: Entry, reason: CloseReason) {
-        if reason == CloseReason::Deadline {
-            self.count_deadline(cx, entry.vip, entry.wait);
+        match reason {
+            CloseReason::Deadline => self.count_deadline(cx, entry.vip, entry.wait),
+            CloseReason::SendTimeout => self.count_send_timeout(cx, entry.vip),
+            _ => {}
         }
         if let Some(slot) = entry.vip {
             let vc = &mut self.vip_counters[usize::from(slot)];
@@ -290,7 +295,8 @@ impl Services {
         match entry.role {
             Role::Responder(_) => {}
             Role::Tls(t) => {
-                if t.conn.is_handshaking() && !t.conn.failed() && reason != CloseReason::Deadline {
+                let ours = matches!(reason, CloseReason::Deadline | CloseReason::SendTimeout);
+                if t.conn.is_handshaking() && !t.conn.failed() && !ours {
                     cx.counters.tls_abandoned += 1;
                 }
                 let TlsRole { conn, inner } = *t;

@@ -485,6 +485,7 @@ impl Controller {
                 timeouts: Timeouts {
                     handshake: Duration::from_millis(u64::from(vip.handshake_timeout_ms)),
                     request: Duration::from_millis(u64::from(vip.request_timeout_ms)),
+                    send: Duration::from_millis(u64::from(vip.send_timeout_ms)),
                     idle: vip
                         .idle_timeout_s
                         .map(|s| Duration::from_secs(u64::from(s))),

@@ -161,6 +161,10 @@ pub enum CloseReason {
     /// The application's deadline for it passed
     /// ([`TcpEngine::set_deadline`]): reset, as by an abort.
     Deadline,
+    /// The peer acknowledged none of the data waiting for it for the
+    /// application's send timeout ([`TcpEngine::set_send_timeout`]):
+    /// reset.
+    SendTimeout,
     /// We aborted it.
     Aborted,
     /// An active open was answered with a reset.
@@ -930,6 +934,20 @@ impl<A: Default> TcpEngine<A> {
         }
     }
 
+    /// Resets the connection once data has waited `timeout` for the peer
+    /// with none of it acknowledged ([`CloseReason::SendTimeout`]): a peer
+    /// that stopped reading, holding its window closed while it answers
+    /// every probe, is otherwise kept for ever (RFC 9293 §3.8.6.1; RFC
+    /// 6429 leaves ending it to the application). The clock starts when
+    /// data is queued and again with each ACK that takes some.
+    pub fn set_send_timeout(&mut self, id: ConnId, timeout: Duration, now: Instant) {
+        if let Some(c) = live_mut(&mut self.conns, id) {
+            c.send_timeout = Some(timeout);
+            c.note_send_progress(now, false);
+            self.rearm(id, now);
+        }
+    }
+
     /// When the connection began: the peer's SYN (or its cookie's ACK), or
     /// our connect.
     pub fn opened_at(&self, id: ConnId) -> Option<Instant> {
@@ -967,7 +985,7 @@ impl<A: Default> TcpEngine<A> {
             return;
         };
         if c.state != State::SynSent {
-            let seq = c.snd_nxt;
+            let seq = c.reset_seq();
             if let Some(key) = self.key(id) {
                 self.own_reset(key, seq);
             }
@@ -1153,9 +1171,12 @@ impl<A: Default> TcpEngine<A> {
             }
             // A connection given up on (idle, retransmissions) is reset, so
             // a peer that is still there does not hang on it.
-            if matches!(reason, CloseReason::TimedOut | CloseReason::Deadline) {
+            if matches!(
+                reason,
+                CloseReason::TimedOut | CloseReason::Deadline | CloseReason::SendTimeout
+            ) {
                 if let Some(c) = live(&self.conns, id).filter(|c| c.state.is_synchronized()) {
-                    let seq = c.snd_nxt;
+                    let seq = c.reset_seq();
                     if let Some(key) = self.key(id) {
                         self.own_reset(key, seq);
                     }

@@ -30,6 +30,8 @@ pub struct Seg {
     pub ack: Option<u32>,
     pub control: TcpControl,
     pub payload: Vec<u8>,
+    /// The window field (unscaled: the host never offers scaling).
+    pub window: u16,
 }
 
 impl Seg {
@@ -41,7 +43,14 @@ impl Seg {
             ack,
             control: TcpControl::None,
             payload: Vec::new(),
+            window: 65535,
         }
+    }
+
+    /// The same segment offering window `window`.
+    pub fn window(mut self, window: u16) -> Self {
+        self.window = window;
+        self
     }
 
     pub fn with(mut self, control: TcpControl, payload: &[u8]) -> Self {
@@ -72,7 +81,7 @@ impl Seg {
             control: self.control,
             seq_number: TcpSeqNumber(self.seq as i32),
             ack_number: self.ack.map(|a| TcpSeqNumber(a as i32)),
-            window_len: 65535,
+            window_len: self.window,
             window_scale: None,
             max_seg_size: (self.control == TcpControl::Syn).then_some(1460),
             sack_permitted: false,
@@ -129,6 +138,7 @@ impl Seg {
                 ack: repr.ack_number.map(|a| a.0 as u32),
                 control: repr.control,
                 payload: repr.payload.to_vec(),
+                window: repr.window_len,
             },
         ))
     }

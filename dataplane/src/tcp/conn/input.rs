@@ -464,6 +464,7 @@ impl<A: Default> Conn<A> {
             self.rtt_probe = None;
             self.update_rto(r, cfg);
         }
+        self.note_send_progress(now, acked > 0);
         self.rack.acked(ack, now);
         self.rack.log.prune(ack);
         if self.rack_lost.diff(ack) < 0 {

@@ -179,6 +179,15 @@ pub(super) struct Conn<A> {
     pub deadline: Option<Instant>,
     /// This connection's idle timeout, when not `[tcp] idle_timeout`.
     pub idle_timeout: Option<Duration>,
+    /// How long data may wait for the peer with none of it acknowledged
+    /// (`TcpEngine::set_send_timeout`; none by default: TCP itself probes
+    /// a closed window for as long as the peer answers, RFC 9293
+    /// §3.8.6.1).
+    pub send_timeout: Option<Duration>,
+    /// With a send timeout: since when data has waited for the peer with
+    /// none of it acknowledged (from its queueing, or the last ACK that
+    /// took some); `None` while nothing waits.
+    send_waiting_since: Option<Instant>,
     timewait_until: Option<Instant>,
     last_activity: Instant,
     /// Send one byte past a zero window (persist probe).
@@ -316,6 +325,8 @@ impl<A: Default> Conn<A> {
             reset_when_sent: false,
             deadline: None,
             idle_timeout: None,
+            send_timeout: None,
+            send_waiting_since: None,
             timewait_until: None,
             last_activity: now,
             probe: false,
@@ -644,6 +655,36 @@ impl<A: Default> Conn<A> {
     /// Everything queued to send has been acknowledged.
     pub fn all_acked(&self) -> bool {
         self.snd_una == self.snd_max && self.send.as_ref().is_none_or(RingBuf::is_empty)
+    }
+
+    /// The sequence number of a reset of ours: SND.NXT, unless that is past
+    /// the right edge of the peer's window (after a zero-window probe's
+    /// byte), where the peer drops it unseen (RFC 9293 §3.10.7.4 takes a
+    /// RST only in the window; with a zero window, only at RCV.NXT): then
+    /// that edge, as Linux's `tcp_acceptable_seq` does.
+    pub fn reset_seq(&self) -> Seq {
+        let edge = self.snd_una + self.snd_wnd;
+        if self.snd_nxt.diff(edge) > 0 {
+            edge
+        } else {
+            self.snd_nxt
+        }
+    }
+
+    /// Moves the send timeout's clock at `now`: started when data begins
+    /// to wait, started again when an ACK takes some (`progress`), stopped
+    /// when all is acknowledged.
+    pub(super) fn note_send_progress(&mut self, now: Instant, progress: bool) {
+        if self.send_timeout.is_none() || self.all_acked() {
+            self.send_waiting_since = None;
+        } else if progress || self.send_waiting_since.is_none() {
+            self.send_waiting_since = Some(now);
+        }
+    }
+
+    /// When the send timeout ends the connection, if data waits.
+    pub(super) fn send_timeout_at(&self) -> Option<Instant> {
+        Some(self.send_waiting_since? + self.send_timeout?)
     }
 
     /// The receive ring, when it holds bytes the application has not read.

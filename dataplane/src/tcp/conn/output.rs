@@ -45,6 +45,7 @@ impl<A: Default> Conn<A> {
             State::TimeWait => {}
             _ => {
                 consider(self.deadline);
+                consider(self.send_timeout_at());
                 consider(Some(self.last_activity + self.idle_timeout(cfg)));
                 consider(self.keepalive_due(cfg));
             }
@@ -79,6 +80,10 @@ impl<A: Default> Conn<A> {
         let open = self.state != State::TimeWait && self.state.is_synchronized();
         if open && self.deadline.is_some_and(|t| now >= t) {
             out.closed = Some(CloseReason::Deadline);
+            return out;
+        }
+        if open && self.send_timeout_at().is_some_and(|t| now >= t) {
+            out.closed = Some(CloseReason::SendTimeout);
             return out;
         }
         if open && now >= self.last_activity + self.idle_timeout(cfg) {
@@ -293,6 +298,7 @@ impl<A: Default> Conn<A> {
         emit: &mut impl FnMut(&Outgoing<'_>) -> bool,
     ) -> bool {
         let Path { src, dst } = to;
+        self.note_send_progress(now, false);
         if self.state == State::SynSent {
             return !self.synack_needed || self.emit_syn(now, cfg, counters, to, emit);
         }
