@@ -99,6 +99,11 @@ pub struct Tcp {
     pub max_time_wait: u32,
     /// Seconds without a segment before a connection is reset.
     pub idle_timeout_s: u32,
+    /// Seconds a connection we closed first waits in FIN-WAIT-2 for the
+    /// peer's FIN, counted from the ACK of ours or the peer's last data;
+    /// its ACKs alone do not extend it (Linux's `tcp_fin_timeout`). Then
+    /// it is reset.
+    pub fin_wait2_timeout_s: u32,
     /// Seconds a handshake may take.
     pub handshake_timeout_s: u32,
     /// Seconds of idleness before keepalive probes (0: off); then every
@@ -120,6 +125,7 @@ impl Default for Tcp {
             time_wait_s: 30,
             max_time_wait: 262_144,
             idle_timeout_s: 300,
+            fin_wait2_timeout_s: 60,
             handshake_timeout_s: 10,
             keepalive_s: 0,
             buffer_memory_mib: 1024,
@@ -1497,6 +1503,13 @@ impl Config {
             return Err(ConfigError::new(
                 "tcp.idle_timeout_s",
                 self.tcp.idle_timeout_s,
+                "must be 1 to 86400 seconds",
+            ));
+        }
+        if !(1..=86_400).contains(&self.tcp.fin_wait2_timeout_s) {
+            return Err(ConfigError::new(
+                "tcp.fin_wait2_timeout_s",
+                self.tcp.fin_wait2_timeout_s,
                 "must be 1 to 86400 seconds",
             ));
         }

@@ -307,3 +307,57 @@ fn a_client_that_stops_reading_is_reset_at_its_send_timeout() {
     assert!(slow.received.len() >= slow_before + 9 * 2_920, "it read on");
     assert_eq!(host.counters().send_timeouts, 1);
 }
+
+/// After we close first, FIN-WAIT-2 waits for the client's FIN at most
+/// `[tcp] fin_wait2_timeout_s` (60 s) from the ACK of ours or the client's
+/// last data, as Linux's `tcp_fin_timeout`: a client that only ACKs now
+/// and then (which refreshes the idle timer) is reset then, while one
+/// still sending (a half-close) is not.
+#[test]
+fn fin_wait_2_ends_at_its_timeout_unless_data_comes() {
+    let mut host = Host::new(lab());
+    let get = b"GET /bytes/10 HTTP/1.0\r\n\r\n";
+    let mut acking = host.connect(46_000, PLAIN);
+    let mut sending = host.connect(46_001, PLAIN);
+    let (g1, g2) = (
+        acking.next(TcpControl::Psh, get),
+        sending.next(TcpControl::Psh, get),
+    );
+    host.exchange(&[g1, g2], &mut [&mut acking, &mut sending]);
+    assert!(
+        acking.fin_at.is_some() && sending.fin_at.is_some(),
+        "answered and closed"
+    );
+    let acks = [
+        acking.next(TcpControl::None, b""),
+        sending.next(TcpControl::None, b""),
+    ];
+    host.exchange(&acks, &mut [&mut acking, &mut sending]);
+    // Every 10 s: `acking` an ACK, `sending` a byte too until second 100.
+    let mut reset_at = [None, None];
+    for s in 1..=200u64 {
+        host.lab.mem.now = host.lab.mem.now + Duration::from_secs(1);
+        let mut segs = Vec::new();
+        if s % 10 == 0 {
+            if !acking.reset {
+                segs.push(acking.next(TcpControl::None, b""));
+            }
+            if !sending.reset {
+                let byte: &[u8] = if s <= 100 { b"x" } else { b"" };
+                segs.push(sending.next(TcpControl::None, byte));
+            }
+        }
+        host.exchange(&segs, &mut [&mut acking, &mut sending]);
+        for (at, c) in reset_at.iter_mut().zip([&acking, &sending]) {
+            if c.reset {
+                at.get_or_insert(s);
+            }
+        }
+    }
+    assert!(within_a_second_of(reset_at[0], 60), "acking: {reset_at:?}");
+    assert!(
+        within_a_second_of(reset_at[1], 160),
+        "sending: {reset_at:?}"
+    );
+    assert_eq!(host.lab.mem.engine.tcp().counters().fin_wait2_timeouts, 2);
+}

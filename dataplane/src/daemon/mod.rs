@@ -754,6 +754,7 @@ fn engine_config(cfg: &Config) -> EngineConfig {
     e.tcp.time_wait = secs(cfg.tcp.time_wait_s);
     e.tcp.max_time_wait = cfg.tcp.max_time_wait as usize;
     e.tcp.idle_timeout = secs(cfg.tcp.idle_timeout_s);
+    e.tcp.fin_wait2_timeout = secs(cfg.tcp.fin_wait2_timeout_s);
     e.tcp.handshake_timeout = secs(cfg.tcp.handshake_timeout_s);
     e.tcp.keepalive = (cfg.tcp.keepalive_s > 0).then(|| secs(cfg.tcp.keepalive_s));
     e.tcp.max_conns = cfg.tcp.max_connections as usize;

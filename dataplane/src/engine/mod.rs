@@ -860,6 +860,7 @@ impl<P: Port, A: Application> Engine<P, A> {
         c.tcp_paws_rejected = t.paws_rejected;
         c.tcp_timestamp_missing = t.timestamp_missing;
         c.tcp_window_probes = t.window_probes;
+        c.tcp_fin_wait2_timeouts = t.fin_wait2_timeouts;
         c.tcp_path_mtu_lowered = t.path_mtu_lowered;
         c.tcp_rto_expiries = t.rto_expiries;
         c.tcp_tail_loss_probes = t.tail_loss_probes;

@@ -39,6 +39,9 @@ pub struct TcpConfig {
     pub delayed_ack: Duration,
     pub handshake_timeout: Duration,
     pub idle_timeout: Duration,
+    /// How long FIN-WAIT-2 waits for the peer's FIN after the ACK of ours
+    /// or the peer's last data (its ACKs alone do not extend it).
+    pub fin_wait2_timeout: Duration,
     pub time_wait: Duration,
     /// Most 4-tuples kept in TIME-WAIT; past it the oldest is recycled
     /// (a compact entry each, apart from `max_conns`; 0: no TIME-WAIT).
@@ -84,6 +87,7 @@ impl Default for TcpConfig {
             delayed_ack: Duration::from_millis(10),
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
+            fin_wait2_timeout: Duration::from_secs(60),
             time_wait: Duration::from_secs(30),
             max_time_wait: 262_144,
             keepalive: None,

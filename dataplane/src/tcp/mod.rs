@@ -240,6 +240,9 @@ pub struct TcpCounters {
     pub timestamp_missing: u64,
     /// Zero-window (persist) probes sent (RFC 9293 §3.8.6.1).
     pub window_probes: u64,
+    /// Connections reset in FIN-WAIT-2 with no FIN from the peer within
+    /// `fin_wait2_timeout`.
+    pub fin_wait2_timeouts: u64,
     /// Tail loss probes sent (RFC 8985 §7), and retransmissions found lost
     /// by RACK's time rule (§6.2) instead of waiting for the RTO.
     pub tail_loss_probes: u64,

@@ -304,7 +304,10 @@ impl<A: Default> Conn<A> {
         }
         let fin_acked = self.fin_seq.is_some_and(|f| self.snd_una.diff(f) > 0);
         match self.state {
-            State::FinWait1 if fin_acked => self.state = State::FinWait2,
+            State::FinWait1 if fin_acked => {
+                self.state = State::FinWait2;
+                self.data_heard = now;
+            }
             State::Closing if fin_acked => self.enter_time_wait(now, cfg, pool),
             State::LastAck if fin_acked => {
                 out.closed = Some(CloseReason::Normal);
@@ -352,6 +355,7 @@ impl<A: Default> Conn<A> {
                 self.rcv_nxt = self.rcv_nxt + n;
                 if n > 0 {
                     out.readable = true;
+                    self.data_heard = now;
                 }
                 // A segment of several (a NIC's LRO, the kernel's GRO)
                 // counts as as many: ACK at least every second one.

@@ -190,6 +190,9 @@ pub(super) struct Conn<A> {
     send_waiting_since: Option<Instant>,
     timewait_until: Option<Instant>,
     last_activity: Instant,
+    /// When the peer's data last moved RCV.NXT, or FIN-WAIT-2 began if
+    /// later: FIN-WAIT-2's timeout counts from here.
+    data_heard: Instant,
     /// Send one byte past a zero window (persist probe).
     probe: bool,
     /// Keepalive probes sent since the peer was last heard.
@@ -329,6 +332,7 @@ impl<A: Default> Conn<A> {
             send_waiting_since: None,
             timewait_until: None,
             last_activity: now,
+            data_heard: now,
             probe: false,
             ka_sent: 0,
             ka_probe: false,

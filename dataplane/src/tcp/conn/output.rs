@@ -46,6 +46,9 @@ impl<A: Default> Conn<A> {
             _ => {
                 consider(self.deadline);
                 consider(self.send_timeout_at());
+                if self.state == State::FinWait2 {
+                    consider(Some(self.data_heard + cfg.fin_wait2_timeout));
+                }
                 consider(Some(self.last_activity + self.idle_timeout(cfg)));
                 consider(self.keepalive_due(cfg));
             }
@@ -84,6 +87,11 @@ impl<A: Default> Conn<A> {
         }
         if open && self.send_timeout_at().is_some_and(|t| now >= t) {
             out.closed = Some(CloseReason::SendTimeout);
+            return out;
+        }
+        if self.state == State::FinWait2 && now >= self.data_heard + cfg.fin_wait2_timeout {
+            counters.fin_wait2_timeouts += 1;
+            out.closed = Some(CloseReason::TimedOut);
             return out;
         }
         if open && now >= self.last_activity + self.idle_timeout(cfg) {
