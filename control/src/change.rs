@@ -494,6 +494,7 @@ mod tests {
             idle_timeout_s: None,
             max_connections: None,
             max_new_per_source: None,
+            max_connections_per_source: None,
         }
     }
 

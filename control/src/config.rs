@@ -214,6 +214,15 @@ pub struct Vip {
     /// limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_new_per_source: Option<u32>,
+    /// Most established connections from one client address (an IPv6
+    /// client's /64) at once; a SYN over it gets a reset
+    /// (`refused_source_conns`). Only connections that completed their
+    /// handshake count, so SYNs spoofed from a client's address cannot
+    /// spend its share. Shared out among engines like `max_connections`:
+    /// each engine takes its share rounded up of the connections RSS gives
+    /// it. Default: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections_per_source: Option<u32>,
 }
 
 /// Largest configuration file read.
@@ -1401,6 +1410,16 @@ impl Config {
                     "must be 1 to 1000000 a second",
                 ));
             }
+            if let Some(n) = vip
+                .max_connections_per_source
+                .filter(|n| !(1..=16_000_000).contains(n))
+            {
+                return Err(ConfigError::new(
+                    at("max_connections_per_source"),
+                    n,
+                    "must be 1 to 16000000",
+                ));
+            }
             match (&vip.respond, &vip.pool) {
                 (Some(_), None) => {}
                 (None, Some(p)) if pool_names.contains(p.as_str()) => {}
@@ -2253,15 +2272,24 @@ mod tests {
             (None, None)
         );
         assert_eq!(c.tcp.buffer_memory_mib, 1024);
-        let c = Config::parse(&vip("max_connections = 1000\nmax_new_per_source = 20")).unwrap();
+        assert_eq!(c.vips[0].max_connections_per_source, None);
+        let c = Config::parse(&vip(
+            "max_connections = 1000\nmax_new_per_source = 20\nmax_connections_per_source = 50",
+        ))
+        .unwrap();
         assert_eq!(
             (c.vips[0].max_connections, c.vips[0].max_new_per_source),
             (Some(1000), Some(20))
         );
+        assert_eq!(c.vips[0].max_connections_per_source, Some(50));
         assert_eq!(Config::parse(&c.to_toml()).unwrap().vips, c.vips);
         for (extra, field) in [
             ("max_connections = 0", "vip[0].max_connections"),
             ("max_new_per_source = 0", "vip[0].max_new_per_source"),
+            (
+                "max_connections_per_source = 0",
+                "vip[0].max_connections_per_source",
+            ),
         ] {
             assert_eq!(err_of(&vip(extra)).field, field);
         }

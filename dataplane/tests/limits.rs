@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::host::{HostConn, HostLab, Seg, DUT_IP};
 use common::vips::{PLAIN, TLS};
 use dataplane::stats::DropReason;
-use dataplane::tcp::{ListenLimits, TcpConfig};
+use dataplane::tcp::{ListenLimits, SynCookies, TcpConfig};
 use smoltcp::wire::TcpControl;
 
 /// The `i`-th client address (100.64.0.0/10, off the engine's subnet).
@@ -233,7 +233,7 @@ fn a_vip_over_its_connection_cap_resets_new_syns_until_one_closes() {
     let mut lab = lab(TcpConfig::default());
     let limits = ListenLimits {
         max_conns: Some(3),
-        per_source_rate: None,
+        ..ListenLimits::default()
     };
     lab.mem.engine.set_vip_limits(DUT_IP, PLAIN, limits);
     let mut clients: Vec<Client> = (0..5).map(|i| Client::new(i, PLAIN)).collect();
@@ -270,8 +270,8 @@ fn a_vip_over_its_connection_cap_resets_new_syns_until_one_closes() {
 fn a_source_over_its_rate_is_reset_and_others_are_not() {
     let mut lab = lab(TcpConfig::default());
     let limits = ListenLimits {
-        max_conns: None,
         per_source_rate: Some(5),
+        ..ListenLimits::default()
     };
     lab.mem.engine.set_vip_limits(DUT_IP, TLS, limits);
     // Eight SYNs from one address in a burst, then one from each of 1,000
@@ -311,4 +311,77 @@ fn a_source_over_its_rate_is_reset_and_others_are_not() {
     lab.mem.engine.publish();
     let vip = lab.mem.engine.vip_counters(1);
     assert_eq!((vip.refused_conn_limit, vip.refused_source_rate), (0, 4));
+}
+
+#[test]
+fn a_source_with_its_cap_established_is_reset_and_syns_alone_count_nothing() {
+    for cookies in [SynCookies::WhenFull, SynCookies::Always] {
+        per_source_cap(cookies);
+    }
+}
+
+/// [`a_source_with_its_cap_established_is_reset_and_syns_alone_count_nothing`]
+/// with handshakes kept by the engine or carried by SYN cookies.
+fn per_source_cap(syn_cookies: SynCookies) {
+    let mut lab = lab(TcpConfig {
+        syn_cookies,
+        ..TcpConfig::default()
+    });
+    let limits = ListenLimits {
+        per_source_conns: Some(3),
+        ..ListenLimits::default()
+    };
+    lab.mem.engine.set_vip_limits(DUT_IP, PLAIN, limits);
+    let from = |addr: u32, n: u16, port0: u16| -> Vec<Client> {
+        (0..n)
+            .map(|i| {
+                let mut c = Client::new(addr, PLAIN);
+                c.conn.port = port0 + i;
+                c
+            })
+            .collect()
+    };
+    // Six SYNs from one address (as a spoofer could send them): all
+    // answered, since half-open connections count nothing.
+    let mut six = from(7, 6, 41_000);
+    round(&mut lab, &mut six, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
+    assert!(six.iter().all(|c| c.conn.rcv_nxt.is_some()));
+    // Their handshakes complete: three are taken, three reset.
+    round(&mut lab, &mut six, |c| {
+        Some(c.conn.next(TcpControl::None, b""))
+    });
+    let reset: Vec<bool> = six.iter().map(|c| c.conn.reset).collect();
+    assert_eq!(reset, [false, false, false, true, true, true]);
+    // Now a SYN from it is reset at once; another address is not limited.
+    let mut more = from(7, 1, 42_000);
+    more.extend(from(8, 3, 42_000));
+    round(&mut lab, &mut more, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
+    let taken: Vec<bool> = more.iter().map(|c| c.conn.rcv_nxt.is_some()).collect();
+    assert_eq!(taken, [false, true, true, true]);
+    // One of the three ends: its source has room again.
+    round(&mut lab, &mut six[..1], |c| {
+        Some(c.conn.next(TcpControl::Rst, b""))
+    });
+    let mut again = from(7, 1, 43_000);
+    open(&mut lab, &mut again);
+    assert!(
+        again[0].conn.rcv_nxt.is_some() && !again[0].conn.reset,
+        "room again"
+    );
+    // The other address's three complete theirs.
+    let mut others: Vec<Client> = more.split_off(1);
+    round(&mut lab, &mut others, |c| {
+        Some(c.conn.next(TcpControl::None, b""))
+    });
+    assert!(others.iter().all(|c| !c.conn.reset));
+    lab.mem.engine.publish();
+    let vip = lab.mem.engine.vip_counters(0);
+    assert_eq!(
+        vip.refused_source_conns, 4,
+        "{syn_cookies:?}: three at their handshake's end, one SYN"
+    );
 }

@@ -411,8 +411,8 @@ fn per_source_limits_count_an_ipv6_slash_64_as_one_source() {
     let mut lab = lab(TcpConfig::default());
     lab.engine.listen(DUT_IP, 80);
     let limits = ListenLimits {
-        max_conns: None,
         per_source_rate: Some(1),
+        ..ListenLimits::default()
     };
     lab.engine.set_vip_limits(DUT_IP, 80, limits);
     // Two hosts of one /64 (another host's /64 would be its own source).

@@ -1,5 +1,6 @@
 //! A VIP's connection limits against real kernel clients over veth: SYNs
-//! over `max_new_per_source` or `max_connections` are refused with a reset
+//! over `max_new_per_source`, `max_connections` or
+//! `max_connections_per_source` are refused with a reset
 //! (the client's connect fails at once with ECONNREFUSED), counted per
 //! VIP, while other client addresses and other VIPs go on.
 
@@ -45,7 +46,8 @@ if reopen:
 fn config(lab: &Lab, socket: &Path) -> String {
     format!(
         "{}\n[[vip]]\nname = \"rated\"\nlisten = \"{ip}:80\"\nrespond = \"builtin\"\nmax_new_per_source = 5\n\
-         [[vip]]\nname = \"capped\"\nlisten = \"{ip}:81\"\nrespond = \"builtin\"\nmax_connections = 8\n",
+         [[vip]]\nname = \"capped\"\nlisten = \"{ip}:81\"\nrespond = \"builtin\"\nmax_connections = 8\n\
+         [[vip]]\nname = \"per-source\"\nlisten = \"{ip}:82\"\nrespond = \"builtin\"\nmax_connections_per_source = 4\n",
         lab.config("net_af_packet", socket, ""),
         ip = lab.dut_ip(),
     )
@@ -107,10 +109,22 @@ fn syns_over_a_vips_limits_are_refused_and_counted() {
     assert_eq!(count(&lines[0], "ECONNREFUSED"), 2, "{lines:?}");
     assert_eq!(lines[1], ["open", "open", "ECONNREFUSED"], "{lines:?}");
 
+    // Four established at once per address: two more are refused, two
+    // closed make room for two; another address has its own four.
+    let lines = clients(&lab, 82, &first, 6, 2, 3);
+    assert_eq!(count(&lines[0], "open"), 4, "{lines:?}");
+    assert_eq!(count(&lines[0], "ECONNREFUSED"), 2, "{lines:?}");
+    assert_eq!(lines[1], ["open", "open", "ECONNREFUSED"], "{lines:?}");
+    let lines = clients(&lab, 82, &second, 4, 0, 0);
+    assert_eq!(count(&lines[0], "open"), 4, "{lines:?}");
+
     let stats = dpd.stats_when(Duration::from_secs(5), |s| {
         s.vips
             .get("capped")
             .is_some_and(|v| v.refused_conn_limit == 3)
+            && s.vips
+                .get("per-source")
+                .is_some_and(|v| v.refused_source_conns == 3)
     });
     let (rated, capped) = (&stats.vips["rated"], &stats.vips["capped"]);
     assert_eq!(
@@ -123,5 +137,14 @@ fn syns_over_a_vips_limits_are_refused_and_counted() {
         (3, 0),
         "{stats:?}"
     );
-    assert_eq!(stats.drops["listen_refused"], 8, "{stats:?}");
+    let per_source = &stats.vips["per-source"];
+    assert_eq!(
+        (
+            per_source.refused_source_conns,
+            per_source.refused_conn_limit
+        ),
+        (3, 0),
+        "{stats:?}"
+    );
+    assert_eq!(stats.drops["listen_refused"], 11, "{stats:?}");
 }

@@ -423,6 +423,7 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
                     idle_timeout_s: None,
                     max_connections: None,
                     max_new_per_source: None,
+                    max_connections_per_source: None,
                 },
             },
             VipCmd::Set {

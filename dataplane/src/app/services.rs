@@ -616,6 +616,7 @@ impl Application for Services {
             let r = refused(slot);
             c.refused_conn_limit = r.conn_limit;
             c.refused_source_rate = r.source_rate;
+            c.refused_source_conns = r.source_conns;
         }
     }
 }

@@ -493,6 +493,7 @@ impl Controller {
                 limits: ListenLimits {
                     max_conns: vip.max_connections.map(share),
                     per_source_rate: vip.max_new_per_source.map(share),
+                    per_source_conns: vip.max_connections_per_source.map(share),
                 },
             });
         }

@@ -1,9 +1,12 @@
-//! Listeners and what they admit: a cap on open connections and a rate
-//! of new connections per source address (docs/architecture.md, "Limits").
+//! Listeners and what they admit: a cap on open connections, and per
+//! source address a rate of new connections and a cap on established ones
+//! (docs/architecture.md, "Limits").
 //! A SYN over either gets a reset and is counted under the listener's tag
 //! (a VIP's counter slot). Limits are per engine: the control plane gives
 //! each engine its share of a VIP's.
 
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 use crate::time::Instant;
@@ -16,6 +19,10 @@ pub struct ListenLimits {
     /// Most new connections per second from one source address, with
     /// bursts of one second's worth.
     pub per_source_rate: Option<u32>,
+    /// Most established connections from one source address at once.
+    /// Only connections that completed their handshake count, so SYNs
+    /// spoofed from a client's address cannot spend its share.
+    pub per_source_conns: Option<u32>,
 }
 
 /// SYNs a listener refused, by limit.
@@ -23,6 +30,7 @@ pub struct ListenLimits {
 pub struct Refusals {
     pub conn_limit: u64,
     pub source_rate: u64,
+    pub source_conns: u64,
 }
 
 /// A listener: an address (or `0.0.0.0`, `::`) and port, its limits and
@@ -40,6 +48,12 @@ pub(super) struct Listener {
     pub open: u32,
     /// Per-source rates, made when a rate limit is set.
     sources: Option<SourceRates>,
+    /// Established connections per source, kept while a per-source cap is
+    /// set. At most one entry per connection of the engine (an entry goes
+    /// with its source's last connection), so `[tcp] max_connections`
+    /// bounds it; keyed by the standard library's randomly keyed SipHash,
+    /// so sources chosen to collide cannot slow it.
+    source_open: Option<HashMap<u64, u32>>,
 }
 
 impl Listener {
@@ -52,6 +66,7 @@ impl Listener {
             accepting: true,
             open: 0,
             sources: None,
+            source_open: None,
         };
         l.set_limits(limits);
         l
@@ -63,7 +78,45 @@ impl Listener {
         } else if self.sources.is_none() {
             self.sources = Some(SourceRates::new());
         }
+        if limits.per_source_conns.is_none() {
+            self.source_open = None;
+        } else if self.source_open.is_none() {
+            // Connections established before the cap was set are not
+            // counted, and their ends are ignored. (A cap taken away and
+            // set again while connections counted under the first remain:
+            // their ends lower the new counts, so a source may go over by
+            // as many until they end.)
+            self.source_open = Some(HashMap::new());
+        }
         self.limits = limits;
+    }
+
+    /// A connection from `source` completed its handshake: `Ok(true)`
+    /// when it is counted (a per-source cap is set), so that its end is
+    /// too; refused when its source already has the cap established (SYNs
+    /// admitted while it had room may complete after it filled).
+    pub fn source_established(&mut self, source: u64) -> Result<bool, Refusal> {
+        let (Some(max), Some(open)) = (self.limits.per_source_conns, self.source_open.as_mut())
+        else {
+            return Ok(false);
+        };
+        let n = open.entry(source).or_insert(0);
+        if *n >= max {
+            return Err(Refusal::SourceConns);
+        }
+        *n += 1;
+        Ok(true)
+    }
+
+    /// A counted connection from `source` ended.
+    pub fn source_ended(&mut self, source: u64) {
+        if let Some(Entry::Occupied(mut e)) = self.source_open.as_mut().map(|o| o.entry(source)) {
+            if *e.get() <= 1 {
+                e.remove();
+            } else {
+                *e.get_mut() -= 1;
+            }
+        }
     }
 
     /// Whether its connection cap is reached.
@@ -84,6 +137,11 @@ impl Listener {
         if self.at_conn_limit() {
             return Err(Refusal::ConnLimit);
         }
+        if let (Some(max), Some(open)) = (self.limits.per_source_conns, self.source_open.as_ref()) {
+            if open.get(&source).is_some_and(|&n| n >= max) {
+                return Err(Refusal::SourceConns);
+            }
+        }
         if let (Some(rate), Some(t)) = (self.limits.per_source_rate, self.sources.as_mut()) {
             if !t.admit(source, source_hash(), now, rate) {
                 return Err(Refusal::SourceRate);
@@ -98,6 +156,7 @@ impl Listener {
 pub(super) enum Refusal {
     ConnLimit,
     SourceRate,
+    SourceConns,
 }
 
 impl Refusals {
@@ -105,6 +164,7 @@ impl Refusals {
         match r {
             Refusal::ConnLimit => self.conn_limit += 1,
             Refusal::SourceRate => self.source_rate += 1,
+            Refusal::SourceConns => self.source_conns += 1,
         }
     }
 }
@@ -235,7 +295,7 @@ mod tests {
             443,
             ListenLimits {
                 max_conns: Some(2),
-                per_source_rate: None,
+                ..ListenLimits::default()
             },
             Some(0),
         );
@@ -245,5 +305,41 @@ mod tests {
         assert_eq!(l.admit(src, || 0, at(0)), Err(Refusal::ConnLimit));
         l.open = 1;
         assert_eq!(l.admit(src, || 0, at(0)), Ok(()));
+    }
+
+    #[test]
+    fn the_per_source_cap_counts_established_connections_of_each_source() {
+        let mut l = Listener::new(
+            Ipv4Addr::new(10, 0, 0, 1).into(),
+            443,
+            ListenLimits {
+                per_source_conns: Some(2),
+                ..ListenLimits::default()
+            },
+            Some(0),
+        );
+        let (a, b) = (
+            source(Ipv4Addr::new(10, 0, 0, 2)),
+            source(Ipv4Addr::new(10, 0, 0, 3)),
+        );
+        // Admitted SYNs count nothing until their handshakes complete;
+        // those past the cap are refused as they do.
+        for _ in 0..5 {
+            assert_eq!(l.admit(a, || 0, at(0)), Ok(()));
+        }
+        assert_eq!(l.source_established(a), Ok(true));
+        assert_eq!(l.source_established(a), Ok(true));
+        assert_eq!(l.source_established(a), Err(Refusal::SourceConns));
+        assert_eq!(l.admit(a, || 0, at(0)), Err(Refusal::SourceConns));
+        assert_eq!(l.admit(b, || 0, at(0)), Ok(()), "another source");
+        l.source_ended(a);
+        assert_eq!(l.admit(a, || 0, at(0)), Ok(()));
+        l.source_ended(a);
+        l.source_ended(a); // one more end than starts: ignored
+        assert!(l.source_open.as_ref().is_some_and(HashMap::is_empty));
+        // Without the cap nothing is kept or counted.
+        l.set_limits(ListenLimits::default());
+        assert_eq!(l.source_established(a), Ok(false));
+        assert_eq!(l.admit(a, || 0, at(0)), Ok(()));
     }
 }

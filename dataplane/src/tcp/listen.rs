@@ -115,8 +115,46 @@ impl<A: Default> TcpEngine<A> {
         }
     }
 
-    /// A connection of listener `addr:port` ended.
-    pub(super) fn listener_closed(&mut self, addr: IpAddr, port: u16) {
+    /// Connection `id`, opened by a listener, completed its handshake: it
+    /// counts against its source's established connections there (where
+    /// the listener caps them) until it ends. False when its source
+    /// already has the cap established: the caller resets it (counted).
+    pub(super) fn count_source(&mut self, id: ConnId) -> bool {
+        let Some(key) = self.key(id) else {
+            return true;
+        };
+        let Some(l) = live(&self.conns, id).and_then(|c| c.listener) else {
+            return true;
+        };
+        let (addr, port) = (listener_addr(l, key), key.local_addr().port());
+        let Some(i) = self
+            .listeners
+            .iter()
+            .position(|x| x.addr == addr && x.port == port)
+        else {
+            return true;
+        };
+        match self.listeners[i].source_established(source_id(key)) {
+            Ok(counted) => {
+                if let Some(c) = live_mut(&mut self.conns, id) {
+                    c.source_counted = counted;
+                }
+                true
+            }
+            Err(why) => {
+                self.count_refusal(i, why);
+                // Never reported: its reset frees it unseen.
+                if let Some(c) = live_mut(&mut self.conns, id) {
+                    c.accepted = false;
+                }
+                false
+            }
+        }
+    }
+
+    /// A connection of listener `addr:port` ended (from `source`, when it
+    /// was counted against it).
+    pub(super) fn listener_closed(&mut self, addr: IpAddr, port: u16, source: Option<u64>) {
         if let Some(i) = self
             .listeners
             .iter()
@@ -124,6 +162,9 @@ impl<A: Default> TcpEngine<A> {
         {
             let l = &mut self.listeners[i];
             l.open = l.open.saturating_sub(1);
+            if let Some(s) = source {
+                l.source_ended(s);
+            }
             if !l.accepting && l.open == 0 {
                 self.listeners.swap_remove(i);
             }
@@ -227,6 +268,11 @@ impl<A: Default> TcpEngine<A> {
         self.listener_opened(listener, id);
         I::table_mut(&mut self.flows).insert_conn(key, id);
         self.account(None, Some(state));
+        if !self.count_source(id) {
+            // Its source has the listener's cap established (counted).
+            self.abort(id);
+            return Ok(());
+        }
         self.counters.accepted += 1;
         self.events.push(Event::Accepted(id));
         self.apply(id, out, now);
@@ -298,5 +344,23 @@ impl<A: Default> TcpEngine<A> {
                 self.queue_reset(I::any(*key), Seq(0), Some(ack));
             }
         }
+    }
+}
+
+/// The address of the listener a connection of `key` counts against.
+pub(super) fn listener_addr(l: conn::ListenerAddr, key: AnyFlowKey) -> IpAddr {
+    match (l, key.local_addr().ip()) {
+        (conn::ListenerAddr::Own, ip) => ip,
+        (conn::ListenerAddr::Any, IpAddr::V4(_)) => Ipv4Addr::UNSPECIFIED.into(),
+        (conn::ListenerAddr::Any, IpAddr::V6(_)) => Ipv6Addr::UNSPECIFIED.into(),
+    }
+}
+
+/// What a per-source limit counts the remote end of `key` as
+/// ([`FlowAddr::source_id`]).
+pub(super) fn source_id(key: AnyFlowKey) -> u64 {
+    match key {
+        AnyFlowKey::V4(k) => k.remote.source_id(),
+        AnyFlowKey::V6(k) => k.remote.source_id(),
     }
 }

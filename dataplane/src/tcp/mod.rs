@@ -1147,6 +1147,11 @@ impl<A: Default> TcpEngine<A> {
     /// Applies a connection's input results: events, state counters, frees.
     fn apply(&mut self, id: ConnId, out: Input, now: Instant) {
         if out.established {
+            if !self.count_source(id) {
+                // Its source has the listener's cap established.
+                self.abort(id);
+                return;
+            }
             self.counters.accepted += 1;
             self.events.push(Event::Accepted(id));
         }
@@ -1243,13 +1248,9 @@ impl<A: Default> TcpEngine<A> {
         }
         c.release_buffers(&mut self.buffers);
         if let Some(l) = c.listener {
-            let local = key.local_addr();
-            let addr = match (l, local.ip()) {
-                (conn::ListenerAddr::Own, ip) => ip,
-                (conn::ListenerAddr::Any, IpAddr::V4(_)) => Ipv4Addr::UNSPECIFIED.into(),
-                (conn::ListenerAddr::Any, IpAddr::V6(_)) => Ipv6Addr::UNSPECIFIED.into(),
-            };
-            self.listener_closed(addr, local.port());
+            let source = c.source_counted.then(|| listen::source_id(key));
+            let addr = listen::listener_addr(l, key);
+            self.listener_closed(addr, key.local_addr().port(), source);
         }
         match key {
             AnyFlowKey::V4(k) => self.flows.v4.remove_conn(&k),

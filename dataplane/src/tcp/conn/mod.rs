@@ -105,6 +105,9 @@ pub(super) struct Conn<A> {
     /// The listener whose SYN opened it (counted in that listener's open
     /// connections).
     pub listener: Option<ListenerAddr>,
+    /// Counted against its source's established connections at that
+    /// listener (`Listener::source_established`).
+    pub source_counted: bool,
     /// On the engine's dirty list.
     pub queued: bool,
     /// The generation of the slot this connection occupies (see `ConnId`).
@@ -288,6 +291,7 @@ impl<A: Default> Conn<A> {
             app: A::default(),
             accepted: false,
             listener: None,
+            source_counted: false,
             queued: false,
             gen: 0,
             armed: super::timer::Armed::default(),
