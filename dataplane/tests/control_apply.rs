@@ -4,26 +4,12 @@
 
 mod common;
 
-use common::controller::{reply, running, started, started_from};
+use common::controller::{reply, running, started, started_from, CONFIG};
 use control::api::{Body, Request};
 use control::config::Config;
 use crypto::testcert::{self_signed, P256};
 use dataplane::engine::Engine;
 use dataplane::port::MemPort;
-
-const CONFIG: &str = r#"
-[eal]
-lcores = [1, 2]
-args = ["--in-memory"]
-[[port]]
-name = "p0"
-device = "net_ring0"
-address = "10.78.0.1/24"
-[[vip]]
-name = "web"
-listen = "10.78.0.1:80"
-respond = "builtin"
-"#;
 
 fn web_enabled(e: &Engine<MemPort>) -> bool {
     use dataplane::app::Application;

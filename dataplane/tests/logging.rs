@@ -4,32 +4,16 @@
 
 mod common;
 
-use common::controller::{reply, running, started};
+use common::controller::{reply, running, started, CONFIG};
 use control::api::{Body, Request};
 use control::config::{Config, Log, LogFormat};
 use log::Level;
-
-const CONFIG: &str = r#"
-[eal]
-lcores = [1, 2]
-args = ["--in-memory"]
-[[port]]
-name = "p0"
-device = "net_ring0"
-address = "10.78.0.1/24"
-[log]
-level = "warn"
-[[vip]]
-name = "web"
-listen = "10.78.0.1:80"
-respond = "builtin"
-"#;
 
 #[test]
 fn the_log_filter_changes_with_the_configuration_and_only_with_it() {
     // SAFETY: the only test in this process, before any thread starts.
     unsafe { std::env::remove_var("RUST_LOG") };
-    let cfg = Config::parse(CONFIG).unwrap();
+    let cfg = Config::parse(&format!("{CONFIG}[log]\nlevel = \"warn\"\n")).unwrap();
     dataplane::logging::init(&Log {
         level: cfg.log.level.clone(),
         format: LogFormat::Json,

@@ -16,6 +16,22 @@ use dataplane::stats::SharedCounters;
 
 use super::host::{DUT_IP, DUT_MAC, HOST_MAC};
 
+/// dpd's configuration for [`started`]: two cores, one port, a plain VIP
+/// (`web`) last, so a test may add to its table.
+pub const CONFIG: &str = r#"
+[eal]
+lcores = [1, 2]
+args = ["--in-memory"]
+[[port]]
+name = "p0"
+device = "net_ring0"
+address = "10.78.0.1/24"
+[[vip]]
+name = "web"
+listen = "10.78.0.1:80"
+respond = "builtin"
+"#;
+
 /// Engine `index` of dpd's, on its control ring.
 pub fn engine(control: &ControlLink, shared: Arc<SharedCounters>, index: usize) -> Engine<MemPort> {
     let (dut, _host) = link(DUT_MAC, HOST_MAC, 64, 64);
