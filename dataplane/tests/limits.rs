@@ -385,3 +385,65 @@ fn per_source_cap(syn_cookies: SynCookies) {
         "{syn_cookies:?}: three at their handshake's end, one SYN"
     );
 }
+
+/// A per-source cap set on a listener with connections open counts those
+/// established already (over the cap, they stay), and one taken away and
+/// set again counts afresh: their ends lower only what they raised.
+#[test]
+fn a_per_source_cap_set_while_connections_are_open_counts_them() {
+    let mut lab = lab(TcpConfig::default());
+    let from = |addr: u32, n: u16, port0: u16| -> Vec<Client> {
+        (0..n)
+            .map(|i| {
+                let mut c = Client::new(addr, PLAIN);
+                c.conn.port = port0 + i;
+                c
+            })
+            .collect()
+    };
+    let cap = |lab: &mut HostLab, n: Option<u32>| {
+        let limits = ListenLimits {
+            per_source_conns: n,
+            ..ListenLimits::default()
+        };
+        lab.mem.engine.set_vip_limits(DUT_IP, PLAIN, limits);
+    };
+    let taken = |lab: &mut HostLab, addr: u32, port: u16| -> bool {
+        let mut c = from(addr, 1, port);
+        open(lab, &mut c);
+        c[0].conn.rcv_nxt.is_some() && !c[0].conn.reset
+    };
+    // Four from one address with no cap; then a cap of three.
+    let mut four = from(7, 4, 41_000);
+    open(&mut lab, &mut four);
+    assert!(four
+        .iter()
+        .all(|c| c.conn.rcv_nxt.is_some() && !c.conn.reset));
+    cap(&mut lab, Some(3));
+    assert!(!taken(&mut lab, 7, 42_000), "its four count");
+    assert!(taken(&mut lab, 8, 42_000), "another address has room");
+    assert!(
+        four.iter().all(|c| !c.conn.reset),
+        "those open go on over the cap"
+    );
+    // Two end: one more fits.
+    round(&mut lab, &mut four[..2], |c| {
+        Some(c.conn.next(TcpControl::Rst, b""))
+    });
+    assert!(taken(&mut lab, 7, 43_000), "two of four left");
+    // The cap taken away and set again: the three open count again.
+    cap(&mut lab, None);
+    cap(&mut lab, Some(3));
+    assert!(!taken(&mut lab, 7, 44_000), "three open again");
+    // Without the cap, ends of once-counted connections touch nothing.
+    cap(&mut lab, None);
+    round(&mut lab, &mut four[2..], |c| {
+        Some(c.conn.next(TcpControl::Rst, b""))
+    });
+    assert!(taken(&mut lab, 7, 45_000));
+    assert!(taken(&mut lab, 7, 45_001));
+    cap(&mut lab, Some(3));
+    assert!(!taken(&mut lab, 7, 46_000), "43000, 45000 and 45001 open");
+    lab.mem.engine.publish();
+    assert_eq!(lab.mem.engine.vip_counters(0).refused_source_conns, 3);
+}

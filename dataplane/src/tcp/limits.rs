@@ -81,14 +81,25 @@ impl Listener {
         if limits.per_source_conns.is_none() {
             self.source_open = None;
         } else if self.source_open.is_none() {
-            // Connections established before the cap was set are not
-            // counted, and their ends are ignored. (A cap taken away and
-            // set again while connections counted under the first remain:
-            // their ends lower the new counts, so a source may go over by
-            // as many until they end.)
+            // Empty: the engine counts the connections already established
+            // (`TcpEngine::recount_sources`).
             self.source_open = Some(HashMap::new());
         }
         self.limits = limits;
+    }
+
+    /// Whether it counts established connections per source (a per-source
+    /// cap is set).
+    pub fn counts_sources(&self) -> bool {
+        self.source_open.is_some()
+    }
+
+    /// Counts a connection from `source` established before the cap was
+    /// set: it stays, even over the cap.
+    pub fn source_recounted(&mut self, source: u64) {
+        if let Some(open) = self.source_open.as_mut() {
+            *open.entry(source).or_insert(0) += 1;
+        }
     }
 
     /// A connection from `source` completed its handshake: `Ok(true)`

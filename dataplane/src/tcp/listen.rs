@@ -152,6 +152,39 @@ impl<A: Default> TcpEngine<A> {
         }
     }
 
+    /// Listener `i`'s per-source cap was set where there was none, or
+    /// taken away: its connections that completed their handshake are
+    /// counted against their sources afresh (or no longer), as if the cap
+    /// had always been there, so that new connections see them and their
+    /// ends lower only counts they raised. One pass over the slab, on a
+    /// configuration change.
+    pub(super) fn recount_sources(&mut self, i: usize) {
+        let Some(listener) = self.listeners.get(i) else {
+            return;
+        };
+        let (addr, port, counting) = (listener.addr, listener.port, listener.counts_sources());
+        for slot in 0..self.conns.len() {
+            let Some(c) = self.conns[slot].as_ref() else {
+                continue;
+            };
+            let Some(l) = c.listener.filter(|_| c.accepted) else {
+                continue;
+            };
+            let Some(key) = self.key(ConnId::new(slot as u32, c.gen)) else {
+                continue;
+            };
+            if listener_addr(l, key) != addr || key.local_addr().port() != port {
+                continue;
+            }
+            if counting {
+                self.listeners[i].source_recounted(source_id(key));
+            }
+            if let Some(c) = self.conns[slot].as_mut() {
+                c.source_counted = counting;
+            }
+        }
+    }
+
     /// A connection of listener `addr:port` ended (from `source`, when it
     /// was counted against it).
     pub(super) fn listener_closed(&mut self, addr: IpAddr, port: u16, source: Option<u64>) {

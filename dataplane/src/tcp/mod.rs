@@ -629,13 +629,18 @@ impl<A: Default> TcpEngine<A> {
         }
         match self
             .listeners
-            .iter_mut()
-            .find(|l| l.addr == addr && l.port == port)
+            .iter()
+            .position(|l| l.addr == addr && l.port == port)
         {
-            Some(l) => {
+            Some(i) => {
+                let l = &mut self.listeners[i];
+                let counted = l.counts_sources();
                 l.accepting = true;
                 l.tag = tag;
                 l.set_limits(limits);
+                if l.counts_sources() != counted {
+                    self.recount_sources(i);
+                }
             }
             None => self.listeners.push(Listener::new(addr, port, limits, tag)),
         }
