@@ -204,7 +204,24 @@ pub struct VipInfo {
     /// The `[vip.tls]` policy, when one is set (else the defaults).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<crate::config::TlsSettings>,
+    /// Its deadlines and limits in effect.
+    #[serde(default)]
+    pub limits: VipLimits,
     pub counters: VipCounters,
+}
+
+/// A VIP's deadlines and limits as they apply (defaults filled in).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VipLimits {
+    pub handshake_timeout_ms: u32,
+    pub request_timeout_ms: u32,
+    pub send_timeout_ms: u32,
+    /// `[tcp] idle_timeout_s` where the VIP sets none.
+    pub idle_timeout_s: u32,
+    /// `None`: no limit.
+    pub max_connections: Option<u32>,
+    pub max_new_per_source: Option<u32>,
+    pub max_connections_per_source: Option<u32>,
 }
 
 /// What `vip set` changes on a VIP; what is absent stays as it is. TLS
@@ -235,6 +252,53 @@ pub struct VipChange {
     pub tickets: Option<TicketsChange>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefer_client_order: Option<bool>,
+    /// [`Vip::handshake_timeout_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handshake_timeout_ms: Option<u32>,
+    /// [`Vip::request_timeout_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_timeout_ms: Option<u32>,
+    /// [`Vip::send_timeout_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_timeout_ms: Option<u32>,
+    /// [`Vip::idle_timeout_s`]; `null` goes back to `[tcp] idle_timeout_s`.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub idle_timeout_s: Option<Option<u32>>,
+    /// [`Vip::max_connections`]; `null` takes the cap away.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_connections: Option<Option<u32>>,
+    /// [`Vip::max_new_per_source`]; `null` takes the limit away.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_new_per_source: Option<Option<u32>>,
+    /// [`Vip::max_connections_per_source`]; `null` takes the cap away.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_connections_per_source: Option<Option<u32>>,
+}
+
+/// A field that is present, `null` included (`Some(None)`); an absent one
+/// is `None` through `#[serde(default)]`.
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
 }
 
 /// Session tickets in a [`VipChange`].

@@ -177,7 +177,7 @@ fn set_vip(next: &mut Config, i: usize, change: &VipChange) -> Result<(), Config
         return Err(ConfigError::new(
             format!("vip[{i}]"),
             &vip.name,
-            "nothing to change (give certificates, a pool or TLS settings)",
+            "nothing to change (give certificates, a pool, TLS settings, timeouts or limits)",
         ));
     }
     if change.builtin && change.pool.is_some() {
@@ -227,6 +227,26 @@ fn set_vip(next: &mut Config, i: usize, change: &VipChange) -> Result<(), Config
             tls.prefer_client_order = p;
         }
     }
+    let set = |to: &mut u32, v: Option<u32>| {
+        if let Some(v) = v {
+            *to = v;
+        }
+    };
+    set(&mut vip.handshake_timeout_ms, change.handshake_timeout_ms);
+    set(&mut vip.request_timeout_ms, change.request_timeout_ms);
+    set(&mut vip.send_timeout_ms, change.send_timeout_ms);
+    let set_or_clear = |to: &mut Option<u32>, v: Option<Option<u32>>| {
+        if let Some(v) = v {
+            *to = v;
+        }
+    };
+    set_or_clear(&mut vip.idle_timeout_s, change.idle_timeout_s);
+    set_or_clear(&mut vip.max_connections, change.max_connections);
+    set_or_clear(&mut vip.max_new_per_source, change.max_new_per_source);
+    set_or_clear(
+        &mut vip.max_connections_per_source,
+        change.max_connections_per_source,
+    );
     Ok(())
 }
 
@@ -442,6 +462,72 @@ mod tests {
         }));
         assert_eq!(c.vips[0].pool, None);
         assert_eq!(c.vips[0].respond, Some(Respond::Builtin));
+    }
+
+    #[test]
+    fn vip_set_changes_timeouts_and_limits_and_takes_them_away() {
+        let c = changed(set(VipChange {
+            send_timeout_ms: Some(5_000),
+            idle_timeout_s: Some(Some(45)),
+            max_connections: Some(Some(1_000)),
+            max_connections_per_source: Some(Some(8)),
+            ..VipChange::default()
+        }));
+        let v = &c.vips[0];
+        assert_eq!(v.send_timeout_ms, 5_000);
+        assert_eq!(v.idle_timeout_s, Some(45));
+        assert_eq!(v.max_connections, Some(1_000));
+        assert_eq!(v.max_connections_per_source, Some(8));
+        // Untouched: the other timeouts, the rate limit, TLS.
+        let b = &base().vips[0];
+        assert_eq!(v.handshake_timeout_ms, b.handshake_timeout_ms);
+        assert_eq!(v.request_timeout_ms, b.request_timeout_ms);
+        assert_eq!(v.max_new_per_source, None);
+        assert_eq!(v.tls, b.tls);
+        // `null` takes a limit away and the idle timeout back to [tcp]'s;
+        // what is absent stays.
+        let change: VipChange = serde_json::from_str(
+            r#"{"max_connections": null, "idle_timeout_s": null, "max_new_per_source": 50}"#,
+        )
+        .unwrap();
+        assert_eq!(change.max_connections, Some(None));
+        assert_eq!(change.max_connections_per_source, None);
+        let c = apply(&c, &set(change.clone())).unwrap().unwrap();
+        let v = &c.vips[0];
+        assert_eq!(v.max_connections, None);
+        assert_eq!(v.idle_timeout_s, None);
+        assert_eq!(v.max_new_per_source, Some(50));
+        assert_eq!(v.max_connections_per_source, Some(8));
+        assert_eq!(v.send_timeout_ms, 5_000);
+        // It goes over the wire as it came.
+        let wire = serde_json::to_string(&change).unwrap();
+        assert_eq!(serde_json::from_str::<VipChange>(&wire).unwrap(), change);
+        // Out of range: refused, naming the field.
+        for (change, field) in [
+            (
+                VipChange {
+                    send_timeout_ms: Some(10),
+                    ..VipChange::default()
+                },
+                "vip[0].send_timeout_ms",
+            ),
+            (
+                VipChange {
+                    max_connections_per_source: Some(Some(0)),
+                    ..VipChange::default()
+                },
+                "vip[0].max_connections_per_source",
+            ),
+            (
+                VipChange {
+                    idle_timeout_s: Some(Some(0)),
+                    ..VipChange::default()
+                },
+                "vip[0].idle_timeout_s",
+            ),
+        ] {
+            assert_eq!(refused(set(change)).field, field);
+        }
     }
 
     #[test]

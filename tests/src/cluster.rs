@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{bin, repo_root, require_root, run, Dpd};
+use super::{repo_root, require_root, run, Dpd};
 
 static NEXT_CLUSTER: AtomicU32 = AtomicU32::new(0);
 
@@ -180,11 +180,7 @@ impl Cluster {
 
     /// `dpctl` against a node.
     pub fn dpctl(dpd: &Dpd, args: &[&str]) -> Output {
-        run(Command::new(bin("dpctl"))
-            .arg("--socket")
-            .arg(&dpd.socket)
-            .args(args)
-            .stdin(Stdio::null()))
+        dpd.dpctl(args)
     }
 }
 

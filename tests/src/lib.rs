@@ -409,6 +409,15 @@ impl Dpd {
         self.child.as_ref().expect("running").id()
     }
 
+    /// Runs `dpctl ARGS...` against it.
+    pub fn dpctl(&self, args: &[&str]) -> Output {
+        run(Command::new(bin("dpctl"))
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(args)
+            .stdin(Stdio::null()))
+    }
+
     pub fn log_text(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
     }

@@ -11,10 +11,7 @@ use e2e::{bin, dpbench_result, make_cert, make_certs, run, Dpd, HttpBackend, Key
 
 /// Runs `dpctl --socket S ARGS...`.
 fn dpctl(dpd: &Dpd, args: &[&str]) -> Output {
-    run(Command::new(bin("dpctl"))
-        .arg("--socket")
-        .arg(&dpd.socket)
-        .args(args))
+    dpd.dpctl(args)
 }
 
 /// `dpctl` that must succeed; its stdout.

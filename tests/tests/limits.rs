@@ -148,3 +148,180 @@ fn syns_over_a_vips_limits_are_refused_and_counted() {
     );
     assert_eq!(stats.drops["listen_refused"], 11, "{stats:?}");
 }
+
+/// Holds connections to `dut:port` from `src` on command, one per stdin
+/// line: `open N` opens N one after another and prints one word per
+/// attempt ("open" or the errno's name); `close N` closes the N oldest
+/// and prints "closed"; `quiet` opens one, sends nothing and prints how
+/// it ended ("reset" or "eof") and after how many seconds.
+const HOLDER: &str = r#"
+import errno, socket, sys, time
+dut, port, src = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+held = []
+for line in sys.stdin:
+    cmd, n = line.split()
+    if cmd == "open":
+        words = []
+        for _ in range(int(n)):
+            s = socket.socket()
+            s.settimeout(3)
+            s.bind((src, 0))
+            try:
+                s.connect((dut, port))
+                words.append("open")
+                held.append(s)
+            except OSError as e:
+                words.append(errno.errorcode.get(e.errno, str(e.errno)))
+                s.close()
+        print(" ".join(words), flush=True)
+    elif cmd == "close":
+        for s in held[:int(n)]:
+            s.close()
+        held = held[int(n):]
+        print("closed", flush=True)
+    elif cmd == "quiet":
+        s = socket.create_connection((dut, port), timeout=20, source_address=(src, 0))
+        t0 = time.monotonic()
+        try:
+            how = "eof" if s.recv(1) == b"" else "data"
+        except ConnectionResetError:
+            how = "reset"
+        print(f"{how} {time.monotonic() - t0:.1f}", flush=True)
+"#;
+
+/// [`HOLDER`] running in the client namespace.
+struct Holder {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Holder {
+    fn start(lab: &Lab, port: u16, src: &str) -> Self {
+        let port = port.to_string();
+        let dut = lab.dut_ip();
+        let mut child = lab
+            .client_command(&["timeout", "120", PYTHON, "-c", HOLDER, &dut, &port, src])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn the client");
+        let out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        Self { child, out }
+    }
+
+    /// Sends `cmd`; the words of its answer.
+    fn ask(&mut self, cmd: &str) -> Vec<String> {
+        use std::io::{BufRead, Write};
+        let stdin = self.child.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "{cmd}").expect("to the client");
+        let mut line = String::new();
+        self.out.read_line(&mut line).expect("from the client");
+        assert!(!line.is_empty(), "the client ended at {cmd:?}");
+        line.split_whitespace().map(str::to_string).collect()
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// `dpctl` that must succeed; its stdout.
+fn dpctl_ok(dpd: &Dpd, args: &[&str]) -> String {
+    let o = dpd.dpctl(args);
+    assert!(
+        o.status.success(),
+        "dpctl {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// An operator under attack sets limits and timeouts on a running VIP
+/// with `dpctl vip set`: a per-source cap counts the connections already
+/// open, takes effect for the next SYN, shows in `vip show`, and goes
+/// with `none`; a shorter request timeout resets the next quiet client;
+/// values out of range are refused and change nothing.
+#[test]
+fn dpctl_vip_set_changes_limits_and_timeouts_on_a_running_vip() {
+    let lab = Lab::up("limset");
+    let dpd = Dpd::start(&lab, |s| {
+        format!(
+            "{}\n[[vip]]\nname = \"live\"\nlisten = \"{}:80\"\nrespond = \"builtin\"\n",
+            lab.config("net_af_packet", s, ""),
+            lab.dut_ip()
+        )
+    });
+    let src = format!("{}.2", lab.net);
+    let mut client = Holder::start(&lab, 80, &src);
+    assert_eq!(client.ask("open 4"), ["open"; 4]);
+
+    dpctl_ok(
+        &dpd,
+        &["vip", "set", "live", "--max-connections-per-source", "3"],
+    );
+    assert_eq!(client.ask("open 1"), ["ECONNREFUSED"], "its four count");
+    let show = dpctl_ok(&dpd, &["vip", "show", "live"]);
+    assert!(
+        show.contains("per source: none new a second, 3 established"),
+        "{show}"
+    );
+    assert!(show.contains("1 over max_connections_per_source"), "{show}");
+    // Two closed: room for one.
+    assert_eq!(client.ask("close 2"), ["closed"]);
+    dpd.stats_when(Duration::from_secs(5), |s| {
+        s.vips.get("live").is_some_and(|v| v.active == 2)
+    });
+    assert_eq!(client.ask("open 2"), ["open", "ECONNREFUSED"]);
+    // Taken away: no refusal.
+    dpctl_ok(
+        &dpd,
+        &["vip", "set", "live", "--max-connections-per-source", "none"],
+    );
+    assert_eq!(client.ask("open 2"), ["open", "open"]);
+    let limits = &serde_json::from_str::<serde_json::Value>(&dpctl_ok(
+        &dpd,
+        &["--json", "vip", "show", "live"],
+    ))
+    .expect("JSON")["vips"][0]["limits"];
+    assert_eq!(
+        limits["max_connections_per_source"],
+        serde_json::Value::Null
+    );
+    assert_eq!(limits["request_timeout_ms"], 30_000, "{limits}");
+
+    // A client that sends nothing is reset at the new request timeout.
+    dpctl_ok(
+        &dpd,
+        &["vip", "set", "live", "--request-timeout-ms", "1000"],
+    );
+    let quiet = client.ask("quiet 1");
+    let after: f64 = quiet[1].parse().expect("seconds");
+    assert_eq!(quiet[0], "reset", "{quiet:?}");
+    assert!((0.9..5.0).contains(&after), "reset after {after} s");
+    assert!(dpctl_ok(&dpd, &["config", "show"]).contains("request_timeout_ms = 1000"));
+
+    // Out of range, or not a number: refused, nothing changed.
+    let o = dpd.dpctl(&["vip", "set", "live", "--send-timeout-ms", "10"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("vip[0].send_timeout_ms"),
+        "{err}"
+    );
+    let o = dpd.dpctl(&["vip", "set", "live", "--max-connections", "lots"]);
+    assert!(!o.status.success());
+    let show = dpctl_ok(&dpd, &["vip", "show", "live"]);
+    assert!(show.contains("send 60000 ms"), "{show}");
+    assert!(show.contains("connections none;"), "{show}");
+    let stats = dpd.stats_when(Duration::from_secs(5), |s| {
+        s.vips.get("live").is_some_and(|v| v.request_timeouts == 1)
+    });
+    let live = &stats.vips["live"];
+    assert_eq!(
+        (live.refused_source_conns, live.request_timeouts),
+        (2, 1),
+        "{stats:?}"
+    );
+}

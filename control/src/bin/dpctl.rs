@@ -139,9 +139,12 @@ enum VipCmd {
         disabled: bool,
         #[command(flatten)]
         tls: Box<TlsArgs>,
+        #[command(flatten)]
+        limits: LimitArgs,
     },
-    /// Change a VIP in place: certificates, pool, TLS policy (only what is
-    /// given). New connections get the change; open ones keep theirs.
+    /// Change a VIP in place: certificates, pool, TLS policy, timeouts and
+    /// limits (only what is given). New connections get the change; open
+    /// ones keep theirs, but the limits count them.
     Set {
         name: String,
         /// Certificate names, replacing the VIP's (repeat; the first is
@@ -159,6 +162,8 @@ enum VipCmd {
         /// Turn session tickets off.
         #[arg(long, conflicts_with = "tickets")]
         no_tickets: bool,
+        #[command(flatten)]
+        limits: LimitArgs,
     },
     /// Remove a VIP: no new connections; open ones go on.
     Remove {
@@ -279,8 +284,93 @@ impl TlsArgs {
             tls_groups: given(&self.groups),
             alpn: given(&self.alpn).map(|a| a.into_iter().filter(|p| p != "none").collect()),
             tickets,
-            prefer_client_order: None,
+            ..VipChange::default()
         }
+    }
+}
+
+/// A VIP's deadlines and limits (`[[vip]]`'s fields of the same names);
+/// what is not given stays (`vip set`) or takes its default (`vip add`).
+#[derive(clap::Args, Debug)]
+struct LimitArgs {
+    /// Reset a TLS handshake not done this long after the SYN.
+    #[arg(long, value_name = "MS")]
+    handshake_timeout_ms: Option<u32>,
+    /// Reset a connection whose request (or first bytes) is not there
+    /// this long after it is ready for one.
+    #[arg(long, value_name = "MS")]
+    request_timeout_ms: Option<u32>,
+    /// Reset a client that acknowledges nothing waiting for it this long.
+    #[arg(long, value_name = "MS")]
+    send_timeout_ms: Option<u32>,
+    /// Reset a client silent this long ("default": [tcp] idle_timeout_s).
+    #[arg(long, value_name = "S|default")]
+    idle_timeout_s: Option<Limit>,
+    /// Most connections open at once ("none": no cap).
+    #[arg(long, value_name = "N|none")]
+    max_connections: Option<Limit>,
+    /// Most new connections per second from one address ("none").
+    #[arg(long, value_name = "N|none")]
+    max_new_per_source: Option<Limit>,
+    /// Most established connections from one address ("none").
+    #[arg(long, value_name = "N|none")]
+    max_connections_per_source: Option<Limit>,
+}
+
+/// A number, or none: `none` (a limit) or `default` (a timeout).
+#[derive(Debug, Clone, Copy)]
+struct Limit(Option<u32>);
+
+impl std::str::FromStr for Limit {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" | "default" => Ok(Self(None)),
+            _ => s
+                .parse()
+                .map(|n| Self(Some(n)))
+                .map_err(|_| format!("{s:?}: a number, or none (default for a timeout)")),
+        }
+    }
+}
+
+impl LimitArgs {
+    /// Sets what was given on `change`.
+    fn change(&self, change: &mut VipChange) {
+        let limit = |l: Option<Limit>| l.map(|Limit(n)| n);
+        change.handshake_timeout_ms = self.handshake_timeout_ms;
+        change.request_timeout_ms = self.request_timeout_ms;
+        change.send_timeout_ms = self.send_timeout_ms;
+        change.idle_timeout_s = limit(self.idle_timeout_s);
+        change.max_connections = limit(self.max_connections);
+        change.max_new_per_source = limit(self.max_new_per_source);
+        change.max_connections_per_source = limit(self.max_connections_per_source);
+    }
+
+    /// Sets what was given on a new VIP.
+    fn apply(&self, vip: &mut Vip) {
+        let limit = |l: Option<Limit>, to: &mut Option<u32>| {
+            if let Some(Limit(n)) = l {
+                *to = n;
+            }
+        };
+        if let Some(ms) = self.handshake_timeout_ms {
+            vip.handshake_timeout_ms = ms;
+        }
+        if let Some(ms) = self.request_timeout_ms {
+            vip.request_timeout_ms = ms;
+        }
+        if let Some(ms) = self.send_timeout_ms {
+            vip.send_timeout_ms = ms;
+        }
+        limit(self.idle_timeout_s, &mut vip.idle_timeout_s);
+        limit(self.max_connections, &mut vip.max_connections);
+        limit(self.max_new_per_source, &mut vip.max_new_per_source);
+        limit(
+            self.max_connections_per_source,
+            &mut vip.max_connections_per_source,
+        );
     }
 }
 
@@ -408,22 +498,27 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
                 certs,
                 disabled,
                 tls,
+                limits,
             } => Request::VipAdd {
-                vip: Vip {
-                    name: name.clone(),
-                    listen: listen.clone(),
-                    respond: builtin.then_some(control::config::Respond::Builtin),
-                    pool: pool.clone(),
-                    certs: certs.iter().map(|c| CertRef::Name(c.clone())).collect(),
-                    tls: tls.settings()?,
-                    enabled: !disabled,
-                    handshake_timeout_ms: control::config::DEFAULT_HANDSHAKE_TIMEOUT_MS,
-                    request_timeout_ms: control::config::DEFAULT_REQUEST_TIMEOUT_MS,
-                    send_timeout_ms: control::config::DEFAULT_SEND_TIMEOUT_MS,
-                    idle_timeout_s: None,
-                    max_connections: None,
-                    max_new_per_source: None,
-                    max_connections_per_source: None,
+                vip: {
+                    let mut vip = Vip {
+                        name: name.clone(),
+                        listen: listen.clone(),
+                        respond: builtin.then_some(control::config::Respond::Builtin),
+                        pool: pool.clone(),
+                        certs: certs.iter().map(|c| CertRef::Name(c.clone())).collect(),
+                        tls: tls.settings()?,
+                        enabled: !disabled,
+                        handshake_timeout_ms: control::config::DEFAULT_HANDSHAKE_TIMEOUT_MS,
+                        request_timeout_ms: control::config::DEFAULT_REQUEST_TIMEOUT_MS,
+                        send_timeout_ms: control::config::DEFAULT_SEND_TIMEOUT_MS,
+                        idle_timeout_s: None,
+                        max_connections: None,
+                        max_new_per_source: None,
+                        max_connections_per_source: None,
+                    };
+                    limits.apply(&mut vip);
+                    vip
                 },
             },
             VipCmd::Set {
@@ -433,9 +528,14 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
                 builtin,
                 tls,
                 no_tickets,
+                limits,
             } => Request::VipSet {
                 name: name.clone(),
-                change: tls.change(certs, pool, *builtin, *no_tickets),
+                change: {
+                    let mut change = tls.change(certs, pool, *builtin, *no_tickets);
+                    limits.change(&mut change);
+                    change
+                },
             },
             VipCmd::Remove { name } => Request::VipRemove { name: name.clone() },
             VipCmd::Enable { name } => Request::VipEnable { name: name.clone() },
@@ -893,9 +993,29 @@ fn print_vip(v: &VipInfo) {
             .as_ref()
             .map_or("built-in responder".to_string(), |p| format!("pool {p}"))
     );
+    let l = &v.limits;
+    println!(
+        "  timeouts     handshake {} ms, request {} ms, send {} ms, idle {} s",
+        l.handshake_timeout_ms, l.request_timeout_ms, l.send_timeout_ms, l.idle_timeout_s
+    );
+    let cap = |n: Option<u32>| n.map_or("none".to_string(), |n| n.to_string());
+    println!(
+        "  limits       connections {}; per source: {} new a second, {} established",
+        cap(l.max_connections),
+        cap(l.max_new_per_source),
+        cap(l.max_connections_per_source)
+    );
     println!(
         "  connections  {} accepted, {} open",
         c.connections, c.active
+    );
+    println!(
+        "  refused      {} over max_connections, {} over max_new_per_source, {} over max_connections_per_source",
+        c.refused_conn_limit, c.refused_source_rate, c.refused_source_conns
+    );
+    println!(
+        "  timed out    {} handshakes, {} requests, {} sends",
+        c.handshake_timeouts, c.request_timeouts, c.send_timeouts
     );
     println!(
         "  tls          {} handshakes, {} failures; {} clients without a member",

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use control::api::{
     Answer, Applied, Body, Captured, CertInfo, DrainState, MemberInfo, PoolInfo, PortStatus,
-    ReloadStatus, Reply, Request, Stats, Status, VipCounters, VipInfo,
+    ReloadStatus, Reply, Request, Stats, Status, VipCounters, VipInfo, VipLimits,
 };
 use control::config::{Config, ConfigError};
 use crypto::certs::{Cert, CertStore};

@@ -75,6 +75,15 @@ impl Controller {
                     .collect(),
                 pool: v.pool.clone(),
                 tls: v.tls.clone(),
+                limits: VipLimits {
+                    handshake_timeout_ms: v.handshake_timeout_ms,
+                    request_timeout_ms: v.request_timeout_ms,
+                    send_timeout_ms: v.send_timeout_ms,
+                    idle_timeout_s: v.idle_timeout_s.unwrap_or(self.cfg.tcp.idle_timeout_s),
+                    max_connections: v.max_connections,
+                    max_new_per_source: v.max_new_per_source,
+                    max_connections_per_source: v.max_connections_per_source,
+                },
                 counters: stats.total.vips.get(&v.name).copied().unwrap_or_default(),
             })
             .collect()
