@@ -148,6 +148,18 @@ pub enum Request {
     LogLevel {
         level: String,
     },
+    /// Refuses these client networks (`[access] deny`) on every VIP:
+    /// their SYNs are dropped and their open connections reset. Ones
+    /// denied already are left as they are.
+    DenyAdd {
+        prefixes: Vec<String>,
+    },
+    /// Takes these networks off `[access] deny` (each must be on it).
+    DenyRemove {
+        prefixes: Vec<String>,
+    },
+    /// Answers [`Body::Deny`].
+    DenyList,
     /// Writes up to `count` frames received or sent on dataplane port
     /// `port` (by name) to `file` (pcap), waiting at most `timeout_ms`.
     Capture {
@@ -180,6 +192,18 @@ pub enum Body {
     /// Where `config save` wrote it.
     Saved(PathBuf),
     Captured(Captured),
+    Deny(DenyInfo),
+}
+
+/// `[access] deny` and what it refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DenyInfo {
+    /// The networks, as in the configuration.
+    pub prefixes: Vec<String>,
+    /// SYNs dropped for their source, ever (all VIPs).
+    pub refused: u64,
+    /// Open connections reset when their source was denied, ever.
+    pub reset: u64,
 }
 
 /// The reply to a change.

@@ -5,7 +5,12 @@
 //! running configuration as it was.
 
 use crate::api::{Request, TicketsChange, VipChange};
-use crate::config::{CertRef, Config, ConfigError, MemberState, Respond, TlsSettings};
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+use crate::config::{
+    parse_prefix, prefix_text, CertRef, Config, ConfigError, MemberState, Respond, TlsSettings,
+};
 
 /// The configuration after `req`, or `None` when `req` changes nothing
 /// (a query).
@@ -52,6 +57,10 @@ pub fn apply(cfg: &Config, req: &Request) -> Option<Result<Config, ConfigError>>
             }
             Err(why) => Err(ConfigError::new("log.level", level, why)),
         },
+        Request::DenyAdd { prefixes } => deny_add(&mut next, prefixes)
+            .map_err(|(p, why)| ConfigError::new("access.deny", p, why)),
+        Request::DenyRemove { prefixes } => deny_remove(&mut next, prefixes)
+            .map_err(|(p, why)| ConfigError::new("access.deny", p, why)),
         Request::CertRotate { cert } => match next.certs.iter_mut().find(|c| c.name == cert.name) {
             Some(c) => {
                 c.cert.clone_from(&cert.cert);
@@ -134,6 +143,7 @@ pub fn apply(cfg: &Config, req: &Request) -> Option<Result<Config, ConfigError>>
         | Request::ConfigShow
         | Request::ConfigSave { .. }
         | Request::ConfigReload
+        | Request::DenyList
         | Request::Capture { .. } => return None,
     };
     Some(result.and_then(|()| next.validate().map(|()| next)))
@@ -154,6 +164,7 @@ pub fn restart_sections(running: &Config, next: &Config) -> Vec<&'static str> {
         tcp,
         control,
         routing,
+        access: _,
     } = next;
     [
         (*eal != running.eal, "[eal]"),
@@ -247,6 +258,44 @@ fn set_vip(next: &mut Config, i: usize, change: &VipChange) -> Result<(), Config
         &mut vip.max_connections_per_source,
         change.max_connections_per_source,
     );
+    Ok(())
+}
+
+/// Adds the networks of `prefixes` not denied already (written as
+/// [`prefix_text`] does); the first that does not read, and why.
+fn deny_add(next: &mut Config, prefixes: &[String]) -> Result<(), (String, String)> {
+    let mut have: HashSet<(IpAddr, u8)> = next
+        .access
+        .deny
+        .iter()
+        .filter_map(|d| parse_prefix(d).ok())
+        .collect();
+    if prefixes.is_empty() {
+        return Err((String::new(), "no network given".into()));
+    }
+    for p in prefixes {
+        let net = parse_prefix(p).map_err(|why| (p.clone(), why))?;
+        if have.insert(net) {
+            next.access.deny.push(prefix_text(net));
+        }
+    }
+    Ok(())
+}
+
+/// Takes `prefixes` off the list; each must be on it (as written, or the
+/// same network written another way).
+fn deny_remove(next: &mut Config, prefixes: &[String]) -> Result<(), (String, String)> {
+    if prefixes.is_empty() {
+        return Err((String::new(), "no network given".into()));
+    }
+    for p in prefixes {
+        let net = parse_prefix(p).map_err(|why| (p.clone(), why))?;
+        let before = next.access.deny.len();
+        next.access.deny.retain(|d| parse_prefix(d) != Ok(net));
+        if next.access.deny.len() == before {
+            return Err((p.clone(), "not denied (dpctl deny list)".into()));
+        }
+    }
     Ok(())
 }
 
@@ -528,6 +577,58 @@ mod tests {
         ] {
             assert_eq!(refused(set(change)).field, field);
         }
+    }
+
+    #[test]
+    fn deny_add_keeps_one_entry_per_network_and_remove_wants_it_there() {
+        let deny = |c: &Config| c.access.deny.clone();
+        let add = |p: &[&str]| Request::DenyAdd {
+            prefixes: p.iter().map(|s| s.to_string()).collect(),
+        };
+        let remove = |p: &[&str]| Request::DenyRemove {
+            prefixes: p.iter().map(|s| s.to_string()).collect(),
+        };
+        let c = changed(add(&["198.51.100.0/24", "203.0.113.7", "2001:db8:0::/32"]));
+        assert_eq!(
+            deny(&c),
+            ["198.51.100.0/24", "203.0.113.7", "2001:db8::/32"]
+        );
+        // Again, written another way: nothing new.
+        let c2 = apply(&c, &add(&["203.0.113.7/32", "2001:DB8::/32"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(deny(&c2), deny(&c));
+        // Removed as written or written another way.
+        let c3 = apply(&c, &remove(&["203.0.113.7/32", "198.51.100.0/24"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(deny(&c3), ["2001:db8::/32"]);
+        // Not on the list, host bits, not an address, nothing: refused,
+        // naming the entry.
+        for (req, value, why) in [
+            (remove(&["192.0.2.0/24"]), "192.0.2.0/24", "not denied"),
+            (
+                add(&["198.51.100.1/24"]),
+                "198.51.100.1/24",
+                "the network is 198.51.100.0/24",
+            ),
+            (add(&["10.0.0.0/33"]), "10.0.0.0/33", "0 to 32"),
+            (add(&["example.com"]), "example.com", "not an address"),
+            (add(&[]), "", "no network given"),
+        ] {
+            let e = apply(&c, &req).unwrap().unwrap_err();
+            assert_eq!((e.field.as_str(), e.value.as_str()), ("access.deny", value));
+            assert!(e.to_string().contains(why), "{e}");
+        }
+        // The file's list is checked too.
+        let mut bad = c.clone();
+        bad.access.deny.push("10.1.2.3/8".into());
+        let e = bad.validate().unwrap_err();
+        assert_eq!(e.field, "access.deny[3]", "{e}");
+        // And a reload takes it without a restart.
+        assert!(restart_sections(&base(), &c).is_empty());
+        let back = Config::parse(&c.to_toml()).unwrap();
+        assert_eq!(back.access, c.access);
     }
 
     #[test]

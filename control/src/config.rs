@@ -35,6 +35,83 @@ pub struct Config {
     /// Announcing VIPs to a routing daemon (docs/cluster.md); absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routing: Option<Routing>,
+    /// Client addresses refused on every VIP.
+    #[serde(default, skip_serializing_if = "Access::is_empty")]
+    pub access: Access,
+}
+
+/// `[access]`: client networks refused everywhere. A SYN from one is
+/// dropped unanswered (counted per VIP, `refused_denied`), and the
+/// connections one has open when it is denied are reset.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Access {
+    /// Networks (`198.51.100.0/24`, `2001:db8::/32`) or single addresses,
+    /// at most [`MAX_DENIED`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+}
+
+impl Access {
+    pub fn is_empty(&self) -> bool {
+        self.deny.is_empty()
+    }
+}
+
+/// Most entries of `[access] deny`.
+pub const MAX_DENIED: usize = 100_000;
+
+/// A network as `[access] deny` takes it: `ADDRESS/LEN`, or an address
+/// alone (all its bits). Host bits must be clear, so that what is written
+/// is what is refused.
+pub fn parse_prefix(s: &str) -> Result<(IpAddr, u8), String> {
+    let (addr, len) = match s.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (s, None),
+    };
+    let addr: IpAddr = addr
+        .parse()
+        .map_err(|_| "not an address, or ADDRESS/LENGTH".to_string())?;
+    let bits = if addr.is_ipv4() { 32 } else { 128 };
+    let len = match len {
+        None => bits,
+        Some(l) => match l.parse::<u8>() {
+            Ok(n) if n <= bits => n,
+            _ => return Err(format!("the length must be 0 to {bits}")),
+        },
+    };
+    let network = mask_to(addr, len);
+    if network != addr {
+        return Err(format!(
+            "host bits set: the network is {network}/{len}, or give the address alone"
+        ));
+    }
+    Ok((addr, len))
+}
+
+/// `addr` with all but its first `len` bits cleared.
+pub fn mask_to(addr: IpAddr, len: u8) -> IpAddr {
+    match addr {
+        IpAddr::V4(a) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+            IpAddr::V4((u32::from(a) & mask).into())
+        }
+        IpAddr::V6(a) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+            IpAddr::V6((u128::from(a) & mask).into())
+        }
+    }
+}
+
+/// `[access] deny`'s way of writing a network (an address alone for all
+/// its bits), so that the same network is always written the same.
+pub fn prefix_text((addr, len): (IpAddr, u8)) -> String {
+    let bits = if addr.is_ipv4() { 32 } else { 128 };
+    if len == bits {
+        addr.to_string()
+    } else {
+        format!("{addr}/{len}")
+    }
 }
 
 /// `[routing]`: the VIPs this node can serve are put, as /32 and /128
@@ -1502,6 +1579,18 @@ impl Config {
                     &vip.listen,
                     "another VIP listens here",
                 ));
+            }
+        }
+        if self.access.deny.len() > MAX_DENIED {
+            return Err(ConfigError::new(
+                "access.deny",
+                self.access.deny.len(),
+                format!("at most {MAX_DENIED} networks"),
+            ));
+        }
+        for (i, d) in self.access.deny.iter().enumerate() {
+            if let Err(why) = parse_prefix(d) {
+                return Err(ConfigError::new(format!("access.deny[{i}]"), d, why));
             }
         }
         if self.tcp.max_connections == 0 || self.tcp.max_connections > 16_000_000 {

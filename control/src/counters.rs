@@ -92,6 +92,7 @@ macro_rules! with_counters {
             tcp_timestamp_missing: Counter, "tlsdp_tcp_timestamp_missing_total", "Segments dropped for lacking the timestamp option on a connection that uses it (RFC 7323 section 3.2).";
             tcp_path_mtu_lowered: Counter, "tlsdp_tcp_path_mtu_lowered_total", "Connections whose segment size a Packet Too Big lowered (the quoted segment in flight, RFC 5927).";
             tcp_window_probes: Counter, "tlsdp_tcp_window_probes_total", "Zero-window (persist) probes sent.";
+            tcp_denied_resets: Counter, "tlsdp_tcp_denied_resets_total", "Open client connections reset when their source was denied ([access] deny).";
             tcp_fin_wait2_timeouts: Counter, "tlsdp_tcp_fin_wait2_timeouts_total", "Connections we closed first reset in FIN-WAIT-2: no FIN from the peer within tcp.fin_wait2_timeout_s of the ACK of ours or its last data.";
             tcp_rto_expiries: Counter, "tlsdp_tcp_rto_expiries_total", "Retransmission timeouts (RFC 6298): losses nothing else repaired.";
             tcp_tail_loss_probes: Counter, "tlsdp_tcp_tail_loss_probes_total", "Tail loss probes sent (RFC 8985 section 7).";
@@ -150,6 +151,7 @@ macro_rules! with_vip_counters {
             refused_conn_limit: Counter, "tlsdp_vip_refused_connection_limit_total", "SYNs to the VIP reset because its max_connections were open.";
             refused_source_rate: Counter, "tlsdp_vip_refused_source_rate_total", "SYNs to the VIP reset because their source was over max_new_per_source.";
             refused_source_conns: Counter, "tlsdp_vip_refused_source_connections_total", "SYNs to the VIP reset because their source had max_connections_per_source established.";
+            refused_denied: Counter, "tlsdp_vip_refused_denied_total", "SYNs to the VIP dropped because their source is denied ([access] deny).";
         }
     };
 }

@@ -71,6 +71,8 @@ pub enum DropReason {
     BadExtensionHeader,
     /// An 802.1Q tag for a VLAN the port is not configured with.
     UnknownVlan,
+    /// A SYN from a denied source (`[access] deny`), unanswered.
+    SourceDenied,
 }
 
 impl From<crate::tcp::SegmentDrop> for DropReason {
@@ -82,12 +84,13 @@ impl From<crate::tcp::SegmentDrop> for DropReason {
             SegmentDrop::NoConnection => Self::NoConnection,
             SegmentDrop::ListenOverflow => Self::ListenOverflow,
             SegmentDrop::Refused => Self::ListenRefused,
+            SegmentDrop::Denied => Self::SourceDenied,
         }
     }
 }
 
 impl DropReason {
-    pub const COUNT: usize = 21;
+    pub const COUNT: usize = 22;
     pub const ALL: [DropReason; Self::COUNT] = [
         Self::Malformed,
         Self::NotForUs,
@@ -110,6 +113,7 @@ impl DropReason {
         Self::PortError,
         Self::BadExtensionHeader,
         Self::UnknownVlan,
+        Self::SourceDenied,
     ];
 
     /// A stable snake_case name (used in stats output and metrics).
@@ -137,6 +141,7 @@ impl DropReason {
             Self::PortError => "port_error",
             Self::BadExtensionHeader => "bad_extension_header",
             Self::UnknownVlan => "unknown_vlan",
+            Self::SourceDenied => "source_denied",
         }
     }
 }

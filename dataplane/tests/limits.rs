@@ -7,10 +7,12 @@
 mod common;
 
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::host::{HostConn, HostLab, Seg, DUT_IP};
 use common::vips::{PLAIN, TLS};
+use dataplane::net::PrefixSet;
 use dataplane::stats::DropReason;
 use dataplane::tcp::{ListenLimits, SynCookies, TcpConfig};
 use smoltcp::wire::TcpControl;
@@ -446,4 +448,85 @@ fn a_per_source_cap_set_while_connections_are_open_counts_them() {
     assert!(!taken(&mut lab, 7, 46_000), "43000, 45000 and 45001 open");
     lab.mem.engine.publish();
     assert_eq!(lab.mem.engine.vip_counters(0).refused_source_conns, 3);
+}
+
+/// `[access] deny`: a denied network's SYNs (and, with cookies, its ACKs
+/// of cookies sent before) go unanswered, counted per VIP and as drops;
+/// its connections open when it is denied are reset at once; another
+/// address is untouched; taken off the list, it connects again.
+#[test]
+fn a_denied_network_gets_no_answer_and_its_open_connections_are_reset() {
+    for cookies in [SynCookies::WhenFull, SynCookies::Always] {
+        denied_network(cookies);
+    }
+}
+
+/// [`a_denied_network_gets_no_answer_and_its_open_connections_are_reset`]
+/// with handshakes kept by the engine or carried by SYN cookies.
+fn denied_network(syn_cookies: SynCookies) {
+    let mut lab = lab(TcpConfig {
+        syn_cookies,
+        ..TcpConfig::default()
+    });
+    // Counted as the VIP's.
+    let e = &mut lab.mem.engine;
+    e.set_vip_limits(DUT_IP, PLAIN, ListenLimits::default());
+    // 100.64.0.0/29: clients 0 to 7.
+    let deny = |nets: &[(Ipv4Addr, u8)]| {
+        Arc::new(PrefixSet::new(nets.iter().map(|&(a, l)| (a.into(), l))))
+    };
+    let mut open_before = vec![Client::new(7, PLAIN), Client::new(9, PLAIN)];
+    open(&mut lab, &mut open_before);
+    assert!(open_before.iter().all(|c| !c.conn.reset));
+    // A SYN answered before the deny, its ACK still to come.
+    let mut half = vec![Client::new(6, PLAIN)];
+    round(&mut lab, &mut half, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
+    assert!(half[0].conn.rcv_nxt.is_some());
+
+    lab.mem.engine.set_deny(deny(&[(client_addr(0), 29)]));
+    let out = lab.exchange_from(&[]);
+    for c in &mut open_before {
+        c.absorb(&out);
+    }
+    assert!(
+        open_before[0].conn.reset,
+        "{syn_cookies:?}: 7's connection reset"
+    );
+    assert!(!open_before[1].conn.reset, "9 is not denied");
+    // Its new SYNs and the ACK of the earlier SYN-ACK: no answer at all.
+    let mut after = [Client::new(7, PLAIN), Client::new(9, PLAIN)];
+    after[0].conn.port = 41_000;
+    after[1].conn.port = 41_000;
+    let syns: Vec<(Ipv4Addr, Seg)> = after
+        .iter_mut()
+        .map(|c| (c.addr, c.conn.next(TcpControl::Syn, b"")))
+        .chain([(half[0].addr, half[0].conn.next(TcpControl::None, b""))])
+        .collect();
+    let out = lab.exchange_from(&syns);
+    let to = |a: Ipv4Addr| out.iter().filter(|(d, _)| *d == a).count();
+    assert_eq!(to(client_addr(7)) + to(client_addr(6)), 0, "{out:?}");
+    assert_eq!(to(client_addr(9)), 1, "9's SYN is answered");
+    lab.mem.engine.publish();
+    // With no cookies, the handshake the engine kept was reset too.
+    let resets = if syn_cookies == SynCookies::Always {
+        1
+    } else {
+        2
+    };
+    assert_eq!(lab.mem.engine.counters().tcp_denied_resets, resets);
+    let vip = lab.mem.engine.vip_counters(0);
+    let dropped = lab.mem.dropped(DropReason::SourceDenied);
+    assert_eq!(
+        (vip.refused_denied, dropped),
+        (1, 2),
+        "{syn_cookies:?}: 7's SYN counted, 6's ACK only dropped"
+    );
+    // Off the list: it connects again.
+    lab.mem.engine.set_deny(deny(&[]));
+    let mut again = vec![Client::new(7, PLAIN)];
+    again[0].conn.port = 42_000;
+    open(&mut lab, &mut again);
+    assert!(again[0].conn.rcv_nxt.is_some() && !again[0].conn.reset);
 }

@@ -153,7 +153,8 @@ fn syns_over_a_vips_limits_are_refused_and_counted() {
 /// line: `open N` opens N one after another and prints one word per
 /// attempt ("open" or the errno's name); `close N` closes the N oldest
 /// and prints "closed"; `quiet` opens one, sends nothing and prints how
-/// it ended ("reset" or "eof") and after how many seconds.
+/// it ended ("reset" or "eof") and after how many seconds; `held` prints
+/// one word per connection held: "open", "reset" or "eof".
 const HOLDER: &str = r#"
 import errno, socket, sys, time
 dut, port, src = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -170,9 +171,23 @@ for line in sys.stdin:
                 s.connect((dut, port))
                 words.append("open")
                 held.append(s)
+            except socket.timeout:
+                words.append("timeout")
+                s.close()
             except OSError as e:
                 words.append(errno.errorcode.get(e.errno, str(e.errno)))
                 s.close()
+        print(" ".join(words), flush=True)
+    elif cmd == "held":
+        words = []
+        for s in held:
+            s.setblocking(False)
+            try:
+                words.append("eof" if s.recv(1) == b"" else "data")
+            except BlockingIOError:
+                words.append("open")
+            except ConnectionResetError:
+                words.append("reset")
         print(" ".join(words), flush=True)
     elif cmd == "close":
         for s in held[:int(n)]:
@@ -324,4 +339,60 @@ fn dpctl_vip_set_changes_limits_and_timeouts_on_a_running_vip() {
         (2, 1),
         "{stats:?}"
     );
+}
+
+/// `dpctl deny` on a running dpd: an address denied has its open
+/// connections reset at once and its connects go unanswered (they time
+/// out), while another address connects; the list shows it with what it
+/// refused and `config show` saves it; a bad network is refused; taken
+/// off, the address connects again.
+#[test]
+fn dpctl_deny_cuts_an_address_off_at_once_and_remove_lets_it_back() {
+    let lab = Lab::up("deny");
+    let dpd = Dpd::start(&lab, |s| {
+        format!(
+            "{}\n[[vip]]\nname = \"live\"\nlisten = \"{}:80\"\nrespond = \"builtin\"\n",
+            lab.config("net_af_packet", s, ""),
+            lab.dut_ip()
+        )
+    });
+    let first = format!("{}.2", lab.net);
+    let second = lab.add_client_address(3);
+    let mut a = Holder::start(&lab, 80, &first);
+    let mut b = Holder::start(&lab, 80, &second);
+    assert_eq!(a.ask("open 2"), ["open"; 2]);
+    assert_eq!(b.ask("open 1"), ["open"]);
+
+    dpctl_ok(&dpd, &["deny", "add", &first]);
+    // Its resets are on their way when the change is applied.
+    let t0 = std::time::Instant::now();
+    let mut held = a.ask("held 0");
+    while held != ["reset"; 2] && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+        held = a.ask("held 0");
+    }
+    assert_eq!(held, ["reset"; 2], "the denied address's connections");
+    assert_eq!(b.ask("held 0"), ["open"], "the other address's");
+    assert_eq!(a.ask("open 1"), ["timeout"], "no answer to a denied SYN");
+    assert_eq!(b.ask("open 1"), ["open"]);
+    let list = dpctl_ok(&dpd, &["deny", "list"]);
+    assert!(list.lines().any(|l| l == first), "{list}");
+    assert!(list.contains("2 open connections reset"), "{list}");
+    assert!(dpctl_ok(&dpd, &["config", "show"]).contains("[access]"));
+    let stats = dpd.stats();
+    assert!(stats.vips["live"].refused_denied >= 1, "{stats:?}");
+    assert!(stats.drops["source_denied"] >= 1, "{stats:?}");
+
+    let o = dpd.dpctl(&["deny", "add", "10.0.0.1/8"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("host bits set"),
+        "{err}"
+    );
+    let o = dpd.dpctl(&["deny", "remove", "192.0.2.1"]);
+    assert!(!o.status.success());
+
+    dpctl_ok(&dpd, &["deny", "remove", &first]);
+    assert_eq!(a.ask("open 1"), ["open"], "allowed again");
+    assert!(dpctl_ok(&dpd, &["deny", "list"]).starts_with("0 networks denied"));
 }

@@ -93,6 +93,9 @@ enum Cmd {
     /// dpd's log filter, shown or set while it runs.
     #[command(subcommand)]
     Log(LogCmd),
+    /// Client networks refused on every VIP (`[access] deny`).
+    #[command(subcommand)]
+    Deny(DenyCmd),
     /// Write frames received and sent on a dataplane port to a pcap file.
     Capture {
         /// Port name (`[[port]] name`).
@@ -476,6 +479,24 @@ enum LogCmd {
     Level { filter: Option<String> },
 }
 
+#[derive(Subcommand, Debug)]
+enum DenyCmd {
+    /// The networks denied, and what they were refused.
+    List,
+    /// Refuse networks (198.51.100.0/24, 2001:db8::/32, or an address)
+    /// at once: their SYNs are dropped unanswered and their open
+    /// connections reset. Kept in the running configuration.
+    Add {
+        #[arg(required = true)]
+        prefixes: Vec<String>,
+    },
+    /// Take networks off the list (each must be on it).
+    Remove {
+        #[arg(required = true)]
+        prefixes: Vec<String>,
+    },
+}
+
 /// Paths go to dpd, whose working folder is not ours.
 fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
@@ -638,6 +659,13 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
             filter: Some(level),
         }) => Request::LogLevel {
             level: level.clone(),
+        },
+        Cmd::Deny(DenyCmd::List) => Request::DenyList,
+        Cmd::Deny(DenyCmd::Add { prefixes }) => Request::DenyAdd {
+            prefixes: prefixes.clone(),
+        },
+        Cmd::Deny(DenyCmd::Remove { prefixes }) => Request::DenyRemove {
+            prefixes: prefixes.clone(),
         },
         Cmd::Config(ConfigCmd::Save { file }) => Request::ConfigSave {
             path: file.as_deref().map(absolute),
@@ -913,6 +941,15 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
         (Some(Body::Certs(c)), _) => print_certs(&c),
         (Some(Body::Pools(p)), _) => p.iter().for_each(print_pool),
         (Some(Body::Config(text)), _) => print!("{text}"),
+        (Some(Body::Deny(d)), _) => {
+            d.prefixes.iter().for_each(|p| println!("{p}"));
+            println!(
+                "{} networks denied; {} SYNs dropped, {} open connections reset since start",
+                d.prefixes.len(),
+                d.refused,
+                d.reset
+            );
+        }
         (Some(Body::Saved(path)), _) => println!("saved to {}", path.display()),
         (Some(Body::Captured(c)), _) => {
             println!("{} frames written to {}", c.packets, c.file.display());
@@ -1010,8 +1047,8 @@ fn print_vip(v: &VipInfo) {
         c.connections, c.active
     );
     println!(
-        "  refused      {} over max_connections, {} over max_new_per_source, {} over max_connections_per_source",
-        c.refused_conn_limit, c.refused_source_rate, c.refused_source_conns
+        "  refused      {} over max_connections, {} over max_new_per_source, {} over max_connections_per_source, {} denied",
+        c.refused_conn_limit, c.refused_source_rate, c.refused_source_conns, c.refused_denied
     );
     println!(
         "  timed out    {} handshakes, {} requests, {} sends",

@@ -10,6 +10,7 @@ use crypto::session::TlsConfig;
 
 use super::deadlines::Timeouts;
 use super::pool::Pool;
+use crate::net::PrefixSet;
 pub use crate::stats::MAX_VIPS;
 
 /// An immutable configuration of what the engines serve. Connections keep
@@ -24,6 +25,8 @@ pub struct Snapshot {
     /// Pools with fresh state; engines carry their own state (connection
     /// counts, health, cursors) over by pool name and member address.
     pub pools: Vec<Pool>,
+    /// Client networks refused on every VIP (`[access] deny`).
+    pub deny: Arc<PrefixSet>,
 }
 
 /// One VIP of a snapshot.

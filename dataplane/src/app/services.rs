@@ -617,6 +617,7 @@ impl Application for Services {
             c.refused_conn_limit = r.conn_limit;
             c.refused_source_rate = r.source_rate;
             c.refused_source_conns = r.source_conns;
+            c.refused_denied = r.denied;
         }
     }
 }

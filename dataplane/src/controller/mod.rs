@@ -17,10 +17,10 @@ use std::sync::{mpsc, Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use control::api::{
-    Answer, Applied, Body, Captured, CertInfo, DrainState, MemberInfo, PoolInfo, PortStatus,
-    ReloadStatus, Reply, Request, Stats, Status, VipCounters, VipInfo, VipLimits,
+    Answer, Applied, Body, Captured, CertInfo, DenyInfo, DrainState, MemberInfo, PoolInfo,
+    PortStatus, ReloadStatus, Reply, Request, Stats, Status, VipCounters, VipInfo, VipLimits,
 };
-use control::config::{Config, ConfigError};
+use control::config::{parse_prefix, Config, ConfigError};
 use crypto::certs::{Cert, CertStore};
 use crypto::session::TlsConfig;
 use crypto::tickets::TicketKeys;
@@ -28,6 +28,7 @@ use crypto::tickets::TicketKeys;
 use crate::app::config::TlsCopies;
 use crate::app::deadlines::Timeouts;
 use crate::app::pool as dataplane_pool;
+use crate::net::PrefixSet;
 use crate::snapshot::{
     write_pcap, Capture, ControlLink, FromEngine, PoolView, Snapshot, ToEngine, VipSpec, MAX_VIPS,
 };
@@ -117,6 +118,10 @@ pub struct Controller {
     daemon: Option<DaemonInfo>,
     /// Drain phases and route announcement, with the daemon attached.
     service: Option<tick::Service>,
+    /// `[access] deny` as the engines have it (the same one is handed on
+    /// while the list is unchanged, so engines look at their connections
+    /// only when it changes).
+    deny: Arc<PrefixSet>,
 }
 
 /// The running daemon, as `status` and `drain` requests see it.
@@ -179,6 +184,7 @@ impl Controller {
             capturing: Arc::new(AtomicBool::new(false)),
             daemon: None,
             service: None,
+            deny: Arc::default(),
         };
         let built = c.build(&cfg, Reload::Nothing, false)?;
         let snap = built.snapshot.clone();
@@ -255,6 +261,14 @@ impl Controller {
             }
             Request::ConfigReload => self.reload_file(),
             Request::ConfigShow => Reply::ok(Body::Config(self.cfg.to_toml())),
+            Request::DenyList => {
+                let total = self.stats().total;
+                Reply::ok(Body::Deny(DenyInfo {
+                    prefixes: self.cfg.access.deny.clone(),
+                    refused: total.vips.values().map(|v| v.refused_denied).sum(),
+                    reset: total.tcp_denied_resets,
+                }))
+            }
             Request::ConfigSave { path } => self.save(path.as_deref()),
             Request::Status => self.status(),
             Request::Drain => self.drain(),
@@ -297,6 +311,10 @@ impl Controller {
                 (None, format!("pool {pool}: member {addr} enabled"))
             }
             Request::LogLevel { level } => (None, format!("log level {level}")),
+            Request::DenyAdd { prefixes } => (None, format!("denied {}", prefixes.join(" "))),
+            Request::DenyRemove { prefixes } => {
+                (None, format!("no longer denied {}", prefixes.join(" ")))
+            }
             _ => (None, "changed".into()),
         };
         let reload = cert.as_deref().map_or(Reload::Nothing, Reload::Cert);
@@ -498,11 +516,19 @@ impl Controller {
             });
         }
         let pools = next.pools.iter().map(engine_pool).collect();
+        let deny = if self.version > 0 && next.access == self.cfg.access {
+            Arc::clone(&self.deny)
+        } else {
+            // Validated with the rest (`parse_prefix`), so each reads.
+            let nets = next.access.deny.iter();
+            Arc::new(PrefixSet::new(nets.filter_map(|d| parse_prefix(d).ok())))
+        };
         Ok(Built {
             snapshot: Arc::new(Snapshot {
                 version: self.issued + 1,
                 vips,
                 pools,
+                deny,
             }),
             certs,
             tls,
@@ -520,6 +546,7 @@ impl Controller {
             }
         }
         self.cfg = next;
+        self.deny = Arc::clone(&built.snapshot.deny);
         self.version = built.snapshot.version;
         self.issued = self.issued.max(self.version);
         self.certs = built.certs;

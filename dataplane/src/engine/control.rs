@@ -3,6 +3,7 @@
 //! (pool views, health news, captures), read at every tick.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use super::Engine;
 use crate::app::Application;
@@ -17,6 +18,7 @@ impl<P: Port, A: Application> Engine<P, A> {
     /// marked retired or removed while used).
     pub fn apply(&mut self, snap: &Snapshot) {
         self.app.apply(snap);
+        self.tcp.set_deny(Arc::clone(&snap.deny));
         let vips = self.app.vips();
         self.tcp
             .retain_listeners(|a, p| vips.iter().any(|v| v.enabled && v.addr == a && v.port == p));

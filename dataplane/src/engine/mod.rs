@@ -268,6 +268,12 @@ impl<P: Port> Engine<P> {
         }
     }
 
+    /// Refuses client networks `deny` from now on, resetting their open
+    /// connections (as a snapshot's `deny` does).
+    pub fn set_deny(&mut self, deny: std::sync::Arc<crate::net::PrefixSet>) {
+        self.tcp.set_deny(deny);
+    }
+
     /// Splits health checks with the other engines: this one checks only
     /// its share of members and reports their changes; the others' reach it
     /// as [`crate::snapshot::ToEngine::Health`].
@@ -861,6 +867,7 @@ impl<P: Port, A: Application> Engine<P, A> {
         c.tcp_timestamp_missing = t.timestamp_missing;
         c.tcp_window_probes = t.window_probes;
         c.tcp_fin_wait2_timeouts = t.fin_wait2_timeouts;
+        c.tcp_denied_resets = t.denied_resets;
         c.tcp_path_mtu_lowered = t.path_mtu_lowered;
         c.tcp_rto_expiries = t.rto_expiries;
         c.tcp_tail_loss_probes = t.tail_loss_probes;

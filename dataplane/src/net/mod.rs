@@ -8,9 +8,11 @@ pub mod arp;
 pub use crate::checksum;
 mod iface;
 pub mod ipv6;
+pub mod prefix_set;
 pub mod toeplitz;
 pub mod vlan;
 
 pub use arp::{ArpCache, ArpLookup, NdCache, NeighborCache};
 pub use iface::{set_destination, Interface, InterfaceConfig, Verdict};
 pub use ipv6::Ipv6Config;
+pub use prefix_set::PrefixSet;

@@ -31,6 +31,8 @@ pub struct Refusals {
     pub conn_limit: u64,
     pub source_rate: u64,
     pub source_conns: u64,
+    /// Dropped: the source is denied (`[access] deny`).
+    pub denied: u64,
 }
 
 /// A listener: an address (or `0.0.0.0`, `::`) and port, its limits and
@@ -168,6 +170,7 @@ pub(super) enum Refusal {
     ConnLimit,
     SourceRate,
     SourceConns,
+    Denied,
 }
 
 impl Refusals {
@@ -176,6 +179,7 @@ impl Refusals {
             Refusal::ConnLimit => self.conn_limit += 1,
             Refusal::SourceRate => self.source_rate += 1,
             Refusal::SourceConns => self.source_conns += 1,
+            Refusal::Denied => self.denied += 1,
         }
     }
 }

@@ -18,6 +18,9 @@ impl<A: Default> TcpEngine<A> {
         key: FlowKey<I>,
         repr: &TcpRepr<'_>,
     ) -> Result<(), SegmentDrop> {
+        if self.denied(&key, repr) {
+            return Err(SegmentDrop::Denied);
+        }
         if !self.accepting {
             // Draining: no new connection (a reset tells the client at once).
             self.reset_for(&key, repr);
@@ -93,6 +96,53 @@ impl<A: Default> TcpEngine<A> {
             self.count_refusal(i, why);
         }
         result
+    }
+
+    /// Whether the source of `repr`, a segment to no connection, is
+    /// denied (`[access] deny`): dropped unanswered, whatever it is (a
+    /// reset would tell a scanner what listens), a SYN counted under its
+    /// listener.
+    fn denied<I: FlowAddr>(&mut self, key: &FlowKey<I>, repr: &TcpRepr<'_>) -> bool {
+        if self.deny.is_empty() || !self.deny.contains(key.remote.ip()) {
+            return false;
+        }
+        if (repr.control, repr.ack_number) == (TcpControl::Syn, None) {
+            if let Some(i) = self.listener_for(key.local, key.local_port) {
+                self.count_refusal(i, limits::Refusal::Denied);
+            }
+        }
+        true
+    }
+
+    /// Takes `deny` as the networks refused from now on, and resets the
+    /// connections accepted from them (counted); connections we opened
+    /// (to backends) are not looked at. One pass over the slab when the
+    /// set changed, none otherwise.
+    pub fn set_deny(&mut self, deny: Arc<PrefixSet>) {
+        if Arc::ptr_eq(&deny, &self.deny) {
+            return;
+        }
+        self.deny = deny;
+        if self.deny.is_empty() {
+            return;
+        }
+        let mut gone = Vec::new();
+        for slot in 0..self.conns.len() {
+            let Some(c) = self.conns[slot].as_ref().filter(|c| c.listener.is_some()) else {
+                continue;
+            };
+            let id = ConnId::new(slot as u32, c.gen);
+            if self
+                .key(id)
+                .is_some_and(|k| self.deny.contains(k.remote_addr().ip()))
+            {
+                gone.push(id);
+            }
+        }
+        for id in gone {
+            self.abort(id);
+            self.counters.denied_resets += 1;
+        }
     }
 
     fn count_refusal(&mut self, i: usize, why: limits::Refusal) {

@@ -40,6 +40,7 @@ pub(crate) mod wire;
 
 use std::hash::Hasher;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use smoltcp::wire::{TcpControl, TcpRepr, TcpSeqNumber, TcpTimestampRepr};
@@ -58,6 +59,7 @@ pub use seq::Seq;
 use time_wait::TimeWait;
 use timer::TimerWheel;
 
+use crate::net::PrefixSet;
 use crate::port::Check;
 use crate::time::Instant;
 
@@ -196,6 +198,8 @@ pub enum SegmentDrop {
     ListenOverflow,
     /// A SYN refused by its listener's limits (answered by RST).
     Refused,
+    /// A SYN (or cookie ACK) from a denied source, dropped unanswered.
+    Denied,
 }
 
 /// A segment to transmit: addresses and the TCP header and payload.
@@ -243,6 +247,8 @@ pub struct TcpCounters {
     /// Connections reset in FIN-WAIT-2 with no FIN from the peer within
     /// `fin_wait2_timeout`.
     pub fin_wait2_timeouts: u64,
+    /// Accepted connections reset when their source was denied.
+    pub denied_resets: u64,
     /// Tail loss probes sent (RFC 8985 §7), and retransmissions found lost
     /// by RACK's time rule (§6.2) instead of waiting for the RTO.
     pub tail_loss_probes: u64,
@@ -456,6 +462,9 @@ pub struct TcpEngine<A> {
     /// large as its port cuts.
     links: Vec<(IpAddr, LinkLimits)>,
     listeners: Vec<Listener>,
+    /// Client networks refused (`[access] deny`), shared read-only with
+    /// the other engines.
+    deny: Arc<PrefixSet>,
     /// SYNs refused by listener limits, by listener tag (a VIP's slot).
     refused: Vec<Refusals>,
     flows: Tables,
@@ -511,6 +520,7 @@ impl<A: Default> TcpEngine<A> {
             cfg,
             links: Vec::new(),
             listeners: Vec::new(),
+            deny: Arc::default(),
             refused: Vec::new(),
             flows: Tables {
                 v4: FlowTable::new(cfg.max_time_wait, secret.flow_hashing()),
