@@ -17,7 +17,9 @@
 //!   `b × 10` ms; on an ACK, bit 5 reports a hole: the ACK stays
 //!   `(b & 15) × 1448 + 1` bytes below what the peer holds and a SACK block
 //!   covers all of it but the first `((b >> 4) + 1) × 512` bytes (RACK and
-//!   SACK recovery), and bit 6 adds a D-SACK block below the ACK first.
+//!   SACK recovery), and bit 6 adds a D-SACK block below the ACK first;
+//!   bits 1, 2, 5, 6 and 7 all set ([`DENY_TOGGLE`]) also deny the peer's
+//!   address (`[access] deny`), or let it back, after the segment.
 //!
 //! A burst holds at most [`super::MAX_BURST`] frames.
 
@@ -33,6 +35,7 @@ use smoltcp::wire::{
 
 use super::{FUZZ_ADDR, FUZZ_MAC, MAX_BURST};
 use crate::engine::Engine;
+use crate::net::PrefixSet;
 use crate::port::{PacketBuf, Port};
 use crate::time::Instant;
 
@@ -335,6 +338,9 @@ pub(super) fn arp_hello() -> Vec<u8> {
     buf
 }
 
+/// The bits of an op's `c` that deny the peer, or let it back.
+pub const DENY_TOGGLE: u8 = 0xe6;
+
 /// Adds `frame` to `burst` in a buffer of `port`; false when none is free.
 fn push<P: Port>(frame: &[u8], burst: &mut Vec<P::Buf>, port: &mut P) -> bool {
     let Some(mut buf) = port.alloc() else {
@@ -361,12 +367,20 @@ pub(super) fn play<P: Port>(
     if push(&arp_hello(), &mut burst, peer_port) {
         fed += 1;
     }
+    let mut denied = false;
     for op in script.chunks_exact(3) {
         let (a, b, c) = (op[0], op[1], op[2]);
         if let Some(frame) = peer.frame(a, b, c) {
             if push(&frame, &mut burst, peer_port) {
                 fed += 1;
             }
+        }
+        if c & DENY_TOGGLE == DENY_TOGGLE {
+            // The peer denied, or let back (`[access] deny`), between
+            // bursts: its open connections are reset wherever they are.
+            denied = !denied;
+            let nets = denied.then_some((std::net::IpAddr::V4(PEER_ADDR), 32));
+            engine.set_deny(std::sync::Arc::new(PrefixSet::new(nets)));
         }
         if c & 1 != 0 || burst.len() >= MAX_BURST {
             now = now
