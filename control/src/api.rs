@@ -160,6 +160,15 @@ pub enum Request {
     },
     /// Answers [`Body::Deny`].
     DenyList,
+    /// Answers [`Body::Sources`]: the `count` client addresses (IPv6:
+    /// /64 networks) with the most connections open, on VIP `vip` only
+    /// when given.
+    Sources {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        vip: Option<String>,
+        #[serde(default = "default_sources")]
+        count: u32,
+    },
     /// Writes up to `count` frames received or sent on dataplane port
     /// `port` (by name) to `file` (pcap), waiting at most `timeout_ms`.
     Capture {
@@ -193,6 +202,28 @@ pub enum Body {
     Saved(PathBuf),
     Captured(Captured),
     Deny(DenyInfo),
+    Sources(Vec<SourceInfo>),
+}
+
+/// [`Request::Sources`]'s count when none is given.
+pub const DEFAULT_SOURCES: u32 = 20;
+/// Most sources one [`Request::Sources`] answers with.
+pub const MAX_SOURCES: u32 = 10_000;
+
+fn default_sources() -> u32 {
+    DEFAULT_SOURCES
+}
+
+/// A client address (or IPv6 /64) and its connections open now, summed
+/// over the engines.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceInfo {
+    /// An address, or an IPv6 network as `2001:db8:1:2::/64`.
+    pub source: String,
+    /// Past the TCP handshake (closing ones too; TIME-WAIT not counted).
+    pub established: u64,
+    /// SYN-RECEIVED.
+    pub half_open: u64,
 }
 
 /// `[access] deny` and what it refused.

@@ -144,6 +144,7 @@ pub fn apply(cfg: &Config, req: &Request) -> Option<Result<Config, ConfigError>>
         | Request::ConfigSave { .. }
         | Request::ConfigReload
         | Request::DenyList
+        | Request::Sources { .. }
         | Request::Capture { .. } => return None,
     };
     Some(result.and_then(|()| next.validate().map(|()| next)))

@@ -35,6 +35,12 @@ pub enum ToEngine {
     /// Stop (`paused`) or resume using port `port` (index), while the
     /// control thread restarts it; answer [`FromEngine::Paused`].
     Pause { port: usize, paused: bool },
+    /// Answer [`FromEngine::Sources`]: the `max` client addresses with
+    /// the most connections open, to `local` only when given.
+    Sources {
+        local: Option<(std::net::IpAddr, u16)>,
+        max: usize,
+    },
 }
 
 /// An engine's answer; `engine` is its index.
@@ -57,6 +63,10 @@ pub enum FromEngine {
         engine: usize,
         port: usize,
         paused: bool,
+    },
+    Sources {
+        engine: usize,
+        sources: Vec<crate::tcp::SourceCount>,
     },
 }
 

@@ -530,3 +530,49 @@ fn denied_network(syn_cookies: SynCookies) {
     open(&mut lab, &mut again);
     assert!(again[0].conn.rcv_nxt.is_some() && !again[0].conn.reset);
 }
+
+/// `dpctl sources`' count on one engine: client addresses by connections
+/// open (handshakes done and half-open apart), most first, for one VIP or
+/// all; connections that ended are not counted.
+#[test]
+fn sources_count_each_clients_open_connections_most_first() {
+    let mut lab = lab(TcpConfig::default());
+    let from = |addr: u32, n: u16, port0: u16, vip: u16| -> Vec<Client> {
+        (0..n)
+            .map(|i| {
+                let mut c = Client::new(addr, vip);
+                c.conn.port = port0 + i;
+                c
+            })
+            .collect()
+    };
+    let mut five = from(5, 3, 41_000, PLAIN);
+    five.extend(from(5, 1, 41_100, TLS));
+    open(&mut lab, &mut five);
+    let mut six = from(6, 1, 42_000, PLAIN);
+    open(&mut lab, &mut six);
+    let mut six_half = from(6, 2, 42_100, PLAIN);
+    round(&mut lab, &mut six_half, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
+    let mut seven = from(7, 1, 43_000, PLAIN);
+    open(&mut lab, &mut seven);
+    round(&mut lab, &mut seven, |c| {
+        Some(c.conn.next(TcpControl::Rst, b""))
+    });
+    let count = |s: &dataplane::tcp::SourceCount| (s.source, s.established, s.half_open);
+    let all: Vec<_> = lab.mem.engine.sources(None, 10).iter().map(count).collect();
+    assert_eq!(
+        all,
+        [(client_addr(5).into(), 4, 0), (client_addr(6).into(), 1, 2)],
+        "7's connection ended"
+    );
+    let plain: Vec<_> = lab
+        .mem
+        .engine
+        .sources(Some((DUT_IP.into(), PLAIN)), 1)
+        .iter()
+        .map(count)
+        .collect();
+    assert_eq!(plain, [(client_addr(5).into(), 3, 0)], "the first of two");
+}

@@ -341,13 +341,14 @@ fn dpctl_vip_set_changes_limits_and_timeouts_on_a_running_vip() {
     );
 }
 
-/// `dpctl deny` on a running dpd: an address denied has its open
+/// `dpctl sources` and `dpctl deny` on a running dpd: the addresses
+/// holding connections, most first; an address denied has its open
 /// connections reset at once and its connects go unanswered (they time
 /// out), while another address connects; the list shows it with what it
 /// refused and `config show` saves it; a bad network is refused; taken
 /// off, the address connects again.
 #[test]
-fn dpctl_deny_cuts_an_address_off_at_once_and_remove_lets_it_back() {
+fn dpctl_sources_finds_a_client_and_deny_cuts_it_off_at_once() {
     let lab = Lab::up("deny");
     let dpd = Dpd::start(&lab, |s| {
         format!(
@@ -362,6 +363,29 @@ fn dpctl_deny_cuts_an_address_off_at_once_and_remove_lets_it_back() {
     let mut b = Holder::start(&lab, 80, &second);
     assert_eq!(a.ask("open 2"), ["open"; 2]);
     assert_eq!(b.ask("open 1"), ["open"]);
+
+    // Who holds the VIP, most first.
+    let table = dpctl_ok(&dpd, &["sources"]);
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [[first.as_str(), "2", "0"], [second.as_str(), "1", "0"]],
+        "{table}"
+    );
+    let top: serde_json::Value = serde_json::from_str(&dpctl_ok(
+        &dpd,
+        &["--json", "sources", "--vip", "live", "--count", "1"],
+    ))
+    .expect("JSON");
+    assert_eq!(
+        top["sources"],
+        serde_json::json!([{"source": first, "established": 2, "half_open": 0}])
+    );
+    assert!(!dpd.dpctl(&["sources", "--vip", "nope"]).status.success());
 
     dpctl_ok(&dpd, &["deny", "add", &first]);
     // Its resets are on their way when the change is applied.

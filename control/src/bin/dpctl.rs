@@ -96,6 +96,16 @@ enum Cmd {
     /// Client networks refused on every VIP (`[access] deny`).
     #[command(subcommand)]
     Deny(DenyCmd),
+    /// The client addresses (IPv6: /64s) with the most connections open,
+    /// most first: who holds the VIPs (then `deny add` or limits).
+    Sources {
+        /// Only connections to this VIP.
+        #[arg(long)]
+        vip: Option<String>,
+        /// How many (1 to 10000).
+        #[arg(long, default_value_t = control::api::DEFAULT_SOURCES)]
+        count: u32,
+    },
     /// Write frames received and sent on a dataplane port to a pcap file.
     Capture {
         /// Port name (`[[port]] name`).
@@ -660,6 +670,10 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
         }) => Request::LogLevel {
             level: level.clone(),
         },
+        Cmd::Sources { vip, count } => Request::Sources {
+            vip: vip.clone(),
+            count: *count,
+        },
         Cmd::Deny(DenyCmd::List) => Request::DenyList,
         Cmd::Deny(DenyCmd::Add { prefixes }) => Request::DenyAdd {
             prefixes: prefixes.clone(),
@@ -941,6 +955,12 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
         (Some(Body::Certs(c)), _) => print_certs(&c),
         (Some(Body::Pools(p)), _) => p.iter().for_each(print_pool),
         (Some(Body::Config(text)), _) => print!("{text}"),
+        (Some(Body::Sources(list)), _) => {
+            println!("{:<44} {:>11} {:>9}", "SOURCE", "ESTABLISHED", "HALF-OPEN");
+            for s in &list {
+                println!("{:<44} {:>11} {:>9}", s.source, s.established, s.half_open);
+            }
+        }
         (Some(Body::Deny(d)), _) => {
             d.prefixes.iter().for_each(|p| println!("{p}"));
             println!(

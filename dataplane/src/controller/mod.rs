@@ -11,6 +11,7 @@
 //! so a change elsewhere does not reload files or draw new ticket keys.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, RwLock};
@@ -18,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use control::api::{
     Answer, Applied, Body, Captured, CertInfo, DenyInfo, DrainState, MemberInfo, PoolInfo,
-    PortStatus, ReloadStatus, Reply, Request, Stats, Status, VipCounters, VipInfo, VipLimits,
+    PortStatus, ReloadStatus, Reply, Request, SourceInfo, Stats, Status, VipCounters, VipInfo,
+    VipLimits, MAX_SOURCES,
 };
 use control::config::{parse_prefix, Config, ConfigError};
 use crypto::certs::{Cert, CertStore};
@@ -261,6 +263,7 @@ impl Controller {
             }
             Request::ConfigReload => self.reload_file(),
             Request::ConfigShow => Reply::ok(Body::Config(self.cfg.to_toml())),
+            Request::Sources { vip, count } => self.sources(vip.as_deref(), *count),
             Request::DenyList => {
                 let total = self.stats().total;
                 Reply::ok(Body::Deny(DenyInfo {

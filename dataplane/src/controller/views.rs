@@ -136,12 +136,75 @@ impl Controller {
             }
             FromEngine::Applied { .. }
             | FromEngine::Prepared { .. }
-            | FromEngine::Paused { .. } => false,
+            | FromEngine::Paused { .. }
+            | FromEngine::Sources { .. } => false,
         });
         if !answered {
             return Err(format!("engines did not answer within {timeout:?}"));
         }
         Ok(views.into_iter().flatten().collect())
+    }
+
+    /// The `count` client addresses with the most connections open (on
+    /// VIP `vip` only, when given), summed over the engines, each of
+    /// which counts its own (asked over their rings).
+    pub(super) fn sources(&self, vip: Option<&str>, count: u32) -> Reply {
+        if !(1..=MAX_SOURCES).contains(&count) {
+            return Reply::error(format!("count {count}: must be 1 to {MAX_SOURCES}"));
+        }
+        let local = match vip {
+            None => None,
+            Some(name) => match self.cfg.vips.iter().find(|v| v.name == name) {
+                Some(v) => match v.listen.parse::<std::net::SocketAddr>() {
+                    Ok(a) => Some((a.ip(), a.port())),
+                    Err(e) => return Reply::error(format!("VIP {name}: {e}")),
+                },
+                None => return Reply::error(format!("no VIP is named {name:?}")),
+            },
+        };
+        // Each engine's largest MAX_SOURCES: the sum's first `count` are
+        // right unless a source is past that on some engine.
+        let max = MAX_SOURCES as usize;
+        for l in &self.links {
+            if l.to_engine.push(ToEngine::Sources { local, max }).is_err() {
+                return Reply::error(format!("engine {}'s ring is full", l.engine));
+            }
+        }
+        let mut answered = vec![false; self.links.len()];
+        let mut sum: HashMap<IpAddr, (u64, u64)> = HashMap::new();
+        let done = self.await_engines(ENGINE_REPLY, |msg| match msg {
+            FromEngine::Sources { engine, sources } => {
+                if let Some(a) = answered.get_mut(engine) {
+                    *a = true;
+                }
+                for s in sources {
+                    let n = sum.entry(s.source).or_default();
+                    n.0 += u64::from(s.established);
+                    n.1 += u64::from(s.half_open);
+                }
+                answered.iter().all(|a| *a)
+            }
+            _ => false,
+        });
+        if !done {
+            return Reply::error(format!("engines did not answer within {ENGINE_REPLY:?}"));
+        }
+        let mut all: Vec<(IpAddr, (u64, u64))> = sum.into_iter().collect();
+        all.sort_unstable_by(|(a, (ae, ah)), (b, (be, bh))| {
+            (be + bh, be, a).cmp(&(ae + ah, ae, b))
+        });
+        let shown = all
+            .into_iter()
+            .take(count as usize)
+            .map(|(ip, (established, half_open))| SourceInfo {
+                source: match ip {
+                    IpAddr::V6(a) => format!("{a}/64"),
+                    v4 => v4.to_string(),
+                },
+                established,
+                half_open,
+            });
+        Reply::ok(Body::Sources(shown.collect()))
     }
 
     /// Pools with their members' health and connections as the engines see

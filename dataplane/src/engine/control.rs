@@ -116,6 +116,10 @@ impl<P: Port, A: Application> Engine<P, A> {
                     engine: link.engine,
                     pools: self.app.pool_views(),
                 },
+                ToEngine::Sources { local, max } => FromEngine::Sources {
+                    engine: link.engine,
+                    sources: self.tcp.sources(local, max),
+                },
                 ToEngine::Capture { port, capture } => {
                     if let Some(ep) = self.ports.get_mut(port) {
                         ep.capture = Some(capture);

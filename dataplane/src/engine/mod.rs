@@ -268,6 +268,17 @@ impl<P: Port> Engine<P> {
         }
     }
 
+    /// The `max` client addresses with the most connections open (to
+    /// `local` only, when given), as [`crate::snapshot::ToEngine::Sources`]
+    /// answers.
+    pub fn sources(
+        &self,
+        local: Option<(IpAddr, u16)>,
+        max: usize,
+    ) -> Vec<crate::tcp::SourceCount> {
+        self.tcp.sources(local, max)
+    }
+
     /// Refuses client networks `deny` from now on, resetting their open
     /// connections (as a snapshot's `deny` does).
     pub fn set_deny(&mut self, deny: std::sync::Arc<crate::net::PrefixSet>) {

@@ -2,6 +2,8 @@
 //! answered with state or with a cookie (RFC 4987), cookie ACKs, ISNs
 //! (RFC 6528), and resets for segments to no connection (§3.10.7.1).
 
+use std::collections::HashMap;
+
 use super::*;
 
 /// A retransmitted FIN restarts TIME-WAIT's 2 MSL; a restart by less than
@@ -200,6 +202,53 @@ impl<A: Default> TcpEngine<A> {
                 false
             }
         }
+    }
+
+    /// The client addresses (IPv6: /64 networks, as the per-source
+    /// limits count them) with the most connections accepted from them
+    /// open now, to `local` only when given: at most `max`, most first.
+    /// One pass over the slab, for `dpctl sources`.
+    pub fn sources(&self, local: Option<(IpAddr, u16)>, max: usize) -> Vec<SourceCount> {
+        let mut by_source: HashMap<IpAddr, SourceCount> = HashMap::new();
+        for (slot, c) in self.conns.iter().enumerate() {
+            let Some(c) = c
+                .as_ref()
+                .filter(|c| c.listener.is_some() && c.state != State::TimeWait)
+            else {
+                continue;
+            };
+            let Some(key) = self.key(ConnId::new(slot as u32, c.gen)) else {
+                continue;
+            };
+            let here = key.local_addr();
+            if local.is_some_and(|l| l != (here.ip(), here.port())) {
+                continue;
+            }
+            let source = match key.remote_addr().ip() {
+                IpAddr::V6(a) => IpAddr::V6((u128::from(a) & !u128::from(u64::MAX)).into()),
+                v4 => v4,
+            };
+            let n = by_source.entry(source).or_insert(SourceCount {
+                source,
+                established: 0,
+                half_open: 0,
+            });
+            if c.state == State::SynReceived {
+                n.half_open += 1;
+            } else {
+                n.established += 1;
+            }
+        }
+        let mut all: Vec<SourceCount> = by_source.into_values().collect();
+        all.sort_unstable_by(|a, b| {
+            (b.established + b.half_open, b.established, a.source).cmp(&(
+                a.established + a.half_open,
+                a.established,
+                b.source,
+            ))
+        });
+        all.truncate(max);
+        all
     }
 
     /// Listener `i`'s per-source cap was set where there was none, or
@@ -446,4 +495,15 @@ pub(super) fn source_id(key: AnyFlowKey) -> u64 {
         AnyFlowKey::V4(k) => k.remote.source_id(),
         AnyFlowKey::V6(k) => k.remote.source_id(),
     }
+}
+
+/// Connections from one client address (an IPv6 /64) open now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceCount {
+    /// The address, or the /64's first address.
+    pub source: IpAddr,
+    /// Past the handshake (closing ones too; TIME-WAIT not counted).
+    pub established: u32,
+    /// SYN-RECEIVED.
+    pub half_open: u32,
 }

@@ -54,6 +54,7 @@ use key::Tables;
 pub use key::{AnyFlowKey, FlowAddr, FlowKey, FlowKey6};
 use limits::Listener;
 pub use limits::{ListenLimits, Refusals};
+pub use listen::SourceCount;
 pub use read::Unread;
 pub use seq::Seq;
 use time_wait::TimeWait;
