@@ -286,7 +286,10 @@ pub struct Vip {
     pub max_connections: Option<u32>,
     /// Most new connections per second from one client address, with
     /// bursts of one second's worth; a SYN over it gets a reset
-    /// (`refused_source_rate`). Shared out among engines like
+    /// (`refused_source_rate`). Only connections that completed their
+    /// handshake count, so SYNs spoofed from a client's address cannot
+    /// spend its rate; a burst of SYNs admitted while it had some left
+    /// is cut at the handshakes' end. Shared out among engines like
     /// `max_connections` (RSS spreads a client's connections). Default: no
     /// limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -268,51 +268,88 @@ fn a_vip_over_its_connection_cap_resets_new_syns_until_one_closes() {
     assert_eq!(lab.mem.dropped(DropReason::ListenRefused), 2);
 }
 
+/// `max_new_per_source` counts completed handshakes: a burst of SYNs from
+/// one address is answered, a second's worth of their handshakes are
+/// taken and the rest reset as they complete, then its SYNs are reset at
+/// once until its rate gives it another; SYNs alone (spoofed from an
+/// address) spend nothing of its rate; other addresses are not limited.
 #[test]
-fn a_source_over_its_rate_is_reset_and_others_are_not() {
-    let mut lab = lab(TcpConfig::default());
+fn a_source_over_its_rate_is_reset_and_spoofed_syns_spend_nothing() {
+    for cookies in [SynCookies::WhenFull, SynCookies::Always] {
+        per_source_rate(cookies);
+    }
+}
+
+/// [`a_source_over_its_rate_is_reset_and_spoofed_syns_spend_nothing`]
+/// with handshakes kept by the engine or carried by SYN cookies.
+fn per_source_rate(syn_cookies: SynCookies) {
+    let mut lab = lab(TcpConfig {
+        syn_cookies,
+        ..TcpConfig::default()
+    });
     let limits = ListenLimits {
         per_source_rate: Some(5),
         ..ListenLimits::default()
     };
     lab.mem.engine.set_vip_limits(DUT_IP, TLS, limits);
-    // Eight SYNs from one address in a burst, then one from each of 1,000
-    // others.
-    let mut same: Vec<Client> = (0..8)
-        .map(|i| {
-            let mut c = Client::new(7, TLS);
-            c.conn.port += i as u16;
-            c
-        })
-        .collect();
+    let from = |addr: u32, n: u16, port0: u16| -> Vec<Client> {
+        (0..n)
+            .map(|i| {
+                let mut c = Client::new(addr, TLS);
+                c.conn.port = port0 + i;
+                c
+            })
+            .collect()
+    };
+    // Eight SYNs from one address in a burst: all answered; as their
+    // handshakes complete, a second's worth (5) are taken.
+    let mut same = from(7, 8, 41_000);
     round(&mut lab, &mut same, |c| {
         Some(c.conn.next(TcpControl::Syn, b""))
     });
-    let taken = same.iter().filter(|c| c.conn.rcv_nxt.is_some()).count();
-    assert_eq!(taken, 5, "a second's worth");
-    assert_eq!(same.iter().filter(|c| c.conn.reset).count(), 3);
-    let mut others: Vec<Client> = (100..1_100).map(|i| Client::new(i, TLS)).collect();
-    round(&mut lab, &mut others, |c| {
+    assert!(same.iter().all(|c| c.conn.rcv_nxt.is_some()));
+    round(&mut lab, &mut same, |c| {
+        Some(c.conn.next(TcpControl::None, b""))
+    });
+    let reset: Vec<bool> = same.iter().map(|c| c.conn.reset).collect();
+    assert_eq!(reset, [false, false, false, false, false, true, true, true]);
+    // Now its SYNs are reset at once; one from each of 1,000 others is not.
+    let mut next = from(7, 1, 42_000);
+    round(&mut lab, &mut next, |c| {
         Some(c.conn.next(TcpControl::Syn, b""))
     });
-    assert!(others.iter().all(|c| c.conn.rcv_nxt.is_some()));
+    assert!(next[0].conn.reset && next[0].conn.rcv_nxt.is_none());
+    let mut others: Vec<Client> = (100..1_100).map(|i| Client::new(i, TLS)).collect();
+    open(&mut lab, &mut others);
+    assert!(others
+        .iter()
+        .all(|c| c.conn.rcv_nxt.is_some() && !c.conn.reset));
+    // Fifty SYNs spoofed from address 8, never completed, spend nothing:
+    // its own five connections then go through.
+    let mut spoofed = from(8, 50, 43_000);
+    round(&mut lab, &mut spoofed, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
+    let mut real = from(8, 5, 44_000);
+    open(&mut lab, &mut real);
+    assert!(real
+        .iter()
+        .all(|c| c.conn.rcv_nxt.is_some() && !c.conn.reset));
     // 200 ms later the limited source has one more.
     lab.advance(Duration::from_millis(200));
-    let mut later: Vec<Client> = (0..2)
-        .map(|i| {
-            let mut c = Client::new(7, TLS);
-            c.conn.port += 100 + i;
-            c
-        })
-        .collect();
-    round(&mut lab, &mut later, |c| {
-        Some(c.conn.next(TcpControl::Syn, b""))
-    });
-    let taken: Vec<bool> = later.iter().map(|c| c.conn.rcv_nxt.is_some()).collect();
-    assert_eq!(taken, [true, false]);
+    let mut later = from(7, 2, 45_000);
+    for c in later.iter_mut() {
+        open(&mut lab, std::slice::from_mut(c));
+    }
+    let taken: Vec<bool> = later.iter().map(|c| !c.conn.reset).collect();
+    assert_eq!(taken, [true, false], "{syn_cookies:?}");
     lab.mem.engine.publish();
     let vip = lab.mem.engine.vip_counters(1);
-    assert_eq!((vip.refused_conn_limit, vip.refused_source_rate), (0, 4));
+    assert_eq!(
+        (vip.refused_conn_limit, vip.refused_source_rate),
+        (0, 5),
+        "{syn_cookies:?}: three at their handshake's end, two SYNs"
+    );
 }
 
 #[test]

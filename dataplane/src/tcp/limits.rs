@@ -104,20 +104,35 @@ impl Listener {
         }
     }
 
-    /// A connection from `source` completed its handshake: `Ok(true)`
-    /// when it is counted (a per-source cap is set), so that its end is
-    /// too; refused when its source already has the cap established (SYNs
-    /// admitted while it had room may complete after it filled).
-    pub fn source_established(&mut self, source: u64) -> Result<bool, Refusal> {
-        let (Some(max), Some(open)) = (self.limits.per_source_conns, self.source_open.as_mut())
+    /// A connection from `source` completed its handshake: it takes its
+    /// place in its source's rate (`source_hash` asked for only when a
+    /// rate limit is set), and `Ok(true)` when it is counted against a
+    /// per-source cap, so that its end is too. Refused when its source
+    /// already has the cap established or spent its rate: SYNs admitted
+    /// while it had room may complete after it filled. Only completed
+    /// handshakes count, so SYNs spoofed from a source spend nothing of
+    /// its share.
+    pub fn source_established(
+        &mut self,
+        source: u64,
+        source_hash: impl FnOnce() -> u64,
+        now: Instant,
+    ) -> Result<bool, Refusal> {
+        if let (Some(max), Some(open)) = (self.limits.per_source_conns, self.source_open.as_ref()) {
+            if open.get(&source).is_some_and(|&n| n >= max) {
+                return Err(Refusal::SourceConns);
+            }
+        }
+        if let (Some(rate), Some(t)) = (self.limits.per_source_rate, self.sources.as_mut()) {
+            if !t.admit(source, source_hash(), now, rate) {
+                return Err(Refusal::SourceRate);
+            }
+        }
+        let (Some(_), Some(open)) = (self.limits.per_source_conns, self.source_open.as_mut())
         else {
             return Ok(false);
         };
-        let n = open.entry(source).or_insert(0);
-        if *n >= max {
-            return Err(Refusal::SourceConns);
-        }
-        *n += 1;
+        *open.entry(source).or_insert(0) += 1;
         Ok(true)
     }
 
@@ -139,7 +154,8 @@ impl Listener {
 
     /// Whether a SYN from `source` (an IPv4 address, an IPv6 /64:
     /// `FlowAddr::source_id`) may open a connection now; `Err` names the
-    /// limit it is over. `source_hash` (the source's keyed hash) is asked
+    /// limit it is over. It spends nothing: a connection counts once its
+    /// handshake completes ([`Listener::source_established`]). `source_hash` (the source's keyed hash) is asked
     /// for only when a rate limit is set.
     pub fn admit(
         &mut self,
@@ -155,8 +171,8 @@ impl Listener {
                 return Err(Refusal::SourceConns);
             }
         }
-        if let (Some(rate), Some(t)) = (self.limits.per_source_rate, self.sources.as_mut()) {
-            if !t.admit(source, source_hash(), now, rate) {
+        if let (Some(rate), Some(t)) = (self.limits.per_source_rate, self.sources.as_ref()) {
+            if t.spent(source, source_hash(), now, rate) {
                 return Err(Refusal::SourceRate);
             }
         }
@@ -210,9 +226,22 @@ impl SourceRates {
         }
     }
 
+    /// Whether `source` has spent its rate now: its next connection
+    /// would be refused (nothing changes).
+    fn spent(&self, source: u64, hash: u64, now: Instant, rate: u32) -> bool {
+        let set = (hash as usize % SETS) * WAYS;
+        let Some(&(_, tat)) = self.entries[set..set + WAYS]
+            .iter()
+            .find(|e| e.0 == source && e.1 != 0)
+        else {
+            return false;
+        };
+        let now = now.as_nanos();
+        tat.max(now) - now > SECOND - interval(rate).min(SECOND)
+    }
+
     fn admit(&mut self, source: u64, hash: u64, now: Instant, rate: u32) -> bool {
-        const SECOND: u64 = 1_000_000_000;
-        let interval = SECOND / u64::from(rate.max(1));
+        let interval = interval(rate);
         let now = now.as_nanos();
         let addr = source;
         let set = (hash as usize % SETS) * WAYS;
@@ -239,6 +268,13 @@ impl SourceRates {
         ways[i].1 = tat + interval;
         true
     }
+}
+
+const SECOND: u64 = 1_000_000_000;
+
+/// Nanoseconds between connections at `rate` a second.
+fn interval(rate: u32) -> u64 {
+    SECOND / u64::from(rate.max(1))
 }
 
 #[cfg(test)]
@@ -342,9 +378,12 @@ mod tests {
         for _ in 0..5 {
             assert_eq!(l.admit(a, || 0, at(0)), Ok(()));
         }
-        assert_eq!(l.source_established(a), Ok(true));
-        assert_eq!(l.source_established(a), Ok(true));
-        assert_eq!(l.source_established(a), Err(Refusal::SourceConns));
+        assert_eq!(l.source_established(a, || 0, at(0)), Ok(true));
+        assert_eq!(l.source_established(a, || 0, at(0)), Ok(true));
+        assert_eq!(
+            l.source_established(a, || 0, at(0)),
+            Err(Refusal::SourceConns)
+        );
         assert_eq!(l.admit(a, || 0, at(0)), Err(Refusal::SourceConns));
         assert_eq!(l.admit(b, || 0, at(0)), Ok(()), "another source");
         l.source_ended(a);
@@ -354,7 +393,7 @@ mod tests {
         assert!(l.source_open.as_ref().is_some_and(HashMap::is_empty));
         // Without the cap nothing is kept or counted.
         l.set_limits(ListenLimits::default());
-        assert_eq!(l.source_established(a), Ok(false));
+        assert_eq!(l.source_established(a, || 0, at(0)), Ok(false));
         assert_eq!(l.admit(a, || 0, at(0)), Ok(()));
     }
 }

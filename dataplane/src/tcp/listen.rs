@@ -86,14 +86,9 @@ impl<A: Default> TcpEngine<A> {
         key: &FlowKey<I>,
         now: Instant,
     ) -> Result<(), limits::Refusal> {
-        let secret = &self.secret;
         let source = key.remote.source_id();
-        let hash = || {
-            let mut h = secret.prf(b's');
-            h.write_u64(source);
-            h.finish()
-        };
-        let result = self.listeners[i].admit(source, hash, now);
+        let secret = &self.secret;
+        let result = self.listeners[i].admit(source, || source_hash(secret, source), now);
         if let Err(why) = result {
             self.count_refusal(i, why);
         }
@@ -168,10 +163,12 @@ impl<A: Default> TcpEngine<A> {
     }
 
     /// Connection `id`, opened by a listener, completed its handshake: it
-    /// counts against its source's established connections there (where
-    /// the listener caps them) until it ends. False when its source
-    /// already has the cap established: the caller resets it (counted).
-    pub(super) fn count_source(&mut self, id: ConnId) -> bool {
+    /// spends one of its source's new connections there (where the
+    /// listener limits their rate) and counts against its source's
+    /// established connections until it ends (where the listener caps
+    /// them). False when its source is over either: the caller resets it
+    /// (counted).
+    pub(super) fn count_source(&mut self, id: ConnId, now: Instant) -> bool {
         let Some(key) = self.key(id) else {
             return true;
         };
@@ -186,7 +183,9 @@ impl<A: Default> TcpEngine<A> {
         else {
             return true;
         };
-        match self.listeners[i].source_established(source_id(key)) {
+        let source = source_id(key);
+        let secret = &self.secret;
+        match self.listeners[i].source_established(source, || source_hash(secret, source), now) {
             Ok(counted) => {
                 if let Some(c) = live_mut(&mut self.conns, id) {
                     c.source_counted = counted;
@@ -368,8 +367,8 @@ impl<A: Default> TcpEngine<A> {
             self.counters.syn_dropped += 1;
             return Err(SegmentDrop::ListenOverflow);
         }
-        // The SYN was admitted against the rate when its cookie went out;
-        // the connection cap is looked at again now.
+        // The connection cap is looked at again now; the per-source
+        // limits as the handshake completes (`count_source`).
         let Some(listener) = self.listener_for(key.local, key.local_port) else {
             self.reset_for(&key, repr);
             return Err(SegmentDrop::NoConnection);
@@ -400,8 +399,8 @@ impl<A: Default> TcpEngine<A> {
         self.listener_opened(listener, id);
         I::table_mut(&mut self.flows).insert_conn(key, id);
         self.account(None, Some(state));
-        if !self.count_source(id) {
-            // Its source has the listener's cap established (counted).
+        if !self.count_source(id, now) {
+            // Its source is over the listener's cap or rate (counted).
             self.abort(id);
             return Ok(());
         }
@@ -495,6 +494,13 @@ pub(super) fn source_id(key: AnyFlowKey) -> u64 {
         AnyFlowKey::V4(k) => k.remote.source_id(),
         AnyFlowKey::V6(k) => k.remote.source_id(),
     }
+}
+
+/// `source`'s keyed hash, which picks its set in the rate table.
+fn source_hash(secret: &Secret, source: u64) -> u64 {
+    let mut h = secret.prf(b's');
+    h.write_u64(source);
+    h.finish()
 }
 
 /// Connections from one client address (an IPv6 /64) open now.

@@ -1163,8 +1163,8 @@ impl<A: Default> TcpEngine<A> {
     /// Applies a connection's input results: events, state counters, frees.
     fn apply(&mut self, id: ConnId, out: Input, now: Instant) {
         if out.established {
-            if !self.count_source(id) {
-                // Its source has the listener's cap established.
+            if !self.count_source(id, now) {
+                // Its source is over the listener's cap or rate.
                 self.abort(id);
                 return;
             }
