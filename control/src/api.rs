@@ -259,6 +259,9 @@ pub struct VipInfo {
     /// The `[vip.tls]` policy, when one is set (else the defaults).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<crate::config::TlsSettings>,
+    /// Its routes by SNI to other pools.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<crate::config::Route>,
     /// Its deadlines and limits in effect.
     #[serde(default)]
     pub limits: VipLimits,
@@ -307,6 +310,9 @@ pub struct VipChange {
     pub tickets: Option<TicketsChange>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefer_client_order: Option<bool>,
+    /// [`Vip::routes`], replacing the VIP's (`[]`: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routes: Option<Vec<crate::config::Route>>,
     /// [`Vip::handshake_timeout_ms`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handshake_timeout_ms: Option<u32>,

@@ -99,7 +99,10 @@ pub fn apply(cfg: &Config, req: &Request) -> Option<Result<Config, ConfigError>>
             }
         }
         Request::PoolRemove { name } => pool_index(cfg, name).and_then(|i| {
-            match cfg.vips.iter().find(|v| v.pool.as_deref() == Some(name)) {
+            let uses = |v: &&crate::config::Vip| {
+                v.pool.as_deref() == Some(name) || v.routes.iter().any(|r| &r.pool == name)
+            };
+            match cfg.vips.iter().find(uses) {
                 Some(v) => Err(ConfigError::new(
                     "pool",
                     name,
@@ -209,6 +212,9 @@ fn set_vip(next: &mut Config, i: usize, change: &VipChange) -> Result<(), Config
     if change.builtin {
         vip.pool = None;
         vip.respond = Some(Respond::Builtin);
+    }
+    if let Some(routes) = &change.routes {
+        vip.routes.clone_from(routes);
     }
     let tls_given = change.tls_versions.is_some()
         || change.tls_suites.is_some()
@@ -633,6 +639,83 @@ mod tests {
     }
 
     #[test]
+    fn routes_need_tls_a_pool_dns_names_and_pools_that_exist() {
+        use crate::config::Route;
+        let route = |sni: &str, pool: &str| Route {
+            sni: sni.into(),
+            pool: pool.into(),
+        };
+        let with = |routes: Vec<Route>| {
+            set(VipChange {
+                routes: Some(routes),
+                ..VipChange::default()
+            })
+        };
+        let c = changed(with(vec![
+            route("api.example.com", "spare"),
+            route("*.static.example.com", "spare"),
+        ]));
+        assert_eq!(c.vips[0].routes.len(), 2);
+        assert_eq!(
+            Config::parse(&c.to_toml()).unwrap().vips[0].routes,
+            c.vips[0].routes
+        );
+        // A pool a route forwards to stays.
+        let e = apply(
+            &c,
+            &Request::PoolRemove {
+                name: "spare".into(),
+            },
+        )
+        .unwrap()
+        .unwrap_err();
+        assert!(e.to_string().contains("forwards to it"), "{e}");
+        // `[]` takes them away.
+        let none = apply(&c, &with(Vec::new())).unwrap().unwrap();
+        assert!(none.vips[0].routes.is_empty());
+        for (routes, field, why) in [
+            (
+                vec![route("api.example.com", "nope")],
+                "vip[0].routes[0].pool",
+                "no [[pool]]",
+            ),
+            (
+                vec![route("10.0.0.1", "spare")],
+                "vip[0].routes[0].sni",
+                "an address",
+            ),
+            (
+                vec![route("bad_name.example", "spare")],
+                "vip[0].routes[0].sni",
+                "a DNS name",
+            ),
+            (
+                vec![route("a.*.example", "spare")],
+                "vip[0].routes[0].sni",
+                "a DNS name",
+            ),
+            (
+                vec![
+                    route("Api.example.com", "web"),
+                    route("api.EXAMPLE.com", "spare"),
+                ],
+                "vip[0].routes[1].sni",
+                "another route",
+            ),
+        ] {
+            let e = refused(with(routes));
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.to_string().contains(why), "{e}");
+        }
+        // A plain VIP has no SNI to route by.
+        let mut plain = base();
+        plain.vips[0].certs.clear();
+        plain.vips[0].routes = vec![route("api.example.com", "spare")];
+        let e = plain.validate().unwrap_err();
+        assert_eq!(e.field, "vip[0].routes", "{e}");
+    }
+
+    #[test]
     fn vip_set_refusals_name_the_field() {
         let e = refused(set(VipChange::default()));
         assert!(e.to_string().contains("nothing to change"), "{e}");
@@ -683,6 +766,7 @@ mod tests {
             max_connections: None,
             max_new_per_source: None,
             max_connections_per_source: None,
+            routes: Vec::new(),
         }
     }
 

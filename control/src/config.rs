@@ -234,6 +234,12 @@ pub struct Vip {
     /// The backend pool each connection's (decrypted) bytes go to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<String>,
+    /// A TLS VIP with a pool: clients whose SNI names a route go to its
+    /// pool instead (an exact name first, then `*.domain` for one label
+    /// more, as certificates are picked); others, and clients without
+    /// SNI, to `pool`. At most [`MAX_ROUTES`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<Route>,
     /// Certificates, by `[[cert]]` name or as `{ cert, key }` files in
     /// place: when given, the VIP terminates TLS (1.2 and 1.3) and picks one
     /// per handshake by SNI and the client's signature algorithms; the
@@ -303,6 +309,39 @@ pub struct Vip {
     /// it. Default: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections_per_source: Option<u32>,
+}
+
+/// A VIP's route: clients asking for `sni` go to `pool`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// A DNS name (`api.example.com`) or a wildcard of one label
+    /// (`*.example.com`); matched without regard to case.
+    pub sni: String,
+    pub pool: String,
+}
+
+/// Most routes of one VIP.
+pub const MAX_ROUTES: usize = 256;
+
+/// Why `name` cannot be a route's SNI, if it cannot: a DNS name of
+/// letters, digits, hyphens and dots (labels of 1 to 63, 253 at most), or
+/// `*.` and such a name.
+pub fn check_route_name(name: &str) -> Result<(), String> {
+    let host = name.strip_prefix("*.").unwrap_or(name);
+    let label_ok = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if host.is_empty() || host.len() > 253 || !host.split('.').all(label_ok) {
+        return Err("a DNS name (api.example.com) or a one-label wildcard (*.example.com)".into());
+    }
+    if host.parse::<IpAddr>().is_ok() || host.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return Err("an address: clients send no SNI for one (RFC 6066 section 3)".into());
+    }
+    Ok(())
 }
 
 /// Largest configuration file read.
@@ -1512,6 +1551,39 @@ impl Config {
                         "",
                         "give either respond = \"builtin\" or pool = \"NAME\"",
                     ))
+                }
+            }
+            if !vip.routes.is_empty() && (vip.pool.is_none() || vip.certs.is_empty()) {
+                return Err(ConfigError::new(
+                    at("routes"),
+                    "",
+                    "routes pick a pool by the TLS client's SNI: they need certs and a pool (for clients no route takes)",
+                ));
+            }
+            if vip.routes.len() > MAX_ROUTES {
+                return Err(ConfigError::new(
+                    at("routes"),
+                    vip.routes.len(),
+                    format!("at most {MAX_ROUTES}"),
+                ));
+            }
+            let mut snis = HashSet::new();
+            for (j, r) in vip.routes.iter().enumerate() {
+                let at = |f: &str| format!("vip[{i}].routes[{j}].{f}");
+                check_route_name(&r.sni).map_err(|why| ConfigError::new(at("sni"), &r.sni, why))?;
+                if !snis.insert(r.sni.to_ascii_lowercase()) {
+                    return Err(ConfigError::new(
+                        at("sni"),
+                        &r.sni,
+                        "another route has this name",
+                    ));
+                }
+                if !pool_names.contains(r.pool.as_str()) {
+                    return Err(ConfigError::new(
+                        at("pool"),
+                        &r.pool,
+                        "no [[pool]] has this name",
+                    ));
                 }
             }
             check_name(&at("name"), &vip.name)?;

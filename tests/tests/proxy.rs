@@ -704,3 +704,74 @@ s.close()
         dpd.log_text()
     );
 }
+
+/// Routes by SNI: on one TLS VIP, clients asking for `api.test` or any
+/// `*.wild.test` go to the "api" pool, others (and a client sending no
+/// SNI) to the VIP's pool; `dpctl vip set` takes the routes away and
+/// gives them back while dpd runs, and `vip show` lists them.
+#[test]
+fn tls_clients_go_to_the_pool_their_sni_routes_them_to() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up("sni");
+    backend_addr(&lab, 12, "add");
+    backend_addr(&lab, 13, "add");
+    let _web = e2e::HttpBackend::start(&lab, &format!("{}.12", lab.net), 8090, "web pool\n");
+    let _api = e2e::HttpBackend::start(&lab, &format!("{}.13", lab.net), 8091, "api pool\n");
+    let dpd = Dpd::start(&lab, |s| {
+        let c = certs.path().display();
+        format!(
+            "{base}\n[[vip]]\nname = \"tls\"\nlisten = \"{ip}:443\"\npool = \"web\"\n\
+             certs = [{{ cert = \"{c}/p256.pem\", key = \"{c}/p256.key\" }}]\n\
+             routes = [{{ sni = \"api.test\", pool = \"api\" }}, {{ sni = \"*.wild.test\", pool = \"api\" }}]\n\
+             [[pool]]\nname = \"web\"\nmembers = [{{ addr = \"{net}.12:8090\" }}]\n\
+             [[pool]]\nname = \"api\"\nmembers = [{{ addr = \"{net}.13:8091\" }}]\n",
+            base = lab.config("net_af_packet", s, ""),
+            ip = lab.dut_ip(),
+            net = lab.net,
+        )
+    });
+    let ip = lab.dut_ip();
+    // The body each name gets (curl -k: the names are not the certificate's).
+    let fetch = |name: &str| -> String {
+        let url = format!("https://{name}/");
+        let resolve = format!("{name}:443:{ip}");
+        let out = lab.client(&[
+            "curl",
+            "-sk",
+            "--max-time",
+            "10",
+            "--resolve",
+            &resolve,
+            &url,
+        ]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(fetch("api.test"), "api pool");
+    assert_eq!(
+        fetch("API.test"),
+        "api pool",
+        "names match without regard to case"
+    );
+    assert_eq!(fetch("x.wild.test"), "api pool");
+    assert_eq!(fetch("a.b.wild.test"), "web pool", "one label only");
+    assert_eq!(fetch("p256.test"), "web pool");
+    assert_eq!(fetch(&ip), "web pool", "no SNI for an address");
+    let show = String::from_utf8_lossy(&dpd.dpctl(&["vip", "show", "tls"]).stdout).into_owned();
+    assert!(
+        show.contains("route        SNI api.test to pool api"),
+        "{show}"
+    );
+
+    let o = dpd.dpctl(&["vip", "set", "tls", "--no-routes"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(fetch("api.test"), "web pool");
+    let o = dpd.dpctl(&["vip", "set", "tls", "--route", "api.test=api"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(fetch("api.test"), "api pool");
+    assert_eq!(fetch("x.wild.test"), "web pool", "the routes were replaced");
+    // A route to no pool is refused, the routes as they were.
+    let o = dpd.dpctl(&["vip", "set", "tls", "--route", "api.test=nope"]);
+    assert!(!o.status.success());
+    assert_eq!(fetch("api.test"), "api pool");
+}

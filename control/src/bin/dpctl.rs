@@ -150,6 +150,10 @@ enum VipCmd {
         /// Configure it, but take no connections yet.
         #[arg(long)]
         disabled: bool,
+        /// TLS clients asking for SNI go to POOL instead (repeat;
+        /// `*.example.com` takes one label more).
+        #[arg(long = "route", value_name = "SNI=POOL", value_parser = parse_route)]
+        routes: Vec<control::config::Route>,
         #[command(flatten)]
         tls: Box<TlsArgs>,
         #[command(flatten)]
@@ -175,6 +179,12 @@ enum VipCmd {
         /// Turn session tickets off.
         #[arg(long, conflicts_with = "tickets")]
         no_tickets: bool,
+        /// Routes by SNI, replacing the VIP's (repeat).
+        #[arg(long = "route", value_name = "SNI=POOL", value_parser = parse_route)]
+        routes: Vec<control::config::Route>,
+        /// Take every route away.
+        #[arg(long, conflicts_with = "routes")]
+        no_routes: bool,
         #[command(flatten)]
         limits: LimitArgs,
     },
@@ -328,6 +338,17 @@ struct LimitArgs {
     /// Most established connections from one address ("none").
     #[arg(long, value_name = "N|none")]
     max_connections_per_source: Option<Limit>,
+}
+
+/// `SNI=POOL`.
+fn parse_route(s: &str) -> Result<control::config::Route, String> {
+    match s.split_once('=') {
+        Some((sni, pool)) if !sni.is_empty() && !pool.is_empty() => Ok(control::config::Route {
+            sni: sni.to_string(),
+            pool: pool.to_string(),
+        }),
+        _ => Err(format!("{s:?}: SNI=POOL, as api.example.com=api")),
+    }
 }
 
 /// A number, or none: `none` (a limit) or `default` (a timeout).
@@ -530,6 +551,7 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
                 disabled,
                 tls,
                 limits,
+                routes,
             } => Request::VipAdd {
                 vip: {
                     let mut vip = Vip {
@@ -547,6 +569,7 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
                         max_connections: None,
                         max_new_per_source: None,
                         max_connections_per_source: None,
+                        routes: routes.clone(),
                     };
                     limits.apply(&mut vip);
                     vip
@@ -560,11 +583,16 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
                 tls,
                 no_tickets,
                 limits,
+                routes,
+                no_routes,
             } => Request::VipSet {
                 name: name.clone(),
                 change: {
                     let mut change = tls.change(certs, pool, *builtin, *no_tickets);
                     limits.change(&mut change);
+                    if *no_routes || !routes.is_empty() {
+                        change.routes = Some(routes.clone());
+                    }
                     change
                 },
             },
@@ -1050,6 +1078,9 @@ fn print_vip(v: &VipInfo) {
             .as_ref()
             .map_or("built-in responder".to_string(), |p| format!("pool {p}"))
     );
+    for r in &v.routes {
+        println!("  route        SNI {} to pool {}", r.sni, r.pool);
+    }
     let l = &v.limits;
     println!(
         "  timeouts     handshake {} ms, request {} ms, send {} ms, idle {} s",

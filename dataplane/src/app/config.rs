@@ -42,6 +42,9 @@ pub struct VipSpec {
     pub tls: Option<TlsCopies>,
     /// The pool's name, or `None` for the built-in responder.
     pub pool: Option<String>,
+    /// `(SNI, pool name)`: TLS clients asking for the name go to that
+    /// pool instead (`*.domain`: one label more).
+    pub routes: Vec<(String, String)>,
     /// How long its clients may take (handshake, request, silence).
     pub timeouts: Timeouts,
     /// What its listener admits on each engine (its share of the VIP's).

@@ -35,6 +35,9 @@ pub struct VipEntry {
     pub tls: Option<TlsConfig>,
     /// Index in the engine's pools; `None`: the built-in responder.
     pub pool: Option<u16>,
+    /// `(SNI, pool index)`: a TLS client asking for the name goes to that
+    /// pool instead (`*.domain`: one label more).
+    pub routes: Vec<(Box<str>, u16)>,
     pub timeouts: Timeouts,
     /// What its listener admits on this engine.
     pub limits: crate::tcp::ListenLimits,
@@ -128,9 +131,23 @@ impl Services {
             enabled: true,
             tls,
             pool,
+            routes: Vec::new(),
             timeouts: Timeouts::default(),
             limits: crate::tcp::ListenLimits::default(),
         });
+    }
+
+    /// Routes TLS clients of VIP `addr:port` asking for a name to a pool
+    /// (`(SNI, pool index)`), as a snapshot's VIP routes do.
+    pub fn set_vip_routes(&mut self, addr: impl Into<IpAddr>, port: u16, routes: &[(&str, u16)]) {
+        let addr = addr.into();
+        for v in self
+            .vips
+            .iter_mut()
+            .filter(|v| v.addr == addr && v.port == port)
+        {
+            v.routes = routes.iter().map(|&(n, p)| (n.into(), p)).collect();
+        }
     }
 
     /// Sets how long clients of VIP `addr:port` may take.
@@ -359,6 +376,12 @@ impl Services {
             cx.tcp.hold_ack(id, cx.now);
         }
         if wants_backend {
+            let sni = t.conn.session().server_name();
+            if let Some(pool) = slot.and_then(|s| routed_pool(&self.vips, s, sni?)) {
+                if let Inner::Proxy(link) = &mut t.inner {
+                    link.pool = pool;
+                }
+            }
             self.connect_backend(cx, id);
         }
         if let Some(vc) = slot.and_then(|s| self.vip_counters.get_mut(usize::from(s))) {
@@ -556,6 +579,18 @@ impl Application for Services {
                 if lost {
                     log::error!("vip {}: its pool cannot be used; SYNs get a reset", v.name);
                 }
+                let routes = v
+                    .routes
+                    .iter()
+                    .filter_map(|(sni, name)| {
+                        let i = pools.iter().position(|p| !p.retired && &p.name == name);
+                        let i = i.and_then(|i| u16::try_from(i).ok());
+                        if i.is_none() {
+                            log::error!("vip {}: route {sni}'s pool cannot be used", v.name);
+                        }
+                        Some((sni.as_str().into(), i?))
+                    })
+                    .collect();
                 VipEntry {
                     slot: v.slot.min(MAX_VIPS as u16 - 1),
                     addr: v.addr,
@@ -563,6 +598,7 @@ impl Application for Services {
                     enabled: v.enabled && !lost,
                     tls: v.tls.as_ref().map(|t| t.for_engine(self.engine_index)),
                     pool: pool.flatten(),
+                    routes,
                     timeouts: v.timeouts,
                     limits: v.limits,
                 }
@@ -619,5 +655,55 @@ impl Application for Services {
             c.refused_source_conns = r.source_conns;
             c.refused_denied = r.denied;
         }
+    }
+}
+
+/// The pool a TLS client of VIP `slot` that asked for `sni` goes to, when
+/// one of the VIP's routes names it: an exact name first, then a
+/// wildcard (`*.example.com` for `api.example.com`, not for
+/// `example.com` or `a.b.example.com`), without regard to case.
+fn routed_pool(vips: &[VipEntry], slot: u16, sni: &str) -> Option<u16> {
+    let routes = &vips.iter().find(|v| v.slot == slot)?.routes;
+    let exact = routes.iter().find(|(n, _)| n.eq_ignore_ascii_case(sni));
+    let wild = || {
+        let (_, parent) = sni.split_once('.')?;
+        routes.iter().find(|(n, _)| {
+            n.strip_prefix("*.")
+                .is_some_and(|d| d.eq_ignore_ascii_case(parent))
+        })
+    };
+    exact.or_else(wild).map(|&(_, p)| p)
+}
+
+#[cfg(test)]
+mod route_tests {
+    use super::*;
+
+    #[test]
+    fn an_exact_route_comes_before_a_wildcard_of_one_label() {
+        let mut vip = VipEntry {
+            slot: 3,
+            addr: IpAddr::from([10, 0, 0, 1]),
+            port: 443,
+            enabled: true,
+            tls: None,
+            pool: Some(0),
+            routes: Vec::new(),
+            timeouts: Timeouts::default(),
+            limits: crate::tcp::ListenLimits::default(),
+        };
+        vip.routes = vec![("*.example.com".into(), 1), ("API.example.com".into(), 2)];
+        let vips = [vip];
+        let route = |sni| routed_pool(&vips, 3, sni);
+        assert_eq!(route("api.example.com"), Some(2));
+        assert_eq!(route("www.Example.COM"), Some(1));
+        assert_eq!(route("example.com"), None);
+        assert_eq!(route("a.b.example.com"), None);
+        assert_eq!(route("example.org"), None);
+        assert_eq!(
+            routed_pool(&vips, 4, "api.example.com"),
+            None,
+            "another VIP"
+        );
     }
 }

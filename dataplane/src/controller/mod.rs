@@ -503,6 +503,11 @@ impl Controller {
                 enabled: vip.enabled,
                 tls: tls_config,
                 pool: vip.pool.clone(),
+                routes: vip
+                    .routes
+                    .iter()
+                    .map(|r| (r.sni.clone(), r.pool.clone()))
+                    .collect(),
                 timeouts: Timeouts {
                     handshake: Duration::from_millis(u64::from(vip.handshake_timeout_ms)),
                     request: Duration::from_millis(u64::from(vip.request_timeout_ms)),

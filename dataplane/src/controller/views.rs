@@ -75,6 +75,7 @@ impl Controller {
                     .collect(),
                 pool: v.pool.clone(),
                 tls: v.tls.clone(),
+                routes: v.routes.clone(),
                 limits: VipLimits {
                     handshake_timeout_ms: v.handshake_timeout_ms,
                     request_timeout_ms: v.request_timeout_ms,
