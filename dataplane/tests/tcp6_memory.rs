@@ -418,7 +418,9 @@ fn per_source_limits_count_an_ipv6_slash_64_as_one_source() {
     // Two hosts of one /64 (another host's /64 would be its own source).
     let same_64 = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0xaaaa, 0, 0, 9);
     lab.exchange(vec![solicit(HOST_IP, DUT_IP), solicit(same_64, DUT_IP)]);
-    handshake(&mut lab, HOST_IP, DUT_IP, 40_010);
+    // A completed handshake spends the rate (a SYN alone does not).
+    let (seq, ack) = handshake(&mut lab, HOST_IP, DUT_IP, 40_010);
+    lab.exchange(vec![Seg::ack(40_010, 80, seq, ack).frame6(HOST_IP, DUT_IP)]);
     let syn = Seg::syn(40_011, 80, 1);
     let out = tcp6(&lab.exchange(vec![syn.frame6(same_64, DUT_IP)]));
     assert_eq!(out.len(), 1);
