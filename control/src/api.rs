@@ -262,6 +262,9 @@ pub struct VipInfo {
     /// Its routes by SNI to other pools.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<crate::config::Route>,
+    /// The only client networks it takes (empty: any).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
     /// Its deadlines and limits in effect.
     #[serde(default)]
     pub limits: VipLimits,
@@ -313,6 +316,9 @@ pub struct VipChange {
     /// [`Vip::routes`], replacing the VIP's (`[]`: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routes: Option<Vec<crate::config::Route>>,
+    /// [`Vip::allow`], replacing the VIP's (`[]`: any client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow: Option<Vec<String>>,
     /// [`Vip::handshake_timeout_ms`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handshake_timeout_ms: Option<u32>,

@@ -216,6 +216,9 @@ fn set_vip(next: &mut Config, i: usize, change: &VipChange) -> Result<(), Config
     if let Some(routes) = &change.routes {
         vip.routes.clone_from(routes);
     }
+    if let Some(allow) = &change.allow {
+        vip.allow.clone_from(allow);
+    }
     let tls_given = change.tls_versions.is_some()
         || change.tls_suites.is_some()
         || change.tls_groups.is_some()
@@ -716,6 +719,27 @@ mod tests {
     }
 
     #[test]
+    fn vip_set_allow_replaces_the_list_and_refuses_a_network_that_does_not_read() {
+        let allow = |nets: &[&str]| {
+            set(VipChange {
+                allow: Some(nets.iter().map(|n| n.to_string()).collect()),
+                ..VipChange::default()
+            })
+        };
+        let c = changed(allow(&["10.0.0.0/8", "2001:db8::/32"]));
+        assert_eq!(c.vips[0].allow, ["10.0.0.0/8", "2001:db8::/32"]);
+        assert_eq!(
+            Config::parse(&c.to_toml()).unwrap().vips[0].allow,
+            c.vips[0].allow
+        );
+        let any = apply(&c, &allow(&[])).unwrap().unwrap();
+        assert!(any.vips[0].allow.is_empty());
+        let e = refused(allow(&["10.0.0.0/8", "10.1.2.3/8"]));
+        assert_eq!(e.field, "vip[0].allow[1]", "{e}");
+        assert!(e.to_string().contains("host bits set"), "{e}");
+    }
+
+    #[test]
     fn vip_set_refusals_name_the_field() {
         let e = refused(set(VipChange::default()));
         assert!(e.to_string().contains("nothing to change"), "{e}");
@@ -767,6 +791,7 @@ mod tests {
             max_new_per_source: None,
             max_connections_per_source: None,
             routes: Vec::new(),
+            allow: Vec::new(),
         }
     }
 

@@ -58,7 +58,7 @@ impl Access {
     }
 }
 
-/// Most entries of `[access] deny`.
+/// Most entries of `[access] deny`, and of a VIP's `allow`.
 pub const MAX_DENIED: usize = 100_000;
 
 /// A network as `[access] deny` takes it: `ADDRESS/LEN`, or an address
@@ -240,6 +240,10 @@ pub struct Vip {
     /// SNI, to `pool`. At most [`MAX_ROUTES`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<Route>,
+    /// The only client networks it takes connections from (as `[access]
+    /// deny` writes them); others' SYNs go unanswered. Empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
     /// Certificates, by `[[cert]]` name or as `{ cert, key }` files in
     /// place: when given, the VIP terminates TLS (1.2 and 1.3) and picks one
     /// per handshake by SNI and the client's signature algorithms; the
@@ -1566,6 +1570,17 @@ impl Config {
                     vip.routes.len(),
                     format!("at most {MAX_ROUTES}"),
                 ));
+            }
+            if vip.allow.len() > MAX_DENIED {
+                return Err(ConfigError::new(
+                    at("allow"),
+                    vip.allow.len(),
+                    format!("at most {MAX_DENIED} networks"),
+                ));
+            }
+            for (j, a) in vip.allow.iter().enumerate() {
+                parse_prefix(a)
+                    .map_err(|why| ConfigError::new(format!("vip[{i}].allow[{j}]"), a, why))?;
             }
             let mut snis = HashSet::new();
             for (j, r) in vip.routes.iter().enumerate() {

@@ -151,7 +151,7 @@ macro_rules! with_vip_counters {
             refused_conn_limit: Counter, "tlsdp_vip_refused_connection_limit_total", "SYNs to the VIP reset because its max_connections were open.";
             refused_source_rate: Counter, "tlsdp_vip_refused_source_rate_total", "SYNs to the VIP reset because their source was over max_new_per_source.";
             refused_source_conns: Counter, "tlsdp_vip_refused_source_connections_total", "SYNs to the VIP reset because their source had max_connections_per_source established.";
-            refused_denied: Counter, "tlsdp_vip_refused_denied_total", "SYNs to the VIP dropped because their source is denied ([access] deny).";
+            refused_denied: Counter, "tlsdp_vip_refused_denied_total", "SYNs to the VIP dropped because their source is denied ([access] deny) or not on its allow list.";
         }
     };
 }

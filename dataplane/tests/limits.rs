@@ -613,3 +613,63 @@ fn sources_count_each_clients_open_connections_most_first() {
         .collect();
     assert_eq!(plain, [(client_addr(5).into(), 3, 0)], "the first of two");
 }
+
+/// A VIP's `allow` list: its connections from other networks are reset
+/// as the list arrives, their SYNs go unanswered (counted as denied),
+/// the other VIP takes them still, and with the list gone they connect
+/// again.
+#[test]
+fn a_vip_allow_list_takes_only_its_networks() {
+    let mut lab = lab(TcpConfig::default());
+    let e = &mut lab.mem.engine;
+    e.set_vip_limits(DUT_IP, PLAIN, ListenLimits::default());
+    let mut before = vec![
+        Client::new(7, PLAIN),
+        Client::new(9, PLAIN),
+        Client::new(7, TLS),
+    ];
+    before[2].conn.port = 41_500;
+    open(&mut lab, &mut before);
+    assert!(before.iter().all(|c| !c.conn.reset));
+    let only_9 = PrefixSet::new([(client_addr(9).into(), 32)]);
+    lab.mem
+        .engine
+        .set_vip_allow(DUT_IP, PLAIN, Some(Arc::new(only_9)));
+    let out = lab.exchange_from(&[]);
+    for c in &mut before {
+        c.absorb(&out);
+    }
+    let reset: Vec<bool> = before.iter().map(|c| c.conn.reset).collect();
+    assert_eq!(reset, [true, false, false], "7's to PLAIN only");
+    let mut after = [
+        Client::new(7, PLAIN),
+        Client::new(9, PLAIN),
+        Client::new(7, TLS),
+    ];
+    for (c, port) in after.iter_mut().zip([42_000, 42_001, 42_002]) {
+        c.conn.port = port;
+    }
+    let syns: Vec<(Ipv4Addr, Seg)> = after
+        .iter_mut()
+        .map(|c| (c.addr, c.conn.next(TcpControl::Syn, b"")))
+        .collect();
+    let out = lab.exchange_from(&syns);
+    for c in &mut after {
+        c.absorb(&out);
+    }
+    let answered: Vec<bool> = after
+        .iter()
+        .map(|c| c.conn.rcv_nxt.is_some() || c.conn.reset)
+        .collect();
+    assert_eq!(answered, [false, true, true], "{out:?}");
+    lab.mem.engine.publish();
+    assert_eq!(lab.mem.engine.vip_counters(0).refused_denied, 1);
+    assert_eq!(lab.mem.dropped(DropReason::SourceDenied), 1);
+    assert_eq!(lab.mem.engine.counters().tcp_denied_resets, 1);
+    // The list taken away: 7 connects again.
+    lab.mem.engine.set_vip_allow(DUT_IP, PLAIN, None);
+    let mut again = vec![Client::new(7, PLAIN)];
+    again[0].conn.port = 43_000;
+    open(&mut lab, &mut again);
+    assert!(again[0].conn.rcv_nxt.is_some() && !again[0].conn.reset);
+}

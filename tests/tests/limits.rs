@@ -420,3 +420,51 @@ fn dpctl_sources_finds_a_client_and_deny_cuts_it_off_at_once() {
     assert_eq!(a.ask("open 1"), ["open"], "allowed again");
     assert!(dpctl_ok(&dpd, &["deny", "list"]).starts_with("0 networks denied"));
 }
+
+/// `dpctl vip set --allow` on a running VIP: connections from other
+/// addresses are reset at once and their connects go unanswered, the
+/// allowed address connects, `vip show` lists the list, and
+/// `--allow-all` lets everyone back.
+#[test]
+fn dpctl_vip_set_allow_keeps_only_the_networks_given() {
+    let lab = Lab::up("allow");
+    let dpd = Dpd::start(&lab, |s| {
+        format!(
+            "{}\n[[vip]]\nname = \"admin\"\nlisten = \"{}:80\"\nrespond = \"builtin\"\n",
+            lab.config("net_af_packet", s, ""),
+            lab.dut_ip()
+        )
+    });
+    let first = format!("{}.2", lab.net);
+    let second = lab.add_client_address(3);
+    let mut a = Holder::start(&lab, 80, &first);
+    let mut b = Holder::start(&lab, 80, &second);
+    assert_eq!(a.ask("open 1"), ["open"]);
+    assert_eq!(b.ask("open 1"), ["open"]);
+
+    let only_second = format!("{second}/32");
+    dpctl_ok(&dpd, &["vip", "set", "admin", "--allow", &only_second]);
+    let t0 = std::time::Instant::now();
+    let mut held = a.ask("held 0");
+    while held != ["reset"] && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+        held = a.ask("held 0");
+    }
+    assert_eq!(held, ["reset"], "the address not allowed");
+    assert_eq!(b.ask("held 0"), ["open"]);
+    assert_eq!(a.ask("open 1"), ["timeout"]);
+    assert_eq!(b.ask("open 1"), ["open"]);
+    let show = dpctl_ok(&dpd, &["vip", "show", "admin"]);
+    assert!(
+        show.contains(&format!("allow        {only_second}")),
+        "{show}"
+    );
+    let o = dpd.dpctl(&["vip", "set", "admin", "--allow", "10.1.2.3/8"]);
+    assert!(!o.status.success(), "host bits set");
+
+    dpctl_ok(&dpd, &["vip", "set", "admin", "--allow-all"]);
+    assert_eq!(a.ask("open 1"), ["open"]);
+    assert!(dpctl_ok(&dpd, &["vip", "show", "admin"]).contains("allow        any client"));
+    let stats = dpd.stats();
+    assert!(stats.vips["admin"].refused_denied >= 1, "{stats:?}");
+}

@@ -154,6 +154,9 @@ enum VipCmd {
         /// `*.example.com` takes one label more).
         #[arg(long = "route", value_name = "SNI=POOL", value_parser = parse_route)]
         routes: Vec<control::config::Route>,
+        /// Take connections only from this network (repeat; default: any).
+        #[arg(long = "allow", value_name = "NET")]
+        allow: Vec<String>,
         #[command(flatten)]
         tls: Box<TlsArgs>,
         #[command(flatten)]
@@ -185,6 +188,13 @@ enum VipCmd {
         /// Take every route away.
         #[arg(long, conflicts_with = "routes")]
         no_routes: bool,
+        /// Take connections only from these networks (repeat), replacing
+        /// the VIP's list; connections open from others are reset.
+        #[arg(long = "allow", value_name = "NET")]
+        allow: Vec<String>,
+        /// Take connections from any client again.
+        #[arg(long, conflicts_with = "allow")]
+        allow_all: bool,
         #[command(flatten)]
         limits: LimitArgs,
     },
@@ -552,6 +562,7 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
                 tls,
                 limits,
                 routes,
+                allow,
             } => Request::VipAdd {
                 vip: {
                     let mut vip = Vip {
@@ -570,6 +581,7 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
                         max_new_per_source: None,
                         max_connections_per_source: None,
                         routes: routes.clone(),
+                        allow: allow.clone(),
                     };
                     limits.apply(&mut vip);
                     vip
@@ -585,6 +597,8 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
                 limits,
                 routes,
                 no_routes,
+                allow,
+                allow_all,
             } => Request::VipSet {
                 name: name.clone(),
                 change: {
@@ -592,6 +606,9 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
                     limits.change(&mut change);
                     if *no_routes || !routes.is_empty() {
                         change.routes = Some(routes.clone());
+                    }
+                    if *allow_all || !allow.is_empty() {
+                        change.allow = Some(allow.clone());
                     }
                     change
                 },
@@ -1081,6 +1098,14 @@ fn print_vip(v: &VipInfo) {
     for r in &v.routes {
         println!("  route        SNI {} to pool {}", r.sni, r.pool);
     }
+    println!(
+        "  allow        {}",
+        if v.allow.is_empty() {
+            "any client".to_string()
+        } else {
+            v.allow.join(", ")
+        }
+    );
     let l = &v.limits;
     println!(
         "  timeouts     handshake {} ms, request {} ms, send {} ms, idle {} s",

@@ -45,6 +45,8 @@ pub struct VipSpec {
     /// `(SNI, pool name)`: TLS clients asking for the name go to that
     /// pool instead (`*.domain`: one label more).
     pub routes: Vec<(String, String)>,
+    /// The only client networks it takes (`None`: any).
+    pub allow: Option<Arc<PrefixSet>>,
     /// How long its clients may take (handshake, request, silence).
     pub timeouts: Timeouts,
     /// What its listener admits on each engine (its share of the VIP's).

@@ -38,6 +38,8 @@ pub struct VipEntry {
     /// `(SNI, pool index)`: a TLS client asking for the name goes to that
     /// pool instead (`*.domain`: one label more).
     pub routes: Vec<(Box<str>, u16)>,
+    /// The only client networks its listener takes (`None`: any).
+    pub allow: Option<std::sync::Arc<crate::net::PrefixSet>>,
     pub timeouts: Timeouts,
     /// What its listener admits on this engine.
     pub limits: crate::tcp::ListenLimits,
@@ -132,6 +134,7 @@ impl Services {
             tls,
             pool,
             routes: Vec::new(),
+            allow: None,
             timeouts: Timeouts::default(),
             limits: crate::tcp::ListenLimits::default(),
         });
@@ -599,6 +602,7 @@ impl Application for Services {
                     tls: v.tls.as_ref().map(|t| t.for_engine(self.engine_index)),
                     pool: pool.flatten(),
                     routes,
+                    allow: v.allow.clone(),
                     timeouts: v.timeouts,
                     limits: v.limits,
                 }
@@ -689,6 +693,7 @@ mod route_tests {
             tls: None,
             pool: Some(0),
             routes: Vec::new(),
+            allow: None,
             timeouts: Timeouts::default(),
             limits: crate::tcp::ListenLimits::default(),
         };

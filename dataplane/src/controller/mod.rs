@@ -508,6 +508,11 @@ impl Controller {
                     .iter()
                     .map(|r| (r.sni.clone(), r.pool.clone()))
                     .collect(),
+                // Validated with the rest (`parse_prefix`), so each reads.
+                allow: (!vip.allow.is_empty()).then(|| {
+                    let nets = vip.allow.iter().filter_map(|a| parse_prefix(a).ok());
+                    Arc::new(PrefixSet::new(nets))
+                }),
                 timeouts: Timeouts {
                     handshake: Duration::from_millis(u64::from(vip.handshake_timeout_ms)),
                     request: Duration::from_millis(u64::from(vip.request_timeout_ms)),

@@ -76,6 +76,7 @@ impl Controller {
                 pool: v.pool.clone(),
                 tls: v.tls.clone(),
                 routes: v.routes.clone(),
+                allow: v.allow.clone(),
                 limits: VipLimits {
                     handshake_timeout_ms: v.handshake_timeout_ms,
                     request_timeout_ms: v.request_timeout_ms,

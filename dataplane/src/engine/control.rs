@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::Engine;
 use crate::app::Application;
+use crate::net::PrefixSet;
 use crate::port::Port;
 use crate::snapshot::{FromEngine, Snapshot, ToEngine};
 use crate::tcp::ListenLimits;
@@ -26,15 +27,17 @@ impl<P: Port, A: Application> Engine<P, A> {
             iface.retain_addresses(|a| vips.iter().any(|v| v.addr == *a));
             iface.retain_addresses6(|a| vips.iter().any(|v| v.addr == *a));
         }
-        let wanted: Vec<(IpAddr, u16, bool, ListenLimits, u16)> = vips
+        type Wanted = (IpAddr, u16, bool, ListenLimits, u16, Option<Arc<PrefixSet>>);
+        let wanted: Vec<Wanted> = vips
             .iter()
-            .map(|v| (v.addr, v.port, v.enabled, v.limits, v.slot))
+            .map(|v| (v.addr, v.port, v.enabled, v.limits, v.slot, v.allow.clone()))
             .collect();
-        for (addr, port, enabled, limits, slot) in wanted {
+        for (addr, port, enabled, limits, slot, allow) in wanted {
             // Disabled VIPs keep their address (ARP, ICMP) and reset SYNs.
             self.claim_address(addr);
             if enabled {
                 self.tcp.listen_with(addr, port, limits, Some(slot));
+                self.tcp.set_allow(addr, port, allow);
             }
         }
     }

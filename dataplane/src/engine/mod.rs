@@ -279,6 +279,18 @@ impl<P: Port> Engine<P> {
         self.tcp.sources(local, max)
     }
 
+    /// Takes connections to VIP `addr:port` only from the networks of
+    /// `allow` (`None`: any) from now on, resetting its others (as a
+    /// snapshot's VIP `allow` does).
+    pub fn set_vip_allow(
+        &mut self,
+        addr: impl Into<IpAddr>,
+        port: u16,
+        allow: Option<std::sync::Arc<crate::net::PrefixSet>>,
+    ) {
+        self.tcp.set_allow(addr.into(), port, allow);
+    }
+
     /// Refuses client networks `deny` from now on, resetting their open
     /// connections (as a snapshot's `deny` does).
     pub fn set_deny(&mut self, deny: std::sync::Arc<crate::net::PrefixSet>) {

@@ -8,7 +8,9 @@
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
+use crate::net::PrefixSet;
 use crate::time::Instant;
 
 /// What one listener admits on this engine.
@@ -56,6 +58,9 @@ pub(super) struct Listener {
     /// bounds it; keyed by the standard library's randomly keyed SipHash,
     /// so sources chosen to collide cannot slow it.
     source_open: Option<HashMap<u64, u32>>,
+    /// The client networks it takes connections from (`None`: any), the
+    /// VIP's `allow`, shared read-only with the other engines.
+    pub allow: Option<Arc<PrefixSet>>,
 }
 
 impl Listener {
@@ -69,6 +74,7 @@ impl Listener {
             open: 0,
             sources: None,
             source_open: None,
+            allow: None,
         };
         l.set_limits(limits);
         l
@@ -88,6 +94,12 @@ impl Listener {
             self.source_open = Some(HashMap::new());
         }
         self.limits = limits;
+    }
+
+    /// Whether it takes connections from `source` (its allow list holds
+    /// it, or it has none).
+    pub fn allows(&self, source: IpAddr) -> bool {
+        self.allow.as_ref().is_none_or(|a| a.contains(source))
     }
 
     /// Whether it counts established connections per source (a per-source

@@ -51,6 +51,11 @@ impl<A: Default> TcpEngine<A> {
             self.reset_for(&key, repr);
             return Err(SegmentDrop::NoConnection);
         };
+        if !self.listeners[listener].allows(key.remote.ip()) {
+            // Not on the VIP's allow list: as a denied source, no answer.
+            self.count_refusal(listener, limits::Refusal::Denied);
+            return Err(SegmentDrop::Denied);
+        }
         if self.admit(listener, &key, now).is_err() {
             self.reset_for(&key, repr);
             return Err(SegmentDrop::Refused);
@@ -120,23 +125,60 @@ impl<A: Default> TcpEngine<A> {
             return;
         }
         self.deny = deny;
-        if self.deny.is_empty() {
+        if !self.deny.is_empty() {
+            let deny = Arc::clone(&self.deny);
+            self.reset_accepted(|_, key| deny.contains(key.remote_addr().ip()));
+        }
+    }
+
+    /// Takes `allow` as the client networks listener `addr:port` takes
+    /// connections from (`None`: any), and resets the connections it has
+    /// from others (counted as denied). One pass over the slab when the
+    /// list changed, none otherwise.
+    pub fn set_allow(&mut self, addr: IpAddr, port: u16, allow: Option<Arc<PrefixSet>>) {
+        let Some(l) = self
+            .listeners
+            .iter_mut()
+            .find(|l| l.addr == addr && l.port == port)
+        else {
+            return;
+        };
+        let same = match (&l.allow, &allow) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+            _ => false,
+        };
+        if same {
             return;
         }
-        let mut gone = Vec::new();
+        l.allow = allow;
+        let Some(allow) = l.allow.clone() else {
+            return;
+        };
+        self.reset_accepted(|l, key| {
+            let ours = listener_addr(l, key) == addr && key.local_addr().port() == port;
+            ours && !allow.contains(key.remote_addr().ip())
+        });
+    }
+
+    /// Resets every connection a listener accepted whose listener and
+    /// 4-tuple `gone` picks, counted as denied (`tcp_denied_resets`);
+    /// connections we opened (to backends) are not looked at.
+    fn reset_accepted(&mut self, gone: impl Fn(conn::ListenerAddr, AnyFlowKey) -> bool) {
+        let mut ids = Vec::new();
         for slot in 0..self.conns.len() {
-            let Some(c) = self.conns[slot].as_ref().filter(|c| c.listener.is_some()) else {
+            let Some((c, l)) = self.conns[slot]
+                .as_ref()
+                .and_then(|c| Some((c, c.listener?)))
+            else {
                 continue;
             };
             let id = ConnId::new(slot as u32, c.gen);
-            if self
-                .key(id)
-                .is_some_and(|k| self.deny.contains(k.remote_addr().ip()))
-            {
-                gone.push(id);
+            if self.key(id).is_some_and(|k| gone(l, k)) {
+                ids.push(id);
             }
         }
-        for id in gone {
+        for id in ids {
             self.abort(id);
             self.counters.denied_resets += 1;
         }
@@ -373,6 +415,9 @@ impl<A: Default> TcpEngine<A> {
             self.reset_for(&key, repr);
             return Err(SegmentDrop::NoConnection);
         };
+        if !self.listeners[listener].allows(key.remote.ip()) {
+            return Err(SegmentDrop::Denied);
+        }
         if self.listeners[listener].at_conn_limit() {
             self.count_refusal(listener, limits::Refusal::ConnLimit);
             self.reset_for(&key, repr);
