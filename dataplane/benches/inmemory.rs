@@ -12,6 +12,10 @@
 //!   cargo bench -p dataplane --bench inmemory -- --steer
 //!   cargo bench -p dataplane --bench inmemory -- --defaults [--split] [--reuse] [CONNS]
 //!
+//! `--deny N` (with any of these) gives the server an `[access] deny` list
+//! of N networks, none of them the generator's, of three prefix lengths
+//! (/32, /24, /16): what each SYN's look-up costs.
+//!
 //! `--offload` (with any of these) joins engine and generator by a link
 //! that fills and checks IPv4 and TCP checksums as a NIC does, so the
 //! engine leaves them to the port as `dpd` does on such a NIC.
@@ -210,6 +214,18 @@ fn setup_tcp(
     );
     server.add_port(a, iface(SRV));
     server.listen(SRV, 80);
+    if let Some(n) = arg_after("--deny") {
+        // Spread over the address space, but never the generator's 10/8.
+        let nets = (0..n).map(|i: u32| {
+            let len = [32u8, 24, 16][(i % 3) as usize];
+            let mut a = i.wrapping_mul(0x9e37_79b9) & (u32::MAX << (32 - u32::from(len)));
+            if a >> 24 == 10 {
+                a ^= 1 << 24;
+            }
+            (std::net::IpAddr::V4(Ipv4Addr::from(a)), len)
+        });
+        server.set_deny(Arc::new(dataplane::net::PrefixSet::new(nets)));
+    }
     // The generator closes second: it holds no TIME-WAIT, and its own
     // limit never gets in the way of the server's.
     let client_tcp = TcpConfig {
@@ -545,9 +561,13 @@ fn main() {
             );
         }
     }
-    let conns: u64 = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
+    // The first number that is not `--deny`'s.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let conns: u64 = args
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i == 0 || args[i - 1] != "--deny")
+        .find_map(|(_, a)| a.parse().ok())
         .unwrap_or(200_000);
     let tls = std::env::args().any(|a| a == "--tls");
     if std::env::args().any(|a| a == "--steer") {
@@ -833,4 +853,11 @@ fn steer_cost() {
     });
     let handoff_ns = t0.elapsed().as_secs_f64() * 1e9 / count as f64;
     println!("software RSS: classify + Toeplitz (table) {classify_ns:.1} ns/frame; hand-off to another engine's inbox and out {handoff_ns:.1} ns/frame (two threads, one each way)");
+}
+
+/// The number after `flag` on the command line, if any.
+fn arg_after(flag: &str) -> Option<u32> {
+    let args: Vec<String> = std::env::args().collect();
+    let i = args.iter().position(|a| a == flag)?;
+    args.get(i + 1)?.parse().ok()
 }
