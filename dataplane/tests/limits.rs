@@ -56,6 +56,18 @@ impl Client {
     }
 }
 
+/// `n` clients from address `addr` to `dut_port`, on source ports
+/// `port0`, `port0 + 1`, ...
+fn clients(addr: u32, n: u16, port0: u16, dut_port: u16) -> Vec<Client> {
+    (0..n)
+        .map(|i| {
+            let mut c = Client::new(addr, dut_port);
+            c.conn.port = port0 + i;
+            c
+        })
+        .collect()
+}
+
 /// Sends one segment per client (`make` builds it), in bursts of 128, and
 /// gives each client what the engine sent back.
 fn round(lab: &mut HostLab, clients: &mut [Client], make: impl Fn(&mut Client) -> Option<Seg>) {
@@ -292,15 +304,7 @@ fn per_source_rate(syn_cookies: SynCookies) {
         ..ListenLimits::default()
     };
     lab.mem.engine.set_vip_limits(DUT_IP, TLS, limits);
-    let from = |addr: u32, n: u16, port0: u16| -> Vec<Client> {
-        (0..n)
-            .map(|i| {
-                let mut c = Client::new(addr, TLS);
-                c.conn.port = port0 + i;
-                c
-            })
-            .collect()
-    };
+    let from = |addr: u32, n: u16, port0: u16| clients(addr, n, port0, TLS);
     // Eight SYNs from one address in a burst: all answered; as their
     // handshakes complete, a second's worth (5) are taken.
     let mut same = from(7, 8, 41_000);
@@ -371,15 +375,7 @@ fn per_source_cap(syn_cookies: SynCookies) {
         ..ListenLimits::default()
     };
     lab.mem.engine.set_vip_limits(DUT_IP, PLAIN, limits);
-    let from = |addr: u32, n: u16, port0: u16| -> Vec<Client> {
-        (0..n)
-            .map(|i| {
-                let mut c = Client::new(addr, PLAIN);
-                c.conn.port = port0 + i;
-                c
-            })
-            .collect()
-    };
+    let from = |addr: u32, n: u16, port0: u16| clients(addr, n, port0, PLAIN);
     // Six SYNs from one address (as a spoofer could send them): all
     // answered, since half-open connections count nothing.
     let mut six = from(7, 6, 41_000);
@@ -431,15 +427,7 @@ fn per_source_cap(syn_cookies: SynCookies) {
 #[test]
 fn a_per_source_cap_set_while_connections_are_open_counts_them() {
     let mut lab = lab(TcpConfig::default());
-    let from = |addr: u32, n: u16, port0: u16| -> Vec<Client> {
-        (0..n)
-            .map(|i| {
-                let mut c = Client::new(addr, PLAIN);
-                c.conn.port = port0 + i;
-                c
-            })
-            .collect()
-    };
+    let from = |addr: u32, n: u16, port0: u16| clients(addr, n, port0, PLAIN);
     let cap = |lab: &mut HostLab, n: Option<u32>| {
         let limits = ListenLimits {
             per_source_conns: n,
@@ -574,15 +562,7 @@ fn denied_network(syn_cookies: SynCookies) {
 #[test]
 fn sources_count_each_clients_open_connections_most_first() {
     let mut lab = lab(TcpConfig::default());
-    let from = |addr: u32, n: u16, port0: u16, vip: u16| -> Vec<Client> {
-        (0..n)
-            .map(|i| {
-                let mut c = Client::new(addr, vip);
-                c.conn.port = port0 + i;
-                c
-            })
-            .collect()
-    };
+    let from = clients;
     let mut five = from(5, 3, 41_000, PLAIN);
     five.extend(from(5, 1, 41_100, TLS));
     open(&mut lab, &mut five);

@@ -236,6 +236,32 @@ impl Holder {
     }
 }
 
+impl Holder {
+    /// What `held` answers once it is `want` (resets are on their way
+    /// when a change is applied), or after 5 s.
+    fn held_when(&mut self, want: &[&str]) -> Vec<String> {
+        let t0 = std::time::Instant::now();
+        loop {
+            let held = self.ask("held 0");
+            if held == want || t0.elapsed() > Duration::from_secs(5) {
+                return held;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// dpd with one VIP, `name`, the built-in responder on port 80.
+fn responder_vip(lab: &Lab, name: &str) -> Dpd {
+    Dpd::start(lab, |s| {
+        format!(
+            "{}\n[[vip]]\nname = \"{name}\"\nlisten = \"{}:80\"\nrespond = \"builtin\"\n",
+            lab.config("net_af_packet", s, ""),
+            lab.dut_ip()
+        )
+    })
+}
+
 impl Drop for Holder {
     fn drop(&mut self) {
         drop(self.child.stdin.take());
@@ -262,13 +288,7 @@ fn dpctl_ok(dpd: &Dpd, args: &[&str]) -> String {
 #[test]
 fn dpctl_vip_set_changes_limits_and_timeouts_on_a_running_vip() {
     let lab = Lab::up("limset");
-    let dpd = Dpd::start(&lab, |s| {
-        format!(
-            "{}\n[[vip]]\nname = \"live\"\nlisten = \"{}:80\"\nrespond = \"builtin\"\n",
-            lab.config("net_af_packet", s, ""),
-            lab.dut_ip()
-        )
-    });
+    let dpd = responder_vip(&lab, "live");
     let src = format!("{}.2", lab.net);
     let mut client = Holder::start(&lab, 80, &src);
     assert_eq!(client.ask("open 4"), ["open"; 4]);
@@ -350,13 +370,7 @@ fn dpctl_vip_set_changes_limits_and_timeouts_on_a_running_vip() {
 #[test]
 fn dpctl_sources_finds_a_client_and_deny_cuts_it_off_at_once() {
     let lab = Lab::up("deny");
-    let dpd = Dpd::start(&lab, |s| {
-        format!(
-            "{}\n[[vip]]\nname = \"live\"\nlisten = \"{}:80\"\nrespond = \"builtin\"\n",
-            lab.config("net_af_packet", s, ""),
-            lab.dut_ip()
-        )
-    });
+    let dpd = responder_vip(&lab, "live");
     let first = format!("{}.2", lab.net);
     let second = lab.add_client_address(3);
     let mut a = Holder::start(&lab, 80, &first);
@@ -389,13 +403,11 @@ fn dpctl_sources_finds_a_client_and_deny_cuts_it_off_at_once() {
 
     dpctl_ok(&dpd, &["deny", "add", &first]);
     // Its resets are on their way when the change is applied.
-    let t0 = std::time::Instant::now();
-    let mut held = a.ask("held 0");
-    while held != ["reset"; 2] && t0.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(50));
-        held = a.ask("held 0");
-    }
-    assert_eq!(held, ["reset"; 2], "the denied address's connections");
+    assert_eq!(
+        a.held_when(&["reset"; 2]),
+        ["reset"; 2],
+        "the denied address's connections"
+    );
     assert_eq!(b.ask("held 0"), ["open"], "the other address's");
     assert_eq!(a.ask("open 1"), ["timeout"], "no answer to a denied SYN");
     assert_eq!(b.ask("open 1"), ["open"]);
@@ -428,13 +440,7 @@ fn dpctl_sources_finds_a_client_and_deny_cuts_it_off_at_once() {
 #[test]
 fn dpctl_vip_set_allow_keeps_only_the_networks_given() {
     let lab = Lab::up("allow");
-    let dpd = Dpd::start(&lab, |s| {
-        format!(
-            "{}\n[[vip]]\nname = \"admin\"\nlisten = \"{}:80\"\nrespond = \"builtin\"\n",
-            lab.config("net_af_packet", s, ""),
-            lab.dut_ip()
-        )
-    });
+    let dpd = responder_vip(&lab, "admin");
     let first = format!("{}.2", lab.net);
     let second = lab.add_client_address(3);
     let mut a = Holder::start(&lab, 80, &first);
@@ -444,13 +450,11 @@ fn dpctl_vip_set_allow_keeps_only_the_networks_given() {
 
     let only_second = format!("{second}/32");
     dpctl_ok(&dpd, &["vip", "set", "admin", "--allow", &only_second]);
-    let t0 = std::time::Instant::now();
-    let mut held = a.ask("held 0");
-    while held != ["reset"] && t0.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(50));
-        held = a.ask("held 0");
-    }
-    assert_eq!(held, ["reset"], "the address not allowed");
+    assert_eq!(
+        a.held_when(&["reset"]),
+        ["reset"],
+        "the address not allowed"
+    );
     assert_eq!(b.ask("held 0"), ["open"]);
     assert_eq!(a.ask("open 1"), ["timeout"]);
     assert_eq!(b.ask("open 1"), ["open"]);
