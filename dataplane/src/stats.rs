@@ -71,7 +71,8 @@ pub enum DropReason {
     BadExtensionHeader,
     /// An 802.1Q tag for a VLAN the port is not configured with.
     UnknownVlan,
-    /// A SYN from a denied source (`[access] deny`), unanswered.
+    /// From a denied source (`[access] deny`) to no connection, or a SYN
+    /// from a network its VIP does not allow: unanswered.
     SourceDenied,
 }
 

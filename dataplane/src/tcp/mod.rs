@@ -199,7 +199,8 @@ pub enum SegmentDrop {
     ListenOverflow,
     /// A SYN refused by its listener's limits (answered by RST).
     Refused,
-    /// A SYN (or cookie ACK) from a denied source, dropped unanswered.
+    /// From a denied source (`[access] deny`) to no connection, or to a
+    /// listener whose allow list does not hold it: dropped unanswered.
     Denied,
 }
 
