@@ -149,12 +149,18 @@ pub enum Request {
         level: String,
     },
     /// Refuses these client networks (`[access] deny`) on every VIP:
-    /// their SYNs are dropped and their open connections reset. Ones
-    /// denied already are left as they are.
+    /// their SYNs are dropped and their open connections reset. With
+    /// `for_s` (1 s to a year), for that long (`[access] deny_until`): a
+    /// network denied for a time already gets the new time, one denied
+    /// until taken off stays so. Without, until taken off (one denied for
+    /// a time is kept for good).
     DenyAdd {
         prefixes: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        for_s: Option<u64>,
     },
-    /// Takes these networks off `[access] deny` (each must be on it).
+    /// Takes these networks off `[access] deny` or `deny_until` (each
+    /// must be on one).
     DenyRemove {
         prefixes: Vec<String>,
     },
@@ -229,12 +235,26 @@ pub struct SourceInfo {
 /// `[access] deny` and what it refused.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DenyInfo {
-    /// The networks, as in the configuration.
+    /// The networks denied until taken off, as in the configuration.
     pub prefixes: Vec<String>,
+    /// The networks denied for a time (`[access] deny_until`), soonest
+    /// due first.
+    #[serde(default)]
+    pub temporary: Vec<TemporaryDeny>,
     /// SYNs dropped for their source, ever (all VIPs).
     pub refused: u64,
     /// Open connections reset when their source was denied, ever.
     pub reset: u64,
+}
+
+/// A network denied until a time.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemporaryDeny {
+    pub prefix: String,
+    /// When it is taken off (RFC 3339, UTC).
+    pub until: String,
+    /// Seconds left, rounded up.
+    pub left_s: u64,
 }
 
 /// The reply to a change.

@@ -9,7 +9,8 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 
 use crate::config::{
-    parse_prefix, prefix_text, CertRef, Config, ConfigError, MemberState, Respond, TlsSettings,
+    parse_prefix, prefix_text, CertRef, Config, ConfigError, DenyUntil, MemberState, Respond,
+    TlsSettings, MAX_DENY_FOR_S,
 };
 
 /// The configuration after `req`, or `None` when `req` changes nothing
@@ -19,6 +20,18 @@ use crate::config::{
 /// Unknown names, duplicates, things still in use, and anything
 /// [`Config::validate`] refuses in the result; the error names the field.
 pub fn apply(cfg: &Config, req: &Request) -> Option<Result<Config, ConfigError>> {
+    apply_at(cfg, req, jiff::Timestamp::now())
+}
+
+/// [`apply`] at time `now` (what `deny add --for` counts from).
+///
+/// # Errors
+/// As [`apply`].
+pub fn apply_at(
+    cfg: &Config,
+    req: &Request,
+    now: jiff::Timestamp,
+) -> Option<Result<Config, ConfigError>> {
     let mut next = cfg.clone();
     let result = match req {
         Request::VipAdd { vip } => {
@@ -57,7 +70,7 @@ pub fn apply(cfg: &Config, req: &Request) -> Option<Result<Config, ConfigError>>
             }
             Err(why) => Err(ConfigError::new("log.level", level, why)),
         },
-        Request::DenyAdd { prefixes } => deny_add(&mut next, prefixes)
+        Request::DenyAdd { prefixes, for_s } => deny_add(&mut next, prefixes, *for_s, now)
             .map_err(|(p, why)| ConfigError::new("access.deny", p, why)),
         Request::DenyRemove { prefixes } => deny_remove(&mut next, prefixes)
             .map_err(|(p, why)| ConfigError::new("access.deny", p, why)),
@@ -271,38 +284,82 @@ fn set_vip(next: &mut Config, i: usize, change: &VipChange) -> Result<(), Config
     Ok(())
 }
 
-/// Adds the networks of `prefixes` not denied already (written as
-/// [`prefix_text`] does); the first that does not read, and why.
-fn deny_add(next: &mut Config, prefixes: &[String]) -> Result<(), (String, String)> {
-    let mut have: HashSet<(IpAddr, u8)> = next
-        .access
+/// Denies the networks of `prefixes` (written as [`prefix_text`] does):
+/// until taken off, or with `for_s` until `now` and that long; the first
+/// that does not read, and why.
+fn deny_add(
+    next: &mut Config,
+    prefixes: &[String],
+    for_s: Option<u64>,
+    now: jiff::Timestamp,
+) -> Result<(), (String, String)> {
+    if prefixes.is_empty() {
+        return Err((String::new(), "no network given".into()));
+    }
+    let until = match for_s {
+        None => None,
+        Some(s @ 1..=MAX_DENY_FOR_S) => {
+            let span = jiff::SignedDuration::from_secs(s.cast_signed());
+            Some(
+                now.checked_add(span)
+                    .map_err(|e| (s.to_string(), e.to_string()))?,
+            )
+        }
+        Some(s) => {
+            return Err((
+                format!("{s} s"),
+                format!("a time must be 1 s to {} days", MAX_DENY_FOR_S / 86_400),
+            ));
+        }
+    };
+    let access = &mut next.access;
+    let mut forever: HashSet<(IpAddr, u8)> = access
         .deny
         .iter()
         .filter_map(|d| parse_prefix(d).ok())
         .collect();
-    if prefixes.is_empty() {
-        return Err((String::new(), "no network given".into()));
-    }
     for p in prefixes {
         let net = parse_prefix(p).map_err(|why| (p.clone(), why))?;
-        if have.insert(net) {
-            next.access.deny.push(prefix_text(net));
+        if forever.contains(&net) {
+            continue;
+        }
+        let timed = access
+            .deny_until
+            .iter()
+            .position(|d| parse_prefix(&d.net) == Ok(net));
+        match (until, timed) {
+            (Some(until), Some(i)) => access.deny_until[i].until = until,
+            (Some(until), None) => access.deny_until.push(DenyUntil {
+                net: prefix_text(net),
+                until,
+            }),
+            (None, timed) => {
+                if let Some(i) = timed {
+                    access.deny_until.remove(i);
+                }
+                forever.insert(net);
+                access.deny.push(prefix_text(net));
+            }
         }
     }
     Ok(())
 }
 
-/// Takes `prefixes` off the list; each must be on it (as written, or the
-/// same network written another way).
+/// Takes `prefixes` off the lists; each must be on one (as written, or
+/// the same network written another way).
 fn deny_remove(next: &mut Config, prefixes: &[String]) -> Result<(), (String, String)> {
     if prefixes.is_empty() {
         return Err((String::new(), "no network given".into()));
     }
+    let access = &mut next.access;
     for p in prefixes {
         let net = parse_prefix(p).map_err(|why| (p.clone(), why))?;
-        let before = next.access.deny.len();
-        next.access.deny.retain(|d| parse_prefix(d) != Ok(net));
-        if next.access.deny.len() == before {
+        let before = access.deny.len() + access.deny_until.len();
+        access.deny.retain(|d| parse_prefix(d) != Ok(net));
+        access
+            .deny_until
+            .retain(|d| parse_prefix(&d.net) != Ok(net));
+        if access.deny.len() + access.deny_until.len() == before {
             return Err((p.clone(), "not denied (dpctl deny list)".into()));
         }
     }
@@ -594,6 +651,7 @@ mod tests {
         let deny = |c: &Config| c.access.deny.clone();
         let add = |p: &[&str]| Request::DenyAdd {
             prefixes: p.iter().map(|s| s.to_string()).collect(),
+            for_s: None,
         };
         let remove = |p: &[&str]| Request::DenyRemove {
             prefixes: p.iter().map(|s| s.to_string()).collect(),
@@ -639,6 +697,93 @@ mod tests {
         assert!(restart_sections(&base(), &c).is_empty());
         let back = Config::parse(&c.to_toml()).unwrap();
         assert_eq!(back.access, c.access);
+    }
+
+    #[test]
+    fn deny_for_a_time_ends_then_and_stays_apart_from_the_lasting_list() {
+        let at = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
+        let now = at("2026-12-07T01:00:00Z");
+        let add = |p: &[&str], for_s| Request::DenyAdd {
+            prefixes: p.iter().map(|s| s.to_string()).collect(),
+            for_s,
+        };
+        let step = |c: &Config, req: Request, now| apply_at(c, &req, now).unwrap();
+        let timed = |c: &Config| {
+            let d = &c.access.deny_until;
+            d.iter()
+                .map(|d| (d.net.clone(), d.until.to_string()))
+                .collect::<Vec<_>>()
+        };
+        let c = step(
+            &base(),
+            add(&["203.0.113.7/32", "2001:db8::/48"], Some(600)),
+            now,
+        )
+        .unwrap();
+        assert!(c.access.deny.is_empty());
+        assert_eq!(
+            timed(&c),
+            [
+                (
+                    "203.0.113.7".to_string(),
+                    "2026-12-07T01:10:00Z".to_string()
+                ),
+                (
+                    "2001:db8::/48".to_string(),
+                    "2026-12-07T01:10:00Z".to_string()
+                )
+            ]
+        );
+        let denied: Vec<&str> = c.access.denied().collect();
+        assert_eq!(denied, ["203.0.113.7", "2001:db8::/48"]);
+        // Denied again for a time: the new time, shorter or longer.
+        let later = at("2026-12-07T01:05:00Z");
+        let c = step(&c, add(&["203.0.113.7"], Some(60)), later).unwrap();
+        assert_eq!(timed(&c)[0].1, "2026-12-07T01:06:00Z");
+        assert_eq!(c.access.next_expiry(), Some(at("2026-12-07T01:06:00Z")));
+        // For good: off the timed list, onto the lasting one; denied for a
+        // time after that, it stays for good.
+        let c = step(&c, add(&["2001:db8::/48"], None), later).unwrap();
+        assert_eq!(c.access.deny, ["2001:db8::/48"]);
+        assert_eq!(timed(&c).len(), 1);
+        let c2 = step(&c, add(&["2001:db8::/48"], Some(60)), later).unwrap();
+        assert_eq!(c2.access, c.access);
+        // Its time comes: taken off, the lasting entry kept.
+        let mut gone = c.clone();
+        assert!(gone
+            .access
+            .take_expired(at("2026-12-07T01:05:59Z"))
+            .is_empty());
+        let expired = gone.access.take_expired(at("2026-12-07T01:06:00Z"));
+        assert_eq!(expired, ["203.0.113.7"]);
+        assert!(gone.access.deny_until.is_empty());
+        assert_eq!(gone.access.next_expiry(), None);
+        // Removed like a lasting one.
+        let remove = Request::DenyRemove {
+            prefixes: vec!["203.0.113.7/32".into()],
+        };
+        let c3 = step(&c, remove, later).unwrap();
+        assert!(c3.access.deny_until.is_empty());
+        // No time, or more than a year: refused, nothing changed.
+        for for_s in [0, MAX_DENY_FOR_S + 1] {
+            let e = step(&c, add(&["192.0.2.1"], Some(for_s)), later).unwrap_err();
+            assert!(e.to_string().contains("1 s to 365 days"), "{e}");
+        }
+        // Saved and read back the same; a file naming a network on both
+        // lists, or a time that does not read, is refused.
+        let back = Config::parse(&c.to_toml()).unwrap();
+        assert_eq!(back.access, c.access);
+        assert!(
+            c.to_toml().contains("until = \"2026-12-07T01:06:00Z\""),
+            "{}",
+            c.to_toml()
+        );
+        let mut both = c.clone();
+        both.access.deny.push("203.0.113.7".into());
+        let e = both.validate().unwrap_err();
+        assert_eq!(e.field, "access.deny_until[0].net", "{e}");
+        let text = c.to_toml().replace("2026-12-07T01:06:00Z", "tomorrow");
+        assert!(Config::parse(&text).is_err());
     }
 
     #[test]

@@ -47,16 +47,92 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 pub struct Access {
     /// Networks (`198.51.100.0/24`, `2001:db8::/32`) or single addresses,
-    /// at most [`MAX_DENIED`].
+    /// denied until taken off. With `deny_until`, at most [`MAX_DENIED`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deny: Vec<String>,
+    /// Networks denied until a time (`dpctl deny add --for`); `dpd` takes
+    /// each off when its time comes (and drops ones past it as it reads
+    /// the file). A network is on one list at most.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny_until: Vec<DenyUntil>,
+}
+
+/// One entry of `[access] deny_until`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DenyUntil {
+    /// A network, as `deny` writes it.
+    pub net: String,
+    /// When it is taken off (RFC 3339, UTC: `"2026-12-07T03:00:00Z"`).
+    pub until: jiff::Timestamp,
 }
 
 impl Access {
     pub fn is_empty(&self) -> bool {
-        self.deny.is_empty()
+        self.deny.is_empty() && self.deny_until.is_empty()
+    }
+
+    /// Takes off `deny_until` the entries whose time is `now` or past,
+    /// and returns their networks.
+    pub fn take_expired(&mut self, now: jiff::Timestamp) -> Vec<String> {
+        let mut gone = Vec::new();
+        self.deny_until.retain(|d| {
+            let keep = d.until > now;
+            if !keep {
+                gone.push(d.net.clone());
+            }
+            keep
+        });
+        gone
+    }
+
+    /// The earliest time an entry of `deny_until` is due.
+    pub fn next_expiry(&self) -> Option<jiff::Timestamp> {
+        self.deny_until.iter().map(|d| d.until).min()
+    }
+
+    /// Every network denied now, on either list (unparsed: validation
+    /// checked each).
+    pub fn denied(&self) -> impl Iterator<Item = &str> {
+        let until = self.deny_until.iter().map(|d| d.net.as_str());
+        self.deny.iter().map(String::as_str).chain(until)
     }
 }
+
+impl Access {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let entries = self.deny.len() + self.deny_until.len();
+        if entries > MAX_DENIED {
+            return Err(ConfigError::new(
+                "access.deny",
+                entries,
+                format!("at most {MAX_DENIED} networks (deny and deny_until together)"),
+            ));
+        }
+        let mut seen = HashSet::new();
+        for (i, d) in self.deny.iter().enumerate() {
+            match parse_prefix(d) {
+                Ok(net) => seen.insert(net),
+                Err(why) => return Err(ConfigError::new(format!("access.deny[{i}]"), d, why)),
+            };
+        }
+        for (i, d) in self.deny_until.iter().enumerate() {
+            let at = format!("access.deny_until[{i}].net");
+            let net = parse_prefix(&d.net).map_err(|why| ConfigError::new(&at, &d.net, why))?;
+            if !seen.insert(net) {
+                return Err(ConfigError::new(
+                    at,
+                    &d.net,
+                    "denied already (in deny, or earlier in deny_until)",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The longest `dpctl deny add --for` takes: a year.
+pub const MAX_DENY_FOR_S: u64 = 365 * 86_400;
 
 /// Most entries of `[access] deny`, and of a VIP's `allow`.
 pub const MAX_DENIED: usize = 100_000;
@@ -1671,18 +1747,7 @@ impl Config {
                 ));
             }
         }
-        if self.access.deny.len() > MAX_DENIED {
-            return Err(ConfigError::new(
-                "access.deny",
-                self.access.deny.len(),
-                format!("at most {MAX_DENIED} networks"),
-            ));
-        }
-        for (i, d) in self.access.deny.iter().enumerate() {
-            if let Err(why) = parse_prefix(d) {
-                return Err(ConfigError::new(format!("access.deny[{i}]"), d, why));
-            }
-        }
+        self.access.validate()?;
         if self.tcp.max_connections == 0 || self.tcp.max_connections > 16_000_000 {
             return Err(ConfigError::new(
                 "tcp.max_connections",

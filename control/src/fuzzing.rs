@@ -68,6 +68,7 @@ pub fn requests(data: &[u8]) -> usize {
         panic!("fuzzing::BASE is not a valid configuration");
     };
     let mut accepted = 0;
+    let mut now = jiff::Timestamp::UNIX_EPOCH;
     for line in data.split(|&b| b == b'\n') {
         let Ok(req) = serde_json::from_slice::<Request>(line) else {
             continue;
@@ -81,7 +82,13 @@ pub fn requests(data: &[u8]) -> usize {
             again.as_ref().is_ok_and(|a| a == &req),
             "request {sent} parses back as {again:?}"
         );
-        if let Some(Ok(next)) = change::apply(&cfg, &req) {
+        // A second a request, from a fixed time, so timed denies are
+        // made, renewed and taken off as `dpd` would.
+        now = now
+            .checked_add(jiff::SignedDuration::from_secs(1))
+            .unwrap_or(now);
+        cfg.access.take_expired(now);
+        if let Some(Ok(next)) = change::apply_at(&cfg, &req, now) {
             saves_and_loads_back(&next);
             cfg = next;
             accepted += 1;

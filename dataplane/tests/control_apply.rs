@@ -178,3 +178,65 @@ fn a_reload_reads_the_ticket_key_file_again() {
     );
     assert!(tls(&e0).is(&second));
 }
+
+/// `dpctl deny add --for`: the network is denied by a change like any
+/// other, and taken off by another when its time comes, once every engine
+/// takes it (an engine that cannot leaves it denied, and the controller
+/// tries again a second later).
+#[test]
+fn a_network_denied_for_a_time_is_taken_off_when_its_time_comes() {
+    use jiff::{SignedDuration, Timestamp};
+    let (mut ctl, mut e0, mut e1) = started(Config::parse(CONFIG).unwrap());
+    let add = |prefixes: &[&str], for_s| Request::DenyAdd {
+        prefixes: prefixes.iter().map(|p| p.to_string()).collect(),
+        for_s,
+    };
+    let start = Timestamp::now();
+    for req in [
+        add(&["203.0.113.7", "2001:db8::/48"], Some(60)),
+        add(&["198.51.100.0/24"], None),
+    ] {
+        let r = running(&mut [&mut e0, &mut e1], || reply(ctl.handle(&req)));
+        assert!(r.ok, "{r:?}");
+    }
+    let listed =
+        |ctl: &mut dataplane::controller::Controller| match reply(ctl.handle(&Request::DenyList))
+            .body
+        {
+            Some(Body::Deny(d)) => d,
+            other => panic!("{other:?}"),
+        };
+    let d = listed(&mut ctl);
+    assert_eq!(d.prefixes, ["198.51.100.0/24"]);
+    let timed: Vec<&str> = d.temporary.iter().map(|t| t.prefix.as_str()).collect();
+    assert_eq!(timed, ["203.0.113.7", "2001:db8::/48"]);
+    let until: Timestamp = d.temporary[0].until.parse().unwrap();
+    let due = start + SignedDuration::from_secs(60);
+    assert!(until >= due && until <= Timestamp::now() + SignedDuration::from_secs(60));
+    assert!((59..=60).contains(&d.temporary[0].left_s), "{d:?}");
+    assert_eq!(e0.counters().config_version, 3);
+
+    // Before its time, nothing; at it, with engine 1 stalled, the change
+    // is refused and the networks stay denied.
+    ctl.expire_denies(until - SignedDuration::from_millis(1));
+    assert_eq!(listed(&mut ctl).temporary.len(), 2);
+    running(&mut [&mut e0], || ctl.expire_denies(until));
+    assert_eq!(listed(&mut ctl).temporary.len(), 2);
+    // Not tried again within the second, then taken off.
+    running(&mut [&mut e0, &mut e1], || {
+        ctl.expire_denies(until + SignedDuration::from_millis(500));
+    });
+    assert_eq!(listed(&mut ctl).temporary.len(), 2);
+    running(&mut [&mut e0, &mut e1], || {
+        ctl.expire_denies(until + SignedDuration::from_secs(1));
+    });
+    let d = listed(&mut ctl);
+    assert!(d.temporary.is_empty(), "{d:?}");
+    assert_eq!(d.prefixes, ["198.51.100.0/24"], "the lasting entry stays");
+    assert_eq!(e0.counters().config_version, 5, "4 was refused");
+    assert_eq!(e1.counters().config_version, 5);
+    let Some(Body::Config(text)) = reply(ctl.handle(&Request::ConfigShow)).body else {
+        panic!("config show");
+    };
+    assert!(!text.contains("deny_until"), "{text}");
+}

@@ -5,7 +5,7 @@
 //! VIP, while other client addresses and other VIPs go on.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use e2e::{Dpd, Lab};
 
@@ -431,6 +431,57 @@ fn dpctl_sources_finds_a_client_and_deny_cuts_it_off_at_once() {
     dpctl_ok(&dpd, &["deny", "remove", &first]);
     assert_eq!(a.ask("open 1"), ["open"], "allowed again");
     assert!(dpctl_ok(&dpd, &["deny", "list"]).starts_with("0 networks denied"));
+}
+
+/// `dpctl deny add --for`: the address is cut off at once, listed with
+/// its time, and taken off by dpd when the time comes (no command), so
+/// it connects again; a time out of range or that does not read is
+/// refused.
+#[test]
+fn dpctl_deny_for_a_time_ends_by_itself() {
+    let lab = Lab::up("denyfor");
+    let dpd = responder_vip(&lab, "live");
+    let first = format!("{}.2", lab.net);
+    let mut a = Holder::start(&lab, 80, &first);
+    assert_eq!(a.ask("open 1"), ["open"]);
+
+    // Long enough for the refused connect below (3 s) to end first.
+    dpctl_ok(&dpd, &["deny", "add", &first, "--for", "7s"]);
+    assert_eq!(a.held_when(&["reset"]), ["reset"]);
+    assert_eq!(a.ask("open 1"), ["timeout"], "no answer while denied");
+    let list = dpctl_ok(&dpd, &["deny", "list"]);
+    let row = list.lines().find(|l| l.starts_with(first.as_str()));
+    assert!(
+        row.is_some_and(|r| r.contains(" until ") && r.contains("s left)")),
+        "{list}"
+    );
+    assert!(list.contains("1 networks denied (1 for a time)"), "{list}");
+    let json: serde_json::Value =
+        serde_json::from_str(&dpctl_ok(&dpd, &["--json", "deny", "list"])).expect("JSON");
+    assert_eq!(
+        json["deny"]["temporary"][0]["prefix"],
+        first.as_str(),
+        "{json}"
+    );
+    assert!(
+        json["deny"]["temporary"][0]["left_s"].as_u64() <= Some(7),
+        "{json}"
+    );
+    assert!(dpctl_ok(&dpd, &["config", "show"]).contains("deny_until"));
+    for bad in ["0s", "366d", "soon"] {
+        let o = dpd.dpctl(&["deny", "add", "192.0.2.1", "--for", bad]);
+        assert!(!o.status.success(), "--for {bad}");
+    }
+
+    // Its time comes: off the list by dpd's own doing, then connecting.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while dpctl_ok(&dpd, &["deny", "list"]).contains(&first) {
+        assert!(Instant::now() < deadline, "still denied after 20 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(a.ask("open 1"), ["open"], "allowed again");
+    assert!(dpd.log_text().contains(&format!("deny of {first} ended")));
+    assert!(!dpctl_ok(&dpd, &["config", "show"]).contains("deny_until"));
 }
 
 /// `dpctl vip set --allow` on a running VIP: connections from other

@@ -361,6 +361,38 @@ fn parse_route(s: &str) -> Result<control::config::Route, String> {
     }
 }
 
+/// Seconds from `90`, `90s`, `10m`, `2h` or `7d`.
+fn parse_duration_s(s: &str) -> Result<u64, String> {
+    let bad = || format!("{s:?}: a number and a unit, as 90s, 10m, 2h or 7d");
+    let (digits, scale) = match s.char_indices().last() {
+        Some((i, 's')) => (&s[..i], 1),
+        Some((i, 'm')) => (&s[..i], 60),
+        Some((i, 'h')) => (&s[..i], 3_600),
+        Some((i, 'd')) => (&s[..i], 86_400),
+        _ => (s, 1),
+    };
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    n.checked_mul(scale).ok_or_else(bad)
+}
+
+/// `left` seconds as the two largest units that are not zero: `9m 58s`,
+/// `2d 3h`, `45s`.
+fn duration_text(left: u64) -> String {
+    let units = [(86_400, "d"), (3_600, "h"), (60, "m"), (1, "s")];
+    let mut parts = Vec::new();
+    let mut rest = left;
+    for (size, unit) in units {
+        if rest >= size || (parts.is_empty() && size == 1) {
+            parts.push(format!("{}{unit}", rest / size));
+            rest %= size;
+        }
+        if parts.len() == 2 {
+            break;
+        }
+    }
+    parts.join(" ")
+}
+
 /// A number, or none: `none` (a limit) or `default` (a timeout).
 #[derive(Debug, Clone, Copy)]
 struct Limit(Option<u32>);
@@ -530,8 +562,12 @@ enum DenyCmd {
     Add {
         #[arg(required = true)]
         prefixes: Vec<String>,
+        /// For this long only (90s, 10m, 2h, 7d; at most 365d), then
+        /// taken off by dpd. Given again, the new time replaces the old.
+        #[arg(long = "for", value_name = "TIME", value_parser = parse_duration_s)]
+        for_s: Option<u64>,
     },
-    /// Take networks off the list (each must be on it).
+    /// Take networks off the lists (each must be on one).
     Remove {
         #[arg(required = true)]
         prefixes: Vec<String>,
@@ -720,8 +756,9 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
             count: *count,
         },
         Cmd::Deny(DenyCmd::List) => Request::DenyList,
-        Cmd::Deny(DenyCmd::Add { prefixes }) => Request::DenyAdd {
+        Cmd::Deny(DenyCmd::Add { prefixes, for_s }) => Request::DenyAdd {
             prefixes: prefixes.clone(),
+            for_s: *for_s,
         },
         Cmd::Deny(DenyCmd::Remove { prefixes }) => Request::DenyRemove {
             prefixes: prefixes.clone(),
@@ -1008,9 +1045,14 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
         }
         (Some(Body::Deny(d)), _) => {
             d.prefixes.iter().for_each(|p| println!("{p}"));
+            for t in &d.temporary {
+                let left = duration_text(t.left_s);
+                println!("{:<43} until {} ({left} left)", t.prefix, t.until);
+            }
             println!(
-                "{} networks denied; {} SYNs dropped, {} open connections reset since start",
-                d.prefixes.len(),
+                "{} networks denied ({} for a time); {} SYNs dropped, {} open connections reset since start",
+                d.prefixes.len() + d.temporary.len(),
+                d.temporary.len(),
                 d.refused,
                 d.reset
             );
@@ -1470,6 +1512,24 @@ mod tests {
         let down = memif_client_line(&m, false);
         assert!(down.contains("connecting (3 tries"), "{down}");
         assert!(down.ends_with("last: rte_eth_dev_start failed"), "{down}");
+    }
+
+    #[test]
+    fn deny_times_read_with_their_units_and_print_as_two() {
+        assert_eq!(parse_duration_s("90"), Ok(90));
+        assert_eq!(parse_duration_s("90s"), Ok(90));
+        assert_eq!(parse_duration_s("10m"), Ok(600));
+        assert_eq!(parse_duration_s("2h"), Ok(7_200));
+        assert_eq!(parse_duration_s("7d"), Ok(604_800));
+        for bad in ["", "m", "10x", "-5m", "1.5h", "99999999999999999999d", "ß"] {
+            assert!(parse_duration_s(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(duration_text(0), "0s");
+        assert_eq!(duration_text(45), "45s");
+        assert_eq!(duration_text(598), "9m 58s");
+        assert_eq!(duration_text(3_600), "1h");
+        assert_eq!(duration_text(3_660), "1h 1m");
+        assert_eq!(duration_text(183_845), "2d 3h");
     }
 
     #[test]

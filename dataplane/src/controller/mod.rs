@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use control::api::{
     Answer, Applied, Body, Captured, CertInfo, DenyInfo, DrainState, MemberInfo, PoolInfo,
-    PortStatus, ReloadStatus, Reply, Request, SourceInfo, Stats, Status, VipCounters, VipInfo,
-    VipLimits, MAX_SOURCES,
+    PortStatus, ReloadStatus, Reply, Request, SourceInfo, Stats, Status, TemporaryDeny,
+    VipCounters, VipInfo, VipLimits, MAX_SOURCES,
 };
 use control::config::{parse_prefix, Config, ConfigError};
 use crypto::certs::{Cert, CertStore};
@@ -38,6 +38,7 @@ use crate::stats::{Counters, SharedCounters};
 use crate::tcp::ListenLimits;
 
 mod capture;
+mod deny;
 mod reconnect;
 pub mod service;
 mod tick;
@@ -124,6 +125,9 @@ pub struct Controller {
     /// while the list is unchanged, so engines look at their connections
     /// only when it changes).
     deny: Arc<PrefixSet>,
+    /// Set when taking off a network whose deny time came failed: when to
+    /// try again.
+    deny_retry_at: Option<jiff::Timestamp>,
 }
 
 /// The running daemon, as `status` and `drain` requests see it.
@@ -187,7 +191,13 @@ impl Controller {
             daemon: None,
             service: None,
             deny: Arc::default(),
+            deny_retry_at: None,
         };
+        let mut cfg = cfg;
+        let expired = cfg.access.take_expired(jiff::Timestamp::now());
+        if !expired.is_empty() {
+            log::info!("deny of {} past its time: not applied", expired.join(" "));
+        }
         let built = c.build(&cfg, Reload::Nothing, false)?;
         let snap = built.snapshot.clone();
         c.commit(cfg, built);
@@ -268,6 +278,7 @@ impl Controller {
                 let total = self.stats().total;
                 Reply::ok(Body::Deny(DenyInfo {
                     prefixes: self.cfg.access.deny.clone(),
+                    temporary: self.temporary_denies(jiff::Timestamp::now()),
                     refused: total.vips.values().map(|v| v.refused_denied).sum(),
                     reset: total.tcp_denied_resets,
                 }))
@@ -314,7 +325,14 @@ impl Controller {
                 (None, format!("pool {pool}: member {addr} enabled"))
             }
             Request::LogLevel { level } => (None, format!("log level {level}")),
-            Request::DenyAdd { prefixes } => (None, format!("denied {}", prefixes.join(" "))),
+            Request::DenyAdd {
+                prefixes,
+                for_s: None,
+            } => (None, format!("denied {}", prefixes.join(" "))),
+            Request::DenyAdd {
+                prefixes,
+                for_s: Some(s),
+            } => (None, format!("denied {} for {s} s", prefixes.join(" "))),
             Request::DenyRemove { prefixes } => {
                 (None, format!("no longer denied {}", prefixes.join(" ")))
             }
@@ -533,7 +551,7 @@ impl Controller {
             Arc::clone(&self.deny)
         } else {
             // Validated with the rest (`parse_prefix`), so each reads.
-            let nets = next.access.deny.iter();
+            let nets = next.access.denied();
             Arc::new(PrefixSet::new(nets.filter_map(|d| parse_prefix(d).ok())))
         };
         Ok(Built {
@@ -716,7 +734,12 @@ impl Controller {
                 path.display()
             ));
         }
-        let what = format!("reloaded from {}", path.display());
+        let mut next = next;
+        let expired = next.access.take_expired(jiff::Timestamp::now());
+        let mut what = format!("reloaded from {}", path.display());
+        if !expired.is_empty() {
+            what.push_str(&format!(" (deny of {} past its time)", expired.join(" ")));
+        }
         self.push_change(next, Reload::All, false, what)
     }
 

@@ -64,6 +64,7 @@ impl Controller {
     /// [`TICK`].
     pub fn tick(&mut self, now: Instant) {
         self.reconnect_peers(now);
+        self.expire_denies(jiff::Timestamp::now());
         if self
             .daemon
             .as_ref()
