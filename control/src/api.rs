@@ -175,6 +175,26 @@ pub enum Request {
         #[serde(default = "default_sources")]
         count: u32,
     },
+    /// Answers [`Body::Conns`]: the `count` oldest client connections
+    /// open now (TIME-WAIT not), to VIP `vip` and from network `source`
+    /// only, when given.
+    ConnList {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        vip: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source: Option<String>,
+        #[serde(default = "default_conns")]
+        count: u32,
+    },
+    /// Resets the client connections open now to VIP `vip` and from
+    /// network `source` (one at least given); answers [`Body::Reset`].
+    /// Nothing is refused after: `deny add` for that.
+    ConnReset {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        vip: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source: Option<String>,
+    },
     /// Writes up to `count` frames received or sent on dataplane port
     /// `port` (by name) to `file` (pcap), waiting at most `timeout_ms`.
     Capture {
@@ -208,6 +228,8 @@ pub enum Body {
     Saved(PathBuf),
     Captured(Captured),
     Deny(DenyInfo),
+    Conns(Vec<ConnInfo>),
+    Reset(ResetInfo),
     Sources(Vec<SourceInfo>),
 }
 
@@ -218,6 +240,54 @@ pub const MAX_SOURCES: u32 = 10_000;
 
 fn default_sources() -> u32 {
     DEFAULT_SOURCES
+}
+
+/// `conn list`'s rows when no `count` is given.
+pub const DEFAULT_CONNS: u32 = 50;
+/// Most rows `conn list` gives.
+pub const MAX_CONNS: u32 = 10_000;
+
+fn default_conns() -> u32 {
+    DEFAULT_CONNS
+}
+
+/// A client connection open now (`dpctl conn list`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnInfo {
+    /// The client's address and port.
+    pub client: String,
+    /// The address and port it connected to.
+    pub local: String,
+    /// The VIP listening there ("" if none is now).
+    pub vip: String,
+    /// The engine (core index) that holds it.
+    pub engine: usize,
+    /// Its TCP state, as RFC 9293 names it (`ESTABLISHED`, `FIN-WAIT-1`).
+    pub state: String,
+    /// Since its SYN (or its SYN cookie's ACK).
+    pub age_ms: u64,
+    /// Since a segment last came from the client.
+    pub idle_ms: u64,
+    /// Bytes waiting in its send buffer (sent and not acknowledged, or
+    /// not sent yet).
+    pub send_queue: u32,
+    /// Bytes received that the application has not taken yet.
+    pub recv_queue: u32,
+    /// The window the client offers, in bytes: 0 while it reads nothing.
+    pub peer_window: u32,
+    /// Smoothed round-trip time, once measured.
+    pub rtt_us: Option<u64>,
+    /// Congestion window, in bytes.
+    pub cwnd: u32,
+    /// Retransmission timeouts in a row with nothing acknowledged.
+    pub retries: u8,
+}
+
+/// What `conn reset` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResetInfo {
+    /// Connections reset, summed over the engines.
+    pub connections: u64,
 }
 
 /// A client address (or IPv6 /64) and its connections open now, summed

@@ -161,6 +161,8 @@ pub fn apply_at(
         | Request::ConfigReload
         | Request::DenyList
         | Request::Sources { .. }
+        | Request::ConnList { .. }
+        | Request::ConnReset { .. }
         | Request::Capture { .. } => return None,
     };
     Some(result.and_then(|()| next.validate().map(|()| next)))

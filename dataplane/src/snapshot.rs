@@ -41,6 +41,15 @@ pub enum ToEngine {
         local: Option<(std::net::IpAddr, u16)>,
         max: usize,
     },
+    /// Answer [`FromEngine::Conns`]: the `max` oldest accepted
+    /// connections `filter` picks.
+    Conns {
+        filter: crate::tcp::ConnFilter,
+        max: usize,
+    },
+    /// Reset the accepted connections `filter` picks; answer
+    /// [`FromEngine::ConnsReset`] with how many.
+    ConnsReset { filter: crate::tcp::ConnFilter },
 }
 
 /// An engine's answer; `engine` is its index.
@@ -67,6 +76,14 @@ pub enum FromEngine {
     Sources {
         engine: usize,
         sources: Vec<crate::tcp::SourceCount>,
+    },
+    Conns {
+        engine: usize,
+        conns: Vec<crate::tcp::ConnView>,
+    },
+    ConnsReset {
+        engine: usize,
+        reset: u64,
     },
 }
 

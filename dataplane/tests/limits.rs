@@ -653,3 +653,122 @@ fn a_vip_allow_list_takes_only_its_networks() {
     open(&mut lab, &mut again);
     assert!(again[0].conn.rcv_nxt.is_some() && !again[0].conn.reset);
 }
+
+/// `conn list`'s view of an engine: the connections its listeners
+/// accepted (half-open ones too; ended ones not), oldest first, with
+/// their state, age, idle time and the client's window, picked by VIP
+/// and by network, at most `max` (the oldest); `conn reset` resets only
+/// the ones picked, counted, and the address may connect again.
+#[test]
+fn conn_list_shows_accepted_connections_oldest_first_and_reset_takes_only_those_picked() {
+    use dataplane::tcp::{ConnFilter, State};
+    let mut lab = lab(TcpConfig::default());
+    let mut five = clients(5, 2, 41_000, PLAIN);
+    open(&mut lab, &mut five);
+    lab.advance(Duration::from_secs(2));
+    let mut five_tls = clients(5, 1, 41_100, TLS);
+    open(&mut lab, &mut five_tls);
+    let mut seven = clients(7, 1, 43_000, PLAIN);
+    open(&mut lab, &mut seven);
+    round(&mut lab, &mut seven, |c| {
+        Some(c.conn.next(TcpControl::Rst, b""))
+    });
+    lab.advance(Duration::from_secs(1));
+    let mut six_half = clients(6, 1, 42_000, PLAIN);
+    round(&mut lab, &mut six_half, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
+    lab.advance(Duration::from_millis(500));
+    // The first client closes its window.
+    round(&mut lab, &mut five[..1], |c| {
+        Some(c.conn.next(TcpControl::None, b"").window(0))
+    });
+
+    let view = |lab: &HostLab, filter, max| {
+        let now = lab.mem.now;
+        let list = lab.mem.engine.connections(filter, max, now);
+        list.iter()
+            .map(|v| {
+                let tenths = |d: Duration| d.as_millis() / 100;
+                let (port, state) = (v.client.port(), v.state);
+                (
+                    port,
+                    v.local.port(),
+                    state,
+                    tenths(v.tcp.age),
+                    tenths(v.tcp.idle),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let all = ConnFilter::default();
+    assert_eq!(
+        view(&lab, all, 10),
+        [
+            (41_000, PLAIN, State::Established, 35, 0),
+            (41_001, PLAIN, State::Established, 35, 35),
+            (41_100, TLS, State::Established, 15, 15),
+            (42_000, PLAIN, State::SynReceived, 5, 5),
+        ],
+        "oldest first; 7's reset connection gone"
+    );
+    let now = lab.mem.now;
+    let windows: Vec<u32> = (lab.mem.engine.connections(all, 2, now).iter())
+        .map(|v| v.tcp.peer_window)
+        .collect();
+    assert_eq!(windows[0], 0, "the closed window");
+    assert!(windows[1] > 0);
+    let first_two = view(&lab, all, 2);
+    assert_eq!(
+        first_two.iter().map(|r| r.0).collect::<Vec<_>>(),
+        [41_000, 41_001]
+    );
+    let from = |i: u32, len: u8| {
+        let net = u32::from(client_addr(i)) & (u32::MAX << (32 - len));
+        Some((Ipv4Addr::from(net).into(), len))
+    };
+    let six = ConnFilter {
+        source: from(6, 32),
+        ..all
+    };
+    assert_eq!(view(&lab, six, 10).len(), 1);
+    assert_eq!(
+        view(
+            &lab,
+            ConnFilter {
+                source: from(5, 24),
+                ..all
+            },
+            10
+        )
+        .len(),
+        4
+    );
+    let tls = ConnFilter {
+        local: Some((DUT_IP.into(), TLS)),
+        ..all
+    };
+    assert_eq!(view(&lab, tls, 10).len(), 1);
+
+    // Reset 5's connections to the plain VIP: those two only.
+    let picked = ConnFilter {
+        local: Some((DUT_IP.into(), PLAIN)),
+        source: from(5, 32),
+    };
+    assert_eq!(lab.mem.engine.reset_connections(picked), 2);
+    let out = lab.exchange_from(&[]);
+    for c in five.iter_mut().chain(&mut five_tls).chain(&mut six_half) {
+        c.absorb(&out);
+    }
+    assert!(five.iter().all(|c| c.conn.reset));
+    assert!(!five_tls[0].conn.reset && !six_half[0].conn.reset);
+    lab.mem.engine.publish();
+    assert_eq!(lab.mem.engine.counters().tcp_operator_resets, 2);
+    assert_eq!(lab.mem.engine.counters().tcp_denied_resets, 0);
+    let left: Vec<u16> = view(&lab, all, 10).iter().map(|r| r.0).collect();
+    assert_eq!(left, [41_100, 42_000]);
+    // Not refused after.
+    let mut again = clients(5, 1, 41_200, PLAIN);
+    open(&mut lab, &mut again);
+    assert!(again[0].conn.rcv_nxt.is_some() && !again[0].conn.reset);
+}

@@ -433,6 +433,76 @@ fn dpctl_sources_finds_a_client_and_deny_cuts_it_off_at_once() {
     assert!(dpctl_ok(&dpd, &["deny", "list"]).starts_with("0 networks denied"));
 }
 
+/// `dpctl conn list` shows each client connection (oldest first, with its
+/// VIP and TCP state), by network and as JSON; `conn reset --source`
+/// resets that address's connections only, and it may connect again.
+#[test]
+fn dpctl_conn_list_shows_who_is_connected_and_conn_reset_ends_only_theirs() {
+    let lab = Lab::up("conns");
+    let dpd = responder_vip(&lab, "live");
+    let first = format!("{}.2", lab.net);
+    let second = lab.add_client_address(3);
+    let mut a = Holder::start(&lab, 80, &first);
+    let mut b = Holder::start(&lab, 80, &second);
+    assert_eq!(a.ask("open 2"), ["open"; 2]);
+    assert_eq!(b.ask("open 1"), ["open"]);
+
+    let table = dpctl_ok(&dpd, &["conn", "list"]);
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{table}");
+    for (row, ip) in rows.iter().zip([&first, &first, &second]) {
+        assert!(
+            row[0].starts_with(&format!("{ip}:")),
+            "oldest first: {table}"
+        );
+        assert_eq!((row[1], row[3]), ("live", "ESTABLISHED"), "{table}");
+    }
+    let json: serde_json::Value = serde_json::from_str(&dpctl_ok(
+        &dpd,
+        &[
+            "--json", "conn", "list", "--source", &second, "--vip", "live",
+        ],
+    ))
+    .expect("JSON");
+    let conns = json["conns"].as_array().expect("a list");
+    assert_eq!(conns.len(), 1, "{json}");
+    let c = &conns[0];
+    assert!(c["client"]
+        .as_str()
+        .is_some_and(|s| s.starts_with(&format!("{second}:"))));
+    assert_eq!(c["local"], format!("{}:80", lab.dut_ip()), "{json}");
+    assert_eq!(
+        (&c["vip"], &c["state"]),
+        (&"live".into(), &"ESTABLISHED".into())
+    );
+    assert_eq!((&c["send_queue"], &c["recv_queue"]), (&0.into(), &0.into()));
+    assert!(c["peer_window"].as_u64() > Some(0), "{json}");
+    for bad in [
+        &["conn", "list", "--vip", "nope"][..],
+        &["conn", "list", "--source", "10.0.0.1/8"],
+        &["conn", "list", "--count", "0"],
+        &["conn", "reset"],
+    ] {
+        assert!(!dpd.dpctl(bad).status.success(), "{bad:?}");
+    }
+
+    let out = dpctl_ok(&dpd, &["conn", "reset", "--source", &first]);
+    assert_eq!(out.trim(), "2 connections reset");
+    assert_eq!(a.held_when(&["reset"; 2]), ["reset"; 2]);
+    assert_eq!(b.ask("held 0"), ["open"], "the other address's");
+    assert_eq!(a.ask("open 1"), ["open"], "not refused after");
+    assert_eq!(dpd.stats().tcp_operator_resets, 2);
+    let log = dpd.log_text();
+    assert!(
+        log.contains(&format!("reset 2 client connection(s) from {first}")),
+        "{log}"
+    );
+}
+
 /// `dpctl deny add --for`: the address is cut off at once, listed with
 /// its time, and taken off by dpd when the time comes (no command), so
 /// it connects again; a time out of range or that does not read is

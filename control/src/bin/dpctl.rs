@@ -106,6 +106,10 @@ enum Cmd {
         #[arg(long, default_value_t = control::api::DEFAULT_SOURCES)]
         count: u32,
     },
+    /// Client connections open now: list them (oldest first, with their
+    /// TCP state), or reset them.
+    #[command(subcommand)]
+    Conn(ConnCmd),
     /// Write frames received and sent on a dataplane port to a pcap file.
     Capture {
         /// Port name (`[[port]] name`).
@@ -361,6 +365,48 @@ fn parse_route(s: &str) -> Result<control::config::Route, String> {
     }
 }
 
+/// `conn list`'s table.
+fn conns_text(list: &[control::api::ConnInfo]) -> String {
+    let mut out = format!(
+        "{:<47} {:<12} {:>3} {:<12} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>3}\n",
+        "CLIENT",
+        "VIP",
+        "ENG",
+        "STATE",
+        "AGE",
+        "IDLE",
+        "SEND-Q",
+        "RECV-Q",
+        "WINDOW",
+        "RTT-MS",
+        "CWND",
+        "RTO"
+    );
+    for c in list {
+        let rtt = c.rtt_us.map_or_else(
+            || "-".to_string(),
+            |us| format!("{:.1}", us as f64 / 1000.0),
+        );
+        let vip = if c.vip.is_empty() { &c.local } else { &c.vip };
+        out.push_str(&format!(
+            "{:<47} {:<12} {:>3} {:<12} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>3}\n",
+            c.client,
+            vip,
+            c.engine,
+            c.state,
+            duration_text(c.age_ms / 1000),
+            duration_text(c.idle_ms / 1000),
+            c.send_queue,
+            c.recv_queue,
+            c.peer_window,
+            rtt,
+            c.cwnd,
+            c.retries
+        ));
+    }
+    out
+}
+
 /// Seconds from `90`, `90s`, `10m`, `2h` or `7d`.
 fn parse_duration_s(s: &str) -> Result<u64, String> {
     let bad = || format!("{s:?}: a number and a unit, as 90s, 10m, 2h or 7d");
@@ -550,6 +596,35 @@ enum LogCmd {
     /// `info,dataplane::app::proxy=debug`. It applies at once and is kept
     /// in the running configuration (`config save` writes it).
     Level { filter: Option<String> },
+}
+
+#[derive(Subcommand, Debug)]
+enum ConnCmd {
+    /// The oldest client connections open now (TIME-WAIT not), with
+    /// their TCP state: queues, the client's window, RTT, retries.
+    List {
+        /// Only connections to this VIP.
+        #[arg(long)]
+        vip: Option<String>,
+        /// Only connections from this network (an address, or
+        /// 198.51.100.0/24).
+        #[arg(long)]
+        source: Option<String>,
+        /// How many (1 to 10000).
+        #[arg(long, default_value_t = control::api::DEFAULT_CONNS)]
+        count: u32,
+    },
+    /// Reset the client connections open now to a VIP, from a network,
+    /// or both (nothing is refused after: `deny add` for that).
+    Reset {
+        /// Connections to this VIP.
+        #[arg(long, required_unless_present = "source")]
+        vip: Option<String>,
+        /// Connections from this network (an address, or
+        /// 198.51.100.0/24).
+        #[arg(long)]
+        source: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -750,6 +825,15 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
             filter: Some(level),
         }) => Request::LogLevel {
             level: level.clone(),
+        },
+        Cmd::Conn(ConnCmd::List { vip, source, count }) => Request::ConnList {
+            vip: vip.clone(),
+            source: source.clone(),
+            count: *count,
+        },
+        Cmd::Conn(ConnCmd::Reset { vip, source }) => Request::ConnReset {
+            vip: vip.clone(),
+            source: source.clone(),
         },
         Cmd::Sources { vip, count } => Request::Sources {
             vip: vip.clone(),
@@ -1043,6 +1127,8 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
                 println!("{:<44} {:>11} {:>9}", s.source, s.established, s.half_open);
             }
         }
+        (Some(Body::Conns(list)), _) => print!("{}", conns_text(&list)),
+        (Some(Body::Reset(r)), _) => println!("{} connections reset", r.connections),
         (Some(Body::Deny(d)), _) => {
             d.prefixes.iter().for_each(|p| println!("{p}"));
             for t in &d.temporary {

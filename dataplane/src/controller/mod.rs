@@ -38,6 +38,7 @@ use crate::stats::{Counters, SharedCounters};
 use crate::tcp::ListenLimits;
 
 mod capture;
+mod conns;
 mod deny;
 mod reconnect;
 pub mod service;
@@ -274,6 +275,12 @@ impl Controller {
             Request::ConfigReload => self.reload_file(),
             Request::ConfigShow => Reply::ok(Body::Config(self.cfg.to_toml())),
             Request::Sources { vip, count } => self.sources(vip.as_deref(), *count),
+            Request::ConnList { vip, source, count } => {
+                self.conn_list(vip.as_deref(), source.as_deref(), *count)
+            }
+            Request::ConnReset { vip, source } => {
+                self.conn_reset(vip.as_deref(), source.as_deref())
+            }
             Request::DenyList => {
                 let total = self.stats().total;
                 Reply::ok(Body::Deny(DenyInfo {

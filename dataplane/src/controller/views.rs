@@ -139,7 +139,9 @@ impl Controller {
             FromEngine::Applied { .. }
             | FromEngine::Prepared { .. }
             | FromEngine::Paused { .. }
-            | FromEngine::Sources { .. } => false,
+            | FromEngine::Sources { .. }
+            | FromEngine::Conns { .. }
+            | FromEngine::ConnsReset { .. } => false,
         });
         if !answered {
             return Err(format!("engines did not answer within {timeout:?}"));
@@ -154,15 +156,9 @@ impl Controller {
         if !(1..=MAX_SOURCES).contains(&count) {
             return Reply::error(format!("count {count}: must be 1 to {MAX_SOURCES}"));
         }
-        let local = match vip {
-            None => None,
-            Some(name) => match self.cfg.vips.iter().find(|v| v.name == name) {
-                Some(v) => match v.listen.parse::<std::net::SocketAddr>() {
-                    Ok(a) => Some((a.ip(), a.port())),
-                    Err(e) => return Reply::error(format!("VIP {name}: {e}")),
-                },
-                None => return Reply::error(format!("no VIP is named {name:?}")),
-            },
+        let local = match vip.map(|v| self.vip_local(v)).transpose() {
+            Ok(l) => l,
+            Err(e) => return Reply::error(e),
         };
         // Each engine's largest MAX_SOURCES: the sum's first `count` are
         // right unless a source is past that on some engine.

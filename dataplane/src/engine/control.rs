@@ -11,6 +11,7 @@ use crate::net::PrefixSet;
 use crate::port::Port;
 use crate::snapshot::{FromEngine, Snapshot, ToEngine};
 use crate::tcp::ListenLimits;
+use crate::time::Instant;
 
 impl<P: Port, A: Application> Engine<P, A> {
     /// Switches to `snap` between packets. Listeners, VIP addresses and
@@ -74,7 +75,7 @@ impl<P: Port, A: Application> Engine<P, A> {
     }
 
     /// Handles the control thread's messages (at a tick, between packets).
-    pub(super) fn control_messages(&mut self) {
+    pub(super) fn control_messages(&mut self, now: Instant) {
         // Taken out and put back (a clone would touch the shared `Arc`
         // counts every tick).
         let Some(link) = self.control.take() else {
@@ -122,6 +123,14 @@ impl<P: Port, A: Application> Engine<P, A> {
                 ToEngine::Sources { local, max } => FromEngine::Sources {
                     engine: link.engine,
                     sources: self.tcp.sources(local, max),
+                },
+                ToEngine::Conns { filter, max } => FromEngine::Conns {
+                    engine: link.engine,
+                    conns: self.tcp.connections(filter, max, now),
+                },
+                ToEngine::ConnsReset { filter } => FromEngine::ConnsReset {
+                    engine: link.engine,
+                    reset: self.tcp.reset_accepted_by(filter),
                 },
                 ToEngine::Capture { port, capture } => {
                     if let Some(ep) = self.ports.get_mut(port) {

@@ -279,6 +279,23 @@ impl<P: Port> Engine<P> {
         self.tcp.sources(local, max)
     }
 
+    /// The `max` oldest accepted connections `filter` picks, as
+    /// [`crate::snapshot::ToEngine::Conns`] answers.
+    pub fn connections(
+        &self,
+        filter: crate::tcp::ConnFilter,
+        max: usize,
+        now: Instant,
+    ) -> Vec<crate::tcp::ConnView> {
+        self.tcp.connections(filter, max, now)
+    }
+
+    /// Resets the accepted connections `filter` picks, as
+    /// [`crate::snapshot::ToEngine::ConnsReset`] does; how many.
+    pub fn reset_connections(&mut self, filter: crate::tcp::ConnFilter) -> u64 {
+        self.tcp.reset_accepted_by(filter)
+    }
+
     /// Takes connections to VIP `addr:port` only from the networks of
     /// `allow` (`None`: any) from now on, resetting its others (as a
     /// snapshot's VIP `allow` does).
@@ -687,7 +704,7 @@ impl<P: Port, A: Application> Engine<P, A> {
                 ep.port.on_tick();
             }
         }
-        self.control_messages();
+        self.control_messages(now);
         let mut cx = Cx {
             now,
             tcp: &mut self.tcp,
@@ -891,6 +908,7 @@ impl<P: Port, A: Application> Engine<P, A> {
         c.tcp_window_probes = t.window_probes;
         c.tcp_fin_wait2_timeouts = t.fin_wait2_timeouts;
         c.tcp_denied_resets = t.denied_resets;
+        c.tcp_operator_resets = t.operator_resets;
         c.tcp_path_mtu_lowered = t.path_mtu_lowered;
         c.tcp_rto_expiries = t.rto_expiries;
         c.tcp_tail_loss_probes = t.tail_loss_probes;

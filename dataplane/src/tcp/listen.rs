@@ -127,7 +127,8 @@ impl<A: Default> TcpEngine<A> {
         self.deny = deny;
         if !self.deny.is_empty() {
             let deny = Arc::clone(&self.deny);
-            self.reset_accepted(|_, key| deny.contains(key.remote_addr().ip()));
+            let n = self.reset_accepted(|_, key| deny.contains(key.remote_addr().ip()));
+            self.counters.denied_resets += n;
         }
     }
 
@@ -155,16 +156,20 @@ impl<A: Default> TcpEngine<A> {
         let Some(allow) = l.allow.clone() else {
             return;
         };
-        self.reset_accepted(|l, key| {
+        let n = self.reset_accepted(|l, key| {
             let ours = listener_addr(l, key) == addr && key.local_addr().port() == port;
             ours && !allow.contains(key.remote_addr().ip())
         });
+        self.counters.denied_resets += n;
     }
 
     /// Resets every connection a listener accepted whose listener and
-    /// 4-tuple `gone` picks, counted as denied (`tcp_denied_resets`);
-    /// connections we opened (to backends) are not looked at.
-    fn reset_accepted(&mut self, gone: impl Fn(conn::ListenerAddr, AnyFlowKey) -> bool) {
+    /// 4-tuple `gone` picks, and returns how many (the caller counts
+    /// them); connections we opened (to backends) are not looked at.
+    pub(super) fn reset_accepted(
+        &mut self,
+        gone: impl Fn(conn::ListenerAddr, AnyFlowKey) -> bool,
+    ) -> u64 {
         let mut ids = Vec::new();
         for slot in 0..self.conns.len() {
             let Some((c, l)) = self.conns[slot]
@@ -178,10 +183,10 @@ impl<A: Default> TcpEngine<A> {
                 ids.push(id);
             }
         }
-        for id in ids {
+        for &id in &ids {
             self.abort(id);
-            self.counters.denied_resets += 1;
         }
+        ids.len() as u64
     }
 
     fn count_refusal(&mut self, i: usize, why: limits::Refusal) {

@@ -27,6 +27,7 @@ mod cookie;
 mod cubic;
 mod flow_table;
 mod hystart;
+mod inspect;
 mod key;
 mod limits;
 mod listen;
@@ -47,9 +48,10 @@ use smoltcp::wire::{TcpControl, TcpRepr, TcpSeqNumber, TcpTimestampRepr};
 
 pub use buffer::BufferPool;
 pub use config::{SynCookies, TcpConfig};
-pub use conn::State;
 use conn::{Conn, Input};
+pub use conn::{ConnTcpView, State};
 use flow_table::{FlowTable, Found};
+pub use inspect::{ConnFilter, ConnView};
 use key::Tables;
 pub use key::{AnyFlowKey, FlowAddr, FlowKey, FlowKey6};
 use limits::Listener;
@@ -251,6 +253,9 @@ pub struct TcpCounters {
     pub fin_wait2_timeouts: u64,
     /// Accepted connections reset when their source was denied.
     pub denied_resets: u64,
+    /// Accepted connections reset at an operator's request (`dpctl conns
+    /// reset`).
+    pub operator_resets: u64,
     /// Tail loss probes sent (RFC 8985 §7), and retransmissions found lost
     /// by RACK's time rule (§6.2) instead of waiting for the RTO.
     pub tail_loss_probes: u64,

@@ -39,6 +39,21 @@ pub enum State {
 impl State {
     pub const COUNT: usize = 9;
 
+    /// The state's name as RFC 9293 writes it (`FIN-WAIT-1`).
+    pub fn name(self) -> &'static str {
+        match self {
+            State::SynSent => "SYN-SENT",
+            State::SynReceived => "SYN-RECEIVED",
+            State::Established => "ESTABLISHED",
+            State::FinWait1 => "FIN-WAIT-1",
+            State::FinWait2 => "FIN-WAIT-2",
+            State::CloseWait => "CLOSE-WAIT",
+            State::Closing => "CLOSING",
+            State::LastAck => "LAST-ACK",
+            State::TimeWait => "TIME-WAIT",
+        }
+    }
+
     /// Past the handshake (RFC 9293's "synchronized" states).
     pub fn is_synchronized(self) -> bool {
         !matches!(self, State::SynSent | State::SynReceived)
@@ -48,6 +63,27 @@ impl State {
     fn receives_data(self) -> bool {
         matches!(self, State::Established | State::FinWait1 | State::FinWait2)
     }
+}
+
+/// A connection's TCP state as `dpctl conns` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnTcpView {
+    /// Since the connection began (the peer's SYN, or a cookie's ACK).
+    pub age: Duration,
+    /// Since a segment last came from the peer.
+    pub idle: Duration,
+    /// Bytes in the send buffer: sent and not acknowledged, or not sent.
+    pub send_queue: u32,
+    /// Bytes received that the application has not taken.
+    pub recv_queue: u32,
+    /// The window the peer offers, in bytes (0: it reads nothing more).
+    pub peer_window: u32,
+    /// The smoothed round-trip time, once measured.
+    pub srtt: Option<Duration>,
+    /// The congestion window, in bytes.
+    pub cwnd: u32,
+    /// Retransmission timeouts in a row without an acknowledgement.
+    pub retries: u8,
 }
 
 /// What one input or timer did, for the engine.
@@ -657,6 +693,21 @@ impl<A: Default> Conn<A> {
             ts_recent: self.ts_recent,
             window: self.window_field(cfg).0,
             until: self.timewait_until.unwrap_or(now + cfg.time_wait),
+        }
+    }
+
+    /// What `dpctl conns` shows of its TCP state at `now`.
+    pub(super) fn view(&self, now: Instant) -> ConnTcpView {
+        let len = |b: &Option<RingBuf>| b.as_ref().map_or(0, |b| b.len() as u32);
+        ConnTcpView {
+            age: now.saturating_since(self.opened),
+            idle: now.saturating_since(self.last_activity),
+            send_queue: len(&self.send),
+            recv_queue: len(&self.recv),
+            peer_window: self.snd_wnd,
+            srtt: self.srtt,
+            cwnd: self.cwnd,
+            retries: self.retries,
         }
     }
 

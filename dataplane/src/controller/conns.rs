@@ -1,0 +1,140 @@
+//! `dpctl conn list` and `conn reset`: client connections as the engines
+//! hold them, asked over their rings (docs/control-api.md).
+
+use std::net::SocketAddr;
+
+use control::api::{ConnInfo, ResetInfo, MAX_CONNS};
+
+use super::*;
+use crate::tcp::{ConnFilter, ConnView};
+
+impl Controller {
+    /// The address and port VIP `name` listens on.
+    pub(super) fn vip_local(&self, name: &str) -> Result<(IpAddr, u16), String> {
+        let v = self.cfg.vips.iter().find(|v| v.name == name);
+        let v = v.ok_or_else(|| format!("no VIP is named {name:?}"))?;
+        let a: SocketAddr = v.listen.parse().map_err(|e| format!("VIP {name}: {e}"))?;
+        Ok((a.ip(), a.port()))
+    }
+
+    /// The connections `vip` and `source` pick: refused when a VIP is
+    /// unknown or a network does not read.
+    fn conn_filter(&self, vip: Option<&str>, source: Option<&str>) -> Result<ConnFilter, String> {
+        Ok(ConnFilter {
+            local: vip.map(|v| self.vip_local(v)).transpose()?,
+            source: source
+                .map(|s| parse_prefix(s).map_err(|why| format!("source {s:?}: {why}")))
+                .transpose()?,
+        })
+    }
+
+    /// The `count` oldest client connections `vip` and `source` pick,
+    /// over every engine (each sends its own `count` oldest).
+    pub(super) fn conn_list(&self, vip: Option<&str>, source: Option<&str>, count: u32) -> Reply {
+        if !(1..=MAX_CONNS).contains(&count) {
+            return Reply::error(format!("count {count}: must be 1 to {MAX_CONNS}"));
+        }
+        let filter = match self.conn_filter(vip, source) {
+            Ok(f) => f,
+            Err(e) => return Reply::error(e),
+        };
+        let max = count as usize;
+        for l in &self.links {
+            if l.to_engine.push(ToEngine::Conns { filter, max }).is_err() {
+                return Reply::error(format!("engine {}'s ring is full", l.engine));
+            }
+        }
+        let mut answered = vec![false; self.links.len()];
+        let mut all: Vec<(usize, ConnView)> = Vec::new();
+        let done = self.await_engines(ENGINE_REPLY, |msg| match msg {
+            FromEngine::Conns { engine, conns } => {
+                if let Some(a) = answered.get_mut(engine) {
+                    *a = true;
+                }
+                all.extend(conns.into_iter().map(|c| (engine, c)));
+                answered.iter().all(|a| *a)
+            }
+            _ => false,
+        });
+        if !done {
+            return Reply::error(format!("engines did not answer within {ENGINE_REPLY:?}"));
+        }
+        all.sort_unstable_by_key(|(engine, c)| (std::cmp::Reverse(c.tcp.age), c.client, *engine));
+        all.truncate(max);
+        let shown = all
+            .into_iter()
+            .map(|(engine, c)| self.conn_info(engine, &c));
+        Reply::ok(Body::Conns(shown.collect()))
+    }
+
+    fn conn_info(&self, engine: usize, c: &ConnView) -> ConnInfo {
+        let local = c.local.to_string();
+        let vip = self.cfg.vips.iter().find(|v| {
+            v.listen == local || v.listen.parse::<SocketAddr>().is_ok_and(|a| a == c.local)
+        });
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        ConnInfo {
+            client: c.client.to_string(),
+            local,
+            vip: vip.map_or_else(String::new, |v| v.name.clone()),
+            engine,
+            state: c.state.name().to_string(),
+            age_ms: ms(c.tcp.age),
+            idle_ms: ms(c.tcp.idle),
+            send_queue: c.tcp.send_queue,
+            recv_queue: c.tcp.recv_queue,
+            peer_window: c.tcp.peer_window,
+            rtt_us: c
+                .tcp
+                .srtt
+                .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+            cwnd: c.tcp.cwnd,
+            retries: c.tcp.retries,
+        }
+    }
+
+    /// Resets the client connections `vip` and `source` pick (one at
+    /// least given), on every engine; how many.
+    pub(super) fn conn_reset(&self, vip: Option<&str>, source: Option<&str>) -> Reply {
+        if vip.is_none() && source.is_none() {
+            return Reply::error("conn reset: give a VIP, a source network, or both");
+        }
+        let filter = match self.conn_filter(vip, source) {
+            Ok(f) => f,
+            Err(e) => return Reply::error(e),
+        };
+        let mut asked = vec![false; self.links.len()];
+        for (i, l) in self.links.iter().enumerate() {
+            asked[i] = l.to_engine.push(ToEngine::ConnsReset { filter }).is_ok();
+        }
+        let mut answered = vec![false; self.links.len()];
+        let mut reset = 0;
+        let done = asked.iter().any(|a| *a)
+            && self.await_engines(ENGINE_REPLY, |msg| match msg {
+                FromEngine::ConnsReset { engine, reset: n } => {
+                    if let Some(a) = answered.get_mut(engine) {
+                        *a = true;
+                    }
+                    reset += n;
+                    answered.iter().zip(&asked).all(|(a, asked)| *a || !asked)
+                }
+                _ => false,
+            });
+        let missing: Vec<String> = (0..self.links.len())
+            .filter(|&i| !answered[i])
+            .map(|i| self.links[i].engine.to_string())
+            .collect();
+        if !done || !missing.is_empty() {
+            return Reply::error(format!(
+                "engine(s) {} did not reset theirs (ring full, or no answer within {ENGINE_REPLY:?}); the others reset {reset}",
+                missing.join(", ")
+            ));
+        }
+        log::info!(
+            "reset {reset} client connection(s){}{} at an operator's request",
+            vip.map_or_else(String::new, |v| format!(" of VIP {v}")),
+            source.map_or_else(String::new, |s| format!(" from {s}")),
+        );
+        Reply::ok(Body::Reset(ResetInfo { connections: reset }))
+    }
+}

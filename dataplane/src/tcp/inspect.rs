@@ -1,0 +1,92 @@
+//! What `dpctl conns` sees of the connections listeners accepted, and its
+//! resets (docs/control-api.md). Each runs in one pass over the slab, on
+//! the engine's tick, as `sources` does.
+
+use std::collections::BinaryHeap;
+use std::net::{IpAddr, SocketAddr};
+
+use super::conn::{ConnTcpView, State};
+use super::{AnyFlowKey, ConnId, TcpEngine};
+use crate::time::Instant;
+
+/// Which accepted connections a request is about; empty: all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnFilter {
+    /// To this address and port only (a VIP's).
+    pub local: Option<(IpAddr, u16)>,
+    /// From this network only (its address has no host bits set).
+    pub source: Option<(IpAddr, u8)>,
+}
+
+impl ConnFilter {
+    fn picks(&self, key: AnyFlowKey) -> bool {
+        let local = key.local_addr();
+        if self.local.is_some_and(|l| l != (local.ip(), local.port())) {
+            return false;
+        }
+        self.source.is_none_or(|(net, len)| {
+            let ip = key.remote_addr().ip();
+            ip.is_ipv4() == net.is_ipv4() && control::config::mask_to(ip, len) == net
+        })
+    }
+}
+
+/// One accepted connection as `dpctl conns list` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnView {
+    pub client: SocketAddr,
+    pub local: SocketAddr,
+    pub state: State,
+    pub tcp: ConnTcpView,
+}
+
+impl<A: Default> TcpEngine<A> {
+    /// The `max` oldest connections listeners accepted that `filter`
+    /// picks (half-open ones too, TIME-WAIT not), oldest first.
+    pub fn connections(&self, filter: ConnFilter, max: usize, now: Instant) -> Vec<ConnView> {
+        // The youngest of the oldest `max` on top, to go when one older
+        // comes.
+        let mut oldest: BinaryHeap<(Instant, u32)> = BinaryHeap::new();
+        for (slot, c) in self.conns.iter().enumerate() {
+            let Some(c) = c.as_ref().filter(|c| c.listener.is_some()) else {
+                continue;
+            };
+            let picked = self
+                .key(ConnId::new(slot as u32, c.gen))
+                .is_some_and(|k| filter.picks(k));
+            if !picked || c.state == State::TimeWait || max == 0 {
+                continue;
+            }
+            if oldest.len() < max {
+                oldest.push((c.opened, slot as u32));
+            } else if oldest.peek().is_some_and(|&(t, _)| c.opened < t) {
+                oldest.pop();
+                oldest.push((c.opened, slot as u32));
+            }
+        }
+        let mut views: Vec<ConnView> = oldest
+            .into_iter()
+            .filter_map(|(_, slot)| {
+                let c = self.conns.get(slot as usize)?.as_ref()?;
+                let key = self.key(ConnId::new(slot, c.gen))?;
+                Some(ConnView {
+                    client: key.remote_addr(),
+                    local: key.local_addr(),
+                    state: c.state,
+                    tcp: c.view(now),
+                })
+            })
+            .collect();
+        views.sort_unstable_by_key(|v| (std::cmp::Reverse(v.tcp.age), v.client));
+        views
+    }
+
+    /// Resets the connections listeners accepted that `filter` picks
+    /// (half-open ones too), and returns how many (counted,
+    /// `operator_resets`). Backend connections are not looked at.
+    pub fn reset_accepted_by(&mut self, filter: ConnFilter) -> u64 {
+        let n = self.reset_accepted(|_, key| filter.picks(key));
+        self.counters.operator_resets += n;
+        n
+    }
+}
