@@ -264,6 +264,18 @@ pub struct ConnInfo {
     pub engine: usize,
     /// Its TCP state, as RFC 9293 names it (`ESTABLISHED`, `FIN-WAIT-1`).
     pub state: String,
+    /// What serves it: `http` (the built-in responder), `tls` (TLS, then
+    /// the responder), `proxy` (to a pool), `tls-proxy`.
+    pub role: String,
+    /// What it waits for of the client: `handshake`, `request`, or ""
+    /// (nothing: an answer, or the backend, is on its way).
+    pub waits_for: String,
+    /// Proxied: the backend (pool member) its requests go to, once a
+    /// connection to it is opened.
+    pub backend: Option<String>,
+    /// Proxied: bytes passed from the client to the backend, and back.
+    pub to_backend: u64,
+    pub to_client: u64,
     /// Since its SYN (or its SYN cookie's ACK).
     pub age_ms: u64,
     /// Since a segment last came from the client.

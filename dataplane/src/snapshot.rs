@@ -77,9 +77,10 @@ pub enum FromEngine {
         engine: usize,
         sources: Vec<crate::tcp::SourceCount>,
     },
+    /// Each with what the application does with it.
     Conns {
         engine: usize,
-        conns: Vec<crate::tcp::ConnView>,
+        conns: Vec<(crate::tcp::ConnView, crate::app::ConnUse)>,
     },
     ConnsReset {
         engine: usize,

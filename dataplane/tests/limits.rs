@@ -688,16 +688,11 @@ fn conn_list_shows_accepted_connections_oldest_first_and_reset_takes_only_those_
         let now = lab.mem.now;
         let list = lab.mem.engine.connections(filter, max, now);
         list.iter()
-            .map(|v| {
+            .map(|(v, used)| {
                 let tenths = |d: Duration| d.as_millis() / 100;
                 let (port, state) = (v.client.port(), v.state);
-                (
-                    port,
-                    v.local.port(),
-                    state,
-                    tenths(v.tcp.age),
-                    tenths(v.tcp.idle),
-                )
+                let age = (tenths(v.tcp.age), tenths(v.tcp.idle));
+                (port, v.local.port(), state, age, used.role, used.waits_for)
             })
             .collect::<Vec<_>>()
     };
@@ -705,16 +700,37 @@ fn conn_list_shows_accepted_connections_oldest_first_and_reset_takes_only_those_
     assert_eq!(
         view(&lab, all, 10),
         [
-            (41_000, PLAIN, State::Established, 35, 0),
-            (41_001, PLAIN, State::Established, 35, 35),
-            (41_100, TLS, State::Established, 15, 15),
-            (42_000, PLAIN, State::SynReceived, 5, 5),
+            (
+                41_000,
+                PLAIN,
+                State::Established,
+                (35, 0),
+                "http",
+                "request"
+            ),
+            (
+                41_001,
+                PLAIN,
+                State::Established,
+                (35, 35),
+                "http",
+                "request"
+            ),
+            (
+                41_100,
+                TLS,
+                State::Established,
+                (15, 15),
+                "tls",
+                "handshake"
+            ),
+            (42_000, PLAIN, State::SynReceived, (5, 5), "", ""),
         ],
-        "oldest first; 7's reset connection gone"
+        "oldest first; 7's reset connection gone; no role before the handshake's end"
     );
     let now = lab.mem.now;
     let windows: Vec<u32> = (lab.mem.engine.connections(all, 2, now).iter())
-        .map(|v| v.tcp.peer_window)
+        .map(|(v, _)| v.tcp.peer_window)
         .collect();
     assert_eq!(windows[0], 0, "the closed window");
     assert!(windows[1] > 0);

@@ -481,6 +481,11 @@ fn dpctl_conn_list_shows_who_is_connected_and_conn_reset_ends_only_theirs() {
     );
     assert_eq!((&c["send_queue"], &c["recv_queue"]), (&0.into(), &0.into()));
     assert!(c["peer_window"].as_u64() > Some(0), "{json}");
+    assert_eq!(
+        (&c["role"], &c["waits_for"]),
+        (&"http".into(), &"request".into())
+    );
+    assert!(c["backend"].is_null(), "{json}");
     for bad in [
         &["conn", "list", "--vip", "nope"][..],
         &["conn", "list", "--source", "10.0.0.1/8"],

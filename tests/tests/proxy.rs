@@ -775,3 +775,161 @@ fn tls_clients_go_to_the_pool_their_sni_routes_them_to() {
     assert!(!o.status.success());
     assert_eq!(fetch("api.test"), "api pool");
 }
+
+/// A backend on `addr:port` that answers each request with `hello` and
+/// keeps the connection open until its client closes it; it ends when
+/// its stdin closes.
+const KEEP_OPEN_BACKEND: &str = r#"
+import os, socket, sys, threading
+def watch():
+    sys.stdin.read()
+    os._exit(0)
+threading.Thread(target=watch, daemon=True).start()
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen(16)
+print("listening", flush=True)
+def serve(c):
+    data = b""
+    while b"\r\n\r\n" not in data:
+        b = c.recv(4096)
+        if not b:
+            return
+        data += b
+    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+    while c.recv(4096):
+        pass
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+
+/// A client that sends one request over plain TCP to `ip:8091` and one
+/// over TLS to `ip:443`, reads both answers, says "ready" and keeps both
+/// connections open until its stdin closes.
+const TWO_PROXIED_CLIENTS: &str = r#"
+import socket, ssl, sys
+ip, ca = sys.argv[1], sys.argv[2]
+ctx = ssl.create_default_context(cafile=ca)
+held = []
+for tls in (False, True):
+    raw = socket.create_connection((ip, 443 if tls else 8091), timeout=10)
+    s = ctx.wrap_socket(raw, server_hostname="p256.test") if tls else raw
+    s.sendall(b"GET / HTTP/1.1\r\nHost: p256.test\r\n\r\n")
+    data = b""
+    while not data.endswith(b"hello"):
+        data += s.recv(4096)
+    held.append(s)
+print("ready", flush=True)
+sys.stdin.read()
+"#;
+
+/// `dpctl conn list` on proxied VIPs: each client connection with its
+/// role (`proxy`, `tls-proxy`), the backend it goes to, and the bytes
+/// passed each way (a request's and an answer's, TLS taken off).
+#[test]
+fn dpctl_conn_list_shows_each_proxied_clients_backend_and_bytes() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let certs = tempfile::tempdir().unwrap();
+    make_certs(certs.path());
+    let lab = Lab::up("pconns");
+    backend_addr(&lab, 12, "add");
+    let backend_ip = format!("{}.12", lab.net);
+    /// A script in the client namespace; it ends when its stdin closes
+    /// (on drop, a failed test's too).
+    struct Script(std::process::Child);
+    impl Drop for Script {
+        fn drop(&mut self) {
+            drop(self.0.stdin.take());
+            let _ = self.0.wait();
+        }
+    }
+    let spawn = |script: &str, args: &[&str]| {
+        let mut cmd = vec!["timeout", "60", "/usr/bin/python3", "-c", script];
+        cmd.extend_from_slice(args);
+        let mut child = lab
+            .client_command(&cmd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        let out = child.stdout.take().expect("stdout");
+        BufReader::new(out).read_line(&mut line).expect("a line");
+        (Script(child), line)
+    };
+    let (_backend, said) = spawn(KEEP_OPEN_BACKEND, &[&backend_ip, "8091"]);
+    assert_eq!(said.trim(), "listening");
+    let dpd = Dpd::start(&lab, |s| {
+        let c = certs.path().display();
+        format!(
+            "{base}\n[[vip]]\nname = \"plain\"\nlisten = \"{ip}:8091\"\npool = \"py\"\n\
+             [[vip]]\nname = \"tls\"\nlisten = \"{ip}:443\"\npool = \"py\"\n\
+             certs = [{{ cert = \"{c}/p256.pem\", key = \"{c}/p256.key\" }}]\n\
+             [[pool]]\nname = \"py\"\nmembers = [{{ addr = \"{backend_ip}:8091\" }}]\n",
+            base = lab.config("net_af_packet", s, ""),
+            ip = lab.dut_ip(),
+        )
+    });
+    let ca = certs.path().join("ca.pem");
+    let ca = ca.to_str().expect("utf-8 path");
+    let (_clients, said) = spawn(TWO_PROXIED_CLIENTS, &[&lab.dut_ip(), ca]);
+    assert_eq!(said.trim(), "ready", "{}", dpd.log_text());
+
+    let o = dpd.dpctl(&["--json", "conn", "list"]);
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let conns = json["conns"].as_array().expect("a list");
+    let row = |c: &serde_json::Value| {
+        let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+        let n = |k: &str| c[k].as_u64().unwrap_or(u64::MAX);
+        (
+            text("vip"),
+            text("role"),
+            text("waits_for"),
+            text("backend"),
+            n("to_backend"),
+            n("to_client"),
+        )
+    };
+    let request = "GET / HTTP/1.1\r\nHost: p256.test\r\n\r\n".len() as u64;
+    let answer = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello".len() as u64;
+    let backend = format!("{backend_ip}:8091");
+    let rows: Vec<_> = conns.iter().map(row).collect();
+    assert_eq!(
+        rows,
+        [
+            (
+                "plain".into(),
+                "proxy".into(),
+                String::new(),
+                backend.clone(),
+                request,
+                answer
+            ),
+            (
+                "tls".into(),
+                "tls-proxy".into(),
+                String::new(),
+                backend.clone(),
+                request,
+                answer
+            ),
+        ],
+        "{json}"
+    );
+    let table =
+        String::from_utf8_lossy(&dpd.dpctl(&["conn", "list", "--vip", "tls"]).stdout).into_owned();
+    let cols: Vec<&str> = table
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        &cols[1..7],
+        ["tls", "0", "ESTABLISHED", "tls-proxy", "-", &backend],
+        "{table}"
+    );
+}

@@ -367,42 +367,46 @@ fn parse_route(s: &str) -> Result<control::config::Route, String> {
 
 /// `conn list`'s table.
 fn conns_text(list: &[control::api::ConnInfo]) -> String {
-    let mut out = format!(
-        "{:<47} {:<12} {:>3} {:<12} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>3}\n",
-        "CLIENT",
-        "VIP",
-        "ENG",
-        "STATE",
-        "AGE",
-        "IDLE",
-        "SEND-Q",
-        "RECV-Q",
-        "WINDOW",
-        "RTT-MS",
-        "CWND",
-        "RTO"
-    );
+    let row = |cols: [&str; 14]| {
+        format!(
+            "{:<28} {:<10} {:>3} {:<12} {:<9} {:<9} {:<21} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>3}\n",
+            cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], cols[7], cols[8],
+            cols[9], cols[10], cols[11], cols[12], cols[13]
+        )
+    };
+    let mut out = row([
+        "CLIENT", "VIP", "ENG", "STATE", "ROLE", "WAITS", "BACKEND", "AGE", "IDLE", "SEND-Q",
+        "RECV-Q", "WINDOW", "RTT-MS", "RTO",
+    ]);
+    let or_dash = |s: &str| {
+        if s.is_empty() {
+            "-".to_string()
+        } else {
+            s.to_string()
+        }
+    };
     for c in list {
         let rtt = c.rtt_us.map_or_else(
             || "-".to_string(),
             |us| format!("{:.1}", us as f64 / 1000.0),
         );
         let vip = if c.vip.is_empty() { &c.local } else { &c.vip };
-        out.push_str(&format!(
-            "{:<47} {:<12} {:>3} {:<12} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>3}\n",
-            c.client,
+        out.push_str(&row([
+            &c.client,
             vip,
-            c.engine,
-            c.state,
-            duration_text(c.age_ms / 1000),
-            duration_text(c.idle_ms / 1000),
-            c.send_queue,
-            c.recv_queue,
-            c.peer_window,
-            rtt,
-            c.cwnd,
-            c.retries
-        ));
+            &c.engine.to_string(),
+            &c.state,
+            &or_dash(&c.role),
+            &or_dash(&c.waits_for),
+            c.backend.as_deref().unwrap_or("-"),
+            &duration_text(c.age_ms / 1000),
+            &duration_text(c.idle_ms / 1000),
+            &c.send_queue.to_string(),
+            &c.recv_queue.to_string(),
+            &c.peer_window.to_string(),
+            &rtt,
+            &c.retries.to_string(),
+        ]));
     }
     out
 }

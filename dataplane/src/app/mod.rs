@@ -128,4 +128,25 @@ pub trait Application {
     /// Takes TCP's counts of SYNs refused by each VIP's limits (`refused`
     /// of a VIP slot) into the per-VIP counters.
     fn count_refusals(&mut self, _refused: &dyn Fn(u16) -> crate::tcp::Refusals) {}
+    /// What it does with connection `id` (`dpctl conn list`).
+    fn describe(&self, _id: crate::tcp::ConnId) -> ConnUse {
+        ConnUse::default()
+    }
+}
+
+/// What an application does with a connection, as `dpctl conn list`
+/// shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnUse {
+    /// What serves it: `http` (the built-in responder), `tls` (TLS, then
+    /// the responder), `proxy` (to a pool), `tls-proxy`; empty: unknown.
+    pub role: &'static str,
+    /// What it waits for of the client: `handshake`, `request`; empty:
+    /// nothing (an answer or the backend is on its way).
+    pub waits_for: &'static str,
+    /// Proxied: the backend connection's address, once one is opened.
+    pub backend: Option<std::net::SocketAddr>,
+    /// Proxied: bytes passed from the client to the backend, and back.
+    pub to_backend: u64,
+    pub to_client: u64,
 }

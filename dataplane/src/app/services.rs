@@ -9,7 +9,7 @@ use crypto::session::TlsConfig;
 
 use super::budget::HandshakeBudget;
 use super::config::{MemberView, PoolView, Snapshot, MAX_VIPS};
-use super::deadlines::Timeouts;
+use super::deadlines::{Timeouts, Wait};
 use super::health::HealthShare;
 use super::pool::Pool;
 use super::proxy::{self, ClientStream, ProxyLink, Side};
@@ -649,6 +649,40 @@ impl Application for Services {
 
     fn vip_counters(&self) -> &[VipCounters] {
         &self.vip_counters[..self.vip_slots_used]
+    }
+
+    fn describe(&self, id: ConnId) -> super::ConnUse {
+        let Some(entry) = self.roles.get(id) else {
+            return super::ConnUse::default();
+        };
+        let waits_for = match entry.wait {
+            Wait::Handshake => "handshake",
+            Wait::Request(_) => "request",
+            Wait::Nothing => "",
+        };
+        let (role, link) = match &entry.role {
+            Role::Responder(_) => ("http", None),
+            Role::Client(link) => ("proxy", Some(&**link)),
+            Role::Tls(t) => match &t.inner {
+                Inner::Responder(_) => ("tls", None),
+                Inner::Proxy(link) => ("tls-proxy", Some(link)),
+            },
+            Role::Backend(_) | Role::Probe(_) => ("", None),
+        };
+        let mut described = super::ConnUse {
+            role,
+            waits_for,
+            ..super::ConnUse::default()
+        };
+        if let Some(link) = link {
+            described.to_backend = link.forwarded;
+            if let Some((backend, key)) = link.peer {
+                described.backend = Some(key.remote_addr());
+                let back = self.roles.get(backend).and_then(|e| e.role.link());
+                described.to_client = back.map_or(0, |b| b.forwarded);
+            }
+        }
+        described
     }
 
     fn count_refusals(&mut self, refused: &dyn Fn(u16) -> crate::tcp::Refusals) {

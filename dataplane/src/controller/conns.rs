@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use control::api::{ConnInfo, ResetInfo, MAX_CONNS};
 
 use super::*;
+use crate::app::ConnUse;
 use crate::tcp::{ConnFilter, ConnView};
 
 impl Controller {
@@ -45,13 +46,13 @@ impl Controller {
             }
         }
         let mut answered = vec![false; self.links.len()];
-        let mut all: Vec<(usize, ConnView)> = Vec::new();
+        let mut all: Vec<(usize, ConnView, ConnUse)> = Vec::new();
         let done = self.await_engines(ENGINE_REPLY, |msg| match msg {
             FromEngine::Conns { engine, conns } => {
                 if let Some(a) = answered.get_mut(engine) {
                     *a = true;
                 }
-                all.extend(conns.into_iter().map(|c| (engine, c)));
+                all.extend(conns.into_iter().map(|(c, u)| (engine, c, u)));
                 answered.iter().all(|a| *a)
             }
             _ => false,
@@ -59,15 +60,15 @@ impl Controller {
         if !done {
             return Reply::error(format!("engines did not answer within {ENGINE_REPLY:?}"));
         }
-        all.sort_unstable_by_key(|(engine, c)| (std::cmp::Reverse(c.tcp.age), c.client, *engine));
+        all.sort_unstable_by_key(|(engine, c, _)| {
+            (std::cmp::Reverse(c.tcp.age), c.client, *engine)
+        });
         all.truncate(max);
-        let shown = all
-            .into_iter()
-            .map(|(engine, c)| self.conn_info(engine, &c));
+        let shown = (all.into_iter()).map(|(engine, c, u)| self.conn_info(engine, &c, &u));
         Reply::ok(Body::Conns(shown.collect()))
     }
 
-    fn conn_info(&self, engine: usize, c: &ConnView) -> ConnInfo {
+    fn conn_info(&self, engine: usize, c: &ConnView, u: &ConnUse) -> ConnInfo {
         let local = c.local.to_string();
         let vip = self.cfg.vips.iter().find(|v| {
             v.listen == local || v.listen.parse::<SocketAddr>().is_ok_and(|a| a == c.local)
@@ -79,6 +80,11 @@ impl Controller {
             vip: vip.map_or_else(String::new, |v| v.name.clone()),
             engine,
             state: c.state.name().to_string(),
+            role: u.role.to_string(),
+            waits_for: u.waits_for.to_string(),
+            backend: u.backend.map(|a| a.to_string()),
+            to_backend: u.to_backend,
+            to_client: u.to_client,
             age_ms: ms(c.tcp.age),
             idle_ms: ms(c.tcp.idle),
             send_queue: c.tcp.send_queue,

@@ -126,7 +126,9 @@ impl<P: Port, A: Application> Engine<P, A> {
                 },
                 ToEngine::Conns { filter, max } => FromEngine::Conns {
                     engine: link.engine,
-                    conns: self.tcp.connections(filter, max, now),
+                    conns: (self.tcp.connections(filter, max, now).into_iter())
+                        .map(|c| (c, self.app.describe(c.id)))
+                        .collect(),
                 },
                 ToEngine::ConnsReset { filter } => FromEngine::ConnsReset {
                     engine: link.engine,

@@ -279,15 +279,17 @@ impl<P: Port> Engine<P> {
         self.tcp.sources(local, max)
     }
 
-    /// The `max` oldest accepted connections `filter` picks, as
+    /// The `max` oldest accepted connections `filter` picks, with what
+    /// the application does with each, as
     /// [`crate::snapshot::ToEngine::Conns`] answers.
     pub fn connections(
         &self,
         filter: crate::tcp::ConnFilter,
         max: usize,
         now: Instant,
-    ) -> Vec<crate::tcp::ConnView> {
-        self.tcp.connections(filter, max, now)
+    ) -> Vec<(crate::tcp::ConnView, crate::app::ConnUse)> {
+        let conns = self.tcp.connections(filter, max, now).into_iter();
+        conns.map(|c| (c, self.app.describe(c.id))).collect()
     }
 
     /// Resets the accepted connections `filter` picks, as

@@ -34,6 +34,7 @@ impl ConnFilter {
 /// One accepted connection as `dpctl conns list` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnView {
+    pub id: ConnId,
     pub client: SocketAddr,
     pub local: SocketAddr,
     pub state: State,
@@ -68,8 +69,10 @@ impl<A: Default> TcpEngine<A> {
             .into_iter()
             .filter_map(|(_, slot)| {
                 let c = self.conns.get(slot as usize)?.as_ref()?;
-                let key = self.key(ConnId::new(slot, c.gen))?;
+                let id = ConnId::new(slot, c.gen);
+                let key = self.key(id)?;
                 Some(ConnView {
+                    id,
                     client: key.remote_addr(),
                     local: key.local_addr(),
                     state: c.state,
