@@ -160,6 +160,9 @@ fn engine_script_corpus_replays() {
                 "{name}: the handshakes complete: {c:?}"
             );
         }
+        if name.ends_with("conn-reset") {
+            assert!(c.tcp_operator_resets >= 1, "{name}: {c:?}");
+        }
         if name.ends_with("backend-and-check-bursts") {
             assert!(c.proxy_backend_connects >= 2, "{name}: {c:?}");
             assert!(c.health_checks >= 1, "{name}: {c:?}");

@@ -19,7 +19,10 @@
 //!   covers all of it but the first `((b >> 4) + 1) × 512` bytes (RACK and
 //!   SACK recovery), and bit 6 adds a D-SACK block below the ACK first;
 //!   bits 1, 2, 5, 6 and 7 all set ([`DENY_TOGGLE`]) also deny the peer's
-//!   address (`[access] deny`), or let it back, after the segment.
+//!   address (`[access] deny`), or let it back, after the segment; bits
+//!   1, 2, 5 and 7 set and 6 clear ([`CONN_RESET`]) list the engine's
+//!   connections and reset the peer's, as `dpctl conn list` and `conn
+//!   reset` do.
 //!
 //! A burst holds at most [`super::MAX_BURST`] frames.
 
@@ -37,6 +40,7 @@ use super::{FUZZ_ADDR, FUZZ_MAC, MAX_BURST};
 use crate::engine::Engine;
 use crate::net::PrefixSet;
 use crate::port::{PacketBuf, Port};
+use crate::tcp::ConnFilter;
 use crate::time::Instant;
 
 /// The peer's address and MAC.
@@ -340,6 +344,9 @@ pub(super) fn arp_hello() -> Vec<u8> {
 
 /// The bits of an op's `c` that deny the peer, or let it back.
 pub const DENY_TOGGLE: u8 = 0xe6;
+/// [`DENY_TOGGLE`]'s bits as they are when an op lists the connections
+/// and resets the peer's instead.
+pub const CONN_RESET: u8 = 0xa6;
 
 /// Adds `frame` to `burst` in a buffer of `port`; false when none is free.
 fn push<P: Port>(frame: &[u8], burst: &mut Vec<P::Buf>, port: &mut P) -> bool {
@@ -381,6 +388,22 @@ pub(super) fn play<P: Port>(
             denied = !denied;
             let nets = denied.then_some((std::net::IpAddr::V4(PEER_ADDR), 32));
             engine.set_deny(std::sync::Arc::new(PrefixSet::new(nets)));
+        }
+        if c & DENY_TOGGLE == CONN_RESET {
+            // `dpctl conn list`, then `conn reset --source` of the peer,
+            // between bursts, whatever state its connections are in.
+            let all = ConnFilter::default();
+            let listed = engine.connections(all, 16, now);
+            assert!(listed.len() <= 16, "conn list keeps to its count");
+            for (view, _) in &listed {
+                assert_eq!(view.client.ip(), std::net::IpAddr::V4(PEER_ADDR));
+                assert!(view.state != crate::tcp::State::TimeWait);
+            }
+            let peer_net = Some((std::net::IpAddr::V4(PEER_ADDR), 32));
+            engine.reset_connections(ConnFilter {
+                source: peer_net,
+                ..all
+            });
         }
         if c & 1 != 0 || burst.len() >= MAX_BURST {
             now = now
