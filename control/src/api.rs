@@ -168,12 +168,16 @@ pub enum Request {
     DenyList,
     /// Answers [`Body::Sources`]: the `count` client addresses (IPv6:
     /// /64 networks) with the most connections open, on VIP `vip` only
-    /// when given.
+    /// when given. With `refused`, [`Body::Refused`] instead: the ones
+    /// the VIPs' limits (and deny lists) refused most in the last one to
+    /// two minutes.
     Sources {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         vip: Option<String>,
         #[serde(default = "default_sources")]
         count: u32,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        refused: bool,
     },
     /// Answers [`Body::Conns`]: the `count` oldest client connections
     /// open now (TIME-WAIT not), to VIP `vip` and from network `source`
@@ -229,6 +233,7 @@ pub enum Body {
     Captured(Captured),
     Deny(DenyInfo),
     Conns(Vec<ConnInfo>),
+    Refused(Vec<RefusedInfo>),
     Reset(ResetInfo),
     Sources(Vec<SourceInfo>),
 }
@@ -300,6 +305,27 @@ pub struct ConnInfo {
 pub struct ResetInfo {
     /// Connections reset, summed over the engines.
     pub connections: u64,
+}
+
+/// A client address (or IPv6 /64) refused at a VIP lately, summed over the
+/// engines (`dpctl sources --refused`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedInfo {
+    /// An address, or an IPv6 network as `2001:db8:1:2::/64`.
+    pub source: String,
+    /// The VIP ("" for a listener without one).
+    pub vip: String,
+    /// All its refusals in the last one to two minutes: the sum of the
+    /// four below (counted from when the engine's table took the source).
+    pub refused: u64,
+    /// SYNs reset for the VIP's `max_connections`.
+    pub conn_limit: u64,
+    /// SYNs or handshakes reset for its `max_new_per_source`.
+    pub source_rate: u64,
+    /// SYNs or handshakes reset for its `max_connections_per_source`.
+    pub source_conns: u64,
+    /// SYNs dropped: the source is denied, or not on the VIP's `allow`.
+    pub denied: u64,
 }
 
 /// A client address (or IPv6 /64) and its connections open now, summed

@@ -50,6 +50,9 @@ pub enum ToEngine {
     /// Reset the accepted connections `filter` picks; answer
     /// [`FromEngine::ConnsReset`] with how many.
     ConnsReset { filter: crate::tcp::ConnFilter },
+    /// Answer [`FromEngine::Refused`]: the `max` sources refused most
+    /// lately, at VIP slot `vip` only when given.
+    Refused { vip: Option<u16>, max: usize },
 }
 
 /// An engine's answer; `engine` is its index.
@@ -85,6 +88,10 @@ pub enum FromEngine {
     ConnsReset {
         engine: usize,
         reset: u64,
+    },
+    Refused {
+        engine: usize,
+        sources: Vec<crate::tcp::RefusedSource>,
     },
 }
 

@@ -788,3 +788,72 @@ fn conn_list_shows_accepted_connections_oldest_first_and_reset_takes_only_those_
     open(&mut lab, &mut again);
     assert!(again[0].conn.rcv_nxt.is_some() && !again[0].conn.reset);
 }
+
+/// `sources --refused`'s table of an engine: each source the limits
+/// refused, at its VIP, by limit, most first: handshakes over a per-source
+/// cap and the SYNs after them, a VIP's connection cap, a denied address's
+/// SYNs; one VIP's alone when asked; and gone two windows later.
+#[test]
+fn refused_sources_name_who_each_limit_refused_at_each_vip() {
+    let mut lab = lab(TcpConfig::default());
+    let e = &mut lab.mem.engine;
+    let cap = |conns, per_source| ListenLimits {
+        max_conns: conns,
+        per_source_conns: per_source,
+        ..ListenLimits::default()
+    };
+    e.set_vip_limits(DUT_IP, PLAIN, cap(None, Some(1)));
+    e.set_vip_limits(DUT_IP, TLS, cap(Some(1), None));
+    e.set_deny(Arc::new(PrefixSet::new([(client_addr(9).into(), 32)])));
+    // 7: three handshakes to PLAIN, two reset as they complete, then a SYN
+    // reset at once.
+    let mut seven = clients(7, 3, 41_000, PLAIN);
+    open(&mut lab, &mut seven);
+    let mut more = clients(7, 1, 41_100, PLAIN);
+    round(&mut lab, &mut more, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
+    // 6: one connection to TLS, then two SYNs over its cap.
+    let mut six = clients(6, 1, 42_000, TLS);
+    open(&mut lab, &mut six);
+    let mut over = clients(6, 2, 42_100, TLS);
+    round(&mut lab, &mut over, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
+    // 9 is denied: five SYNs.
+    let mut nine = clients(9, 5, 43_000, PLAIN);
+    round(&mut lab, &mut nine, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
+
+    let row = |r: &dataplane::tcp::RefusedSource| {
+        let counts = (r.conn_limit, r.source_rate, r.source_conns, r.denied);
+        (r.source, r.vip, counts)
+    };
+    let now = lab.mem.now;
+    let table = lab.mem.engine.refused_sources(None, 10, now);
+    let (plain, tls) = (Some(0), Some(1));
+    assert_eq!(
+        table.iter().map(row).collect::<Vec<_>>(),
+        [
+            (client_addr(9).into(), plain, (0, 0, 0, 5)),
+            (client_addr(7).into(), plain, (0, 0, 3, 0)),
+            (client_addr(6).into(), tls, (2, 0, 0, 0)),
+        ]
+    );
+    let at_tls = lab.mem.engine.refused_sources(tls, 10, now);
+    assert_eq!(at_tls.iter().map(row).collect::<Vec<_>>(), [row(&table[2])]);
+    let top = lab.mem.engine.refused_sources(None, 1, now);
+    assert_eq!(top.len(), 1);
+    // The next window still lists them; the one after does not.
+    let window = dataplane::tcp::REFUSED_WINDOW;
+    assert_eq!(
+        lab.mem.engine.refused_sources(None, 10, now + window).len(),
+        3
+    );
+    assert!(lab
+        .mem
+        .engine
+        .refused_sources(None, 10, now + window * 2)
+        .is_empty());
+}

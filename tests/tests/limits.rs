@@ -147,6 +147,35 @@ fn syns_over_a_vips_limits_are_refused_and_counted() {
         "{stats:?}"
     );
     assert_eq!(stats.drops["listen_refused"], 11, "{stats:?}");
+
+    // Who was refused, at which VIP, by which limit: the first address
+    // alone, most first.
+    let table = dpctl_ok(&dpd, &["sources", "--refused"]);
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let f = first.as_str();
+    assert_eq!(
+        rows,
+        [
+            [f, "rated", "5", "0", "5", "0", "0"],
+            [f, "capped", "3", "3", "0", "0", "0"],
+            [f, "per-source", "3", "0", "0", "3", "0"],
+        ],
+        "{table}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&dpctl_ok(
+        &dpd,
+        &["--json", "sources", "--refused", "--vip", "capped"],
+    ))
+    .expect("JSON");
+    assert_eq!(
+        json["refused"],
+        serde_json::json!([{"source": first, "vip": "capped", "refused": 3, "conn_limit": 3,
+            "source_rate": 0, "source_conns": 0, "denied": 0}])
+    );
 }
 
 /// Holds connections to `dut:port` from `src` on command, one per stdin

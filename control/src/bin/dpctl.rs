@@ -105,6 +105,10 @@ enum Cmd {
         /// How many (1 to 10000).
         #[arg(long, default_value_t = control::api::DEFAULT_SOURCES)]
         count: u32,
+        /// The ones the VIPs' limits (and deny lists) refused most in the
+        /// last one to two minutes instead, by limit.
+        #[arg(long)]
+        refused: bool,
     },
     /// Client connections open now: list them (oldest first, with their
     /// TCP state), or reset them.
@@ -839,7 +843,12 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
             vip: vip.clone(),
             source: source.clone(),
         },
-        Cmd::Sources { vip, count } => Request::Sources {
+        Cmd::Sources {
+            vip,
+            count,
+            refused,
+        } => Request::Sources {
+            refused: *refused,
             vip: vip.clone(),
             count: *count,
         },
@@ -1132,6 +1141,24 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
             }
         }
         (Some(Body::Conns(list)), _) => print!("{}", conns_text(&list)),
+        (Some(Body::Refused(list)), _) => {
+            println!(
+                "{:<44} {:<12} {:>9} {:>10} {:>11} {:>12} {:>8}",
+                "SOURCE", "VIP", "REFUSED", "CONN-LIMIT", "SOURCE-RATE", "SOURCE-CONNS", "DENIED"
+            );
+            for r in &list {
+                println!(
+                    "{:<44} {:<12} {:>9} {:>10} {:>11} {:>12} {:>8}",
+                    r.source,
+                    if r.vip.is_empty() { "-" } else { &r.vip },
+                    r.refused,
+                    r.conn_limit,
+                    r.source_rate,
+                    r.source_conns,
+                    r.denied
+                );
+            }
+        }
         (Some(Body::Reset(r)), _) => println!("{} connections reset", r.connections),
         (Some(Body::Deny(d)), _) => {
             d.prefixes.iter().for_each(|p| println!("{p}"));

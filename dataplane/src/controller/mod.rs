@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use control::api::{
     Answer, Applied, Body, Captured, CertInfo, DenyInfo, DrainState, MemberInfo, PoolInfo,
-    PortStatus, ReloadStatus, Reply, Request, SourceInfo, Stats, Status, TemporaryDeny,
-    VipCounters, VipInfo, VipLimits, MAX_SOURCES,
+    PortStatus, RefusedInfo, ReloadStatus, Reply, Request, SourceInfo, Stats, Status,
+    TemporaryDeny, VipCounters, VipInfo, VipLimits, MAX_SOURCES,
 };
 use control::config::{parse_prefix, Config, ConfigError};
 use crypto::certs::{Cert, CertStore};
@@ -274,7 +274,16 @@ impl Controller {
             }
             Request::ConfigReload => self.reload_file(),
             Request::ConfigShow => Reply::ok(Body::Config(self.cfg.to_toml())),
-            Request::Sources { vip, count } => self.sources(vip.as_deref(), *count),
+            Request::Sources {
+                vip,
+                count,
+                refused: false,
+            } => self.sources(vip.as_deref(), *count),
+            Request::Sources {
+                vip,
+                count,
+                refused: true,
+            } => self.refused_sources(vip.as_deref(), *count),
             Request::ConnList { vip, source, count } => {
                 self.conn_list(vip.as_deref(), source.as_deref(), *count)
             }

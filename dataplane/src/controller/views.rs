@@ -141,7 +141,8 @@ impl Controller {
             | FromEngine::Paused { .. }
             | FromEngine::Sources { .. }
             | FromEngine::Conns { .. }
-            | FromEngine::ConnsReset { .. } => false,
+            | FromEngine::ConnsReset { .. }
+            | FromEngine::Refused { .. } => false,
         });
         if !answered {
             return Err(format!("engines did not answer within {timeout:?}"));
@@ -203,6 +204,77 @@ impl Controller {
                 half_open,
             });
         Reply::ok(Body::Sources(shown.collect()))
+    }
+
+    /// The `count` client addresses the VIPs refused most in the last one
+    /// to two minutes (at VIP `vip` only, when given), summed over the
+    /// engines, each of which keeps its own table (asked over their
+    /// rings).
+    pub(super) fn refused_sources(&self, vip: Option<&str>, count: u32) -> Reply {
+        if !(1..=MAX_SOURCES).contains(&count) {
+            return Reply::error(format!("count {count}: must be 1 to {MAX_SOURCES}"));
+        }
+        let slot = match vip {
+            None => None,
+            Some(name) => match self.cfg.vips.iter().any(|v| v.name == name) {
+                true => self.slots.get(name).copied(),
+                false => return Reply::error(format!("no VIP is named {name:?}")),
+            },
+        };
+        let max = MAX_SOURCES as usize;
+        for l in &self.links {
+            if l.to_engine
+                .push(ToEngine::Refused { vip: slot, max })
+                .is_err()
+            {
+                return Reply::error(format!("engine {}'s ring is full", l.engine));
+            }
+        }
+        let mut answered = vec![false; self.links.len()];
+        let mut sum: HashMap<(IpAddr, Option<u16>), [u64; 4]> = HashMap::new();
+        let done = self.await_engines(ENGINE_REPLY, |msg| match msg {
+            FromEngine::Refused { engine, sources } => {
+                if let Some(a) = answered.get_mut(engine) {
+                    *a = true;
+                }
+                for s in sources {
+                    let n = sum.entry((s.source, s.vip)).or_default();
+                    let counts = [s.conn_limit, s.source_rate, s.source_conns, s.denied];
+                    for (n, c) in n.iter_mut().zip(counts) {
+                        *n += c;
+                    }
+                }
+                answered.iter().all(|a| *a)
+            }
+            _ => false,
+        });
+        if !done {
+            return Reply::error(format!("engines did not answer within {ENGINE_REPLY:?}"));
+        }
+        let name = |slot: Option<u16>| {
+            let named = self.slots.iter().find(|(_, &s)| Some(s) == slot);
+            named.map_or_else(String::new, |(n, _)| n.clone())
+        };
+        let mut all: Vec<RefusedInfo> = sum
+            .into_iter()
+            .map(|((ip, slot), c)| RefusedInfo {
+                source: match ip {
+                    IpAddr::V6(a) => format!("{a}/64"),
+                    v4 => v4.to_string(),
+                },
+                vip: name(slot),
+                refused: c.iter().sum(),
+                conn_limit: c[0],
+                source_rate: c[1],
+                source_conns: c[2],
+                denied: c[3],
+            })
+            .collect();
+        all.sort_unstable_by(|a, b| {
+            (b.refused, &a.source, &a.vip).cmp(&(a.refused, &b.source, &b.vip))
+        });
+        all.truncate(count as usize);
+        Reply::ok(Body::Refused(all))
     }
 
     /// Pools with their members' health and connections as the engines see

@@ -130,6 +130,10 @@ impl<P: Port, A: Application> Engine<P, A> {
                         .map(|c| (c, self.app.describe(c.id)))
                         .collect(),
                 },
+                ToEngine::Refused { vip, max } => FromEngine::Refused {
+                    engine: link.engine,
+                    sources: self.tcp.refused_sources(vip, max, now),
+                },
                 ToEngine::ConnsReset { filter } => FromEngine::ConnsReset {
                     engine: link.engine,
                     reset: self.tcp.reset_accepted_by(filter),

@@ -292,6 +292,17 @@ impl<P: Port> Engine<P> {
         conns.map(|c| (c, self.app.describe(c.id))).collect()
     }
 
+    /// The `max` sources refused most lately (at VIP slot `vip` only,
+    /// when given), as [`crate::snapshot::ToEngine::Refused`] answers.
+    pub fn refused_sources(
+        &mut self,
+        vip: Option<u16>,
+        max: usize,
+        now: Instant,
+    ) -> Vec<crate::tcp::RefusedSource> {
+        self.tcp.refused_sources(vip, max, now)
+    }
+
     /// Resets the accepted connections `filter` picks, as
     /// [`crate::snapshot::ToEngine::ConnsReset`] does; how many.
     pub fn reset_connections(&mut self, filter: crate::tcp::ConnFilter) -> u64 {

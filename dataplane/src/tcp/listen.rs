@@ -20,7 +20,7 @@ impl<A: Default> TcpEngine<A> {
         key: FlowKey<I>,
         repr: &TcpRepr<'_>,
     ) -> Result<(), SegmentDrop> {
-        if self.denied(&key, repr) {
+        if self.denied(&key, repr, now) {
             return Err(SegmentDrop::Denied);
         }
         if !self.accepting {
@@ -53,7 +53,7 @@ impl<A: Default> TcpEngine<A> {
         };
         if !self.listeners[listener].allows(key.remote.ip()) {
             // Not on the VIP's allow list: as a denied source, no answer.
-            self.count_refusal(listener, limits::Refusal::Denied);
+            self.count_refusal(listener, limits::Refusal::Denied, key.remote, now);
             return Err(SegmentDrop::Denied);
         }
         if self.admit(listener, &key, now).is_err() {
@@ -95,7 +95,7 @@ impl<A: Default> TcpEngine<A> {
         let secret = &self.secret;
         let result = self.listeners[i].admit(source, || source_hash(secret, source), now);
         if let Err(why) = result {
-            self.count_refusal(i, why);
+            self.count_refusal(i, why, key.remote, now);
         }
         result
     }
@@ -104,13 +104,13 @@ impl<A: Default> TcpEngine<A> {
     /// denied (`[access] deny`): dropped unanswered, whatever it is (a
     /// reset would tell a scanner what listens), a SYN counted under its
     /// listener.
-    fn denied<I: FlowAddr>(&mut self, key: &FlowKey<I>, repr: &TcpRepr<'_>) -> bool {
+    fn denied<I: FlowAddr>(&mut self, key: &FlowKey<I>, repr: &TcpRepr<'_>, now: Instant) -> bool {
         if self.deny.is_empty() || !self.deny.contains(key.remote.ip()) {
             return false;
         }
         if (repr.control, repr.ack_number) == (TcpControl::Syn, None) {
             if let Some(i) = self.listener_for(key.local, key.local_port) {
-                self.count_refusal(i, limits::Refusal::Denied);
+                self.count_refusal(i, limits::Refusal::Denied, key.remote, now);
             }
         }
         true
@@ -189,7 +189,21 @@ impl<A: Default> TcpEngine<A> {
         ids.len() as u64
     }
 
-    fn count_refusal(&mut self, i: usize, why: limits::Refusal) {
+    /// Counts a refusal by listener `i` of a SYN (or handshake) from
+    /// `source`: under the listener's VIP, and in the table of sources
+    /// refused lately.
+    fn count_refusal<I: FlowAddr>(
+        &mut self,
+        i: usize,
+        why: limits::Refusal,
+        source: I,
+        now: Instant,
+    ) {
+        let id = source.source_id();
+        let hash = source_hash(&self.secret, id);
+        let vip = self.listeners[i].tag;
+        self.refused_sources
+            .record(id, I::IPV6, vip, hash, why, now);
         let tag = self.listeners[i].tag.map(usize::from);
         if let Some(r) = tag.and_then(|t| self.refused.get_mut(t)) {
             r.count(why);
@@ -240,7 +254,10 @@ impl<A: Default> TcpEngine<A> {
                 true
             }
             Err(why) => {
-                self.count_refusal(i, why);
+                match key {
+                    AnyFlowKey::V4(k) => self.count_refusal(i, why, k.remote, now),
+                    AnyFlowKey::V6(k) => self.count_refusal(i, why, k.remote, now),
+                }
                 // Never reported: its reset frees it unseen.
                 if let Some(c) = live_mut(&mut self.conns, id) {
                     c.accepted = false;
@@ -424,7 +441,7 @@ impl<A: Default> TcpEngine<A> {
             return Err(SegmentDrop::Denied);
         }
         if self.listeners[listener].at_conn_limit() {
-            self.count_refusal(listener, limits::Refusal::ConnLimit);
+            self.count_refusal(listener, limits::Refusal::ConnLimit, key.remote, now);
             self.reset_for(&key, repr);
             return Err(SegmentDrop::Refused);
         }

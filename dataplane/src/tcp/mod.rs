@@ -33,6 +33,7 @@ mod limits;
 mod listen;
 mod output;
 mod read;
+mod refused;
 pub mod seq;
 mod time_wait;
 mod timer;
@@ -58,6 +59,7 @@ use limits::Listener;
 pub use limits::{ListenLimits, Refusals};
 pub use listen::SourceCount;
 pub use read::Unread;
+pub use refused::{RefusedSource, WINDOW as REFUSED_WINDOW};
 pub use seq::Seq;
 use time_wait::TimeWait;
 use timer::TimerWheel;
@@ -474,6 +476,8 @@ pub struct TcpEngine<A> {
     deny: Arc<PrefixSet>,
     /// SYNs refused by listener limits, by listener tag (a VIP's slot).
     refused: Vec<Refusals>,
+    /// The sources refused lately, per VIP (`dpctl sources --refused`).
+    refused_sources: refused::RefusedTable,
     flows: Tables,
     conns: Vec<Option<Conn<A>>>,
     /// The 4-tuples of IPv6 connections by slot (their control blocks
@@ -529,6 +533,7 @@ impl<A: Default> TcpEngine<A> {
             listeners: Vec::new(),
             deny: Arc::default(),
             refused: Vec::new(),
+            refused_sources: refused::RefusedTable::new(),
             flows: Tables {
                 v4: FlowTable::new(cfg.max_time_wait, secret.flow_hashing()),
                 v6: FlowTable::new(cfg.max_time_wait, secret.flow_hashing()),
@@ -669,6 +674,17 @@ impl<A: Default> TcpEngine<A> {
             .get(usize::from(tag))
             .copied()
             .unwrap_or_default()
+    }
+
+    /// The `max` sources refused most in the last one to two minutes (at
+    /// listeners tagged `vip` only, when given), most first.
+    pub fn refused_sources(
+        &mut self,
+        vip: Option<u16>,
+        max: usize,
+        now: Instant,
+    ) -> Vec<RefusedSource> {
+        self.refused_sources.top(vip, max, now)
     }
 
     /// The listener taking SYNs to `addr:port` (its own or a wildcard's).
