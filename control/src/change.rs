@@ -789,6 +789,31 @@ mod tests {
     }
 
     #[test]
+    fn auto_deny_needs_a_count_and_two_minutes_at_least_and_reloads() {
+        use crate::config::AutoDeny;
+        let with = |refused, for_s| {
+            let mut c = base();
+            c.access.auto_deny = Some(AutoDeny { refused, for_s });
+            c
+        };
+        let good = with(1_000, 600);
+        good.validate().unwrap();
+        let back = Config::parse(&good.to_toml()).unwrap();
+        assert_eq!(back.access, good.access);
+        assert!(
+            restart_sections(&base(), &good).is_empty(),
+            "a reload takes it"
+        );
+        for (c, field) in [
+            (with(0, 600), "access.auto_deny.refused"),
+            (with(1_000, 119), "access.auto_deny.for_s"),
+            (with(1_000, MAX_DENY_FOR_S + 1), "access.auto_deny.for_s"),
+        ] {
+            assert_eq!(c.validate().unwrap_err().field, field);
+        }
+    }
+
+    #[test]
     fn routes_need_tls_a_pool_dns_names_and_pools_that_exist() {
         use crate::config::Route;
         let route = |sni: &str, pool: &str| Route {

@@ -55,7 +55,33 @@ pub struct Access {
     /// the file). A network is on one list at most.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deny_until: Vec<DenyUntil>,
+    /// Denies for a time, by itself, a source its per-source limits keep
+    /// refusing (absent: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_deny: Option<AutoDeny>,
 }
+
+/// `[access] auto_deny`: a client address (IPv6: its /64) refused at
+/// least `refused` times in the last one to two minutes by the VIPs'
+/// `max_new_per_source` and `max_connections_per_source`, summed over
+/// VIPs, goes on `deny_until` for `for_s` seconds. `dpd` looks every
+/// [`AUTO_DENY_EVERY_S`] seconds. Refusals by a VIP's `max_connections`
+/// (a full VIP is no one client's doing) and by deny lists do not count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AutoDeny {
+    /// Refusals that earn a source its deny: 1 to 1,000,000,000.
+    pub refused: u64,
+    /// How long it is denied: two minutes (the refusals that earned it
+    /// are counted that long, so a shorter deny would be earned again at
+    /// once) to a year.
+    pub for_s: u64,
+}
+
+/// How often `dpd` looks for sources that earned an `auto_deny`.
+pub const AUTO_DENY_EVERY_S: u64 = 5;
+/// The shortest `auto_deny` `for_s`.
+pub const MIN_AUTO_DENY_S: u64 = 120;
 
 /// One entry of `[access] deny_until`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -69,7 +95,7 @@ pub struct DenyUntil {
 
 impl Access {
     pub fn is_empty(&self) -> bool {
-        self.deny.is_empty() && self.deny_until.is_empty()
+        self.deny.is_empty() && self.deny_until.is_empty() && self.auto_deny.is_none()
     }
 
     /// Takes off `deny_until` the entries whose time is `now` or past,
@@ -124,6 +150,24 @@ impl Access {
                     at,
                     &d.net,
                     "denied already (in deny, or earlier in deny_until)",
+                ));
+            }
+        }
+        if let Some(a) = self.auto_deny {
+            if !(1..=1_000_000_000).contains(&a.refused) {
+                return Err(ConfigError::new(
+                    "access.auto_deny.refused",
+                    a.refused,
+                    "must be 1 to 1000000000",
+                ));
+            }
+            if !(MIN_AUTO_DENY_S..=MAX_DENY_FOR_S).contains(&a.for_s) {
+                return Err(ConfigError::new(
+                    "access.auto_deny.for_s",
+                    a.for_s,
+                    format!(
+                        "must be {MIN_AUTO_DENY_S} (the refusals that earned it count for up to two minutes) to {MAX_DENY_FOR_S}"
+                    ),
                 ));
             }
         }

@@ -178,6 +178,54 @@ fn syns_over_a_vips_limits_are_refused_and_counted() {
     );
 }
 
+/// `[access] auto_deny`: an address its per-source rate keeps refusing
+/// is denied for the rule's time by dpd itself within seconds (listed
+/// with its time, its connects unanswered, logged), while another address
+/// goes on; taken off by `deny remove`, it is not denied again for the
+/// refusals that earned it.
+#[test]
+fn auto_deny_denies_a_source_its_limits_keep_refusing() {
+    let lab = Lab::up("autodeny");
+    let dpd = Dpd::start(&lab, |s| {
+        format!(
+            "{}[access]\nauto_deny = {{ refused = 20, for_s = 120 }}\n",
+            config(&lab, s)
+        )
+    });
+    let first = format!("{}.2", lab.net);
+    let second = lab.add_client_address(3);
+    let lines = clients(&lab, 80, &first, 60, 0, 0);
+    assert!(count(&lines[0], "ECONNREFUSED") >= 20, "{lines:?}");
+    // dpd looks every 5 s.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let list = loop {
+        let list = dpctl_ok(&dpd, &["deny", "list"]);
+        if list.contains(&first) {
+            break list;
+        }
+        assert!(Instant::now() < deadline, "not denied: {list}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let row = list.lines().find(|l| l.starts_with(first.as_str()));
+    assert!(row.is_some_and(|r| r.contains(" until ")), "{list}");
+    assert!(!list.contains(&second), "{list}");
+    let mut a = Holder::start(&lab, 80, &first);
+    let mut b = Holder::start(&lab, 80, &second);
+    assert_eq!(a.ask("open 1"), ["timeout"], "denied");
+    assert_eq!(b.ask("open 1"), ["open"]);
+    let log = dpd.log_text();
+    assert!(
+        log.contains(&format!("auto_deny: {first} (")) && log.contains("denied for 120 s"),
+        "{log}"
+    );
+
+    dpctl_ok(&dpd, &["deny", "remove", &first]);
+    assert_eq!(a.ask("open 1"), ["open"]);
+    // A look later (every 5 s): not denied again.
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(!dpctl_ok(&dpd, &["deny", "list"]).contains(&first));
+}
+
 /// Holds connections to `dut:port` from `src` on command, one per stdin
 /// line: `open N` opens N one after another and prints one word per
 /// attempt ("open" or the errno's name); `close N` closes the N oldest

@@ -129,6 +129,12 @@ pub struct Controller {
     /// Set when taking off a network whose deny time came failed: when to
     /// try again.
     deny_retry_at: Option<jiff::Timestamp>,
+    /// When `[access] auto_deny` looks at the sources refused next.
+    auto_deny_at: Option<Instant>,
+    /// Networks an operator took off the deny lists, and when: not
+    /// denied again by `auto_deny` while the refusals that earned their
+    /// deny may still be counted.
+    pardoned: Vec<((IpAddr, u8), Instant)>,
 }
 
 /// The running daemon, as `status` and `drain` requests see it.
@@ -193,6 +199,8 @@ impl Controller {
             service: None,
             deny: Arc::default(),
             deny_retry_at: None,
+            auto_deny_at: None,
+            pardoned: Vec::new(),
         };
         let mut cfg = cfg;
         let expired = cfg.access.take_expired(jiff::Timestamp::now());
@@ -355,7 +363,11 @@ impl Controller {
             _ => (None, "changed".into()),
         };
         let reload = cert.as_deref().map_or(Reload::Nothing, Reload::Cert);
-        self.push_change(next, reload, false, what)
+        let reply = self.push_change(next, reload, false, what);
+        if let (true, Request::DenyRemove { prefixes }) = (reply.ok, req) {
+            self.pardon(prefixes, Instant::now());
+        }
+        reply
     }
 
     /// Builds, pushes and commits `next`; the reply says applied or why not.

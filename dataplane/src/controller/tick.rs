@@ -65,6 +65,7 @@ impl Controller {
     pub fn tick(&mut self, now: Instant) {
         self.reconnect_peers(now);
         self.expire_denies(jiff::Timestamp::now());
+        self.auto_deny(now, jiff::Timestamp::now());
         if self
             .daemon
             .as_ref()

@@ -4,6 +4,10 @@
 
 use super::*;
 
+/// Refusals by source and VIP slot: connection cap, source rate, source
+/// cap, denied.
+pub(super) type RefusedSums = HashMap<(IpAddr, Option<u16>), [u64; 4]>;
+
 impl Controller {
     /// `dpctl status`: the daemon, its ports (link state now) and the
     /// configuration version every engine uses.
@@ -216,41 +220,15 @@ impl Controller {
         }
         let slot = match vip {
             None => None,
-            Some(name) => match self.cfg.vips.iter().any(|v| v.name == name) {
-                true => self.slots.get(name).copied(),
-                false => return Reply::error(format!("no VIP is named {name:?}")),
+            Some(name) => match self.slots.get(name) {
+                Some(&slot) if self.cfg.vips.iter().any(|v| v.name == name) => Some(slot),
+                _ => return Reply::error(format!("no VIP is named {name:?}")),
             },
         };
-        let max = MAX_SOURCES as usize;
-        for l in &self.links {
-            if l.to_engine
-                .push(ToEngine::Refused { vip: slot, max })
-                .is_err()
-            {
-                return Reply::error(format!("engine {}'s ring is full", l.engine));
-            }
-        }
-        let mut answered = vec![false; self.links.len()];
-        let mut sum: HashMap<(IpAddr, Option<u16>), [u64; 4]> = HashMap::new();
-        let done = self.await_engines(ENGINE_REPLY, |msg| match msg {
-            FromEngine::Refused { engine, sources } => {
-                if let Some(a) = answered.get_mut(engine) {
-                    *a = true;
-                }
-                for s in sources {
-                    let n = sum.entry((s.source, s.vip)).or_default();
-                    let counts = [s.conn_limit, s.source_rate, s.source_conns, s.denied];
-                    for (n, c) in n.iter_mut().zip(counts) {
-                        *n += c;
-                    }
-                }
-                answered.iter().all(|a| *a)
-            }
-            _ => false,
-        });
-        if !done {
-            return Reply::error(format!("engines did not answer within {ENGINE_REPLY:?}"));
-        }
+        let sum = match self.gather_refused(slot) {
+            Ok(sum) => sum,
+            Err(e) => return Reply::error(e),
+        };
         let name = |slot: Option<u16>| {
             let named = self.slots.iter().find(|(_, &s)| Some(s) == slot);
             named.map_or_else(String::new, |(n, _)| n.clone())
@@ -275,6 +253,45 @@ impl Controller {
         });
         all.truncate(count as usize);
         Reply::ok(Body::Refused(all))
+    }
+
+    /// Each source the engines refused lately (at VIP slot `slot` only,
+    /// when given), by VIP, with its refusals by limit (connection cap,
+    /// source rate, source cap, denied) summed over the engines, each of
+    /// which sends its [`MAX_SOURCES`] largest.
+    pub(super) fn gather_refused(&self, slot: Option<u16>) -> Result<RefusedSums, String> {
+        let max = MAX_SOURCES as usize;
+        for l in &self.links {
+            if l.to_engine
+                .push(ToEngine::Refused { vip: slot, max })
+                .is_err()
+            {
+                return Err(format!("engine {}'s ring is full", l.engine));
+            }
+        }
+        let mut answered = vec![false; self.links.len()];
+        let mut sum = RefusedSums::new();
+        let done = self.await_engines(ENGINE_REPLY, |msg| match msg {
+            FromEngine::Refused { engine, sources } => {
+                if let Some(a) = answered.get_mut(engine) {
+                    *a = true;
+                }
+                for s in sources {
+                    let n = sum.entry((s.source, s.vip)).or_default();
+                    let counts = [s.conn_limit, s.source_rate, s.source_conns, s.denied];
+                    for (n, c) in n.iter_mut().zip(counts) {
+                        *n += c;
+                    }
+                }
+                answered.iter().all(|a| *a)
+            }
+            _ => false,
+        });
+        if done {
+            Ok(sum)
+        } else {
+            Err(format!("engines did not answer within {ENGINE_REPLY:?}"))
+        }
     }
 
     /// Pools with their members' health and connections as the engines see

@@ -9,7 +9,7 @@
 //! addresses churns the ways of singletons and leaves a source that is
 //! refused often where it is. Counts are from when the entry was made.
 //! Two windows of [`WINDOW`]: what is listed is the current one and the
-//! one before, so the last one to two minutes. Fixed size: 2 × 72 KiB;
+//! one before, so the last one to two minutes. Fixed size: 2 × 64 KiB;
 //! no allocation after it is made.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -214,6 +214,11 @@ mod tests {
             (at3[0].vip, at3[0].source_conns, at3[0].total()),
             (Some(3), 1, 1)
         );
+    }
+
+    #[test]
+    fn a_window_is_64_kib() {
+        assert_eq!(std::mem::size_of::<Way>() * SETS * WAYS, 64 << 10);
     }
 
     #[test]
