@@ -71,6 +71,11 @@ pub struct ConfigState {
     /// Whether the last reload of the file (SIGHUP, `config reload`)
     /// applied; `None` before the first.
     pub last_reload_ok: Option<bool>,
+    /// Networks on `[access] deny` and on `deny_until` now.
+    pub denied: u64,
+    pub denied_for_a_time: u64,
+    /// Sources `[access] auto_deny` denied since start.
+    pub auto_denied: u64,
 }
 
 /// The exposition of `stats` (per core) and of `config`.
@@ -144,6 +149,20 @@ fn render_config(out: &mut String, config: &ConfigState) {
         "# HELP tlsdp_config_last_reload_successful Whether the last reload of the configuration file (SIGHUP, dpctl config reload) applied (1 before any).\n\
          # TYPE tlsdp_config_last_reload_successful gauge\ntlsdp_config_last_reload_successful {}",
         u8::from(config.last_reload_ok.unwrap_or(true))
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tlsdp_access_denied_networks Client networks refused on every VIP: on [access] deny (lasting) and on deny_until (timed).\n\
+         # TYPE tlsdp_access_denied_networks gauge\n\
+         tlsdp_access_denied_networks{{kind=\"lasting\"}} {}\n\
+         tlsdp_access_denied_networks{{kind=\"timed\"}} {}",
+        config.denied, config.denied_for_a_time
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tlsdp_access_auto_denied_total Sources [access] auto_deny put on deny_until.\n\
+         # TYPE tlsdp_access_auto_denied_total counter\ntlsdp_access_auto_denied_total {}",
+        config.auto_denied
     );
     let _ = writeln!(
         out,
@@ -226,12 +245,21 @@ mod tests {
         let mut state = ConfigState {
             certs: vec![("web".into(), 1_790_000_000), ("a\"b".into(), 5)],
             last_reload_ok: None,
+            denied: 3,
+            denied_for_a_time: 2,
+            auto_denied: 7,
         };
         let text = render(&stats, &state);
         assert!(text.contains("# TYPE tlsdp_cert_not_after_seconds gauge\n"));
         assert!(text.contains("tlsdp_cert_not_after_seconds{cert=\"web\"} 1790000000\n"));
         assert!(text.contains("tlsdp_cert_not_after_seconds{cert=\"a\\\"b\"} 5\n"));
         assert!(text.contains("tlsdp_config_last_reload_successful 1\n"));
+        assert!(text.contains("# TYPE tlsdp_access_denied_networks gauge\n"));
+        assert!(text.contains("tlsdp_access_denied_networks{kind=\"lasting\"} 3\n"));
+        assert!(text.contains("tlsdp_access_denied_networks{kind=\"timed\"} 2\n"));
+        assert!(text.contains(
+            "# TYPE tlsdp_access_auto_denied_total counter\ntlsdp_access_auto_denied_total 7\n"
+        ));
         state.last_reload_ok = Some(false);
         let text = render(&stats, &state);
         assert!(text.contains("tlsdp_config_last_reload_successful 0\n"));

@@ -218,6 +218,22 @@ fn auto_deny_denies_a_source_its_limits_keep_refusing() {
         log.contains(&format!("auto_deny: {first} (")) && log.contains("denied for 120 s"),
         "{log}"
     );
+    let metrics = std::process::Command::new("ip")
+        .args(["netns", "exec", &format!("{}-dut", lab.name)])
+        .args([
+            "curl",
+            "-sS",
+            "--max-time",
+            "5",
+            "http://127.0.0.1:9464/metrics",
+        ])
+        .output()
+        .expect("curl");
+    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    assert!(
+        metrics.contains("\ntlsdp_access_auto_denied_total 1\n"),
+        "{metrics}"
+    );
 
     dpctl_ok(&dpd, &["deny", "remove", &first]);
     assert_eq!(a.ask("open 1"), ["open"]);

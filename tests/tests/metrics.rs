@@ -217,4 +217,32 @@ fn metrics_parse_and_agree_with_dpctl() {
     std::fs::write(&file, good).unwrap();
     assert!(reload());
     assert!(scrape(&lab).contains("\ntlsdp_config_last_reload_successful 1\n"));
+
+    // The deny lists' sizes, lasting and timed.
+    let denied =
+        |kind: &str, n: u32| format!("\ntlsdp_access_denied_networks{{kind=\"{kind}\"}} {n}\n");
+    let text = scrape(&lab);
+    assert!(
+        text.contains(&denied("lasting", 0)) && text.contains(&denied("timed", 0)),
+        "{text}"
+    );
+    assert!(dpd.dpctl(&["deny", "add", "192.0.2.0/24"]).status.success());
+    let timed = [
+        "deny",
+        "add",
+        "198.51.100.7",
+        "203.0.113.0/24",
+        "--for",
+        "1h",
+    ];
+    assert!(dpd.dpctl(&timed).status.success());
+    let text = scrape(&lab);
+    assert!(
+        text.contains(&denied("lasting", 1)) && text.contains(&denied("timed", 2)),
+        "{text}"
+    );
+    assert!(
+        text.contains("\ntlsdp_access_auto_denied_total 0\n"),
+        "{text}"
+    );
 }

@@ -99,7 +99,10 @@ impl Controller {
             names.join(", "),
             rule.for_s
         );
-        self.push_change(next, Reload::Nothing, false, what);
+        if self.push_change(next, Reload::Nothing, false, what).ok {
+            let mut state = self.config_state.write().expect("not poisoned");
+            state.auto_denied += found.len() as u64;
+        }
     }
 }
 

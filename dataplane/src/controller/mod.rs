@@ -626,6 +626,8 @@ impl Controller {
         certs.sort();
         let mut state = self.config_state.write().expect("not poisoned");
         state.certs = certs;
+        state.denied = self.cfg.access.deny.len() as u64;
+        state.denied_for_a_time = self.cfg.access.deny_until.len() as u64;
     }
 
     /// Switches every engine to `snap`, or none: each is sent the
