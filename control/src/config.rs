@@ -112,6 +112,32 @@ impl Access {
         gone
     }
 
+    /// Adds `running`'s `deny_until` entries whose networks this does not
+    /// name (on either list), while both lists hold fewer than `max`;
+    /// how many. A reload does this: timed denies are run-time state
+    /// (`deny add --for`, `auto_deny`) that a file seldom has, and a
+    /// reload (a renewed certificate's SIGHUP, say) would otherwise lift
+    /// them all. The file's lasting list is taken as it is.
+    pub fn keep_timed(&mut self, running: &Access, max: usize) -> usize {
+        let named: HashSet<(IpAddr, u8)> = self
+            .deny
+            .iter()
+            .chain(self.deny_until.iter().map(|d| &d.net))
+            .filter_map(|d| parse_prefix(d).ok())
+            .collect();
+        let mut kept = 0;
+        for d in &running.deny_until {
+            if self.deny.len() + self.deny_until.len() >= max {
+                break;
+            }
+            if parse_prefix(&d.net).is_ok_and(|net| !named.contains(&net)) {
+                self.deny_until.push(d.clone());
+                kept += 1;
+            }
+        }
+        kept
+    }
+
     /// The earliest time an entry of `deny_until` is due.
     pub fn next_expiry(&self) -> Option<jiff::Timestamp> {
         self.deny_until.iter().map(|d| d.until).min()

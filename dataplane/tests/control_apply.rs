@@ -240,3 +240,55 @@ fn a_network_denied_for_a_time_is_taken_off_when_its_time_comes() {
     };
     assert!(!text.contains("deny_until"), "{text}");
 }
+
+/// A reload (a renewed certificate's SIGHUP, say) keeps the timed denies
+/// made at run time, and takes the file's own and its lasting list: a
+/// lasting deny made at run time and not saved goes, as other run-time
+/// changes do.
+#[test]
+fn a_reload_keeps_the_timed_denies_made_at_run_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "{CONFIG}[access]\ndeny = [\"192.0.2.0/24\"]\n\
+         deny_until = [{{ net = \"203.0.113.9\", until = \"2099-01-01T00:00:00Z\" }}]\n"
+    );
+    let file = dir.path().join("dpd.toml");
+    std::fs::write(&file, &text).unwrap();
+    let (mut ctl, mut e0, mut e1) = started_from(Config::parse(&text).unwrap(), Some(file));
+    let add = |p: &str, for_s| Request::DenyAdd {
+        prefixes: vec![p.into()],
+        for_s,
+    };
+    for req in [
+        add("198.51.100.7", Some(600)),
+        add("198.51.100.8", None),
+        add("203.0.113.9", Some(60)),
+    ] {
+        let r = running(&mut [&mut e0, &mut e1], || reply(ctl.handle(&req)));
+        assert!(r.ok, "{r:?}");
+    }
+    let r = running(&mut [&mut e0, &mut e1], || ctl.reload_file());
+    let Some(Body::Applied(applied)) = r.body else {
+        panic!("{r:?}");
+    };
+    assert!(
+        applied.change.contains("(1 timed denies kept)"),
+        "{applied:?}"
+    );
+    let Some(Body::Deny(d)) = reply(ctl.handle(&Request::DenyList)).body else {
+        panic!("deny list");
+    };
+    assert_eq!(d.prefixes, ["192.0.2.0/24"], "the file's lasting list");
+    let timed: Vec<(&str, &str)> = d
+        .temporary
+        .iter()
+        .map(|t| (t.prefix.as_str(), t.until.as_str()))
+        .collect();
+    assert_eq!(timed.len(), 2, "{d:?}");
+    assert_eq!(
+        timed[1],
+        ("203.0.113.9", "2099-01-01T00:00:00Z"),
+        "the file's"
+    );
+    assert_eq!(timed[0].0, "198.51.100.7", "kept");
+}

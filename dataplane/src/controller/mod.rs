@@ -22,7 +22,7 @@ use control::api::{
     PortStatus, RefusedInfo, ReloadStatus, Reply, Request, SourceInfo, Stats, Status,
     TemporaryDeny, VipCounters, VipInfo, VipLimits, MAX_SOURCES,
 };
-use control::config::{parse_prefix, Config, ConfigError};
+use control::config::{parse_prefix, Config, ConfigError, MAX_DENIED};
 use crypto::certs::{Cert, CertStore};
 use crypto::session::TlsConfig;
 use crypto::tickets::TicketKeys;
@@ -765,8 +765,12 @@ impl Controller {
             ));
         }
         let mut next = next;
+        let kept = next.access.keep_timed(&self.cfg.access, MAX_DENIED);
         let expired = next.access.take_expired(jiff::Timestamp::now());
         let mut what = format!("reloaded from {}", path.display());
+        if kept > 0 {
+            what.push_str(&format!(" ({kept} timed denies kept)"));
+        }
         if !expired.is_empty() {
             what.push_str(&format!(" (deny of {} past its time)", expired.join(" ")));
         }
