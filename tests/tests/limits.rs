@@ -151,11 +151,7 @@ fn syns_over_a_vips_limits_are_refused_and_counted() {
     // Who was refused, at which VIP, by which limit: the first address
     // alone, most first.
     let table = dpctl_ok(&dpd, &["sources", "--refused"]);
-    let rows: Vec<Vec<&str>> = table
-        .lines()
-        .skip(1)
-        .map(|l| l.split_whitespace().collect())
-        .collect();
+    let rows = table_rows(&table);
     let f = first.as_str();
     assert_eq!(
         rows,
@@ -166,11 +162,7 @@ fn syns_over_a_vips_limits_are_refused_and_counted() {
         ],
         "{table}"
     );
-    let json: serde_json::Value = serde_json::from_str(&dpctl_ok(
-        &dpd,
-        &["--json", "sources", "--refused", "--vip", "capped"],
-    ))
-    .expect("JSON");
+    let json = dpctl_json(&dpd, &["sources", "--refused", "--vip", "capped"]);
     assert_eq!(
         json["refused"],
         serde_json::json!([{"source": first, "vip": "capped", "refused": 3, "conn_limit": 3,
@@ -362,6 +354,20 @@ impl Drop for Holder {
     }
 }
 
+/// A `dpctl` table's rows after its header, as words.
+fn table_rows(table: &str) -> Vec<Vec<&str>> {
+    let rows = table.lines().skip(1);
+    rows.map(|l| l.split_whitespace().collect()).collect()
+}
+
+/// `dpctl --json ARGS` that must succeed; its reply.
+fn dpctl_json(dpd: &Dpd, args: &[&str]) -> serde_json::Value {
+    let args: Vec<&str> = std::iter::once("--json")
+        .chain(args.iter().copied())
+        .collect();
+    serde_json::from_str(&dpctl_ok(dpd, &args)).expect("JSON")
+}
+
 /// `dpctl` that must succeed; its stdout.
 fn dpctl_ok(dpd: &Dpd, args: &[&str]) -> String {
     let o = dpd.dpctl(args);
@@ -409,11 +415,7 @@ fn dpctl_vip_set_changes_limits_and_timeouts_on_a_running_vip() {
         &["vip", "set", "live", "--max-connections-per-source", "none"],
     );
     assert_eq!(client.ask("open 2"), ["open", "open"]);
-    let limits = &serde_json::from_str::<serde_json::Value>(&dpctl_ok(
-        &dpd,
-        &["--json", "vip", "show", "live"],
-    ))
-    .expect("JSON")["vips"][0]["limits"];
+    let limits = &dpctl_json(&dpd, &["vip", "show", "live"])["vips"][0]["limits"];
     assert_eq!(
         limits["max_connections_per_source"],
         serde_json::Value::Null
@@ -473,21 +475,13 @@ fn dpctl_sources_finds_a_client_and_deny_cuts_it_off_at_once() {
 
     // Who holds the VIP, most first.
     let table = dpctl_ok(&dpd, &["sources"]);
-    let rows: Vec<Vec<&str>> = table
-        .lines()
-        .skip(1)
-        .map(|l| l.split_whitespace().collect())
-        .collect();
+    let rows = table_rows(&table);
     assert_eq!(
         rows,
         [[first.as_str(), "2", "0"], [second.as_str(), "1", "0"]],
         "{table}"
     );
-    let top: serde_json::Value = serde_json::from_str(&dpctl_ok(
-        &dpd,
-        &["--json", "sources", "--vip", "live", "--count", "1"],
-    ))
-    .expect("JSON");
+    let top = dpctl_json(&dpd, &["sources", "--vip", "live", "--count", "1"]);
     assert_eq!(
         top["sources"],
         serde_json::json!([{"source": first, "established": 2, "half_open": 0}])
@@ -541,11 +535,7 @@ fn dpctl_conn_list_shows_who_is_connected_and_conn_reset_ends_only_theirs() {
     assert_eq!(b.ask("open 1"), ["open"]);
 
     let table = dpctl_ok(&dpd, &["conn", "list"]);
-    let rows: Vec<Vec<&str>> = table
-        .lines()
-        .skip(1)
-        .map(|l| l.split_whitespace().collect())
-        .collect();
+    let rows = table_rows(&table);
     assert_eq!(rows.len(), 3, "{table}");
     for (row, ip) in rows.iter().zip([&first, &first, &second]) {
         assert!(
@@ -554,13 +544,10 @@ fn dpctl_conn_list_shows_who_is_connected_and_conn_reset_ends_only_theirs() {
         );
         assert_eq!((row[1], row[3]), ("live", "ESTABLISHED"), "{table}");
     }
-    let json: serde_json::Value = serde_json::from_str(&dpctl_ok(
+    let json = dpctl_json(
         &dpd,
-        &[
-            "--json", "conn", "list", "--source", &second, "--vip", "live",
-        ],
-    ))
-    .expect("JSON");
+        &["conn", "list", "--source", &second, "--vip", "live"],
+    );
     let conns = json["conns"].as_array().expect("a list");
     assert_eq!(conns.len(), 1, "{json}");
     let c = &conns[0];
@@ -624,8 +611,7 @@ fn dpctl_deny_for_a_time_ends_by_itself() {
         "{list}"
     );
     assert!(list.contains("1 networks denied (1 for a time)"), "{list}");
-    let json: serde_json::Value =
-        serde_json::from_str(&dpctl_ok(&dpd, &["--json", "deny", "list"])).expect("JSON");
+    let json = dpctl_json(&dpd, &["deny", "list"]);
     assert_eq!(
         json["deny"]["temporary"][0]["prefix"],
         first.as_str(),
