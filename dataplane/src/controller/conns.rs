@@ -40,26 +40,20 @@ impl Controller {
             Err(e) => return Reply::error(e),
         };
         let max = count as usize;
-        for l in &self.links {
-            if l.to_engine.push(ToEngine::Conns { filter, max }).is_err() {
-                return Reply::error(format!("engine {}'s ring is full", l.engine));
-            }
-        }
-        let mut answered = vec![false; self.links.len()];
-        let mut all: Vec<(usize, ConnView, ConnUse)> = Vec::new();
-        let done = self.await_engines(ENGINE_REPLY, |msg| match msg {
-            FromEngine::Conns { engine, conns } => {
-                if let Some(a) = answered.get_mut(engine) {
-                    *a = true;
-                }
-                all.extend(conns.into_iter().map(|(c, u)| (engine, c, u)));
-                answered.iter().all(|a| *a)
-            }
-            _ => false,
-        });
-        if !done {
-            return Reply::error(format!("engines did not answer within {ENGINE_REPLY:?}"));
-        }
+        let parts = self.ask_engines(
+            || ToEngine::Conns { filter, max },
+            |msg| match msg {
+                FromEngine::Conns { engine, conns } => Some((engine, conns)),
+                _ => None,
+            },
+        );
+        let mut all: Vec<(usize, ConnView, ConnUse)> = match parts {
+            Ok(parts) => parts
+                .into_iter()
+                .flat_map(|(engine, conns)| conns.into_iter().map(move |(c, u)| (engine, c, u)))
+                .collect(),
+            Err(e) => return Reply::error(e),
+        };
         all.sort_unstable_by_key(|(engine, c, _)| {
             (std::cmp::Reverse(c.tcp.age), c.client, *engine)
         });

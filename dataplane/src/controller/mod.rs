@@ -705,6 +705,38 @@ impl Controller {
     }
 
     /// Reads engines' replies until `done` says so or the time is up.
+    /// Sends every engine the question `ask` makes, and gathers the
+    /// parts `take` draws from their answers (each with its engine's
+    /// index) once every engine has answered; or why not (a ring full, no
+    /// answer within [`ENGINE_REPLY`]).
+    fn ask_engines<T>(
+        &self,
+        ask: impl Fn() -> ToEngine,
+        mut take: impl FnMut(FromEngine) -> Option<(usize, T)>,
+    ) -> Result<Vec<(usize, T)>, String> {
+        for l in &self.links {
+            if l.to_engine.push(ask()).is_err() {
+                return Err(format!("engine {}'s ring is full", l.engine));
+            }
+        }
+        let mut answered = vec![false; self.links.len()];
+        let mut parts = Vec::new();
+        let done = self.await_engines(ENGINE_REPLY, |msg| {
+            if let Some((engine, part)) = take(msg) {
+                if let Some(a) = answered.get_mut(engine) {
+                    *a = true;
+                }
+                parts.push((engine, part));
+            }
+            answered.iter().all(|a| *a)
+        });
+        if done {
+            Ok(parts)
+        } else {
+            Err(format!("engines did not answer within {ENGINE_REPLY:?}"))
+        }
+    }
+
     fn await_engines(&self, timeout: Duration, mut done: impl FnMut(FromEngine) -> bool) -> bool {
         if self.links.is_empty() {
             return true;

@@ -168,29 +168,23 @@ impl Controller {
         // Each engine's largest MAX_SOURCES: the sum's first `count` are
         // right unless a source is past that on some engine.
         let max = MAX_SOURCES as usize;
-        for l in &self.links {
-            if l.to_engine.push(ToEngine::Sources { local, max }).is_err() {
-                return Reply::error(format!("engine {}'s ring is full", l.engine));
-            }
-        }
-        let mut answered = vec![false; self.links.len()];
+        let parts = self.ask_engines(
+            || ToEngine::Sources { local, max },
+            |msg| match msg {
+                FromEngine::Sources { engine, sources } => Some((engine, sources)),
+                _ => None,
+            },
+        );
         let mut sum: HashMap<IpAddr, (u64, u64)> = HashMap::new();
-        let done = self.await_engines(ENGINE_REPLY, |msg| match msg {
-            FromEngine::Sources { engine, sources } => {
-                if let Some(a) = answered.get_mut(engine) {
-                    *a = true;
-                }
-                for s in sources {
+        match parts {
+            Ok(parts) => {
+                for s in parts.into_iter().flat_map(|(_, sources)| sources) {
                     let n = sum.entry(s.source).or_default();
                     n.0 += u64::from(s.established);
                     n.1 += u64::from(s.half_open);
                 }
-                answered.iter().all(|a| *a)
             }
-            _ => false,
-        });
-        if !done {
-            return Reply::error(format!("engines did not answer within {ENGINE_REPLY:?}"));
+            Err(e) => return Reply::error(e),
         }
         let mut all: Vec<(IpAddr, (u64, u64))> = sum.into_iter().collect();
         all.sort_unstable_by(|(a, (ae, ah)), (b, (be, bh))| {
@@ -261,37 +255,22 @@ impl Controller {
     /// which sends its [`MAX_SOURCES`] largest.
     pub(super) fn gather_refused(&self, slot: Option<u16>) -> Result<RefusedSums, String> {
         let max = MAX_SOURCES as usize;
-        for l in &self.links {
-            if l.to_engine
-                .push(ToEngine::Refused { vip: slot, max })
-                .is_err()
-            {
-                return Err(format!("engine {}'s ring is full", l.engine));
-            }
-        }
-        let mut answered = vec![false; self.links.len()];
+        let parts = self.ask_engines(
+            || ToEngine::Refused { vip: slot, max },
+            |msg| match msg {
+                FromEngine::Refused { engine, sources } => Some((engine, sources)),
+                _ => None,
+            },
+        )?;
         let mut sum = RefusedSums::new();
-        let done = self.await_engines(ENGINE_REPLY, |msg| match msg {
-            FromEngine::Refused { engine, sources } => {
-                if let Some(a) = answered.get_mut(engine) {
-                    *a = true;
-                }
-                for s in sources {
-                    let n = sum.entry((s.source, s.vip)).or_default();
-                    let counts = [s.conn_limit, s.source_rate, s.source_conns, s.denied];
-                    for (n, c) in n.iter_mut().zip(counts) {
-                        *n += c;
-                    }
-                }
-                answered.iter().all(|a| *a)
+        for s in parts.into_iter().flat_map(|(_, sources)| sources) {
+            let n = sum.entry((s.source, s.vip)).or_default();
+            let counts = [s.conn_limit, s.source_rate, s.source_conns, s.denied];
+            for (n, c) in n.iter_mut().zip(counts) {
+                *n += c;
             }
-            _ => false,
-        });
-        if done {
-            Ok(sum)
-        } else {
-            Err(format!("engines did not answer within {ENGINE_REPLY:?}"))
         }
+        Ok(sum)
     }
 
     /// Pools with their members' health and connections as the engines see
