@@ -426,6 +426,19 @@ fn per_source_limits_count_an_ipv6_slash_64_as_one_source() {
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].control, TcpControl::Rst, "the /64's rate is spent");
     assert_eq!(lab.dropped(DropReason::ListenRefused), 1);
+    // `sources --refused` names the /64; `conn list` the host's
+    // connection, address and port.
+    let now = lab.now;
+    let refused = lab.engine.refused_sources(None, 10, now);
+    let first_of_64 = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 0);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(
+        (refused[0].source, refused[0].source_rate),
+        (first_of_64.into(), 1)
+    );
+    let conns = lab.engine.connections(Default::default(), 10, now);
+    let clients: Vec<String> = conns.iter().map(|(v, _)| v.client.to_string()).collect();
+    assert_eq!(clients, [format!("[{HOST_IP}]:40010")]);
     // A second later the /64 may open one again.
     lab.advance(Duration::from_secs(1));
     handshake(&mut lab, same_64, DUT_IP, 40_012);
