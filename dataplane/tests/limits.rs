@@ -863,6 +863,13 @@ fn refused_sources_name_who_each_limit_refused_at_each_vip() {
     round(&mut lab, &mut nine, |c| {
         Some(c.conn.next(TcpControl::Syn, b""))
     });
+    // Fifty SYNs spoofed from 11, never completed: no refusal (half-open
+    // connections count against no per-source limit), so nothing for
+    // `auto_deny` to hold against 11.
+    let mut spoofed = clients(11, 50, 44_000, PLAIN);
+    round(&mut lab, &mut spoofed, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
 
     let row = |r: &dataplane::tcp::RefusedSource| {
         let counts = (r.conn_limit, r.source_rate, r.source_conns, r.denied);
