@@ -180,24 +180,35 @@ pub enum Request {
         refused: bool,
     },
     /// Answers [`Body::Conns`]: the `count` oldest client connections
-    /// open now (TIME-WAIT not), to VIP `vip` and from network `source`
-    /// only, when given.
+    /// open now (TIME-WAIT not); when given, to VIP `vip`, from network
+    /// `source`, in TCP state `state` (`ESTABLISHED`, `SYN-RECEIVED`,
+    /// `CLOSE-WAIT`, ...) and with nothing from the client for
+    /// `idle_over_s` seconds at least, only.
     ConnList {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         vip: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         source: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        idle_over_s: Option<u64>,
         #[serde(default = "default_conns")]
         count: u32,
     },
-    /// Resets the client connections open now to VIP `vip` and from
-    /// network `source` (one at least given); answers [`Body::Reset`].
+    /// Resets the client connections open now that `vip`, `source`,
+    /// `state` and `idle_over_s` pick, as for [`Request::ConnList`] (one
+    /// at least given); answers [`Body::Reset`].
     /// Nothing is refused after: `deny add` for that.
     ConnReset {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         vip: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         source: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        idle_over_s: Option<u64>,
     },
     /// Writes up to `count` frames received or sent on dataplane port
     /// `port` (by name) to `file` (pcap), waiting at most `timeout_ms`.

@@ -765,13 +765,29 @@ fn conn_list_shows_accepted_connections_oldest_first_and_reset_takes_only_those_
         ..all
     };
     assert_eq!(view(&lab, tls, 10).len(), 1);
+    let half_open = ConnFilter {
+        state: Some(State::SynReceived),
+        ..all
+    };
+    let ports = |f| view(&lab, f, 10).iter().map(|r| r.0).collect::<Vec<_>>();
+    assert_eq!(ports(half_open), [42_000]);
+    let quiet = ConnFilter {
+        idle_over: Some(Duration::from_secs(1)),
+        ..all
+    };
+    assert_eq!(ports(quiet), [41_001, 41_100], "1.5 s and more");
+    assert_eq!(State::from_name("syn_received"), Some(State::SynReceived));
+    assert_eq!(State::from_name("Fin-Wait-2"), Some(State::FinWait2));
+    assert_eq!(State::from_name("LISTEN"), None);
 
     // Reset 5's connections to the plain VIP: those two only.
     let picked = ConnFilter {
         local: Some((DUT_IP.into(), PLAIN)),
         source: from(5, 32),
+        ..all
     };
-    assert_eq!(lab.mem.engine.reset_connections(picked), 2);
+    let now = lab.mem.now;
+    assert_eq!(lab.mem.engine.reset_connections(picked, now), 2);
     let out = lab.exchange_from(&[]);
     for c in five.iter_mut().chain(&mut five_tls).chain(&mut six_half) {
         c.absorb(&out);
@@ -783,6 +799,13 @@ fn conn_list_shows_accepted_connections_oldest_first_and_reset_takes_only_those_
     assert_eq!(lab.mem.engine.counters().tcp_denied_resets, 0);
     let left: Vec<u16> = view(&lab, all, 10).iter().map(|r| r.0).collect();
     assert_eq!(left, [41_100, 42_000]);
+    // Those idle a second or more: the TLS client that sent no hello.
+    assert_eq!(lab.mem.engine.reset_connections(quiet, now), 1);
+    lab.exchange_from(&[]);
+    let left: Vec<u16> = view(&lab, all, 10).iter().map(|r| r.0).collect();
+    assert_eq!(left, [42_000]);
+    lab.mem.engine.publish();
+    assert_eq!(lab.mem.engine.counters().tcp_operator_resets, 3);
     // Not refused after.
     let mut again = clients(5, 1, 41_200, PLAIN);
     open(&mut lab, &mut again);

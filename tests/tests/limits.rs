@@ -566,8 +566,14 @@ fn dpctl_conn_list_shows_who_is_connected_and_conn_reset_ends_only_theirs() {
         (&"http".into(), &"request".into())
     );
     assert!(c["backend"].is_null(), "{json}");
+    let rows = |args: &[&str]| table_rows(&dpctl_ok(&dpd, args)).len();
+    assert_eq!(rows(&["conn", "list", "--state", "established"]), 3);
+    assert_eq!(rows(&["conn", "list", "--state", "CLOSE-WAIT"]), 0);
+    assert_eq!(rows(&["conn", "list", "--idle-over", "1h"]), 0);
     for bad in [
-        &["conn", "list", "--vip", "nope"][..],
+        &["conn", "list", "--state", "LISTEN"][..],
+        &["conn", "list", "--idle-over", "soon"],
+        &["conn", "list", "--vip", "nope"],
         &["conn", "list", "--source", "10.0.0.1/8"],
         &["conn", "list", "--count", "0"],
         &["conn", "reset"],

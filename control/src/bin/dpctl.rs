@@ -609,30 +609,38 @@ enum LogCmd {
 #[derive(Subcommand, Debug)]
 enum ConnCmd {
     /// The oldest client connections open now (TIME-WAIT not), with
-    /// their TCP state: queues, the client's window, RTT, retries.
+    /// what serves them and their TCP state: queues, the client's window,
+    /// RTT, retries.
     List {
-        /// Only connections to this VIP.
-        #[arg(long)]
-        vip: Option<String>,
-        /// Only connections from this network (an address, or
-        /// 198.51.100.0/24).
-        #[arg(long)]
-        source: Option<String>,
+        #[command(flatten)]
+        select: ConnSelect,
         /// How many (1 to 10000).
         #[arg(long, default_value_t = control::api::DEFAULT_CONNS)]
         count: u32,
     },
-    /// Reset the client connections open now to a VIP, from a network,
-    /// or both (nothing is refused after: `deny add` for that).
+    /// Reset the client connections open now that the options pick (one
+    /// at least; nothing is refused after: `deny add` for that).
     Reset {
-        /// Connections to this VIP.
-        #[arg(long, required_unless_present = "source")]
-        vip: Option<String>,
-        /// Connections from this network (an address, or
-        /// 198.51.100.0/24).
-        #[arg(long)]
-        source: Option<String>,
+        #[command(flatten)]
+        select: ConnSelect,
     },
+}
+
+/// Which client connections `conn list` and `conn reset` are about.
+#[derive(clap::Args, Debug)]
+struct ConnSelect {
+    /// To this VIP.
+    #[arg(long)]
+    vip: Option<String>,
+    /// From this network (an address, or 198.51.100.0/24).
+    #[arg(long)]
+    source: Option<String>,
+    /// In this TCP state (ESTABLISHED, SYN-RECEIVED, CLOSE-WAIT, ...).
+    #[arg(long)]
+    state: Option<String>,
+    /// Whose client has sent nothing for this long at least (90s, 10m).
+    #[arg(long = "idle-over", value_name = "TIME", value_parser = parse_duration_s)]
+    idle_over_s: Option<u64>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -834,14 +842,18 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
         }) => Request::LogLevel {
             level: level.clone(),
         },
-        Cmd::Conn(ConnCmd::List { vip, source, count }) => Request::ConnList {
-            vip: vip.clone(),
-            source: source.clone(),
+        Cmd::Conn(ConnCmd::List { select, count }) => Request::ConnList {
+            vip: select.vip.clone(),
+            source: select.source.clone(),
+            state: select.state.clone(),
+            idle_over_s: select.idle_over_s,
             count: *count,
         },
-        Cmd::Conn(ConnCmd::Reset { vip, source }) => Request::ConnReset {
-            vip: vip.clone(),
-            source: source.clone(),
+        Cmd::Conn(ConnCmd::Reset { select }) => Request::ConnReset {
+            vip: select.vip.clone(),
+            source: select.source.clone(),
+            state: select.state.clone(),
+            idle_over_s: select.idle_over_s,
         },
         Cmd::Sources {
             vip,

@@ -7,7 +7,60 @@ use control::api::{ConnInfo, ResetInfo, MAX_CONNS};
 
 use super::*;
 use crate::app::ConnUse;
-use crate::tcp::{ConnFilter, ConnView};
+use crate::tcp::{ConnFilter, ConnView, State};
+
+/// What a `conn list` or `conn reset` request picks, as it came.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Select<'a> {
+    pub vip: Option<&'a str>,
+    pub source: Option<&'a str>,
+    pub state: Option<&'a str>,
+    pub idle_over_s: Option<u64>,
+}
+
+impl<'a> Select<'a> {
+    pub(super) fn of(
+        vip: &'a Option<String>,
+        source: &'a Option<String>,
+        state: &'a Option<String>,
+        idle_over_s: Option<u64>,
+    ) -> Self {
+        Self {
+            vip: vip.as_deref(),
+            source: source.as_deref(),
+            state: state.as_deref(),
+            idle_over_s,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        let Select {
+            vip,
+            source,
+            state,
+            idle_over_s,
+        } = self;
+        vip.is_none() && source.is_none() && state.is_none() && idle_over_s.is_none()
+    }
+
+    /// As the log says it: ` of VIP web from 198.51.100.0/24 ...`.
+    fn text(&self) -> String {
+        let mut s = String::new();
+        if let Some(v) = self.vip {
+            s.push_str(&format!(" of VIP {v}"));
+        }
+        if let Some(n) = self.source {
+            s.push_str(&format!(" from {n}"));
+        }
+        if let Some(st) = self.state {
+            s.push_str(&format!(" in {st}"));
+        }
+        if let Some(i) = self.idle_over_s {
+            s.push_str(&format!(" idle {i} s or more"));
+        }
+        s
+    }
+}
 
 impl Controller {
     /// The address and port VIP `name` listens on.
@@ -18,24 +71,31 @@ impl Controller {
         Ok((a.ip(), a.port()))
     }
 
-    /// The connections `vip` and `source` pick: refused when a VIP is
-    /// unknown or a network does not read.
-    fn conn_filter(&self, vip: Option<&str>, source: Option<&str>) -> Result<ConnFilter, String> {
+    /// The connections `select` picks: refused when a VIP is unknown, or
+    /// a network or a state does not read.
+    fn conn_filter(&self, select: &Select<'_>) -> Result<ConnFilter, String> {
+        let state = |s: &str| {
+            State::from_name(s).ok_or_else(|| {
+                format!("state {s:?}: a TCP state as RFC 9293 names it (ESTABLISHED, SYN-RECEIVED, CLOSE-WAIT, ...)")
+            })
+        };
         Ok(ConnFilter {
-            local: vip.map(|v| self.vip_local(v)).transpose()?,
-            source: source
+            local: select.vip.map(|v| self.vip_local(v)).transpose()?,
+            source: (select.source)
                 .map(|s| parse_prefix(s).map_err(|why| format!("source {s:?}: {why}")))
                 .transpose()?,
+            state: select.state.map(state).transpose()?,
+            idle_over: select.idle_over_s.map(Duration::from_secs),
         })
     }
 
-    /// The `count` oldest client connections `vip` and `source` pick,
+    /// The `count` oldest client connections `select` picks,
     /// over every engine (each sends its own `count` oldest).
-    pub(super) fn conn_list(&self, vip: Option<&str>, source: Option<&str>, count: u32) -> Reply {
+    pub(super) fn conn_list(&self, select: &Select<'_>, count: u32) -> Reply {
         if !(1..=MAX_CONNS).contains(&count) {
             return Reply::error(format!("count {count}: must be 1 to {MAX_CONNS}"));
         }
-        let filter = match self.conn_filter(vip, source) {
+        let filter = match self.conn_filter(select) {
             Ok(f) => f,
             Err(e) => return Reply::error(e),
         };
@@ -93,13 +153,15 @@ impl Controller {
         }
     }
 
-    /// Resets the client connections `vip` and `source` pick (one at
-    /// least given), on every engine; how many.
-    pub(super) fn conn_reset(&self, vip: Option<&str>, source: Option<&str>) -> Reply {
-        if vip.is_none() && source.is_none() {
-            return Reply::error("conn reset: give a VIP, a source network, or both");
+    /// Resets the client connections `select` picks (something at least
+    /// given), on every engine; how many.
+    pub(super) fn conn_reset(&self, select: &Select<'_>) -> Reply {
+        if select.is_empty() {
+            return Reply::error(
+                "conn reset: give a VIP, a source network, a state or an idle time (or several)",
+            );
         }
-        let filter = match self.conn_filter(vip, source) {
+        let filter = match self.conn_filter(select) {
             Ok(f) => f,
             Err(e) => return Reply::error(e),
         };
@@ -131,9 +193,8 @@ impl Controller {
             ));
         }
         log::info!(
-            "reset {reset} client connection(s){}{} at an operator's request",
-            vip.map_or_else(String::new, |v| format!(" of VIP {v}")),
-            source.map_or_else(String::new, |s| format!(" from {s}")),
+            "reset {reset} client connection(s){} at an operator's request",
+            select.text()
         );
         Reply::ok(Body::Reset(ResetInfo { connections: reset }))
     }

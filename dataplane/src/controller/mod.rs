@@ -292,12 +292,19 @@ impl Controller {
                 count,
                 refused: true,
             } => self.refused_sources(vip.as_deref(), *count),
-            Request::ConnList { vip, source, count } => {
-                self.conn_list(vip.as_deref(), source.as_deref(), *count)
-            }
-            Request::ConnReset { vip, source } => {
-                self.conn_reset(vip.as_deref(), source.as_deref())
-            }
+            Request::ConnList {
+                vip,
+                source,
+                state,
+                idle_over_s,
+                count,
+            } => self.conn_list(&conns::Select::of(vip, source, state, *idle_over_s), *count),
+            Request::ConnReset {
+                vip,
+                source,
+                state,
+                idle_over_s,
+            } => self.conn_reset(&conns::Select::of(vip, source, state, *idle_over_s)),
             Request::DenyList => {
                 let total = self.stats().total;
                 Reply::ok(Body::Deny(DenyInfo {

@@ -136,7 +136,7 @@ impl<P: Port, A: Application> Engine<P, A> {
                 },
                 ToEngine::ConnsReset { filter } => FromEngine::ConnsReset {
                     engine: link.engine,
-                    reset: self.tcp.reset_accepted_by(filter),
+                    reset: self.tcp.reset_accepted_by(filter, now),
                 },
                 ToEngine::Capture { port, capture } => {
                     if let Some(ep) = self.ports.get_mut(port) {

@@ -305,8 +305,8 @@ impl<P: Port> Engine<P> {
 
     /// Resets the accepted connections `filter` picks, as
     /// [`crate::snapshot::ToEngine::ConnsReset`] does; how many.
-    pub fn reset_connections(&mut self, filter: crate::tcp::ConnFilter) -> u64 {
-        self.tcp.reset_accepted_by(filter)
+    pub fn reset_connections(&mut self, filter: crate::tcp::ConnFilter, now: Instant) -> u64 {
+        self.tcp.reset_accepted_by(filter, now)
     }
 
     /// Takes connections to VIP `addr:port` only from the networks of

@@ -400,10 +400,11 @@ pub(super) fn play<P: Port>(
                 assert!(view.state != crate::tcp::State::TimeWait);
             }
             let peer_net = Some((std::net::IpAddr::V4(PEER_ADDR), 32));
-            engine.reset_connections(ConnFilter {
+            let picked = ConnFilter {
                 source: peer_net,
                 ..all
-            });
+            };
+            engine.reset_connections(picked, now);
         }
         if c & 1 != 0 || burst.len() >= MAX_BURST {
             now = now

@@ -4,24 +4,34 @@
 
 use std::collections::BinaryHeap;
 use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
-use super::conn::{ConnTcpView, State};
+use super::conn::{Conn, ConnTcpView, State};
 use super::{AnyFlowKey, ConnId, TcpEngine};
 use crate::time::Instant;
 
-/// Which accepted connections a request is about; empty: all.
+/// Which accepted connections a request is about; empty: all (but
+/// TIME-WAIT, which no request is about).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ConnFilter {
     /// To this address and port only (a VIP's).
     pub local: Option<(IpAddr, u16)>,
     /// From this network only (its address has no host bits set).
     pub source: Option<(IpAddr, u8)>,
+    /// In this state only.
+    pub state: Option<State>,
+    /// Only those whose client has sent nothing for this long at least.
+    pub idle_over: Option<Duration>,
 }
 
 impl ConnFilter {
-    fn picks(&self, key: AnyFlowKey) -> bool {
+    fn picks<A: Default>(&self, key: AnyFlowKey, c: &Conn<A>, now: Instant) -> bool {
         let local = key.local_addr();
-        if self.local.is_some_and(|l| l != (local.ip(), local.port())) {
+        if c.state == State::TimeWait
+            || self.local.is_some_and(|l| l != (local.ip(), local.port()))
+            || self.state.is_some_and(|s| s != c.state)
+            || self.idle_over.is_some_and(|d| c.idle(now) < d)
+        {
             return false;
         }
         self.source.is_none_or(|(net, len)| {
@@ -54,8 +64,8 @@ impl<A: Default> TcpEngine<A> {
             };
             let picked = self
                 .key(ConnId::new(slot as u32, c.gen))
-                .is_some_and(|k| filter.picks(k));
-            if !picked || c.state == State::TimeWait || max == 0 {
+                .is_some_and(|k| filter.picks(k, c, now));
+            if !picked || max == 0 {
                 continue;
             }
             if oldest.len() < max {
@@ -87,8 +97,8 @@ impl<A: Default> TcpEngine<A> {
     /// Resets the connections listeners accepted that `filter` picks
     /// (half-open ones too), and returns how many (counted,
     /// `operator_resets`). Backend connections are not looked at.
-    pub fn reset_accepted_by(&mut self, filter: ConnFilter) -> u64 {
-        let n = self.reset_accepted(|_, key| filter.picks(key));
+    pub fn reset_accepted_by(&mut self, filter: ConnFilter, now: Instant) -> u64 {
+        let n = self.reset_accepted(|_, key, c| filter.picks(key, c, now));
         self.counters.operator_resets += n;
         n
     }

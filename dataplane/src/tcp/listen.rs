@@ -127,7 +127,7 @@ impl<A: Default> TcpEngine<A> {
         self.deny = deny;
         if !self.deny.is_empty() {
             let deny = Arc::clone(&self.deny);
-            let n = self.reset_accepted(|_, key| deny.contains(key.remote_addr().ip()));
+            let n = self.reset_accepted(|_, key, _| deny.contains(key.remote_addr().ip()));
             self.counters.denied_resets += n;
         }
     }
@@ -156,19 +156,20 @@ impl<A: Default> TcpEngine<A> {
         let Some(allow) = l.allow.clone() else {
             return;
         };
-        let n = self.reset_accepted(|l, key| {
+        let n = self.reset_accepted(|l, key, _| {
             let ours = listener_addr(l, key) == addr && key.local_addr().port() == port;
             ours && !allow.contains(key.remote_addr().ip())
         });
         self.counters.denied_resets += n;
     }
 
-    /// Resets every connection a listener accepted whose listener and
-    /// 4-tuple `gone` picks, and returns how many (the caller counts
-    /// them); connections we opened (to backends) are not looked at.
+    /// Resets every connection a listener accepted whose listener,
+    /// 4-tuple and state `gone` picks, and returns how many (the caller
+    /// counts them); connections we opened (to backends) are not looked
+    /// at.
     pub(super) fn reset_accepted(
         &mut self,
-        gone: impl Fn(conn::ListenerAddr, AnyFlowKey) -> bool,
+        gone: impl Fn(conn::ListenerAddr, AnyFlowKey, &Conn<A>) -> bool,
     ) -> u64 {
         let mut ids = Vec::new();
         for slot in 0..self.conns.len() {
@@ -179,7 +180,7 @@ impl<A: Default> TcpEngine<A> {
                 continue;
             };
             let id = ConnId::new(slot as u32, c.gen);
-            if self.key(id).is_some_and(|k| gone(l, k)) {
+            if self.key(id).is_some_and(|k| gone(l, k, c)) {
                 ids.push(id);
             }
         }

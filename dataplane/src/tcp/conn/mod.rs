@@ -54,6 +54,25 @@ impl State {
         }
     }
 
+    /// The state RFC 9293's `name` names (as [`State::name`] writes it;
+    /// any case, `_` for `-`).
+    pub fn from_name(name: &str) -> Option<State> {
+        let name = name.replace('_', "-");
+        let all = [
+            State::SynSent,
+            State::SynReceived,
+            State::Established,
+            State::FinWait1,
+            State::FinWait2,
+            State::CloseWait,
+            State::Closing,
+            State::LastAck,
+            State::TimeWait,
+        ];
+        all.into_iter()
+            .find(|s| s.name().eq_ignore_ascii_case(&name))
+    }
+
     /// Past the handshake (RFC 9293's "synchronized" states).
     pub fn is_synchronized(self) -> bool {
         !matches!(self, State::SynSent | State::SynReceived)
@@ -696,12 +715,17 @@ impl<A: Default> Conn<A> {
         }
     }
 
+    /// How long the peer has sent nothing, at `now`.
+    pub(super) fn idle(&self, now: Instant) -> Duration {
+        now.saturating_since(self.last_activity)
+    }
+
     /// What `dpctl conns` shows of its TCP state at `now`.
     pub(super) fn view(&self, now: Instant) -> ConnTcpView {
         let len = |b: &Option<RingBuf>| b.as_ref().map_or(0, |b| b.len() as u32);
         ConnTcpView {
             age: now.saturating_since(self.opened),
-            idle: now.saturating_since(self.last_activity),
+            idle: self.idle(now),
             send_queue: len(&self.send),
             recv_queue: len(&self.recv),
             peer_window: self.snd_wnd,
