@@ -93,7 +93,7 @@ macro_rules! with_counters {
             tcp_path_mtu_lowered: Counter, "tlsdp_tcp_path_mtu_lowered_total", "Connections whose segment size a Packet Too Big lowered (the quoted segment in flight, RFC 5927).";
             tcp_window_probes: Counter, "tlsdp_tcp_window_probes_total", "Zero-window (persist) probes sent.";
             tcp_denied_resets: Counter, "tlsdp_tcp_denied_resets_total", "Open client connections reset when their source was denied ([access] deny).";
-            tcp_operator_resets: Counter, "tlsdp_tcp_operator_resets_total", "Open client connections reset at an operator's request (dpctl conns reset).";
+            tcp_operator_resets: Counter, "tlsdp_tcp_operator_resets_total", "Open client connections reset at an operator's request (dpctl conn reset).";
             tcp_fin_wait2_timeouts: Counter, "tlsdp_tcp_fin_wait2_timeouts_total", "Connections we closed first reset in FIN-WAIT-2: no FIN from the peer within tcp.fin_wait2_timeout_s of the ACK of ours or its last data.";
             tcp_rto_expiries: Counter, "tlsdp_tcp_rto_expiries_total", "Retransmission timeouts (RFC 6298): losses nothing else repaired.";
             tcp_tail_loss_probes: Counter, "tlsdp_tcp_tail_loss_probes_total", "Tail loss probes sent (RFC 8985 section 7).";

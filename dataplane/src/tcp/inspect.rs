@@ -1,6 +1,6 @@
-//! What `dpctl conns` sees of the connections listeners accepted, and its
-//! resets (docs/control-api.md). Each runs in one pass over the slab, on
-//! the engine's tick, as `sources` does.
+//! What `dpctl conn list` sees of the connections listeners accepted, and
+//! `conn reset`'s resets (docs/control-api.md). Each runs in one pass over
+//! the slab, on the engine's tick, as `sources` does.
 
 use std::collections::BinaryHeap;
 use std::net::{IpAddr, SocketAddr};
@@ -41,7 +41,7 @@ impl ConnFilter {
     }
 }
 
-/// One accepted connection as `dpctl conns list` shows it.
+/// One accepted connection as `dpctl conn list` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnView {
     pub id: ConnId,

@@ -255,7 +255,7 @@ pub struct TcpCounters {
     pub fin_wait2_timeouts: u64,
     /// Accepted connections reset when their source was denied.
     pub denied_resets: u64,
-    /// Accepted connections reset at an operator's request (`dpctl conns
+    /// Accepted connections reset at an operator's request (`dpctl conn
     /// reset`).
     pub operator_resets: u64,
     /// Tail loss probes sent (RFC 8985 §7), and retransmissions found lost

@@ -84,7 +84,7 @@ impl State {
     }
 }
 
-/// A connection's TCP state as `dpctl conns` shows it.
+/// A connection's TCP state as `dpctl conn list` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnTcpView {
     /// Since the connection began (the peer's SYN, or a cookie's ACK).
@@ -720,7 +720,7 @@ impl<A: Default> Conn<A> {
         now.saturating_since(self.last_activity)
     }
 
-    /// What `dpctl conns` shows of its TCP state at `now`.
+    /// What `dpctl conn list` shows of its TCP state at `now`.
     pub(super) fn view(&self, now: Instant) -> ConnTcpView {
         let len = |b: &Option<RingBuf>| b.as_ref().map_or(0, |b| b.len() as u32);
         ConnTcpView {
