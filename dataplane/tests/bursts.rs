@@ -817,3 +817,70 @@ fn a_client_reset_then_a_refused_backend_holds_nothing() {
     assert_eq!(lab.mem.engine.tcp().buffers().in_use(), 0, "no ring held");
     still_serves(&mut lab, 60_004);
 }
+
+/// Bytes a client sends after the engine is done with it (after a TLS
+/// error's alert, after the answer to its `Connection: close` request)
+/// are read and dropped, several clients in each burst: once each closes,
+/// its connection leaves for the compact TIME-WAIT table at once, holding
+/// no byte ring, and its VIP no longer counts it. (They used to stay in
+/// their slot with the bytes for the whole of TIME-WAIT, their `Closed`
+/// event, and the VIP's count, that late.)
+#[test]
+fn bytes_after_the_engine_is_done_are_dropped_and_hold_nothing() {
+    let mut lab = lab();
+    let mut clients: Vec<HostConn> = Vec::new();
+    for i in 0..EACH as u16 {
+        clients.push(HostConn::client(24_000 + i, TLS, 9_000 + u32::from(i)));
+        clients.push(HostConn::client(25_000 + i, PLAIN, 19_000 + u32::from(i)));
+    }
+    let syns: Vec<Seg> = clients
+        .iter_mut()
+        .map(|c| c.next(TcpControl::Syn, b""))
+        .collect();
+    let out = lab.exchange(&syns);
+    // Not TLS, to the TLS VIP; a request that closes and more, to the
+    // plain one.
+    let per_conn = clients
+        .iter_mut()
+        .map(|c| {
+            c.absorb(&out);
+            let first: &[u8] = if c.dut_port == TLS {
+                b"GET / HTTP/1.1\r\n"
+            } else {
+                b"GET /bytes/5 HTTP/1.1\r\nConnection: close\r\n\r\nGET /bytes/6 HTTP/1.1\r\n"
+            };
+            vec![
+                c.next(TcpControl::None, b""),
+                c.next(TcpControl::Psh, first),
+            ]
+        })
+        .collect();
+    let out = lab.exchange(&interleave(per_conn));
+    for c in &mut clients {
+        c.absorb(&out);
+        assert!(
+            c.fin_at.is_some(),
+            ":{} {}: done with it",
+            c.dut_port,
+            c.port
+        );
+    }
+    // More bytes, then (next burst) FIN.
+    let more: Vec<Seg> = (clients.iter_mut())
+        .map(|c| c.next(TcpControl::Psh, b"Host: x\r\n\r\n"))
+        .collect();
+    let out = lab.exchange(&more);
+    clients.iter_mut().for_each(|c| c.absorb(&out));
+    let fins: Vec<Seg> = clients
+        .iter_mut()
+        .map(|c| c.next(TcpControl::Fin, b""))
+        .collect();
+    lab.exchange(&fins);
+    let e = &lab.mem.engine;
+    assert_eq!(e.tcp().buffers().in_use(), 0, "no byte ring held");
+    assert_eq!(e.vip_counters(0).active, 0, "the plain VIP");
+    assert_eq!(e.vip_counters(1).active, 0, "the TLS VIP");
+    assert_eq!(e.tcp().counters().active, 0);
+    settle_and_check_nothing_held(&mut lab);
+    still_serves(&mut lab, 60_004);
+}

@@ -167,6 +167,9 @@ impl Responder {
         event: Event,
     ) {
         match event {
+            // Closing: the last answer is queued whole, so room to send is
+            // no news.
+            Event::Writable(_) if http.closing => {}
             Event::Accepted(id) | Event::Readable(id) | Event::Writable(id) => {
                 self.pump(&mut TcpStream { tcp, id, http })
             }
@@ -186,15 +189,23 @@ impl Responder {
                 return; // send buffer full: wait for Writable
             }
             let Some(h) = s.http() else { return };
-            if h.closing {
-                return;
-            }
-            if h.close_after {
-                h.closing = true;
+            let start_close = h.close_after && !h.closing;
+            h.closing |= start_close;
+            let (closing, peer_closed) = (h.closing, h.peer_closed);
+            if start_close {
                 s.close();
+            }
+            if closing {
+                // What the client sends after our last answer is read and
+                // dropped (a lingering close): it holds no buffer, and the
+                // connection can leave for the compact TIME-WAIT table.
+                let (a, b) = s.peek();
+                let unread = a.len() + b.len();
+                if unread > 0 {
+                    s.consume(unread);
+                }
                 return;
             }
-            let peer_closed = h.peer_closed;
             let (a, b) = s.peek();
             let pending = a.len() + b.len();
             match parse_request(a, b) {

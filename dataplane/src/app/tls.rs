@@ -405,6 +405,16 @@ pub fn drive(
             Inner::Proxy(l) => l.fin_received = true,
         }
     }
+    if tls.failed {
+        // Nothing is read after a TLS error: what the client still sends
+        // is dropped, so it holds no buffer and the connection can leave
+        // for the compact TIME-WAIT table once it closes.
+        let (a, b) = tcp.peek(id);
+        let unread = a.len() + b.len();
+        if unread > 0 {
+            tcp.consume(id, unread);
+        }
+    }
     for _ in 0..8 {
         if tls.failed {
             break;
