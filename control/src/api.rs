@@ -668,6 +668,24 @@ pub struct Status {
     /// the last `log level`); empty where `dpd`'s logger is not installed.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub log_level: String,
+    /// The connection log (`[log] connections`), while it is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conn_log: Option<ConnLogStatus>,
+}
+
+/// The connection log's file and what went into it, in `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConnLogStatus {
+    pub file: PathBuf,
+    /// Lines written since dpd started (to every file it logged to).
+    pub written: u64,
+    /// Connections not logged: their engine's queue was full (summed over
+    /// engines), or writing to the file failed.
+    pub dropped: u64,
+    pub write_failed: u64,
+    /// The last write error, while writes fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// How the last reload of the configuration file went, in `status`.

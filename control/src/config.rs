@@ -762,6 +762,13 @@ pub struct Log {
     /// `text` (`time level target: message`) or `json` (one object per
     /// line: `ts`, `level`, `target`, `msg`).
     pub format: LogFormat,
+    /// The connection log: a file (absolute path) that gets one JSON line
+    /// per client connection as it ends, appended to (made with mode 0640
+    /// when new). A reload (`config reload`, SIGHUP) opens it again, so
+    /// logrotate's `postrotate` sends SIGHUP; a reload may also turn it on,
+    /// off, or to another file. Absent: no connection is logged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connections: Option<PathBuf>,
 }
 
 impl Default for Log {
@@ -769,6 +776,7 @@ impl Default for Log {
         Self {
             level: "info".into(),
             format: LogFormat::Text,
+            connections: None,
         }
     }
 }
@@ -1543,6 +1551,17 @@ impl Config {
         }
         check_log_level(&self.log.level)
             .map_err(|why| ConfigError::new("log.level", &self.log.level, why))?;
+        if let Some(file) = &self.log.connections {
+            let shown = file.display().to_string();
+            if !file.is_absolute() {
+                let why = "must be an absolute path";
+                return Err(ConfigError::new("log.connections", &shown, why));
+            }
+            if file.file_name().is_none() || shown.ends_with('/') {
+                let why = "must name a file";
+                return Err(ConfigError::new("log.connections", &shown, why));
+            }
+        }
         let mut pool_names = HashSet::new();
         for (i, pool) in self.pools.iter().enumerate() {
             let at = |f: &str| format!("pool[{i}].{f}");
@@ -2419,6 +2438,27 @@ mod tests {
         // In the file too, naming the field.
         let e = err_of(&format!("{GOOD}[log]\nlevel = \"infoo\"\n"));
         assert_eq!(e.field, "log.level", "{e}");
+    }
+
+    #[test]
+    fn the_connection_log_is_an_absolute_file_and_is_saved() {
+        let c = Config::parse(GOOD).unwrap();
+        assert_eq!(c.log.connections, None, "off by default");
+        assert!(!c.to_toml().contains("\nconnections"));
+        let on = format!("{GOOD}[log]\nconnections = \"/var/log/tlsdp/conn.log\"\n");
+        let c = Config::parse(&on).unwrap();
+        let want = Some(PathBuf::from("/var/log/tlsdp/conn.log"));
+        assert_eq!(c.log.connections, want);
+        assert_eq!(Config::parse(&c.to_toml()).unwrap().log, c.log);
+        for (bad, says) in [
+            ("conn.log", "absolute"),
+            ("/var/log/", "a file"),
+            ("/", "a file"),
+        ] {
+            let e = err_of(&format!("{GOOD}[log]\nconnections = \"{bad}\"\n"));
+            assert_eq!(e.field, "log.connections", "{bad}: {e}");
+            assert!(e.to_string().contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -117,6 +117,8 @@ macro_rules! with_counters {
             tls_handshake_timeouts: Counter, "tlsdp_tls_handshake_timeouts_total", "TLS connections reset because their handshake had not finished within the VIP's handshake_timeout_ms of the SYN.";
             request_timeouts: Counter, "tlsdp_request_timeouts_total", "Connections reset because no request head (responder) or first bytes (proxy) came within the VIP's request_timeout_ms.";
             send_timeouts: Counter, "tlsdp_send_timeouts_total", "Client connections reset because the client acknowledged none of the data waiting for it within the VIP's send_timeout_ms (it stopped reading).";
+            conn_log_records: Counter, "tlsdp_conn_log_records_total", "Client connections that ended and were queued for the connection log ([log] connections).";
+            conn_log_dropped: Counter, "tlsdp_conn_log_dropped_total", "Client connections that ended with the connection log's queue full: not logged.";
             tls_handshakes_deferred: Counter, "tlsdp_tls_handshakes_deferred_total", "Times handshake work waited for the next loop iteration (the per-iteration budget was spent).";
             proxy_backend_connects: Counter, "tlsdp_proxy_backend_connects_total", "Backend connections opened.";
             proxy_backend_failures: Counter, "tlsdp_proxy_backend_failures_total", "Backend connects that failed (retried on another member).";

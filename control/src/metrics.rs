@@ -76,6 +76,10 @@ pub struct ConfigState {
     pub denied_for_a_time: u64,
     /// Sources `[access] auto_deny` denied since start.
     pub auto_denied: u64,
+    /// Connection log lines written, and records lost to write errors,
+    /// since start.
+    pub conn_log_written: u64,
+    pub conn_log_write_failed: u64,
 }
 
 /// The exposition of `stats` (per core) and of `config`.
@@ -166,6 +170,14 @@ fn render_config(out: &mut String, config: &ConfigState) {
     );
     let _ = writeln!(
         out,
+        "# HELP tlsdp_conn_log_written_total Connection log lines written ([log] connections).\n\
+         # TYPE tlsdp_conn_log_written_total counter\ntlsdp_conn_log_written_total {}\n\
+         # HELP tlsdp_conn_log_write_failed_total Connection log records lost to errors writing the file.\n\
+         # TYPE tlsdp_conn_log_write_failed_total counter\ntlsdp_conn_log_write_failed_total {}",
+        config.conn_log_written, config.conn_log_write_failed
+    );
+    let _ = writeln!(
+        out,
         "# HELP tlsdp_cert_not_after_seconds When each certificate expires: its leaf's notAfter, Unix seconds.\n\
          # TYPE tlsdp_cert_not_after_seconds gauge"
     );
@@ -248,6 +260,8 @@ mod tests {
             denied: 3,
             denied_for_a_time: 2,
             auto_denied: 7,
+            conn_log_written: 11,
+            conn_log_write_failed: 2,
         };
         let text = render(&stats, &state);
         assert!(text.contains("# TYPE tlsdp_cert_not_after_seconds gauge\n"));
@@ -260,6 +274,8 @@ mod tests {
         assert!(text.contains(
             "# TYPE tlsdp_access_auto_denied_total counter\ntlsdp_access_auto_denied_total 7\n"
         ));
+        assert!(text.contains("\ntlsdp_conn_log_written_total 11\n"));
+        assert!(text.contains("\ntlsdp_conn_log_write_failed_total 2\n"));
         state.last_reload_ok = Some(false);
         let text = render(&stats, &state);
         assert!(text.contains("tlsdp_config_last_reload_successful 0\n"));

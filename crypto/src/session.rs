@@ -702,6 +702,12 @@ impl ServerSession {
         self.sni.as_deref()
     }
 
+    /// Takes the server name the client sent (for a record of the
+    /// connection as it ends).
+    pub fn take_server_name(&mut self) -> Option<Box<str>> {
+        self.sni.take()
+    }
+
     /// What the handshake negotiated, once it completed.
     pub fn negotiated(&self) -> Option<Negotiated> {
         self.negotiated

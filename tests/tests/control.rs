@@ -1112,3 +1112,166 @@ fn the_systemd_unit_verifies_and_reloads_through_dpctl() {
     let said = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success() && said.trim().is_empty(), "{said}");
 }
+
+/// The lines of the connection log `file` once it has at least `n`
+/// (parsed), within 10 s; what it has then otherwise.
+fn conn_log_lines(file: &Path, n: usize) -> Vec<serde_json::Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+            .collect();
+        if lines.len() >= n || std::time::Instant::now() > deadline {
+            return lines;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `[log] connections`: curl over plain HTTP and TLS, and a client sending
+/// a TLS VIP bytes that are not TLS, each get one JSON line as their
+/// connection ends (VIP, client, end, role, requests, bytes, TLS version,
+/// SNI, failure); `status` counts them. Renamed away and reloaded (what
+/// logrotate does), the log starts a new file; a reload naming a file
+/// that cannot be opened is refused and logging goes on; a reload without
+/// the setting turns it off.
+#[test]
+fn the_connection_log_gets_a_line_per_connection_and_follows_reloads() {
+    let certs = certs_dir();
+    let cp = certs.path();
+    let c = cp.display();
+    let lab = Lab::up("cl");
+    let dut = lab.dut_ip();
+    let dpd = Dpd::start(&lab, |s| {
+        let log = s.with_file_name("connections.log");
+        format!(
+            "{}\n[log]\nconnections = \"{}\"\n\n[[cert]]\nname = \"web-cert\"\ncert = \"{c}/cert-a.pem\"\nkey = \"{c}/cert-a.key\"\n\n[[vip]]\nname = \"web\"\nlisten = \"{dut}:443\"\nrespond = \"builtin\"\ncerts = [\"web-cert\"]\n",
+            lab.config_with_vip("net_af_packet", s),
+            log.display()
+        )
+    });
+    let log = dpd.dir.path().join("connections.log");
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&log).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o640, "made by dpd, not readable by others");
+    assert!(ok(&dpd, &["status"]).contains(&format!("connection log: {}", log.display())));
+
+    let plain = format!("http://{dut}/bytes/10");
+    let tls_url = "https://p256.test/bytes/100";
+    let resolve = format!("p256.test:443:{dut}");
+    assert_eq!(curl(&lab, cp, &plain, None), (0, "0123456789".into()));
+    let (code, body) = curl(&lab, cp, tls_url, Some(&resolve));
+    assert_eq!((code, body.len()), (0, 100));
+    let not_tls = format!(
+        "exec 3<>/dev/tcp/{dut}/443; printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3 >/dev/null"
+    );
+    lab.client(&["timeout", "5", "bash", "-c", &not_tls]);
+
+    let lines = conn_log_lines(&log, 3);
+    assert_eq!(lines.len(), 3, "{lines:?}\n{}", dpd.log_text());
+    let client_ip = format!("{}.2:", lab.dut_ip().rsplit_once('.').unwrap().0);
+    for l in &lines {
+        assert!(l["time"].as_str().is_some_and(|t| t.ends_with('Z')), "{l}");
+        assert!(
+            l["client"]
+                .as_str()
+                .is_some_and(|a| a.starts_with(&client_ip)),
+            "{l}"
+        );
+        assert!(l["duration_ms"].as_f64().is_some_and(|d| d >= 0.0), "{l}");
+    }
+    let by_vip = |vip: &str, end: &str| {
+        (lines.iter())
+            .find(|l| l["vip"] == vip && l["end"] == end)
+            .unwrap_or_else(|| panic!("no {vip} line ending {end}: {lines:?}"))
+            .clone()
+    };
+    let p = by_vip("plain", "closed");
+    assert_eq!(p["vip_addr"], format!("{dut}:80"));
+    assert_eq!(
+        (p["role"].as_str(), p["requests"].as_u64()),
+        (Some("http"), Some(1))
+    );
+    assert!(p["bytes_in"].as_u64().is_some_and(|n| n > 20), "{p}");
+    assert!(p["bytes_out"].as_u64().is_some_and(|n| n > 10), "{p}");
+    assert!(p.get("tls_handshake").is_none(), "{p}");
+    // curl leaves with TLS bytes of ours unread: its kernel resets.
+    let t = (lines.iter())
+        .find(|l| l["vip"] == "web" && l["tls_handshake"] == "done")
+        .unwrap_or_else(|| panic!("no TLS line: {lines:?}"));
+    assert!(
+        ["closed", "client_reset"].contains(&t["end"].as_str().unwrap_or_default()),
+        "{t}"
+    );
+    assert_eq!(
+        (t["role"].as_str(), t["requests"].as_u64()),
+        (Some("tls"), Some(1))
+    );
+    assert_eq!(t["tls_handshake"], "done");
+    assert_eq!(t["tls_version"], "TLSv1.3");
+    assert_eq!(t["tls_key"], "ECDSA-P256");
+    assert_eq!(t["sni"], "p256.test");
+    assert!(t["bytes_out"].as_u64().is_some_and(|n| n > 100), "{t}");
+    let f = by_vip("web", "tls_failure");
+    assert_eq!(f["tls_handshake"], "failed");
+    assert!(f["tls_failure"].is_string(), "{f}");
+    let j = json(&dpd, &["status"]);
+    assert_eq!(j["status"]["conn_log"]["written"], 3, "{j}");
+    assert_eq!(j["status"]["conn_log"]["dropped"], 0, "{j}");
+    assert_eq!(dpd.stats().conn_log_records, 3);
+
+    // logrotate: renamed away, then SIGHUP: a new file, the old one whole.
+    let rotated = dpd.dir.path().join("connections.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    let o = run(Command::new("kill").args(["-HUP", &dpd.pid().to_string()]));
+    assert!(o.status.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !log.exists() {
+        assert!(std::time::Instant::now() < deadline, "{}", dpd.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(curl(&lab, cp, &plain, None), (0, "0123456789".into()));
+    let lines = conn_log_lines(&log, 1);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["vip"], "plain");
+    assert_eq!(conn_log_lines(&rotated, 3).len(), 3);
+
+    // A file that cannot be opened: refused, the log goes on where it was.
+    let file = dpd.dir.path().join("dpd.toml");
+    let original = std::fs::read_to_string(&file).unwrap();
+    let elsewhere = original.replace(
+        &log.display().to_string(),
+        "/nonexistent-dir/connections.log",
+    );
+    std::fs::write(&file, &elsewhere).unwrap();
+    let e = refused(&dpd, &["config", "reload"]);
+    assert!(
+        e.contains("log.connections") && e.contains("/nonexistent-dir"),
+        "{e}"
+    );
+    assert_eq!(curl(&lab, cp, &plain, None), (0, "0123456789".into()));
+    assert_eq!(conn_log_lines(&log, 2).len(), 2);
+
+    // Taken out of the file: off.
+    let without: String = (original.lines())
+        .filter(|l| !l.starts_with("connections = "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&file, &without).unwrap();
+    assert!(ok(&dpd, &["config", "reload"]).contains("reloaded from"));
+    assert!(!ok(&dpd, &["status"]).contains("connection log"));
+    let before = dpd.stats();
+    assert_eq!(curl(&lab, cp, &plain, None), (0, "0123456789".into()));
+    let after = dpd.stats_when(Duration::from_secs(10), |s| {
+        s.tcp_accepted > before.tcp_accepted && s.tcp_active == 0
+    });
+    assert_eq!(after.tcp_active, 0, "curl's connection ended");
+    assert_eq!(
+        after.conn_log_records, before.conn_log_records,
+        "none queued once off"
+    );
+    assert_eq!(conn_log_lines(&log, 2).len(), 2);
+    assert!(dpd.log_text().contains("connection log: no longer writing"));
+}

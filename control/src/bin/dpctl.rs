@@ -1038,6 +1038,19 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
                     r.message
                 );
             }
+            if let Some(l) = &s.conn_log {
+                println!(
+                    "connection log: {} ({} written, {} dropped, {} lost to write errors){}",
+                    l.file.display(),
+                    l.written,
+                    l.dropped,
+                    l.write_failed,
+                    l.error
+                        .as_ref()
+                        .map(|e| format!(": FAILING: {e}"))
+                        .unwrap_or_default()
+                );
+            }
             println!("dataplane cores: {:?}", s.lcores);
             println!(
                 "hugepages: {} ({})",

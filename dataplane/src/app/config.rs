@@ -27,6 +27,9 @@ pub struct Snapshot {
     pub pools: Vec<Pool>,
     /// Client networks refused on every VIP (`[access] deny`).
     pub deny: Arc<PrefixSet>,
+    /// Where engines queue a record of each client connection as it ends
+    /// (`[log] connections`; `None`: not logged).
+    pub conn_log: Option<Arc<super::conn_log::ConnLogQueues>>,
 }
 
 /// One VIP of a snapshot.

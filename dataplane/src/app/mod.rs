@@ -10,6 +10,7 @@
 
 pub mod budget;
 pub mod config;
+pub mod conn_log;
 pub mod deadlines;
 pub mod health;
 pub mod pool;

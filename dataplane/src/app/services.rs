@@ -80,9 +80,13 @@ pub struct Services {
     pub(super) health_share: Option<HealthShare>,
     /// This engine's index: which copy of each VIP's TLS configuration
     /// it serves from.
-    engine_index: usize,
+    pub(super) engine_index: usize,
     /// Version of the snapshot in use (0: set up by calls, not snapshots).
     pub(super) snapshot_version: u64,
+    /// Where ended client connections are recorded (`[log] connections`).
+    pub(super) conn_log: Option<std::sync::Arc<super::conn_log::ConnLogQueues>>,
+    /// Dates those records.
+    pub(super) wall: super::conn_log::WallClock,
 }
 
 impl Services {
@@ -112,6 +116,8 @@ impl Services {
             health_share: None,
             engine_index: 0,
             snapshot_version: 0,
+            conn_log: None,
+            wall: super::conn_log::WallClock::default(),
         }
     }
 
@@ -187,15 +193,20 @@ impl Services {
         self.pools.len() - 1
     }
 
-    /// Splits health checks with the other engines: this one checks only
-    /// its share of members and reports their changes; the others' reach
-    /// it as health news.
     /// Which of dpd's engines this is (its copy of each VIP's TLS
     /// configuration, [`crate::app::config::TlsCopies`]).
     pub fn set_engine_index(&mut self, index: usize) {
         self.engine_index = index;
     }
 
+    /// Where ended client connections are recorded (`None`: nowhere).
+    pub fn set_conn_log(&mut self, queues: Option<std::sync::Arc<super::conn_log::ConnLogQueues>>) {
+        self.conn_log = queues;
+    }
+
+    /// Splits health checks with the other engines: this one checks only
+    /// its share of members and reports their changes; the others' reach
+    /// it as health news.
     pub fn set_health_share(&mut self, share: HealthShare) {
         self.health_share = Some(share);
     }
@@ -302,7 +313,10 @@ impl Services {
 
     /// A connection is gone: its counts, and what its role leaves behind
     /// (the other side of a proxied pair, a health check's result).
-    fn closed(&mut self, cx: &mut Cx<'_>, entry: Entry, reason: CloseReason) {
+    fn closed(&mut self, cx: &mut Cx<'_>, mut entry: Entry, reason: CloseReason) {
+        if self.conn_log.is_some() && entry.vip.is_some() {
+            self.log_end(cx, &mut entry, reason);
+        }
         match reason {
             CloseReason::Deadline => self.count_deadline(cx, entry.vip, entry.wait),
             CloseReason::SendTimeout => self.count_send_timeout(cx, entry.vip),
@@ -410,6 +424,39 @@ impl Services {
         }
     }
 
+    /// What the connection of `entry` is (`dpctl conn list`, the
+    /// connection log).
+    pub(super) fn describe_entry(&self, entry: &Entry) -> super::ConnUse {
+        let waits_for = match entry.wait {
+            Wait::Handshake => "handshake",
+            Wait::Request(_) => "request",
+            Wait::Nothing => "",
+        };
+        let (role, link) = match &entry.role {
+            Role::Responder(_) => ("http", None),
+            Role::Client(link) => ("proxy", Some(&**link)),
+            Role::Tls(t) => match &t.inner {
+                Inner::Responder(_) => ("tls", None),
+                Inner::Proxy(link) => ("tls-proxy", Some(link)),
+            },
+            Role::Backend(_) | Role::Probe(_) => ("", None),
+        };
+        let mut described = super::ConnUse {
+            role,
+            waits_for,
+            ..super::ConnUse::default()
+        };
+        if let Some(link) = link {
+            described.to_backend = link.forwarded;
+            if let Some((backend, key)) = link.peer {
+                described.backend = Some(key.remote_addr());
+                let back = self.roles.get(backend).and_then(|e| e.role.link());
+                described.to_client = back.map_or(0, |b| b.forwarded);
+            }
+        }
+        described
+    }
+
     /// A plain proxied connection's event (client or backend side).
     fn on_proxied(&mut self, cx: &mut Cx<'_>, id: ConnId, ev: Event) {
         let Some(entry) = self.roles.get_mut(id) else {
@@ -507,8 +554,11 @@ impl Application for Services {
     fn on_event(&mut self, cx: &mut Cx<'_>, ev: Event) {
         let id = match ev {
             Event::Closed(id, reason) => {
-                if let Some(entry) = self.roles.remove(id) {
-                    self.closed(cx, entry, reason);
+                match self.roles.remove(id) {
+                    Some(entry) => self.closed(cx, entry, reason),
+                    // Accepted and ended in one burst, or refused at once.
+                    None if self.conn_log.is_some() => self.log_unserved_end(cx, id, reason),
+                    None => {}
                 }
                 return;
             }
@@ -611,6 +661,7 @@ impl Application for Services {
         let used = self.vips.iter().map(|v| usize::from(v.slot) + 1).max();
         self.vip_slots_used = self.vip_slots_used.max(used.unwrap_or(0));
         self.snapshot_version = snap.version;
+        self.conn_log.clone_from(&snap.conn_log);
     }
 
     fn vips(&self) -> &[VipEntry] {
@@ -652,37 +703,10 @@ impl Application for Services {
     }
 
     fn describe(&self, id: ConnId) -> super::ConnUse {
-        let Some(entry) = self.roles.get(id) else {
-            return super::ConnUse::default();
-        };
-        let waits_for = match entry.wait {
-            Wait::Handshake => "handshake",
-            Wait::Request(_) => "request",
-            Wait::Nothing => "",
-        };
-        let (role, link) = match &entry.role {
-            Role::Responder(_) => ("http", None),
-            Role::Client(link) => ("proxy", Some(&**link)),
-            Role::Tls(t) => match &t.inner {
-                Inner::Responder(_) => ("tls", None),
-                Inner::Proxy(link) => ("tls-proxy", Some(link)),
-            },
-            Role::Backend(_) | Role::Probe(_) => ("", None),
-        };
-        let mut described = super::ConnUse {
-            role,
-            waits_for,
-            ..super::ConnUse::default()
-        };
-        if let Some(link) = link {
-            described.to_backend = link.forwarded;
-            if let Some((backend, key)) = link.peer {
-                described.backend = Some(key.remote_addr());
-                let back = self.roles.get(backend).and_then(|e| e.role.link());
-                described.to_client = back.map_or(0, |b| b.forwarded);
-            }
-        }
-        described
+        self.roles
+            .get(id)
+            .map(|e| self.describe_entry(e))
+            .unwrap_or_default()
     }
 
     fn count_refusals(&mut self, refused: &dyn Fn(u16) -> crate::tcp::Refusals) {

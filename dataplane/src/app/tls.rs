@@ -82,6 +82,8 @@ pub struct TlsConn {
     pub(crate) closing: bool,
     close_sent: bool,
     failed: bool,
+    /// Why it failed, when a TLS error of the client's ended it.
+    failure: Option<crypto::session::Failure>,
     /// In the engine's queue of handshakes waiting for budget.
     pub(crate) queued: bool,
 }
@@ -98,6 +100,7 @@ impl TlsConn {
             closing: false,
             close_sent: false,
             failed: false,
+            failure: None,
             queued: false,
         })
     }
@@ -117,6 +120,16 @@ impl TlsConn {
     /// The connection failed on a TLS error (counted then).
     pub fn failed(&self) -> bool {
         self.failed
+    }
+
+    /// The TLS error that ended the connection, if one did.
+    pub fn failure(&self) -> Option<crypto::session::Failure> {
+        self.failure
+    }
+
+    /// Takes the name the client asked for (SNI) out of the session.
+    pub fn take_server_name(&mut self) -> Option<Box<str>> {
+        self.session.take_server_name()
     }
 
     /// Decrypted bytes wait to be passed on.
@@ -214,7 +227,8 @@ impl TlsConn {
         if self.failed {
             return None;
         }
-        if self.session.maintain(&mut self.cipher_out).is_err() {
+        if let Err(e) = self.session.maintain(&mut self.cipher_out) {
+            self.failure = Some(e.reason);
             self.failed = true;
             self.closing = true;
             return None;
@@ -456,6 +470,7 @@ pub fn drive(
                     // The alert (if any) goes out, then the connection ends.
                     tcp.consume(id, waiting);
                     tls.failed = true;
+                    tls.failure = Some(e.reason);
                     outcome.failure = Some(e.reason);
                     tls.flush_cipher(tcp, id);
                     tcp.close(id);

@@ -38,6 +38,7 @@ use crate::stats::{Counters, SharedCounters};
 use crate::tcp::ListenLimits;
 
 mod capture;
+mod conn_log;
 mod conns;
 mod deny;
 mod reconnect;
@@ -82,6 +83,17 @@ struct Built {
     slots: HashMap<String, u16>,
     tickets_epoch: u64,
     generation: u64,
+    conn_log: LogChange,
+}
+
+/// What a change does to the connection log's file.
+#[derive(Debug)]
+enum LogChange {
+    /// Go on with the file written now.
+    Keep,
+    /// Write to this file (opened) from now on.
+    Open(PathBuf, std::fs::File),
+    Off,
 }
 
 /// Names of the VIP counter slots (index: slot), shared with the metrics
@@ -135,6 +147,8 @@ pub struct Controller {
     /// denied again by `auto_deny` while the refusals that earned their
     /// deny may still be counted.
     pardoned: Vec<((IpAddr, u8), Instant)>,
+    /// The connection log (`[log] connections`), once it was first on.
+    conn_log: Option<conn_log::ConnLog>,
 }
 
 /// The running daemon, as `status` and `drain` requests see it.
@@ -201,6 +215,7 @@ impl Controller {
             deny_retry_at: None,
             auto_deny_at: None,
             pardoned: Vec::new(),
+            conn_log: None,
         };
         let mut cfg = cfg;
         let expired = cfg.access.take_expired(jiff::Timestamp::now());
@@ -589,19 +604,56 @@ impl Controller {
             let nets = next.access.denied();
             Arc::new(PrefixSet::new(nets.filter_map(|d| parse_prefix(d).ok())))
         };
+        let (log_queues, log_change) = self.plan_conn_log(next, matches!(reload, Reload::All))?;
         Ok(Built {
             snapshot: Arc::new(Snapshot {
                 version: self.issued + 1,
                 vips,
                 pools,
                 deny,
+                conn_log: log_queues,
             }),
             certs,
             tls,
             slots,
             tickets_epoch,
             generation,
+            conn_log: log_change,
         })
+    }
+
+    /// The connection log of `next`: the queues engines push into while it
+    /// is on, and what becomes of its file (opened again by a reload of
+    /// the file, `reopen`, for logrotate).
+    fn plan_conn_log(
+        &mut self,
+        next: &Config,
+        reopen: bool,
+    ) -> Result<(Option<Arc<crate::app::conn_log::ConnLogQueues>>, LogChange), ConfigError> {
+        let Some(path) = &next.log.connections else {
+            return Ok((None, LogChange::Off));
+        };
+        let log = match &mut self.conn_log {
+            Some(log) => log,
+            None => {
+                let started = conn_log::ConnLog::start(
+                    self.links.len(),
+                    self.slot_names.clone(),
+                    self.config_state.clone(),
+                );
+                let log = started.map_err(|e| {
+                    let why = format!("cannot start its writer thread: {e}");
+                    ConfigError::new("log.connections", path.display(), why)
+                })?;
+                self.conn_log.insert(log)
+            }
+        };
+        let change = if reopen || log.file() != Some(path.as_path()) {
+            LogChange::Open(path.clone(), conn_log::open(path)?)
+        } else {
+            LogChange::Keep
+        };
+        Ok((Some(log.queues()), change))
     }
 
     fn commit(&mut self, next: Config, built: Built) {
@@ -609,6 +661,23 @@ impl Controller {
             // Validated with the rest (`check_log_level`), so it reads.
             if let Err(e) = crate::logging::set_level(&next.log.level) {
                 log::warn!("log level {:?} not taken: {e}", next.log.level);
+            }
+        }
+        if let Some(log) = &mut self.conn_log {
+            match built.conn_log {
+                LogChange::Keep => {}
+                LogChange::Open(path, file) => {
+                    if log.file() != Some(path.as_path()) {
+                        log::info!("connection log: writing {}", path.display());
+                    }
+                    log.write_to(path, file);
+                }
+                LogChange::Off => {
+                    if let Some(path) = log.file() {
+                        log::info!("connection log: no longer writing {}", path.display());
+                    }
+                    log.off();
+                }
             }
         }
         self.cfg = next;

@@ -21,6 +21,7 @@ impl<P: Port, A: Application> Engine<P, A> {
     pub fn apply(&mut self, snap: &Snapshot) {
         self.app.apply(snap);
         self.tcp.set_deny(Arc::clone(&snap.deny));
+        self.tcp.keep_ended(snap.conn_log.is_some());
         let vips = self.app.vips();
         self.tcp
             .retain_listeners(|a, p| vips.iter().any(|v| v.enabled && v.addr == a && v.port == p));

@@ -236,6 +236,14 @@ impl<P: Port> Engine<P> {
         self.add_vip(addr.into(), port, Some(config), None);
     }
 
+    /// Records each client connection as it ends in this engine's queue of
+    /// `queues`, as a snapshot with `[log] connections` does (`None`:
+    /// stops).
+    pub fn log_connections(&mut self, queues: Option<Arc<crate::app::conn_log::ConnLogQueues>>) {
+        self.tcp.keep_ended(queues.is_some());
+        self.app.set_conn_log(queues);
+    }
+
     /// Adds a backend pool; returns its index for [`Engine::listen_pool`].
     pub fn add_pool(&mut self, pool: Pool) -> usize {
         self.app.add_pool(pool)

@@ -25,6 +25,7 @@ mod config;
 mod conn;
 mod cookie;
 mod cubic;
+mod ended;
 mod flow_table;
 mod hystart;
 mod inspect;
@@ -51,6 +52,7 @@ pub use buffer::BufferPool;
 pub use config::{SynCookies, TcpConfig};
 use conn::{Conn, Input};
 pub use conn::{ConnTcpView, State};
+pub use ended::Ended;
 use flow_table::{FlowTable, Found};
 pub use inspect::{ConnFilter, ConnView};
 use key::Tables;
@@ -499,6 +501,8 @@ pub struct TcpEngine<A> {
     /// Unread bytes of connections that ended, readable until the
     /// application has had their `Closed` event.
     remains: read::Remains,
+    /// What accepted connections left at their end, while kept.
+    ended: ended::EndedConns,
     /// Connections past their handshake in TIME-WAIT: compact entries.
     /// ACKs owed from TIME-WAIT entries (bounded per iteration).
     time_wait_acks: Vec<output::TimeWaitAck>,
@@ -548,6 +552,7 @@ impl<A: Default> TcpEngine<A> {
             events: Vec::with_capacity(256),
             closed_apps: std::collections::VecDeque::with_capacity(256),
             remains: read::Remains::default(),
+            ended: ended::EndedConns::default(),
             time_wait_acks: Vec::with_capacity(MAX_RESETS),
             closed_batch: std::collections::VecDeque::with_capacity(256),
             accepting: true,
@@ -811,6 +816,7 @@ impl<A: Default> TcpEngine<A> {
         self.closed_batch.clear();
         std::mem::swap(&mut self.closed_batch, &mut self.closed_apps);
         self.remains.next_batch(&mut self.buffers);
+        self.ended.next_batch();
     }
 
     /// The application has handled the events the last
@@ -1304,6 +1310,13 @@ impl<A: Default> TcpEngine<A> {
         // state it keeps by slot is never overwritten by the slot's next
         // connection before it has heard of this one's end.
         if c.accepted {
+            self.ended.note(|| ended::Ended {
+                id,
+                key,
+                opened: c.opened,
+                bytes_received: c.bytes_received,
+                bytes_queued: c.bytes_queued,
+            });
             self.events.push(Event::Closed(id, reason));
             self.closed_apps.push_back(c.app);
             self.released.push(id.next_gen());

@@ -353,6 +353,7 @@ impl<A: Default> Conn<A> {
                     pool.give(ring);
                 }
                 self.rcv_nxt = self.rcv_nxt + n;
+                self.bytes_received += u64::from(n);
                 if n > 0 {
                     out.readable = true;
                     self.data_heard = now;

@@ -230,6 +230,10 @@ pub(super) struct Conn<A> {
     /// When the connection began (the peer's SYN, or our connect; a
     /// cookie's ACK): its handshake deadline counts from here.
     pub opened: Instant,
+    /// Payload bytes taken in order from the peer, and queued by the
+    /// application to send to it, over the connection's life.
+    pub bytes_received: u64,
+    pub bytes_queued: u64,
     /// Reset once everything queued is acknowledged
     /// (`TcpEngine::abort_after_send`); nothing more is taken to send.
     pub reset_when_sent: bool,
@@ -384,6 +388,8 @@ impl<A: Default> Conn<A> {
             ack_held: false,
             unacked_segs: 0,
             opened: now,
+            bytes_received: 0,
+            bytes_queued: 0,
             reset_when_sent: false,
             deadline: None,
             idle_timeout: None,
@@ -683,6 +689,7 @@ impl<A: Default> Conn<A> {
         if let Some(ring) = self.send.take_if(|r| r.is_empty()) {
             pool.give(ring);
         }
+        self.bytes_queued += n as u64;
         n
     }
 

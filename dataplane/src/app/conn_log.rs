@@ -1,0 +1,480 @@
+//! The connection log's records (docs/architecture.md, "The connection
+//! log"): each client connection, as it ends, becomes one fixed-size
+//! [`ConnRecord`] that its engine pushes into a bounded queue of its own
+//! ([`ConnLogQueues`]); the control side's writer thread takes them and
+//! writes one JSON line each ([`ConnRecord::json_line`]). An engine never
+//! waits for the writer: a record that finds its queue full is dropped
+//! and counted (`conn_log_dropped`).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crossbeam_queue::ArrayQueue;
+use crypto::session::{Failure, Negotiated, GROUPS, KEY_TYPES, SUITES, VERSIONS};
+
+use super::deadlines::Wait;
+use super::role::{Entry, Inner, Role};
+use super::{Cx, Services};
+use crate::tcp::{CloseReason, ConnId};
+use crate::time::Instant;
+
+/// Records each engine's queue holds: 100 ms of 160,000 connection ends
+/// a second, for a writer that drains every 20 ms.
+pub const QUEUE_RECORDS: usize = 16_384;
+
+/// One queue of records per engine, made when the log is first turned on
+/// and kept while dpd runs.
+#[derive(Debug)]
+pub struct ConnLogQueues {
+    queues: Vec<ArrayQueue<ConnRecord>>,
+}
+
+impl ConnLogQueues {
+    pub fn new(engines: usize) -> Self {
+        Self::with_capacity(engines, QUEUE_RECORDS)
+    }
+
+    /// Queues of `capacity` records (tests).
+    pub fn with_capacity(engines: usize, capacity: usize) -> Self {
+        Self {
+            queues: (0..engines.max(1))
+                .map(|_| ArrayQueue::new(capacity.max(1)))
+                .collect(),
+        }
+    }
+
+    /// Engine `engine`'s queue.
+    pub fn of(&self, engine: usize) -> Option<&ArrayQueue<ConnRecord>> {
+        self.queues.get(engine)
+    }
+
+    /// Takes every record queued now, engine by engine.
+    pub fn drain(&self, mut each: impl FnMut(ConnRecord)) {
+        for q in &self.queues {
+            // Bounded by what is there now: an engine pushing meanwhile
+            // waits for the next round.
+            for _ in 0..q.len() {
+                match q.pop() {
+                    Some(r) => each(r),
+                    None => break,
+                }
+            }
+        }
+    }
+}
+
+/// How a client connection ended, as the log names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// Both sides closed (FIN both ways).
+    Closed,
+    /// The client reset it.
+    ClientReset,
+    /// TCP gave up: retransmissions went unanswered, or the client was
+    /// silent past the idle timeout.
+    TcpTimeout,
+    /// No finished TLS handshake within the VIP's `handshake_timeout_ms`.
+    HandshakeTimeout,
+    /// No request head (or first bytes) within `request_timeout_ms`.
+    RequestTimeout,
+    /// The client took none of the data waiting for it within
+    /// `send_timeout_ms`.
+    SendTimeout,
+    /// A TLS error: the alert went out, then the connection closed.
+    TlsFailure,
+    /// dpd reset it otherwise (an operator's `conn reset`, a deny, a
+    /// backend that could not be reached, its VIP gone).
+    Reset,
+}
+
+impl End {
+    /// How the connection with close `reason` ended, given what it waited
+    /// for and whether TLS failed on it.
+    pub fn of(reason: CloseReason, wait: Wait, tls_failed: bool) -> Self {
+        match reason {
+            CloseReason::Normal if tls_failed => End::TlsFailure,
+            CloseReason::Normal => End::Closed,
+            CloseReason::Reset => End::ClientReset,
+            CloseReason::TimedOut => End::TcpTimeout,
+            CloseReason::Deadline => match wait {
+                Wait::Handshake => End::HandshakeTimeout,
+                Wait::Request(_) | Wait::Nothing => End::RequestTimeout,
+            },
+            CloseReason::SendTimeout => End::SendTimeout,
+            CloseReason::Aborted | CloseReason::Refused if tls_failed => End::TlsFailure,
+            CloseReason::Aborted | CloseReason::Refused => End::Reset,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            End::Closed => "closed",
+            End::ClientReset => "client_reset",
+            End::TcpTimeout => "tcp_timeout",
+            End::HandshakeTimeout => "handshake_timeout",
+            End::RequestTimeout => "request_timeout",
+            End::SendTimeout => "send_timeout",
+            End::TlsFailure => "tls_failure",
+            End::Reset => "reset",
+        }
+    }
+}
+
+/// A TLS connection's part of its record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsEnd {
+    /// What its handshake negotiated (`None`: it did not finish).
+    pub negotiated: Option<Negotiated>,
+    pub failure: Option<Failure>,
+    /// The name the client asked for (SNI), moved out of the session.
+    pub sni: Option<Box<str>>,
+}
+
+/// One client connection's end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnRecord {
+    /// When it ended: nanoseconds since the Unix epoch.
+    pub unix_ns: u64,
+    /// From its SYN to its end.
+    pub duration: Duration,
+    pub engine: u16,
+    /// Its VIP's counter slot (named by the writer).
+    pub vip: u16,
+    /// The VIP's address and port, and the client's.
+    pub local: SocketAddr,
+    pub client: SocketAddr,
+    pub end: End,
+    /// What served it, as `dpctl conn list` names it.
+    pub role: &'static str,
+    /// Requests the built-in responder answered (`None`: proxied).
+    pub requests: Option<u32>,
+    /// TCP payload bytes from the client, and queued to it (TLS records
+    /// included).
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub tls: Option<TlsEnd>,
+    /// Proxied: the backend it went to, and the bytes passed to it.
+    pub backend: Option<SocketAddr>,
+    pub to_backend: u64,
+}
+
+impl ConnRecord {
+    /// The record as one line of JSON (with its newline); `vip` names its
+    /// VIP. Fields without a value for this connection are left out.
+    pub fn json_line(&self, vip: &str) -> String {
+        use serde_json::{json, Map, Value};
+        let time = i128::from(self.unix_ns);
+        let time = jiff::Timestamp::from_nanosecond(time).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+        let mut m = Map::new();
+        let mut put = |k: &str, v: Value| {
+            m.insert(k.to_string(), v);
+        };
+        put("time", json!(format!("{time:.6}")));
+        put("vip", json!(vip));
+        put("vip_addr", json!(self.local.to_string()));
+        put("client", json!(self.client.to_string()));
+        put("engine", json!(self.engine));
+        let ms = self.duration.as_secs_f64() * 1000.0;
+        put("duration_ms", json!((ms * 1000.0).round() / 1000.0));
+        put("end", json!(self.end.name()));
+        if !self.role.is_empty() {
+            put("role", json!(self.role));
+        }
+        if let Some(n) = self.requests {
+            put("requests", json!(n));
+        }
+        put("bytes_in", json!(self.bytes_in));
+        put("bytes_out", json!(self.bytes_out));
+        if let Some(t) = &self.tls {
+            let handshake = match (t.negotiated, t.failure) {
+                (Some(_), _) => "done",
+                (None, Some(_)) => "failed",
+                (None, None) => "incomplete",
+            };
+            put("tls_handshake", json!(handshake));
+            if let Some(n) = t.negotiated {
+                let name =
+                    |list: &[&'static str], i: usize| list.get(i).copied().unwrap_or("other");
+                put("tls_version", json!(name(&VERSIONS, n.version)));
+                put("tls_suite", json!(name(&SUITES, n.suite)));
+                put("tls_group", json!(name(&GROUPS, n.group)));
+                put("tls_key", json!(name(&KEY_TYPES, n.key)));
+                put("tls_resumed", json!(n.resumed));
+            }
+            if let Some(f) = t.failure {
+                put("tls_failure", json!(f.name()));
+            }
+            if let Some(sni) = &t.sni {
+                put("sni", json!(sni));
+            }
+        }
+        if let Some(b) = self.backend {
+            put("backend", json!(b.to_string()));
+            put("to_backend", json!(self.to_backend));
+        }
+        let mut line = Value::Object(m).to_string();
+        line.push('\n');
+        line
+    }
+}
+
+/// Engine time to wall-clock time: an engine reads the wall clock at most
+/// once a second (`SystemTime`, a vDSO read, not a system call) and dates
+/// its records from the engine clock since.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct WallClock {
+    /// An engine time and the Unix time at it (nanoseconds), once read.
+    anchor: Option<(Instant, u64)>,
+}
+
+impl WallClock {
+    /// How often the wall clock is read again.
+    const REFRESH: Duration = Duration::from_secs(1);
+
+    /// Unix nanoseconds at engine time `now`.
+    pub fn unix_ns(&mut self, now: Instant) -> u64 {
+        let fresh = self
+            .anchor
+            .filter(|&(at, _)| now.saturating_since(at) < Self::REFRESH && now >= at);
+        let (at, unix) = match fresh {
+            Some(a) => a,
+            None => {
+                let unix = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
+                self.anchor = Some((now, unix));
+                (now, unix)
+            }
+        };
+        unix + now.saturating_since(at).as_nanos() as u64
+    }
+}
+
+impl Services {
+    /// Records the end of client connection `entry` in its engine's
+    /// queue, or counts it dropped when the queue is full.
+    pub(super) fn log_end(&mut self, cx: &mut Cx<'_>, entry: &mut Entry, reason: CloseReason) {
+        let Some(vip) = entry.vip else {
+            return;
+        };
+        let Some(ended) = cx.tcp.take_ended(entry.id) else {
+            return; // never expected: TCP keeps the end of every accepted one
+        };
+        let described = self.describe_entry(entry);
+        let (requests, tls) = match &mut entry.role {
+            Role::Responder(http) => (Some(http.answered()), None),
+            Role::Client(_) => (None, None),
+            Role::Tls(t) => {
+                let requests = match &t.inner {
+                    Inner::Responder(http) => Some(http.answered()),
+                    Inner::Proxy(_) => None,
+                };
+                let tls = TlsEnd {
+                    negotiated: t.conn.session().negotiated(),
+                    failure: t.conn.failure(),
+                    sni: t.conn.take_server_name(),
+                };
+                (requests, Some(tls))
+            }
+            Role::Backend(_) | Role::Probe(_) => return,
+        };
+        let tls_failed = tls.as_ref().is_some_and(|t| t.failure.is_some());
+        let record = ConnRecord {
+            unix_ns: self.wall.unix_ns(cx.now),
+            duration: cx.now.saturating_since(ended.opened),
+            engine: u16::try_from(self.engine_index).unwrap_or(u16::MAX),
+            vip,
+            local: ended.key.local_addr(),
+            client: ended.key.remote_addr(),
+            end: End::of(reason, entry.wait, tls_failed),
+            role: described.role,
+            requests,
+            bytes_in: ended.bytes_received,
+            bytes_out: ended.bytes_queued,
+            tls,
+            backend: described.backend,
+            to_backend: described.to_backend,
+        };
+        self.queue_record(cx, record);
+    }
+
+    /// Records the end of accepted connection `id`, which ended before it
+    /// had a role: its handshake's ACK and its end came in one burst, or
+    /// it was refused as it was accepted (its VIP had gone).
+    pub(super) fn log_unserved_end(&mut self, cx: &mut Cx<'_>, id: ConnId, reason: CloseReason) {
+        let Some(ended) = cx.tcp.take_ended(id) else {
+            return;
+        };
+        let local = ended.key.local_addr();
+        let vip = (self.vips.iter()).find(|v| v.addr == local.ip() && v.port == local.port());
+        let record = ConnRecord {
+            unix_ns: self.wall.unix_ns(cx.now),
+            duration: cx.now.saturating_since(ended.opened),
+            engine: u16::try_from(self.engine_index).unwrap_or(u16::MAX),
+            vip: vip.map_or(UNKNOWN_VIP, |v| v.slot),
+            local,
+            client: ended.key.remote_addr(),
+            end: End::of(reason, Wait::Nothing, false),
+            role: "",
+            requests: None,
+            bytes_in: ended.bytes_received,
+            bytes_out: ended.bytes_queued,
+            tls: vip.and_then(|v| v.tls.as_ref()).map(|_| TlsEnd {
+                negotiated: None,
+                failure: None,
+                sni: None,
+            }),
+            backend: None,
+            to_backend: 0,
+        };
+        self.queue_record(cx, record);
+    }
+
+    fn queue_record(&mut self, cx: &mut Cx<'_>, record: ConnRecord) {
+        let Some(queue) = (self.conn_log.as_ref()).and_then(|q| q.of(self.engine_index)) else {
+            return;
+        };
+        if queue.push(record).is_ok() {
+            cx.counters.conn_log_records += 1;
+        } else {
+            cx.counters.conn_log_dropped += 1;
+        }
+    }
+}
+
+/// The VIP slot of a record whose VIP is gone (no name: the writer
+/// leaves `vip` empty).
+pub const UNKNOWN_VIP: u16 = u16::MAX;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> ConnRecord {
+        ConnRecord {
+            unix_ns: 1_796_612_400_123_456_789,
+            duration: Duration::from_micros(12_345_678),
+            engine: 1,
+            vip: 3,
+            local: "10.77.0.1:443".parse().unwrap(),
+            client: "[2001:db8::7]:50123".parse().unwrap(),
+            end: End::Closed,
+            role: "tls-proxy",
+            requests: None,
+            bytes_in: 517,
+            bytes_out: 4096,
+            tls: Some(TlsEnd {
+                negotiated: Some(Negotiated {
+                    version: 1,
+                    suite: 0,
+                    group: 1,
+                    key: 3,
+                    resumed: false,
+                }),
+                failure: None,
+                sni: Some("a.test".into()),
+            }),
+            backend: Some("10.0.0.5:80".parse().unwrap()),
+            to_backend: 77,
+        }
+    }
+
+    #[test]
+    fn a_record_is_one_json_line_naming_every_field_it_has() {
+        let line = record().json_line("web \"1\"");
+        assert!(line.ends_with('\n') && !line.trim_end().contains('\n'));
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["time"], "2026-12-07T03:00:00.123456Z");
+        assert_eq!(v["vip"], "web \"1\"");
+        assert_eq!(v["vip_addr"], "10.77.0.1:443");
+        assert_eq!(v["client"], "[2001:db8::7]:50123");
+        assert_eq!(v["engine"], 1);
+        assert_eq!(v["duration_ms"], 12345.678);
+        assert_eq!(v["end"], "closed");
+        assert_eq!(v["role"], "tls-proxy");
+        assert_eq!(v["bytes_in"], 517);
+        assert_eq!(v["bytes_out"], 4096);
+        assert_eq!(v["tls_handshake"], "done");
+        assert_eq!(v["tls_version"], "TLSv1.3");
+        assert_eq!(v["tls_suite"], "TLS13_AES_128_GCM_SHA256");
+        assert_eq!(v["tls_group"], "X25519");
+        assert_eq!(v["tls_key"], "ECDSA-P256");
+        assert_eq!(v["tls_resumed"], false);
+        assert_eq!(v["sni"], "a.test");
+        assert_eq!(v["backend"], "10.0.0.5:80");
+        assert_eq!(v["to_backend"], 77);
+        assert!(v.get("requests").is_none() && v.get("tls_failure").is_none());
+
+        let mut plain = record();
+        plain.tls = None;
+        plain.backend = None;
+        plain.role = "http";
+        plain.requests = Some(2);
+        plain.end = End::RequestTimeout;
+        let v: serde_json::Value = serde_json::from_str(&plain.json_line("web")).unwrap();
+        assert_eq!(v["requests"], 2);
+        assert_eq!(v["end"], "request_timeout");
+        for absent in ["tls_handshake", "sni", "backend", "to_backend"] {
+            assert!(v.get(absent).is_none(), "{absent}");
+        }
+
+        let mut failed = record();
+        failed.tls = Some(TlsEnd {
+            negotiated: None,
+            failure: Some(Failure::NoSharedParameters),
+            sni: None,
+        });
+        let v: serde_json::Value = serde_json::from_str(&failed.json_line("web")).unwrap();
+        assert_eq!(v["tls_handshake"], "failed");
+        assert_eq!(v["tls_failure"], "no_shared_parameters");
+        assert!(v.get("tls_version").is_none());
+    }
+
+    #[test]
+    fn ends_are_named_by_reason_wait_and_tls_failure() {
+        use CloseReason as R;
+        let of = End::of;
+        assert_eq!(of(R::Normal, Wait::Nothing, false), End::Closed);
+        assert_eq!(of(R::Normal, Wait::Nothing, true), End::TlsFailure);
+        assert_eq!(of(R::Reset, Wait::Handshake, false), End::ClientReset);
+        assert_eq!(of(R::TimedOut, Wait::Nothing, false), End::TcpTimeout);
+        assert_eq!(
+            of(R::Deadline, Wait::Handshake, false),
+            End::HandshakeTimeout
+        );
+        assert_eq!(
+            of(R::Deadline, Wait::Request(3), false),
+            End::RequestTimeout
+        );
+        assert_eq!(of(R::SendTimeout, Wait::Nothing, false), End::SendTimeout);
+        assert_eq!(of(R::Aborted, Wait::Nothing, false), End::Reset);
+        assert_eq!(of(R::Aborted, Wait::Handshake, true), End::TlsFailure);
+    }
+
+    #[test]
+    fn queues_drop_what_does_not_fit_and_drain_in_engine_order() {
+        let queues = ConnLogQueues::with_capacity(2, 2);
+        let with = |engine| ConnRecord { engine, ..record() };
+        for e in [1, 0, 1, 1] {
+            let _ = queues.of(usize::from(e)).unwrap().push(with(e));
+        }
+        assert!(queues.of(2).is_none());
+        let mut got = Vec::new();
+        queues.drain(|r| got.push(r.engine));
+        assert_eq!(got, [0, 1, 1], "engine 1's third did not fit");
+        queues.drain(|_| panic!("empty"));
+    }
+
+    #[test]
+    fn wall_clock_follows_engine_time_and_reads_again_after_a_second() {
+        let mut wall = WallClock::default();
+        let t0 = Instant::from_millis(5_000);
+        let a = wall.unix_ns(t0);
+        let b = wall.unix_ns(t0 + Duration::from_millis(250));
+        assert_eq!(b - a, 250_000_000, "dated from the anchor");
+        let later = t0 + Duration::from_secs(3);
+        let c = wall.unix_ns(later);
+        assert_eq!(wall.anchor.map(|(at, _)| at), Some(later), "read again");
+        assert!(c >= a);
+    }
+}

@@ -1,0 +1,211 @@
+//! The connection log's writer (docs/architecture.md, "The connection
+//! log"): a thread of its own takes the records the engines queue
+//! ([`crate::app::conn_log`]) every [`DRAIN_EVERY`], names their VIPs and
+//! appends one JSON line each to the file of `[log] connections`, so
+//! neither the engines nor the control socket ever wait on the disk. The
+//! control thread opens the file (a reload that cannot open it is refused
+//! with nothing changed) and hands it over.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::sync::atomic::AtomicU64;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+
+use super::*;
+use crate::app::conn_log::ConnLogQueues;
+
+/// How often the writer takes the engines' records.
+pub const DRAIN_EVERY: Duration = Duration::from_millis(20);
+
+/// What the control thread tells the writer.
+#[derive(Debug)]
+enum Command {
+    /// Write to this file from now on (the one before is flushed first).
+    Write(PathBuf, File),
+    /// Stop writing (after what is queued).
+    Off,
+}
+
+/// What the writer did, for `status` and the metrics.
+#[derive(Debug, Default)]
+struct WriterState {
+    written: AtomicU64,
+    write_failed: AtomicU64,
+    error: Mutex<Option<String>>,
+}
+
+/// The connection log: the engines' queues, the writer thread, and the
+/// file it writes now.
+#[derive(Debug)]
+pub(super) struct ConnLog {
+    queues: Arc<ConnLogQueues>,
+    commands: Option<mpsc::Sender<Command>>,
+    thread: Option<JoinHandle<()>>,
+    state: Arc<WriterState>,
+    file: Option<PathBuf>,
+}
+
+/// Opens `path` to append to, made with mode 0640 when new.
+pub(super) fn open(path: &Path) -> Result<File, ConfigError> {
+    OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o640)
+        .open(path)
+        .map_err(|e| ConfigError::new("log.connections", path.display(), e.to_string()))
+}
+
+impl ConnLog {
+    /// Queues for `engines` engines and the writer thread, naming VIPs by
+    /// `names`, counting into `config_state`.
+    pub(super) fn start(
+        engines: usize,
+        names: SlotNames,
+        config_state: SharedConfigState,
+    ) -> std::io::Result<Self> {
+        let queues = Arc::new(ConnLogQueues::new(engines));
+        let state = Arc::new(WriterState::default());
+        let (tx, rx) = mpsc::channel();
+        let (q, st) = (queues.clone(), state.clone());
+        let thread = std::thread::Builder::new()
+            .name("conn-log".into())
+            .spawn(move || write_loop(&rx, &q, &names, &st, &config_state))?;
+        Ok(Self {
+            queues,
+            commands: Some(tx),
+            thread: Some(thread),
+            state,
+            file: None,
+        })
+    }
+
+    /// The queues engines push into (for snapshots while the log is on).
+    pub(super) fn queues(&self) -> Arc<ConnLogQueues> {
+        self.queues.clone()
+    }
+
+    /// The file written now.
+    pub(super) fn file(&self) -> Option<&Path> {
+        self.file.as_deref()
+    }
+
+    /// Writes to `file` (opened at `path`) from now on.
+    pub(super) fn write_to(&mut self, path: PathBuf, file: File) {
+        self.file = Some(path.clone());
+        self.send(Command::Write(path, file));
+    }
+
+    /// Stops writing, once what the engines queued is written.
+    pub(super) fn off(&mut self) {
+        if self.file.take().is_some() {
+            self.send(Command::Off);
+        }
+    }
+
+    fn send(&self, c: Command) {
+        if let Some(tx) = &self.commands {
+            if tx.send(c).is_err() {
+                log::error!("connection log: its writer thread is gone");
+            }
+        }
+    }
+
+    /// `status`'s view, given the engines' count of records dropped.
+    pub(super) fn status(&self, dropped: u64) -> Option<control::api::ConnLogStatus> {
+        Some(control::api::ConnLogStatus {
+            file: self.file.clone()?,
+            written: self.state.written.load(Ordering::Relaxed),
+            dropped,
+            write_failed: self.state.write_failed.load(Ordering::Relaxed),
+            error: self.state.error.lock().ok().and_then(|e| e.clone()),
+        })
+    }
+}
+
+impl Drop for ConnLog {
+    /// The writer writes what is queued and ends.
+    fn drop(&mut self) {
+        self.commands = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The writer thread: commands, then every engine's records, every
+/// [`DRAIN_EVERY`], until the control thread lets go of it.
+fn write_loop(
+    commands: &mpsc::Receiver<Command>,
+    queues: &ConnLogQueues,
+    names: &SlotNames,
+    state: &WriterState,
+    config_state: &SharedConfigState,
+) {
+    let mut out: Option<(PathBuf, File)> = None;
+    let mut lines = Vec::with_capacity(256 * 1024);
+    loop {
+        let command = commands.recv_timeout(DRAIN_EVERY);
+        // Records queued before a switch go to the file they were meant
+        // for.
+        write_queued(queues, names, out.as_mut(), &mut lines, state);
+        match command {
+            Ok(Command::Write(path, file)) => out = Some((path, file)),
+            Ok(Command::Off) => out = None,
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        if let Ok(mut s) = config_state.write() {
+            s.conn_log_written = state.written.load(Ordering::Relaxed);
+            s.conn_log_write_failed = state.write_failed.load(Ordering::Relaxed);
+        }
+    }
+}
+
+/// Writes every record queued now to `out`, in one write (`lines` is
+/// its reused buffer). Without a file (the log was just turned off) they
+/// are dropped: engines stop queueing with the next snapshot.
+fn write_queued(
+    queues: &ConnLogQueues,
+    names: &SlotNames,
+    out: Option<&mut (PathBuf, File)>,
+    lines: &mut Vec<u8>,
+    state: &WriterState,
+) {
+    let names = names.read().map(|n| n.clone()).unwrap_or_default();
+    let mut records = 0;
+    lines.clear();
+    queues.drain(|r| {
+        let vip = names.get(usize::from(r.vip)).map_or("", String::as_str);
+        lines.extend_from_slice(r.json_line(vip).as_bytes());
+        records += 1;
+    });
+    let Some((path, file)) = out else {
+        return;
+    };
+    if records == 0 {
+        return;
+    }
+    let Ok(mut last) = state.error.lock() else {
+        return;
+    };
+    match file.write_all(lines) {
+        Ok(()) => {
+            state.written.fetch_add(records, Ordering::Relaxed);
+            if last.take().is_some() {
+                log::info!("connection log: writing {} again", path.display());
+            }
+        }
+        Err(e) => {
+            // Part of the lines may be in the file: all are counted lost.
+            state.write_failed.fetch_add(records, Ordering::Relaxed);
+            let e = format!("{}: {e}", path.display());
+            if last.as_deref() != Some(e.as_str()) {
+                log::warn!("connection log: cannot write {e}; records are lost until it can");
+            }
+            *last = Some(e);
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! The connection log in memory: each client connection of every kind of
+//! VIP, ended in every way (several in one burst), is recorded once, as
+//! it ends, with its VIP, client, how it ended, what served it, its bytes
+//! and its TLS outcome; a full queue drops records and counts them;
+//! nothing is recorded once the log is off.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::host::{HostConn, HostLab, Seg, DUT_IP, HOST_IP};
+use common::vips::{lab, BACKEND, PLAIN, PROXY, TLS};
+use crypto::client::{LoadClientConfig, LoadClientSession};
+use dataplane::app::conn_log::{ConnLogQueues, ConnRecord, End};
+use smoltcp::wire::TcpControl;
+
+const REQUEST: &[u8] = b"GET /bytes/100 HTTP/1.1\r\nHost: tlsdp\r\n\r\n";
+const LAST_REQUEST: &[u8] = b"GET /bytes/10 HTTP/1.1\r\nConnection: close\r\n\r\n";
+
+/// Every record queued now, by client port.
+fn records(queues: &ConnLogQueues) -> HashMap<u16, ConnRecord> {
+    let mut by_port = HashMap::new();
+    queues.drain(|r| {
+        let old = by_port.insert(r.client.port(), r.clone());
+        assert!(old.is_none(), "logged twice: {r:?}");
+    });
+    by_port
+}
+
+/// A TLS client over a host connection (rustls, certificates unchecked).
+struct TlsClient {
+    tcp: HostConn,
+    tls: LoadClientSession,
+    fed: usize,
+}
+
+impl TlsClient {
+    fn new(port: u16) -> Self {
+        let cfg = LoadClientConfig::new(true, true);
+        Self {
+            tcp: HostConn::client(port, TLS, 5_000 * u32::from(port)),
+            tls: LoadClientSession::new(&cfg, "tlsdp.test").unwrap(),
+            fed: 0,
+        }
+    }
+
+    fn absorb(&mut self, segs: &[Seg]) {
+        self.tcp.absorb(segs);
+        if self.fed < self.tcp.received.len() {
+            let n = self.tls.receive(&self.tcp.received[self.fed..]).unwrap();
+            self.fed += n;
+        }
+    }
+
+    fn tls_segments(&mut self) -> Vec<Seg> {
+        let mut bytes = Vec::new();
+        self.tls.take_tls(&mut bytes);
+        (bytes.chunks(1400))
+            .map(|c| self.tcp.next(TcpControl::Psh, c))
+            .collect()
+    }
+}
+
+#[test]
+fn each_client_connection_is_logged_once_as_it_ends_with_how_it_ended() {
+    let mut lab = lab();
+    let queues = Arc::new(ConnLogQueues::with_capacity(1, 1024));
+    lab.mem.engine.log_connections(Some(queues.clone()));
+
+    // Plain clients: SYNs in one burst, then in one burst: a request and
+    // FIN (21000), a reset (21001), a request and a reset (21002), a
+    // keep-alive request then a closing one (21003), nothing (21004:
+    // waits for its request's deadline).
+    let mut plain: Vec<HostConn> = (21_000..21_005)
+        .map(|p| HostConn::client(p, PLAIN, 1_000 * u32::from(p)))
+        .collect();
+    let syns: Vec<Seg> = plain
+        .iter_mut()
+        .map(|c| c.next(TcpControl::Syn, b""))
+        .collect();
+    let out = lab.exchange(&syns);
+    plain.iter_mut().for_each(|c| c.absorb(&out));
+    let mut burst = Vec::new();
+    for (i, c) in plain.iter_mut().enumerate() {
+        burst.push(c.next(TcpControl::None, b""));
+        match i {
+            0 => {
+                burst.push(c.next(TcpControl::Psh, REQUEST));
+                burst.push(c.next(TcpControl::Fin, b""));
+            }
+            1 => burst.push(c.next(TcpControl::Rst, b"")),
+            2 => {
+                burst.push(c.next(TcpControl::Psh, REQUEST));
+                burst.push(c.next(TcpControl::Rst, b""));
+            }
+            3 => {
+                burst.push(c.next(TcpControl::Psh, REQUEST));
+                burst.push(c.next(TcpControl::Psh, LAST_REQUEST));
+            }
+            _ => {}
+        }
+    }
+    let out = lab.exchange(&burst);
+    plain.iter_mut().for_each(|c| c.absorb(&out));
+    // 21000 and 21003 got their answers and our FIN: they ACK it (21003
+    // with its own FIN).
+    let acks = vec![
+        plain[0].next(TcpControl::None, b""),
+        plain[3].next(TcpControl::Fin, b""),
+    ];
+    let out = lab.exchange(&acks);
+    plain.iter_mut().for_each(|c| c.absorb(&out));
+    assert!(plain[0].fin_at.is_some() && plain[3].fin_at.is_some());
+
+    // TLS clients: a handshake, a request, close_notify and FIN (22000);
+    // bytes that are not TLS (22001); a silent one (22002: waits for its
+    // handshake's deadline).
+    let mut done = TlsClient::new(22_000);
+    let mut not_tls = HostConn::client(22_001, TLS, 77);
+    let mut silent = HostConn::client(22_002, TLS, 99);
+    let syns = [
+        done.tcp.next(TcpControl::Syn, b""),
+        not_tls.next(TcpControl::Syn, b""),
+        silent.next(TcpControl::Syn, b""),
+    ];
+    let out = lab.exchange(&syns);
+    done.absorb(&out);
+    not_tls.absorb(&out);
+    silent.absorb(&out);
+    let mut burst = vec![done.tcp.next(TcpControl::None, b"")];
+    burst.extend(done.tls_segments());
+    burst.push(not_tls.next(TcpControl::None, b""));
+    burst.push(not_tls.next(TcpControl::Psh, &REQUEST[..10]));
+    burst.push(silent.next(TcpControl::None, b""));
+    let out = lab.exchange(&burst);
+    done.absorb(&out);
+    not_tls.absorb(&out);
+    assert!(!done.tls.is_handshaking());
+    done.tls.write_plain(LAST_REQUEST);
+    let mut segs = done.tls_segments();
+    let out = lab.exchange(&segs);
+    done.absorb(&out);
+    done.tls.close_notify();
+    segs = done.tls_segments();
+    segs.push(done.tcp.next(TcpControl::Fin, b""));
+    let out = lab.exchange(&segs);
+    done.absorb(&out);
+    let ack = done.tcp.next(TcpControl::None, b"");
+    let out = lab.exchange(&[ack]);
+    done.absorb(&out);
+    // It closes too, once it has the alert and our FIN (acknowledged
+    // first, then its own FIN a moment later).
+    assert!(not_tls.fin_at.is_some());
+    // The rest of its bytes come after the alert.
+    let ack = not_tls.next(TcpControl::Psh, &REQUEST[10..]);
+    not_tls.absorb(&lab.exchange(&[ack]));
+    lab.advance(Duration::from_millis(5));
+    let fin = not_tls.next(TcpControl::Fin, b"");
+    not_tls.absorb(&lab.exchange(&[fin]));
+
+    // A proxied client: its request reaches the backend (the host), whose
+    // answer and FIN reach it; it closes too.
+    let mut proxied = HostConn::client(23_000, PROXY, 4_242);
+    let syn = proxied.next(TcpControl::Syn, b"");
+    proxied.absorb(&lab.exchange(&[syn]));
+    let burst = [
+        proxied.next(TcpControl::None, b""),
+        proxied.next(TcpControl::Psh, REQUEST),
+    ];
+    let out = lab.exchange(&burst);
+    let syn = (out.iter())
+        .find(|s| s.dst_port == BACKEND && s.control == TcpControl::Syn)
+        .expect("a backend connection")
+        .clone();
+    let mut backend = HostConn::accepted(&syn, 800_000);
+    let synack = backend.next(TcpControl::Syn, b"");
+    backend.absorb(&lab.exchange(&[synack]));
+    assert_eq!(backend.received, REQUEST);
+    let reply = b"HTTP/1.0 200 OK\r\n\r\nfrom the backend";
+    let burst = [
+        backend.next(TcpControl::Psh, reply),
+        backend.next(TcpControl::Fin, b""),
+    ];
+    let out = lab.exchange(&burst);
+    proxied.absorb(&out);
+    backend.absorb(&out);
+    assert_eq!(proxied.received, reply);
+    let fin = proxied.next(TcpControl::Fin, b"");
+    let out = lab.exchange(&[fin]);
+    proxied.absorb(&out);
+    backend.absorb(&out);
+    let ack = backend.next(TcpControl::None, b"");
+    lab.exchange(&[ack]);
+
+    let early = records(&queues);
+    let mut ended: Vec<u16> = early.keys().copied().collect();
+    ended.sort_unstable();
+    assert_eq!(
+        ended,
+        [21_000, 21_001, 21_002, 21_003, 22_000, 22_001, 23_000],
+        "logged as they end; not the two waiting for their deadlines, nor the backend"
+    );
+    // The deadlines pass: the two still open end.
+    for _ in 0..320 {
+        lab.advance(Duration::from_millis(100));
+    }
+    let late = records(&queues);
+    let mut ports: Vec<u16> = late.keys().copied().collect();
+    ports.sort_unstable();
+    assert_eq!(ports, [21_004, 22_002]);
+
+    let all: HashMap<u16, ConnRecord> = early.into_iter().chain(late).collect();
+    let counters = lab.mem.engine.counters();
+    assert_eq!(counters.conn_log_records, all.len() as u64);
+    assert_eq!(counters.conn_log_dropped, 0);
+    let vip = |port| SocketAddr::new(IpAddr::V4(DUT_IP), port);
+    for (port, r) in &all {
+        assert_eq!(r.client, SocketAddr::new(IpAddr::V4(HOST_IP), *port));
+        assert_eq!(r.engine, 0);
+    }
+    let r = &all[&21_000];
+    assert_eq!(
+        (r.local, r.vip, r.end, r.role),
+        (vip(PLAIN), 0, End::Closed, "http")
+    );
+    assert_eq!(r.requests, Some(1));
+    assert_eq!(r.bytes_in, REQUEST.len() as u64);
+    assert_eq!(
+        r.bytes_out,
+        plain[0].received.len() as u64,
+        "the whole answer"
+    );
+    assert!(r.tls.is_none() && r.backend.is_none());
+    // Reset in the burst that ended their handshake: never served.
+    let r = &all[&21_001];
+    assert_eq!(
+        (r.vip, r.end, r.role, r.requests),
+        (0, End::ClientReset, "", None)
+    );
+    assert_eq!((r.bytes_in, r.bytes_out), (0, 0));
+    let r = &all[&21_002];
+    assert_eq!((r.end, r.role), (End::ClientReset, ""));
+    assert_eq!(
+        r.bytes_in,
+        REQUEST.len() as u64,
+        "its request came before its reset"
+    );
+    let r = &all[&21_003];
+    assert_eq!((r.end, r.requests), (End::Closed, Some(2)));
+    assert_eq!(r.bytes_in, (REQUEST.len() + LAST_REQUEST.len()) as u64);
+    assert_eq!(r.bytes_out, plain[3].received.len() as u64);
+    let r = &all[&21_004];
+    assert_eq!((r.end, r.requests), (End::RequestTimeout, Some(0)));
+    assert!(
+        (Duration::from_secs(30)..Duration::from_millis(30_200)).contains(&r.duration),
+        "reset at the request deadline, 30 s after the handshake: {:?}",
+        r.duration
+    );
+
+    let r = &all[&22_000];
+    assert_eq!(
+        (r.local, r.vip, r.end, r.role),
+        (vip(TLS), 1, End::Closed, "tls")
+    );
+    assert_eq!(r.requests, Some(1));
+    assert_eq!(r.bytes_out, done.tcp.received.len() as u64);
+    let tls = r.tls.as_ref().expect("a TLS connection's outcome");
+    let n = tls.negotiated.expect("its handshake finished");
+    assert_eq!(crypto::session::VERSIONS[n.version], "TLSv1.3");
+    assert_eq!(tls.sni.as_deref(), Some("tlsdp.test"));
+    assert_eq!(tls.failure, None);
+    let r = &all[&22_001];
+    assert_eq!(r.end, End::TlsFailure);
+    let tls = r.tls.as_ref().unwrap();
+    assert!(tls.negotiated.is_none() && tls.failure.is_some());
+    assert_eq!(r.bytes_in, REQUEST.len() as u64);
+    let r = &all[&22_002];
+    assert_eq!(r.end, End::HandshakeTimeout);
+    assert!(r
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.negotiated.is_none() && t.failure.is_none()));
+    assert!(
+        (Duration::from_secs(10)..Duration::from_millis(10_200)).contains(&r.duration),
+        "10 s from its SYN: {:?}",
+        r.duration
+    );
+
+    let r = &all[&23_000];
+    assert_eq!(
+        (r.local, r.vip, r.end, r.role),
+        (vip(PROXY), 2, End::Closed, "proxy")
+    );
+    assert_eq!(r.requests, None);
+    assert_eq!(
+        r.backend,
+        Some(SocketAddr::new(IpAddr::V4(HOST_IP), BACKEND))
+    );
+    assert_eq!(r.to_backend, REQUEST.len() as u64);
+    assert_eq!(
+        (r.bytes_in, r.bytes_out),
+        (REQUEST.len() as u64, reply.len() as u64)
+    );
+
+    let line = all[&22_000].json_line("web-tls");
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["client"], "10.78.0.2:22000");
+    assert_eq!(v["sni"], "tlsdp.test");
+}
+
+#[test]
+fn a_full_queue_drops_records_and_counts_them_and_a_log_turned_off_records_nothing() {
+    let mut lab = lab();
+    let queues = Arc::new(ConnLogQueues::with_capacity(1, 2));
+    lab.mem.engine.log_connections(Some(queues.clone()));
+    let reset_five = |lab: &mut HostLab, from: u16| {
+        let mut conns: Vec<HostConn> = (from..from + 5)
+            .map(|p| HostConn::client(p, PLAIN, u32::from(p)))
+            .collect();
+        let syns: Vec<Seg> = conns
+            .iter_mut()
+            .map(|c| c.next(TcpControl::Syn, b""))
+            .collect();
+        let out = lab.exchange(&syns);
+        let mut burst = Vec::new();
+        for c in &mut conns {
+            c.absorb(&out);
+            burst.push(c.next(TcpControl::None, b""));
+            burst.push(c.next(TcpControl::Rst, b""));
+        }
+        lab.exchange(&burst);
+    };
+    reset_five(&mut lab, 30_000);
+    let c = lab.mem.engine.counters();
+    assert_eq!((c.conn_log_records, c.conn_log_dropped), (2, 3));
+    assert_eq!(records(&queues).len(), 2, "the first two");
+
+    lab.mem.engine.log_connections(None);
+    reset_five(&mut lab, 31_000);
+    assert!(records(&queues).is_empty());
+    let c = lab.mem.engine.counters();
+    assert_eq!((c.conn_log_records, c.conn_log_dropped), (2, 3));
+
+    // On again: TCP kept nothing meanwhile, and each end is its own.
+    lab.mem.engine.log_connections(Some(queues.clone()));
+    reset_five(&mut lab, 32_000);
+    let mut ports: Vec<u16> = records(&queues).into_keys().collect();
+    ports.sort_unstable();
+    assert_eq!(ports, [32_000, 32_001]);
+}
