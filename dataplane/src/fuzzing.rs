@@ -199,6 +199,8 @@ pub const SCRIPT_CHECKED: u16 = 9000;
 pub fn engine_script(data: &[u8], tls: Option<&TlsConfig>) -> Counters {
     let (dut, mut peer_port) = link(FUZZ_MAC, PEER_MAC, 1024, 4096);
     let mut engine = script_engine(dut, tls);
+    let log = std::sync::Arc::new(crate::app::conn_log::ConnLogQueues::with_capacity(1, 4096));
+    engine.log_connections(Some(log.clone()));
     let vips: &'static [u16] = if tls.is_some() {
         &SCRIPT_VIPS
     } else {
@@ -223,7 +225,28 @@ pub fn engine_script(data: &[u8], tls: Option<&TlsConfig>) -> Counters {
     let c = *engine.counters();
     assert_eq!(c.rx_packets, fed, "every frame is counted");
     check_open_counts(&engine);
+    check_conn_log(&log, &c);
     c
+}
+
+/// Each client connection that ended is in the connection log once, from
+/// the peer, to a VIP, as one line of JSON.
+fn check_conn_log(log: &crate::app::conn_log::ConnLogQueues, c: &Counters) {
+    let mut records = 0;
+    log.drain(|r| {
+        records += 1;
+        assert_eq!(r.client.ip(), std::net::IpAddr::V4(PEER_ADDR), "{r:?}");
+        assert_eq!(r.local.ip(), std::net::IpAddr::V4(FUZZ_ADDR), "{r:?}");
+        assert!(SCRIPT_VIPS.contains(&r.local.port()), "{r:?}");
+        let line = r.json_line("vip");
+        let parsed: Result<serde_json::Value, _> = serde_json::from_str(&line);
+        assert!(parsed.is_ok(), "{line}");
+    });
+    assert_eq!(records, c.conn_log_records, "every record queued is there");
+    assert!(
+        c.conn_log_records + c.conn_log_dropped <= c.tcp_accepted,
+        "no more records than client connections: {c:?}"
+    );
 }
 
 /// The VIP and member counts of open connections equal the connections
