@@ -16,6 +16,10 @@
 //! of N networks, none of them the generator's, of three prefix lengths
 //! (/32, /24, /16): what each SYN's look-up costs.
 //!
+//! `--conn-log` (with any of these) turns the connection log on in the
+//! server (`[log] connections`) and reports what formatting its lines
+//! costs the writer thread.
+//!
 //! `--offload` (with any of these) joins engine and generator by a link
 //! that fills and checks IPv4 and TCP checksums as a NIC does, so the
 //! engine leaves them to the port as `dpd` does on such a NIC.
@@ -262,6 +266,7 @@ fn run_tcp(
     let tcp_cfg = tcp;
     let (mut server, mut client) = setup_tcp(load, tcp, tls);
     let clock = TscClock::new();
+    let mut conn_log = ConnLogSink::new(&mut server);
     let (mut srv_ticks, mut cli_ticks) = (0u64, 0u64);
     let start = clock.ticks();
     let mut mark = SteadyMark::new(&tcp_cfg, &clock, start);
@@ -294,6 +299,9 @@ fn run_tcp(
             );
         }
         mark.check(&server, srv_ticks, t2);
+        if let Some(log) = &mut conn_log {
+            log.take(&clock);
+        }
         polls += 1;
         if a + b == 0 {
             idle += 1;
@@ -318,10 +326,74 @@ fn run_tcp(
         );
     }
     let wall = clock.ticks() - start;
+    if let Some(log) = &mut conn_log {
+        log.take(&clock);
+        log.report(&server, hz);
+    }
     let mut r = result(&client, srv_ticks, cli_ticks, wall, hz);
     r.steady = mark.steady(&server, srv_ticks, hz);
     r.stalls = stalls;
     (r, server)
+}
+
+/// With `--conn-log`: the server records each connection's end
+/// (`[log] connections`), and the bench takes the records as dpd's writer
+/// thread does (one JSON line each, into a buffer that stands for the
+/// file), outside the server's time, timing that work apart.
+struct ConnLogSink {
+    queues: Arc<dataplane::app::conn_log::ConnLogQueues>,
+    lines: Vec<u8>,
+    clock: dataplane::app::conn_log::LineClock,
+    records: u64,
+    bytes: u64,
+    ticks: u64,
+}
+
+impl ConnLogSink {
+    fn new(server: &mut Engine<MemPort>) -> Option<Self> {
+        if !std::env::args().any(|a| a == "--conn-log") {
+            return None;
+        }
+        let queues = Arc::new(dataplane::app::conn_log::ConnLogQueues::new(1));
+        server.log_connections(Some(queues.clone()));
+        Some(Self {
+            queues,
+            lines: Vec::with_capacity(1 << 20),
+            clock: dataplane::app::conn_log::LineClock::default(),
+            records: 0,
+            bytes: 0,
+            ticks: 0,
+        })
+    }
+
+    /// Formats what is queued, once a batch has gathered.
+    fn take(&mut self, clock: &TscClock) {
+        let Some(q) = self.queues.of(0) else { return };
+        if q.len() < 1024 && !q.is_empty() && self.records > 0 {
+            return;
+        }
+        let t0 = clock.ticks();
+        self.lines.clear();
+        let (lines, records, line_clock) = (&mut self.lines, &mut self.records, &mut self.clock);
+        self.queues.drain(|r| {
+            r.write_json_line("plain", line_clock, lines);
+            *records += 1;
+        });
+        self.bytes += self.lines.len() as u64;
+        self.ticks += clock.ticks() - t0;
+    }
+
+    fn report(&self, server: &Engine<MemPort>, hz: f64) {
+        let c = server.counters();
+        println!(
+            "      connection log: {} records ({} dropped), {:.0} bytes a line; the writer's formatting {:.0} ns a line = {:.0} lines/s on one core",
+            self.records,
+            c.conn_log_dropped,
+            self.bytes as f64 / self.records.max(1) as f64,
+            self.ticks as f64 * 1e9 / hz / self.records.max(1) as f64,
+            self.records as f64 * hz / self.ticks.max(1) as f64
+        );
+    }
 }
 
 /// A finished run's figures from the generator's count and the ticks

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::thread::JoinHandle;
 
 use super::*;
-use crate::app::conn_log::ConnLogQueues;
+use crate::app::conn_log::{ConnLogQueues, LineClock};
 
 /// How often the writer takes the engines' records.
 pub const DRAIN_EVERY: Duration = Duration::from_millis(20);
@@ -146,11 +146,12 @@ fn write_loop(
 ) {
     let mut out: Option<(PathBuf, File)> = None;
     let mut lines = Vec::with_capacity(256 * 1024);
+    let mut clock = LineClock::default();
     loop {
         let command = commands.recv_timeout(DRAIN_EVERY);
         // Records queued before a switch go to the file they were meant
         // for.
-        write_queued(queues, names, out.as_mut(), &mut lines, state);
+        write_queued(queues, names, out.as_mut(), &mut lines, &mut clock, state);
         match command {
             Ok(Command::Write(path, file)) => out = Some((path, file)),
             Ok(Command::Off) => out = None,
@@ -172,6 +173,7 @@ fn write_queued(
     names: &SlotNames,
     out: Option<&mut (PathBuf, File)>,
     lines: &mut Vec<u8>,
+    clock: &mut LineClock,
     state: &WriterState,
 ) {
     let names = names.read().map(|n| n.clone()).unwrap_or_default();
@@ -179,7 +181,7 @@ fn write_queued(
     lines.clear();
     queues.drain(|r| {
         let vip = names.get(usize::from(r.vip)).map_or("", String::as_str);
-        lines.extend_from_slice(r.json_line(vip).as_bytes());
+        r.write_json_line(vip, clock, lines);
         records += 1;
     });
     let Some((path, file)) = out else {
