@@ -351,3 +351,82 @@ fn a_full_queue_drops_records_and_counts_them_and_a_log_turned_off_records_nothi
     ports.sort_unstable();
     assert_eq!(ports, [32_000, 32_001]);
 }
+
+/// Proxied clients ended by what their backend did: its pool's only
+/// member refusing (`no_backend`), and a backend resetting mid-answer
+/// (`backend_reset`, after the client got what it had sent); a client
+/// that resets while its backend is fine stays `client_reset`.
+#[test]
+fn proxied_clients_ended_by_their_backend_say_so() {
+    let mut lab = lab();
+    let queues = Arc::new(ConnLogQueues::with_capacity(1, 64));
+    lab.mem.engine.log_connections(Some(queues.clone()));
+    let mut clients: Vec<HostConn> = (27_000..27_003)
+        .map(|p| HostConn::client(p, PROXY, 3_000 * u32::from(p)))
+        .collect();
+    let syns: Vec<Seg> = clients
+        .iter_mut()
+        .map(|c| c.next(TcpControl::Syn, b""))
+        .collect();
+    let out = lab.exchange(&syns);
+    let mut burst = Vec::new();
+    for c in &mut clients {
+        c.absorb(&out);
+        burst.push(c.next(TcpControl::None, b""));
+        burst.push(c.next(TcpControl::Psh, REQUEST));
+    }
+    let out = lab.exchange(&burst);
+    let syns: Vec<Seg> = (out.iter())
+        .filter(|s| s.dst_port == BACKEND && s.control == TcpControl::Syn)
+        .cloned()
+        .collect();
+    assert_eq!(syns.len(), 3);
+    // The backend connections in the order of their clients' requests.
+    let reply = b"HTTP/1.0 200 OK\r\n\r\nhalf an ans";
+    let mut answers = Vec::new();
+    let mut backends = Vec::new();
+    for (i, syn) in syns.iter().enumerate() {
+        let mut b = HostConn::accepted(syn, 600_000 + 1_000 * i as u32);
+        match i {
+            0 => answers.push(
+                Seg::to(syn.src_port, BACKEND, 0, Some(syn.end())).with(TcpControl::Rst, b""),
+            ),
+            1 => {
+                answers.push(b.next(TcpControl::Syn, b""));
+                answers.push(b.next(TcpControl::Psh, reply));
+                answers.push(b.next(TcpControl::Rst, b""));
+            }
+            _ => answers.push(b.next(TcpControl::Syn, b"")),
+        }
+        backends.push(b);
+    }
+    let out = lab.exchange(&answers);
+    clients.iter_mut().for_each(|c| c.absorb(&out));
+    // The second client acknowledges what came; the third resets.
+    let ack = clients[1].next(TcpControl::None, b"");
+    let rst = clients[2].next(TcpControl::Rst, b"");
+    let out = lab.exchange(&[ack, rst]);
+    clients.iter_mut().for_each(|c| c.absorb(&out));
+    for _ in 0..50 {
+        lab.advance(Duration::from_millis(100));
+    }
+    let all = records(&queues);
+    let port = |i: usize| clients[i].port;
+    assert!(clients[0].reset, "no member: reset");
+    assert_eq!(all[&port(0)].end, End::NoBackend, "{:?}", all[&port(0)]);
+    let member = Some(SocketAddr::new(IpAddr::V4(HOST_IP), BACKEND));
+    assert_eq!(all[&port(0)].backend, member, "the member tried last");
+    assert_eq!(
+        clients[1].received, reply,
+        "what the backend sent came first"
+    );
+    assert!(clients[1].reset);
+    let r = &all[&port(1)];
+    assert_eq!(r.end, End::BackendReset, "{r:?}");
+    assert_eq!(r.backend, member);
+    assert_eq!(r.bytes_out, reply.len() as u64);
+    assert_eq!(all[&port(2)].end, End::ClientReset);
+    assert_eq!(all.len(), 3);
+    let v: serde_json::Value = serde_json::from_str(&all[&port(0)].json_line("p")).unwrap();
+    assert_eq!(v["end"], "no_backend");
+}

@@ -13,6 +13,7 @@ use crossbeam_queue::ArrayQueue;
 use crypto::session::{Failure, Negotiated, GROUPS, KEY_TYPES, SUITES, VERSIONS};
 
 use super::deadlines::Wait;
+use super::proxy::BackendTrouble;
 use super::role::{Entry, Inner, Role};
 use super::{Cx, Services};
 use crate::tcp::{CloseReason, ConnId};
@@ -82,6 +83,12 @@ pub enum End {
     SendTimeout,
     /// A TLS error: the alert went out, then the connection closed.
     TlsFailure,
+    /// Proxied: no pool member could take it (all down, refusing, or not
+    /// answering within the pool's `connect_timeout_ms`).
+    NoBackend,
+    /// Proxied: its backend reset (or timed out) mid-answer; the client
+    /// got what the backend had sent, then a reset.
+    BackendReset,
     /// dpd reset it otherwise (an operator's `conn reset`, a deny, a
     /// backend that could not be reached, its VIP gone).
     Reset,
@@ -89,8 +96,20 @@ pub enum End {
 
 impl End {
     /// How the connection with close `reason` ended, given what it waited
-    /// for and whether TLS failed on it.
-    pub fn of(reason: CloseReason, wait: Wait, tls_failed: bool) -> Self {
+    /// for, whether TLS failed on it, and (proxied) what its backend did.
+    pub fn of(
+        reason: CloseReason,
+        wait: Wait,
+        tls_failed: bool,
+        backend: Option<BackendTrouble>,
+    ) -> Self {
+        match (backend, reason) {
+            // The client's own reset or silence came first.
+            (_, CloseReason::Reset | CloseReason::TimedOut | CloseReason::Deadline) => {}
+            (Some(BackendTrouble::NoMember), _) => return End::NoBackend,
+            (Some(BackendTrouble::Reset), _) => return End::BackendReset,
+            (None, _) => {}
+        }
         match reason {
             CloseReason::Normal if tls_failed => End::TlsFailure,
             CloseReason::Normal => End::Closed,
@@ -115,6 +134,8 @@ impl End {
             End::RequestTimeout => "request_timeout",
             End::SendTimeout => "send_timeout",
             End::TlsFailure => "tls_failure",
+            End::NoBackend => "no_backend",
+            End::BackendReset => "backend_reset",
             End::Reset => "reset",
         }
     }
@@ -342,6 +363,7 @@ impl Services {
             Role::Backend(_) | Role::Probe(_) => return,
         };
         let tls_failed = tls.as_ref().is_some_and(|t| t.failure.is_some());
+        let trouble = entry.role.link().and_then(|l| l.backend_trouble);
         let record = ConnRecord {
             unix_ns: self.wall.unix_ns(cx.now),
             duration: cx.now.saturating_since(ended.opened),
@@ -349,7 +371,7 @@ impl Services {
             vip,
             local: ended.key.local_addr(),
             client: ended.key.remote_addr(),
-            end: End::of(reason, entry.wait, tls_failed),
+            end: End::of(reason, entry.wait, tls_failed, trouble),
             role: described.role,
             requests,
             bytes_in: ended.bytes_received,
@@ -377,7 +399,7 @@ impl Services {
             vip: vip.map_or(UNKNOWN_VIP, |v| v.slot),
             local,
             client: ended.key.remote_addr(),
-            end: End::of(reason, Wait::Nothing, false),
+            end: End::of(reason, Wait::Nothing, false, None),
             role: "",
             requests: None,
             bytes_in: ended.bytes_received,
@@ -520,7 +542,7 @@ mod tests {
     #[test]
     fn ends_are_named_by_reason_wait_and_tls_failure() {
         use CloseReason as R;
-        let of = End::of;
+        let of = |r, w, t| End::of(r, w, t, None);
         assert_eq!(of(R::Normal, Wait::Nothing, false), End::Closed);
         assert_eq!(of(R::Normal, Wait::Nothing, true), End::TlsFailure);
         assert_eq!(of(R::Reset, Wait::Handshake, false), End::ClientReset);
@@ -536,6 +558,26 @@ mod tests {
         assert_eq!(of(R::SendTimeout, Wait::Nothing, false), End::SendTimeout);
         assert_eq!(of(R::Aborted, Wait::Nothing, false), End::Reset);
         assert_eq!(of(R::Aborted, Wait::Handshake, true), End::TlsFailure);
+        let none = Some(BackendTrouble::NoMember);
+        let reset = Some(BackendTrouble::Reset);
+        assert_eq!(
+            End::of(R::Aborted, Wait::Request(0), false, none),
+            End::NoBackend
+        );
+        // A TLS client gets an alert, then our FIN.
+        assert_eq!(
+            End::of(R::Normal, Wait::Nothing, false, none),
+            End::NoBackend
+        );
+        assert_eq!(
+            End::of(R::Aborted, Wait::Nothing, false, reset),
+            End::BackendReset
+        );
+        assert_eq!(
+            End::of(R::Reset, Wait::Nothing, false, reset),
+            End::ClientReset,
+            "the client reset first"
+        );
     }
 
     #[test]

@@ -44,6 +44,20 @@ pub struct ProxyLink {
     pub forwarded: u64,
     /// A backend's: what its client sent before its reset, still to go.
     pub carry: Option<Box<Carry>>,
+    /// A client's: what its backend did to end it, for the connection
+    /// log (none: it ended otherwise).
+    pub backend_trouble: Option<BackendTrouble>,
+}
+
+/// Why a proxied client was ended by its backend's side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendTrouble {
+    /// No member could take it (all down, refusing, or not answering
+    /// within the pool's connect timeout).
+    NoMember,
+    /// Its backend reset (or timed out) before its answer was whole: the
+    /// client got what it had sent, then a reset.
+    Reset,
 }
 
 impl ProxyLink {
@@ -59,6 +73,7 @@ impl ProxyLink {
             fin_passed: false,
             forwarded: 0,
             carry: None,
+            backend_trouble: None,
         }
     }
 }
@@ -356,12 +371,21 @@ impl Services {
     /// No member can take `client`: counted, and the client ended.
     fn no_member(&mut self, cx: &mut Cx<'_>, client: ConnId) {
         cx.counters.proxy_no_member += 1;
+        self.note_trouble(client, BackendTrouble::NoMember);
         if let Some(slot) = self.roles.get(client).and_then(|e| e.vip) {
             if let Some(vc) = self.vip_counters.get_mut(usize::from(slot)) {
                 vc.proxy_no_member += 1;
             }
         }
         self.fail_client(cx, client);
+    }
+
+    /// Notes on `client`'s link what its backend did to end it.
+    fn note_trouble(&mut self, client: ConnId, trouble: BackendTrouble) {
+        let link = self.roles.get_mut(client).and_then(|e| e.role.link_mut());
+        if let Some(link) = link {
+            link.backend_trouble = Some(trouble);
+        }
     }
 
     /// No backend for this client: a TLS alert (internal_error) or a reset.
@@ -415,6 +439,7 @@ impl Services {
                     if let Some(Role::Tls(t)) = self.roles.get_mut(client).map(|e| &mut e.role) {
                         t.conn.flush_alert(cx.tcp, client);
                     }
+                    self.note_trouble(client, BackendTrouble::Reset);
                     cx.tcp.abort_after_send(client);
                 }
             }
