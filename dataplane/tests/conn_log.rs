@@ -430,3 +430,68 @@ fn proxied_clients_ended_by_their_backend_say_so() {
     let v: serde_json::Value = serde_json::from_str(&all[&port(0)].json_line("p")).unwrap();
     assert_eq!(v["end"], "no_backend");
 }
+
+/// Connections dpd resets on purpose say why: an operator's `conn
+/// reset` (`operator_reset`), and a deny list naming the client
+/// (`denied`), each in the middle of a request or a TLS handshake.
+#[test]
+fn resets_by_an_operator_or_a_deny_say_so() {
+    use dataplane::net::PrefixSet;
+    use dataplane::tcp::ConnFilter;
+    let mut lab = lab();
+    let queues = Arc::new(ConnLogQueues::with_capacity(1, 64));
+    lab.mem.engine.log_connections(Some(queues.clone()));
+    let open = |lab: &mut HostLab, ports: std::ops::Range<u16>, vip: u16| {
+        let mut conns: Vec<HostConn> = ports
+            .map(|p| HostConn::client(p, vip, 7 * u32::from(p)))
+            .collect();
+        let syns: Vec<Seg> = conns
+            .iter_mut()
+            .map(|c| c.next(TcpControl::Syn, b""))
+            .collect();
+        let out = lab.exchange(&syns);
+        let mut burst = Vec::new();
+        for c in &mut conns {
+            c.absorb(&out);
+            burst.push(c.next(TcpControl::None, b""));
+            if vip != TLS {
+                burst.push(c.next(TcpControl::Psh, b"GET / HT"));
+            }
+        }
+        lab.exchange(&burst);
+        conns
+    };
+    open(&mut lab, 28_000..28_002, PLAIN);
+    open(&mut lab, 28_100..28_102, PROXY);
+    let now = lab.mem.now;
+    let filter = ConnFilter {
+        local: Some((IpAddr::V4(DUT_IP), PLAIN)),
+        ..ConnFilter::default()
+    };
+    assert_eq!(lab.mem.engine.reset_connections(filter, now), 2);
+    lab.advance(Duration::from_millis(1));
+    let operator = records(&queues);
+    let mut ports: Vec<u16> = operator.keys().copied().collect();
+    ports.sort_unstable();
+    assert_eq!(ports, [28_000, 28_001]);
+    assert!(operator.values().all(|r| r.end == End::OperatorReset));
+
+    open(&mut lab, 28_200..28_202, TLS);
+    let host = std::iter::once((IpAddr::V4(HOST_IP), 32));
+    lab.mem.engine.set_deny(Arc::new(PrefixSet::new(host)));
+    lab.advance(Duration::from_millis(1));
+    let denied = records(&queues);
+    let mut ports: Vec<u16> = denied.keys().copied().collect();
+    ports.sort_unstable();
+    assert_eq!(
+        ports,
+        [28_100, 28_101, 28_200, 28_201],
+        "proxied and TLS clients"
+    );
+    assert!(denied.values().all(|r| r.end == End::Denied), "{denied:?}");
+    let v: serde_json::Value = serde_json::from_str(&denied[&28_200].json_line("t")).unwrap();
+    assert_eq!(
+        (v["end"].as_str(), v["tls_handshake"].as_str()),
+        (Some("denied"), Some("incomplete"))
+    );
+}

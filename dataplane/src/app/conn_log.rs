@@ -89,8 +89,12 @@ pub enum End {
     /// Proxied: its backend reset (or timed out) mid-answer; the client
     /// got what the backend had sent, then a reset.
     BackendReset,
-    /// dpd reset it otherwise (an operator's `conn reset`, a deny, a
-    /// backend that could not be reached, its VIP gone).
+    /// Its source was denied while it was open (`[access] deny`, its
+    /// VIP's `allow`).
+    Denied,
+    /// An operator reset it (`dpctl conn reset`).
+    OperatorReset,
+    /// dpd reset it otherwise (its VIP gone, no TLS configuration).
     Reset,
 }
 
@@ -105,7 +109,14 @@ impl End {
     ) -> Self {
         match (backend, reason) {
             // The client's own reset or silence came first.
-            (_, CloseReason::Reset | CloseReason::TimedOut | CloseReason::Deadline) => {}
+            (
+                _,
+                CloseReason::Reset
+                | CloseReason::TimedOut
+                | CloseReason::Deadline
+                | CloseReason::Denied
+                | CloseReason::Operator,
+            ) => {}
             (Some(BackendTrouble::NoMember), _) => return End::NoBackend,
             (Some(BackendTrouble::Reset), _) => return End::BackendReset,
             (None, _) => {}
@@ -120,6 +131,8 @@ impl End {
                 Wait::Request(_) | Wait::Nothing => End::RequestTimeout,
             },
             CloseReason::SendTimeout => End::SendTimeout,
+            CloseReason::Denied => End::Denied,
+            CloseReason::Operator => End::OperatorReset,
             CloseReason::Aborted | CloseReason::Refused if tls_failed => End::TlsFailure,
             CloseReason::Aborted | CloseReason::Refused => End::Reset,
         }
@@ -136,6 +149,8 @@ impl End {
             End::TlsFailure => "tls_failure",
             End::NoBackend => "no_backend",
             End::BackendReset => "backend_reset",
+            End::Denied => "denied",
+            End::OperatorReset => "operator_reset",
             End::Reset => "reset",
         }
     }
@@ -557,6 +572,8 @@ mod tests {
         );
         assert_eq!(of(R::SendTimeout, Wait::Nothing, false), End::SendTimeout);
         assert_eq!(of(R::Aborted, Wait::Nothing, false), End::Reset);
+        assert_eq!(of(R::Denied, Wait::Request(0), false), End::Denied);
+        assert_eq!(of(R::Operator, Wait::Handshake, false), End::OperatorReset);
         assert_eq!(of(R::Aborted, Wait::Handshake, true), End::TlsFailure);
         let none = Some(BackendTrouble::NoMember);
         let reset = Some(BackendTrouble::Reset);

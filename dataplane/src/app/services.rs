@@ -329,7 +329,8 @@ impl Services {
         match entry.role {
             Role::Responder(_) => {}
             Role::Tls(t) => {
-                let ours = matches!(reason, CloseReason::Deadline | CloseReason::SendTimeout);
+                let ours = reason.is_ours()
+                    || matches!(reason, CloseReason::Deadline | CloseReason::SendTimeout);
                 if t.conn.is_handshaking() && !t.conn.failed() && !ours {
                     cx.counters.tls_abandoned += 1;
                 }

@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use super::conn::{Conn, ConnTcpView, State};
-use super::{AnyFlowKey, ConnId, TcpEngine};
+use super::{AnyFlowKey, CloseReason, ConnId, TcpEngine};
 use crate::time::Instant;
 
 /// Which accepted connections a request is about; empty: all (but
@@ -98,7 +98,7 @@ impl<A: Default> TcpEngine<A> {
     /// (half-open ones too), and returns how many (counted,
     /// `operator_resets`). Backend connections are not looked at.
     pub fn reset_accepted_by(&mut self, filter: ConnFilter, now: Instant) -> u64 {
-        let n = self.reset_accepted(|_, key, c| filter.picks(key, c, now));
+        let n = self.reset_accepted(CloseReason::Operator, |_, key, c| filter.picks(key, c, now));
         self.counters.operator_resets += n;
         n
     }

@@ -127,7 +127,9 @@ impl<A: Default> TcpEngine<A> {
         self.deny = deny;
         if !self.deny.is_empty() {
             let deny = Arc::clone(&self.deny);
-            let n = self.reset_accepted(|_, key, _| deny.contains(key.remote_addr().ip()));
+            let n = self.reset_accepted(CloseReason::Denied, |_, key, _| {
+                deny.contains(key.remote_addr().ip())
+            });
             self.counters.denied_resets += n;
         }
     }
@@ -156,7 +158,7 @@ impl<A: Default> TcpEngine<A> {
         let Some(allow) = l.allow.clone() else {
             return;
         };
-        let n = self.reset_accepted(|l, key, _| {
+        let n = self.reset_accepted(CloseReason::Denied, |l, key, _| {
             let ours = listener_addr(l, key) == addr && key.local_addr().port() == port;
             ours && !allow.contains(key.remote_addr().ip())
         });
@@ -169,6 +171,7 @@ impl<A: Default> TcpEngine<A> {
     /// at.
     pub(super) fn reset_accepted(
         &mut self,
+        reason: CloseReason,
         gone: impl Fn(conn::ListenerAddr, AnyFlowKey, &Conn<A>) -> bool,
     ) -> u64 {
         let mut ids = Vec::new();
@@ -185,7 +188,7 @@ impl<A: Default> TcpEngine<A> {
             }
         }
         for &id in &ids {
-            self.abort(id);
+            self.abort_for(id, reason);
         }
         ids.len() as u64
     }

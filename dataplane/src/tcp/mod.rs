@@ -176,8 +176,21 @@ pub enum CloseReason {
     SendTimeout,
     /// We aborted it.
     Aborted,
+    /// Its source was denied while it was open (`[access] deny`, its
+    /// VIP's `allow`): reset, as by an abort.
+    Denied,
+    /// An operator reset it (`dpctl conn reset`), as by an abort.
+    Operator,
     /// An active open was answered with a reset.
     Refused,
+}
+
+impl CloseReason {
+    /// We reset it at once (an abort, a deny, an operator): what it left
+    /// unread is dropped.
+    pub fn is_ours(self) -> bool {
+        matches!(self, Self::Aborted | Self::Denied | Self::Operator)
+    }
 }
 
 /// Why [`TcpEngine::connect`] failed.
@@ -1028,6 +1041,12 @@ impl<A: Default> TcpEngine<A> {
 
     /// Resets the connection and frees it at once.
     pub fn abort(&mut self, id: ConnId) {
+        self.abort_for(id, CloseReason::Aborted);
+    }
+
+    /// [`TcpEngine::abort`], its `Closed` event saying why (`Aborted`,
+    /// `Denied`, `Operator`).
+    fn abort_for(&mut self, id: ConnId, reason: CloseReason) {
         let Some(c) = live_mut(&mut self.conns, id) else {
             return;
         };
@@ -1037,7 +1056,7 @@ impl<A: Default> TcpEngine<A> {
                 self.own_reset(key, seq);
             }
         }
-        self.release(id, CloseReason::Aborted);
+        self.release(id, reason);
     }
 
     /// A Packet Too Big (ICMPv6, RFC 8201) or a "fragmentation needed"
@@ -1285,7 +1304,7 @@ impl<A: Default> TcpEngine<A> {
         self.account(Some(c.state), None);
         // Bytes the peer sent before it reset (or before we gave up) stay
         // readable through this batch of events; an abort discards them.
-        if c.accepted && reason != CloseReason::Aborted {
+        if c.accepted && !reason.is_ours() {
             if let Some(ring) = c.take_unread() {
                 self.remains.keep(id, key, ring);
             }
