@@ -179,7 +179,9 @@ pub fn restart_sections(running: &Config, next: &Config) -> Vec<&'static str> {
         vips: _,
         pools: _,
         certs: _,
-        log,
+        // Applied by a reload: the level, the format and the connection
+        // log's file.
+        log: _,
         tcp,
         control,
         routing,
@@ -188,9 +190,6 @@ pub fn restart_sections(running: &Config, next: &Config) -> Vec<&'static str> {
     [
         (*eal != running.eal, "[eal]"),
         (*ports != running.ports, "[[port]]"),
-        // The level applies at once (`log level`); the format is fixed
-        // when the logger is installed.
-        (log.format != running.log.format, "[log] format"),
         (*tcp != running.tcp, "[tcp]"),
         (*control != running.control, "[control]"),
         (*routing != running.routing, "[routing]"),
@@ -472,8 +471,11 @@ mod tests {
             restart_sections(&running, &next),
             ["[eal]", "[[port]]", "[tcp]", "[control]", "[routing]"]
         );
+        // `[log]` applies while dpd runs: level, format, connection log.
         next.log.format = crate::config::LogFormat::Json;
-        assert!(restart_sections(&running, &next).contains(&"[log] format"));
+        next.log.level = "warn".into();
+        next.log.connections = Some("/var/log/tlsdp/c.log".into());
+        assert_eq!(restart_sections(&running, &next).len(), 5);
     }
 
     #[test]

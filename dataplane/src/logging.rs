@@ -2,12 +2,14 @@
 //! (`[log] format`), behind a filter that can be replaced while `dpd` runs
 //! (`dpctl log level`, or a reload of a file whose `[log] level` changed),
 //! so that an operator can turn on `debug` for one module and off again
-//! without a restart dropping every connection.
+//! without a restart dropping every connection. The format changes with a
+//! reload too: both are built at start, and an atomic picks one.
 //!
 //! The filter is read under a lock only for a record that passes `log`'s
 //! global maximum (an atomic), and engines never log per packet
 //! ([architecture.md](../../docs/architecture.md), "Crates", the controller).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{PoisonError, RwLock};
 
 use control::config::{Log as LogConfig, LogFormat};
@@ -21,6 +23,9 @@ struct Level {
     spec: String,
     filter: env_filter::Filter,
 }
+
+/// Lines are JSON (`[log] format = "json"`), else text.
+static JSON: AtomicBool = AtomicBool::new(false);
 
 /// Installs the logger. `RUST_LOG`, when set, is the filter instead of
 /// `cfg.level` (read as env_logger reads it: a directive it cannot read is
@@ -36,37 +41,40 @@ pub fn init(cfg: &LogConfig) -> Result<(), log::SetLoggerError> {
     };
     let filter = env_filter::Builder::new().parse(&spec).build();
     let max = filter.filter();
-    let mut out = env_logger::Builder::new();
-    out.filter_level(LevelFilter::Trace);
-    if let Ok(style) = std::env::var("RUST_LOG_STYLE") {
-        out.parse_write_style(&style);
-    }
-    match cfg.format {
-        LogFormat::Text => {
-            out.format(|f, r| {
-                writeln!(
-                    f,
-                    "{} {:<5} {}: {}",
-                    f.timestamp_millis(),
-                    r.level(),
-                    r.target(),
-                    r.args()
-                )
-            });
+    let builder = || {
+        let mut out = env_logger::Builder::new();
+        out.filter_level(LevelFilter::Trace);
+        if let Ok(style) = std::env::var("RUST_LOG_STYLE") {
+            out.parse_write_style(&style);
         }
-        LogFormat::Json => {
-            out.format(|f, r| {
-                let line = serde_json::json!({
-                    "ts": f.timestamp_millis().to_string(),
-                    "level": r.level().as_str(),
-                    "target": r.target(),
-                    "msg": r.args().to_string(),
-                });
-                writeln!(f, "{line}")
-            });
-        }
-    }
-    log::set_boxed_logger(Box::new(Switched { out: out.build() }))?;
+        out
+    };
+    let mut text = builder();
+    text.format(|f, r| {
+        writeln!(
+            f,
+            "{} {:<5} {}: {}",
+            f.timestamp_millis(),
+            r.level(),
+            r.target(),
+            r.args()
+        )
+    });
+    let mut json = builder();
+    json.format(|f, r| {
+        let line = serde_json::json!({
+            "ts": f.timestamp_millis().to_string(),
+            "level": r.level().as_str(),
+            "target": r.target(),
+            "msg": r.args().to_string(),
+        });
+        writeln!(f, "{line}")
+    });
+    set_format(cfg.format);
+    log::set_boxed_logger(Box::new(Switched {
+        text: text.build(),
+        json: json.build(),
+    }))?;
     *LEVEL.write().unwrap_or_else(PoisonError::into_inner) = Some(Level { spec, filter });
     log::set_max_level(max);
     Ok(())
@@ -95,6 +103,20 @@ pub fn set_level(spec: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Writes lines in `format` from the next record on.
+pub fn set_format(format: LogFormat) {
+    JSON.store(format == LogFormat::Json, Ordering::Relaxed);
+}
+
+/// The format lines are written in.
+pub fn format() -> LogFormat {
+    if JSON.load(Ordering::Relaxed) {
+        LogFormat::Json
+    } else {
+        LogFormat::Text
+    }
+}
+
 /// The filter in effect, as given; `None` without the logger installed.
 pub fn level() -> Option<String> {
     LEVEL
@@ -104,9 +126,19 @@ pub fn level() -> Option<String> {
         .map(|l| l.spec.clone())
 }
 
-/// env_logger's writer and format, behind [`LEVEL`]'s filter.
+/// env_logger's writer with each format, behind [`LEVEL`]'s filter.
 struct Switched {
-    out: env_logger::Logger,
+    text: env_logger::Logger,
+    json: env_logger::Logger,
+}
+
+impl Switched {
+    fn out(&self) -> &env_logger::Logger {
+        match format() {
+            LogFormat::Json => &self.json,
+            LogFormat::Text => &self.text,
+        }
+    }
 }
 
 impl Log for Switched {
@@ -126,11 +158,12 @@ impl Log for Switched {
             .is_some_and(|l| l.filter.matches(record));
         // The lock is let go before the line is written.
         if passes {
-            self.out.log(record);
+            self.out().log(record);
         }
     }
 
     fn flush(&self) {
-        self.out.flush();
+        self.text.flush();
+        self.json.flush();
     }
 }

@@ -1057,17 +1057,39 @@ fn the_log_level_changes_while_dpd_runs() {
         "info,dataplane::app=debug"
     );
 
-    // The file's level on reload; its format only at a restart.
+    // The file's level on reload, and its format: lines after it are JSON.
     std::fs::write(&file, format!("{original}\n[log]\nlevel = \"error\"\n")).unwrap();
     assert!(ok(&dpd, &["config", "reload"]).contains("reloaded from"));
     assert_eq!(ok(&dpd, &["log", "level"]).trim(), "error");
     std::fs::write(
         &file,
-        format!("{original}\n[log]\nlevel = \"error\"\nformat = \"json\"\n"),
+        format!("{original}\n[log]\nlevel = \"info\"\nformat = \"json\"\n"),
     )
     .unwrap();
-    let e = refused(&dpd, &["config", "reload"]);
-    assert!(e.contains("[log] format") && e.contains("restart"), "{e}");
+    let before = dpd.log_text().len();
+    assert!(ok(&dpd, &["config", "reload"]).contains("reloaded from"));
+    ok(&dpd, &["vip", "disable", "plain"]);
+    let log = dpd.log_text();
+    let lines: Vec<serde_json::Value> = log[before..]
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}\n{log}")))
+        .collect();
+    assert!(lines.iter().any(|v| v["msg"] == "log format json"), "{log}");
+    assert!(
+        (lines.iter()).any(|v| v["msg"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("VIP plain disabled"))),
+        "{log}"
+    );
+    // And back.
+    std::fs::write(&file, &original).unwrap();
+    let before = dpd.log_text().len();
+    assert!(ok(&dpd, &["config", "reload"]).contains("reloaded from"));
+    let log = dpd.log_text();
+    assert!(
+        log[before..].contains("INFO  dataplane::controller: log format text"),
+        "{log}"
+    );
 }
 
 /// The shipped systemd unit: `systemd-analyze verify` finds nothing to say

@@ -663,6 +663,14 @@ impl Controller {
                 log::warn!("log level {:?} not taken: {e}", next.log.level);
             }
         }
+        if next.log.format != self.cfg.log.format {
+            crate::logging::set_format(next.log.format);
+            let name = match next.log.format {
+                control::config::LogFormat::Json => "json",
+                control::config::LogFormat::Text => "text",
+            };
+            log::info!("log format {name}");
+        }
         if let Some(log) = &mut self.conn_log {
             match built.conn_log {
                 LogChange::Keep => {}
