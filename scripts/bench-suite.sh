@@ -19,7 +19,9 @@
 #   OUT=/tmp/dpbench-results/<date>  WORK=/tmp/dpbench-<NAME> (certs, configs, logs)
 #   BENCH_SRC_COUNT=16   client source addresses (dpbench --src NET.10-...)
 #   DPD_TCP=defaults     run dpd with the default [tcp] settings (as users do)
-#   DPD_STATS=1          after the run, dpd's TCP counters and memory
+#   DPD_STATS=1          after the run, dpd's TCP counters and memory (and its
+#                        connection log's figures, with DPD_CONN_LOG=1)
+#   DPD_CONN_LOG=1       dpd writes its connection log (scripts/peers/peers.sh)
 #   DPD_PORT=af_packet|af_xdp|vnet_tap|memif   dpd's port (scripts/peers/peers.sh)
 #   DPD_MTU=N  the memif link's MTU, both ends (jumbo frames: DPD_MTU=9000)
 #   DPD_MEMIF=client  dpd the memif client, zero-copy (dpbench the server)
@@ -99,6 +101,9 @@ if [ "${DPD_STATS:-0}" = 1 ] && [ -s "$work/run/dpd.pid" ]; then
         echo "dpd after the run:"
         "$target_dir/release/dpctl" --socket "$work/run/dpd.sock" stats || true
         grep -E '^(VmRSS|VmHWM)' "/proc/$(cat "$work/run/dpd.pid")/status" || true
+        "$target_dir/release/dpctl" --socket "$work/run/dpd.sock" status | grep '^connection log' || true
+        [ -f "$work/log/connections.log" ] && wc -l < "$work/log/connections.log" | sed 's/^/connection log lines: /'
+        true
     } | tee "$out/dpd-after.txt"
 fi
 echo "reports in $out"

@@ -42,6 +42,8 @@
 #   and dpbench's bypass the server (--bypass net_memif0,role=server,...):
 #   dpd connects whenever a server appears, and again after it leaves.
 #   DPD_OFFLOAD=off: the port's checksum (and so segmentation) offloads off.
+#   DPD_CONN_LOG=1: dpd writes its connection log ([log] connections) to
+#   DIR/log/connections.log, as nginx's access log with PEER_ACCESS_LOG=1.
 #   DPD_MTU=N: the port's MTU (memif only: both ends are DPDK processes;
 #   above 1500, memif buffers of 16 KiB so that a frame is one descriptor).
 #   scripts/peers/peers.sh targets NAME DIR     print dpbench --target specs
@@ -429,6 +431,7 @@ $(if [ "${DPD_TCP:-}" != defaults ]; then printf '[tcp]\nmax_connections = 10000
 
 [control]
 socket = "$run/dpd.sock"
+$(if [ "${DPD_CONN_LOG:-}" = 1 ]; then printf '\n[log]\nconnections = "%s"\n' "$log/connections.log"; fi)
 EOT
             # Not through in_ns: $! must be dpd itself (ip netns exec execs it),
             # not a subshell, so that stop can end it.
