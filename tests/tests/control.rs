@@ -1166,7 +1166,7 @@ fn the_connection_log_gets_a_line_per_connection_and_follows_reloads() {
     let c = cp.display();
     let lab = Lab::up("cl");
     let dut = lab.dut_ip();
-    let dpd = Dpd::start(&lab, |s| {
+    let mut dpd = Dpd::start(&lab, |s| {
         let log = s.with_file_name("connections.log");
         format!(
             "{}\n[log]\nconnections = \"{}\"\n\n[[cert]]\nname = \"web-cert\"\ncert = \"{c}/cert-a.pem\"\nkey = \"{c}/cert-a.key\"\n\n[[vip]]\nname = \"web\"\nlisten = \"{dut}:443\"\nrespond = \"builtin\"\ncerts = [\"web-cert\"]\n",
@@ -1296,4 +1296,22 @@ fn the_connection_log_gets_a_line_per_connection_and_follows_reloads() {
     );
     assert_eq!(conn_log_lines(&log, 2).len(), 2);
     assert!(dpd.log_text().contains("connection log: no longer writing"));
+
+    // On again; a connection that ends as dpd is told to stop is in the
+    // file once dpd has exited.
+    std::fs::write(&file, &original).unwrap();
+    assert!(ok(&dpd, &["config", "reload"]).contains("reloaded from"));
+    assert_eq!(curl(&lab, cp, &plain, None), (0, "0123456789".into()));
+    let queued = dpd.stats_when(Duration::from_secs(10), |s| {
+        s.conn_log_records > after.conn_log_records
+    });
+    assert_eq!(queued.conn_log_records, after.conn_log_records + 1);
+    assert!(dpd
+        .stop_with(libc::SIGTERM, Duration::from_secs(30))
+        .success());
+    assert_eq!(
+        conn_log_lines(&log, 3).len(),
+        3,
+        "written before dpd exited"
+    );
 }
