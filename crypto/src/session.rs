@@ -702,6 +702,11 @@ impl ServerSession {
         self.sni.as_deref()
     }
 
+    /// The client sent close_notify.
+    pub fn peer_closed(&self) -> bool {
+        self.peer_closed
+    }
+
     /// Takes the server name the client sent (for a record of the
     /// connection as it ends).
     pub fn take_server_name(&mut self) -> Option<Box<str>> {

@@ -272,6 +272,8 @@ fn each_client_connection_is_logged_once_as_it_ends_with_how_it_ended() {
     assert_eq!(crypto::session::VERSIONS[n.version], "TLSv1.3");
     assert_eq!(tls.sni.as_deref(), Some("tlsdp.test"));
     assert_eq!(tls.failure, None);
+    assert!(tls.close_notify, "it sent close_notify");
+    assert_eq!(r.bytes_unacked, 0, "all of it acknowledged");
     let r = &all[&22_001];
     assert_eq!(r.end, End::TlsFailure);
     let tls = r.tls.as_ref().unwrap();
@@ -493,5 +495,37 @@ fn resets_by_an_operator_or_a_deny_say_so() {
     assert_eq!(
         (v["end"].as_str(), v["tls_handshake"].as_str()),
         (Some("denied"), Some("incomplete"))
+    );
+}
+
+/// A client that resets before acknowledging all of its answer: the
+/// record says how much of what it was sent it never acknowledged.
+#[test]
+fn a_reset_records_the_bytes_the_client_never_acknowledged() {
+    let mut lab = lab();
+    let queues = Arc::new(ConnLogQueues::with_capacity(1, 8));
+    lab.mem.engine.log_connections(Some(queues.clone()));
+    let mut c = HostConn::client(29_500, PLAIN, 42);
+    let syn = c.next(TcpControl::Syn, b"");
+    c.absorb(&lab.exchange(&[syn]));
+    let burst = [
+        c.next(TcpControl::None, b""),
+        c.next(TcpControl::Psh, b"GET /bytes/200000 HTTP/1.1\r\n\r\n"),
+    ];
+    c.absorb(&lab.exchange(&burst));
+    // It acknowledges the first flight only, then resets.
+    let got = c.received.len();
+    assert!(got > 0);
+    let ack = c.next(TcpControl::None, b"");
+    c.absorb(&lab.exchange(&[ack]));
+    let rst = c.next(TcpControl::Rst, b"");
+    lab.exchange(&[rst]);
+    let r = records(&queues).remove(&29_500).expect("logged");
+    assert_eq!(r.end, End::ClientReset);
+    assert!(r.bytes_out > got as u64, "{r:?}");
+    assert_eq!(
+        r.bytes_out - u64::from(r.bytes_unacked),
+        got as u64,
+        "acknowledged: the first flight; {r:?}"
     );
 }

@@ -1235,6 +1235,7 @@ fn the_connection_log_gets_a_line_per_connection_and_follows_reloads() {
     assert_eq!(t["tls_version"], "TLSv1.3");
     assert_eq!(t["tls_key"], "ECDSA-P256");
     assert_eq!(t["sni"], "p256.test");
+    assert_eq!(t["tls_close_notify"], true, "curl closes its session: {t}");
     assert!(t["bytes_out"].as_u64().is_some_and(|n| n > 100), "{t}");
     let f = by_vip("web", "tls_failure");
     assert_eq!(f["tls_handshake"], "failed");

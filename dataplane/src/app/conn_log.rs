@@ -167,6 +167,8 @@ pub struct TlsEnd {
     pub failure: Option<Failure>,
     /// The name the client asked for (SNI), moved out of the session.
     pub sni: Option<Box<str>>,
+    /// The client closed its session with close_notify.
+    pub close_notify: bool,
 }
 
 /// One client connection's end.
@@ -191,6 +193,9 @@ pub struct ConnRecord {
     /// included).
     pub bytes_in: u64,
     pub bytes_out: u64,
+    /// Of `bytes_out`, those the client had not acknowledged at the end
+    /// (a reset lost them).
+    pub bytes_unacked: u32,
     pub tls: Option<TlsEnd>,
     /// Proxied: the backend it went to, and the bytes passed to it.
     pub backend: Option<SocketAddr>,
@@ -235,6 +240,9 @@ impl ConnRecord {
             ",\"bytes_in\":{},\"bytes_out\":{}",
             self.bytes_in, self.bytes_out
         );
+        if self.bytes_unacked > 0 {
+            let _ = write!(out, ",\"bytes_unacked\":{}", self.bytes_unacked);
+        }
         if let Some(t) = &self.tls {
             let handshake = match (t.negotiated, t.failure) {
                 (Some(_), _) => "done",
@@ -257,6 +265,9 @@ impl ConnRecord {
             }
             if let Some(f) = t.failure {
                 let _ = write!(out, ",\"tls_failure\":\"{}\"", f.name());
+            }
+            if t.close_notify {
+                out.extend_from_slice(b",\"tls_close_notify\":true");
             }
             if let Some(sni) = &t.sni {
                 out.extend_from_slice(b",\"sni\":");
@@ -375,6 +386,7 @@ impl Services {
                     negotiated: t.conn.session().negotiated(),
                     failure: t.conn.failure(),
                     sni: t.conn.take_server_name(),
+                    close_notify: t.conn.session().peer_closed(),
                 };
                 (requests, Some(tls))
             }
@@ -394,6 +406,7 @@ impl Services {
             requests,
             bytes_in: ended.bytes_received,
             bytes_out: ended.bytes_queued,
+            bytes_unacked: ended.bytes_unacked,
             tls,
             backend: described.backend,
             to_backend: described.to_backend,
@@ -422,10 +435,12 @@ impl Services {
             requests: None,
             bytes_in: ended.bytes_received,
             bytes_out: ended.bytes_queued,
+            bytes_unacked: ended.bytes_unacked,
             tls: vip.and_then(|v| v.tls.as_ref()).map(|_| TlsEnd {
                 negotiated: None,
                 failure: None,
                 sni: None,
+                close_notify: false,
             }),
             backend: None,
             to_backend: 0,
@@ -466,6 +481,7 @@ mod tests {
             requests: None,
             bytes_in: 517,
             bytes_out: 4096,
+            bytes_unacked: 31,
             tls: Some(TlsEnd {
                 negotiated: Some(Negotiated {
                     version: 1,
@@ -476,6 +492,7 @@ mod tests {
                 }),
                 failure: None,
                 sni: Some("a.test".into()),
+                close_notify: true,
             }),
             backend: Some("10.0.0.5:80".parse().unwrap()),
             to_backend: 77,
@@ -504,6 +521,8 @@ mod tests {
         assert_eq!(v["tls_key"], "ECDSA-P256");
         assert_eq!(v["tls_resumed"], false);
         assert_eq!(v["sni"], "a.test");
+        assert_eq!(v["tls_close_notify"], true);
+        assert_eq!(v["bytes_unacked"], 31);
         assert_eq!(v["backend"], "10.0.0.5:80");
         assert_eq!(v["to_backend"], 77);
         assert!(v.get("requests").is_none() && v.get("tls_failure").is_none());
@@ -518,11 +537,18 @@ mod tests {
         plain.backend = None;
         plain.role = "http";
         plain.requests = Some(2);
+        plain.bytes_unacked = 0;
         plain.end = End::RequestTimeout;
         let v: serde_json::Value = serde_json::from_str(&plain.json_line("web")).unwrap();
         assert_eq!(v["requests"], 2);
         assert_eq!(v["end"], "request_timeout");
-        for absent in ["tls_handshake", "sni", "backend", "to_backend"] {
+        for absent in [
+            "tls_handshake",
+            "sni",
+            "backend",
+            "to_backend",
+            "bytes_unacked",
+        ] {
             assert!(v.get(absent).is_none(), "{absent}");
         }
 
@@ -531,11 +557,12 @@ mod tests {
             negotiated: None,
             failure: Some(Failure::NoSharedParameters),
             sni: None,
+            close_notify: false,
         });
         let v: serde_json::Value = serde_json::from_str(&failed.json_line("web")).unwrap();
         assert_eq!(v["tls_handshake"], "failed");
         assert_eq!(v["tls_failure"], "no_shared_parameters");
-        assert!(v.get("tls_version").is_none());
+        assert!(v.get("tls_version").is_none() && v.get("tls_close_notify").is_none());
     }
 
     #[test]

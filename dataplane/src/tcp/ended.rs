@@ -20,6 +20,8 @@ pub struct Ended {
     pub bytes_received: u64,
     /// Payload bytes the application queued to send to it.
     pub bytes_queued: u64,
+    /// Of those, the ones it had not acknowledged (lost with a reset).
+    pub bytes_unacked: u32,
 }
 
 /// Ends in the order of their `Closed` events: `pending` since the last
@@ -93,6 +95,7 @@ mod tests {
             opened: Instant::ZERO,
             bytes_received: u64::from(slot),
             bytes_queued: 0,
+            bytes_unacked: 0,
         }
     }
 

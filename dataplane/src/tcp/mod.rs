@@ -1301,6 +1301,8 @@ impl<A: Default> TcpEngine<A> {
         let Some(mut c) = self.conns[id.slot()].take() else {
             return;
         };
+        // Read before its buffers go back.
+        let unacked = if self.ended.keep { c.send_queued() } else { 0 };
         self.account(Some(c.state), None);
         // Bytes the peer sent before it reset (or before we gave up) stay
         // readable through this batch of events; an abort discards them.
@@ -1335,6 +1337,7 @@ impl<A: Default> TcpEngine<A> {
                 opened: c.opened,
                 bytes_received: c.bytes_received,
                 bytes_queued: c.bytes_queued,
+                bytes_unacked: unacked,
             });
             self.events.push(Event::Closed(id, reason));
             self.closed_apps.push_back(c.app);

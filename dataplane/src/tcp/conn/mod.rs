@@ -728,6 +728,11 @@ impl<A: Default> Conn<A> {
     }
 
     /// What `dpctl conn list` shows of its TCP state at `now`.
+    /// Bytes in the send buffer: not acknowledged yet, or not sent.
+    pub(super) fn send_queued(&self) -> u32 {
+        self.send.as_ref().map_or(0, |b| b.len() as u32)
+    }
+
     pub(super) fn view(&self, now: Instant) -> ConnTcpView {
         let len = |b: &Option<RingBuf>| b.as_ref().map_or(0, |b| b.len() as u32);
         ConnTcpView {
