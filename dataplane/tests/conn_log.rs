@@ -273,6 +273,8 @@ fn each_client_connection_is_logged_once_as_it_ends_with_how_it_ended() {
     assert_eq!(tls.sni.as_deref(), Some("tlsdp.test"));
     assert_eq!(tls.failure, None);
     assert!(tls.close_notify, "it sent close_notify");
+    let handshake = Duration::from_micros(u64::from(tls.handshake_us.expect("timed")));
+    assert!(handshake <= r.duration, "{r:?}");
     assert_eq!(r.bytes_unacked, 0, "all of it acknowledged");
     let r = &all[&22_001];
     assert_eq!(r.end, End::TlsFailure);

@@ -1236,6 +1236,11 @@ fn the_connection_log_gets_a_line_per_connection_and_follows_reloads() {
     assert_eq!(t["tls_key"], "ECDSA-P256");
     assert_eq!(t["sni"], "p256.test");
     assert_eq!(t["tls_close_notify"], true, "curl closes its session: {t}");
+    let (hs, all) = (t["tls_handshake_ms"].as_f64(), t["duration_ms"].as_f64());
+    assert!(
+        hs.zip(all).is_some_and(|(hs, all)| hs > 0.0 && hs <= all),
+        "{t}"
+    );
     assert!(t["bytes_out"].as_u64().is_some_and(|n| n > 100), "{t}");
     let f = by_vip("web", "tls_failure");
     assert_eq!(f["tls_handshake"], "failed");

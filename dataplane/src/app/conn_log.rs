@@ -169,6 +169,9 @@ pub struct TlsEnd {
     pub sni: Option<Box<str>>,
     /// The client closed its session with close_notify.
     pub close_notify: bool,
+    /// From the connection's SYN to its handshake's end, microseconds
+    /// (kept small: a record's size is bounded).
+    pub handshake_us: Option<u32>,
 }
 
 /// One client connection's end.
@@ -250,6 +253,9 @@ impl ConnRecord {
                 (None, None) => "incomplete",
             };
             let _ = write!(out, ",\"tls_handshake\":\"{handshake}\"");
+            if let Some(us) = t.handshake_us {
+                let _ = write!(out, ",\"tls_handshake_ms\":{}.{:03}", us / 1000, us % 1000);
+            }
             if let Some(n) = t.negotiated {
                 let name =
                     |list: &[&'static str], i: usize| list.get(i).copied().unwrap_or("other");
@@ -387,6 +393,10 @@ impl Services {
                     failure: t.conn.failure(),
                     sni: t.conn.take_server_name(),
                     close_notify: t.conn.session().peer_closed(),
+                    handshake_us: (t.conn.handshake_done).map(|at| {
+                        let us = at.saturating_since(ended.opened).as_micros();
+                        u32::try_from(us).unwrap_or(u32::MAX)
+                    }),
                 };
                 (requests, Some(tls))
             }
@@ -441,6 +451,7 @@ impl Services {
                 failure: None,
                 sni: None,
                 close_notify: false,
+                handshake_us: None,
             }),
             backend: None,
             to_backend: 0,
@@ -493,6 +504,7 @@ mod tests {
                 failure: None,
                 sni: Some("a.test".into()),
                 close_notify: true,
+                handshake_us: Some(2_345),
             }),
             backend: Some("10.0.0.5:80".parse().unwrap()),
             to_backend: 77,
@@ -522,6 +534,7 @@ mod tests {
         assert_eq!(v["tls_resumed"], false);
         assert_eq!(v["sni"], "a.test");
         assert_eq!(v["tls_close_notify"], true);
+        assert_eq!(v["tls_handshake_ms"], 2.345);
         assert_eq!(v["bytes_unacked"], 31);
         assert_eq!(v["backend"], "10.0.0.5:80");
         assert_eq!(v["to_backend"], 77);
@@ -558,6 +571,7 @@ mod tests {
             failure: Some(Failure::NoSharedParameters),
             sni: None,
             close_notify: false,
+            handshake_us: None,
         });
         let v: serde_json::Value = serde_json::from_str(&failed.json_line("web")).unwrap();
         assert_eq!(v["tls_handshake"], "failed");

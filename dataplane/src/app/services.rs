@@ -380,6 +380,9 @@ impl Services {
             &mut self.tls_spare,
         );
         let slot = entry.vip;
+        if o.negotiated.is_some() {
+            t.conn.handshake_done = Some(cx.now);
+        }
         // A TLS VIP with a pool: its backend connection opens once the
         // handshake is done.
         let wants_backend =

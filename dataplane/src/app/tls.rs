@@ -86,6 +86,8 @@ pub struct TlsConn {
     failure: Option<crypto::session::Failure>,
     /// In the engine's queue of handshakes waiting for budget.
     pub(crate) queued: bool,
+    /// When its handshake completed (engine time), for the connection log.
+    pub(crate) handshake_done: Option<crate::time::Instant>,
 }
 
 impl TlsConn {
@@ -102,6 +104,7 @@ impl TlsConn {
             failed: false,
             failure: None,
             queued: false,
+            handshake_done: None,
         })
     }
 
