@@ -30,6 +30,30 @@ fn records(queues: &ConnLogQueues) -> HashMap<u16, ConnRecord> {
     by_port
 }
 
+/// The lab's engine with its four VIPs, logging into queues of
+/// `capacity` records.
+fn logging_lab(capacity: usize) -> (HostLab, Arc<ConnLogQueues>) {
+    let mut lab = lab();
+    let queues = Arc::new(ConnLogQueues::with_capacity(1, capacity));
+    lab.mem.engine.log_connections(Some(queues.clone()));
+    (lab, queues)
+}
+
+/// Clients from `ports` to `vip`, their SYNs sent in one burst and each
+/// given the engine's SYN-ACK (their handshake's ACK not sent yet).
+fn syn_acked(lab: &mut HostLab, ports: std::ops::Range<u16>, vip: u16) -> Vec<HostConn> {
+    let mut conns: Vec<HostConn> = ports
+        .map(|p| HostConn::client(p, vip, 1_000 * u32::from(p)))
+        .collect();
+    let syns: Vec<Seg> = conns
+        .iter_mut()
+        .map(|c| c.next(TcpControl::Syn, b""))
+        .collect();
+    let out = lab.exchange(&syns);
+    conns.iter_mut().for_each(|c| c.absorb(&out));
+    conns
+}
+
 /// A TLS client over a host connection (rustls, certificates unchecked).
 struct TlsClient {
     tcp: HostConn,
@@ -66,23 +90,13 @@ impl TlsClient {
 
 #[test]
 fn each_client_connection_is_logged_once_as_it_ends_with_how_it_ended() {
-    let mut lab = lab();
-    let queues = Arc::new(ConnLogQueues::with_capacity(1, 1024));
-    lab.mem.engine.log_connections(Some(queues.clone()));
+    let (mut lab, queues) = logging_lab(1024);
 
     // Plain clients: SYNs in one burst, then in one burst: a request and
     // FIN (21000), a reset (21001), a request and a reset (21002), a
     // keep-alive request then a closing one (21003), nothing (21004:
     // waits for its request's deadline).
-    let mut plain: Vec<HostConn> = (21_000..21_005)
-        .map(|p| HostConn::client(p, PLAIN, 1_000 * u32::from(p)))
-        .collect();
-    let syns: Vec<Seg> = plain
-        .iter_mut()
-        .map(|c| c.next(TcpControl::Syn, b""))
-        .collect();
-    let out = lab.exchange(&syns);
-    plain.iter_mut().for_each(|c| c.absorb(&out));
+    let mut plain = syn_acked(&mut lab, 21_000..21_005, PLAIN);
     let mut burst = Vec::new();
     for (i, c) in plain.iter_mut().enumerate() {
         burst.push(c.next(TcpControl::None, b""));
@@ -317,21 +331,10 @@ fn each_client_connection_is_logged_once_as_it_ends_with_how_it_ended() {
 
 #[test]
 fn a_full_queue_drops_records_and_counts_them_and_a_log_turned_off_records_nothing() {
-    let mut lab = lab();
-    let queues = Arc::new(ConnLogQueues::with_capacity(1, 2));
-    lab.mem.engine.log_connections(Some(queues.clone()));
+    let (mut lab, queues) = logging_lab(2);
     let reset_five = |lab: &mut HostLab, from: u16| {
-        let mut conns: Vec<HostConn> = (from..from + 5)
-            .map(|p| HostConn::client(p, PLAIN, u32::from(p)))
-            .collect();
-        let syns: Vec<Seg> = conns
-            .iter_mut()
-            .map(|c| c.next(TcpControl::Syn, b""))
-            .collect();
-        let out = lab.exchange(&syns);
         let mut burst = Vec::new();
-        for c in &mut conns {
-            c.absorb(&out);
+        for c in &mut syn_acked(lab, from..from + 5, PLAIN) {
             burst.push(c.next(TcpControl::None, b""));
             burst.push(c.next(TcpControl::Rst, b""));
         }
@@ -362,20 +365,10 @@ fn a_full_queue_drops_records_and_counts_them_and_a_log_turned_off_records_nothi
 /// that resets while its backend is fine stays `client_reset`.
 #[test]
 fn proxied_clients_ended_by_their_backend_say_so() {
-    let mut lab = lab();
-    let queues = Arc::new(ConnLogQueues::with_capacity(1, 64));
-    lab.mem.engine.log_connections(Some(queues.clone()));
-    let mut clients: Vec<HostConn> = (27_000..27_003)
-        .map(|p| HostConn::client(p, PROXY, 3_000 * u32::from(p)))
-        .collect();
-    let syns: Vec<Seg> = clients
-        .iter_mut()
-        .map(|c| c.next(TcpControl::Syn, b""))
-        .collect();
-    let out = lab.exchange(&syns);
+    let (mut lab, queues) = logging_lab(64);
+    let mut clients = syn_acked(&mut lab, 27_000..27_003, PROXY);
     let mut burst = Vec::new();
     for c in &mut clients {
-        c.absorb(&out);
         burst.push(c.next(TcpControl::None, b""));
         burst.push(c.next(TcpControl::Psh, REQUEST));
     }
@@ -442,21 +435,11 @@ fn proxied_clients_ended_by_their_backend_say_so() {
 fn resets_by_an_operator_or_a_deny_say_so() {
     use dataplane::net::PrefixSet;
     use dataplane::tcp::ConnFilter;
-    let mut lab = lab();
-    let queues = Arc::new(ConnLogQueues::with_capacity(1, 64));
-    lab.mem.engine.log_connections(Some(queues.clone()));
+    let (mut lab, queues) = logging_lab(64);
     let open = |lab: &mut HostLab, ports: std::ops::Range<u16>, vip: u16| {
-        let mut conns: Vec<HostConn> = ports
-            .map(|p| HostConn::client(p, vip, 7 * u32::from(p)))
-            .collect();
-        let syns: Vec<Seg> = conns
-            .iter_mut()
-            .map(|c| c.next(TcpControl::Syn, b""))
-            .collect();
-        let out = lab.exchange(&syns);
+        let mut conns = syn_acked(lab, ports, vip);
         let mut burst = Vec::new();
         for c in &mut conns {
-            c.absorb(&out);
             burst.push(c.next(TcpControl::None, b""));
             if vip != TLS {
                 burst.push(c.next(TcpControl::Psh, b"GET / HT"));
@@ -504,12 +487,8 @@ fn resets_by_an_operator_or_a_deny_say_so() {
 /// record says how much of what it was sent it never acknowledged.
 #[test]
 fn a_reset_records_the_bytes_the_client_never_acknowledged() {
-    let mut lab = lab();
-    let queues = Arc::new(ConnLogQueues::with_capacity(1, 8));
-    lab.mem.engine.log_connections(Some(queues.clone()));
-    let mut c = HostConn::client(29_500, PLAIN, 42);
-    let syn = c.next(TcpControl::Syn, b"");
-    c.absorb(&lab.exchange(&[syn]));
+    let (mut lab, queues) = logging_lab(8);
+    let mut c = syn_acked(&mut lab, 29_500..29_501, PLAIN).remove(0);
     let burst = [
         c.next(TcpControl::None, b""),
         c.next(TcpControl::Psh, b"GET /bytes/200000 HTTP/1.1\r\n\r\n"),
