@@ -16,7 +16,7 @@ use super::deadlines::Wait;
 use super::proxy::BackendTrouble;
 use super::role::{Entry, Inner, Role};
 use super::{Cx, Services};
-use crate::tcp::{CloseReason, ConnId};
+use crate::tcp::{CloseReason, ConnId, Ended};
 use crate::time::Instant;
 
 /// Records each engine's queue holds (2 MiB): 20 ms, the writer's round,
@@ -404,22 +404,14 @@ impl Services {
         };
         let tls_failed = tls.as_ref().is_some_and(|t| t.failure.is_some());
         let trouble = entry.role.link().and_then(|l| l.backend_trouble);
+        let end = End::of(reason, entry.wait, tls_failed, trouble);
         let record = ConnRecord {
-            unix_ns: self.wall.unix_ns(cx.now),
-            duration: cx.now.saturating_since(ended.opened),
-            engine: u16::try_from(self.engine_index).unwrap_or(u16::MAX),
-            vip,
-            local: ended.key.local_addr(),
-            client: ended.key.remote_addr(),
-            end: End::of(reason, entry.wait, tls_failed, trouble),
             role: described.role,
             requests,
-            bytes_in: ended.bytes_received,
-            bytes_out: ended.bytes_queued,
-            bytes_unacked: ended.bytes_unacked,
             tls,
             backend: described.backend,
             to_backend: described.to_backend,
+            ..self.record_of(cx, &ended, vip, end)
         };
         self.queue_record(cx, record);
     }
@@ -433,19 +425,8 @@ impl Services {
         };
         let local = ended.key.local_addr();
         let vip = (self.vips.iter()).find(|v| v.addr == local.ip() && v.port == local.port());
+        let end = End::of(reason, Wait::Nothing, false, None);
         let record = ConnRecord {
-            unix_ns: self.wall.unix_ns(cx.now),
-            duration: cx.now.saturating_since(ended.opened),
-            engine: u16::try_from(self.engine_index).unwrap_or(u16::MAX),
-            vip: vip.map_or(UNKNOWN_VIP, |v| v.slot),
-            local,
-            client: ended.key.remote_addr(),
-            end: End::of(reason, Wait::Nothing, false, None),
-            role: "",
-            requests: None,
-            bytes_in: ended.bytes_received,
-            bytes_out: ended.bytes_queued,
-            bytes_unacked: ended.bytes_unacked,
             tls: vip.and_then(|v| v.tls.as_ref()).map(|_| TlsEnd {
                 negotiated: None,
                 failure: None,
@@ -453,10 +434,31 @@ impl Services {
                 close_notify: false,
                 handshake_us: None,
             }),
-            backend: None,
-            to_backend: 0,
+            ..self.record_of(cx, &ended, vip.map_or(UNKNOWN_VIP, |v| v.slot), end)
         };
         self.queue_record(cx, record);
+    }
+
+    /// A record of `ended` at VIP slot `vip` with TCP's figures; what
+    /// served it (role, requests, TLS, backend) left for the caller.
+    fn record_of(&mut self, cx: &Cx<'_>, ended: &Ended, vip: u16, end: End) -> ConnRecord {
+        ConnRecord {
+            unix_ns: self.wall.unix_ns(cx.now),
+            duration: cx.now.saturating_since(ended.opened),
+            engine: u16::try_from(self.engine_index).unwrap_or(u16::MAX),
+            vip,
+            local: ended.key.local_addr(),
+            client: ended.key.remote_addr(),
+            end,
+            role: "",
+            requests: None,
+            bytes_in: ended.bytes_received,
+            bytes_out: ended.bytes_queued,
+            bytes_unacked: ended.bytes_unacked,
+            tls: None,
+            backend: None,
+            to_backend: 0,
+        }
     }
 
     fn queue_record(&mut self, cx: &mut Cx<'_>, record: ConnRecord) {
