@@ -48,14 +48,31 @@ pub(super) struct ConnLog {
     file: Option<PathBuf>,
 }
 
-/// Opens `path` to append to, made with mode 0640 when new.
+/// Opens `path` to append to, made with mode 0640 when new. Never waits:
+/// the control thread calls it, and opening a FIFO for writing waits for a
+/// reader, so a FIFO with no reader is refused. Anything but a regular file
+/// is then opened again without `O_NONBLOCK`, so the writer thread's writes
+/// wait as they would on a file rather than fail.
 pub(super) fn open(path: &Path) -> Result<File, ConfigError> {
-    OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o640)
+    let refuse = |e: std::io::Error| {
+        let reason = match e.raw_os_error() {
+            Some(libc::ENXIO) => "a FIFO with no reader (start its reader first)".to_string(),
+            _ => e.to_string(),
+        };
+        ConfigError::new("log.connections", path.display(), reason)
+    };
+    let mut options = OpenOptions::new();
+    options.append(true).create(true).mode(0o640);
+    let first = options
+        .clone()
+        .custom_flags(libc::O_NONBLOCK)
         .open(path)
-        .map_err(|e| ConfigError::new("log.connections", path.display(), e.to_string()))
+        .map_err(refuse)?;
+    if first.metadata().map_err(refuse)?.is_file() {
+        // O_NONBLOCK means nothing to a regular file.
+        return Ok(first);
+    }
+    options.open(path).map_err(refuse)
 }
 
 impl ConnLog {
@@ -209,5 +226,67 @@ fn write_queued(
             }
             *last = Some(e);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::unix::fs::FileTypeExt;
+
+    fn mkfifo(path: &Path) {
+        let made = std::process::Command::new("mkfifo").arg(path).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo {}", path.display());
+    }
+
+    /// Runs `open` on its own thread: a call that waits fails the test
+    /// instead of hanging it.
+    fn open_within(path: &Path, limit: Duration) -> Result<File, ConfigError> {
+        let (tx, rx) = mpsc::channel();
+        let path = path.to_path_buf();
+        std::thread::spawn(move || {
+            let _ = tx.send(open(&path));
+        });
+        match rx.recv_timeout(limit) {
+            Ok(opened) => opened,
+            Err(_) => panic!("open() still waiting after {limit:?}"),
+        }
+    }
+
+    #[test]
+    fn a_fifo_without_a_reader_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("conn.fifo");
+        mkfifo(&fifo);
+        let e = open_within(&fifo, Duration::from_secs(10)).unwrap_err();
+        assert_eq!(e.field, "log.connections");
+        assert!(e.reason.contains("no reader"), "{e}");
+    }
+
+    #[test]
+    fn a_fifo_with_a_reader_is_written_and_a_file_is_appended_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("conn.fifo");
+        mkfifo(&fifo);
+        assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+        let mut reader = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap();
+        let mut writer = open_within(&fifo, Duration::from_secs(10)).unwrap();
+        writer.write_all(b"{\"end\":\"closed\"}\n").unwrap();
+        let mut got = [0u8; 64];
+        let n = reader.read(&mut got).unwrap();
+        assert_eq!(&got[..n], b"{\"end\":\"closed\"}\n");
+
+        let file = dir.path().join("conn.log");
+        std::fs::write(&file, "old\n").unwrap();
+        open_within(&file, Duration::from_secs(10))
+            .unwrap()
+            .write_all(b"new\n")
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "old\nnew\n");
     }
 }
