@@ -190,9 +190,10 @@ pub const SCRIPT_CHECKED: u16 = 9000;
 /// Plays a script of segments (see [`script`]'s format) from a peer
 /// with many connections, in bursts of up to [`MAX_BURST`] frames,
 /// against an engine serving every kind of VIP ([`script_engine`]); then
-/// lets every timer run out. Checks that every frame was counted and that
-/// the VIP and member counts of open connections match the connections
-/// really open.
+/// (scripts of odd length) dpd stops with what is open
+/// ([`Engine::reset_at_stop`]: nothing may be left open), and every timer
+/// runs out. Checks that every frame was counted and that the VIP and
+/// member counts of open connections match the connections really open.
 ///
 /// # Panics
 /// When the engine breaks one of those invariants (or panics itself).
@@ -215,6 +216,13 @@ pub fn engine_script(data: &[u8], tls: Option<&TlsConfig>) -> Counters {
         Instant::from_millis(1),
     );
     let mut sink = Vec::new();
+    if data.len() % 2 == 1 {
+        engine.reset_at_stop(now);
+        assert_eq!(engine.tcp().counters().active, 0, "open after the stop");
+        check_open_counts(&engine);
+        let holders = engine.roles().iter().filter(|e| e.vip.is_some()).count();
+        assert_eq!(holders, 0, "roles left after the stop");
+    }
     for step in [0, 10, 300, 2_000, 40_000, 400_000] {
         engine.poll(now + Duration::from_millis(step));
         while peer_port.rx_burst(now, &mut sink, 64) > 0 {

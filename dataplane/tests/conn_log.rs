@@ -510,3 +510,145 @@ fn a_reset_records_the_bytes_the_client_never_acknowledged() {
         "acknowledged: the first flight; {r:?}"
     );
 }
+
+/// dpd stopping with connections open (`SIGINT`, or a `SIGTERM` drain out
+/// of time): every client connection of every kind, half-open, in its
+/// request, in its TLS handshake or proxied, and every backend
+/// connection (connected or still opening) is reset, so neither side
+/// waits for its own timeouts; each accepted client's record says
+/// `stopped`; no
+/// other pool member is tried; nothing stays open. One already closed
+/// and logged is neither reset nor logged again.
+#[test]
+fn connections_open_when_dpd_stops_are_reset_and_logged_as_stopped() {
+    let (mut lab, queues) = logging_lab(64);
+
+    // Plain: two in their request, one half-open (no ACK of our
+    // SYN-ACK), one that asked with `Connection: close` and closed.
+    let mut plain = syn_acked(&mut lab, 30_000..30_004, PLAIN);
+    let mut burst = Vec::new();
+    for (i, c) in plain.iter_mut().enumerate() {
+        match i {
+            0 | 1 => {
+                burst.push(c.next(TcpControl::None, b""));
+                burst.push(c.next(TcpControl::Psh, b"GET / HT"));
+            }
+            3 => {
+                burst.push(c.next(TcpControl::None, b""));
+                burst.push(c.next(TcpControl::Psh, LAST_REQUEST));
+            }
+            _ => {}
+        }
+    }
+    let out = lab.exchange(&burst);
+    plain.iter_mut().for_each(|c| c.absorb(&out));
+    assert!(plain[3].fin_at.is_some());
+    let fin = plain[3].next(TcpControl::Fin, b"");
+    plain[3].absorb(&lab.exchange(&[fin]));
+    let closed = records(&queues);
+    assert_eq!(closed[&30_003].end, End::Closed);
+    assert_eq!(closed.len(), 1);
+
+    // TLS: one done with its handshake and idle, one with its
+    // ClientHello answered, one that sent only its handshake's ACK.
+    let mut done = TlsClient::new(31_000);
+    let mut hello = TlsClient::new(31_001);
+    let mut silent = HostConn::client(31_002, TLS, 99);
+    let syns = [
+        done.tcp.next(TcpControl::Syn, b""),
+        hello.tcp.next(TcpControl::Syn, b""),
+        silent.next(TcpControl::Syn, b""),
+    ];
+    let out = lab.exchange(&syns);
+    done.absorb(&out);
+    hello.absorb(&out);
+    silent.absorb(&out);
+    let mut burst = vec![done.tcp.next(TcpControl::None, b"")];
+    burst.extend(done.tls_segments());
+    burst.push(hello.tcp.next(TcpControl::None, b""));
+    burst.extend(hello.tls_segments());
+    burst.push(silent.next(TcpControl::None, b""));
+    let out = lab.exchange(&burst);
+    done.absorb(&out);
+    hello.absorb(&out);
+    assert!(!done.tls.is_handshaking());
+    let finished = done.tls_segments();
+    done.absorb(&lab.exchange(&finished));
+
+    // Proxied: two whose requests reached their backends, one whose
+    // backend has not answered its SYN.
+    let mut proxied = syn_acked(&mut lab, 32_000..32_003, PROXY);
+    let mut burst = Vec::new();
+    for c in &mut proxied {
+        burst.push(c.next(TcpControl::None, b""));
+        burst.push(c.next(TcpControl::Psh, REQUEST));
+    }
+    let out = lab.exchange(&burst);
+    let syns: Vec<Seg> = (out.iter())
+        .filter(|s| s.dst_port == BACKEND && s.control == TcpControl::Syn)
+        .cloned()
+        .collect();
+    assert_eq!(syns.len(), 3);
+    let mut backends: Vec<HostConn> = (syns.iter().take(2).enumerate())
+        .map(|(i, syn)| HostConn::accepted(syn, 900_000 + 1_000 * i as u32))
+        .collect();
+    let synacks: Vec<Seg> = (backends.iter_mut())
+        .map(|b| b.next(TcpControl::Syn, b""))
+        .collect();
+    let out = lab.exchange(&synacks);
+    backends.iter_mut().for_each(|b| b.absorb(&out));
+    assert!(backends.iter().all(|b| b.received == REQUEST));
+    let open = lab.mem.engine.tcp().counters().active;
+    assert_eq!(open, 3 + 3 + 3 + 3, "clients and backend connections");
+
+    // dpd stops: what the engine sends as it does.
+    use dataplane::port::{PacketBuf, Port};
+    let now = lab.mem.now;
+    assert_eq!(lab.mem.engine.reset_at_stop(now), open);
+    let mut frames = Vec::new();
+    lab.mem.host.rx_burst(now, &mut frames, 1024);
+    let out: Vec<Seg> = frames.iter().filter_map(|f| Seg::parse(f.data())).collect();
+    for c in plain.iter_mut().take(3).chain(proxied.iter_mut()) {
+        c.absorb(&out);
+        assert!(c.reset, "client :{} reset", c.port);
+    }
+    for c in [&mut done.tcp, &mut hello.tcp, &mut silent] {
+        c.absorb(&out);
+        assert!(c.reset, "TLS client :{} reset", c.port);
+    }
+    for b in &mut backends {
+        b.absorb(&out);
+        assert!(b.reset, "backend connection :{} reset", b.port);
+    }
+    assert!(
+        !out.iter().any(|s| s.control == TcpControl::Syn),
+        "no other member tried: {out:?}"
+    );
+    assert!(
+        !out.iter().any(|s| s.dst_port == 30_003),
+        "the closed client is left alone"
+    );
+    assert_eq!(lab.mem.engine.tcp().counters().active, 0);
+    for (slot, port) in common::vips::VIPS.iter().enumerate() {
+        let vc = lab.mem.engine.vip_counters(slot as u16);
+        assert_eq!(vc.active, 0, "VIP :{port} still counts open connections");
+    }
+
+    // The half-open one (30002) was never accepted: reset, not logged.
+    let stopped = records(&queues);
+    let mut ports: Vec<u16> = stopped.keys().copied().collect();
+    ports.sort_unstable();
+    assert_eq!(
+        ports,
+        [30_000, 30_001, 31_000, 31_001, 31_002, 32_000, 32_001, 32_002]
+    );
+    assert!(
+        stopped.values().all(|r| r.end == End::Stopped),
+        "{stopped:?}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&stopped[&31_000].json_line("t")).unwrap();
+    assert_eq!(
+        (v["end"].as_str(), v["tls_handshake"].as_str()),
+        (Some("stopped"), Some("done"))
+    );
+}

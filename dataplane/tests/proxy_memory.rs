@@ -385,3 +385,35 @@ fn a_client_reset_with_the_backend_behind_still_delivers_every_byte() {
         "every ring back in the pool"
     );
 }
+
+/// dpd stopping with a health check in flight and a proxied client open:
+/// the check's connection, the client and its backend connection are
+/// reset, and the cut check counts as no failure (with `fall = 1` it
+/// would take the member down and say so as dpd stops).
+#[test]
+fn a_health_check_cut_by_the_stop_is_no_failure() {
+    use dataplane::port::{PacketBuf, Port};
+    let mut lab = Lab::new();
+    let check_syn = lab.wait_for_syn();
+    let mut check = HostConn::accepted(&check_syn, 3_000);
+    let synack = check.next(TcpControl::Syn, b"");
+    check.absorb(&lab.exchange(&[synack]));
+    assert!(check.received.starts_with(b"GET / HTTP/1.0"));
+    let (mut client, mut backend) = lab.proxied_request(REQUEST);
+    assert_eq!(backend.received, REQUEST);
+
+    let now = lab.host.mem.now;
+    assert_eq!(lab.host.mem.engine.reset_at_stop(now), 3);
+    let mut frames = Vec::new();
+    lab.host.mem.host.rx_burst(now, &mut frames, 64);
+    let out: Vec<Seg> = frames.iter().filter_map(|f| Seg::parse(f.data())).collect();
+    for c in [&mut check, &mut client, &mut backend] {
+        c.absorb(&out);
+        assert!(c.reset, ":{} reset: {out:?}", c.port);
+    }
+    assert!(!out.iter().any(|s| s.control == TcpControl::Syn));
+    let member = &lab.host.mem.engine.pools()[0].members[0];
+    assert_eq!(member.health.failures, 0);
+    assert!(member.health.healthy);
+    assert_eq!(lab.host.mem.engine.counters().health_failures, 0);
+}

@@ -1152,6 +1152,61 @@ fn conn_log_lines(file: &Path, n: usize) -> Vec<serde_json::Value> {
     }
 }
 
+/// A client still connected when dpd stops (SIGTERM's drain out of time)
+/// gets a reset at once, rather than waiting on a peer that is gone, and
+/// its line in the connection log says `stopped`.
+#[test]
+fn a_client_open_when_dpd_stops_is_reset_and_logged_as_stopped() {
+    let lab = Lab::up("cst");
+    let dut = lab.dut_ip();
+    let mut dpd = Dpd::start(&lab, |s| {
+        let log = s.with_file_name("connections.log");
+        format!(
+            "{}\n[log]\nconnections = \"{}\"\n",
+            lab.config_with_vip("net_af_packet", s)
+                .replace("[control]\n", "[control]\ndrain_timeout_s = 1\n"),
+            log.display()
+        )
+    });
+    let log = dpd.dir.path().join("connections.log");
+    // Half a request head, then it waits for an answer.
+    let script =
+        format!("exec 3<>/dev/tcp/{dut}/80 && printf 'GET / HT' >&3 && cat <&3; echo \"rc=$?\"");
+    let client = lab
+        .client_command(&["timeout", "30", "bash", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let open = dpd.stats_when(Duration::from_secs(10), |s| s.tcp_active == 1);
+    assert_eq!(open.tcp_active, 1, "{}", dpd.log_text());
+    assert!(dpd
+        .stop_with(libc::SIGTERM, Duration::from_secs(30))
+        .success());
+    let out = client.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        stdout.contains("rc=1") && stderr.contains("reset by peer"),
+        "the client was reset: {stdout} {stderr}"
+    );
+    let text = dpd.log_text();
+    assert!(
+        text.contains("drained (1 connections still open): stopping"),
+        "{text}"
+    );
+    assert!(
+        text.contains("reset 1 connections still open at stop"),
+        "{text}"
+    );
+    let lines = conn_log_lines(&log, 1);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["end"], "stopped", "{}", lines[0]);
+    assert_eq!(lines[0]["bytes_in"], 8, "{}", lines[0]);
+}
+
 /// `[log] connections`: curl over plain HTTP and TLS, and a client sending
 /// a TLS VIP bytes that are not TLS, each get one JSON line as their
 /// connection ends (VIP, client, end, role, requests, bytes, TLS version,

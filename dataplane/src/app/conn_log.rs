@@ -97,6 +97,9 @@ pub enum End {
     Denied,
     /// An operator reset it (`dpctl conn reset`).
     OperatorReset,
+    /// dpd stopped with it open (`SIGINT`, or `SIGTERM`'s drain out of
+    /// time): reset.
+    Stopped,
     /// dpd reset it otherwise (its VIP gone, no TLS configuration).
     Reset,
 }
@@ -118,7 +121,8 @@ impl End {
                 | CloseReason::TimedOut
                 | CloseReason::Deadline
                 | CloseReason::Denied
-                | CloseReason::Operator,
+                | CloseReason::Operator
+                | CloseReason::Stopped,
             ) => {}
             (Some(BackendTrouble::NoMember), _) => return End::NoBackend,
             (Some(BackendTrouble::Reset), _) => return End::BackendReset,
@@ -136,6 +140,7 @@ impl End {
             CloseReason::SendTimeout => End::SendTimeout,
             CloseReason::Denied => End::Denied,
             CloseReason::Operator => End::OperatorReset,
+            CloseReason::Stopped => End::Stopped,
             CloseReason::Aborted | CloseReason::Refused if tls_failed => End::TlsFailure,
             CloseReason::Aborted | CloseReason::Refused => End::Reset,
         }
@@ -154,6 +159,7 @@ impl End {
             End::BackendReset => "backend_reset",
             End::Denied => "denied",
             End::OperatorReset => "operator_reset",
+            End::Stopped => "stopped",
             End::Reset => "reset",
         }
     }
@@ -620,6 +626,13 @@ mod tests {
         assert_eq!(of(R::Aborted, Wait::Nothing, false), End::Reset);
         assert_eq!(of(R::Denied, Wait::Request(0), false), End::Denied);
         assert_eq!(of(R::Operator, Wait::Handshake, false), End::OperatorReset);
+        assert_eq!(of(R::Stopped, Wait::Request(0), false), End::Stopped);
+        // A stop says more than a backend's trouble that came before it.
+        let trouble = Some(BackendTrouble::Reset);
+        assert_eq!(
+            End::of(R::Stopped, Wait::Nothing, false, trouble),
+            End::Stopped
+        );
         assert_eq!(of(R::Aborted, Wait::Handshake, true), End::TlsFailure);
         let none = Some(BackendTrouble::NoMember);
         let reset = Some(BackendTrouble::Reset);

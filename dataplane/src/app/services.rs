@@ -343,6 +343,8 @@ impl Services {
                 proxy::drop_carry(cx.tcp, &mut link);
                 self.proxy_closed(cx, entry.id, &link, reason, None);
             }
+            // A check cut by dpd's stop says nothing of its member.
+            Role::Probe(_) if reason == CloseReason::Stopped => {}
             Role::Probe(probe) => self.probe_closed(cx, entry.id, probe),
         }
     }

@@ -845,6 +845,32 @@ impl<P: Port, A: Application> Engine<P, A> {
         fired + put_off + events + self.app.pending()
     }
 
+    /// dpd is stopping: every connection still open is reset, client
+    /// connections first (so a proxy resets their backends rather than try
+    /// another member), then what is left (backends, health checks). The
+    /// application hears of each (`CloseReason::Stopped`, logged as
+    /// `stopped`), and the resets go out in as many rounds as the transmit
+    /// queues take, until a round sends nothing. Returns how many were
+    /// open (TIME-WAIT is not). [`Engine::run`] calls it once its loop has
+    /// ended; nothing is received after it.
+    pub fn reset_at_stop(&mut self, now: Instant) -> u64 {
+        let open = self.tcp.counters().active;
+        self.tcp.reset_at_stop(true);
+        self.transport(now);
+        self.tcp.reset_at_stop(false);
+        self.transport(now);
+        loop {
+            let sent = self.counters.tx_packets;
+            self.transmit_segments(now);
+            for ep in &mut self.ports {
+                flush(ep, now, &mut self.counters);
+            }
+            if self.counters.tx_packets == sent {
+                return open;
+            }
+        }
+    }
+
     /// Builds frames for what TCP transmits.
     fn transmit_segments(&mut self, now: Instant) {
         let burst = self.cfg.burst;
@@ -1001,6 +1027,13 @@ impl<P: Port, A: Application> Engine<P, A> {
                     self.tcp.set_accepting(!d);
                 }
             }
+        }
+        let reset = self.reset_at_stop(time.at(clock.now()));
+        if reset > 0 {
+            log::info!(
+                "engine {}: reset {reset} connections still open at stop",
+                self.cfg.index
+            );
         }
         let now = clock.now();
         for ep in &mut self.ports {

@@ -1,6 +1,7 @@
-//! What `dpctl conn list` sees of the connections listeners accepted, and
-//! `conn reset`'s resets (docs/control-api.md). Each runs in one pass over
-//! the slab, on the engine's tick, as `sources` does.
+//! What `dpctl conn list` sees of the connections listeners accepted,
+//! `conn reset`'s resets (docs/control-api.md) and the resets of a stop.
+//! Each runs in one pass over the slab, on the engine's tick (a stop's
+//! after the loop), as `sources` does.
 
 use std::collections::BinaryHeap;
 use std::net::{IpAddr, SocketAddr};
@@ -101,5 +102,28 @@ impl<A: Default> TcpEngine<A> {
         let n = self.reset_accepted(CloseReason::Operator, |_, key, c| filter.picks(key, c, now));
         self.counters.operator_resets += n;
         n
+    }
+
+    /// dpd is stopping: resets the connections listeners accepted
+    /// (half-open ones too) when `clients_only`, else every connection left
+    /// (backends, health checks), each closed with
+    /// [`CloseReason::Stopped`]. One that closed already and waits out
+    /// TIME-WAIT in its slot ends as closed, with no reset. The resets go
+    /// out with the next [`TcpEngine::transmit`].
+    pub fn reset_at_stop(&mut self, clients_only: bool) {
+        for slot in 0..self.conns.len() {
+            let Some(c) = self.conns[slot].as_ref() else {
+                continue;
+            };
+            if clients_only && c.listener.is_none() {
+                continue;
+            }
+            let id = ConnId::new(slot as u32, c.gen);
+            if c.state == State::TimeWait {
+                self.release(id, CloseReason::Normal);
+            } else {
+                self.abort_for(id, CloseReason::Stopped);
+            }
+        }
     }
 }

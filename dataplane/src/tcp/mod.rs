@@ -183,13 +183,19 @@ pub enum CloseReason {
     Operator,
     /// An active open was answered with a reset.
     Refused,
+    /// dpd stopped with it open ([`TcpEngine::reset_at_stop`]): reset, as
+    /// by an abort.
+    Stopped,
 }
 
 impl CloseReason {
-    /// We reset it at once (an abort, a deny, an operator): what it left
-    /// unread is dropped.
+    /// We reset it at once (an abort, a deny, an operator, a stop): what
+    /// it left unread is dropped.
     pub fn is_ours(self) -> bool {
-        matches!(self, Self::Aborted | Self::Denied | Self::Operator)
+        matches!(
+            self,
+            Self::Aborted | Self::Denied | Self::Operator | Self::Stopped
+        )
     }
 }
 
