@@ -686,6 +686,9 @@ pub struct ConnLogStatus {
     /// The last write error, while writes fail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The only ends logged (`[log] connection_ends`); absent: all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ends: Option<Vec<crate::config::ConnEnd>>,
 }
 
 /// How the last reload of the configuration file went, in `status`.

@@ -769,6 +769,11 @@ pub struct Log {
     /// off, or to another file. Absent: no connection is logged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub connections: Option<PathBuf>,
+    /// Only connections that ended one of these ways are logged (absent:
+    /// every one), e.g. all but `closed` on a busy server, as HAProxy's
+    /// `option dontlog-normal`. Reloadable; needs `connections`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connection_ends: Option<Vec<ConnEnd>>,
 }
 
 impl Default for Log {
@@ -777,6 +782,84 @@ impl Default for Log {
             level: "info".into(),
             format: LogFormat::Text,
             connections: None,
+            connection_ends: None,
+        }
+    }
+}
+
+/// How a client connection ended, as the connection log names it
+/// (docs/control-api.md, "The connection log").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnEnd {
+    /// Both sides closed (FIN both ways).
+    Closed,
+    /// The client reset it.
+    ClientReset,
+    /// TCP gave up: retransmissions went unanswered, or the client was
+    /// silent past the idle timeout.
+    TcpTimeout,
+    /// No finished TLS handshake within the VIP's `handshake_timeout_ms`.
+    HandshakeTimeout,
+    /// No request head (or first bytes) within `request_timeout_ms`.
+    RequestTimeout,
+    /// The client took none of the data waiting for it within
+    /// `send_timeout_ms`.
+    SendTimeout,
+    /// A TLS error: the alert went out, then the connection closed.
+    TlsFailure,
+    /// Proxied: no pool member could take it (all down, refusing, or not
+    /// answering within the pool's `connect_timeout_ms`).
+    NoBackend,
+    /// Proxied: its backend reset (or timed out) mid-answer; the client
+    /// got what the backend had sent, then a reset.
+    BackendReset,
+    /// Its source was denied while it was open (`[access] deny`, its
+    /// VIP's `allow`).
+    Denied,
+    /// An operator reset it (`dpctl conn reset`).
+    OperatorReset,
+    /// dpd stopped with it open (`SIGINT`, or `SIGTERM`'s drain out of
+    /// time): reset.
+    Stopped,
+    /// dpd reset it otherwise (its VIP gone, no TLS configuration).
+    Reset,
+}
+
+impl ConnEnd {
+    /// Every end, in the order above.
+    pub const ALL: [ConnEnd; 13] = [
+        ConnEnd::Closed,
+        ConnEnd::ClientReset,
+        ConnEnd::TcpTimeout,
+        ConnEnd::HandshakeTimeout,
+        ConnEnd::RequestTimeout,
+        ConnEnd::SendTimeout,
+        ConnEnd::TlsFailure,
+        ConnEnd::NoBackend,
+        ConnEnd::BackendReset,
+        ConnEnd::Denied,
+        ConnEnd::OperatorReset,
+        ConnEnd::Stopped,
+        ConnEnd::Reset,
+    ];
+
+    /// Its name in the log and in `connection_ends`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConnEnd::Closed => "closed",
+            ConnEnd::ClientReset => "client_reset",
+            ConnEnd::TcpTimeout => "tcp_timeout",
+            ConnEnd::HandshakeTimeout => "handshake_timeout",
+            ConnEnd::RequestTimeout => "request_timeout",
+            ConnEnd::SendTimeout => "send_timeout",
+            ConnEnd::TlsFailure => "tls_failure",
+            ConnEnd::NoBackend => "no_backend",
+            ConnEnd::BackendReset => "backend_reset",
+            ConnEnd::Denied => "denied",
+            ConnEnd::OperatorReset => "operator_reset",
+            ConnEnd::Stopped => "stopped",
+            ConnEnd::Reset => "reset",
         }
     }
 }
@@ -1560,6 +1643,17 @@ impl Config {
             if file.file_name().is_none() || shown.ends_with('/') {
                 let why = "must name a file";
                 return Err(ConfigError::new("log.connections", &shown, why));
+            }
+        }
+        if let Some(ends) = &self.log.connection_ends {
+            let shown = ends.iter().map(|e| e.name()).collect::<Vec<_>>().join(", ");
+            if self.log.connections.is_none() {
+                let why = "needs log.connections (the file to log to)";
+                return Err(ConfigError::new("log.connection_ends", &shown, why));
+            }
+            if ends.is_empty() {
+                let why = "an empty list logs nothing: leave log.connections out instead";
+                return Err(ConfigError::new("log.connection_ends", &shown, why));
             }
         }
         let mut pool_names = HashSet::new();
@@ -2459,6 +2553,39 @@ mod tests {
             assert_eq!(e.field, "log.connections", "{bad}: {e}");
             assert!(e.to_string().contains(says), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn the_connection_log_takes_a_list_of_ends_by_their_names() {
+        let file = "[log]\nconnections = \"/var/log/tlsdp/conn.log\"\n";
+        assert_eq!(
+            Config::parse(&format!("{GOOD}{file}"))
+                .unwrap()
+                .log
+                .connection_ends,
+            None
+        );
+        let names: Vec<String> = ConnEnd::ALL
+            .iter()
+            .map(|e| format!("\"{}\"", e.name()))
+            .collect();
+        let all = format!("{GOOD}{file}connection_ends = [{}]\n", names.join(", "));
+        let c = Config::parse(&all).unwrap();
+        assert_eq!(c.log.connection_ends.as_deref(), Some(&ConnEnd::ALL[..]));
+        assert_eq!(
+            Config::parse(&c.to_toml()).unwrap().log,
+            c.log,
+            "saved as read"
+        );
+        let e = err_of(&format!("{GOOD}{file}connection_ends = []\n"));
+        assert_eq!(e.field, "log.connection_ends", "{e}");
+        let e = err_of(&format!("{GOOD}[log]\nconnection_ends = [\"closed\"]\n"));
+        assert_eq!(e.field, "log.connection_ends", "{e}");
+        assert!(e.to_string().contains("log.connections"), "{e}");
+        // An unknown name is refused, the known ones listed.
+        let e = Config::parse(&format!("{GOOD}{file}connection_ends = [\"closedd\"]\n"));
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("closedd") && e.contains("tls_failure"), "{e}");
     }
 
     #[test]

@@ -652,3 +652,59 @@ fn connections_open_when_dpd_stops_are_reset_and_logged_as_stopped() {
         (Some("stopped"), Some("done"))
     );
 }
+
+/// `[log] connection_ends`: only connections that end the ways named are
+/// recorded (nothing is built or queued for the rest); all again once the
+/// set is every end.
+#[test]
+fn only_the_ends_named_are_logged() {
+    use dataplane::app::conn_log::EndSet;
+    let (mut lab, queues) = logging_lab(64);
+    lab.mem
+        .engine
+        .log_connection_ends(EndSet::of(&[End::ClientReset, End::TlsFailure]));
+    // One burst: a plain client asks with `Connection: close` (closed),
+    // another resets, and one sends the TLS VIP bytes that are not TLS.
+    let mut plain = syn_acked(&mut lab, 33_000..33_002, PLAIN);
+    let mut not_tls = syn_acked(&mut lab, 33_100..33_101, TLS);
+    let burst = [
+        plain[0].next(TcpControl::None, b""),
+        plain[0].next(TcpControl::Psh, LAST_REQUEST),
+        plain[1].next(TcpControl::None, b""),
+        plain[1].next(TcpControl::Rst, b""),
+        not_tls[0].next(TcpControl::None, b""),
+        not_tls[0].next(TcpControl::Psh, REQUEST),
+    ];
+    let out = lab.exchange(&burst);
+    plain.iter_mut().for_each(|c| c.absorb(&out));
+    not_tls[0].absorb(&out);
+    assert!(plain[0].fin_at.is_some() && not_tls[0].fin_at.is_some());
+    let fins = [
+        plain[0].next(TcpControl::Fin, b""),
+        not_tls[0].next(TcpControl::Fin, b""),
+    ];
+    lab.exchange(&fins);
+    lab.advance(Duration::from_millis(1));
+    let logged = records(&queues);
+    let mut ports: Vec<u16> = logged.keys().copied().collect();
+    ports.sort_unstable();
+    assert_eq!(ports, [33_001, 33_100], "{logged:?}");
+    assert_eq!(logged[&33_001].end, End::ClientReset);
+    assert_eq!(logged[&33_100].end, End::TlsFailure);
+    let c = lab.mem.engine.counters();
+    assert_eq!((c.conn_log_records, c.conn_log_dropped), (2, 0));
+
+    // Every end again: the next closed connection is logged.
+    lab.mem.engine.log_connection_ends(EndSet::ALL);
+    let mut again = syn_acked(&mut lab, 33_200..33_201, PLAIN);
+    let burst = [
+        again[0].next(TcpControl::None, b""),
+        again[0].next(TcpControl::Psh, LAST_REQUEST),
+    ];
+    again[0].absorb(&lab.exchange(&burst));
+    let fin = again[0].next(TcpControl::Fin, b"");
+    lab.exchange(&[fin]);
+    let logged = records(&queues);
+    assert_eq!(logged.keys().copied().collect::<Vec<_>>(), [33_200]);
+    assert_eq!(logged[&33_200].end, End::Closed);
+}

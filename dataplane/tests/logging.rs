@@ -17,7 +17,7 @@ fn the_log_filter_changes_with_the_configuration_and_only_with_it() {
     dataplane::logging::init(&Log {
         level: cfg.log.level.clone(),
         format: LogFormat::Json,
-        connections: None,
+        ..Log::default()
     })
     .unwrap();
     let proxy = "dataplane::app::proxy";

@@ -1152,9 +1152,11 @@ fn conn_log_lines(file: &Path, n: usize) -> Vec<serde_json::Value> {
     }
 }
 
-/// A client still connected when dpd stops (SIGTERM's drain out of time)
-/// gets a reset at once, rather than waiting on a peer that is gone, and
-/// its line in the connection log says `stopped`.
+/// `[log] connection_ends` and the stop. Logging only `stopped`, a curl
+/// that ends `closed` is not logged, and `status` says so; a reload
+/// naming `closed` too logs the next one. A client still connected when
+/// dpd stops (SIGTERM's drain out of time) gets a reset at once, rather
+/// than waiting on a peer that is gone, and its line says `stopped`.
 #[test]
 fn a_client_open_when_dpd_stops_is_reset_and_logged_as_stopped() {
     let lab = Lab::up("cst");
@@ -1162,13 +1164,39 @@ fn a_client_open_when_dpd_stops_is_reset_and_logged_as_stopped() {
     let mut dpd = Dpd::start(&lab, |s| {
         let log = s.with_file_name("connections.log");
         format!(
-            "{}\n[log]\nconnections = \"{}\"\n",
+            "{}\n[log]\nconnections = \"{}\"\nconnection_ends = [\"stopped\"]\n",
             lab.config_with_vip("net_af_packet", s)
                 .replace("[control]\n", "[control]\ndrain_timeout_s = 1\n"),
             log.display()
         )
     });
     let log = dpd.dir.path().join("connections.log");
+    let url = format!("http://{dut}/bytes/10");
+    let fetch = || lab.client(&["curl", "-sS", "--max-time", "5", &url]);
+    assert_eq!(String::from_utf8_lossy(&fetch().stdout), "0123456789");
+    let s = dpd.stats_when(Duration::from_secs(10), |s| {
+        s.tcp_accepted == 1 && s.tcp_active == 0
+    });
+    assert_eq!(
+        (s.tcp_active, s.conn_log_records),
+        (0, 0),
+        "closed: not logged"
+    );
+    assert!(ok(&dpd, &["status"]).contains("only stopped"));
+    let file = dpd.dir.path().join("dpd.toml");
+    let config = std::fs::read_to_string(&file).unwrap();
+    let both = "connection_ends = [\"closed\", \"stopped\"]";
+    std::fs::write(
+        &file,
+        config.replace("connection_ends = [\"stopped\"]", both),
+    )
+    .unwrap();
+    assert!(ok(&dpd, &["config", "reload"]).contains("reloaded from"));
+    assert!(ok(&dpd, &["status"]).contains("only closed stopped"));
+    assert_eq!(String::from_utf8_lossy(&fetch().stdout), "0123456789");
+    let lines = conn_log_lines(&log, 1);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["end"], "closed", "{}", lines[0]);
     // Half a request head, then it waits for an answer.
     let script =
         format!("exec 3<>/dev/tcp/{dut}/80 && printf 'GET / HT' >&3 && cat <&3; echo \"rc=$?\"");
@@ -1178,7 +1206,9 @@ fn a_client_open_when_dpd_stops_is_reset_and_logged_as_stopped() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let open = dpd.stats_when(Duration::from_secs(10), |s| s.tcp_active == 1);
+    let open = dpd.stats_when(Duration::from_secs(10), |s| {
+        s.tcp_accepted == 3 && s.tcp_active == 1
+    });
     assert_eq!(open.tcp_active, 1, "{}", dpd.log_text());
     assert!(dpd
         .stop_with(libc::SIGTERM, Duration::from_secs(30))
@@ -1201,10 +1231,10 @@ fn a_client_open_when_dpd_stops_is_reset_and_logged_as_stopped() {
         text.contains("reset 1 connections still open at stop"),
         "{text}"
     );
-    let lines = conn_log_lines(&log, 1);
-    assert_eq!(lines.len(), 1, "{lines:?}");
-    assert_eq!(lines[0]["end"], "stopped", "{}", lines[0]);
-    assert_eq!(lines[0]["bytes_in"], 8, "{}", lines[0]);
+    let lines = conn_log_lines(&log, 2);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[1]["end"], "stopped", "{}", lines[1]);
+    assert_eq!(lines[1]["bytes_in"], 8, "{}", lines[1]);
 }
 
 /// `[log] connections`: curl over plain HTTP and TLS, and a client sending

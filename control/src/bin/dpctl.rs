@@ -1039,12 +1039,17 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
                 );
             }
             if let Some(l) = &s.conn_log {
+                let only = (l.ends.as_ref()).map(|ends| {
+                    let names: Vec<&str> = ends.iter().map(|e| e.name()).collect();
+                    format!(", only {}", names.join(" "))
+                });
                 println!(
-                    "connection log: {} ({} written, {} dropped, {} lost to write errors){}",
+                    "connection log: {} ({} written, {} dropped, {} lost to write errors{}){}",
                     l.file.display(),
                     l.written,
                     l.dropped,
                     l.write_failed,
+                    only.unwrap_or_default(),
                     l.error
                         .as_ref()
                         .map(|e| format!(": FAILING: {e}"))

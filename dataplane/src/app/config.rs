@@ -30,6 +30,8 @@ pub struct Snapshot {
     /// Where engines queue a record of each client connection as it ends
     /// (`[log] connections`; `None`: not logged).
     pub conn_log: Option<Arc<super::conn_log::ConnLogQueues>>,
+    /// The ends it takes (`[log] connection_ends`; all when absent).
+    pub conn_log_ends: super::conn_log::EndSet,
 }
 
 /// One VIP of a snapshot.

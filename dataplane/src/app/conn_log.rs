@@ -19,6 +19,10 @@ use super::{Cx, Services};
 use crate::tcp::{CloseReason, ConnId, Ended};
 use crate::time::Instant;
 
+/// How a client connection ended, as the log names it (defined with the
+/// configuration, whose `connection_ends` names them).
+pub use control::config::ConnEnd as End;
+
 /// Records each engine's queue holds (2 MiB): 20 ms, the writer's round,
 /// of 400,000 connection ends a second, more than an engine ends here.
 pub const QUEUE_RECORDS: usize = 8_192;
@@ -67,101 +71,72 @@ impl ConnLogQueues {
     }
 }
 
-/// How a client connection ended, as the log names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
-    /// Both sides closed (FIN both ways).
-    Closed,
-    /// The client reset it.
-    ClientReset,
-    /// TCP gave up: retransmissions went unanswered, or the client was
-    /// silent past the idle timeout.
-    TcpTimeout,
-    /// No finished TLS handshake within the VIP's `handshake_timeout_ms`.
-    HandshakeTimeout,
-    /// No request head (or first bytes) within `request_timeout_ms`.
-    RequestTimeout,
-    /// The client took none of the data waiting for it within
-    /// `send_timeout_ms`.
-    SendTimeout,
-    /// A TLS error: the alert went out, then the connection closed.
-    TlsFailure,
-    /// Proxied: no pool member could take it (all down, refusing, or not
-    /// answering within the pool's `connect_timeout_ms`).
-    NoBackend,
-    /// Proxied: its backend reset (or timed out) mid-answer; the client
-    /// got what the backend had sent, then a reset.
-    BackendReset,
-    /// Its source was denied while it was open (`[access] deny`, its
-    /// VIP's `allow`).
-    Denied,
-    /// An operator reset it (`dpctl conn reset`).
-    OperatorReset,
-    /// dpd stopped with it open (`SIGINT`, or `SIGTERM`'s drain out of
-    /// time): reset.
-    Stopped,
-    /// dpd reset it otherwise (its VIP gone, no TLS configuration).
-    Reset,
+/// How the connection with close `reason` ended, given what it waited for,
+/// whether TLS failed on it, and (proxied) what its backend did.
+pub fn end_of(
+    reason: CloseReason,
+    wait: Wait,
+    tls_failed: bool,
+    backend: Option<BackendTrouble>,
+) -> End {
+    match (backend, reason) {
+        // The client's own reset or silence came first.
+        (
+            _,
+            CloseReason::Reset
+            | CloseReason::TimedOut
+            | CloseReason::Deadline
+            | CloseReason::Denied
+            | CloseReason::Operator
+            | CloseReason::Stopped,
+        ) => {}
+        (Some(BackendTrouble::NoMember), _) => return End::NoBackend,
+        (Some(BackendTrouble::Reset), _) => return End::BackendReset,
+        (None, _) => {}
+    }
+    match reason {
+        CloseReason::Normal if tls_failed => End::TlsFailure,
+        CloseReason::Normal => End::Closed,
+        CloseReason::Reset => End::ClientReset,
+        CloseReason::TimedOut => End::TcpTimeout,
+        CloseReason::Deadline => match wait {
+            Wait::Handshake => End::HandshakeTimeout,
+            Wait::Request(_) | Wait::Nothing => End::RequestTimeout,
+        },
+        CloseReason::SendTimeout => End::SendTimeout,
+        CloseReason::Denied => End::Denied,
+        CloseReason::Operator => End::OperatorReset,
+        CloseReason::Stopped => End::Stopped,
+        CloseReason::Aborted | CloseReason::Refused if tls_failed => End::TlsFailure,
+        CloseReason::Aborted | CloseReason::Refused => End::Reset,
+    }
 }
 
-impl End {
-    /// How the connection with close `reason` ended, given what it waited
-    /// for, whether TLS failed on it, and (proxied) what its backend did.
-    pub fn of(
-        reason: CloseReason,
-        wait: Wait,
-        tls_failed: bool,
-        backend: Option<BackendTrouble>,
-    ) -> Self {
-        match (backend, reason) {
-            // The client's own reset or silence came first.
-            (
-                _,
-                CloseReason::Reset
-                | CloseReason::TimedOut
-                | CloseReason::Deadline
-                | CloseReason::Denied
-                | CloseReason::Operator
-                | CloseReason::Stopped,
-            ) => {}
-            (Some(BackendTrouble::NoMember), _) => return End::NoBackend,
-            (Some(BackendTrouble::Reset), _) => return End::BackendReset,
-            (None, _) => {}
-        }
-        match reason {
-            CloseReason::Normal if tls_failed => End::TlsFailure,
-            CloseReason::Normal => End::Closed,
-            CloseReason::Reset => End::ClientReset,
-            CloseReason::TimedOut => End::TcpTimeout,
-            CloseReason::Deadline => match wait {
-                Wait::Handshake => End::HandshakeTimeout,
-                Wait::Request(_) | Wait::Nothing => End::RequestTimeout,
-            },
-            CloseReason::SendTimeout => End::SendTimeout,
-            CloseReason::Denied => End::Denied,
-            CloseReason::Operator => End::OperatorReset,
-            CloseReason::Stopped => End::Stopped,
-            CloseReason::Aborted | CloseReason::Refused if tls_failed => End::TlsFailure,
-            CloseReason::Aborted | CloseReason::Refused => End::Reset,
-        }
+/// The ends a connection log takes (`[log] connection_ends`): a bit per
+/// [`End`], checked before a record is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndSet(u16);
+
+impl EndSet {
+    /// Every end: the default.
+    pub const ALL: EndSet = EndSet((1 << End::ALL.len()) - 1);
+
+    pub fn of(ends: &[End]) -> Self {
+        Self(ends.iter().fold(0, |bits, &e| bits | Self::bit(e)))
     }
 
-    pub fn name(self) -> &'static str {
-        match self {
-            End::Closed => "closed",
-            End::ClientReset => "client_reset",
-            End::TcpTimeout => "tcp_timeout",
-            End::HandshakeTimeout => "handshake_timeout",
-            End::RequestTimeout => "request_timeout",
-            End::SendTimeout => "send_timeout",
-            End::TlsFailure => "tls_failure",
-            End::NoBackend => "no_backend",
-            End::BackendReset => "backend_reset",
-            End::Denied => "denied",
-            End::OperatorReset => "operator_reset",
-            End::Stopped => "stopped",
-            End::Reset => "reset",
-        }
+    pub fn contains(self, end: End) -> bool {
+        self.0 & Self::bit(end) != 0
+    }
+
+    fn bit(end: End) -> u16 {
+        1 << end as u16
+    }
+}
+
+impl Default for EndSet {
+    fn default() -> Self {
+        Self::ALL
     }
 }
 
@@ -385,6 +360,12 @@ impl Services {
         let Some(ended) = cx.tcp.take_ended(entry.id) else {
             return; // never expected: TCP keeps the end of every accepted one
         };
+        let tls_failed = matches!(&entry.role, Role::Tls(t) if t.conn.failure().is_some());
+        let trouble = entry.role.link().and_then(|l| l.backend_trouble);
+        let end = end_of(reason, entry.wait, tls_failed, trouble);
+        if !self.conn_log_ends.contains(end) {
+            return;
+        }
         let described = self.describe_entry(entry);
         let (requests, tls) = match &mut entry.role {
             Role::Responder(http) => (Some(http.answered()), None),
@@ -408,9 +389,6 @@ impl Services {
             }
             Role::Backend(_) | Role::Probe(_) => return,
         };
-        let tls_failed = tls.as_ref().is_some_and(|t| t.failure.is_some());
-        let trouble = entry.role.link().and_then(|l| l.backend_trouble);
-        let end = End::of(reason, entry.wait, tls_failed, trouble);
         let record = ConnRecord {
             role: described.role,
             requests,
@@ -431,7 +409,10 @@ impl Services {
         };
         let local = ended.key.local_addr();
         let vip = (self.vips.iter()).find(|v| v.addr == local.ip() && v.port == local.port());
-        let end = End::of(reason, Wait::Nothing, false, None);
+        let end = end_of(reason, Wait::Nothing, false, None);
+        if !self.conn_log_ends.contains(end) {
+            return;
+        }
         let record = ConnRecord {
             tls: vip.and_then(|v| v.tls.as_ref()).map(|_| TlsEnd {
                 negotiated: None,
@@ -607,9 +588,22 @@ mod tests {
     }
 
     #[test]
+    fn an_end_set_takes_the_ends_named_and_all_by_default() {
+        let some = EndSet::of(&[End::TlsFailure, End::HandshakeTimeout]);
+        for e in End::ALL {
+            let want = matches!(e, End::TlsFailure | End::HandshakeTimeout);
+            assert_eq!(some.contains(e), want, "{e:?}");
+            assert!(EndSet::default().contains(e), "{e:?}");
+        }
+        assert_eq!(EndSet::of(&End::ALL), EndSet::ALL);
+        let names: std::collections::HashSet<&str> = End::ALL.iter().map(|e| e.name()).collect();
+        assert_eq!(names.len(), End::ALL.len(), "one name each");
+    }
+
+    #[test]
     fn ends_are_named_by_reason_wait_and_tls_failure() {
         use CloseReason as R;
-        let of = |r, w, t| End::of(r, w, t, None);
+        let of = |r, w, t| end_of(r, w, t, None);
         assert_eq!(of(R::Normal, Wait::Nothing, false), End::Closed);
         assert_eq!(of(R::Normal, Wait::Nothing, true), End::TlsFailure);
         assert_eq!(of(R::Reset, Wait::Handshake, false), End::ClientReset);
@@ -630,27 +624,27 @@ mod tests {
         // A stop says more than a backend's trouble that came before it.
         let trouble = Some(BackendTrouble::Reset);
         assert_eq!(
-            End::of(R::Stopped, Wait::Nothing, false, trouble),
+            end_of(R::Stopped, Wait::Nothing, false, trouble),
             End::Stopped
         );
         assert_eq!(of(R::Aborted, Wait::Handshake, true), End::TlsFailure);
         let none = Some(BackendTrouble::NoMember);
         let reset = Some(BackendTrouble::Reset);
         assert_eq!(
-            End::of(R::Aborted, Wait::Request(0), false, none),
+            end_of(R::Aborted, Wait::Request(0), false, none),
             End::NoBackend
         );
         // A TLS client gets an alert, then our FIN.
         assert_eq!(
-            End::of(R::Normal, Wait::Nothing, false, none),
+            end_of(R::Normal, Wait::Nothing, false, none),
             End::NoBackend
         );
         assert_eq!(
-            End::of(R::Aborted, Wait::Nothing, false, reset),
+            end_of(R::Aborted, Wait::Nothing, false, reset),
             End::BackendReset
         );
         assert_eq!(
-            End::of(R::Reset, Wait::Nothing, false, reset),
+            end_of(R::Reset, Wait::Nothing, false, reset),
             End::ClientReset,
             "the client reset first"
         );

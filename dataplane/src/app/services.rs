@@ -85,6 +85,8 @@ pub struct Services {
     pub(super) snapshot_version: u64,
     /// Where ended client connections are recorded (`[log] connections`).
     pub(super) conn_log: Option<std::sync::Arc<super::conn_log::ConnLogQueues>>,
+    /// The ends it takes (`[log] connection_ends`).
+    pub(super) conn_log_ends: super::conn_log::EndSet,
     /// Dates those records.
     pub(super) wall: super::conn_log::WallClock,
 }
@@ -117,6 +119,7 @@ impl Services {
             engine_index: 0,
             snapshot_version: 0,
             conn_log: None,
+            conn_log_ends: super::conn_log::EndSet::ALL,
             wall: super::conn_log::WallClock::default(),
         }
     }
@@ -202,6 +205,11 @@ impl Services {
     /// Where ended client connections are recorded (`None`: nowhere).
     pub fn set_conn_log(&mut self, queues: Option<std::sync::Arc<super::conn_log::ConnLogQueues>>) {
         self.conn_log = queues;
+    }
+
+    /// Which ends are recorded (the rest are not built at all).
+    pub fn set_conn_log_ends(&mut self, ends: super::conn_log::EndSet) {
+        self.conn_log_ends = ends;
     }
 
     /// Splits health checks with the other engines: this one checks only
@@ -668,6 +676,7 @@ impl Application for Services {
         self.vip_slots_used = self.vip_slots_used.max(used.unwrap_or(0));
         self.snapshot_version = snap.version;
         self.conn_log.clone_from(&snap.conn_log);
+        self.conn_log_ends = snap.conn_log_ends;
     }
 
     fn vips(&self) -> &[VipEntry] {

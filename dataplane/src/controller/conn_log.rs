@@ -130,14 +130,20 @@ impl ConnLog {
         }
     }
 
-    /// `status`'s view, given the engines' count of records dropped.
-    pub(super) fn status(&self, dropped: u64) -> Option<control::api::ConnLogStatus> {
+    /// `status`'s view, given the engines' count of records dropped and
+    /// the ends logged (`None`: all).
+    pub(super) fn status(
+        &self,
+        dropped: u64,
+        ends: Option<Vec<control::config::ConnEnd>>,
+    ) -> Option<control::api::ConnLogStatus> {
         Some(control::api::ConnLogStatus {
             file: self.file.clone()?,
             written: self.state.written.load(Ordering::Relaxed),
             dropped,
             write_failed: self.state.write_failed.load(Ordering::Relaxed),
             error: self.state.error.lock().ok().and_then(|e| e.clone()),
+            ends,
         })
     }
 }

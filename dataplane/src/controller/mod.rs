@@ -28,6 +28,7 @@ use crypto::session::TlsConfig;
 use crypto::tickets::TicketKeys;
 
 use crate::app::config::TlsCopies;
+use crate::app::conn_log::EndSet;
 use crate::app::deadlines::Timeouts;
 use crate::app::pool as dataplane_pool;
 use crate::net::PrefixSet;
@@ -612,6 +613,8 @@ impl Controller {
                 pools,
                 deny,
                 conn_log: log_queues,
+                conn_log_ends: (next.log.connection_ends.as_deref())
+                    .map_or(EndSet::ALL, EndSet::of),
             }),
             certs,
             tls,

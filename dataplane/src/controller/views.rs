@@ -59,8 +59,10 @@ impl Controller {
                     message: message.clone(),
                 }),
             log_level: crate::logging::level().unwrap_or_default(),
-            conn_log: (self.conn_log.as_ref())
-                .and_then(|l| l.status(self.stats().total.conn_log_dropped)),
+            conn_log: (self.conn_log.as_ref()).and_then(|l| {
+                let ends = self.cfg.log.connection_ends.clone();
+                l.status(self.stats().total.conn_log_dropped, ends)
+            }),
         })))
     }
 

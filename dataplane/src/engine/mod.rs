@@ -244,6 +244,12 @@ impl<P: Port> Engine<P> {
         self.app.set_conn_log(queues);
     }
 
+    /// Records only the connections that end one of `ends` ways, as a
+    /// snapshot with `[log] connection_ends` does.
+    pub fn log_connection_ends(&mut self, ends: crate::app::conn_log::EndSet) {
+        self.app.set_conn_log_ends(ends);
+    }
+
     /// Adds a backend pool; returns its index for [`Engine::listen_pool`].
     pub fn add_pool(&mut self, pool: Pool) -> usize {
         self.app.add_pool(pool)
