@@ -792,7 +792,8 @@ impl Default for Log {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ConnEnd {
-    /// Both sides closed (FIN both ways).
+    /// Both sides closed (FIN both ways), or a TLS client reset only our
+    /// close_notify: it had acknowledged everything before it.
     Closed,
     /// The client reset it.
     ClientReset,

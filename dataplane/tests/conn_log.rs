@@ -708,3 +708,64 @@ fn only_the_ends_named_are_logged() {
     assert_eq!(logged.keys().copied().collect::<Vec<_>>(), [33_200]);
     assert_eq!(logged[&33_200].end, End::Closed);
 }
+
+/// A TLS client that closes its session and its socket (close_notify and
+/// FIN), then resets our close_notify, which it will not read (curl does:
+/// RFC 8446 §6.1 lets it close without waiting for ours), got all it was
+/// sent: `closed`. One that resets with part of its answer never
+/// acknowledged, our close_notify queued behind it, did not:
+/// `client_reset`.
+#[test]
+fn a_tls_client_resetting_only_our_close_notify_ended_closed() {
+    let (mut lab, queues) = logging_lab(8);
+    let mut curl = TlsClient::new(34_000);
+    let mut cut = TlsClient::new(34_001);
+    let syns = [
+        curl.tcp.next(TcpControl::Syn, b""),
+        cut.tcp.next(TcpControl::Syn, b""),
+    ];
+    let out = lab.exchange(&syns);
+    curl.absorb(&out);
+    cut.absorb(&out);
+    let mut burst = Vec::new();
+    for c in [&mut curl, &mut cut] {
+        burst.push(c.tcp.next(TcpControl::None, b""));
+        burst.extend(c.tls_segments());
+    }
+    let out = lab.exchange(&burst);
+    curl.absorb(&out);
+    cut.absorb(&out);
+    curl.tls.write_plain(REQUEST);
+    cut.tls
+        .write_plain(b"GET /bytes/30000 HTTP/1.1\r\nConnection: close\r\n\r\n");
+    let mut burst = curl.tls_segments();
+    burst.extend(cut.tls_segments());
+    let out = lab.exchange(&burst);
+    curl.absorb(&out);
+    cut.absorb(&out);
+    assert!(!curl.tls.is_handshaking() && !cut.tls.is_handshaking());
+
+    // curl: its answer acknowledged, close_notify and FIN; ours come back.
+    let ack = curl.tcp.next(TcpControl::None, b"");
+    curl.absorb(&lab.exchange(&[ack]));
+    curl.tls.close_notify();
+    let mut segs = curl.tls_segments();
+    segs.push(curl.tcp.next(TcpControl::Fin, b""));
+    curl.absorb(&lab.exchange(&segs));
+    assert!(curl.tcp.fin_at.is_some(), "our close_notify and FIN");
+    // Its socket is closed: its kernel resets what came after its FIN.
+    // `cut` resets with most of its answer unacknowledged.
+    let resets = [
+        curl.tcp.next(TcpControl::Rst, b""),
+        cut.tcp.next(TcpControl::Rst, b""),
+    ];
+    lab.exchange(&resets);
+    let all = records(&queues);
+    let r = &all[&34_000];
+    assert_eq!(r.end, End::Closed, "{r:?}");
+    assert!(r.tls.as_ref().is_some_and(|t| t.close_notify), "{r:?}");
+    assert!(r.bytes_unacked > 0, "our close_notify, refused: {r:?}");
+    let r = &all[&34_001];
+    assert_eq!(r.end, End::ClientReset, "{r:?}");
+    assert!(r.bytes_unacked > 10_000, "{r:?}");
+}

@@ -112,6 +112,22 @@ pub fn end_of(
     }
 }
 
+/// A TLS client's reset that came once everything before our
+/// close_notify was acknowledged refused only our close (a client that
+/// closed its socket, as curl does, or as a browser closing an idle
+/// connection, resets the close_notify it will not read; RFC 8446 §6.1
+/// lets it close without waiting for ours): the client got all it was
+/// sent, and the connection ended as `closed`.
+fn refused_only_our_close(role: &Role, ended: &Ended) -> bool {
+    let Role::Tls(t) = role else {
+        return false;
+    };
+    let acked = ended
+        .bytes_queued
+        .saturating_sub(u64::from(ended.bytes_unacked));
+    t.conn.close_sent_at.is_some_and(|before| acked >= before)
+}
+
 /// The ends a connection log takes (`[log] connection_ends`): a bit per
 /// [`End`], checked before a record is built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -362,7 +378,10 @@ impl Services {
         };
         let tls_failed = matches!(&entry.role, Role::Tls(t) if t.conn.failure().is_some());
         let trouble = entry.role.link().and_then(|l| l.backend_trouble);
-        let end = end_of(reason, entry.wait, tls_failed, trouble);
+        let mut end = end_of(reason, entry.wait, tls_failed, trouble);
+        if end == End::ClientReset && refused_only_our_close(&entry.role, &ended) {
+            end = End::Closed;
+        }
         if !self.conn_log_ends.contains(end) {
             return;
         }

@@ -80,7 +80,10 @@ pub struct TlsConn {
     cipher_out: Vec<u8>,
     /// The responder asked to close: close_notify after the last data.
     pub(crate) closing: bool,
-    close_sent: bool,
+    /// Our close_notify is made: the bytes of this connection queued to
+    /// TCP before it (a client reset once they are all acknowledged
+    /// refused nothing but our close: the connection log's `closed`).
+    pub(crate) close_sent_at: Option<u64>,
     failed: bool,
     /// Why it failed, when a TLS error of the client's ended it.
     failure: Option<crypto::session::Failure>,
@@ -100,7 +103,7 @@ impl TlsConn {
             pending: Vec::new(),
             cipher_out: Vec::new(),
             closing: false,
-            close_sent: false,
+            close_sent_at: None,
             failed: false,
             failure: None,
             queued: false,
@@ -488,14 +491,14 @@ pub fn drive(
                 // half-close): its bytes and its FIN still go on.
                 if let (true, Some((b, blink))) = (ready, backend.as_mut()) {
                     let before = tcp.send_space(id);
-                    let can_send = !tls.close_sent;
+                    let can_send = tls.close_sent_at.is_none();
                     let stream = ClientStream::Tls { tls, can_send };
                     super::proxy::pump(tcp, (id, link), stream, (*b, blink), scratch);
                     progressed |= tcp.send_space(id) != before;
                 }
             }
             Inner::Responder(http) => {
-                if ready && !tls.close_sent {
+                if ready && tls.close_sent_at.is_none() {
                     if tls.pending.capacity() == 0 {
                         tls.pending = spare.take();
                     }
@@ -513,12 +516,13 @@ pub fn drive(
                 }
             }
         }
-        if tls.closing && tls.pending.is_empty() && !tls.close_sent {
+        if tls.closing && tls.pending.is_empty() && tls.close_sent_at.is_none() {
+            let before = tcp.bytes_queued(id) + tls.cipher_out.len() as u64;
             let _ = tls.session.close_notify(&mut tls.cipher_out);
-            tls.close_sent = true;
+            tls.close_sent_at = Some(before);
         }
         let flushed = tls.flush_cipher(tcp, id);
-        if tls.close_sent && flushed {
+        if tls.close_sent_at.is_some() && flushed {
             tcp.close(id);
             break;
         }

@@ -950,6 +950,11 @@ impl<A: Default> TcpEngine<A> {
         live(&self.conns, id).map_or(0, |c| c.send_space(&self.buffers))
     }
 
+    /// Bytes the application has queued on `id` over its life (0 for none).
+    pub fn bytes_queued(&self, id: ConnId) -> u64 {
+        live(&self.conns, id).map_or(0, |c| c.bytes_queued)
+    }
+
     /// Queues bytes to send; returns how many fitted.
     pub fn send(&mut self, id: ConnId, data: &[u8]) -> usize {
         let Some(c) = live_mut(&mut self.conns, id) else {
