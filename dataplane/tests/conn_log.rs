@@ -30,6 +30,18 @@ fn records(queues: &ConnLogQueues) -> HashMap<u16, ConnRecord> {
     by_port
 }
 
+/// The client ports of `records`, in order.
+fn ports_of(records: &HashMap<u16, ConnRecord>) -> Vec<u16> {
+    let mut ports: Vec<u16> = records.keys().copied().collect();
+    ports.sort_unstable();
+    ports
+}
+
+/// A record's JSON line, parsed.
+fn json_of(r: &ConnRecord) -> serde_json::Value {
+    serde_json::from_str(&r.json_line("vip")).unwrap()
+}
+
 /// The lab's engine with its four VIPs, logging into queues of
 /// `capacity` records.
 fn logging_lab(capacity: usize) -> (HostLab, Arc<ConnLogQueues>) {
@@ -222,8 +234,7 @@ fn each_client_connection_is_logged_once_as_it_ends_with_how_it_ended() {
         lab.advance(Duration::from_millis(100));
     }
     let late = records(&queues);
-    let mut ports: Vec<u16> = late.keys().copied().collect();
-    ports.sort_unstable();
+    let ports = ports_of(&late);
     assert_eq!(ports, [21_004, 22_002]);
 
     let all: HashMap<u16, ConnRecord> = early.into_iter().chain(late).collect();
@@ -424,7 +435,7 @@ fn proxied_clients_ended_by_their_backend_say_so() {
     assert_eq!(r.bytes_out, reply.len() as u64);
     assert_eq!(all[&port(2)].end, End::ClientReset);
     assert_eq!(all.len(), 3);
-    let v: serde_json::Value = serde_json::from_str(&all[&port(0)].json_line("p")).unwrap();
+    let v = json_of(&all[&port(0)]);
     assert_eq!(v["end"], "no_backend");
 }
 
@@ -458,8 +469,7 @@ fn resets_by_an_operator_or_a_deny_say_so() {
     assert_eq!(lab.mem.engine.reset_connections(filter, now), 2);
     lab.advance(Duration::from_millis(1));
     let operator = records(&queues);
-    let mut ports: Vec<u16> = operator.keys().copied().collect();
-    ports.sort_unstable();
+    let ports = ports_of(&operator);
     assert_eq!(ports, [28_000, 28_001]);
     assert!(operator.values().all(|r| r.end == End::OperatorReset));
 
@@ -468,15 +478,14 @@ fn resets_by_an_operator_or_a_deny_say_so() {
     lab.mem.engine.set_deny(Arc::new(PrefixSet::new(host)));
     lab.advance(Duration::from_millis(1));
     let denied = records(&queues);
-    let mut ports: Vec<u16> = denied.keys().copied().collect();
-    ports.sort_unstable();
+    let ports = ports_of(&denied);
     assert_eq!(
         ports,
         [28_100, 28_101, 28_200, 28_201],
         "proxied and TLS clients"
     );
     assert!(denied.values().all(|r| r.end == End::Denied), "{denied:?}");
-    let v: serde_json::Value = serde_json::from_str(&denied[&28_200].json_line("t")).unwrap();
+    let v = json_of(&denied[&28_200]);
     assert_eq!(
         (v["end"].as_str(), v["tls_handshake"].as_str()),
         (Some("denied"), Some("incomplete"))
@@ -636,8 +645,7 @@ fn connections_open_when_dpd_stops_are_reset_and_logged_as_stopped() {
 
     // The half-open one (30002) was never accepted: reset, not logged.
     let stopped = records(&queues);
-    let mut ports: Vec<u16> = stopped.keys().copied().collect();
-    ports.sort_unstable();
+    let ports = ports_of(&stopped);
     assert_eq!(
         ports,
         [30_000, 30_001, 31_000, 31_001, 31_002, 32_000, 32_001, 32_002]
@@ -646,7 +654,7 @@ fn connections_open_when_dpd_stops_are_reset_and_logged_as_stopped() {
         stopped.values().all(|r| r.end == End::Stopped),
         "{stopped:?}"
     );
-    let v: serde_json::Value = serde_json::from_str(&stopped[&31_000].json_line("t")).unwrap();
+    let v = json_of(&stopped[&31_000]);
     assert_eq!(
         (v["end"].as_str(), v["tls_handshake"].as_str()),
         (Some("stopped"), Some("done"))
@@ -686,8 +694,7 @@ fn only_the_ends_named_are_logged() {
     lab.exchange(&fins);
     lab.advance(Duration::from_millis(1));
     let logged = records(&queues);
-    let mut ports: Vec<u16> = logged.keys().copied().collect();
-    ports.sort_unstable();
+    let ports = ports_of(&logged);
     assert_eq!(ports, [33_001, 33_100], "{logged:?}");
     assert_eq!(logged[&33_001].end, End::ClientReset);
     assert_eq!(logged[&33_100].end, End::TlsFailure);
