@@ -20,6 +20,10 @@ use crate::app::conn_log::{ConnLogQueues, LineClock};
 /// How often the writer takes the engines' records.
 pub const DRAIN_EVERY: Duration = Duration::from_millis(20);
 
+/// How long dpd's stop waits for the writer's last lines: a FIFO whose
+/// reader stopped reading would otherwise hold the stop forever.
+pub const STOP_WAIT: Duration = Duration::from_secs(5);
+
 /// What the control thread tells the writer.
 #[derive(Debug)]
 enum Command {
@@ -44,6 +48,10 @@ pub(super) struct ConnLog {
     queues: Arc<ConnLogQueues>,
     commands: Option<mpsc::Sender<Command>>,
     thread: Option<JoinHandle<()>>,
+    /// Closed by the writer thread as it ends.
+    ended: mpsc::Receiver<()>,
+    /// How long `drop` waits for it ([`STOP_WAIT`]).
+    stop_wait: Duration,
     state: Arc<WriterState>,
     file: Option<PathBuf>,
 }
@@ -86,14 +94,20 @@ impl ConnLog {
         let queues = Arc::new(ConnLogQueues::new(engines));
         let state = Arc::new(WriterState::default());
         let (tx, rx) = mpsc::channel();
+        let (ends, ended) = mpsc::channel::<()>();
         let (q, st) = (queues.clone(), state.clone());
         let thread = std::thread::Builder::new()
             .name("conn-log".into())
-            .spawn(move || write_loop(&rx, &q, &names, &st, &config_state))?;
+            .spawn(move || {
+                write_loop(&rx, &q, &names, &st, &config_state);
+                drop(ends);
+            })?;
         Ok(Self {
             queues,
             commands: Some(tx),
             thread: Some(thread),
+            ended,
+            stop_wait: STOP_WAIT,
             state,
             file: None,
         })
@@ -149,11 +163,26 @@ impl ConnLog {
 }
 
 impl Drop for ConnLog {
-    /// The writer writes what is queued and ends.
+    /// The writer writes what is queued and ends, within
+    /// [`STOP_WAIT`]; a writer still blocked then (a FIFO nobody reads)
+    /// is left behind, its lines lost, and said so.
     fn drop(&mut self) {
         self.commands = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        let Some(t) = self.thread.take() else {
+            return;
+        };
+        match self.ended.recv_timeout(self.stop_wait) {
+            Err(RecvTimeoutError::Timeout) => {
+                let file = self.file.as_deref().unwrap_or(Path::new("?"));
+                log::warn!(
+                    "connection log: still writing to {} after {:?}: its last lines are lost",
+                    file.display(),
+                    self.stop_wait
+                );
+            }
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => {
+                let _ = t.join();
+            }
         }
     }
 }
@@ -294,5 +323,69 @@ mod tests {
             .write_all(b"new\n")
             .unwrap();
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "old\nnew\n");
+    }
+
+    /// A record of a plain connection from `port`.
+    fn record(port: u16) -> crate::app::conn_log::ConnRecord {
+        crate::app::conn_log::ConnRecord {
+            unix_ns: 1_796_612_400_000_000_000,
+            duration: Duration::from_millis(3),
+            engine: 0,
+            vip: 0,
+            local: "10.77.0.1:80".parse().unwrap(),
+            client: std::net::SocketAddr::from(([10, 77, 0, 2], port)),
+            end: crate::app::conn_log::End::Closed,
+            role: "http",
+            requests: Some(1),
+            bytes_in: 80,
+            bytes_out: 1_000,
+            bytes_unacked: 0,
+            tls: None,
+            backend: None,
+            to_backend: 0,
+        }
+    }
+
+    #[test]
+    fn a_stop_waits_no_longer_than_its_bound_for_a_reader_that_stopped_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("conn.fifo");
+        mkfifo(&fifo);
+        // A reader that never reads: the pipe (64 KiB) fills.
+        let reader = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap();
+        let names: SlotNames = Arc::new(std::sync::RwLock::new(vec!["web".into()]));
+        let mut log = ConnLog::start(1, names, SharedConfigState::default()).unwrap();
+        log.stop_wait = Duration::from_millis(300);
+        log.write_to(fifo.clone(), open(&fifo).unwrap());
+        let queues = log.queues();
+        let queue = queues.of(0).unwrap();
+        for port in 0..4_000 {
+            assert!(queue.push(record(port)).is_ok());
+        }
+        // The writer took them all and is blocked writing them.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !queue.is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(queue.is_empty(), "the writer took the records");
+        let (tx, rx) = mpsc::channel();
+        let t0 = std::time::Instant::now();
+        std::thread::spawn(move || {
+            drop(log);
+            let _ = tx.send(());
+        });
+        let stopped = rx.recv_timeout(Duration::from_secs(10));
+        assert!(stopped.is_ok(), "the stop still waits after 10 s");
+        assert!(
+            t0.elapsed() >= Duration::from_millis(300),
+            "{:?}",
+            t0.elapsed()
+        );
+        // The writer left behind ends once the pipe breaks.
+        drop(reader);
     }
 }
