@@ -202,8 +202,12 @@ fn write_loop(
     loop {
         let command = commands.recv_timeout(DRAIN_EVERY);
         // Records queued before a switch go to the file they were meant
-        // for.
-        write_queued(queues, names, out.as_mut(), &mut lines, &mut clock, state);
+        // for. With no file (not on yet, or just turned off) they wait in
+        // the queues for the next one: a record is lost only to a full
+        // queue (counted) or a failed write (counted).
+        if let Some(out) = out.as_mut() {
+            write_queued(queues, names, out, &mut lines, &mut clock, state);
+        }
         match command {
             Ok(Command::Write(path, file)) => out = Some((path, file)),
             Ok(Command::Off) => out = None,
@@ -218,12 +222,11 @@ fn write_loop(
 }
 
 /// Writes every record queued now to `out`, in one write (`lines` is
-/// its reused buffer). Without a file (the log was just turned off) they
-/// are dropped: engines stop queueing with the next snapshot.
+/// its reused buffer).
 fn write_queued(
     queues: &ConnLogQueues,
     names: &SlotNames,
-    out: Option<&mut (PathBuf, File)>,
+    out: &mut (PathBuf, File),
     lines: &mut Vec<u8>,
     clock: &mut LineClock,
     state: &WriterState,
@@ -236,9 +239,7 @@ fn write_queued(
         r.write_json_line(vip, clock, lines);
         records += 1;
     });
-    let Some((path, file)) = out else {
-        return;
-    };
+    let (path, file) = out;
     if records == 0 {
         return;
     }
@@ -344,6 +345,32 @@ mod tests {
             backend: None,
             to_backend: 0,
         }
+    }
+
+    /// Records engines queued before the writer had its first file (the
+    /// log just turned on: engines apply the snapshot as the control
+    /// thread hands the writer the file) go into that file, not away.
+    #[test]
+    fn records_queued_before_the_writer_has_a_file_are_written_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("conn.log");
+        let names: SlotNames = Arc::new(std::sync::RwLock::new(vec!["web".into()]));
+        let mut log = ConnLog::start(1, names, SharedConfigState::default()).unwrap();
+        let queues = log.queues();
+        for port in 0..10 {
+            assert!(queues.of(0).unwrap().push(record(port)).is_ok());
+        }
+        // More than a writer's round later, with no file yet: still queued.
+        std::thread::sleep(DRAIN_EVERY * 3);
+        assert_eq!(queues.of(0).unwrap().len(), 10);
+        log.write_to(path.clone(), open(&path).unwrap());
+        drop(log); // the writer writes what is queued, then ends
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 10, "{text}");
+        assert!(
+            text.lines().all(|l| l.contains("\"vip\":\"web\"")),
+            "{text}"
+        );
     }
 
     #[test]
