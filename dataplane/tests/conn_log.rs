@@ -66,6 +66,26 @@ fn syn_acked(lab: &mut HostLab, ports: std::ops::Range<u16>, vip: u16) -> Vec<Ho
     conns
 }
 
+/// Proxied clients from `ports`, each sending `REQUEST` once connected,
+/// all in one burst: the clients and the engine's SYNs to the backend, in
+/// the order of their requests.
+fn proxied_asking(lab: &mut HostLab, ports: std::ops::Range<u16>) -> (Vec<HostConn>, Vec<Seg>) {
+    let n = ports.len();
+    let mut clients = syn_acked(lab, ports, PROXY);
+    let mut burst = Vec::new();
+    for c in &mut clients {
+        burst.push(c.next(TcpControl::None, b""));
+        burst.push(c.next(TcpControl::Psh, REQUEST));
+    }
+    let out = lab.exchange(&burst);
+    let syns: Vec<Seg> = (out.iter())
+        .filter(|s| s.dst_port == BACKEND && s.control == TcpControl::Syn)
+        .cloned()
+        .collect();
+    assert_eq!(syns.len(), n, "a backend connection each");
+    (clients, syns)
+}
+
 /// A TLS client over a host connection (rustls, certificates unchecked).
 struct TlsClient {
     tcp: HostConn,
@@ -377,18 +397,7 @@ fn a_full_queue_drops_records_and_counts_them_and_a_log_turned_off_records_nothi
 #[test]
 fn proxied_clients_ended_by_their_backend_say_so() {
     let (mut lab, queues) = logging_lab(64);
-    let mut clients = syn_acked(&mut lab, 27_000..27_003, PROXY);
-    let mut burst = Vec::new();
-    for c in &mut clients {
-        burst.push(c.next(TcpControl::None, b""));
-        burst.push(c.next(TcpControl::Psh, REQUEST));
-    }
-    let out = lab.exchange(&burst);
-    let syns: Vec<Seg> = (out.iter())
-        .filter(|s| s.dst_port == BACKEND && s.control == TcpControl::Syn)
-        .cloned()
-        .collect();
-    assert_eq!(syns.len(), 3);
+    let (mut clients, syns) = proxied_asking(&mut lab, 27_000..27_003);
     // The backend connections in the order of their clients' requests.
     let reply = b"HTTP/1.0 200 OK\r\n\r\nhalf an ans";
     let mut answers = Vec::new();
@@ -586,18 +595,7 @@ fn connections_open_when_dpd_stops_are_reset_and_logged_as_stopped() {
 
     // Proxied: two whose requests reached their backends, one whose
     // backend has not answered its SYN.
-    let mut proxied = syn_acked(&mut lab, 32_000..32_003, PROXY);
-    let mut burst = Vec::new();
-    for c in &mut proxied {
-        burst.push(c.next(TcpControl::None, b""));
-        burst.push(c.next(TcpControl::Psh, REQUEST));
-    }
-    let out = lab.exchange(&burst);
-    let syns: Vec<Seg> = (out.iter())
-        .filter(|s| s.dst_port == BACKEND && s.control == TcpControl::Syn)
-        .cloned()
-        .collect();
-    assert_eq!(syns.len(), 3);
+    let (mut proxied, syns) = proxied_asking(&mut lab, 32_000..32_003);
     let mut backends: Vec<HostConn> = (syns.iter().take(2).enumerate())
         .map(|(i, syn)| HostConn::accepted(syn, 900_000 + 1_000 * i as u32))
         .collect();
