@@ -779,18 +779,27 @@ impl ServerSession {
         match &mut self.state {
             State::Failed => Err(TlsError::new(Failure::Other, "session already failed")),
             State::Handshake(h) => {
+                // rustls holds whole records only (a partial message's
+                // fragments) when the last call ended between records.
+                let whole_records_held = h.headers.between_records();
                 let judged = h
                     .headers
                     .feed(a, h.answered)
                     .and_then(|()| h.headers.feed(b, h.answered));
-                h.incoming.extend_from_slice(a);
-                h.incoming.extend_from_slice(b);
                 progress.consumed = a.len() + b.len();
                 if let Err((alert, e)) = judged {
-                    // In plaintext: what rustls encrypts is its own.
-                    outgoing.extend_from_slice(&[content::ALERT, 3, 3, 0, 2, 2, alert]);
+                    // What came with the refused header is not read.
+                    let sealed = h.answered
+                        && whole_records_held
+                        && alert_through_rustls(h, alert, outgoing, plaintext);
+                    if !sealed {
+                        // Before our first flight nothing is encrypted.
+                        outgoing.extend_from_slice(&[content::ALERT, 3, 3, 0, 2, 2, alert]);
+                    }
                     return Err(e);
                 }
+                h.incoming.extend_from_slice(a);
+                h.incoming.extend_from_slice(b);
                 let before = outgoing.len();
                 let mut secrets = std::mem::take(&mut h.secrets);
                 let done = secret_cache::lend(&mut secrets, || {
@@ -1035,6 +1044,43 @@ fn negotiated(conn: &UnbufferedServerConnection, key: Option<crate::certs::KeyTy
     }
 }
 
+/// Has rustls send `alert` for a record [`HeaderJudge`] refused after our
+/// first flight, when rustls may be encrypting (TLS 1.3 from its
+/// ServerHello on, RFC 8446 §5.1; TLS 1.2 after its ChangeCipherSpec in a
+/// resumption), so the alert goes out under the keys the client expects.
+/// The one such refusal is a second ChangeCipherSpec (`unexpected_message`):
+/// rustls is handed, after the whole records it holds (the fragments of a
+/// message, if any: its place in them must stay valid), a ChangeCipherSpec
+/// it refuses with that alert itself (TLS 1.3: one whose body is not 1,
+/// RFC 8446 §5; TLS 1.2: any, its Finished being due; either, amid a
+/// message's fragments). False, with nothing sent, where rustls sent no
+/// alert.
+fn alert_through_rustls(
+    h: &mut Handshake,
+    alert: u8,
+    outgoing: &mut Vec<u8>,
+    plaintext: &mut Vec<u8>,
+) -> bool {
+    const UNEXPECTED_MESSAGE: u8 = 10;
+    if alert != UNEXPECTED_MESSAGE {
+        return false;
+    }
+    let body = match h.conn.protocol_version() {
+        Some(rustls::ProtocolVersion::TLSv1_3) => 0,
+        Some(rustls::ProtocolVersion::TLSv1_2) => 1,
+        _ => return false,
+    };
+    h.incoming
+        .extend_from_slice(&[content::CHANGE_CIPHER_SPEC, 3, 3, 0, 1, body]);
+    let before = outgoing.len();
+    let refused = handshake(h, outgoing, plaintext, &mut Progress::default()).is_err();
+    if refused && outgoing.len() > before {
+        return true;
+    }
+    outgoing.truncate(before);
+    false
+}
+
 /// Runs rustls over the buffered handshake input. True once the handshake
 /// is complete (rustls reached `WriteTraffic`).
 fn handshake(
@@ -1123,6 +1169,11 @@ impl HeaderJudge {
             }
         }
         Ok(())
+    }
+
+    /// Between two records: no header or body begun and not finished.
+    fn between_records(&self) -> bool {
+        self.have == 0 && self.skip == 0
     }
 
     /// Judges the header just completed; the length of its body.
@@ -2035,6 +2086,48 @@ mod tests {
                 assert_eq!(resumed, [false, want], "{versions:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_second_change_cipher_spec_in_a_tls12_resumption_is_refused_sealed() {
+        // Resuming, the server sends its ChangeCipherSpec and Finished
+        // first: its alert to the client's second ChangeCipherSpec must go
+        // out under its new key (RFC 5246 §7.1), which the client opens.
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = server(dir.path(), |p| {
+            p.resumption = Resumption::Tickets {
+                rotate_s: 3600,
+                key_file: None,
+            }
+        });
+        let ccfg = client_config(dir.path(), TLS12);
+        let mut c = client_with(ccfg.clone(), "p256.test");
+        let mut s = ServerSession::new(&cfg).unwrap();
+        c.writer().write_all(b"x").unwrap();
+        pump(&mut c, &mut s, &mut Vec::new(), &mut Vec::new());
+        let mut c = client_with(ccfg, "p256.test");
+        let mut s = ServerSession::new(&cfg).unwrap();
+        let mut hello = Vec::new();
+        c.write_tls(&mut hello).unwrap();
+        let mut out = Vec::new();
+        s.process(&hello, &mut out, &mut Vec::new()).unwrap();
+        c.read_tls(&mut &out[..]).unwrap();
+        c.process_new_packets().unwrap();
+        let ccs = [20, 3, 3, 0, 1, 1];
+        let mut out = Vec::new();
+        s.process(&ccs, &mut out, &mut Vec::new()).unwrap();
+        let e = s.process(&ccs, &mut out, &mut Vec::new()).unwrap_err();
+        assert_eq!(e.reason, Failure::UnexpectedMessage, "{e}");
+        assert!(
+            out.len() > 7 && out[0] == 21,
+            "an alert record, sealed: {out:?}"
+        );
+        c.read_tls(&mut &out[..]).unwrap();
+        assert_eq!(
+            c.process_new_packets().unwrap_err(),
+            rustls::Error::AlertReceived(rustls::AlertDescription::UnexpectedMessage)
+        );
+        assert_eq!(c.handshake_kind(), Some(rustls::HandshakeKind::Resumed));
     }
 
     #[test]

@@ -179,6 +179,70 @@ fn a_second_change_cipher_spec_in_the_handshake_is_unexpected() {
     s.process(&ccs, &mut out, &mut Vec::new()).unwrap();
     let e = s.process(&ccs, &mut out, &mut Vec::new()).unwrap_err();
     assert_eq!(e.reason, Failure::UnexpectedMessage, "{e}");
+    // The server encrypts since its first flight (RFC 8446 §5.1): the
+    // alert is sealed under its handshake key, so the client, which has
+    // opened that flight and takes no plaintext since, reads the alert.
+    assert!(!out.is_empty(), "no alert sent");
+    assert_eq!(out[0], 23, "the alert goes out sealed: {out:?}");
+    c.read_tls(&mut &out[..]).unwrap();
+    assert_eq!(
+        c.process_new_packets().unwrap_err(),
+        rustls::Error::AlertReceived(rustls::AlertDescription::UnexpectedMessage)
+    );
+}
+
+#[test]
+fn a_second_change_cipher_spec_in_a_tls12_handshake_is_unexpected() {
+    // TLS 1.2, full handshake: the server sends its own ChangeCipherSpec
+    // only after the client's Finished, so its alert before then is
+    // plaintext, and the client reads it.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = TlsConfig::new(crate::testutil::test_store(dir.path())).unwrap();
+    let mut c = super::tests::client(dir.path(), "p256.test", TLS12);
+    let mut s = ServerSession::new(&cfg).unwrap();
+    let mut hello = Vec::new();
+    c.write_tls(&mut hello).unwrap();
+    let mut out = Vec::new();
+    s.process(&hello, &mut out, &mut Vec::new()).unwrap();
+    c.read_tls(&mut &out[..]).unwrap();
+    c.process_new_packets().unwrap();
+    // The client's flight: ClientKeyExchange, ChangeCipherSpec, Finished.
+    let mut flight = Vec::new();
+    c.write_tls(&mut flight).unwrap();
+    let records = split_records(&flight);
+    assert_eq!(
+        records.iter().map(|r| r[0]).collect::<Vec<_>>(),
+        [22, 20, 22]
+    );
+    let mut out = Vec::new();
+    s.process(
+        &[records[0], records[1]].concat(),
+        &mut out,
+        &mut Vec::new(),
+    )
+    .unwrap();
+    let e = s
+        .process(records[1], &mut out, &mut Vec::new())
+        .unwrap_err();
+    assert_eq!(e.reason, Failure::UnexpectedMessage, "{e}");
+    assert_eq!(out, [21, 3, 3, 0, 2, 2, 10], "the alert, in plaintext");
+    c.read_tls(&mut &out[..]).unwrap();
+    assert_eq!(
+        c.process_new_packets().unwrap_err(),
+        rustls::Error::AlertReceived(rustls::AlertDescription::UnexpectedMessage)
+    );
+}
+
+/// `bytes` cut into whole TLS records (header and body).
+fn split_records(mut bytes: &[u8]) -> Vec<&[u8]> {
+    let mut records = Vec::new();
+    while bytes.len() >= 5 {
+        let len = 5 + usize::from(u16::from_be_bytes([bytes[3], bytes[4]]));
+        let (record, rest) = bytes.split_at(len.min(bytes.len()));
+        records.push(record);
+        bytes = rest;
+    }
+    records
 }
 
 /// A hand-built ClientHello, field by field.
@@ -487,4 +551,69 @@ fn headers_are_judged_one_byte_at_a_time_and_across_fragments() {
             .unwrap();
     }
     assert_eq!(out[0], content::HANDSHAKE, "a ServerHello");
+}
+
+/// The server's first answer to `c`'s hello, read by `c`; then `c`'s
+/// second flight, cut into records.
+fn second_flight(c: &mut rustls::ClientConnection, s: &mut ServerSession) -> Vec<Vec<u8>> {
+    let mut hello = Vec::new();
+    c.write_tls(&mut hello).unwrap();
+    let mut out = Vec::new();
+    s.process(&hello, &mut out, &mut Vec::new()).unwrap();
+    c.read_tls(&mut &out[..]).unwrap();
+    c.process_new_packets().unwrap();
+    let mut flight = Vec::new();
+    c.write_tls(&mut flight).unwrap();
+    split_records(&flight)
+        .into_iter()
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+#[test]
+fn a_second_change_cipher_spec_amid_held_input_is_refused_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = TlsConfig::new(crate::testutil::test_store(dir.path())).unwrap();
+    let ccs = [20, 3, 3, 0, 1, 1];
+    // TLS 1.2: the first fragment of the ClientKeyExchange is held (rustls
+    // keeps its place in it), then two ChangeCipherSpecs come at once.
+    // rustls, handed the refusal after that fragment, answers it; before
+    // the fix that handed it a fresh buffer, it panicked on its stale
+    // place in the old one.
+    let mut c = super::tests::client(dir.path(), "p256.test", TLS12);
+    let mut s = ServerSession::new(&cfg).unwrap();
+    let records = second_flight(&mut c, &mut s);
+    let (first, _) = records[0][5..].split_at(10);
+    let fragment = [&[22, 3, 3, 0, 10][..], first].concat();
+    let mut out = Vec::new();
+    s.process(&fragment, &mut out, &mut Vec::new()).unwrap();
+    assert!(out.is_empty());
+    let e = s
+        .process(&[ccs, ccs].concat(), &mut out, &mut Vec::new())
+        .unwrap_err();
+    assert_eq!(e.reason, Failure::UnexpectedMessage, "{e}");
+    c.read_tls(&mut &out[..]).unwrap();
+    assert_eq!(
+        c.process_new_packets().unwrap_err(),
+        rustls::Error::AlertReceived(rustls::AlertDescription::UnexpectedMessage)
+    );
+    // TLS 1.3: part of the client's (sealed) Finished record held; rustls
+    // holds a partial record, which the refusal cannot follow: refused,
+    // the alert in plaintext, nothing handed to rustls.
+    let mut c = super::tests::client(dir.path(), "p256.test", TLS13);
+    let mut s = ServerSession::new(&cfg).unwrap();
+    let records = second_flight(&mut c, &mut s);
+    assert_eq!(records[0], ccs);
+    let finished = &records[1];
+    let mut out = Vec::new();
+    s.process(
+        &[&ccs[..], &finished[..3]].concat(),
+        &mut out,
+        &mut Vec::new(),
+    )
+    .unwrap();
+    let rest = [&finished[3..], &ccs[..]].concat();
+    let e = s.process(&rest, &mut out, &mut Vec::new()).unwrap_err();
+    assert_eq!(e.reason, Failure::UnexpectedMessage, "{e}");
+    assert_eq!(out, [21, 3, 3, 0, 2, 2, 10]);
 }
