@@ -97,6 +97,9 @@ pub enum Failure {
     /// A field with a value the protocol does not allow (a KeyUpdate's
     /// request_update other than 0 or 1).
     IllegalParameter,
+    /// The client's handshake input held past [`HANDSHAKE_HELD_MAX`]
+    /// without a whole message: one too long, or cut too fine.
+    HandshakeTooLarge,
 }
 
 /// The fixed part of a ClientHello body: client_version (2), random
@@ -106,12 +109,20 @@ const MIN_CLIENT_HELLO: usize = 41;
 /// Bytes of our own output (alerts, KeyUpdates) waiting in the caller's
 /// buffer past which no more records are opened.
 pub const OUTGOING_MAX: usize = 64 * 1024;
-/// Longest post-handshake message taken in (a TLS 1.2 renegotiation
-/// ClientHello is the largest a client may send; it is refused anyway).
-const MAX_POST_HANDSHAKE_MESSAGE: usize = 64 * 1024;
+/// Bytes of the client's handshake input held at most while they do not
+/// yet make a whole message: a 16 KiB ClientHello (BoringSSL's limit for
+/// a server's handshake messages) in two records, or any one record
+/// (2^14 + 2048 + 5), fits; record headers count, so a message cut into
+/// tiny records (six bytes held per byte sent) cannot make a session hold
+/// more. Past it the handshake fails (`handshake_too_large`).
+pub const HANDSHAKE_HELD_MAX: usize = 20 * 1024;
+/// Longest post-handshake message taken in, as in the handshake (a TLS 1.2
+/// renegotiation ClientHello is the largest a client may send; it is
+/// refused anyway): past it, `handshake_too_large`.
+const MAX_POST_HANDSHAKE_MESSAGE: usize = 16 * 1024;
 
 /// Failure reasons counted, by [`Failure::index`].
-pub const FAILURES: [&str; 12] = [
+pub const FAILURES: [&str; 13] = [
     "protocol_version",
     "no_shared_parameters",
     "no_certificate",
@@ -124,6 +135,7 @@ pub const FAILURES: [&str; 12] = [
     "record_limit",
     "other",
     "illegal_parameter",
+    "handshake_too_large",
 ];
 
 impl Failure {
@@ -461,7 +473,7 @@ impl Established {
                     if msgs.len() < 4 || rest.len() < len {
                         if len > MAX_POST_HANDSHAKE_MESSAGE {
                             return Err(TlsError::new(
-                                Failure::UnexpectedMessage,
+                                Failure::HandshakeTooLarge,
                                 format!("post-handshake message of {len} bytes"),
                             ));
                         }
@@ -650,7 +662,7 @@ impl Established {
             if let Err(e) = result {
                 let alert = match e.reason {
                     Failure::DecodeError => 50,
-                    Failure::IllegalParameter => 47,
+                    Failure::IllegalParameter | Failure::HandshakeTooLarge => 47,
                     Failure::PeerAlert => 0,
                     _ => 10,
                 };
@@ -732,9 +744,10 @@ impl ServerSession {
     /// in order) and processes them: appends TLS bytes to send to
     /// `outgoing` and decrypted application data to `plaintext`, stopping
     /// once `plaintext` holds `plain_limit` bytes or `outgoing`
-    /// [`OUTGOING_MAX`]. During the handshake all
-    /// input is taken; afterwards only whole records are, and the rest
-    /// stays in the caller's buffer. [`Progress::consumed`] says how much.
+    /// [`OUTGOING_MAX`]. During the handshake input is taken while the
+    /// session holds less than [`HANDSHAKE_HELD_MAX`] of it; afterwards only
+    /// whole records are; the rest stays in the caller's buffer.
+    /// [`Progress::consumed`] says how much.
     ///
     /// # Errors
     /// A fatal TLS error; an alert for the peer may have been appended to
@@ -779,6 +792,11 @@ impl ServerSession {
         match &mut self.state {
             State::Failed => Err(TlsError::new(Failure::Other, "session already failed")),
             State::Handshake(h) => {
+                // Taken up to what may be held; the rest waits with the
+                // caller.
+                let room = HANDSHAKE_HELD_MAX.saturating_sub(h.incoming.len());
+                let a = &a[..a.len().min(room)];
+                let b = &b[..b.len().min(room - a.len())];
                 // rustls holds whole records only (a partial message's
                 // fragments) when the last call ended between records.
                 let whole_records_held = h.headers.between_records();
@@ -798,8 +816,7 @@ impl ServerSession {
                     }
                     return Err(e);
                 }
-                h.incoming.extend_from_slice(a);
-                h.incoming.extend_from_slice(b);
+                hold(&mut h.incoming, a, b);
                 let before = outgoing.len();
                 let mut secrets = std::mem::take(&mut h.secrets);
                 let done = secret_cache::lend(&mut secrets, || {
@@ -815,6 +832,9 @@ impl ServerSession {
                     self.sni = sel.sni;
                 }
                 if !done? {
+                    if h.incoming.len() >= HANDSHAKE_HELD_MAX {
+                        return Err(refuse_held_input(h, outgoing, plaintext));
+                    }
                     return Ok(());
                 }
                 // Done: rustls hands over the secrets; input it has not
@@ -1042,6 +1062,45 @@ fn negotiated(conn: &UnbufferedServerConnection, key: Option<crate::certs::KeyTy
         key: index_of(&KEY_TYPES, key),
         resumed: conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed),
     }
+}
+
+/// Appends `a` and `b` to the held handshake input, its vector grown by
+/// doubling but never past [`HANDSHAKE_HELD_MAX`] (which the caller keeps
+/// `a` and `b` within).
+fn hold(held: &mut Vec<u8>, a: &[u8], b: &[u8]) {
+    let need = held.len() + a.len() + b.len();
+    if need > held.capacity() {
+        let grown = (held.capacity() * 2).clamp(need, HANDSHAKE_HELD_MAX.max(need));
+        held.reserve_exact(grown - held.len());
+    }
+    held.extend_from_slice(a);
+    held.extend_from_slice(b);
+}
+
+/// Ends a handshake whose held input reached [`HANDSHAKE_HELD_MAX`]
+/// without a whole message. Before our first flight the alert is
+/// illegal_parameter, in plaintext (what OpenSSL and BoringSSL answer to a
+/// handshake message over their limit); after it, the client had only
+/// short messages to send, and rustls seals an unexpected_message where it
+/// can ([`alert_through_rustls`]).
+fn refuse_held_input(
+    h: &mut Handshake,
+    outgoing: &mut Vec<u8>,
+    plaintext: &mut Vec<u8>,
+) -> TlsError {
+    const ILLEGAL_PARAMETER: u8 = 47;
+    const UNEXPECTED_MESSAGE: u8 = 10;
+    let why = format!(
+        "{} bytes of handshake input without a whole message",
+        h.incoming.len()
+    );
+    let sealed = h.answered
+        && h.headers.between_records()
+        && alert_through_rustls(h, UNEXPECTED_MESSAGE, outgoing, plaintext);
+    if !sealed {
+        outgoing.extend_from_slice(&[content::ALERT, 3, 3, 0, 2, 2, ILLEGAL_PARAMETER]);
+    }
+    TlsError::new(Failure::HandshakeTooLarge, why)
 }
 
 /// Has rustls send `alert` for a record [`HeaderJudge`] refused after our
@@ -1781,10 +1840,13 @@ mod tests {
         wire.drain(..p.consumed);
         c.read_tls(&mut &out[..]).unwrap();
         c.process_new_packets().unwrap();
-        let data: Vec<u8> = (0..60_000u32).map(|i| (i % 251) as u8).collect();
+        // One record of data after the Finished (the handshake takes in
+        // no more than HANDSHAKE_HELD_MAX).
+        let data: Vec<u8> = (0..12_000u32).map(|i| (i % 251) as u8).collect();
         c.writer().write_all(&data).unwrap();
         c.write_tls(&mut wire).unwrap();
-        // Finished and most of the data; the last record cut short.
+        assert!(wire.len() < HANDSHAKE_HELD_MAX);
+        // Finished and most of the data; the record cut short.
         let cut = wire.len() - 3000;
         let p = s
             .read((&wire[..cut], &[]), &mut Vec::new(), &mut plain, 1000)

@@ -38,6 +38,25 @@ fn a_key_update_split_across_records_is_reassembled() {
 }
 
 #[test]
+fn a_post_handshake_message_over_16_kib_is_refused_as_it_is_announced() {
+    let dir = tempfile::tempdir().unwrap();
+    for versions in [TLS13, TLS12] {
+        // 16 KiB announced: its start is kept for the rest.
+        let (mut s, mut tx, _) = established_forger(dir.path(), versions);
+        let rec = sealed(&mut tx, content::HANDSHAKE, &[1, 0, 0x40, 0, 3, 3]);
+        let mut out = Vec::new();
+        s.process(&rec, &mut out, &mut Vec::new()).unwrap();
+        assert!(out.is_empty(), "{versions:?}: waits for the rest");
+        // One byte more: refused at once, with illegal_parameter.
+        let (mut s, mut tx, mut rx) = established_forger(dir.path(), versions);
+        let rec = sealed(&mut tx, content::HANDSHAKE, &[1, 0, 0x40, 1, 3, 3]);
+        let e = s.process(&rec, &mut out, &mut Vec::new()).unwrap_err();
+        assert_eq!(e.reason, Failure::HandshakeTooLarge, "{versions:?}: {e}");
+        assert_eq!(alerts_in(&mut rx, &out), fatal(47), "{versions:?}");
+    }
+}
+
+#[test]
 fn another_record_between_the_fragments_of_a_message_is_unexpected() {
     let dir = tempfile::tempdir().unwrap();
     for between in [content::APPLICATION_DATA, content::ALERT] {
@@ -270,6 +289,12 @@ impl Hello {
     }
 
     fn record(&self) -> Vec<u8> {
+        self.record_padded(0)
+    }
+
+    /// With a padding extension (RFC 7685) of `pad` bytes when not 0: the
+    /// whole message in one "record", whatever its length.
+    fn record_padded(&self, pad: usize) -> Vec<u8> {
         fn ext(out: &mut Vec<u8>, typ: u16, body: &[u8]) {
             out.extend_from_slice(&typ.to_be_bytes());
             out.extend_from_slice(&(body.len() as u16).to_be_bytes());
@@ -310,6 +335,9 @@ impl Hello {
         ks.extend_from_slice(&shares);
         ext(&mut exts, 51, &ks);
         ext(&mut exts, 45, &[1, 1]); // psk_key_exchange_modes: psk_dhe_ke
+        if pad > 0 {
+            ext(&mut exts, 21, &vec![0; pad]);
+        }
         let mut body = self.legacy_version.to_be_bytes().to_vec();
         body.extend_from_slice(&[7; 32]);
         body.push(32);
@@ -318,7 +346,12 @@ impl Hello {
         body.extend_from_slice(&[1, 0]);
         body.extend_from_slice(&(exts.len() as u16).to_be_bytes());
         body.extend_from_slice(&exts);
-        let mut msg = vec![1, 0, (body.len() >> 8) as u8, body.len() as u8];
+        let mut msg = vec![
+            1,
+            (body.len() >> 16) as u8,
+            (body.len() >> 8) as u8,
+            body.len() as u8,
+        ];
         msg.extend_from_slice(&body);
         let mut rec = vec![22, 3, 1, (msg.len() >> 8) as u8, msg.len() as u8];
         rec.extend_from_slice(&msg);
@@ -347,7 +380,11 @@ const HRR_RANDOM: [u8; 32] = [
 ];
 
 fn answer_to(hello: &Hello) -> Answer {
-    let (_, out) = first_answer(&hello.record());
+    answer(&first_answer(&hello.record()).1)
+}
+
+/// The server's first answer, `out`, read.
+fn answer(out: &[u8]) -> Answer {
     assert!(out.len() > HEADER_LEN, "an answer: {out:02x?}");
     let body = &out[HEADER_LEN..];
     match out[0] {
@@ -616,4 +653,89 @@ fn a_second_change_cipher_spec_amid_held_input_is_refused_in_place() {
     let e = s.process(&rest, &mut out, &mut Vec::new()).unwrap_err();
     assert_eq!(e.reason, Failure::UnexpectedMessage, "{e}");
     assert_eq!(out, [21, 3, 3, 0, 2, 2, 10]);
+}
+
+/// `msg` (handshake messages) framed in handshake records of at most
+/// `size` bytes each.
+fn framed(msg: &[u8], size: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    for piece in msg.chunks(size) {
+        out.extend_from_slice(&[22, 3, 1]);
+        out.extend_from_slice(&(piece.len() as u16).to_be_bytes());
+        out.extend_from_slice(piece);
+    }
+    out
+}
+
+#[test]
+fn a_16_kib_client_hello_in_two_records_is_answered() {
+    // BoringSSL's limit for a server's handshake messages: a ClientHello
+    // that long, in two records, fits what a session holds.
+    let hello = Hello::tls13().record_padded(16 * 1024 - 200);
+    let msg = &hello[5..];
+    assert_eq!(msg.len(), 4 + 16 * 1024, "a 16 KiB body");
+    let (r, out) = first_answer(&framed(msg, 9000));
+    r.unwrap();
+    assert!(matches!(
+        answer(&out),
+        Answer::ServerHello {
+            version: 0x0304,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn handshake_input_is_held_to_its_bound_however_it_is_cut() {
+    // A ClientHello announcing 2^16 - 1 bytes (rustls' own limit), sent
+    // whole, in full records, or cut into records of 1 and 16 bytes (the
+    // headers held with the bytes: six bytes held for each one sent): the
+    // session takes no more than HANDSHAKE_HELD_MAX, then refuses it with
+    // illegal_parameter. Before the bound, 1-byte records made one session
+    // hold over 512 KiB.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = TlsConfig::new(crate::testutil::test_store(dir.path())).unwrap();
+    let mut msg = vec![1u8, 0, 0xff, 0xff];
+    msg.resize(4 + 0xffff, 0);
+    for (size, per_call) in [(1, 600), (16, 64), (16_384, 1), (16_384, 4)] {
+        let wire = framed(&msg, size);
+        let mut s = ServerSession::new(&cfg).unwrap();
+        let (mut taken, mut most_held) = (0, 0);
+        let mut outcome = None;
+        let mut out = Vec::new();
+        // The caller's buffer: what the session did not take stays in it.
+        let mut pending = &wire[..];
+        let mut calls = wire.len();
+        while outcome.is_none() && calls > 0 {
+            calls -= 1;
+            let end = pending.len().min(per_call * (size + 5));
+            let (x, y) = pending[..end].split_at(end / 2);
+            match s.read((x, y), &mut out, &mut Vec::new(), usize::MAX) {
+                Ok(p) => {
+                    taken += p.consumed;
+                    pending = &pending[p.consumed..];
+                    assert!(out.is_empty(), "no answer to a partial hello");
+                }
+                Err(e) => outcome = Some(e),
+            }
+            if let super::State::Handshake(h) = &s.state {
+                most_held = most_held.max(h.incoming.len());
+            }
+        }
+        let e = outcome.expect("refused");
+        assert_eq!(
+            e.reason,
+            Failure::HandshakeTooLarge,
+            "records of {size}: {e}"
+        );
+        assert_eq!(out, [21, 3, 3, 0, 2, 2, 47], "records of {size}: the alert");
+        assert!(
+            most_held < HANDSHAKE_HELD_MAX,
+            "records of {size}: held {most_held}"
+        );
+        assert!(
+            taken <= HANDSHAKE_HELD_MAX,
+            "records of {size}: took {taken}"
+        );
+    }
 }

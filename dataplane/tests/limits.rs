@@ -925,3 +925,43 @@ fn refused_sources_name_who_each_limit_refused_at_each_vip() {
         .refused_sources(None, 10, now + window * 2)
         .is_empty());
 }
+
+#[test]
+fn a_client_hello_cut_into_one_byte_records_holds_a_bounded_buffer() {
+    // 500 clients, each from its own address, send a ClientHello that
+    // announces 2^16 - 1 bytes, cut into 1-byte TLS records: six bytes on
+    // the wire, and held until the message is whole, for each byte of it.
+    // A TLS session takes no more than `HANDSHAKE_HELD_MAX` of it before
+    // refusing it (before that bound, 72 KB each here, 384 KiB in all).
+    use crypto::session::{Failure, HANDSHAKE_HELD_MAX};
+    const CLIENTS: u32 = 500;
+    let mut lab = lab(TcpConfig::default());
+    let mut clients: Vec<Client> = (0..CLIENTS).map(|i| Client::new(i, TLS)).collect();
+    open(&mut lab, &mut clients);
+    let mut hello = vec![1u8, 0, 0xff, 0xff];
+    hello.resize(4 + 0xffff, 0);
+    let wire: Vec<u8> = hello.iter().flat_map(|&b| [22, 3, 1, 0, 1, b]).collect();
+    let mut most_held = 0;
+    for segment in wire.chunks(1200).take(60) {
+        round(&mut lab, &mut clients, |c| {
+            (c.conn.received.is_empty() && !c.conn.reset)
+                .then(|| c.conn.next(TcpControl::None, segment))
+        });
+        most_held = most_held.max(lab.mem.engine.tls_buffers().1);
+    }
+    // Each refused with the alert OpenSSL and BoringSSL send for a
+    // handshake message over their limit, then closed.
+    for c in &clients {
+        assert_eq!(c.conn.received, [21, 3, 3, 0, 2, 2, 47], "{}", c.addr);
+        assert_eq!(c.conn.fin_at, Some(7), "{}", c.addr);
+    }
+    let refused = lab.mem.engine.counters().tls_failure_reasons[Failure::HandshakeTooLarge.index()];
+    assert_eq!(refused, u64::from(CLIENTS));
+    let per_client = most_held / CLIENTS as usize;
+    eprintln!("at most {most_held} bytes held by TLS sessions, {per_client} a client");
+    assert!(
+        per_client <= HANDSHAKE_HELD_MAX,
+        "{per_client} bytes a client"
+    );
+    assert_eq!(lab.mem.engine.tls_buffers().1, 0, "nothing held after");
+}

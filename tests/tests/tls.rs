@@ -236,6 +236,40 @@ fn old_protocols_and_plain_http_are_refused_and_counted() {
         (1, stats.tls_failures),
         "{after:?}"
     );
+    // A ClientHello announcing 2^16 - 1 bytes in 1-byte records (six bytes
+    // held for each one of the message): refused with illegal_parameter
+    // once 20 KiB of it is held, then closed, not held to the deadline.
+    let script = "import socket, sys\n\
+        s = socket.create_connection((sys.argv[1], 443), timeout=10)\n\
+        hello = bytes([1, 0, 0xff, 0xff]) + bytes(0xffff)\n\
+        wire = b''.join(bytes([22, 3, 1, 0, 1, b]) for b in hello)\n\
+        s.sendall(wire[:24000])\n\
+        got = b''\n\
+        while True:\n\
+        \x20   d = s.recv(100)\n\
+        \x20   if not d: break\n\
+        \x20   got += d\n\
+        print(got.hex())\n";
+    let o = lab.client(&["timeout", "20", "python3", "-c", script, &lab.dut_ip()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        text.trim(),
+        "1503030002022f",
+        "illegal_parameter (47), then EOF"
+    );
+    let stats = dpd.stats_when(Duration::from_secs(5), |s| {
+        count(&s.tls_failure_reasons, "handshake_too_large") > 0
+    });
+    assert_eq!(
+        count(&stats.tls_failure_reasons, "handshake_too_large"),
+        1,
+        "{stats:?}"
+    );
     // Still serving.
     let (ok, text) = curl(&lab, certs.path(), "p256.test", &[], "/bytes/10", &out);
     assert!(ok, "{text}");
