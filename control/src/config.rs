@@ -332,10 +332,11 @@ pub struct Tcp {
     /// Seconds of idleness before keepalive probes (0: off); then every
     /// 75 s, 9 probes (Linux's defaults).
     pub keepalive_s: u32,
-    /// MiB of byte rings per engine (16 to 1048576). A connection's rings
-    /// start at 4 KiB and grow to 256 KiB as bytes come; at this cap
-    /// received data is dropped for the peer to send again, sends wait and
-    /// new SYNs are dropped (`tcp_buffer_denied`, `tcp_syn_no_memory`).
+    /// MiB of byte rings per engine (16 to 1048576), TLS connections'
+    /// own buffers counted with them. A connection's rings start at 4 KiB
+    /// and grow to 256 KiB as bytes come; at this cap received data is
+    /// dropped for the peer to send again, sends wait and new SYNs are
+    /// dropped (`tcp_buffer_denied`, `tcp_syn_no_memory`).
     pub buffer_memory_mib: u32,
 }
 

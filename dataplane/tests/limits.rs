@@ -141,6 +141,7 @@ fn a_slowloris_of_ten_thousand_pins_small_rings_until_its_deadlines() {
     let tcp = lab.mem.engine.tcp();
     assert_eq!(tcp.counters().active, 0);
     assert_eq!(tcp.buffers().bytes_in_use(), 0);
+    assert_eq!(tcp.buffers().bytes_outside(), 0, "TLS's charge refunded");
     // Each was told, though thousands ended in one iteration (resets for
     // stray segments stay at 64 an iteration; these are not those): as
     // fast as the link takes them.
@@ -964,4 +965,62 @@ fn a_client_hello_cut_into_one_byte_records_holds_a_bounded_buffer() {
         "{per_client} bytes a client"
     );
     assert_eq!(lab.mem.engine.tls_buffers().1, 0, "nothing held after");
+    let pool = lab.mem.engine.tcp().buffers();
+    assert_eq!(pool.bytes_outside(), 0, "nothing left charged");
+}
+
+#[test]
+fn what_tls_sessions_hold_counts_against_the_buffer_cap() {
+    // 256 KiB: received bytes and new connections may use 224 KiB. Forty
+    // TLS clients each send 8,000 bytes of a ClientHello record that
+    // announces 16 KiB: their sessions take the bytes out of TCP's rings
+    // (which go back to the pool) and hold them for the rest. Charged to
+    // the cap, they leave no room for another connection; uncharged, the
+    // rings were empty and a SYN was taken while 320 KB were held.
+    let tcp = TcpConfig {
+        buffer_memory: 256 * 1024,
+        ..TcpConfig::default()
+    };
+    let receive_cap = 224 * 1024;
+    let mut lab = lab(tcp);
+    let mut clients: Vec<Client> = (0..40).map(|i| Client::new(i, TLS)).collect();
+    open(&mut lab, &mut clients);
+    let mut record = vec![22, 3, 1, 0x40, 0, 1, 0, 0x3f, 0xfc];
+    record.resize(8_000, 0);
+    for piece in record.chunks(1_000) {
+        round(&mut lab, &mut clients, |c| {
+            Some(c.conn.next(TcpControl::None, piece))
+        });
+    }
+    let pool = lab.mem.engine.tcp().buffers();
+    let (outside, rings) = (pool.bytes_outside(), pool.bytes_in_use());
+    let (_, tls_bytes) = lab.mem.engine.tls_buffers();
+    eprintln!("TLS sessions hold {tls_bytes} bytes, charged {outside}; rings {rings}");
+    assert_eq!(outside, tls_bytes, "all of it charged");
+    assert!(
+        rings + outside > receive_cap - 4096,
+        "at the cap: {rings} + {outside}"
+    );
+    assert!(
+        rings + outside <= receive_cap + 16 * 1024,
+        "past the cap by no more than a session's next bytes: {rings} + {outside}"
+    );
+    assert!(pool.denied() > 0, "segments past the cap dropped");
+    // No room for another connection.
+    let mut late = vec![Client::new(500, TLS)];
+    round(&mut lab, &mut late, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
+    assert!(late[0].conn.rcv_nxt.is_none(), "no SYN-ACK at the cap");
+    assert_eq!(lab.mem.engine.tcp().counters().syn_no_memory, 1);
+    // The handshake deadline frees them, and with them the charge.
+    lab.advance(Duration::from_millis(10_100));
+    drain_resets(&mut lab);
+    let pool = lab.mem.engine.tcp().buffers();
+    assert_eq!((pool.bytes_outside(), pool.bytes_in_use()), (0, 0));
+    late[0].conn.snd_nxt -= 1;
+    round(&mut lab, &mut late, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
+    assert!(late[0].conn.rcv_nxt.is_some(), "SYN-ACK once freed");
 }

@@ -264,5 +264,7 @@ fn idle_tls_connections_hold_no_buffers() {
     run(&mut server, &mut client);
     assert_eq!(server.counters().tls_handshakes, 50);
     assert_eq!(server.tls_buffers(), (50, 0), "buffers given back");
+    let pool = server.tcp().buffers();
+    assert_eq!(pool.bytes_outside(), 0, "nothing left charged to the pool");
     assert_eq!(server.tcp().buffers().in_use(), 0, "TCP rings given back");
 }

@@ -270,6 +270,8 @@ fn old_protocols_and_plain_http_are_refused_and_counted() {
         1,
         "{stats:?}"
     );
+    // What its session held was charged to the buffer cap, and given back.
+    assert_eq!(stats.tcp_buffer_outside_bytes, 0, "{stats:?}");
     // Still serving.
     let (ok, text) = curl(&lab, certs.path(), "p256.test", &[], "/bytes/10", &out);
     assert!(ok, "{text}");

@@ -337,6 +337,7 @@ impl Services {
         match entry.role {
             Role::Responder(_) => {}
             Role::Tls(t) => {
+                cx.tcp.buffers_mut().refund(t.conn.charged());
                 let ours = reason.is_ours()
                     || matches!(reason, CloseReason::Deadline | CloseReason::SendTimeout);
                 if t.conn.is_handshaking() && !t.conn.failed() && !ours {
@@ -389,6 +390,7 @@ impl Services {
             &mut self.proxy_scratch,
             &mut self.tls_spare,
         );
+        t.conn.settle_charge(cx.tcp.buffers_mut());
         let slot = entry.vip;
         if o.negotiated.is_some() {
             t.conn.handshake_done = Some(cx.now);

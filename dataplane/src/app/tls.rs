@@ -91,6 +91,9 @@ pub struct TlsConn {
     pub(crate) queued: bool,
     /// When its handshake completed (engine time), for the connection log.
     pub(crate) handshake_done: Option<crate::time::Instant>,
+    /// Bytes of its buffers charged to the engine's buffer pool
+    /// ([`TlsConn::settle_charge`]); refunded when it ends.
+    charged: usize,
 }
 
 impl TlsConn {
@@ -108,7 +111,26 @@ impl TlsConn {
             failure: None,
             queued: false,
             handshake_done: None,
+            charged: 0,
         })
+    }
+
+    /// Charges the engine's buffer pool (`[tcp] buffer_memory_mib`) what
+    /// its buffers hold now, or refunds what they gave back, so that
+    /// TLS's buffers count against the cap with TCP's rings.
+    pub(crate) fn settle_charge(&mut self, pool: &mut crate::tcp::BufferPool) {
+        let now = self.buffered();
+        if now > self.charged {
+            pool.charge(now - self.charged);
+        } else {
+            pool.refund(self.charged - now);
+        }
+        self.charged = now;
+    }
+
+    /// Bytes charged to the buffer pool, to refund as it ends.
+    pub(crate) fn charged(&self) -> usize {
+        self.charged
     }
 
     /// Heap bytes this connection's TLS state holds in buffers now.

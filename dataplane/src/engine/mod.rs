@@ -972,6 +972,7 @@ impl<P: Port, A: Application> Engine<P, A> {
         c.tcp_spurious_timeouts = t.spurious_timeouts;
         c.tcp_spurious_recoveries = t.spurious_recoveries;
         c.tcp_buffer_bytes = t.buffer_bytes;
+        c.tcp_buffer_outside_bytes = t.buffer_outside_bytes;
         c.tcp_buffer_denied = t.buffer_denied;
         c.tcp_syn_no_memory = t.syn_no_memory;
         c.tcp_state_bytes = self.tcp.table_bytes() as u64;

@@ -163,7 +163,11 @@ const MAX_CLASSES: usize = 5;
 /// refused (counted) and the caller keeps what it has. Received bytes
 /// (and new connections) may use seven eighths of the cap: the last
 /// eighth is for sending, so what was received can still be answered and
-/// its rings freed.
+/// its rings freed. Bytes the application holds for connections outside
+/// the rings (TLS sessions' buffers) are charged to the same cap
+/// ([`BufferPool::charge`]): past it, no ring is given for received bytes
+/// or a new connection, so what clients make the application hold is
+/// bounded by the cap too.
 #[derive(Debug)]
 pub struct BufferPool {
     /// Ring sizes, smallest first; `sizes[classes - 1]` is the full size.
@@ -173,6 +177,8 @@ pub struct BufferPool {
     in_use: usize,
     in_use_bytes: usize,
     idle_bytes: usize,
+    /// Bytes the application holds outside the rings, charged here.
+    outside: usize,
     /// Most bytes held, in use and idle together.
     cap: usize,
     /// Rings (or larger rings) refused at the cap.
@@ -203,6 +209,7 @@ impl BufferPool {
             in_use: 0,
             in_use_bytes: 0,
             idle_bytes: 0,
+            outside: 0,
             cap: cap.max(full),
             denied: 0,
             boards: Default::default(),
@@ -229,6 +236,29 @@ impl BufferPool {
         self.in_use_bytes + self.idle_bytes
     }
 
+    /// Bytes the application holds outside the rings, charged to the cap.
+    pub fn bytes_outside(&self) -> usize {
+        self.outside
+    }
+
+    /// Charges `bytes` the application now holds for a connection outside
+    /// the rings (already allocated: never refused; they count against
+    /// the cap from now on).
+    pub fn charge(&mut self, bytes: usize) {
+        self.outside += bytes;
+    }
+
+    /// Gives back `bytes` charged by [`BufferPool::charge`].
+    pub fn refund(&mut self, bytes: usize) {
+        debug_assert!(bytes <= self.outside, "{bytes} > {}", self.outside);
+        self.outside = self.outside.saturating_sub(bytes);
+    }
+
+    /// Bytes counted against the cap: rings in use and what is charged.
+    fn counted(&self) -> usize {
+        self.in_use_bytes + self.outside
+    }
+
     /// Rings idle in the pool.
     pub fn idle(&self) -> usize {
         self.idle[..self.classes].iter().map(Vec::len).sum()
@@ -241,7 +271,7 @@ impl BufferPool {
 
     /// Whether a new connection's first ring could be had now.
     pub fn can_take(&self) -> bool {
-        self.in_use_bytes + SMALLEST_RING.min(self.full_size()) <= self.receive_cap()
+        self.counted() + SMALLEST_RING.min(self.full_size()) <= self.receive_cap()
     }
 
     /// What received bytes may use of the cap.
@@ -266,7 +296,7 @@ impl BufferPool {
     /// use less `returning` bytes (a ring about to come back).
     fn take_class(&mut self, class: usize, returning: usize, limit: usize) -> Option<RingBuf> {
         let size = self.sizes[class];
-        if self.in_use_bytes - returning + size > limit {
+        if self.counted() - returning + size > limit {
             self.denied += 1;
             return None;
         }
@@ -278,7 +308,7 @@ impl BufferPool {
             None => {
                 // Idle rings of other sizes make room first.
                 let mut c = 0;
-                while self.bytes_held() + size > self.cap && c < self.classes {
+                while self.bytes_held() + self.outside + size > self.cap && c < self.classes {
                     match self.idle[c].pop() {
                         Some(r) => self.idle_bytes -= r.capacity(),
                         None => c += 1,
@@ -354,11 +384,11 @@ impl BufferPool {
     pub fn room(&self, ring: Option<&RingBuf>) -> usize {
         let (cap, len) = ring.map_or((0, 0), |r| (r.capacity(), r.len()));
         let full = self.full_size();
-        if cap == full || self.in_use_bytes - cap + full <= self.cap {
+        if cap == full || self.counted() - cap + full <= self.cap {
             full - len
         } else if cap == 0 {
             // Not even the full size: the smallest, if it can be had.
-            if self.in_use_bytes + SMALLEST_RING.min(full) <= self.cap {
+            if self.counted() + SMALLEST_RING.min(full) <= self.cap {
                 SMALLEST_RING.min(full)
             } else {
                 0
@@ -378,7 +408,7 @@ impl BufferPool {
         let class = self.class_of(&ring);
         if ring.capacity() == self.sizes[class]
             && self.idle_bytes + size <= self.cap / 4
-            && self.bytes_held() + size <= self.cap
+            && self.bytes_held() + self.outside + size <= self.cap
         {
             self.idle_bytes += size;
             self.idle[class].push(ring);

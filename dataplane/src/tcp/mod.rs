@@ -301,6 +301,8 @@ pub struct TcpCounters {
     /// Bytes of the ring pool (in use and idle), and rings or larger rings
     /// it refused at its cap.
     pub buffer_bytes: u64,
+    /// Bytes the application holds outside the rings, charged to the cap.
+    pub buffer_outside_bytes: u64,
     pub buffer_denied: u64,
     pub syn_cookies_sent: u64,
     pub syn_cookies_accepted: u64,
@@ -732,6 +734,7 @@ impl<A: Default> TcpEngine<A> {
         c.time_wait = compact as u64 + in_slot;
         c.time_wait_recycled = self.flows.v4.recycled() + self.flows.v6.recycled();
         c.buffer_bytes = self.buffers.bytes_held() as u64;
+        c.buffer_outside_bytes = self.buffers.bytes_outside() as u64;
         c.buffer_denied = self.buffers.denied();
         c
     }
@@ -788,6 +791,12 @@ impl<A: Default> TcpEngine<A> {
     /// Buffers in use and idle in the pool.
     pub fn buffers(&self) -> &BufferPool {
         &self.buffers
+    }
+
+    /// The pool, for the application to charge what it holds for
+    /// connections outside the rings ([`BufferPool::charge`]).
+    pub fn buffers_mut(&mut self) -> &mut BufferPool {
+        &mut self.buffers
     }
 
     /// Counts a state change of a connection.
