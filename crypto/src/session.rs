@@ -262,6 +262,8 @@ struct HeaderJudge {
     /// ChangeCipherSpec records the client sent (0 or 1; its records after
     /// one are encrypted).
     ccs: u8,
+    /// The body length of the record being skipped.
+    body: usize,
 }
 
 struct Established {
@@ -797,9 +799,9 @@ impl ServerSession {
                 let room = HANDSHAKE_HELD_MAX.saturating_sub(h.incoming.len());
                 let a = &a[..a.len().min(room)];
                 let b = &b[..b.len().min(room - a.len())];
-                // rustls holds whole records only (a partial message's
-                // fragments) when the last call ended between records.
-                let whole_records_held = h.headers.between_records();
+                // The start of a record the last call left unfinished,
+                // at the end of what rustls holds.
+                let partial_held = h.headers.partial_len();
                 let judged = h
                     .headers
                     .feed(a, h.answered)
@@ -808,8 +810,7 @@ impl ServerSession {
                 if let Err((alert, e)) = judged {
                     // What came with the refused header is not read.
                     let sealed = h.answered
-                        && whole_records_held
-                        && alert_through_rustls(h, alert, outgoing, plaintext);
+                        && alert_through_rustls(h, alert, partial_held, outgoing, plaintext);
                     if !sealed {
                         // Before our first flight nothing is encrypted.
                         outgoing.extend_from_slice(&[content::ALERT, 3, 3, 0, 2, 2, alert]);
@@ -833,7 +834,7 @@ impl ServerSession {
                 }
                 if !done? {
                     if h.incoming.len() >= HANDSHAKE_HELD_MAX {
-                        return Err(refuse_held_input(h, outgoing, plaintext));
+                        return Err(refuse_held_input(h, outgoing));
                     }
                     return Ok(());
                 }
@@ -1078,28 +1079,19 @@ fn hold(held: &mut Vec<u8>, a: &[u8], b: &[u8]) {
 }
 
 /// Ends a handshake whose held input reached [`HANDSHAKE_HELD_MAX`]
-/// without a whole message. Before our first flight the alert is
-/// illegal_parameter, in plaintext (what OpenSSL and BoringSSL answer to a
-/// handshake message over their limit); after it, the client had only
-/// short messages to send, and rustls seals an unexpected_message where it
-/// can ([`alert_through_rustls`]).
-fn refuse_held_input(
-    h: &mut Handshake,
-    outgoing: &mut Vec<u8>,
-    plaintext: &mut Vec<u8>,
-) -> TlsError {
+/// without a whole message, with illegal_parameter (what OpenSSL and
+/// BoringSSL answer to a handshake message over their limit) in
+/// plaintext. rustls holds that message's fragments and would refuse any
+/// record handed to it then without an alert of its own, so after a TLS
+/// 1.3 ServerHello the client reads this one as a bad record: it fails
+/// either way.
+fn refuse_held_input(h: &Handshake, outgoing: &mut Vec<u8>) -> TlsError {
     const ILLEGAL_PARAMETER: u8 = 47;
-    const UNEXPECTED_MESSAGE: u8 = 10;
+    outgoing.extend_from_slice(&[content::ALERT, 3, 3, 0, 2, 2, ILLEGAL_PARAMETER]);
     let why = format!(
         "{} bytes of handshake input without a whole message",
         h.incoming.len()
     );
-    let sealed = h.answered
-        && h.headers.between_records()
-        && alert_through_rustls(h, UNEXPECTED_MESSAGE, outgoing, plaintext);
-    if !sealed {
-        outgoing.extend_from_slice(&[content::ALERT, 3, 3, 0, 2, 2, ILLEGAL_PARAMETER]);
-    }
     TlsError::new(Failure::HandshakeTooLarge, why)
 }
 
@@ -1109,14 +1101,16 @@ fn refuse_held_input(
 /// resumption), so the alert goes out under the keys the client expects.
 /// The one such refusal is a second ChangeCipherSpec (`unexpected_message`):
 /// rustls is handed, after the whole records it holds (the fragments of a
-/// message, if any: its place in them must stay valid), a ChangeCipherSpec
-/// it refuses with that alert itself (TLS 1.3: one whose body is not 1,
-/// RFC 8446 §5; TLS 1.2: any, its Finished being due; either, amid a
-/// message's fragments). False, with nothing sent, where rustls sent no
-/// alert.
+/// message, if any: its place in them must stay valid) and without the
+/// unfinished record after them (its last `partial` bytes, which rustls
+/// has not read), a ChangeCipherSpec it refuses with that alert itself
+/// (TLS 1.3: one whose body is not 1, RFC 8446 §5; TLS 1.2: any, its
+/// Finished being due). False, with nothing sent, where rustls sent no
+/// alert: amid a message's fragments it refuses the record without one.
 fn alert_through_rustls(
     h: &mut Handshake,
     alert: u8,
+    partial: usize,
     outgoing: &mut Vec<u8>,
     plaintext: &mut Vec<u8>,
 ) -> bool {
@@ -1129,6 +1123,10 @@ fn alert_through_rustls(
         Some(rustls::ProtocolVersion::TLSv1_2) => 1,
         _ => return false,
     };
+    let Some(whole) = h.incoming.len().checked_sub(partial) else {
+        return false;
+    };
+    h.incoming.truncate(whole);
     h.incoming
         .extend_from_slice(&[content::CHANGE_CIPHER_SPEC, 3, 3, 0, 1, body]);
     let before = outgoing.len();
@@ -1225,14 +1223,22 @@ impl HeaderJudge {
             if self.have == HEADER_LEN {
                 self.have = 0;
                 self.skip = self.judge(answered)?;
+                self.body = self.skip;
             }
         }
         Ok(())
     }
 
-    /// Between two records: no header or body begun and not finished.
-    fn between_records(&self) -> bool {
-        self.have == 0 && self.skip == 0
+    /// Bytes of the record begun and not finished (its header so far, or
+    /// its header and the body so far); 0 between records.
+    fn partial_len(&self) -> usize {
+        if self.have > 0 {
+            self.have
+        } else if self.skip > 0 {
+            HEADER_LEN + self.body - self.skip
+        } else {
+            0
+        }
     }
 
     /// Judges the header just completed; the length of its body.

@@ -635,8 +635,8 @@ fn a_second_change_cipher_spec_amid_held_input_is_refused_in_place() {
         rustls::Error::AlertReceived(rustls::AlertDescription::UnexpectedMessage)
     );
     // TLS 1.3: part of the client's (sealed) Finished record held; rustls
-    // holds a partial record, which the refusal cannot follow: refused,
-    // the alert in plaintext, nothing handed to rustls.
+    // has not read it: the refusal takes its place, and the alert goes out
+    // sealed, read by the client.
     let mut c = super::tests::client(dir.path(), "p256.test", TLS13);
     let mut s = ServerSession::new(&cfg).unwrap();
     let records = second_flight(&mut c, &mut s);
@@ -652,7 +652,12 @@ fn a_second_change_cipher_spec_amid_held_input_is_refused_in_place() {
     let rest = [&finished[3..], &ccs[..]].concat();
     let e = s.process(&rest, &mut out, &mut Vec::new()).unwrap_err();
     assert_eq!(e.reason, Failure::UnexpectedMessage, "{e}");
-    assert_eq!(out, [21, 3, 3, 0, 2, 2, 10]);
+    assert_eq!(out[0], 23, "sealed: {out:?}");
+    c.read_tls(&mut &out[..]).unwrap();
+    assert_eq!(
+        c.process_new_packets().unwrap_err(),
+        rustls::Error::AlertReceived(rustls::AlertDescription::UnexpectedMessage)
+    );
 }
 
 /// `msg` (handshake messages) framed in handshake records of at most
@@ -738,4 +743,46 @@ fn handshake_input_is_held_to_its_bound_however_it_is_cut() {
             "records of {size}: took {taken}"
         );
     }
+}
+
+#[test]
+fn a_second_flight_held_past_the_bound_is_refused() {
+    // TLS 1.2, after our first flight: a ClientKeyExchange announcing
+    // 2^16 - 1 bytes in 1-byte records, refused at the bound. rustls,
+    // amid the message's fragments, would refuse anything handed to it
+    // without an alert of its own: illegal_parameter, in plaintext, as
+    // the server sends nothing sealed before its ChangeCipherSpec.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = TlsConfig::new(crate::testutil::test_store(dir.path())).unwrap();
+    let mut c = super::tests::client(dir.path(), "p256.test", TLS12);
+    let mut s = ServerSession::new(&cfg).unwrap();
+    second_flight(&mut c, &mut s);
+    let mut msg = vec![16u8, 0, 0xff, 0xff];
+    msg.resize(4 + 0xffff, 0);
+    let wire = framed(&msg, 1);
+    let mut out = Vec::new();
+    let mut pending = &wire[..];
+    let e = loop {
+        let end = pending.len().min(6 * 500);
+        match s.read(
+            (&pending[..end], &[]),
+            &mut out,
+            &mut Vec::new(),
+            usize::MAX,
+        ) {
+            Ok(p) => pending = &pending[p.consumed..],
+            Err(e) => break e,
+        }
+        assert!(
+            wire.len() - pending.len() <= HANDSHAKE_HELD_MAX,
+            "took past the bound"
+        );
+    };
+    assert_eq!(e.reason, Failure::HandshakeTooLarge, "{e}");
+    assert_eq!(out, [21, 3, 3, 0, 2, 2, 47]);
+    c.read_tls(&mut &out[..]).unwrap();
+    assert_eq!(
+        c.process_new_packets().unwrap_err(),
+        rustls::Error::AlertReceived(rustls::AlertDescription::IllegalParameter)
+    );
 }
