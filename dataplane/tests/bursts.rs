@@ -51,6 +51,8 @@ fn settle_and_check_nothing_held(lab: &mut HostLab) {
     }
     let e = &lab.mem.engine;
     assert_eq!(e.tcp().counters().active, 0, "connections left");
+    let outside = e.tcp().buffers().bytes_outside();
+    assert_eq!(outside, 0, "TLS buffers left charged to the pool");
     for (slot, port) in VIPS.iter().enumerate() {
         let vc = e.vip_counters(slot as u16);
         assert_eq!(vc.active, 0, "VIP :{port} still counts open connections");
@@ -764,6 +766,10 @@ fn a_tls_client_reset_while_its_backend_connects_still_delivers_its_request() {
     let mut burst = c.tls_segments();
     burst.push(c.tcp.next(TcpControl::Rst, b""));
     let out = lab.exchange(&burst);
+    // The decrypted request waits for the backend, charged to the buffer
+    // cap as it was while the client was open.
+    let carried = lab.mem.engine.tcp().buffers().bytes_outside();
+    assert!(carried >= REQUEST.len(), "charged {carried}");
     let backend = backend_answers(&mut lab, &out);
     got_then_reset(&backend, REQUEST);
     settle_and_check_nothing_held(&mut lab);

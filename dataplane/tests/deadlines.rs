@@ -308,6 +308,84 @@ fn a_client_that_stops_reading_is_reset_at_its_send_timeout() {
     assert_eq!(host.counters().send_timeouts, 1);
 }
 
+/// A client whose window stayed closed for 52 s, then opened with a window
+/// update that was lost, answering only the engine's zero-window probes:
+/// a probe must find the open window before the 60 s send timeout. The
+/// probes' interval doubles (RFC 9293 §3.8.6.1) but is held to a quarter of
+/// the send timeout; doubling on to 51 s, the next probe came at 102 s and
+/// the send timeout reset a client that was reading again (seen on a
+/// loaded CI machine over a veth with 2 % drops).
+#[test]
+fn a_window_reopened_unseen_is_found_by_a_probe_before_the_send_timeout() {
+    let mut host = Host::new(lab());
+    let get = b"GET /bytes/10000000 HTTP/1.1\r\nHost: t\r\n\r\n";
+    let mut c = host.connect(45_100, PLAIN);
+    let g = c.next(TcpControl::Psh, get);
+    host.exchange(&[g], &mut [&mut c]);
+    for _ in 0..4 {
+        host.lab.mem.now = host.lab.mem.now + Duration::from_millis(1);
+        let ack = c.next(TcpControl::None, b"");
+        host.exchange(&[ack], &mut [&mut c]);
+    }
+    // Everything so far taken, the window closed.
+    let held = c.rcv_nxt.expect("connected");
+    let close = Seg::to(c.dut_port, c.port, c.snd_nxt, Some(held)).window(0);
+    host.lab.exchange(&[close]);
+    let before = c.received.len();
+    let mut probes = 0;
+    let mut reopened_at = None;
+    for tenth in 1..=1_200u64 {
+        if c.received.len() >= 10_000_000 {
+            break; // the whole body (then the keep-alive wait)
+        }
+        host.lab.mem.now = host.lab.mem.now + Duration::from_millis(100);
+        // Once open, it acknowledges what it reads.
+        let acks: Vec<Seg> = reopened_at
+            .map(|_| c.next(TcpControl::None, b""))
+            .into_iter()
+            .collect();
+        let out = host.lab.exchange(&acks);
+        let mine: Vec<Seg> = out
+            .into_iter()
+            .filter(|s| s.dst_port == c.port && s.src_port == c.dut_port)
+            .collect();
+        assert!(
+            mine.iter().all(|s| s.control != TcpControl::Rst),
+            "reset at {} s",
+            tenth / 10
+        );
+        if mine.is_empty() {
+            continue;
+        }
+        if reopened_at.is_some() {
+            c.absorb(&mine);
+        } else if tenth < 520 {
+            // Closed: the probe's byte dropped, its ACK says so again.
+            probes += 1;
+            let ack = Seg::to(c.dut_port, c.port, c.snd_nxt, Some(held)).window(0);
+            host.lab.exchange(&[ack]);
+        } else {
+            // Open (its update was lost): the probe's answer shows it.
+            reopened_at.get_or_insert(tenth);
+            c.absorb(&mine);
+            let ack = c.next(TcpControl::None, b"");
+            let more = host.lab.exchange(&[ack]);
+            c.absorb(&more);
+        }
+    }
+    let found = reopened_at.expect("a probe after the window opened");
+    assert!(found <= 600, "found at {} s", found as f64 / 10.0);
+    assert!(probes >= 6, "{probes} probes while closed");
+    assert!(c.received.len() > before, "it read on");
+    assert!(
+        c.received.len() >= 10_000_000,
+        "all of it: {}",
+        c.received.len()
+    );
+    assert!(!c.reset);
+    assert_eq!(host.counters().send_timeouts, 0);
+}
+
 /// After we close first, FIN-WAIT-2 waits for the client's FIN at most
 /// `[tcp] fin_wait2_timeout_s` (60 s) from the ACK of ours or the client's
 /// last data, as Linux's `tcp_fin_timeout`: a client that only ACKs now

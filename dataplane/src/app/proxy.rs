@@ -502,6 +502,7 @@ impl Services {
                 None => return end.apply(cx.tcp, backend),
             },
         };
+        charge_carried(cx.tcp, &mut bytes);
         if move_carried(cx.tcp, &mut bytes, backend) {
             give_carried(cx.tcp, bytes);
             return end.apply(cx.tcp, backend);
@@ -552,6 +553,8 @@ impl Services {
                 return cx.tcp.abort(backend);
             }
         };
+        let mut bytes = bytes;
+        charge_carried(cx.tcp, &mut bytes);
         let Some(blink) = self.roles.get_mut(backend).and_then(|e| e.role.link_mut()) else {
             // Not expected: `backend` is a live proxied connection.
             give_carried(cx.tcp, bytes);
@@ -631,6 +634,15 @@ fn proxy_header(client_key: AnyFlowKey, tls: Option<&TlsConn>) -> Vec<u8> {
     header
 }
 
+/// A TLS client's buffers carried for its backend count against the
+/// buffer cap as they did while it was open (its own charge ended with
+/// it); settled again as they empty, refunded by [`give_carried`].
+fn charge_carried(tcp: &mut Tcp, bytes: &mut Carried) {
+    if let Carried::Tls(conn, _) = bytes {
+        conn.settle_charge(tcp.buffers_mut());
+    }
+}
+
 /// Moves as much of `bytes` into `to`'s send ring as it takes; true once
 /// all of it is there.
 fn move_carried(tcp: &mut Tcp, bytes: &mut Carried, to: ConnId) -> bool {
@@ -639,7 +651,11 @@ fn move_carried(tcp: &mut Tcp, bytes: &mut Carried, to: ConnId) -> bool {
             tcp.send_unread(u, to);
             u.is_empty()
         }
-        Carried::Tls(conn, unread) => conn.carry_rest(tcp, unread.as_mut(), to),
+        Carried::Tls(conn, unread) => {
+            let done = conn.carry_rest(tcp, unread.as_mut(), to);
+            conn.settle_charge(tcp.buffers_mut());
+            done
+        }
     }
 }
 
@@ -650,11 +666,17 @@ pub fn drop_carry(tcp: &mut Tcp, link: &mut ProxyLink) {
     }
 }
 
-/// Gives a carry's ring back to the buffer pool.
+/// Gives a carry's ring, and what its TLS buffers were charged, back to
+/// the buffer pool.
 fn give_carried(tcp: &mut Tcp, bytes: Carried) {
     match bytes {
-        Carried::Unread(u) | Carried::Tls(_, Some(u)) => tcp.give_unread(u),
-        Carried::Tls(_, None) => {}
+        Carried::Unread(u) => tcp.give_unread(u),
+        Carried::Tls(mut conn, unread) => {
+            tcp.buffers_mut().refund(conn.take_charge());
+            if let Some(u) = unread {
+                tcp.give_unread(u);
+            }
+        }
     }
 }
 

@@ -336,8 +336,10 @@ impl Services {
         }
         match entry.role {
             Role::Responder(_) => {}
-            Role::Tls(t) => {
-                cx.tcp.buffers_mut().refund(t.conn.charged());
+            Role::Tls(mut t) => {
+                // A proxied client's decrypted bytes may still go to its
+                // backend: a carry charges them again (`proxy.rs`).
+                cx.tcp.buffers_mut().refund(t.conn.take_charge());
                 let ours = reason.is_ours()
                     || matches!(reason, CloseReason::Deadline | CloseReason::SendTimeout);
                 if t.conn.is_handshaking() && !t.conn.failed() && !ours {

@@ -128,9 +128,10 @@ impl TlsConn {
         self.charged = now;
     }
 
-    /// Bytes charged to the buffer pool, to refund as it ends.
-    pub(crate) fn charged(&self) -> usize {
-        self.charged
+    /// Bytes charged to the buffer pool, to refund as it ends (or as
+    /// what it carries for a proxied client's backend goes); none after.
+    pub(crate) fn take_charge(&mut self) -> usize {
+        std::mem::take(&mut self.charged)
     }
 
     /// Heap bytes this connection's TLS state holds in buffers now.

@@ -163,7 +163,14 @@ impl<A: Default> Conn<A> {
                 // small to send into, §3.8.6.2.1's override): probe it
                 // again with the byte at SND.UNA, the interval doubling up
                 // to max_rto. Any ACK resets `retries`, so only a peer that
-                // stops answering is given up on.
+                // stops answering is given up on. With a send timeout, at
+                // most a quarter of it: a window update lost on the way
+                // leaves only a probe's answer to show the window open,
+                // and that must come before the timeout ends a peer that
+                // reads again.
+                if let Some(limit) = self.send_timeout {
+                    self.rto = self.rto.min((limit / 4).max(cfg.min_rto));
+                }
                 self.snd_nxt = self.snd_una;
                 self.probe = true;
                 counters.window_probes += 1;
