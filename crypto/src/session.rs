@@ -1440,6 +1440,25 @@ mod tests {
         client_with(client_config(dir, versions), sni)
     }
 
+    /// Hands `c`'s ClientHello to `s` and the server's answer back to `c`.
+    pub(super) fn first_flights(c: &mut ClientConnection, s: &mut ServerSession) {
+        let mut hello = Vec::new();
+        c.write_tls(&mut hello).unwrap();
+        let mut out = Vec::new();
+        s.process(&hello, &mut out, &mut Vec::new()).unwrap();
+        c.read_tls(&mut &out[..]).unwrap();
+        c.process_new_packets().unwrap();
+    }
+
+    /// The alert `c` reads in the server's `out` (it must end `c`).
+    pub(super) fn alert_read_by(c: &mut ClientConnection, out: &[u8]) -> rustls::AlertDescription {
+        c.read_tls(&mut &out[..]).unwrap();
+        match c.process_new_packets() {
+            Err(rustls::Error::AlertReceived(a)) => a,
+            other => panic!("no alert read: {other:?}"),
+        }
+    }
+
     /// Moves bytes both ways until quiet; the server reads through
     /// `read` (whole records, partial ones stay in `wire`).
     fn pump(
@@ -2175,12 +2194,7 @@ mod tests {
         pump(&mut c, &mut s, &mut Vec::new(), &mut Vec::new());
         let mut c = client_with(ccfg, "p256.test");
         let mut s = ServerSession::new(&cfg).unwrap();
-        let mut hello = Vec::new();
-        c.write_tls(&mut hello).unwrap();
-        let mut out = Vec::new();
-        s.process(&hello, &mut out, &mut Vec::new()).unwrap();
-        c.read_tls(&mut &out[..]).unwrap();
-        c.process_new_packets().unwrap();
+        first_flights(&mut c, &mut s);
         let ccs = [20, 3, 3, 0, 1, 1];
         let mut out = Vec::new();
         s.process(&ccs, &mut out, &mut Vec::new()).unwrap();
@@ -2190,10 +2204,9 @@ mod tests {
             out.len() > 7 && out[0] == 21,
             "an alert record, sealed: {out:?}"
         );
-        c.read_tls(&mut &out[..]).unwrap();
         assert_eq!(
-            c.process_new_packets().unwrap_err(),
-            rustls::Error::AlertReceived(rustls::AlertDescription::UnexpectedMessage)
+            alert_read_by(&mut c, &out),
+            rustls::AlertDescription::UnexpectedMessage
         );
         assert_eq!(c.handshake_kind(), Some(rustls::HandshakeKind::Resumed));
     }

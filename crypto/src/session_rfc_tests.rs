@@ -2,7 +2,9 @@
 //! names it (RFC 8446 §5, §5.1, §5.4; RFC 5246 §6.2.1): the session's
 //! alert, read back with the client's keys.
 
-use super::tests::{alerts_in, established_forger, sealed, TLS12, TLS13};
+use super::tests::{
+    alert_read_by, alerts_in, established_forger, first_flights, sealed, TLS12, TLS13,
+};
 use super::*;
 
 /// Fatal alert `description`, and only it, in `out`.
@@ -187,12 +189,7 @@ fn a_second_change_cipher_spec_in_the_handshake_is_unexpected() {
     let cfg = TlsConfig::new(crate::testutil::test_store(dir.path())).unwrap();
     let mut c = super::tests::client(dir.path(), "p256.test", TLS13);
     let mut s = ServerSession::new(&cfg).unwrap();
-    let mut hello = Vec::new();
-    c.write_tls(&mut hello).unwrap();
-    let mut out = Vec::new();
-    s.process(&hello, &mut out, &mut Vec::new()).unwrap();
-    c.read_tls(&mut &out[..]).unwrap();
-    c.process_new_packets().unwrap();
+    first_flights(&mut c, &mut s);
     let ccs = [20, 3, 3, 0, 1, 1];
     let mut out = Vec::new();
     s.process(&ccs, &mut out, &mut Vec::new()).unwrap();
@@ -203,10 +200,9 @@ fn a_second_change_cipher_spec_in_the_handshake_is_unexpected() {
     // opened that flight and takes no plaintext since, reads the alert.
     assert!(!out.is_empty(), "no alert sent");
     assert_eq!(out[0], 23, "the alert goes out sealed: {out:?}");
-    c.read_tls(&mut &out[..]).unwrap();
     assert_eq!(
-        c.process_new_packets().unwrap_err(),
-        rustls::Error::AlertReceived(rustls::AlertDescription::UnexpectedMessage)
+        alert_read_by(&mut c, &out),
+        rustls::AlertDescription::UnexpectedMessage
     );
 }
 
@@ -219,36 +215,23 @@ fn a_second_change_cipher_spec_in_a_tls12_handshake_is_unexpected() {
     let cfg = TlsConfig::new(crate::testutil::test_store(dir.path())).unwrap();
     let mut c = super::tests::client(dir.path(), "p256.test", TLS12);
     let mut s = ServerSession::new(&cfg).unwrap();
-    let mut hello = Vec::new();
-    c.write_tls(&mut hello).unwrap();
-    let mut out = Vec::new();
-    s.process(&hello, &mut out, &mut Vec::new()).unwrap();
-    c.read_tls(&mut &out[..]).unwrap();
-    c.process_new_packets().unwrap();
     // The client's flight: ClientKeyExchange, ChangeCipherSpec, Finished.
-    let mut flight = Vec::new();
-    c.write_tls(&mut flight).unwrap();
-    let records = split_records(&flight);
+    let records = second_flight(&mut c, &mut s);
     assert_eq!(
         records.iter().map(|r| r[0]).collect::<Vec<_>>(),
         [22, 20, 22]
     );
     let mut out = Vec::new();
-    s.process(
-        &[records[0], records[1]].concat(),
-        &mut out,
-        &mut Vec::new(),
-    )
-    .unwrap();
+    let cke_ccs = [&records[0][..], &records[1][..]].concat();
+    s.process(&cke_ccs, &mut out, &mut Vec::new()).unwrap();
     let e = s
-        .process(records[1], &mut out, &mut Vec::new())
+        .process(&records[1], &mut out, &mut Vec::new())
         .unwrap_err();
     assert_eq!(e.reason, Failure::UnexpectedMessage, "{e}");
     assert_eq!(out, [21, 3, 3, 0, 2, 2, 10], "the alert, in plaintext");
-    c.read_tls(&mut &out[..]).unwrap();
     assert_eq!(
-        c.process_new_packets().unwrap_err(),
-        rustls::Error::AlertReceived(rustls::AlertDescription::UnexpectedMessage)
+        alert_read_by(&mut c, &out),
+        rustls::AlertDescription::UnexpectedMessage
     );
 }
 
@@ -593,12 +576,7 @@ fn headers_are_judged_one_byte_at_a_time_and_across_fragments() {
 /// The server's first answer to `c`'s hello, read by `c`; then `c`'s
 /// second flight, cut into records.
 fn second_flight(c: &mut rustls::ClientConnection, s: &mut ServerSession) -> Vec<Vec<u8>> {
-    let mut hello = Vec::new();
-    c.write_tls(&mut hello).unwrap();
-    let mut out = Vec::new();
-    s.process(&hello, &mut out, &mut Vec::new()).unwrap();
-    c.read_tls(&mut &out[..]).unwrap();
-    c.process_new_packets().unwrap();
+    first_flights(c, s);
     let mut flight = Vec::new();
     c.write_tls(&mut flight).unwrap();
     split_records(&flight)
@@ -629,10 +607,9 @@ fn a_second_change_cipher_spec_amid_held_input_is_refused_in_place() {
         .process(&[ccs, ccs].concat(), &mut out, &mut Vec::new())
         .unwrap_err();
     assert_eq!(e.reason, Failure::UnexpectedMessage, "{e}");
-    c.read_tls(&mut &out[..]).unwrap();
     assert_eq!(
-        c.process_new_packets().unwrap_err(),
-        rustls::Error::AlertReceived(rustls::AlertDescription::UnexpectedMessage)
+        alert_read_by(&mut c, &out),
+        rustls::AlertDescription::UnexpectedMessage
     );
     // TLS 1.3: part of the client's (sealed) Finished record held; rustls
     // has not read it: the refusal takes its place, and the alert goes out
@@ -653,10 +630,9 @@ fn a_second_change_cipher_spec_amid_held_input_is_refused_in_place() {
     let e = s.process(&rest, &mut out, &mut Vec::new()).unwrap_err();
     assert_eq!(e.reason, Failure::UnexpectedMessage, "{e}");
     assert_eq!(out[0], 23, "sealed: {out:?}");
-    c.read_tls(&mut &out[..]).unwrap();
     assert_eq!(
-        c.process_new_packets().unwrap_err(),
-        rustls::Error::AlertReceived(rustls::AlertDescription::UnexpectedMessage)
+        alert_read_by(&mut c, &out),
+        rustls::AlertDescription::UnexpectedMessage
     );
 }
 
@@ -780,9 +756,8 @@ fn a_second_flight_held_past_the_bound_is_refused() {
     };
     assert_eq!(e.reason, Failure::HandshakeTooLarge, "{e}");
     assert_eq!(out, [21, 3, 3, 0, 2, 2, 47]);
-    c.read_tls(&mut &out[..]).unwrap();
     assert_eq!(
-        c.process_new_packets().unwrap_err(),
-        rustls::Error::AlertReceived(rustls::AlertDescription::IllegalParameter)
+        alert_read_by(&mut c, &out),
+        rustls::AlertDescription::IllegalParameter
     );
 }
