@@ -539,7 +539,7 @@ impl Services {
         tls: Option<TlsConn>,
     ) {
         let unread = cx.tcp.take_unread(client);
-        let bytes = match (tls, unread) {
+        let mut bytes = match (tls, unread) {
             (Some(conn), unread)
                 if conn.has_plaintext() || (unread.is_some() && conn.can_read()) =>
             {
@@ -553,7 +553,6 @@ impl Services {
                 return cx.tcp.abort(backend);
             }
         };
-        let mut bytes = bytes;
         charge_carried(cx.tcp, &mut bytes);
         let Some(blink) = self.roles.get_mut(backend).and_then(|e| e.role.link_mut()) else {
             // Not expected: `backend` is a live proxied connection.
