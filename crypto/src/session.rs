@@ -1450,6 +1450,19 @@ mod tests {
         c.process_new_packets().unwrap();
     }
 
+    /// `c`'s first flights with `s`, then two ChangeCipherSpecs from the
+    /// client: the second is refused with unexpected_message; what the
+    /// server sent since (its alert).
+    pub(super) fn second_ccs_refused(c: &mut ClientConnection, s: &mut ServerSession) -> Vec<u8> {
+        first_flights(c, s);
+        let ccs = [20, 3, 3, 0, 1, 1];
+        let mut out = Vec::new();
+        s.process(&ccs, &mut out, &mut Vec::new()).unwrap();
+        let e = s.process(&ccs, &mut out, &mut Vec::new()).unwrap_err();
+        assert_eq!(e.reason, Failure::UnexpectedMessage, "{e}");
+        out
+    }
+
     /// The alert `c` reads in the server's `out` (it must end `c`).
     pub(super) fn alert_read_by(c: &mut ClientConnection, out: &[u8]) -> rustls::AlertDescription {
         c.read_tls(&mut &out[..]).unwrap();
@@ -2194,12 +2207,7 @@ mod tests {
         pump(&mut c, &mut s, &mut Vec::new(), &mut Vec::new());
         let mut c = client_with(ccfg, "p256.test");
         let mut s = ServerSession::new(&cfg).unwrap();
-        first_flights(&mut c, &mut s);
-        let ccs = [20, 3, 3, 0, 1, 1];
-        let mut out = Vec::new();
-        s.process(&ccs, &mut out, &mut Vec::new()).unwrap();
-        let e = s.process(&ccs, &mut out, &mut Vec::new()).unwrap_err();
-        assert_eq!(e.reason, Failure::UnexpectedMessage, "{e}");
+        let out = second_ccs_refused(&mut c, &mut s);
         assert!(
             out.len() > 7 && out[0] == 21,
             "an alert record, sealed: {out:?}"

@@ -3,7 +3,8 @@
 //! alert, read back with the client's keys.
 
 use super::tests::{
-    alert_read_by, alerts_in, established_forger, first_flights, sealed, TLS12, TLS13,
+    alert_read_by, alerts_in, established_forger, first_flights, sealed, second_ccs_refused, TLS12,
+    TLS13,
 };
 use super::*;
 
@@ -189,12 +190,7 @@ fn a_second_change_cipher_spec_in_the_handshake_is_unexpected() {
     let cfg = TlsConfig::new(crate::testutil::test_store(dir.path())).unwrap();
     let mut c = super::tests::client(dir.path(), "p256.test", TLS13);
     let mut s = ServerSession::new(&cfg).unwrap();
-    first_flights(&mut c, &mut s);
-    let ccs = [20, 3, 3, 0, 1, 1];
-    let mut out = Vec::new();
-    s.process(&ccs, &mut out, &mut Vec::new()).unwrap();
-    let e = s.process(&ccs, &mut out, &mut Vec::new()).unwrap_err();
-    assert_eq!(e.reason, Failure::UnexpectedMessage, "{e}");
+    let out = second_ccs_refused(&mut c, &mut s);
     // The server encrypts since its first flight (RFC 8446 §5.1): the
     // alert is sealed under its handshake key, so the client, which has
     // opened that flight and takes no plaintext since, reads the alert.
