@@ -147,6 +147,13 @@ impl LoadClientSession {
         let _ = self.0.writer().write_all(data);
     }
 
+    /// The server's close_notify came (no more application data follows).
+    pub fn peer_closed(&mut self) -> bool {
+        self.0
+            .process_new_packets()
+            .is_ok_and(|state| state.peer_has_closed())
+    }
+
     /// Queues a close_notify alert (sent with the next [`Self::take_tls`]).
     pub fn close_notify(&mut self) {
         self.0.send_close_notify();

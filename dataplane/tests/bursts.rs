@@ -611,6 +611,31 @@ fn tls_proxied_request(lab: &mut HostLab, port: u16) -> (TlsClient, HostConn) {
     (c, backend)
 }
 
+/// A TLS client of a proxied VIP sends a record that fails to open (its
+/// request cut there), gets the engine's alert and FIN, and closes too:
+/// the backend is reset, not closed, so the cut request never looks
+/// whole. Before, the client's clean TCP close passed on as a FIN.
+#[test]
+fn a_tls_client_whose_record_fails_resets_its_backend() {
+    let mut lab = lab();
+    let (mut c, mut backend) = tls_proxied_request(&mut lab, 51_005);
+    let mut forged = vec![0x17, 0x03, 0x03, 0x00, 0x40];
+    forged.extend((0..0x40).map(|i| i as u8));
+    let bad = c.tcp.next(TcpControl::Psh, &forged);
+    let out = lab.exchange(&[bad]);
+    c.tcp.absorb(&out);
+    backend.absorb(&out);
+    assert!(c.tcp.fin_at.is_some(), "the engine's alert, then FIN");
+    let fin = c.tcp.next(TcpControl::Fin, b"");
+    let out = lab.exchange(&[fin]);
+    backend.absorb(&out);
+    ack_until_reset(&mut lab, &mut backend, 20);
+    assert!(backend.reset, "the backend is reset");
+    assert_eq!(backend.fin_at, None, "no FIN: the request was cut");
+    assert_eq!(backend.received, REQUEST, "nothing of the bad record");
+    settle_and_check_nothing_held(&mut lab);
+}
+
 /// The backend acknowledges what it has, at most `rounds` times, until
 /// the engine resets it.
 fn ack_until_reset(lab: &mut HostLab, backend: &mut HostConn, rounds: usize) {
@@ -704,6 +729,147 @@ fn a_tls_client_reset_with_the_backend_behind_still_delivers_every_record() {
         0,
         "every ring back in the pool"
     );
+}
+
+/// The backend answers while the TLS client takes the engine's records
+/// but acknowledges none, until the engine takes no more (the client's
+/// send ring, the backend's receive ring): what the engine took, in
+/// order.
+fn backend_answers_until_full(
+    lab: &mut HostLab,
+    c: &mut TlsClient,
+    backend: &mut HostConn,
+) -> Vec<u8> {
+    let mut answer = Vec::new();
+    let mut stalled = 0;
+    while stalled < 3 {
+        let start = backend.snd_nxt;
+        let burst: Vec<Seg> = (0..16)
+            .map(|_| {
+                let chunk: Vec<u8> = (answer.len()..answer.len() + 1000)
+                    .map(|i| (i % 241) as u8)
+                    .collect();
+                answer.extend_from_slice(&chunk);
+                backend.next(TcpControl::Psh, &chunk)
+            })
+            .collect();
+        let out = lab.exchange(&burst);
+        c.absorb(&out);
+        let acked = out
+            .iter()
+            .filter(|s| s.dst_port == BACKEND)
+            .filter_map(|s| s.ack)
+            .max_by_key(|a| a.wrapping_sub(start))
+            .unwrap_or(start);
+        let took = acked.wrapping_sub(start) as usize;
+        answer.truncate(answer.len() - 16 * 1000 + took);
+        backend.snd_nxt = acked;
+        stalled = if took == 0 { stalled + 1 } else { 0 };
+        assert!(answer.len() < 64 << 20, "the engine's buffers never filled");
+    }
+    answer
+}
+
+/// The TLS client acknowledges what it got, round after round, until the
+/// engine has ended its connection (a FIN or a reset).
+fn client_acks_until_the_end(lab: &mut HostLab, c: &mut TlsClient) {
+    for _ in 0..400 {
+        if c.tcp.reset || c.tcp.fin_at.is_some() {
+            return;
+        }
+        let ack = c.tcp.next(TcpControl::None, b"");
+        let out = lab.exchange(&[ack]);
+        c.absorb(&out);
+    }
+}
+
+/// A backend answers a TLS client and resets, the answer and the reset in
+/// one burst: the client gets every byte of it, sealed, then a reset.
+/// Before, the backend was gone by the time the client's side read its
+/// bytes, and the client got only the reset.
+#[test]
+fn a_backend_reset_after_data_reaches_a_tls_client_whole_then_a_reset() {
+    let mut lab = lab();
+    let (mut c, mut backend) = tls_proxied_request(&mut lab, 51_002);
+    let answer: Vec<u8> = (0..3000).map(|i| (i % 241) as u8).collect();
+    let mut burst: Vec<Seg> = answer
+        .chunks(1000)
+        .map(|chunk| backend.next(TcpControl::Psh, chunk))
+        .collect();
+    burst.push(backend.next(TcpControl::Rst, b""));
+    let out = lab.exchange(&burst);
+    c.absorb(&out);
+    client_acks_until_the_end(&mut lab, &mut c);
+    assert!(
+        c.plain == answer,
+        "every byte: {} of {}",
+        c.plain.len(),
+        answer.len()
+    );
+    assert!(c.tcp.reset, "then a reset");
+    assert!(!c.tls.peer_closed(), "no close_notify: the answer was cut");
+    settle_and_check_nothing_held(&mut lab);
+}
+
+/// A backend answers a TLS client that reads nothing until the engine
+/// holds all it can for the pair, then resets: once the client
+/// acknowledges again it gets every byte the engine took, then a reset.
+#[test]
+fn a_backend_reset_with_a_tls_client_behind_still_delivers_every_byte() {
+    let mut lab = lab();
+    let (mut c, mut backend) = tls_proxied_request(&mut lab, 51_003);
+    let answer = backend_answers_until_full(&mut lab, &mut c, &mut backend);
+    assert!(c.plain.len() < answer.len(), "the client is behind");
+    let rst = backend.next(TcpControl::Rst, b"");
+    c.absorb(&lab.exchange(&[rst]));
+    client_acks_until_the_end(&mut lab, &mut c);
+    assert_eq!(c.plain.len(), answer.len(), "every byte the engine took");
+    assert!(c.plain == answer, "in order");
+    assert!(c.tcp.reset, "then a reset");
+    assert!(!c.tls.peer_closed(), "no close_notify: the answer was cut");
+    settle_and_check_nothing_held(&mut lab);
+}
+
+/// A backend answers a TLS client that reads nothing until the engine
+/// holds all it can for the pair, then closes; the client sends
+/// close_notify and FIN, the engine closes the backend connection and the
+/// backend acknowledges (its connection ends with bytes unread): the
+/// client still gets every byte, then close_notify and a FIN.
+#[test]
+fn a_backend_that_closed_with_a_tls_client_behind_still_delivers_every_byte() {
+    let mut lab = lab();
+    let (mut c, mut backend) = tls_proxied_request(&mut lab, 51_004);
+    let answer = backend_answers_until_full(&mut lab, &mut c, &mut backend);
+    let ack = c.tcp.next(TcpControl::None, b"");
+    let out = lab.exchange(&[ack]);
+    c.absorb(&out);
+    let fin = backend.next(TcpControl::Fin, b"");
+    let out = lab.exchange(&[fin]);
+    c.absorb(&out);
+    assert!(
+        out.iter()
+            .any(|s| s.dst_port == BACKEND && s.ack == Some(backend.snd_nxt)),
+        "the backend's FIN taken: {out:?}"
+    );
+    c.tls.close_notify();
+    let mut bye = c.tls_segments();
+    bye.push(c.tcp.next(TcpControl::Fin, b""));
+    let out = lab.exchange(&bye);
+    c.absorb(&out);
+    backend.absorb(&out);
+    assert!(backend.fin_at.is_some(), "the client's end passed on");
+    let ack = backend.next(TcpControl::None, b"");
+    let out = lab.exchange(&[ack]);
+    c.absorb(&out);
+    assert!(c.plain.len() < answer.len(), "the client is behind");
+    client_acks_until_the_end(&mut lab, &mut c);
+    assert_eq!(c.plain.len(), answer.len(), "every byte the backend sent");
+    assert!(c.plain == answer, "in order");
+    assert!(c.tls.peer_closed(), "then close_notify");
+    assert!(c.tcp.fin_at.is_some() && !c.tcp.reset, "and a FIN");
+    let ack = c.tcp.next(TcpControl::None, b"");
+    lab.exchange(&[ack]);
+    settle_and_check_nothing_held(&mut lab);
 }
 
 /// Answers the engine's SYN to the backend in `out` (the host's ISS
@@ -802,6 +968,45 @@ fn a_client_reset_while_its_backend_connects_still_gets_its_proxy_header() {
     );
     want.extend_from_slice(REQUEST);
     assert_eq!(backend.received, want, "the header, then the request");
+    assert!(backend.reset, "then a reset");
+    settle_and_check_nothing_held(&mut lab);
+}
+
+/// As above, the backend's SYN-ACK and the client's reset in one burst,
+/// the SYN-ACK first: the engine learns the backend is up before it
+/// learns the client left, and the backend (which sends nothing more of
+/// its own) still gets the header and the request at once, then a reset.
+/// Before, they waited for an event of the backend's that never came.
+#[test]
+fn a_backend_up_in_the_burst_of_its_clients_reset_still_gets_the_request() {
+    const PP_VIP: u16 = 8091;
+    let mut lab = lab();
+    let e = &mut lab.mem.engine;
+    let member = Member::new(SocketAddrV4::new(HOST_IP, BACKEND), 1, MemberState::Up);
+    let mut pool = Pool::new("pp".into(), Balance::RoundRobin, vec![member]);
+    pool.proxy_protocol = true;
+    let pool = e.add_pool(pool);
+    e.listen_pool(common::host::DUT_IP, PP_VIP, None, pool);
+    let mut c = syn_acked(&mut lab, 52_004, PP_VIP, 6_500_000);
+    let mut burst = client_segments(&mut c, ClientBurst::DataRst);
+    let rst = burst.pop().expect("the reset ends the burst");
+    let out = lab.exchange(&burst);
+    let mut backend = HostConn::accepted(backend_syn(&out), 950_000);
+    let synack = backend.next(TcpControl::Syn, b"");
+    backend.absorb(&lab.exchange(&[synack, rst]));
+    let mut want = Vec::new();
+    dataplane::app::proxy_protocol::header_v2(
+        SocketAddrV4::new(HOST_IP, 52_004).into(),
+        SocketAddrV4::new(common::host::DUT_IP, PP_VIP).into(),
+        None,
+        &mut want,
+    );
+    want.extend_from_slice(REQUEST);
+    assert_eq!(
+        backend.received, want,
+        "the header, then the request, at once"
+    );
+    ack_until_reset(&mut lab, &mut backend, 100);
     assert!(backend.reset, "then a reset");
     settle_and_check_nothing_held(&mut lab);
 }

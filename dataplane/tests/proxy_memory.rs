@@ -321,16 +321,15 @@ fn a_client_reset_after_data_delivers_the_data_then_resets_the_backend() {
     );
 }
 
-/// A client uploads to a backend that acknowledges nothing until the
-/// engine's buffers for the pair are full (its send ring to the backend,
-/// then the client's receive ring), then resets: once the backend
-/// acknowledges again, it gets every byte the engine accepted from the
-/// client, then a reset. The bytes the backend's ring could not take when
-/// the client reset are carried (they were dropped with the client).
-#[test]
-fn a_client_reset_with_the_backend_behind_still_delivers_every_byte() {
-    let mut lab = Lab::with_check(false);
-    let (mut client, mut backend) = lab.proxied_request(REQUEST);
+/// The client uploads while the backend takes the engine's segments but
+/// acknowledges none, until the engine takes no more (its send ring to
+/// the backend full, then the client's receive ring): what the engine
+/// took, in order.
+fn client_uploads_until_full(
+    lab: &mut Lab,
+    client: &mut HostConn,
+    backend: &mut HostConn,
+) -> Vec<u8> {
     let mut upload = Vec::new();
     let mut accepted = 0usize;
     let mut stalled = 0;
@@ -363,6 +362,21 @@ fn a_client_reset_with_the_backend_behind_still_delivers_every_byte() {
         stalled = if took == 0 { stalled + 1 } else { 0 };
         assert!(accepted < 64 << 20, "the engine's buffers never filled");
     }
+    upload
+}
+
+/// A client uploads to a backend that acknowledges nothing until the
+/// engine's buffers for the pair are full (its send ring to the backend,
+/// then the client's receive ring), then resets: once the backend
+/// acknowledges again, it gets every byte the engine accepted from the
+/// client, then a reset. The bytes the backend's ring could not take when
+/// the client reset are carried (they were dropped with the client).
+#[test]
+fn a_client_reset_with_the_backend_behind_still_delivers_every_byte() {
+    let mut lab = Lab::with_check(false);
+    let (mut client, mut backend) = lab.proxied_request(REQUEST);
+    let upload = client_uploads_until_full(&mut lab, &mut client, &mut backend);
+    let accepted = upload.len();
     assert!(
         backend.received.len() < REQUEST.len() + accepted,
         "the backend is behind when the client resets"
@@ -378,6 +392,219 @@ fn a_client_reset_with_the_backend_behind_still_delivers_every_byte() {
     );
     assert!(backend.received[REQUEST.len()..] == upload[..], "in order");
     assert!(backend.reset, "then a reset");
+    assert_eq!(lab.host.mem.engine.tcp().counters().active, 0);
+    assert_eq!(
+        lab.host.mem.engine.tcp().buffers().in_use(),
+        0,
+        "every ring back in the pool"
+    );
+}
+
+/// A client uploads to a backend that reads nothing until the engine
+/// holds all it can for the pair, then half-closes; the backend answers
+/// and closes, and the client acknowledges the engine's FIN (its
+/// connection ends from LAST-ACK with bytes unread): once the backend
+/// acknowledges again, it gets every byte of the upload, then a FIN (not
+/// a reset: nothing was cut). Before, it got the FIN at once, without the
+/// upload's end, which looked whole.
+#[test]
+fn a_client_that_closed_with_the_backend_behind_still_delivers_every_byte_then_a_fin() {
+    let mut lab = Lab::with_check(false);
+    let (mut client, mut backend) = lab.proxied_request(REQUEST);
+    let upload = client_uploads_until_full(&mut lab, &mut client, &mut backend);
+    // The backend takes a little: the client's window opens for its FIN.
+    let ack = backend.next(TcpControl::None, b"");
+    backend.absorb(&lab.exchange(&[ack]));
+    let fin = client.next(TcpControl::Fin, b"");
+    let sent = lab.exchange(&[fin]);
+    backend.absorb(&sent);
+    assert!(
+        sent.iter()
+            .any(|s| s.dst_port == CLIENT_PORT && s.ack == Some(client.snd_nxt)),
+        "the client's FIN taken: {sent:?}"
+    );
+    // The backend answers and closes; the client acknowledges the FIN
+    // passed on to it.
+    let reply = b"HTTP/1.0 200 OK\r\n\r\n";
+    let answer = backend.next(TcpControl::Fin, reply);
+    let sent = lab.exchange(&[answer]);
+    client.absorb(&sent);
+    backend.absorb(&sent);
+    assert_eq!(client.fin_at, Some(reply.len()), "the answer, then a FIN");
+    let ack = client.next(TcpControl::None, b"");
+    backend.absorb(&lab.exchange(&[ack]));
+    assert!(
+        backend.received.len() < REQUEST.len() + upload.len(),
+        "the backend is behind when the client's connection ends"
+    );
+    for _ in 0..400 {
+        if backend.reset || backend.fin_at.is_some() {
+            break;
+        }
+        let ack = backend.next(TcpControl::None, b"");
+        let sent = lab.exchange(&[ack]);
+        backend.absorb(&sent);
+    }
+    assert_eq!(
+        backend.received.len() - REQUEST.len(),
+        upload.len(),
+        "every byte of the upload"
+    );
+    assert!(backend.received[REQUEST.len()..] == upload[..], "in order");
+    assert_eq!(
+        backend.fin_at,
+        Some(REQUEST.len() + upload.len()),
+        "then a FIN"
+    );
+    assert!(!backend.reset);
+    let ack = backend.next(TcpControl::None, b"");
+    lab.exchange(&[ack]);
+    assert_eq!(lab.host.mem.engine.tcp().counters().active, 0);
+    assert_eq!(
+        lab.host.mem.engine.tcp().buffers().in_use(),
+        0,
+        "every ring back in the pool"
+    );
+}
+
+/// The byte at offset `i` of what the tests' backends answer.
+fn answer_byte(i: usize) -> u8 {
+    (i % 241) as u8
+}
+
+/// The backend answers while the client takes the engine's segments but
+/// acknowledges none, until the engine takes no more (its send ring to
+/// the client full, then the backend's receive ring): what the engine
+/// took, in order.
+fn backend_answers_until_full(
+    lab: &mut Lab,
+    client: &mut HostConn,
+    backend: &mut HostConn,
+) -> Vec<u8> {
+    let mut answer = Vec::new();
+    let mut stalled = 0;
+    while stalled < 3 {
+        let start = backend.snd_nxt;
+        let burst: Vec<Seg> = (0..16)
+            .map(|_| {
+                let chunk: Vec<u8> = (answer.len()..answer.len() + 1000)
+                    .map(answer_byte)
+                    .collect();
+                answer.extend_from_slice(&chunk);
+                backend.next(TcpControl::Psh, &chunk)
+            })
+            .collect();
+        let sent = lab.exchange(&burst);
+        client.absorb(&sent);
+        let acked = sent
+            .iter()
+            .filter(|s| s.dst_port == BACKEND_PORT)
+            .filter_map(|s| s.ack)
+            .max_by_key(|a| a.wrapping_sub(start))
+            .unwrap_or(start);
+        let took = acked.wrapping_sub(start) as usize;
+        answer.truncate(answer.len() - 16 * 1000 + took);
+        backend.snd_nxt = acked;
+        stalled = if took == 0 { stalled + 1 } else { 0 };
+        assert!(answer.len() < 64 << 20, "the engine's buffers never filled");
+    }
+    answer
+}
+
+/// The client acknowledges what it got, round after round, until the
+/// engine has ended its connection (a FIN or a reset) or sends nothing
+/// more.
+fn drain_client(lab: &mut Lab, client: &mut HostConn) {
+    for _ in 0..400 {
+        if client.reset || client.fin_at.is_some() {
+            return;
+        }
+        let ack = client.next(TcpControl::None, b"");
+        let sent = lab.exchange(&[ack]);
+        client.absorb(&sent);
+    }
+}
+
+/// A backend answers a client that reads nothing until the engine holds
+/// all it can for the pair, then resets: once the client acknowledges
+/// again, it gets every byte the engine took from the backend, then a
+/// reset. Before, what was still in the backend's receive ring at its
+/// reset was dropped with it.
+#[test]
+fn a_backend_reset_with_the_client_behind_still_delivers_every_byte() {
+    let mut lab = Lab::with_check(false);
+    let (mut client, mut backend) = lab.proxied_request(REQUEST);
+    let answer = backend_answers_until_full(&mut lab, &mut client, &mut backend);
+    assert!(
+        client.received.len() < answer.len(),
+        "the client is behind when the backend resets"
+    );
+    let rst = backend.next(TcpControl::Rst, b"");
+    client.absorb(&lab.exchange(&[rst]));
+    drain_client(&mut lab, &mut client);
+    assert_eq!(
+        client.received.len(),
+        answer.len(),
+        "every byte the engine took"
+    );
+    assert!(client.received == answer, "in order");
+    assert!(client.reset, "then a reset");
+    assert_eq!(client.fin_at, None, "no FIN: the answer was cut");
+    assert_eq!(lab.host.mem.engine.tcp().counters().active, 0);
+    assert_eq!(
+        lab.host.mem.engine.tcp().buffers().in_use(),
+        0,
+        "every ring back in the pool"
+    );
+}
+
+/// A backend answers a client that reads nothing until the engine holds
+/// all it can for the pair, then closes; the client half-closes, the
+/// engine closes the backend connection, and the backend acknowledges
+/// that FIN (its connection ends from LAST-ACK with bytes unread): once
+/// the client acknowledges again, it gets every byte the backend sent,
+/// then a FIN. Before, what was still in the backend's receive ring was
+/// dropped as its connection ended, and the client never got a FIN.
+#[test]
+fn a_backend_that_closed_with_the_client_behind_still_delivers_every_byte_then_a_fin() {
+    let mut lab = Lab::with_check(false);
+    let (mut client, mut backend) = lab.proxied_request(REQUEST);
+    let answer = backend_answers_until_full(&mut lab, &mut client, &mut backend);
+    // The client takes a little: the backend's window opens for its FIN.
+    let ack = client.next(TcpControl::None, b"");
+    client.absorb(&lab.exchange(&[ack]));
+    let fin = backend.next(TcpControl::Fin, b"");
+    let sent = lab.exchange(&[fin]);
+    client.absorb(&sent);
+    assert!(
+        sent.iter()
+            .any(|s| s.dst_port == BACKEND_PORT && s.ack == Some(backend.snd_nxt)),
+        "the backend's FIN taken: {sent:?}"
+    );
+    // The client half-closes: its FIN goes on to the backend, which
+    // acknowledges the engine's FIN.
+    let fin = client.next(TcpControl::Fin, b"");
+    let sent = lab.exchange(&[fin]);
+    client.absorb(&sent);
+    backend.absorb(&sent);
+    assert!(backend.fin_at.is_some(), "the client's FIN passed on");
+    let ack = backend.next(TcpControl::None, b"");
+    client.absorb(&lab.exchange(&[ack]));
+    assert!(
+        client.received.len() < answer.len(),
+        "the client is behind when the backend's connection ends"
+    );
+    drain_client(&mut lab, &mut client);
+    assert_eq!(
+        client.received.len(),
+        answer.len(),
+        "every byte the backend sent"
+    );
+    assert!(client.received == answer, "in order");
+    assert_eq!(client.fin_at, Some(answer.len()), "then a FIN");
+    assert!(!client.reset);
+    let ack = client.next(TcpControl::None, b"");
+    lab.exchange(&[ack]);
     assert_eq!(lab.host.mem.engine.tcp().counters().active, 0);
     assert_eq!(
         lab.host.mem.engine.tcp().buffers().in_use(),

@@ -44,6 +44,8 @@ pub struct ProxyLink {
     pub forwarded: u64,
     /// A backend's: what its client sent before its reset, still to go.
     pub carry: Option<Box<Carry>>,
+    /// A client's: what its backend sent before it ended, still to go.
+    pub rest: Option<Box<BackendRest>>,
     /// A client's: what its backend did to end it, for the connection
     /// log (none: it ended otherwise).
     pub backend_trouble: Option<BackendTrouble>,
@@ -73,6 +75,7 @@ impl ProxyLink {
             fin_passed: false,
             forwarded: 0,
             carry: None,
+            rest: None,
             backend_trouble: None,
         }
     }
@@ -119,6 +122,29 @@ impl BackendEnd {
             Self::Close => tcp.close(backend),
         }
     }
+}
+
+/// What a backend sent before it ended (its FIN acknowledged, its reset,
+/// a timeout) that its client's send ring could not take yet, kept on the
+/// client's link: moved on as the client acknowledges
+/// ([`deliver_rest`]), then the client ends as the backend did. The
+/// bytes stay in the backend's receive ring, counted in the buffer pool.
+#[derive(Debug)]
+pub struct BackendRest {
+    /// The backend's unread bytes (none: only its end is left to pass on).
+    unread: Option<Unread>,
+    end: ClientEnd,
+}
+
+/// How a client ends once its backend's last bytes are on their way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClientEnd {
+    /// The backend finished its answer (FIN): a FIN (TLS: close_notify
+    /// first).
+    Fin,
+    /// It was cut (a reset or a timeout): a reset once they are
+    /// delivered, so the answer never looks complete.
+    Reset,
 }
 
 /// The live peer of a connection whose link is `link`.
@@ -174,7 +200,7 @@ pub fn pump(
         ClientStream::Tls {
             tls,
             can_send: true,
-        } => seal_from(tcp, backend, client, tls, scratch),
+        } => seal_from(tcp, SealSource::Backend(backend), client, tls, scratch),
         ClientStream::Tls {
             can_send: false, ..
         } => 0,
@@ -200,18 +226,29 @@ fn pass_fin(tcp: &mut Tcp, from: ConnId, link: &mut ProxyLink, to: ConnId) {
     }
 }
 
+/// Where the bytes sealed for a TLS client come from.
+enum SealSource<'a> {
+    /// Its live backend's receive ring.
+    Backend(ConnId),
+    /// What its backend left when it ended.
+    Rest(&'a mut Unread),
+}
+
 /// Seals the backend's bytes into records to the TLS client, a record at
 /// a time while the client's send ring has room; returns the bytes taken.
 fn seal_from(
     tcp: &mut Tcp,
-    backend: ConnId,
+    mut from: SealSource<'_>,
     client: ConnId,
     tls: &mut TlsConn,
     scratch: &mut [u8],
 ) -> usize {
     let mut taken = 0;
     loop {
-        let (a, b) = tcp.peek(backend);
+        let (a, b) = match &from {
+            SealSource::Backend(backend) => tcp.peek(*backend),
+            SealSource::Rest(unread) => unread.as_slices(),
+        };
         let n = (a.len() + b.len()).min(scratch.len());
         if n == 0 {
             break;
@@ -227,10 +264,64 @@ fn seal_from(
         if sealed == 0 {
             break;
         }
-        tcp.consume(backend, sealed);
+        match &mut from {
+            SealSource::Backend(backend) => tcp.consume(*backend, sealed),
+            SealSource::Rest(unread) => unread.consume(sealed),
+        }
         taken += sealed;
     }
     taken
+}
+
+/// Moves on what `client`'s backend left when it ended ([`BackendRest`]),
+/// as the client's send ring takes it; once all of it is on its way, the
+/// client ends as the backend did: a FIN (for TLS, close_notify then FIN)
+/// after a whole answer, a reset once the bytes are delivered after a cut
+/// one.
+pub fn deliver_rest(
+    tcp: &mut Tcp,
+    (client, clink): (ConnId, &mut ProxyLink),
+    mut stream: ClientStream<'_>,
+    scratch: &mut [u8],
+) {
+    let Some(rest) = clink.rest.as_mut() else {
+        return;
+    };
+    if let Some(unread) = rest.unread.as_mut() {
+        match &mut stream {
+            ClientStream::Plain => {
+                tcp.send_unread(unread, client);
+            }
+            ClientStream::Tls {
+                tls,
+                can_send: true,
+            } => {
+                seal_from(tcp, SealSource::Rest(unread), client, tls, scratch);
+            }
+            // Our close_notify went: nothing more can reach the client.
+            ClientStream::Tls {
+                can_send: false, ..
+            } => unread.consume(unread.len()),
+        }
+        if !unread.is_empty() {
+            return;
+        }
+    }
+    let Some(rest) = clink.rest.take() else {
+        return;
+    };
+    if let Some(unread) = rest.unread {
+        tcp.give_unread(unread);
+    }
+    match (rest.end, stream) {
+        (ClientEnd::Fin, ClientStream::Plain) => tcp.close(client),
+        (ClientEnd::Fin, ClientStream::Tls { tls, .. }) => tls.closing = true,
+        (ClientEnd::Reset, ClientStream::Plain) => tcp.abort_after_send(client),
+        (ClientEnd::Reset, ClientStream::Tls { tls, .. }) => {
+            tls.flush_alert(tcp, client);
+            tcp.abort_after_send(client);
+        }
+    }
 }
 
 impl Services {
@@ -432,16 +523,31 @@ impl Services {
                     // Nothing was sent to it yet: another member.
                     cx.counters.proxy_backend_failures += 1;
                     self.connect_backend(cx, client);
-                } else if reason != CloseReason::Normal {
-                    // What the backend sent before its reset (or timeout)
-                    // is already on its way: the client gets all of it,
-                    // then the reset (not a FIN: the answer was cut).
-                    if let Some(Role::Tls(t)) = self.roles.get_mut(client).map(|e| &mut e.role) {
-                        t.conn.flush_alert(cx.tcp, client);
-                    }
-                    self.note_trouble(client, BackendTrouble::Reset);
-                    cx.tcp.abort_after_send(client);
+                    return;
                 }
+                // What the backend sent before its end (a FIN acknowledged,
+                // a reset, a timeout) that its client could not take yet
+                // was left unread: the client gets all of it, then the
+                // backend's end (a reset, not a FIN, when the answer was
+                // cut).
+                let unread = cx.tcp.take_unread(id);
+                let end = if reason == CloseReason::Normal {
+                    ClientEnd::Fin
+                } else {
+                    self.note_trouble(client, BackendTrouble::Reset);
+                    ClientEnd::Reset
+                };
+                if end == ClientEnd::Fin && link.fin_passed && unread.is_none() {
+                    return; // all of it went, its FIN too
+                }
+                let Some(clink) = self.roles.get_mut(client).and_then(|e| e.role.link_mut()) else {
+                    if let Some(u) = unread {
+                        cx.tcp.give_unread(u);
+                    }
+                    return;
+                };
+                clink.rest = Some(Box::new(BackendRest { unread, end }));
+                self.deliver_rest_now(cx, client);
             }
             Side::Client => {
                 let Some(b) = other else { return };
@@ -450,33 +556,57 @@ impl Services {
                     .get(b)
                     .and_then(|e| e.role.link())
                     .is_some_and(|l| l.fin_passed);
+                // A TLS client whose records failed: what it sent was cut.
+                let failed = tls.as_ref().is_some_and(TlsConn::failed);
                 if link.fin_passed && backend_done {
                     // Both directions finished: the backend connection is
                     // closing (or in TIME-WAIT) on its own.
-                } else if link.connected && reason == CloseReason::Reset {
-                    // Everything the client sent before its reset goes to
-                    // the backend, then the reset (a FIN if the backend
-                    // had finished: its answer was whole).
-                    let end = if backend_done {
+                } else if !link.connected && reason == CloseReason::Reset {
+                    // The backend is still connecting: what the client
+                    // sent before its reset waits for it, then the reset.
+                    self.hold_for_connect(cx, (id, link), b, tls);
+                } else if !link.connected {
+                    // The backend's answer has nowhere to go.
+                    cx.tcp.abort(b);
+                } else if reason == CloseReason::Reset
+                    || (reason == CloseReason::Normal && !failed && !link.fin_passed)
+                {
+                    // Everything the client sent before its reset (or its
+                    // FIN, where its bytes waited behind the backend's
+                    // full send ring) goes to the backend, then the reset
+                    // (a FIN if the backend had finished, or the client
+                    // did: nothing was cut).
+                    let end = if backend_done || reason == CloseReason::Normal {
                         BackendEnd::Close
                     } else {
                         BackendEnd::Reset
                     };
                     self.hand_over(cx, id, b, tls, end);
-                } else if !link.connected && reason == CloseReason::Reset {
-                    // The backend is still connecting: what the client
-                    // sent before its reset waits for it, then the reset.
-                    self.hold_for_connect(cx, (id, link), b, tls);
-                } else if !link.connected || (reason != CloseReason::Normal && !backend_done) {
-                    // The backend's answer has nowhere to go.
+                } else if failed || (reason != CloseReason::Normal && !backend_done) {
+                    // The answer has nowhere to go, or the request was cut
+                    // by a bad record: a reset, so it never looks complete.
                     cx.tcp.abort(b);
                 } else {
-                    // A clean end, or a client that reset once the backend
-                    // had said all it had (curl closing with our
-                    // close_notify unread): nothing is lost, so a FIN.
+                    // A clean end, or a client that ended once the backend
+                    // had said all it had: nothing is lost, so a FIN.
                     cx.tcp.close(b);
                 }
             }
+        }
+    }
+
+    /// Moves on what `client`'s backend left ([`deliver_rest`]) at once:
+    /// a TLS client's through its drive.
+    fn deliver_rest_now(&mut self, cx: &mut Cx<'_>, client: ConnId) {
+        match self.roles.get_mut(client).map(|e| &mut e.role) {
+            Some(Role::Client(link)) => deliver_rest(
+                cx.tcp,
+                (client, link),
+                ClientStream::Plain,
+                &mut self.proxy_scratch,
+            ),
+            Some(Role::Tls(_)) => self.drive_tls(cx, client, false),
+            _ => {}
         }
     }
 }
@@ -580,6 +710,11 @@ impl Services {
             bytes,
             end: BackendEnd::Reset,
         }));
+        // Its SYN-ACK came in the burst with the client's reset, before
+        // it: up already, so no later event of its own need come.
+        if blink.connected {
+            self.carry_on(cx, backend);
+        }
     }
 
     /// Moves on what `backend`'s client left, as its send ring takes it;
@@ -658,10 +793,14 @@ fn move_carried(tcp: &mut Tcp, bytes: &mut Carried, to: ConnId) -> bool {
     }
 }
 
-/// A backend connection is gone: what it still had to carry goes too.
+/// A proxied connection is gone: what it still had to pass on goes too
+/// (a backend's carry, a client's rest).
 pub fn drop_carry(tcp: &mut Tcp, link: &mut ProxyLink) {
     if let Some(carry) = link.carry.take() {
         give_carried(tcp, carry.bytes);
+    }
+    if let Some(unread) = link.rest.take().and_then(|r| r.unread) {
+        tcp.give_unread(unread);
     }
 }
 

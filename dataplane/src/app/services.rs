@@ -345,8 +345,9 @@ impl Services {
                 if t.conn.is_handshaking() && !t.conn.failed() && !ours {
                     cx.counters.tls_abandoned += 1;
                 }
-                let TlsRole { conn, inner } = *t;
-                if let Inner::Proxy(link) = &inner {
+                let TlsRole { conn, mut inner } = *t;
+                if let Inner::Proxy(link) = &mut inner {
+                    proxy::drop_carry(cx.tcp, link);
                     self.proxy_closed(cx, entry.id, link, reason, Some(conn));
                 }
             }
@@ -497,8 +498,18 @@ impl Services {
             .and_then(|e| e.role.link())
             .and_then(|l| proxy::peer(cx.tcp, l))
         else {
-            if side == Side::Backend {
-                self.carry_on(cx, id);
+            match side {
+                Side::Backend => self.carry_on(cx, id),
+                Side::Client => {
+                    if let Some(link) = self.roles.get_mut(id).and_then(|e| e.role.link_mut()) {
+                        proxy::deliver_rest(
+                            cx.tcp,
+                            (id, link),
+                            ClientStream::Plain,
+                            &mut self.proxy_scratch,
+                        );
+                    }
+                }
             }
             return;
         };

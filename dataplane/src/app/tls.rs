@@ -512,11 +512,17 @@ pub fn drive(
             Inner::Proxy(link) => {
                 // After our close_notify the client may still send (TLS
                 // half-close): its bytes and its FIN still go on.
-                if let (true, Some((b, blink))) = (ready, backend.as_mut()) {
+                if ready {
                     let before = tcp.send_space(id);
                     let can_send = tls.close_sent_at.is_none();
                     let stream = ClientStream::Tls { tls, can_send };
-                    super::proxy::pump(tcp, (id, link), stream, (*b, blink), scratch);
+                    match backend.as_mut() {
+                        Some((b, blink)) => {
+                            super::proxy::pump(tcp, (id, link), stream, (*b, blink), scratch);
+                        }
+                        // Its backend ended: what it left goes on.
+                        None => super::proxy::deliver_rest(tcp, (id, link), stream, scratch),
+                    }
                     progressed |= tcp.send_space(id) != before;
                 }
             }
