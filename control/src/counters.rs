@@ -124,6 +124,7 @@ macro_rules! with_counters {
             proxy_backend_connects: Counter, "tlsdp_proxy_backend_connects_total", "Backend connections opened.";
             proxy_backend_failures: Counter, "tlsdp_proxy_backend_failures_total", "Backend connects that failed (retried on another member).";
             proxy_no_member: Counter, "tlsdp_proxy_no_member_total", "Client connections ended for want of a pool member.";
+            proxy_header_no_room: Counter, "tlsdp_proxy_header_no_room_total", "Proxied pairs ended as their backend came up because its PROXY protocol header found no send ring (tcp.buffer_memory_mib reached): the client's bytes never go without it.";
             health_checks: Counter, "tlsdp_health_checks_total", "Health checks run.";
             health_failures: Counter, "tlsdp_health_check_failures_total", "Health checks failed.";
             health_changes: Counter, "tlsdp_health_state_changes_total", "Pool members going down or up.";

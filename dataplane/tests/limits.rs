@@ -6,12 +6,13 @@
 
 mod common;
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::host::{HostConn, HostLab, Seg, DUT_IP};
+use common::host::{HostConn, HostLab, Seg, DUT_IP, HOST_IP};
 use common::vips::{PLAIN, TLS};
+use dataplane::app::pool::{Balance, Member, MemberState, Pool};
 use dataplane::net::PrefixSet;
 use dataplane::stats::DropReason;
 use dataplane::tcp::{ListenLimits, SynCookies, TcpConfig};
@@ -1023,4 +1024,81 @@ fn what_tls_sessions_hold_counts_against_the_buffer_cap() {
         Some(c.conn.next(TcpControl::Syn, b""))
     });
     assert!(late[0].conn.rcv_nxt.is_some(), "SYN-ACK once freed");
+}
+
+#[test]
+fn a_proxy_header_with_no_ring_left_ends_the_pair_and_no_client_byte_goes() {
+    // A pool that wants the PROXY protocol header; a client connects and
+    // sends bytes that look like a header of its own while the backend
+    // connection opens. Responses nobody reads then take the whole cap
+    // (send rings may use all of it), so when the backend comes up there
+    // is no ring for the header. The pair ends: were it kept, the client's
+    // bytes would reach the backend first once memory came back, and the
+    // backend would take the client's header for ours. (Fourteen readers
+    // in one burst leave less than the smallest ring: each takes a full
+    // ring while one fits, then the room left; more would find receive
+    // rings refused past seven eighths of the cap.)
+    const PP: u16 = 9100;
+    const MEMBER: u16 = 9101;
+    let tcp = TcpConfig {
+        buffer_memory: 256 * 1024,
+        ..TcpConfig::default()
+    };
+    let mut lab = lab(tcp);
+    let member = Member::new(SocketAddrV4::new(HOST_IP, MEMBER), 1, MemberState::Up);
+    let mut pool = Pool::new("pp".into(), Balance::RoundRobin, vec![member]);
+    pool.proxy_protocol = true;
+    let pool = lab.mem.engine.add_pool(pool);
+    lab.mem.engine.listen_pool(DUT_IP, PP, None, pool);
+    let mut client = vec![Client::new(900, PP)];
+    round(&mut lab, &mut client, |c| {
+        Some(c.conn.next(TcpControl::Syn, b""))
+    });
+    // The handshake's end opens the backend connection.
+    let forged = b"PROXY TCP4 192.0.2.1 10.78.0.1 1234 9100\r\nGET / HTTP/1.0\r\n\r\n";
+    let ack = client[0].conn.next(TcpControl::None, b"");
+    let seg = client[0].conn.next(TcpControl::Psh, forged);
+    let out = lab.exchange_from(&[(client[0].addr, ack), (client[0].addr, seg)]);
+    client[0].absorb(&out);
+    let syn = out
+        .iter()
+        .map(|(_, s)| s)
+        .find(|s| s.dst_port == MEMBER && s.control == TcpControl::Syn)
+        .expect("the backend connection opens")
+        .clone();
+    let mut readers: Vec<Client> = (0..14).map(|i| Client::new(i, PLAIN)).collect();
+    open(&mut lab, &mut readers);
+    round(&mut lab, &mut readers, |c| {
+        Some(c.conn.next(
+            TcpControl::None,
+            b"GET /bytes/1000000 HTTP/1.1\r\nHost: t\r\n\r\n",
+        ))
+    });
+    let buffers = lab.mem.engine.tcp().buffers();
+    let held = buffers.bytes_in_use() + buffers.bytes_outside();
+    assert!(held + 4096 > 256 * 1024, "no ring left: {held} bytes held");
+    let mut backend = HostConn::accepted(&syn, 5_000);
+    let synack = backend.next(TcpControl::Syn, b"");
+    let out = lab.exchange_from(&[(HOST_IP, synack)]);
+    client[0].absorb(&out);
+    let to_backend: Vec<Seg> = out.into_iter().map(|(_, s)| s).collect();
+    backend.absorb(&to_backend);
+    assert!(backend.reset, "the backend connection is reset");
+    assert!(client[0].conn.reset, "and the client's");
+    assert_eq!(lab.mem.engine.counters().proxy_header_no_room, 1);
+    // Memory comes back; the client sends more, and the backend, still
+    // there, asks for more.
+    round(&mut lab, &mut readers, |c| {
+        Some(c.conn.next(TcpControl::Rst, b""))
+    });
+    let more = client[0].conn.next(TcpControl::Psh, b"\r\n");
+    let ack = backend.next(TcpControl::None, b"");
+    let out = lab.exchange_from(&[(client[0].addr, more), (HOST_IP, ack)]);
+    let to_backend: Vec<Seg> = out.into_iter().map(|(_, s)| s).collect();
+    backend.absorb(&to_backend);
+    assert!(
+        backend.received.is_empty(),
+        "none of the client's bytes: {:?}",
+        String::from_utf8_lossy(&backend.received)
+    );
 }

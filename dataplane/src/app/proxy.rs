@@ -386,14 +386,28 @@ impl Services {
         let Some(link) = client.role.link_mut() else {
             return;
         };
-        link.connected = true;
         let pool = usize::from(link.pool);
         if !self.pools.get(pool).is_some_and(|p| p.proxy_protocol) {
+            link.connected = true;
             return;
         }
         let Some(key) = cx.tcp.key(c) else { return };
         let header = proxy_header(key, client.role.tls());
-        cx.tcp.send(b, &header);
+        if cx.tcp.send(b, &header) == header.len() {
+            if let Some(link) = client.role.link_mut() {
+                link.connected = true;
+            }
+            return;
+        }
+        // No send ring for it (the buffer cap): the client's bytes must
+        // never reach the backend without it (they could carry a header
+        // of the client's own making). The pair ends, counted.
+        cx.counters.proxy_header_no_room += 1;
+        if let Some(blink) = self.roles.get_mut(b).and_then(|e| e.role.link_mut()) {
+            blink.peer = None;
+        }
+        cx.tcp.abort(b);
+        self.fail_client(cx, c);
     }
 
     /// Opens a connection to `addr` from the address of the port that
