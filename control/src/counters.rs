@@ -82,6 +82,7 @@ macro_rules! with_counters {
             tcp_retransmits: Counter, "tlsdp_tcp_retransmits_total", "TCP segments retransmitted.";
             tcp_segmentation_offloads: Counter, "tlsdp_tcp_segmentation_offloads_total", "TCP segments of several segment sizes handed to a port that cuts them (TSO).";
             tcp_large_segments_in: Counter, "tlsdp_tcp_large_segments_in_total", "TCP segments received longer than one segment size (the port's LRO or GRO).";
+            tcp_ooo_beyond_reach: Counter, "tlsdp_tcp_ooo_beyond_reach_total", "Out-of-order TCP segments dropped because they lay further past the gap than the connection may hold (twice the bytes it received in order, at least 16 KiB): one byte far ahead no longer pins a full-size ring. The peer sends them again.";
             tcp_resets_sent: Counter, "tlsdp_tcp_resets_sent_total", "TCP resets sent.";
             tcp_timeouts: Counter, "tlsdp_tcp_timeouts_total", "TCP connections ended by a timeout.";
             tcp_syn_cookies_sent: Counter, "tlsdp_tcp_syn_cookies_sent_total", "SYN cookies sent.";

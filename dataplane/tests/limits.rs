@@ -1102,3 +1102,55 @@ fn a_proxy_header_with_no_ring_left_ends_the_pair_and_no_client_byte_goes() {
         String::from_utf8_lossy(&backend.received)
     );
 }
+
+#[test]
+fn a_byte_far_past_a_gap_pins_no_full_size_ring() {
+    // Five hundred clients, each from its own address, send one byte at
+    // the far end of the window the engine offers (256 KiB past what it
+    // has), nothing before it. A ring holds bytes up to the furthest one,
+    // so keeping each byte took a full-size ring, counted against the
+    // buffer cap: 128 MiB for these, the whole default cap for about
+    // 3,600 such clients. The bytes lie past what a connection that
+    // received nothing in order may hold ahead of its gap: dropped
+    // and counted.
+    const CLIENTS: u32 = 500;
+    let mut lab = lab(TcpConfig::default());
+    let mut clients: Vec<Client> = (0..CLIENTS).map(|i| Client::new(i, PLAIN)).collect();
+    open(&mut lab, &mut clients);
+    let starts: Vec<u32> = clients.iter().map(|c| c.conn.snd_nxt).collect();
+    round(&mut lab, &mut clients, |c| {
+        c.conn.snd_nxt = c.conn.snd_nxt.wrapping_add(262_000);
+        Some(c.conn.next(TcpControl::None, b"x"))
+    });
+    let buffers = lab.mem.engine.tcp().buffers();
+    assert_eq!(buffers.bytes_in_use(), 0, "no ring held for them");
+    assert_eq!(
+        lab.mem.engine.tcp().counters().ooo_beyond_reach,
+        u64::from(CLIENTS)
+    );
+    // A request whose end comes before its start (reordered within the
+    // first ring) is still put together and answered.
+    let request = b"GET /bytes/5 HTTP/1.1\r\nHost: t\r\n\r\n";
+    for (c, start) in clients.iter_mut().zip(&starts) {
+        c.conn.snd_nxt = start.wrapping_add(10);
+    }
+    round(&mut lab, &mut clients, |c| {
+        Some(c.conn.next(TcpControl::None, &request[10..]))
+    });
+    assert!(
+        lab.mem.engine.tcp().buffers().bytes_in_use() <= CLIENTS as usize * 4096,
+        "one small ring each while the gap is open"
+    );
+    for (c, start) in clients.iter_mut().zip(&starts) {
+        c.conn.snd_nxt = *start;
+    }
+    round(&mut lab, &mut clients, |c| {
+        let head = c.conn.next(TcpControl::None, &request[..10]);
+        c.conn.snd_nxt = c.conn.snd_nxt.wrapping_add(request.len() as u32 - 10);
+        Some(head)
+    });
+    for c in &clients {
+        let text = String::from_utf8_lossy(&c.conn.received);
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    }
+}

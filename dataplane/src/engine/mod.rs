@@ -950,6 +950,7 @@ impl<P: Port, A: Application> Engine<P, A> {
         c.tcp_retransmits = t.retransmits;
         c.tcp_segmentation_offloads = t.offload_segments;
         c.tcp_large_segments_in = t.large_segments_in;
+        c.tcp_ooo_beyond_reach = t.ooo_beyond_reach;
         c.tcp_resets_sent = t.resets_sent;
         c.tcp_timeouts = t.timeouts;
         c.tcp_syn_cookies_sent = t.syn_cookies_sent;

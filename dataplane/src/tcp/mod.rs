@@ -314,6 +314,9 @@ pub struct TcpCounters {
     pub offload_segments: u64,
     /// Segments received longer than one segment size (LRO/GRO).
     pub large_segments_in: u64,
+    /// Out-of-order segments dropped because they lay past what the
+    /// connection may hold ahead of its gap (`conn::ooo_reach`).
+    pub ooo_beyond_reach: u64,
     /// Connections whose segment size a Packet Too Big lowered.
     pub path_mtu_lowered: u64,
 }

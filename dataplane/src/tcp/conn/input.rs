@@ -377,8 +377,10 @@ impl<A: Default> Conn<A> {
                 // Out of order: keep it behind the gap (where it fits) and
                 // send a duplicate ACK at once, with SACK blocks.
                 let offset = (seq - self.rcv_nxt) as usize;
-                if let Some(ring) = pool.reserve_receive(&mut self.recv, offset + seg.payload.len())
-                {
+                let end = offset + seg.payload.len();
+                if end > ooo_reach(self.recv.as_ref(), self.bytes_received) {
+                    counters.ooo_beyond_reach += 1;
+                } else if let Some(ring) = pool.reserve_receive(&mut self.recv, end) {
                     if ring.write_ahead(offset, seg.payload) {
                         let (l, r) = (seq, seq + seg.payload.len() as u32);
                         let window = (self.rcv_nxt, self.rcv_nxt + ring.free() as u32);

@@ -129,6 +129,27 @@ fn peer_mss(option: Option<u16>) -> u32 {
     u32::from(option.unwrap_or(536).max(MIN_PEER_MSS))
 }
 
+/// Out-of-order data any connection may hold ahead of its gap: an
+/// initial window of ten full segments (RFC 6928), so a first segment
+/// lost at the start of an upload costs no more than before.
+const OOO_REACH_MIN: usize = 16 * 1024;
+
+/// How far past RCV.NXT a connection keeps out-of-order data: within the
+/// ring it has, or twice what it received in order, at least
+/// [`OOO_REACH_MIN`]. The window offers the full buffer size, but a ring
+/// must be as large as the furthest byte it holds, so one byte far ahead
+/// would pin (and count against the buffer cap) a full-size ring for a
+/// client that sent nothing else. What lies beyond is dropped for the
+/// peer to send again (RFC 9293 §3.10.7.4 lets a receiver keep or drop
+/// segments in the window past a gap); a flow that has moved data in
+/// order soon reaches the full window.
+pub fn ooo_reach(ring: Option<&RingBuf>, received_in_order: u64) -> usize {
+    let earned = usize::try_from(received_in_order.saturating_mul(2)).unwrap_or(usize::MAX);
+    ring.map_or(0, RingBuf::capacity)
+        .max(OOO_REACH_MIN)
+        .max(earned)
+}
+
 /// ssthresh before any loss (RFC 5681 §3.1: arbitrarily high).
 const INITIAL_SSTHRESH: u32 = u32::MAX / 2;
 
