@@ -518,7 +518,10 @@ impl<A: Default> TcpEngine<A> {
                     return self.on_listen(now, tw.key, repr);
                 }
             }
-            TcpControl::Fin => {
+            // Only the FIN we took, sent again (RFC 9293 §3.10.7.4: "a
+            // retransmission of the remote FIN"), restarts the wait: any
+            // other, whoever knows the 4-tuple could keep it forever.
+            TcpControl::Fin if seq + repr.payload.len() as u32 + 1 == tw.rcv_nxt => {
                 let until = now + self.cfg.time_wait;
                 let step = self.cfg.time_wait / RESTART_STEPS;
                 I::table_mut(&mut self.flows).restart_time_wait(&tw.key, until, step);

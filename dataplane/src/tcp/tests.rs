@@ -670,11 +670,45 @@ mod pair_tests {
         p.run(1, 10);
         assert_eq!(p.a.state(ca), Some(State::Established));
         assert_eq!(p.b.state(cb), Some(State::Established));
+        // Each side opened its connection: it is told Connected, as for a
+        // SYN-ACK, not Accepted (which would hand it to a listener's VIP).
+        for (engine, id) in [(&mut p.a, ca), (&mut p.b, cb)] {
+            let mut events = Vec::new();
+            engine.drain_events(&mut events);
+            assert_eq!(events, [Event::Connected(id)]);
+            assert_eq!(engine.counters().accepted, 0);
+        }
         assert_eq!(p.a.send(ca, b"hello"), 5);
         p.run(1, 5);
         let mut buf = [0u8; 16];
         assert_eq!(p.b.recv(cb, &mut buf), 5);
         assert_eq!(&buf[..5], b"hello");
+    }
+
+    #[test]
+    fn syn_sent_answers_a_bad_ack_with_a_reset_but_drops_a_reset_with_one() {
+        // RFC 9293 §3.10.7.3, SYN-SENT: SEG.ACK =< ISS or > SND.NXT gets
+        // <SEQ=SEG.ACK><CTL=RST>, "unless the RST bit is set, if so drop
+        // the segment and return" (two stacks must not trade resets).
+        let mut p = Pair::new(TcpConfig::default());
+        let ca = p.a.connect(p.now, key(A, 80, B, 6000)).unwrap();
+        let out = Pair::output(&mut p.a, p.now);
+        let [(s, d, bytes)] = &out[..] else {
+            panic!("one SYN: {out:?}");
+        };
+        let iss = Seq(parse(*s, *d, bytes).seq_number.0 as u32);
+        let resets = |out: &[(Ipv4Addr, Ipv4Addr, Vec<u8>)]| {
+            out.iter()
+                .filter(|(s, d, b)| parse(*s, *d, b).control == TcpControl::Rst)
+                .count()
+        };
+        for (control, answered) in [(TcpControl::None, 1), (TcpControl::Rst, 0)] {
+            let seg = segment(6000, control, Seq(77_000), Some(iss), b"");
+            let _ = p.a.input(p.now, B, A, &seg);
+            let out = Pair::output(&mut p.a, p.now);
+            assert_eq!(resets(&out), answered, "{control:?}: {out:?}");
+            assert_eq!(p.a.state(ca), Some(State::SynSent), "{control:?}");
+        }
     }
 
     #[test]
@@ -780,6 +814,29 @@ mod pair_tests {
         p.a.input(now, B, A, &new).unwrap();
         assert!(!p.a.in_time_wait(&k));
         assert_eq!(p.a.counters().half_open, 1);
+    }
+
+    #[test]
+    fn only_the_fin_taken_sent_again_restarts_time_wait() {
+        // RFC 9293 §3.10.7.4: TIME-WAIT restarts on "a retransmission of
+        // the remote FIN". A FIN anywhere else in sequence space is
+        // acknowledged but restarts nothing: otherwise anyone who knows
+        // the 4-tuple could hold the entry for ever.
+        let wait = TcpConfig::default().time_wait.as_secs() as usize;
+        for (offset, restarts) in [(u32::MAX, true), (5_000, false), (1 << 31, false)] {
+            let mut p = Pair::new(TcpConfig::default());
+            p.a.listen(A, 80);
+            server_closes_first(&mut p, 7001);
+            let k = key(A, 80, B, 7001);
+            let tw = p.a.flows.v4.time_wait(&k).expect("in TIME-WAIT");
+            let (seq, ack) = (tw.rcv_nxt, tw.snd_nxt);
+            p.run(1000, wait * 2 / 3);
+            let fin = segment(7001, TcpControl::Fin, seq + offset, Some(ack), &[]);
+            p.a.input(p.now, B, A, &fin).unwrap();
+            assert_eq!(Pair::output(&mut p.a, p.now).len(), 1, "ACKed");
+            p.run(1000, wait / 2);
+            assert_eq!(p.a.in_time_wait(&k), restarts, "FIN at RCV.NXT + {offset}");
+        }
     }
 
     #[test]

@@ -99,9 +99,12 @@ impl<A: Default> Conn<A> {
         };
         if !acceptable {
             if seg.control != TcpControl::Rst {
-                // A retransmitted FIN in TIME-WAIT: ack it again and restart
-                // the 2 MSL timer.
-                if self.state == State::TimeWait && seg.control == TcpControl::Fin {
+                // A retransmitted FIN in TIME-WAIT (the one we took): ack
+                // it again and restart the 2 MSL timer.
+                if self.state == State::TimeWait
+                    && seg.control == TcpControl::Fin
+                    && seq + seg.payload.len() as u32 + 1 == self.rcv_nxt
+                {
                     self.timewait_until = Some(now + cfg.time_wait);
                 }
                 // Data we already have: a D-SACK block tells the sender
@@ -144,8 +147,14 @@ impl<A: Default> Conn<A> {
         if self.state == State::SynReceived {
             if ack.diff(self.snd_una) > 0 && ack.diff(self.snd_nxt) <= 0 {
                 self.state = State::Established;
-                self.accepted = true;
-                out.established = true;
+                if self.accepted {
+                    // Ours (a simultaneous open, RFC 9293 §3.5): connected,
+                    // not accepted from a listener.
+                    out.connected = true;
+                } else {
+                    self.accepted = true;
+                    out.established = true;
+                }
                 self.set_snd_wnd(u32::from(seg.window_len) << self.snd_shift);
                 self.snd_wl1 = seq;
                 self.snd_wl2 = ack;

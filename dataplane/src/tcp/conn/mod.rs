@@ -512,15 +512,17 @@ impl<A: Default> Conn<A> {
         let mut out = Input::default();
         let ack = seg.ack_number.map(|a| Seq(a.0 as u32));
         let ack_ok = ack.is_some_and(|a| a.diff(self.iss) > 0 && a.diff(self.snd_nxt) <= 0);
-        if ack.is_some() && !ack_ok {
-            // Not for our SYN: the engine answers with a reset.
-            out.reset_peer = ack;
-            return out;
-        }
         if seg.control == TcpControl::Rst {
+            // Only a reset that acknowledges our SYN refuses it; any other
+            // is dropped, never answered (a reset for a reset).
             if ack_ok {
                 out.closed = Some(CloseReason::Refused);
             }
+            return out;
+        }
+        if ack.is_some() && !ack_ok {
+            // Not for our SYN: the engine answers with a reset.
+            out.reset_peer = ack;
             return out;
         }
         if seg.control != TcpControl::Syn {
