@@ -1367,6 +1367,54 @@ impl Config {
         self.certs.iter().find(|c| c.name == name)
     }
 
+    /// Why `ip` cannot be a VIP's address, if it cannot. dpd answers ARP
+    /// and Neighbor Discovery for a VIP's address as its own, so one that
+    /// is a neighbour's (a port's gateway, a pool member) would take that
+    /// neighbour's traffic, the router's for the whole link; a subnet's
+    /// network or broadcast address, loopback, multicast or broadcast is
+    /// no host's. The unspecified address stays: a VIP on every address.
+    fn vip_address_problem(&self, ip: IpAddr) -> Option<String> {
+        let special = match ip {
+            IpAddr::V4(a) => a.is_multicast() || a.is_broadcast() || a.is_loopback(),
+            IpAddr::V6(a) => a.is_multicast() || a.is_loopback(),
+        };
+        if special {
+            return Some(format!(
+                "{ip} is a loopback, multicast or broadcast address, no host's"
+            ));
+        }
+        for n in self.ports.iter().flat_map(Port::networks) {
+            for (field, gw) in [("gateway", &n.gateway), ("gateway6", &n.gateway6)] {
+                if gw.as_deref().and_then(|g| g.parse::<IpAddr>().ok()) == Some(ip) {
+                    return Some(format!(
+                        "is port {}'s {field}: dpd would answer ARP/ND for it and take the router's traffic",
+                        n.name
+                    ));
+                }
+            }
+            if let (IpAddr::V4(a), Ok(c)) = (ip, n.cidr()) {
+                let host = u32::from(a) & !c.mask();
+                if c.prefix_len <= 30 && c.contains(a) && (host == 0 || host == !c.mask()) {
+                    return Some(format!(
+                        "is the network or broadcast address of port {}'s subnet",
+                        n.name
+                    ));
+                }
+            }
+        }
+        for pool in &self.pools {
+            for m in &pool.members {
+                if m.socket_addr().is_ok_and(|a| a.ip() == ip) {
+                    return Some(format!(
+                        "is the address of pool {}'s member {}: dpd would take its traffic",
+                        pool.name, m.addr
+                    ));
+                }
+            }
+        }
+        None
+    }
+
     /// Checks the configuration as a whole (addresses, names, cores,
     /// devices). Does not look at the machine: `dpd` checks cores and
     /// interfaces exist when it starts.
@@ -1873,6 +1921,9 @@ impl Config {
             let addr = vip
                 .listen_addr()
                 .map_err(|r| ConfigError::new(at("listen"), &vip.listen, r))?;
+            if let Some(why) = self.vip_address_problem(addr.ip()) {
+                return Err(ConfigError::new(at("listen"), &vip.listen, why));
+            }
             // With [routing] a VIP is routed to this node's addresses, so
             // it may be on no subnet of ours.
             if self.routing.is_none() && !self.ports.iter().any(|p| p.on_subnet(addr.ip())) {
@@ -2610,6 +2661,37 @@ mod tests {
         ] {
             let e = err_of(&format!("{GOOD}[routing]\n{bad}\n{vip}"));
             assert_eq!(e.field, field, "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_vip_never_takes_a_neighbours_address_or_one_no_host_has() {
+        // dpd answers ARP for a VIP's address: on the gateway's it would
+        // take the router's traffic for the whole link, on a member's
+        // the backend's.
+        let pool = "[[pool]]\nname = \"app\"\nmembers = [{ addr = \"10.77.0.12:80\" }]\n";
+        let vip = |listen: &str| {
+            format!("{GOOD}{pool}[[vip]]\nname = \"web\"\nlisten = \"{listen}\"\npool = \"app\"\n")
+        };
+        for (listen, says) in [
+            ("10.77.0.254:443", "port p0's gateway"),
+            ("10.77.0.12:443", "pool app's member 10.77.0.12:80"),
+            ("10.77.0.0:443", "network or broadcast"),
+            ("10.77.0.255:443", "network or broadcast"),
+            ("127.0.0.1:443", "loopback"),
+            ("224.0.0.5:443", "multicast"),
+            ("255.255.255.255:443", "broadcast"),
+        ] {
+            let e = err_of(&vip(listen));
+            assert_eq!(e.field, "vip[0].listen", "{listen}: {e}");
+            assert!(e.to_string().contains(says), "{listen}: {e}");
+        }
+        // Announced ones too ([routing]: no subnet needed).
+        let routed = vip("10.77.0.254:443").replace("[[pool]]", "[routing]\n[[pool]]");
+        assert!(err_of(&routed).to_string().contains("gateway"));
+        // The port's own address and others on its subnet are fine.
+        for listen in ["10.77.0.1:443", "10.77.0.10:443"] {
+            Config::parse(&vip(listen)).unwrap();
         }
     }
 
