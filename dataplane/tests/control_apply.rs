@@ -292,3 +292,76 @@ fn a_reload_keeps_the_timed_denies_made_at_run_time() {
     );
     assert_eq!(timed[0].0, "198.51.100.7", "kept");
 }
+
+/// An operator removes a VIP on an address of its own while a client is
+/// connected to it: the address stays the engine's (its segments reach the
+/// connection, which goes on and is answered) until the last connection
+/// ends, then goes (a new SYN for it is no longer ours). Before, the
+/// address went at once and the open connection's segments were dropped
+/// as not for us: it hung until its client gave up.
+#[test]
+fn a_removed_vips_address_stays_until_its_last_connection_ends() {
+    use common::host::{HostConn, HostLab};
+    use dataplane::controller::Controller;
+    use dataplane::snapshot::ControlLink;
+    use dataplane::stats::{DropReason, SharedCounters};
+    use smoltcp::wire::TcpControl;
+    use std::net::Ipv4Addr;
+    use std::sync::Arc;
+
+    const EXTRA: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 10);
+    let text = CONFIG.replace("lcores = [1, 2]", "lcores = [1]")
+        + "[[vip]]\nname = \"extra\"\nlisten = \"10.78.0.10:80\"\nrespond = \"builtin\"\n";
+    let links = ControlLink::new_set(1);
+    let shared = vec![(1, Arc::new(SharedCounters::default()))];
+    let (mut ctl, first) = Controller::start(
+        Config::parse(&text).unwrap(),
+        None,
+        links.clone(),
+        shared,
+        1_000_000_000,
+    )
+    .unwrap();
+    let mut lab = HostLab::new();
+    lab.mem.engine.set_control(links[0].clone());
+    lab.mem.engine.apply(&first);
+
+    let mut c = HostConn::client(41_000, 80, 9_000);
+    let syn = c.next(TcpControl::Syn, b"");
+    c.absorb(&lab.exchange_to(EXTRA, &[syn]));
+    let ack = c.next(TcpControl::None, b"");
+    let head = c.next(TcpControl::None, b"GET /bytes/5 HTTP/1.1\r\n");
+    c.absorb(&lab.exchange_to(EXTRA, &[ack, head]));
+
+    // `dpctl vip remove extra`, the engine polled until it is applied.
+    let remove = Request::VipRemove {
+        name: "extra".into(),
+    };
+    let r = std::thread::scope(|s| {
+        let asked = s.spawn(|| reply(ctl.handle(&remove)));
+        while !asked.is_finished() {
+            lab.advance(std::time::Duration::from_millis(1));
+        }
+        asked.join().unwrap()
+    });
+    assert!(r.ok, "{r:?}");
+
+    // The connection goes on: the rest of its request is answered.
+    let rest = c.next(TcpControl::None, b"Host: t\r\n\r\n");
+    c.absorb(&lab.exchange_to(EXTRA, &[rest]));
+    let text = String::from_utf8_lossy(&c.received);
+    assert!(text.starts_with("HTTP/1.1 200"), "answered: {text:?}");
+    // It ends (the client resets); at the next tick the address goes.
+    let rst = c.next(TcpControl::Rst, b"");
+    lab.exchange_to(EXTRA, &[rst]);
+    lab.advance(std::time::Duration::from_millis(5));
+    let before = lab.mem.dropped(DropReason::NotForUs);
+    let mut late = HostConn::client(41_001, 80, 19_000);
+    let syn = late.next(TcpControl::Syn, b"");
+    let out = lab.exchange_to(EXTRA, &[syn]);
+    assert!(
+        out.is_empty(),
+        "no answer for an address no longer ours: {out:?}"
+    );
+    assert_eq!(lab.mem.dropped(DropReason::NotForUs), before + 1);
+}

@@ -655,6 +655,12 @@ impl<A: Default> TcpEngine<A> {
         self.listeners.retain(|l| l.accepting || l.open > 0);
     }
 
+    /// Whether connections a listener on `addr` (exactly: not a wildcard)
+    /// accepted are still open, its VIP removed or not.
+    pub fn serves_address(&self, addr: IpAddr) -> bool {
+        self.listeners.iter().any(|l| l.addr == addr && l.open > 0)
+    }
+
     /// Accepts connections to `addr:port` (`0.0.0.0` or `::`: any of the
     /// family's addresses).
     pub fn listen(&mut self, addr: impl Into<IpAddr>, port: u16) {

@@ -75,6 +75,12 @@ impl Seg {
     /// The frame carrying it from `src` (an address the host routes for,
     /// in a [`HostLab::routed`] lab) to the engine.
     pub fn frame_from(&self, src: Ipv4Addr) -> Vec<u8> {
+        self.frame_between(src, DUT_IP)
+    }
+
+    /// The frame carrying it from `src` to `dst` (one of the engine's
+    /// addresses, a VIP's).
+    pub fn frame_between(&self, src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
         let tcp = TcpRepr {
             src_port: self.src_port,
             dst_port: self.dst_port,
@@ -91,7 +97,7 @@ impl Seg {
         };
         let ip = Ipv4Repr {
             src_addr: src,
-            dst_addr: DUT_IP,
+            dst_addr: dst,
             next_header: IpProtocol::Tcp,
             payload_len: tcp.buffer_len(),
             hop_limit: 64,
@@ -100,7 +106,7 @@ impl Seg {
             tcp.emit(
                 &mut TcpPacket::new_unchecked(payload),
                 &IpAddress::Ipv4(src),
-                &IpAddress::Ipv4(DUT_IP),
+                &IpAddress::Ipv4(dst),
                 &ChecksumCapabilities::default(),
             );
         })
@@ -185,6 +191,16 @@ impl HostLab {
     /// returns the TCP segments it sent (ARP requests answered here).
     pub fn exchange(&mut self, segs: &[Seg]) -> Vec<Seg> {
         let frames = segs.iter().map(Seg::frame).collect();
+        self.exchange_frames(frames)
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect()
+    }
+
+    /// [`HostLab::exchange`] to `dst`, another of the engine's addresses
+    /// (a VIP's).
+    pub fn exchange_to(&mut self, dst: Ipv4Addr, segs: &[Seg]) -> Vec<Seg> {
+        let frames = segs.iter().map(|s| s.frame_between(HOST_IP, dst)).collect();
         self.exchange_frames(frames)
             .into_iter()
             .map(|(_, s)| s)
