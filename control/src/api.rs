@@ -942,13 +942,22 @@ impl ControlSocket {
     /// dead `dpd`) with mode 0600, so only its owner (root) may connect.
     ///
     /// # Errors
-    /// When another process is serving on `path`, or the folder or socket
-    /// cannot be made.
+    /// When another process is serving on `path`, something that is not a
+    /// socket is there (it is left alone), or the folder or socket cannot
+    /// be made.
     pub fn bind(path: &Path) -> io::Result<Self> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        if path.exists() {
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
+            use std::os::unix::fs::FileTypeExt;
+            if !meta.file_type().is_socket() {
+                // A typo in [control] socket must not cost a file.
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{} exists and is not a socket", path.display()),
+                ));
+            }
             if UnixStream::connect(path).is_ok() {
                 return Err(io::Error::new(
                     io::ErrorKind::AddrInUse,
@@ -1321,5 +1330,16 @@ mod tests {
         drop(UnixListener::bind(&path).unwrap()); // file left, nobody listening
         assert!(path.exists());
         ControlSocket::bind(&path).unwrap();
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_socket_is_left_alone() {
+        // `[control] socket` naming the configuration by mistake.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dpd.toml");
+        std::fs::write(&path, "[eal]\n").unwrap();
+        let e = ControlSocket::bind(&path).unwrap_err();
+        assert!(e.to_string().contains("not a socket"), "{e}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "[eal]\n");
     }
 }

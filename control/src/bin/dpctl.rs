@@ -50,7 +50,13 @@ enum Cmd {
         #[arg(long)]
         per_core: bool,
         /// Print rates every SECS seconds (one line each) until interrupted.
-        #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "1")]
+        #[arg(
+            long,
+            value_name = "SECS",
+            num_args = 0..=1,
+            default_missing_value = "1",
+            value_parser = parse_interval_s
+        )]
         watch: Option<f64>,
         /// With --watch: stop after this many lines.
         #[arg(long, requires = "watch")]
@@ -356,6 +362,15 @@ struct LimitArgs {
     /// Most established connections from one address ("none").
     #[arg(long, value_name = "N|none")]
     max_connections_per_source: Option<Limit>,
+}
+
+/// `--watch`'s interval: 0.1 to 3600 seconds (NaN and infinities, which
+/// no interval is, refused rather than clamped).
+fn parse_interval_s(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if (0.1..=3600.0).contains(&s) => Ok(s),
+        _ => Err(format!("{text:?} is not 0.1 to 3600 seconds")),
+    }
 }
 
 /// `SNI=POOL`.
@@ -1640,6 +1655,19 @@ fn memif_client_line(m: &control::api::MemifClientStatus, up: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_watch_interval_is_a_number_of_seconds_in_range() {
+        for good in ["0.1", "1", "2.5", "3600"] {
+            assert!(parse_interval_s(good).is_ok(), "{good}");
+        }
+        // NaN went through the clamp and made dpctl panic.
+        for bad in ["nan", "NaN", "inf", "-1", "0", "0.01", "3601", "x"] {
+            assert!(parse_interval_s(bad).is_err(), "{bad}");
+        }
+        let cli = Cli::try_parse_from(["dpctl", "stats", "--watch", "nan"]);
+        assert!(cli.is_err(), "refused before any use");
+    }
 
     #[test]
     fn a_memif_client_says_where_its_connection_stands() {
