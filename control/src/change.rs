@@ -217,6 +217,15 @@ fn set_vip(next: &mut Config, i: usize, change: &VipChange) -> Result<(), Config
         ));
     }
     if let Some(certs) = &change.certs {
+        if certs.is_empty() && !vip.certs.is_empty() {
+            // Without certificates the VIP would go on as plain TCP on
+            // the same address and port.
+            return Err(ConfigError::new(
+                format!("vip[{i}].certs"),
+                "[]",
+                "a TLS VIP keeps at least one certificate (to serve plain TCP, remove the VIP and add it again)",
+            ));
+        }
         vip.certs = certs.iter().map(|c| CertRef::Name(c.clone())).collect();
     }
     if let Some(pool) = &change.pool {
@@ -255,7 +264,19 @@ fn set_vip(next: &mut Config, i: usize, change: &VipChange) -> Result<(), Config
         }
         match &change.tickets {
             Some(TicketsChange::Off) => tls.tickets = None,
-            Some(TicketsChange::On(t)) => tls.tickets = Some(t.clone()),
+            Some(TicketsChange::On(t)) => {
+                // A new rotation without a key file keeps the one in use
+                // (nodes sharing it go on sharing): only what is given
+                // changes. `--no-tickets` first drops the file.
+                let key_file = t
+                    .key_file
+                    .clone()
+                    .or_else(|| tls.tickets.as_ref().and_then(|old| old.key_file.clone()));
+                tls.tickets = Some(crate::config::TicketSettings {
+                    key_file,
+                    ..t.clone()
+                });
+            }
             None => {}
         }
         if let Some(p) = change.prefer_client_order {
@@ -582,6 +603,39 @@ mod tests {
         }));
         assert_eq!(c.vips[0].pool, None);
         assert_eq!(c.vips[0].respond, Some(Respond::Builtin));
+    }
+
+    #[test]
+    fn vip_set_never_leaves_a_tls_vip_without_certificates_nor_drops_a_ticket_key_file() {
+        let e = refused(set(VipChange {
+            certs: Some(Vec::new()),
+            ..VipChange::default()
+        }));
+        assert_eq!(e.field, "vip[0].certs", "{e}");
+        assert!(e.to_string().contains("at least one certificate"), "{e}");
+        let shared = TicketsChange::On(crate::config::TicketSettings {
+            rotate_s: 600,
+            key_file: Some("/etc/tlsdp/tickets.key".into()),
+        });
+        let c = changed(set(VipChange {
+            tickets: Some(shared),
+            ..VipChange::default()
+        }));
+        let faster = TicketsChange::On(crate::config::TicketSettings {
+            rotate_s: 60,
+            key_file: None,
+        });
+        let req = set(VipChange {
+            tickets: Some(faster),
+            ..VipChange::default()
+        });
+        let c = apply(&c, &req).unwrap().unwrap();
+        let t = c.vips[0].tls.as_ref().unwrap().tickets.as_ref().unwrap();
+        assert_eq!(t.rotate_s, 60);
+        assert_eq!(
+            t.key_file.as_deref(),
+            Some("/etc/tlsdp/tickets.key".as_ref())
+        );
     }
 
     #[test]
