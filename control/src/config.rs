@@ -425,7 +425,8 @@ pub struct Vip {
     /// A client that has acknowledged none of the data waiting for it for
     /// this long (one that stopped reading, holding its TCP window closed
     /// while it answers every probe) is reset, as nginx's `send_timeout`
-    /// does (1000 to 3600000; default 60000).
+    /// does; so is a backend connection of the VIP's pool, as nginx's
+    /// `proxy_send_timeout` (1000 to 3600000; default 60000).
     #[serde(
         default = "default_send_timeout",
         skip_serializing_if = "is_default_send_timeout"

@@ -467,6 +467,56 @@ fn a_client_that_closed_with_the_backend_behind_still_delivers_every_byte_then_a
     );
 }
 
+/// A client uploads and resets while its backend keeps its window closed,
+/// acknowledging every zero-window probe (it is there, so TCP alone never
+/// gives up on it): the VIP's send timeout (60 s) ends the backend
+/// connection, and with it what the client left for it. Before, backends
+/// had no send timeout, and the pair's memory stayed held for as long as
+/// the backend went on answering probes.
+#[test]
+fn a_backend_that_keeps_its_window_closed_is_ended_by_the_send_timeout() {
+    let mut lab = Lab::with_check(false);
+    let (mut client, backend) = lab.proxied_request(REQUEST);
+    let took = backend.rcv_nxt.expect("the request came");
+    // The backend closes its window; the client uploads, then resets.
+    let closed = Seg::to(backend.dut_port, backend.port, backend.snd_nxt, Some(took)).window(0);
+    lab.exchange(&[closed]);
+    let upload: Vec<u8> = (0..3000).map(upload_byte).collect();
+    let mut burst: Vec<Seg> = upload
+        .chunks(1000)
+        .map(|c| client.next(TcpControl::Psh, c))
+        .collect();
+    burst.push(client.next(TcpControl::Rst, b""));
+    lab.exchange(&burst);
+    assert!(lab.host.mem.engine.tcp().buffers().in_use() > 0, "carried");
+    // Every probe is answered: still nothing taken, window still closed.
+    let mut reset_at = None;
+    for s in 1..=90 {
+        let out = lab.host.advance(Duration::from_secs(1));
+        let to_backend: Vec<&Seg> = out.iter().filter(|s| s.dst_port == BACKEND_PORT).collect();
+        if to_backend.iter().any(|s| s.control == TcpControl::Rst) {
+            reset_at = Some(s);
+            break;
+        }
+        if !to_backend.is_empty() {
+            let ack =
+                Seg::to(backend.dut_port, backend.port, backend.snd_nxt, Some(took)).window(0);
+            lab.exchange(&[ack]);
+        }
+    }
+    let reset_at = reset_at.expect("the backend is reset");
+    assert!(
+        (55..=65).contains(&reset_at),
+        "at the send timeout: {reset_at} s"
+    );
+    assert_eq!(lab.host.mem.engine.tcp().counters().active, 0);
+    assert_eq!(
+        lab.host.mem.engine.tcp().buffers().in_use(),
+        0,
+        "what the client left is freed"
+    );
+}
+
 /// The byte at offset `i` of what the tests' backends answer.
 fn answer_byte(i: usize) -> u8 {
     (i % 241) as u8

@@ -352,6 +352,14 @@ impl Services {
             return;
         };
         cx.counters.proxy_backend_connects += 1;
+        // The client's VIP's send timeout holds for the backend too (as
+        // nginx's proxy_send_timeout): one that keeps its window closed
+        // while it acknowledges our probes would otherwise hold the pair,
+        // and what a departed client left for it, for ever.
+        let vip_slot = self.roles.get(client).and_then(|e| e.vip);
+        if let Some(v) = self.vips.iter().find(|v| Some(v.slot) == vip_slot) {
+            cx.tcp.set_send_timeout(b, v.timeouts.send, cx.now);
+        }
         self.pools[p].members[m].active += 1;
         self.connecting
             .push((b, bkey, cx.now + self.pools[p].connect_timeout));

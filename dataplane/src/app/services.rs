@@ -327,7 +327,11 @@ impl Services {
         }
         match reason {
             CloseReason::Deadline => self.count_deadline(cx, entry.vip, entry.wait),
-            CloseReason::SendTimeout => self.count_send_timeout(cx, entry.vip),
+            // A backend's (it has no VIP) is no client's: not counted as
+            // one (its client ends as after a backend's reset).
+            CloseReason::SendTimeout if entry.vip.is_some() => {
+                self.count_send_timeout(cx, entry.vip);
+            }
             _ => {}
         }
         if let Some(slot) = entry.vip {
