@@ -712,6 +712,36 @@ mod pair_tests {
     }
 
     #[test]
+    fn an_echoed_timestamp_ahead_of_our_clock_is_no_round_trip_sample() {
+        // RFC 7323 §4.1: TSecr echoes a TSval we sent (engines share one
+        // millisecond clock, so b_tsval is ours too), so it is never
+        // ahead of our clock. One that is (forged, or a peer's bug) read
+        // as a round trip of up to 49 days and took the RTO to its
+        // maximum; Linux drops such samples too.
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        let srtt = live(&p.a.conns, ca).unwrap().view(p.now).srtt;
+        assert!(srtt.is_some(), "measured in the handshake");
+        assert_eq!(p.a.send(ca, b"hello"), 5);
+        let _ = Pair::output(&mut p.a, p.now);
+        let a = live(&p.a.conns, ca).unwrap();
+        let ack = emit_from_b(TcpRepr {
+            window_len: 2048,
+            timestamp: Some(TcpTimestampRepr::new(b_tsval(&p), b_tsval(&p) + 1_000_000)),
+            ..super::seg(
+                5000,
+                80,
+                TcpControl::None,
+                live(&p.b.conns, cb).unwrap().snd_nxt.0,
+                Some(a.snd_nxt.0),
+            )
+        });
+        p.a.input(p.now, B, A, &ack).unwrap();
+        let a = live(&p.a.conns, ca).unwrap();
+        assert!(a.all_acked(), "the ACK itself taken");
+        assert_eq!(a.view(p.now).srtt, srtt, "no sample from it");
+    }
+
+    #[test]
     fn simultaneous_close_goes_through_closing() {
         // RFC 9293 §3.6, figure 13: FINs cross; both sides pass CLOSING to
         // TIME-WAIT.

@@ -244,7 +244,7 @@ impl<A: Default> Conn<A> {
                 out.send = true;
             } else if self.dupacks > 3 && self.recover.is_some() {
                 if !self.sack_ok {
-                    self.cwnd += self.seg_size;
+                    self.cwnd = self.cwnd.saturating_add(self.seg_size);
                 }
                 out.send = true;
             }
@@ -467,10 +467,14 @@ impl<A: Default> Conn<A> {
         }
         // Round-trip time (RFC 6298 §2, Karn's rule via timestamps or one
         // timed segment).
-        let sample = match (ts, self.ts_recent) {
-            (Some(t), Some(_)) if t.tsecr != 0 => Some(Duration::from_millis(u64::from(
-                ts_now(now).wrapping_sub(t.tsecr),
-            ))),
+        // An echo ahead of our clock is no TSval of ours (RFC 7323 §4.1):
+        // no sample, rather than a round trip of days.
+        let echoed = ts
+            .filter(|t| t.tsecr != 0 && self.ts_recent.is_some())
+            .map(|t| ts_now(now).wrapping_sub(t.tsecr))
+            .filter(|&elapsed| elapsed as i32 >= 0);
+        let sample = match echoed {
+            Some(elapsed) => Some(Duration::from_millis(u64::from(elapsed))),
             _ => match self.rtt_probe {
                 Some((end, sent)) if ack.diff(end) >= 0 => Some(now - sent),
                 _ => None,
