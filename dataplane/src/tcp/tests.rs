@@ -1726,6 +1726,36 @@ mod pair_tests {
     }
 
     #[test]
+    fn the_first_sack_block_holds_the_segment_that_triggered_the_ack() {
+        // RFC 2018 §4: "The first SACK block ... MUST specify the
+        // contiguous block of data containing the segment which triggered
+        // this ACK". Segments 5, 3, then 1 arrive, 0, 2 and 4 lost: the
+        // ACK for 1 names 1's block first (it was named last, highest
+        // first, and with more ranges than blocks never at all).
+        let (mut p, _ca, cb) = established(TcpConfig::default());
+        assert_eq!(p.b.send(cb, &[7u8; 9000]), 9000);
+        let now = p.now;
+        let sent = Pair::output(&mut p.b, now);
+        assert!(sent.len() >= 6, "{} segments", sent.len());
+        let mut first_block = None;
+        for i in [5, 3, 1] {
+            let (s, d, seg) = &sent[i];
+            p.a.input(now, *s, *d, seg).unwrap();
+            let data = parse(*s, *d, seg);
+            let start = data.seq_number.0 as u32;
+            let acks = Pair::output(&mut p.a, now);
+            let (s, d, ack) = acks.last().expect("an ACK at once");
+            first_block = parse(*s, *d, ack).sack_ranges[0];
+            assert_eq!(
+                first_block,
+                Some((start, start + data.payload.len() as u32)),
+                "segment {i}"
+            );
+        }
+        assert!(first_block.is_some());
+    }
+
+    #[test]
     fn a_lost_retransmission_is_found_by_time_not_the_rto() {
         // RFC 8985 §6.2: a segment is lost, and so is its first
         // retransmission; later data keeps arriving. The retransmission

@@ -394,6 +394,7 @@ impl<A: Default> Conn<A> {
                         let (l, r) = (seq, seq + seg.payload.len() as u32);
                         let window = (self.rcv_nxt, self.rcv_nxt + ring.free() as u32);
                         self.ooo.add(l, r, window, &mut pool.boards);
+                        self.ooo_last = Some(l);
                     }
                 }
                 if let Some(ring) = self.recv.take_if(|r| r.is_empty() && self.ooo.is_empty()) {

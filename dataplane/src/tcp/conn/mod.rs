@@ -336,6 +336,10 @@ pub(super) struct Conn<A> {
     /// Data that arrived again, for a D-SACK block in our next segment
     /// (RFC 2883).
     dsack: Option<(Seq, Seq)>,
+    /// Where the last out-of-order segment began, while it is still out
+    /// of order: its range is our next SACK option's first block (RFC
+    /// 2018 §4).
+    ooo_last: Option<Seq>,
     /// Next sequence number to consider for retransmission in recovery.
     rtx_next: Seq,
     /// The congestion response in progress, until an ACK shows whether it
@@ -446,6 +450,7 @@ impl<A: Default> Conn<A> {
             scoreboard: Scoreboard::default(),
             ooo: Scoreboard::default(),
             dsack: None,
+            ooo_last: None,
             rtx_next: Seq(0),
             undo: None,
         }

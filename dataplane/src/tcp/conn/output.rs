@@ -275,19 +275,33 @@ impl<A: Default> Conn<A> {
     }
 
     /// SACK blocks for our ACKs (RFC 2018 §4): a D-SACK block if data
-    /// came twice, then out-of-order ranges, highest first.
+    /// came twice (RFC 2883 §4), then the range holding the last
+    /// out-of-order segment (the one that triggered this ACK: the §4
+    /// MUST), then the other ranges, highest first.
     fn sack_blocks(&self) -> [Option<(u32, u32)>; 3] {
         let mut blocks = [None; 3];
-        if self.sack_ok {
-            // A D-SACK block goes first (RFC 2883 §4).
-            let first = usize::from(self.dsack.is_some());
-            blocks[0] = self.dsack.map(|(l, r)| (l.0, r.0));
-            for (slot, &(l, r)) in blocks[first..]
-                .iter_mut()
-                .zip(self.ooo.ranges().iter().rev())
-            {
-                *slot = Some((l.0, r.0));
-            }
+        if !self.sack_ok {
+            return blocks;
+        }
+        let ranges = self.ooo.ranges();
+        let latest = self.ooo_last.and_then(|at| {
+            ranges
+                .iter()
+                .position(|&(l, r)| at.diff(l) >= 0 && at.diff(r) < 0)
+        });
+        let rest = ranges
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|&(i, _)| Some(i) != latest)
+            .map(|(_, &range)| range);
+        let order = self
+            .dsack
+            .into_iter()
+            .chain(latest.map(|i| ranges[i]))
+            .chain(rest);
+        for (slot, (l, r)) in blocks.iter_mut().zip(order) {
+            *slot = Some((l.0, r.0));
         }
         blocks
     }
