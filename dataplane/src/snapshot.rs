@@ -25,8 +25,10 @@ pub enum ToEngine {
     Commit(u64),
     /// Drop the snapshot kept with this version, if it is the one kept.
     Abort(u64),
-    /// Answer [`FromEngine::Pools`].
-    Pools,
+    /// Answer [`FromEngine::Pools`]. `ask`, in each question, is its
+    /// number, echoed in the answer: a late answer to an earlier question
+    /// is never taken for this one's.
+    Pools { ask: u64 },
     /// Copy frames received and sent on port `port` (index) into `capture`
     /// until its count is spent or it is dropped by the other side.
     Capture { port: usize, capture: Capture },
@@ -38,21 +40,30 @@ pub enum ToEngine {
     /// Answer [`FromEngine::Sources`]: the `max` client addresses with
     /// the most connections open, to `local` only when given.
     Sources {
+        ask: u64,
         local: Option<(std::net::IpAddr, u16)>,
         max: usize,
     },
     /// Answer [`FromEngine::Conns`]: the `max` oldest accepted
     /// connections `filter` picks.
     Conns {
+        ask: u64,
         filter: crate::tcp::ConnFilter,
         max: usize,
     },
     /// Reset the accepted connections `filter` picks; answer
     /// [`FromEngine::ConnsReset`] with how many.
-    ConnsReset { filter: crate::tcp::ConnFilter },
+    ConnsReset {
+        ask: u64,
+        filter: crate::tcp::ConnFilter,
+    },
     /// Answer [`FromEngine::Refused`]: the `max` sources refused most
     /// lately, at VIP slot `vip` only when given.
-    Refused { vip: Option<u16>, max: usize },
+    Refused {
+        ask: u64,
+        vip: Option<u16>,
+        max: usize,
+    },
 }
 
 /// An engine's answer; `engine` is its index.
@@ -68,6 +79,7 @@ pub enum FromEngine {
     },
     Pools {
         engine: usize,
+        ask: u64,
         pools: Vec<PoolView>,
     },
     /// Port `port` is paused or in use again, as asked.
@@ -78,19 +90,23 @@ pub enum FromEngine {
     },
     Sources {
         engine: usize,
+        ask: u64,
         sources: Vec<crate::tcp::SourceCount>,
     },
     /// Each with what the application does with it.
     Conns {
         engine: usize,
+        ask: u64,
         conns: Vec<(crate::tcp::ConnView, crate::app::ConnUse)>,
     },
     ConnsReset {
         engine: usize,
+        ask: u64,
         reset: u64,
     },
     Refused {
         engine: usize,
+        ask: u64,
         sources: Vec<crate::tcp::RefusedSource>,
     },
 }
@@ -258,7 +274,7 @@ mod tests {
         // Engine 1 is busy: its ring is full up to the reserve.
         let ring = &links[1].to_engine;
         while ring.len() < ring.capacity() - RING_RESERVE {
-            ring.push(ToEngine::Pools).unwrap();
+            ring.push(ToEngine::Pools { ask: 0 }).unwrap();
         }
         for n in [member(80, false), member(81, false), member(80, true)] {
             news.push(n).unwrap();

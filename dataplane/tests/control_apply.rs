@@ -365,3 +365,80 @@ fn a_removed_vips_address_stays_until_its_last_connection_ends() {
     );
     assert_eq!(lab.mem.dropped(DropReason::NotForUs), before + 1);
 }
+
+/// Engines answer questions over one ring, in turn. An answer that comes
+/// after its question's time was up (a stalled engine) is never taken for
+/// the next question's: here an answer left from an earlier `sources`
+/// names a client with five connections, and the next `sources` must
+/// report what the engine says now (none). Before, the late answer was
+/// taken, and an engine's second answer summed with its first.
+#[test]
+fn a_late_answer_is_never_taken_for_the_next_questions() {
+    use dataplane::controller::Controller;
+    use dataplane::snapshot::{ControlLink, FromEngine, ToEngine};
+    use dataplane::stats::SharedCounters;
+    use dataplane::tcp::SourceCount;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let text = CONFIG.replace("lcores = [1, 2]", "lcores = [1]");
+    let links = ControlLink::new_set(1);
+    let shared = vec![(1, Arc::new(SharedCounters::default()))];
+    let (mut ctl, _first) = Controller::start(
+        Config::parse(&text).unwrap(),
+        None,
+        links.clone(),
+        shared,
+        1_000_000_000,
+    )
+    .unwrap();
+    let late = SourceCount {
+        source: "192.0.2.7".parse().unwrap(),
+        established: 5,
+        half_open: 0,
+    };
+    let stale = |ask| FromEngine::Sources {
+        engine: 0,
+        ask,
+        sources: vec![late],
+    };
+    links[0].from_engines.push(stale(0)).unwrap();
+    // The engine: answers each question (with nothing), and answers the
+    // first twice, as a slow engine's duplicate would look.
+    let stop = AtomicBool::new(false);
+    let r = std::thread::scope(|s| {
+        let link = &links[0];
+        let stop = &stop;
+        s.spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match link.to_engine.pop() {
+                    Some(ToEngine::Sources { ask, .. }) => {
+                        let _ = link.from_engines.push(stale(ask.wrapping_sub(1)));
+                        let _ = link.from_engines.push(FromEngine::Sources {
+                            engine: 0,
+                            ask,
+                            sources: Vec::new(),
+                        });
+                    }
+                    Some(_) => {}
+                    None => std::thread::yield_now(),
+                }
+            }
+        });
+        let r = reply(ctl.handle(&Request::Sources {
+            vip: None,
+            count: 10,
+            refused: false,
+        }));
+        stop.store(true, Ordering::Relaxed);
+        r
+    });
+    assert!(r.ok, "{r:?}");
+    let Some(Body::Sources(sources)) = r.body else {
+        panic!("{r:?}");
+    };
+    assert!(
+        sources.is_empty(),
+        "only this question's answer: {sources:?}"
+    );
+}

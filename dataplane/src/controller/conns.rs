@@ -101,9 +101,9 @@ impl Controller {
         };
         let max = count as usize;
         let parts = self.ask_engines(
-            || ToEngine::Conns { filter, max },
+            |ask| ToEngine::Conns { ask, filter, max },
             |msg| match msg {
-                FromEngine::Conns { engine, conns } => Some((engine, conns)),
+                FromEngine::Conns { engine, ask, conns } => Some((engine, ask, conns)),
                 _ => None,
             },
         );
@@ -166,18 +166,26 @@ impl Controller {
             Err(e) => return Reply::error(e),
         };
         let mut asked = vec![false; self.links.len()];
+        let ask = self.next_ask();
         for (i, l) in self.links.iter().enumerate() {
-            asked[i] = l.to_engine.push(ToEngine::ConnsReset { filter }).is_ok();
+            asked[i] = l
+                .to_engine
+                .push(ToEngine::ConnsReset { ask, filter })
+                .is_ok();
         }
         let mut answered = vec![false; self.links.len()];
         let mut reset = 0;
         let done = asked.iter().any(|a| *a)
             && self.await_engines(ENGINE_REPLY, |msg| match msg {
-                FromEngine::ConnsReset { engine, reset: n } => {
-                    if let Some(a) = answered.get_mut(engine) {
-                        *a = true;
+                FromEngine::ConnsReset {
+                    engine,
+                    ask: a,
+                    reset: n,
+                } if a == ask => {
+                    if let Some(seen) = answered.get_mut(engine).filter(|seen| !**seen) {
+                        *seen = true;
+                        reset += n;
                     }
-                    reset += n;
                     answered.iter().zip(&asked).all(|(a, asked)| *a || !asked)
                 }
                 _ => false,

@@ -115,6 +115,8 @@ pub struct Controller {
     /// the next change takes the one after, so no number means two
     /// configurations.
     issued: u64,
+    /// The last question's number ([`Controller::next_ask`]).
+    asks: std::cell::Cell<u64>,
     slots: HashMap<String, u16>,
     slot_names: SlotNames,
     config_state: SharedConfigState,
@@ -198,6 +200,7 @@ impl Controller {
             config_path,
             version: 0,
             issued: 0,
+            asks: std::cell::Cell::new(0),
             slots: HashMap::new(),
             slot_names: Arc::new(RwLock::new(Vec::new())),
             config_state: Arc::default(),
@@ -791,29 +794,34 @@ impl Controller {
             .join(", ")
     }
 
-    /// Reads engines' replies until `done` says so or the time is up.
     /// Sends every engine the question `ask` makes, and gathers the
     /// parts `take` draws from their answers (each with its engine's
     /// index) once every engine has answered; or why not (a ring full, no
     /// answer within [`ENGINE_REPLY`]).
+    ///
+    /// `ask` makes the question with its number; `take` gives an answer's
+    /// engine, number and part. Answers to earlier questions (an engine
+    /// that answered one after its time was up) and a second answer from
+    /// one engine are passed over.
     fn ask_engines<T>(
         &self,
-        ask: impl Fn() -> ToEngine,
-        mut take: impl FnMut(FromEngine) -> Option<(usize, T)>,
+        ask: impl Fn(u64) -> ToEngine,
+        mut take: impl FnMut(FromEngine) -> Option<(usize, u64, T)>,
     ) -> Result<Vec<(usize, T)>, String> {
+        let number = self.next_ask();
         for l in &self.links {
-            if l.to_engine.push(ask()).is_err() {
+            if l.to_engine.push(ask(number)).is_err() {
                 return Err(format!("engine {}'s ring is full", l.engine));
             }
         }
         let mut answered = vec![false; self.links.len()];
         let mut parts = Vec::new();
         let done = self.await_engines(ENGINE_REPLY, |msg| {
-            if let Some((engine, part)) = take(msg) {
-                if let Some(a) = answered.get_mut(engine) {
+            if let Some((engine, n, part)) = take(msg) {
+                if let Some(a) = answered.get_mut(engine).filter(|a| n == number && !**a) {
                     *a = true;
+                    parts.push((engine, part));
                 }
-                parts.push((engine, part));
             }
             answered.iter().all(|a| *a)
         });
@@ -824,6 +832,14 @@ impl Controller {
         }
     }
 
+    /// The next question's number (see [`ToEngine::Pools`]).
+    fn next_ask(&self) -> u64 {
+        let n = self.asks.get() + 1;
+        self.asks.set(n);
+        n
+    }
+
+    /// Reads engines' replies until `done` says so or the time is up.
     fn await_engines(&self, timeout: Duration, mut done: impl FnMut(FromEngine) -> bool) -> bool {
         if self.links.is_empty() {
             return true;

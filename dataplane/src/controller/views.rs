@@ -131,20 +131,26 @@ impl Controller {
     /// Every engine's view of the pools (asked over their rings), or why
     /// not within `timeout`.
     pub(super) fn engine_pools(&self, timeout: Duration) -> Result<Vec<Vec<PoolView>>, String> {
+        let ask = self.next_ask();
         for l in &self.links {
-            if l.to_engine.push(ToEngine::Pools).is_err() {
+            if l.to_engine.push(ToEngine::Pools { ask }).is_err() {
                 return Err(format!("engine {}'s ring is full", l.engine));
             }
         }
         let mut views: Vec<Option<Vec<PoolView>>> = vec![None; self.links.len()];
         let answered = self.await_engines(timeout, |msg| match msg {
-            FromEngine::Pools { engine, pools } => {
+            FromEngine::Pools {
+                engine,
+                ask: a,
+                pools,
+            } if a == ask => {
                 if let Some(v) = views.get_mut(engine) {
                     *v = Some(pools);
                 }
                 views.iter().all(Option::is_some)
             }
-            FromEngine::Applied { .. }
+            FromEngine::Pools { .. }
+            | FromEngine::Applied { .. }
             | FromEngine::Prepared { .. }
             | FromEngine::Paused { .. }
             | FromEngine::Sources { .. }
@@ -173,9 +179,13 @@ impl Controller {
         // right unless a source is past that on some engine.
         let max = MAX_SOURCES as usize;
         let parts = self.ask_engines(
-            || ToEngine::Sources { local, max },
+            |ask| ToEngine::Sources { ask, local, max },
             |msg| match msg {
-                FromEngine::Sources { engine, sources } => Some((engine, sources)),
+                FromEngine::Sources {
+                    engine,
+                    ask,
+                    sources,
+                } => Some((engine, ask, sources)),
                 _ => None,
             },
         );
@@ -260,9 +270,17 @@ impl Controller {
     pub(super) fn gather_refused(&self, slot: Option<u16>) -> Result<RefusedSums, String> {
         let max = MAX_SOURCES as usize;
         let parts = self.ask_engines(
-            || ToEngine::Refused { vip: slot, max },
+            |ask| ToEngine::Refused {
+                ask,
+                vip: slot,
+                max,
+            },
             |msg| match msg {
-                FromEngine::Refused { engine, sources } => Some((engine, sources)),
+                FromEngine::Refused {
+                    engine,
+                    ask,
+                    sources,
+                } => Some((engine, ask, sources)),
                 _ => None,
             },
         )?;

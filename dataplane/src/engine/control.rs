@@ -155,26 +155,31 @@ impl<P: Port, A: Application> Engine<P, A> {
                     self.staged.take_if(|s| s.version == version);
                     continue;
                 }
-                ToEngine::Pools => FromEngine::Pools {
+                ToEngine::Pools { ask } => FromEngine::Pools {
                     engine: link.engine,
+                    ask,
                     pools: self.app.pool_views(),
                 },
-                ToEngine::Sources { local, max } => FromEngine::Sources {
+                ToEngine::Sources { ask, local, max } => FromEngine::Sources {
                     engine: link.engine,
+                    ask,
                     sources: self.tcp.sources(local, max),
                 },
-                ToEngine::Conns { filter, max } => FromEngine::Conns {
+                ToEngine::Conns { ask, filter, max } => FromEngine::Conns {
                     engine: link.engine,
+                    ask,
                     conns: (self.tcp.connections(filter, max, now).into_iter())
                         .map(|c| (c, self.app.describe(c.id)))
                         .collect(),
                 },
-                ToEngine::Refused { vip, max } => FromEngine::Refused {
+                ToEngine::Refused { ask, vip, max } => FromEngine::Refused {
                     engine: link.engine,
+                    ask,
                     sources: self.tcp.refused_sources(vip, max, now),
                 },
-                ToEngine::ConnsReset { filter } => FromEngine::ConnsReset {
+                ToEngine::ConnsReset { ask, filter } => FromEngine::ConnsReset {
                     engine: link.engine,
+                    ask,
                     reset: self.tcp.reset_accepted_by(filter, now),
                 },
                 ToEngine::Capture { port, capture } => {
