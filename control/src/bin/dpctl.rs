@@ -36,6 +36,11 @@ struct Cli {
     /// Print the raw JSON reply.
     #[arg(long, global = true)]
     json: bool,
+    /// Seconds to wait for dpd's reply (a change waits for every engine:
+    /// up to about 10 s, more behind other clients' requests).
+    #[arg(long, global = true, value_name = "SECS", default_value = "30",
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    timeout: u64,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -934,16 +939,17 @@ fn main() -> ExitCode {
     if let Cmd::Drain { wait: true } = cli.cmd {
         return drain_and_wait(&mut client, &cli.socket, cli.json);
     }
+    let mut wait = std::time::Duration::from_secs(cli.timeout);
     if let Request::Capture { timeout_ms, .. } = &req {
         // dpd answers once the capture ends: wait that long, and then some.
-        let wait = std::time::Duration::from_millis(u64::from(*timeout_ms))
-            + std::time::Duration::from_secs(10);
-        if let Err(e) = client.set_reply_timeout(wait) {
-            return unreachable_dpd(&cli.socket, &e);
-        }
+        wait += std::time::Duration::from_millis(u64::from(*timeout_ms));
+    }
+    if let Err(e) = client.set_reply_timeout(wait) {
+        return unreachable_dpd(&cli.socket, &e);
     }
     let reply = match client.call(&req) {
         Ok(r) => r,
+        Err(e) if is_timeout(&e) => return no_reply(&cli.socket, wait),
         Err(e) => return unreachable_dpd(&cli.socket, &e),
     };
     if cli.json {
@@ -1018,6 +1024,27 @@ fn drain_and_wait(client: &mut Client, socket: &Path, json: bool) -> ExitCode {
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+}
+
+/// A read that ran out of time (the reply timeout), not a broken socket.
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+/// dpd took the request but sent no reply in time: it may still act on
+/// it, so the operator is told to look rather than to try again.
+fn no_reply(socket: &Path, waited: std::time::Duration) -> ExitCode {
+    eprintln!(
+        "dpctl: no reply from dpd at {} within {} s: the request was sent and may still apply \
+         (dpd busy, or an engine stalled); see `dpctl status` before trying again, \
+         or wait longer with --timeout",
+        socket.display(),
+        waited.as_secs()
+    );
+    ExitCode::from(3)
 }
 
 fn unreachable_dpd(socket: &Path, e: &std::io::Error) -> ExitCode {
