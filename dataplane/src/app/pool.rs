@@ -117,6 +117,29 @@ impl Pool {
         placed
     }
 
+    /// Pools of `waiting` (the latest definitions of pools of `pools`
+    /// whose new members found no place: all 64 held by members still
+    /// serving) are taken again; those whose members all have a place now
+    /// leave `waiting`. Done at ticks, so a member added to a full pool
+    /// arrives as soon as a removed member's last connection ends.
+    pub fn place_waiting(pools: &mut [Pool], waiting: &mut Vec<Pool>) {
+        waiting.retain(
+            |next| match pools.iter_mut().find(|p| p.name == next.name) {
+                Some(p) => {
+                    let placed = p.update_from(next);
+                    if placed {
+                        log::info!(
+                            "pool {}: the members that waited have their place",
+                            next.name
+                        );
+                    }
+                    !placed
+                }
+                None => false,
+            },
+        );
+    }
+
     /// The member for a new connection from `client`, other than those in
     /// `tried`; `None` when no member is up. Counts it as picked.
     pub fn pick(&mut self, client: impl Into<IpAddr>, tried: Tried) -> Option<usize> {
@@ -226,6 +249,34 @@ mod tests {
                 })
                 .collect(),
         )
+    }
+
+    #[test]
+    fn a_member_added_to_a_full_pool_arrives_once_a_removed_ones_connections_end() {
+        // 64 members; the first removed while a connection uses it, and a
+        // new one added: no place until that connection ends.
+        let mut p = pool(Balance::RoundRobin, &[1; 64]);
+        p.members[0].active = 1;
+        let mut next = p.clone();
+        next.members.remove(0);
+        let newcomer = SocketAddr::from(SocketAddrV4::new(Ipv4Addr::new(10, 0, 2, 1), 80));
+        next.members.push(Member::new(newcomer, 1, MemberState::Up));
+        assert!(!p.update_from(&next), "no place yet");
+        let mut waiting = vec![next];
+        Pool::place_waiting(std::slice::from_mut(&mut p), &mut waiting);
+        assert_eq!(waiting.len(), 1, "still none");
+        assert!(!p.members.iter().any(|m| m.addr == newcomer));
+        p.members[0].active = 0;
+        Pool::place_waiting(std::slice::from_mut(&mut p), &mut waiting);
+        assert!(waiting.is_empty());
+        let m = p
+            .members
+            .iter()
+            .find(|m| m.addr == newcomer)
+            .expect("placed");
+        assert_eq!(m.state, MemberState::Up);
+        assert!(!m.removed);
+        assert_eq!(p.members.len(), 64);
     }
 
     fn shares(p: &mut Pool, n: usize) -> Vec<usize> {

@@ -56,6 +56,10 @@ pub struct Services {
     pub(super) vip_slots_used: usize,
     /// Backend pools (this engine's view: its own counts).
     pub(super) pools: Vec<Pool>,
+    /// Pool definitions whose new members found no place yet (all 64
+    /// held by members still serving): taken again at each tick
+    /// ([`Pool::place_waiting`]).
+    waiting_pools: Vec<Pool>,
     pub(super) roles: Roles,
     pub(super) responder: Responder,
     /// Next source port tried for a backend connection.
@@ -100,6 +104,7 @@ impl Services {
             vip_counters: vec![VipCounters::default(); MAX_VIPS],
             vip_slots_used: 0,
             pools: Vec::new(),
+            waiting_pools: Vec::new(),
             roles: Roles::default(),
             responder: Responder::new(),
             port_counter: 0,
@@ -625,6 +630,9 @@ impl Application for Services {
     fn on_tick(&mut self, cx: &mut Cx<'_>) {
         self.run_health(cx);
         self.expire_connects(cx);
+        if !self.waiting_pools.is_empty() {
+            Pool::place_waiting(&mut self.pools, &mut self.waiting_pools);
+        }
     }
 
     /// Open connections keep what they started with (their TLS
@@ -634,14 +642,17 @@ impl Application for Services {
         for p in &mut self.pools {
             p.retired = true;
         }
+        // This snapshot's definitions supersede any still waiting.
+        self.waiting_pools.clear();
         for next in &snap.pools {
             match self.pools.iter().position(|p| p.name == next.name) {
                 Some(i) => {
                     if !self.pools[i].update_from(next) {
                         log::warn!(
-                            "pool {}: 64 members with open connections; a new member waits",
+                            "pool {}: 64 members with open connections; a new member waits for a removed one's last connection to end",
                             next.name
                         );
+                        self.waiting_pools.push(next.clone());
                     }
                 }
                 None => self.pools.push(next.clone()),
