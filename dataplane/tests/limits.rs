@@ -1026,6 +1026,27 @@ fn what_tls_sessions_hold_counts_against_the_buffer_cap() {
     assert!(late[0].conn.rcv_nxt.is_some(), "SYN-ACK once freed");
 }
 
+/// `n` readers ask for responses (1 MB) in one burst and read none, so
+/// the send rings take the whole 256 KiB cap, with less than the smallest
+/// ring left: the readers, each of whose requests took a receive ring for
+/// a moment (past seven eighths of the cap they would be refused, so one
+/// burst), and whose responses then took the room left. The `n` that
+/// leaves no ring depends on what else holds one.
+fn hold_the_whole_cap(lab: &mut HostLab, n: u32) -> Vec<Client> {
+    let mut readers: Vec<Client> = (0..n).map(|i| Client::new(i, PLAIN)).collect();
+    open(lab, &mut readers);
+    round(lab, &mut readers, |c| {
+        Some(c.conn.next(
+            TcpControl::None,
+            b"GET /bytes/1000000 HTTP/1.1\r\nHost: t\r\n\r\n",
+        ))
+    });
+    let buffers = lab.mem.engine.tcp().buffers();
+    let held = buffers.bytes_in_use() + buffers.bytes_outside();
+    assert!(held + 4096 > 256 * 1024, "no ring left: {held} bytes held");
+    readers
+}
+
 #[test]
 fn a_proxy_header_with_no_ring_left_ends_the_pair_and_no_client_byte_goes() {
     // A pool that wants the PROXY protocol header; a client connects and
@@ -1034,10 +1055,7 @@ fn a_proxy_header_with_no_ring_left_ends_the_pair_and_no_client_byte_goes() {
     // (send rings may use all of it), so when the backend comes up there
     // is no ring for the header. The pair ends: were it kept, the client's
     // bytes would reach the backend first once memory came back, and the
-    // backend would take the client's header for ours. (Fourteen readers
-    // in one burst leave less than the smallest ring: each takes a full
-    // ring while one fits, then the room left; more would find receive
-    // rings refused past seven eighths of the cap.)
+    // backend would take the client's header for ours.
     const PP: u16 = 9100;
     const MEMBER: u16 = 9101;
     let tcp = TcpConfig {
@@ -1066,17 +1084,7 @@ fn a_proxy_header_with_no_ring_left_ends_the_pair_and_no_client_byte_goes() {
         .find(|s| s.dst_port == MEMBER && s.control == TcpControl::Syn)
         .expect("the backend connection opens")
         .clone();
-    let mut readers: Vec<Client> = (0..14).map(|i| Client::new(i, PLAIN)).collect();
-    open(&mut lab, &mut readers);
-    round(&mut lab, &mut readers, |c| {
-        Some(c.conn.next(
-            TcpControl::None,
-            b"GET /bytes/1000000 HTTP/1.1\r\nHost: t\r\n\r\n",
-        ))
-    });
-    let buffers = lab.mem.engine.tcp().buffers();
-    let held = buffers.bytes_in_use() + buffers.bytes_outside();
-    assert!(held + 4096 > 256 * 1024, "no ring left: {held} bytes held");
+    let mut readers = hold_the_whole_cap(&mut lab, 14);
     let mut backend = HostConn::accepted(&syn, 5_000);
     let synack = backend.next(TcpControl::Syn, b"");
     let out = lab.exchange_from(&[(HOST_IP, synack)]);
@@ -1153,4 +1161,51 @@ fn a_byte_far_past_a_gap_pins_no_full_size_ring() {
         let text = String::from_utf8_lossy(&c.conn.received);
         assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     }
+}
+
+#[test]
+fn a_health_check_with_no_ring_for_its_request_fails_no_member() {
+    // An HTTP check's connection is up when responses nobody reads hold
+    // the whole buffer cap (as in the test above): its request finds no
+    // send ring. That says nothing of the member: the check is dropped
+    // and counted as skipped, not failed (it timed out and, with
+    // fall = 1, took a healthy member down: a client holding the engine
+    // at its cap could empty a pool that way).
+    use dataplane::app::health::{HealthCheck, HealthKind};
+    const MEMBER: u16 = 9201;
+    let tcp = TcpConfig {
+        buffer_memory: 256 * 1024,
+        ..TcpConfig::default()
+    };
+    let mut lab = lab(tcp);
+    let member = Member::new(SocketAddrV4::new(HOST_IP, MEMBER), 1, MemberState::Up);
+    let mut pool = Pool::new("checked".into(), Balance::RoundRobin, vec![member]);
+    pool.check = Some(HealthCheck {
+        kind: HealthKind::Http,
+        request: b"GET /healthz HTTP/1.0\r\n\r\n".to_vec(),
+        expect: 200,
+        interval: Duration::from_secs(60),
+        timeout: Duration::from_secs(2),
+        rise: 1,
+        fall: 1,
+    });
+    lab.mem.engine.add_pool(pool);
+    let syn = lab.wait_for_syn();
+    assert_eq!(syn.dst_port, MEMBER);
+    // No proxied client's ring here: one reader more.
+    hold_the_whole_cap(&mut lab, 15);
+    let mut target = HostConn::accepted(&syn, 7_000);
+    let synack = target.next(TcpControl::Syn, b"");
+    let out = lab.exchange(&[synack]);
+    target.absorb(&out);
+    assert!(target.received.is_empty(), "no request");
+    assert!(target.reset, "the check's connection is dropped");
+    // Past the check's timeout: no failure, the member still up.
+    lab.advance(Duration::from_secs(3));
+    let c = lab.mem.engine.counters();
+    assert_eq!(c.health_checks_skipped, 1);
+    assert_eq!(
+        (c.health_checks, c.health_failures, c.health_changes),
+        (0, 0, 0)
+    );
 }

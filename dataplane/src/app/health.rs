@@ -319,8 +319,20 @@ impl Services {
                 cx.tcp.close(id);
             }
             (HealthKind::Http, Event::Connected(_)) => {
-                if let Some(check) = &self.pools[p].check {
-                    cx.tcp.send(id, &check.request);
+                let Some(check) = &self.pools[p].check else {
+                    return;
+                };
+                if cx.tcp.send(id, &check.request) < check.request.len() {
+                    // No send ring for the request (the buffer cap is
+                    // reached): that says nothing of the member, so the
+                    // check is dropped, not failed (a client holding the
+                    // engine at the cap would take healthy members down
+                    // with it), and runs again at its next interval.
+                    cx.counters.health_checks_skipped += 1;
+                    if let Some(member) = self.pools[p].members.get_mut(m) {
+                        member.health.probe = None;
+                    }
+                    cx.tcp.abort(id);
                 }
             }
             (HealthKind::Http, Event::Readable(_) | Event::PeerClosed(_)) => {
