@@ -1209,3 +1209,42 @@ fn a_health_check_with_no_ring_for_its_request_fails_no_member() {
         (0, 0, 0)
     );
 }
+
+#[test]
+fn senders_starved_at_the_cap_are_answered_once_memory_comes_back() {
+    // Responses nobody reads take the whole cap. Readers whose requests
+    // came in the same burst, later, found no send ring at all: nothing
+    // of theirs was in flight, so no ACK would ever wake them, and they
+    // waited for their idle timeout even once memory was back. Memory
+    // comes back (the others reset): they are told they may write, and
+    // are answered.
+    let tcp = TcpConfig {
+        buffer_memory: 256 * 1024,
+        ..TcpConfig::default()
+    };
+    let mut lab = lab(tcp);
+    let readers = hold_the_whole_cap(&mut lab, 15);
+    let (mut starved, mut fed): (Vec<Client>, Vec<Client>) = readers
+        .into_iter()
+        .partition(|c| c.conn.received.is_empty());
+    assert!(!starved.is_empty(), "some got no ring");
+    let resets: Vec<(Ipv4Addr, Seg)> = fed
+        .iter_mut()
+        .map(|c| (c.addr, c.conn.next(TcpControl::Rst, b"")))
+        .collect();
+    let out = lab.exchange_from(&resets);
+    for c in &mut starved {
+        c.absorb(&out);
+    }
+    round(&mut lab, &mut starved, |c| {
+        Some(c.conn.next(TcpControl::None, b""))
+    });
+    for c in &starved {
+        let text = String::from_utf8_lossy(&c.conn.received);
+        assert!(
+            text.starts_with("HTTP/1.1 200"),
+            "answered: {:?}",
+            &text[..text.len().min(40)]
+        );
+    }
+}

@@ -183,6 +183,11 @@ pub struct BufferPool {
     cap: usize,
     /// Rings (or larger rings) refused at the cap.
     denied: u64,
+    /// A connection with no send ring was offered no room, or refused
+    /// one, at the cap: nothing it has in flight will bring an ACK to
+    /// wake it, so it is woken once memory comes back
+    /// ([`BufferPool::relieved`]).
+    starved: std::cell::Cell<bool>,
     /// Spare SACK scoreboards (`conn/sack.rs`), for connections whose
     /// peers leave more holes than fit in the slot.
     pub(in crate::tcp) boards: super::conn::BoardSpares,
@@ -212,6 +217,7 @@ impl BufferPool {
             outside: 0,
             cap: cap.max(full),
             denied: 0,
+            starved: std::cell::Cell::new(false),
             boards: Default::default(),
         }
     }
@@ -361,6 +367,9 @@ impl BufferPool {
             None => {
                 let class = self.class_for(need);
                 *slot = self.take_class(class, 0, limit);
+                if slot.is_none() && limit == self.cap {
+                    self.starved.set(true);
+                }
             }
             Some(ring) if ring.free() < need && ring.capacity() < self.full_size() => {
                 let want = self.class_for(ring.capacity() - ring.free() + need);
@@ -378,6 +387,18 @@ impl BufferPool {
         slot.as_mut()
     }
 
+    /// Whether senders were starved at the cap ([`BufferPool::room`] or a
+    /// send's first ring refused) and memory has come back since: below
+    /// what received bytes may use (seven eighths of the cap), so each
+    /// woken sender can have a ring. Answers true once per such episode.
+    pub fn relieved(&self) -> bool {
+        if self.starved.get() && self.counted() <= self.receive_cap() {
+            self.starved.set(false);
+            return true;
+        }
+        false
+    }
+
     /// Room a ring could be given now for `ring`'s connection: the full
     /// size less what it holds, when the cap allows the full size, else
     /// the room it has.
@@ -391,6 +412,7 @@ impl BufferPool {
             if self.counted() + SMALLEST_RING.min(full) <= self.cap {
                 SMALLEST_RING.min(full)
             } else {
+                self.starved.set(true);
                 0
             }
         } else {

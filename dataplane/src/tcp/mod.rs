@@ -845,6 +845,7 @@ impl<A: Default> TcpEngine<A> {
     /// only from the call after it: until then, the application may keep
     /// state by [`ConnId::slot`] for them.
     pub fn drain_events(&mut self, out: &mut Vec<Event>) {
+        self.wake_starved_senders();
         out.append(&mut self.events);
         self.free.append(&mut self.closing_slots);
         std::mem::swap(&mut self.closing_slots, &mut self.released);
@@ -854,6 +855,24 @@ impl<A: Default> TcpEngine<A> {
         std::mem::swap(&mut self.closed_batch, &mut self.closed_apps);
         self.remains.next_batch(&mut self.buffers);
         self.ended.next_batch();
+    }
+
+    /// Memory came back after senders were starved at the buffer cap
+    /// ([`BufferPool::relieved`]): each connection that may send and has
+    /// no send ring (so no ACK of its data will come to wake it) is told
+    /// it is writable. One pass over the slots, once per episode of
+    /// pressure, not per packet.
+    fn wake_starved_senders(&mut self) {
+        if !self.buffers.relieved() {
+            return;
+        }
+        for (slot, c) in self.conns.iter().enumerate() {
+            let Some(c) = c else { continue };
+            if c.accepted && c.send_ring_is_none() && c.can_send() {
+                self.events
+                    .push(Event::Writable(ConnId::new(slot as u32, c.gen)));
+            }
+        }
     }
 
     /// The application has handled the events the last

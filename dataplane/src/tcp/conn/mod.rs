@@ -669,7 +669,13 @@ impl<A: Default> Conn<A> {
         self.ack_now || self.ack_small
     }
 
-    fn can_send(&self) -> bool {
+    /// It holds no send ring (nothing queued or in flight).
+    pub(super) fn send_ring_is_none(&self) -> bool {
+        self.send.is_none()
+    }
+
+    /// The application may still queue bytes on it.
+    pub(super) fn can_send(&self) -> bool {
         self.fin_seq.is_none()
             && !self.reset_when_sent
             && matches!(
