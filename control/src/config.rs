@@ -1447,6 +1447,13 @@ impl Config {
                     "lcore ids are below 128 (DPDK's RTE_MAX_LCORE)",
                 ));
             }
+            if self.eal.lcores.len() >= 128 {
+                return Err(ConfigError::new(
+                    "eal.lcores",
+                    self.eal.lcores.len(),
+                    "at most 127 dataplane cores: one lcore id below 128 is the control thread's",
+                ));
+            }
         }
         if let Some(r) = &self.routing {
             let name = &r.interface;
@@ -1780,6 +1787,23 @@ impl Config {
                     .map_err(|r| ConfigError::new(at("addr"), &m.addr, r))?;
                 if !addrs.insert(a) {
                     return Err(ConfigError::new(at("addr"), &m.addr, "listed twice"));
+                }
+                let no_host = match a.ip() {
+                    IpAddr::V4(ip) => {
+                        ip.is_unspecified()
+                            || ip.is_loopback()
+                            || ip.is_multicast()
+                            || ip.is_broadcast()
+                    }
+                    IpAddr::V6(ip) => ip.is_unspecified() || ip.is_loopback() || ip.is_multicast(),
+                };
+                if no_host {
+                    // Accepted, it was only ever shown down.
+                    return Err(ConfigError::new(
+                        at("addr"),
+                        &m.addr,
+                        "an unspecified, loopback, multicast or broadcast address is no backend's",
+                    ));
                 }
                 if !self.ports.iter().any(|p| p.reaches(a.ip())) {
                     return Err(ConfigError::new(
@@ -2694,6 +2718,36 @@ mod tests {
         for listen in ["10.77.0.1:443", "10.77.0.10:443"] {
             Config::parse(&vip(listen)).unwrap();
         }
+    }
+
+    #[test]
+    fn a_member_is_a_hosts_address_and_lcores_leave_one_for_the_control_thread() {
+        for addr in [
+            "127.0.0.1:80",
+            "224.0.0.1:80",
+            "0.0.0.0:80",
+            "255.255.255.255:80",
+            "[::1]:80",
+        ] {
+            let pool = format!("[[pool]]\nname = \"app\"\nmembers = [{{ addr = \"{addr}\" }}]\n");
+            let e = err_of(&format!("{GOOD}{pool}"));
+            assert_eq!(e.field, "pool[0].members[0].addr", "{addr}: {e}");
+        }
+        // 128 mapped lcores leave no id below 128 for the control thread
+        // (dpd aborted as it planned its cores).
+        let ids: Vec<String> = (0..128).map(|i| i.to_string()).collect();
+        let cpus: Vec<String> = (0..128).map(|i| (i + 1).to_string()).collect();
+        let text = GOOD.replace(
+            "lcores = [1]",
+            &format!(
+                "lcores = [{}]\ncpus = [{}]",
+                ids.join(", "),
+                cpus.join(", ")
+            ),
+        );
+        let e = err_of(&text);
+        assert_eq!(e.field, "eal.lcores", "{e}");
+        assert!(e.to_string().contains("at most 127"), "{e}");
     }
 
     #[test]

@@ -92,7 +92,13 @@ pub fn plan(
     let (main_lcore, main_cpu) = if mapped {
         let id = (0..128)
             .find(|id| !cfg.eal.lcores.contains(id))
-            .expect("fewer than 128 engines");
+            .ok_or_else(|| {
+                ConfigError::new(
+                    "eal.lcores",
+                    cfg.eal.lcores.len(),
+                    "with eal.cpus, at most 127 dataplane cores: one lcore id below 128 is the control thread's",
+                )
+            })?;
         (id, free_cpu.unwrap_or(cpus[0]))
     } else {
         let c = free_cpu.ok_or_else(|| {
