@@ -26,7 +26,7 @@ fn a_request_with_no_reply_in_time_says_it_may_still_apply() {
     let out = Command::new(env!("CARGO_BIN_EXE_dpctl"))
         .args(["--socket"])
         .arg(&path)
-        .args(["--timeout", "1", "vip", "disable", "web"])
+        .args(["--reply-timeout", "1", "vip", "disable", "web"])
         .output()
         .unwrap();
     let waited = start.elapsed();
@@ -37,7 +37,7 @@ fn a_request_with_no_reply_in_time_says_it_may_still_apply() {
     assert!(!err.contains("is dpd running"), "{err}");
     assert!(
         waited < Duration::from_secs(3),
-        "gave up at --timeout: {waited:?}"
+        "gave up at --reply-timeout: {waited:?}"
     );
     done.send(()).unwrap();
     held.join().unwrap();

@@ -40,7 +40,7 @@ struct Cli {
     /// up to about 10 s, more behind other clients' requests).
     #[arg(long, global = true, value_name = "SECS", default_value = "30",
           value_parser = clap::value_parser!(u64).range(1..=3600))]
-    timeout: u64,
+    reply_timeout: u64,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -939,7 +939,7 @@ fn main() -> ExitCode {
     if let Cmd::Drain { wait: true } = cli.cmd {
         return drain_and_wait(&mut client, &cli.socket, cli.json);
     }
-    let mut wait = std::time::Duration::from_secs(cli.timeout);
+    let mut wait = std::time::Duration::from_secs(cli.reply_timeout);
     if let Request::Capture { timeout_ms, .. } = &req {
         // dpd answers once the capture ends: wait that long, and then some.
         wait += std::time::Duration::from_millis(u64::from(*timeout_ms));
@@ -1040,7 +1040,7 @@ fn no_reply(socket: &Path, waited: std::time::Duration) -> ExitCode {
     eprintln!(
         "dpctl: no reply from dpd at {} within {} s: the request was sent and may still apply \
          (dpd busy, or an engine stalled); see `dpctl status` before trying again, \
-         or wait longer with --timeout",
+         or wait longer with --reply-timeout",
         socket.display(),
         waited.as_secs()
     );
@@ -1682,6 +1682,31 @@ fn memif_client_line(m: &control::api::MemifClientStatus, up: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_command_line_is_sound_and_a_capture_keeps_its_own_timeout() {
+        // clap checks the whole tree here (at run time it checks only
+        // the subcommand used): a global option named like a
+        // subcommand's own made `dpctl capture` panic.
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from([
+            "dpctl",
+            "capture",
+            "--port",
+            "p0",
+            "--file",
+            "/tmp/p0.pcap",
+            "--timeout",
+            "5",
+        ])
+        .unwrap();
+        assert!(
+            matches!(cli.cmd, Cmd::Capture { timeout: 5, .. }),
+            "{cli:?}"
+        );
+        assert_eq!(cli.reply_timeout, 30);
+    }
 
     #[test]
     fn a_watch_interval_is_a_number_of_seconds_in_range() {
