@@ -149,7 +149,11 @@ impl ControlLink {
 pub struct CapturedFrame {
     /// Wall-clock time, nanoseconds since the Unix epoch.
     pub unix_ns: u64,
+    /// The frame's first [`CAPTURE_SNAPLEN`] bytes.
     pub data: Vec<u8>,
+    /// The frame's whole length (a jumbo or TSO frame is longer than
+    /// `data`: pcap readers then show it cut, not malformed).
+    pub len: u32,
 }
 
 /// A capture in progress on one port of every engine: frames go to a
@@ -189,7 +193,8 @@ impl Capture {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
         let data = frame[..frame.len().min(CAPTURE_SNAPLEN)].to_vec();
-        let _ = self.frames.push(CapturedFrame { unix_ns, data });
+        let len = u32::try_from(frame.len()).unwrap_or(u32::MAX);
+        let _ = self.frames.push(CapturedFrame { unix_ns, data, len });
         true
     }
 }
@@ -210,11 +215,11 @@ pub fn write_pcap(path: &std::path::Path, frames: &[CapturedFrame]) -> std::io::
     out.extend_from_slice(&(CAPTURE_SNAPLEN as u32).to_le_bytes());
     out.extend_from_slice(&1u32.to_le_bytes()); // LINKTYPE_ETHERNET
     for f in frames {
-        let len = f.data.len() as u32;
+        let kept = f.data.len() as u32; // at most CAPTURE_SNAPLEN
         out.extend_from_slice(&((f.unix_ns / 1_000_000_000) as u32).to_le_bytes());
         out.extend_from_slice(&((f.unix_ns % 1_000_000_000 / 1000) as u32).to_le_bytes());
-        out.extend_from_slice(&len.to_le_bytes());
-        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&kept.to_le_bytes());
+        out.extend_from_slice(&f.len.max(kept).to_le_bytes());
         out.extend_from_slice(&f.data);
     }
     crate::files::write_atomically(path, &out, 0o600)
@@ -303,13 +308,24 @@ mod tests {
     fn pcap_layout() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.pcap");
-        let frames = [CapturedFrame {
-            unix_ns: 1_700_000_000_123_456_789,
-            data: vec![0xab; 42],
-        }];
+        let c = Capture::new(2);
+        assert!(c.take(&[0xab; 42]));
+        // A jumbo frame: its first CAPTURE_SNAPLEN bytes kept, its whole
+        // length said (incl_len < orig_len: shown cut, not malformed).
+        assert!(c.take(&[0xcd; 9014]));
+        let mut frames = Vec::new();
+        while let Some(f) = c.frames.pop() {
+            frames.push(f);
+        }
+        frames[0].unix_ns = 1_700_000_000_123_456_789;
         write_pcap(&path, &frames).unwrap();
         let b = std::fs::read(&path).unwrap();
-        assert_eq!(b.len(), 24 + 16 + 42);
+        assert_eq!(b.len(), 24 + 16 + 42 + 16 + CAPTURE_SNAPLEN);
+        let second = 24 + 16 + 42;
+        let word = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+        assert_eq!(word(second + 8), CAPTURE_SNAPLEN as u32, "kept");
+        assert_eq!(word(second + 12), 9014, "on the wire");
+        assert_eq!(word(24 + 12), 42);
         assert_eq!(&b[..4], &[0xd4, 0xc3, 0xb2, 0xa1]);
         assert_eq!(u32::from_le_bytes(b[20..24].try_into().unwrap()), 1);
         assert_eq!(

@@ -442,3 +442,29 @@ fn a_late_answer_is_never_taken_for_the_next_questions() {
         "only this question's answer: {sources:?}"
     );
 }
+
+/// A capture that cannot be written is refused at once, not after its
+/// whole time (up to a minute at 3 a.m.), and a timeout out of range is
+/// said in the units dpctl takes.
+#[test]
+fn a_capture_is_refused_at_once_when_its_file_cannot_be_written() {
+    let (mut ctl, _e0, _e1) = started(Config::parse(CONFIG).unwrap());
+    let capture = |file: &str, timeout_ms| Request::Capture {
+        port: "p0".into(),
+        count: 10,
+        timeout_ms,
+        file: file.into(),
+    };
+    let started_at = std::time::Instant::now();
+    let r = reply(ctl.handle(&capture("/nonexistent-folder/p0.pcap", 60_000)));
+    assert!(!r.ok);
+    let e = r.error.unwrap();
+    assert!(e.contains("folder does not exist"), "{e}");
+    assert!(
+        started_at.elapsed() < std::time::Duration::from_secs(1),
+        "at once"
+    );
+    let r = reply(ctl.handle(&capture("/tmp/p0.pcap", 120_000)));
+    let e = r.error.unwrap();
+    assert!(e.contains("--timeout 1 to 60"), "{e}");
+}

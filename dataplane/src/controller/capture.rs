@@ -22,10 +22,24 @@ impl Controller {
             return Reply::error("count must be 1 to 100000").into();
         }
         if !(1..=60_000).contains(&timeout_ms) {
-            return Reply::error("timeout_ms must be 1 to 60000").into();
+            return Reply::error(format!(
+                "the capture's timeout must be 1 ms to 60 s (dpctl capture --timeout 1 to 60), not {timeout_ms} ms"
+            ))
+            .into();
         }
         if !file.is_absolute() {
             return Reply::error("the file must be an absolute path").into();
+        }
+        // Known now rather than after the capture's whole time.
+        match file.parent().map(std::fs::metadata) {
+            Some(Ok(m)) if m.is_dir() => {}
+            _ => {
+                return Reply::error(format!(
+                    "cannot write {}: its folder does not exist",
+                    file.display()
+                ))
+                .into()
+            }
         }
         if self.capturing.swap(true, Ordering::AcqRel) {
             return Reply::error("a capture is already running: try again when it ends").into();
