@@ -1384,6 +1384,17 @@ impl Config {
                 "{ip} is a loopback, multicast or broadcast address, no host's"
             ));
         }
+        // Announced ([routing]) on no port of ours, routers would send it
+        // where nothing takes it.
+        let has_v6 = || {
+            self.ports
+                .iter()
+                .flat_map(Port::networks)
+                .any(|n| n.ipv6_cidrs().is_ok_and(|c| !c.is_empty()))
+        };
+        if ip.is_ipv6() && !has_v6() {
+            return Some("no port has an IPv6 address to take it".into());
+        }
         for n in self.ports.iter().flat_map(Port::networks) {
             for (field, gw) in [("gateway", &n.gateway), ("gateway6", &n.gateway6)] {
                 if gw.as_deref().and_then(|g| g.parse::<IpAddr>().ok()) == Some(ip) {
@@ -2714,6 +2725,11 @@ mod tests {
         // Announced ones too ([routing]: no subnet needed).
         let routed = vip("10.77.0.254:443").replace("[[pool]]", "[routing]\n[[pool]]");
         assert!(err_of(&routed).to_string().contains("gateway"));
+        // An IPv6 VIP announced from a node with no IPv6 port.
+        let routed = vip("[2001:db8:99::10]:443").replace("[[pool]]", "[routing]\n[[pool]]");
+        assert!(err_of(&routed)
+            .to_string()
+            .contains("no port has an IPv6 address"));
         // The port's own address and others on its subnet are fine.
         for listen in ["10.77.0.1:443", "10.77.0.10:443"] {
             Config::parse(&vip(listen)).unwrap();
