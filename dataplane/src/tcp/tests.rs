@@ -742,6 +742,39 @@ mod pair_tests {
     }
 
     #[test]
+    fn ts_recent_is_the_earliest_segment_our_ack_covers() {
+        // RFC 7323 §4.3: TS.Recent takes SEG.TSval only from a segment at
+        // or before Last.ACK.sent. Two segments in before our ACK: it
+        // echoes the first's TSval, so the peer's round trip includes
+        // our delay (echoing the second's, it left the delay out and
+        // could set its RTO too short).
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        let a = live(&p.a.conns, ca).unwrap();
+        let (ack, first) = (a.snd_nxt.0, live(&p.b.conns, cb).unwrap().snd_nxt.0);
+        let tsval = b_tsval(&p);
+        let one = data_from_b(tsval + 100, first, ack, &[1; 100]);
+        let two = data_from_b(tsval + 200, first + 100, ack, &[2; 100]);
+        p.a.input(p.now, B, A, &one).unwrap();
+        p.a.input(p.now, B, A, &two).unwrap();
+        let out = Pair::output(&mut p.a, p.now);
+        let echoes: Vec<u32> = out
+            .iter()
+            .filter_map(|(s, d, b)| parse(*s, *d, b).timestamp.map(|t| t.tsecr))
+            .collect();
+        assert_eq!(echoes, [tsval + 100], "one ACK for both, echoing the first");
+        // The next segment, past that ACK, is echoed in turn.
+        let three = data_from_b(tsval + 300, first + 200, ack, &[3; 100]);
+        p.a.input(p.now, B, A, &three).unwrap();
+        p.now = p.now + Duration::from_millis(50);
+        let out = Pair::output(&mut p.a, p.now);
+        let echoes: Vec<u32> = out
+            .iter()
+            .filter_map(|(s, d, b)| parse(*s, *d, b).timestamp.map(|t| t.tsecr))
+            .collect();
+        assert_eq!(echoes, [tsval + 300]);
+    }
+
+    #[test]
     fn simultaneous_close_goes_through_closing() {
         // RFC 9293 §3.6, figure 13: FINs cross; both sides pass CLOSING to
         // TIME-WAIT.

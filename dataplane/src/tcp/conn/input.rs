@@ -179,10 +179,12 @@ impl<A: Default> Conn<A> {
         // out-of-window segment, a blind RST or SYN, or a forged ACK does
         // not refresh the idle and keepalive timers.
         self.heard(now);
-        // RFC 7323 §4.3: TS.Recent from a segment that covers RCV.NXT
-        // (our last ACK), never moving back.
+        // RFC 7323 §4.3: TS.Recent from a segment at or before our last
+        // ACK (Last.ACK.sent), never moving back: with ACKs delayed, the
+        // echo is the earliest unacknowledged segment's, so the peer's
+        // round trip includes the delay.
         if let (Some(ts), Some(recent)) = (seg.timestamp, self.ts_recent) {
-            if seq.diff(self.rcv_nxt) <= 0 && ts.tsval.wrapping_sub(recent) as i32 >= 0 {
+            if seq.diff(self.last_ack_sent) <= 0 && ts.tsval.wrapping_sub(recent) as i32 >= 0 {
                 self.ts_recent = Some(ts.tsval);
             }
         }

@@ -225,6 +225,10 @@ pub(super) struct Conn<A> {
     recv: Option<RingBuf>,
     /// Right edge of the window we last advertised.
     adv_right: Seq,
+    /// The acknowledgement number of the last ACK we sent (RFC 7323
+    /// §4.3's Last.ACK.sent): TS.Recent comes from a segment at or
+    /// before it.
+    last_ack_sent: Seq,
     peer_fin: bool,
 
     // Options.
@@ -399,6 +403,7 @@ impl<A: Default> Conn<A> {
             rcv_shift: cfg.window_scale,
             recv: None,
             adv_right: Seq(0),
+            last_ack_sent: Seq(0),
             peer_fin: false,
             ts_recent: None,
             rto: cfg.initial_rto,
@@ -474,6 +479,7 @@ impl<A: Default> Conn<A> {
         let irs = Seq(syn.seq_number.0 as u32);
         self.rcv_nxt = irs + 1;
         self.adv_right = self.rcv_nxt;
+        self.last_ack_sent = self.rcv_nxt;
         self.snd_wl1 = irs;
     }
 

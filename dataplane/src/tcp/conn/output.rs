@@ -309,6 +309,7 @@ impl<A: Default> Conn<A> {
     fn sent_ack(&mut self, cfg: &TcpConfig) {
         let (_, right) = self.window_field(cfg);
         self.adv_right = right;
+        self.last_ack_sent = self.rcv_nxt;
         self.dsack = None;
         self.ack_now = false;
         self.ack_small = false;
