@@ -293,7 +293,7 @@ mod tests {
             [[port]]
             name = "p0"
             device = "net_ring0"
-            address = "10.82.1.2/24"
+            addresses = ["10.82.1.2/24", "2001:db8:82:1::2/64"]
             gateway = "10.82.1.1"
             [routing]
             [[vip]]
