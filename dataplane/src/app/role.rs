@@ -77,8 +77,9 @@ impl Role {
 #[derive(Debug)]
 pub struct Entry<R = Role> {
     pub id: ConnId,
-    /// The counter slot of the VIP the connection came in on, while it
-    /// counts as open there (cleared when it enters TIME-WAIT).
+    /// The counter slot of the VIP the connection came in on (`None`
+    /// for connections of our own: backends, health checks). It counts
+    /// as open there until its `Closed` event.
     pub vip: Option<u16>,
     /// What the connection waits for of its client (its deadline's kind).
     pub wait: Wait,
