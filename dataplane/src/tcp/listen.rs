@@ -12,13 +12,20 @@ use super::*;
 /// it, so a FIN flood on one 4-tuple cannot fill the ring with holes.
 const RESTART_STEPS: u32 = 32;
 
+/// How far past the old connection's SND.NXT a 4-tuple reopened from
+/// TIME-WAIT starts: beyond any window it offered (Linux adds the same).
+const REOPEN_GAP: i32 = 65_535 + 2;
+
 impl<A: Default> TcpEngine<A> {
     // RFC 9293 §3.10.7.2, LISTEN.
+    /// `after`: the SND.NXT of the connection in TIME-WAIT this SYN
+    /// reopens, if it does.
     pub(super) fn on_listen<I: FlowAddr>(
         &mut self,
         now: Instant,
         key: FlowKey<I>,
         repr: &TcpRepr<'_>,
+        after: Option<Seq>,
     ) -> Result<(), SegmentDrop> {
         if self.denied(&key, repr, now) {
             return Err(SegmentDrop::Denied);
@@ -70,7 +77,17 @@ impl<A: Default> TcpEngine<A> {
             }
             _ => {}
         }
-        let iss = self.isn(&key, now);
+        let mut iss = self.isn(&key, now);
+        // Reopening a 4-tuple from TIME-WAIT: our ISN past the old
+        // connection's sequence space by a window at least (RFC 1122
+        // §4.2.2.13, as Linux), so none of its duplicates still in the
+        // network fits the new one (its peer may have no timestamps to
+        // tell them apart).
+        if let Some(old) = after {
+            if iss.diff(old) < REOPEN_GAP {
+                iss = old + REOPEN_GAP as u32;
+            }
+        }
         let id = self.alloc_slot();
         let link = self.link_for(key.local);
         let conn = Conn::accept(I::inline_key(key), I::IPV6, repr, iss, now, &self.cfg, link);
@@ -515,7 +532,7 @@ impl<A: Default> TcpEngine<A> {
                 };
                 if newer {
                     I::table_mut(&mut self.flows).end_time_wait(&tw.key);
-                    return self.on_listen(now, tw.key, repr);
+                    return self.on_listen(now, tw.key, repr, Some(tw.snd_nxt));
                 }
             }
             // Only the FIN we took, sent again (RFC 9293 §3.10.7.4: "a

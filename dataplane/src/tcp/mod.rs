@@ -1196,7 +1196,7 @@ impl<A: Default> TcpEngine<A> {
             Found::TimeWait(tw) => return self.on_time_wait(now, tw, &repr),
             Found::Nothing => {
                 if self.listener_for(dst, repr.dst_port).is_some() {
-                    return self.on_listen(now, key, &repr);
+                    return self.on_listen(now, key, &repr, None);
                 }
                 self.reset_for(&key, &repr);
                 return Err(SegmentDrop::NoConnection);
@@ -1210,14 +1210,16 @@ impl<A: Default> TcpEngine<A> {
             return Err(SegmentDrop::NoConnection);
         };
         // RFC 9293 §3.6.1: a new SYN may reopen a connection in TIME-WAIT
-        // when its sequence number is above the old one's.
+        // when it is newer than the old one's (as the compact table's
+        // entries: by timestamps where both have them, RFC 6191).
         if c.state == State::TimeWait
             && repr.control == TcpControl::Syn
             && repr.ack_number.is_none()
-            && Seq(repr.seq_number.0 as u32) > c.rcv_nxt
+            && c.reopened_by(&repr)
         {
+            let old_snd_nxt = c.snd_max_now();
             self.release(id, CloseReason::Normal);
-            return self.on_listen(now, key, &repr);
+            return self.on_listen(now, key, &repr, Some(old_snd_nxt));
         }
         let before = c.state;
         let out = c.input(now, &repr, &self.cfg, &mut self.buffers, &mut self.counters);

@@ -903,6 +903,87 @@ mod pair_tests {
     }
 
     #[test]
+    fn a_4_tuple_reopened_from_time_wait_starts_past_the_old_sequence_space() {
+        // RFC 1122 §4.2.2.13 (and Linux): the new connection's ISN lies
+        // beyond the old one's SND.NXT by more than a window, so an old
+        // duplicate cannot fit it. The clock-driven ISN a millisecond
+        // later was a few hundred past the old ISN: inside it.
+        let mut p = Pair::new(TcpConfig::default());
+        p.a.listen(A, 80);
+        server_closes_first(&mut p, 7002);
+        let k = key(A, 80, B, 7002);
+        let tw = p.a.flows.v4.time_wait(&k).expect("in TIME-WAIT");
+        let new = segment(7002, TcpControl::Syn, tw.rcv_nxt + 100_000, None, &[]);
+        p.a.input(p.now, B, A, &new).unwrap();
+        let out = Pair::output(&mut p.a, p.now);
+        let synack = out
+            .iter()
+            .map(|(s, d, b)| parse(*s, *d, b))
+            .find(|r| r.control == TcpControl::Syn)
+            .expect("a SYN-ACK");
+        let iss = Seq(synack.seq_number.0 as u32);
+        assert!(
+            iss.diff(tw.snd_nxt) >= 65_537,
+            "ISN {} past the old SND.NXT {} by {}",
+            iss.0,
+            tw.snd_nxt.0,
+            iss.diff(tw.snd_nxt)
+        );
+    }
+
+    #[test]
+    fn a_time_wait_kept_in_its_slot_reopens_for_a_newer_timestamp() {
+        // A connection in TIME-WAIT with bytes its application has not read
+        // stays in its slot; a new SYN reopens it by RFC 6191's rule, as
+        // the compact table's entries: a newer TSval where both used
+        // timestamps, even with a sequence number below the old one's
+        // (the client's clock-driven ISN may be). It took sequence
+        // numbers only, so such a SYN was refused for up to 2 MSL.
+        let mut p = Pair::new(TcpConfig::default());
+        p.a.listen(A, 80);
+        let cb = p.b.connect(p.now, key(B, 7003, A, 80)).unwrap();
+        p.run(1, 4);
+        let mut ev = Vec::new();
+        p.a.drain_events(&mut ev);
+        let ca = ev
+            .iter()
+            .find_map(|e| match e {
+                Event::Accepted(id) => Some(*id),
+                _ => None,
+            })
+            .expect("accepted");
+        assert_eq!(p.b.send(cb, b"unread"), 6);
+        p.run(1, 3);
+        p.a.close(ca);
+        p.run(1, 3);
+        p.b.close(cb);
+        p.run(1, 3);
+        let c = live(&p.a.conns, ca).expect("kept in its slot: bytes unread");
+        assert_eq!(c.state, State::TimeWait);
+        let old_rcv_nxt = c.rcv_nxt;
+        p.now = p.now + Duration::from_millis(5);
+        let syn = emit_from_b(TcpRepr {
+            window_len: 2048,
+            max_seg_size: Some(1460),
+            timestamp: Some(TcpTimestampRepr::new(b_tsval(&p), 0)),
+            ..super::seg(
+                7003,
+                80,
+                TcpControl::Syn,
+                old_rcv_nxt.0.wrapping_sub(50_000),
+                None,
+            )
+        });
+        p.a.input(p.now, B, A, &syn).unwrap();
+        let out = Pair::output(&mut p.a, p.now);
+        assert!(
+            out.iter()
+                .any(|(s, d, b)| parse(*s, *d, b).control == TcpControl::Syn),
+            "reopened: a SYN-ACK"
+        );
+    }
+
+    #[test]
     fn connect_reuses_a_timestamped_time_wait_after_a_second() {
         // RFC 6191 / Linux's tcp_tw_reuse, on the side that closed first.
         let (mut p, ca, cb) = established(TcpConfig::default());

@@ -675,6 +675,22 @@ impl<A: Default> Conn<A> {
         self.ack_now || self.ack_small
     }
 
+    /// A new SYN (no ACK) is newer than this connection in TIME-WAIT, so
+    /// may reopen its 4-tuple: a TSval past TS.Recent where both used
+    /// timestamps (RFC 6191), else a sequence number past RCV.NXT
+    /// (RFC 9293 §3.6.1).
+    pub(super) fn reopened_by(&self, syn: &TcpRepr<'_>) -> bool {
+        match (self.ts_recent, syn.timestamp) {
+            (Some(recent), Some(ts)) => ts.tsval.wrapping_sub(recent) as i32 > 0,
+            _ => Seq(syn.seq_number.0 as u32).diff(self.rcv_nxt) > 0,
+        }
+    }
+
+    /// The highest sequence number sent (SND.MAX).
+    pub(super) fn snd_max_now(&self) -> Seq {
+        self.snd_max
+    }
+
     /// It holds no send ring (nothing queued or in flight).
     pub(super) fn send_ring_is_none(&self) -> bool {
         self.send.is_none()
