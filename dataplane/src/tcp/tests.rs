@@ -739,6 +739,25 @@ mod pair_tests {
         let a = live(&p.a.conns, ca).unwrap();
         assert!(a.all_acked(), "the ACK itself taken");
         assert_eq!(a.view(p.now).srtt, srtt, "no sample from it");
+
+        // The same on a SYN-ACK (an active open: a backend's answer).
+        let mut p = Pair::new(TcpConfig::default());
+        let ca = p.a.connect(p.now, key(A, 80, B, 6001)).unwrap();
+        let out = Pair::output(&mut p.a, p.now);
+        let [(s, d, bytes)] = &out[..] else {
+            panic!("one SYN: {out:?}");
+        };
+        let iss = parse(*s, *d, bytes).seq_number.0 as u32;
+        let synack = emit_from_b(TcpRepr {
+            window_len: 2048,
+            max_seg_size: Some(1460),
+            timestamp: Some(TcpTimestampRepr::new(b_tsval(&p), b_tsval(&p) + 1_000_000)),
+            ..super::seg(6001, 80, TcpControl::Syn, 40_000, Some(iss.wrapping_add(1)))
+        });
+        p.a.input(p.now, B, A, &synack).unwrap();
+        let a = live(&p.a.conns, ca).unwrap();
+        assert_eq!(a.state, State::Established);
+        assert_eq!(a.view(p.now).srtt, None, "no sample from the SYN-ACK");
     }
 
     #[test]

@@ -470,14 +470,8 @@ impl<A: Default> Conn<A> {
         }
         // Round-trip time (RFC 6298 §2, Karn's rule via timestamps or one
         // timed segment).
-        // An echo ahead of our clock is no TSval of ours (RFC 7323 §4.1):
-        // no sample, rather than a round trip of days.
-        let echoed = ts
-            .filter(|t| t.tsecr != 0 && self.ts_recent.is_some())
-            .map(|t| ts_now(now).wrapping_sub(t.tsecr))
-            .filter(|&elapsed| elapsed as i32 >= 0);
-        let sample = match echoed {
-            Some(elapsed) => Some(Duration::from_millis(u64::from(elapsed))),
+        let sample = match self.ts_recent.and(echoed_rtt(now, ts)) {
+            Some(r) => Some(r),
             _ => match self.rtt_probe {
                 Some((end, sent)) if ack.diff(end) >= 0 => Some(now - sent),
                 _ => None,

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use smoltcp::wire::{TcpControl, TcpRepr, TcpSeqNumber};
+use smoltcp::wire::{TcpControl, TcpRepr, TcpSeqNumber, TcpTimestampRepr};
 
 mod input;
 mod output;
@@ -152,6 +152,14 @@ pub fn ooo_reach(ring: Option<&RingBuf>, received_in_order: u64) -> usize {
 
 /// ssthresh before any loss (RFC 5681 §3.1: arbitrarily high).
 const INITIAL_SSTHRESH: u32 = u32::MAX / 2;
+
+/// The round trip a segment's timestamp echo measures (RFC 7323 §4.1):
+/// none for no echo, or one ahead of our clock (no TSval of ours: forged,
+/// or a peer's bug), which would read as a round trip of days.
+fn echoed_rtt(now: Instant, ts: Option<TcpTimestampRepr>) -> Option<Duration> {
+    let elapsed = ts_now(now).wrapping_sub(ts.filter(|t| t.tsecr != 0)?.tsecr);
+    (elapsed as i32 >= 0).then(|| Duration::from_millis(u64::from(elapsed)))
+}
 
 /// Timestamps in ms for the TSopt clock (RFC 7323 §5.4: 1 ms to 1 s/tick).
 fn ts_now(now: Instant) -> u32 {
@@ -547,8 +555,7 @@ impl<A: Default> Conn<A> {
             self.snd_wl2 = a;
             self.rto_at = None;
             self.retries = 0;
-            if let Some(t) = seg.timestamp.filter(|t| t.tsecr != 0) {
-                let r = Duration::from_millis(u64::from(ts_now(now).wrapping_sub(t.tsecr)));
+            if let Some(r) = echoed_rtt(now, seg.timestamp) {
                 self.update_rto(r, cfg);
             }
             self.state = State::Established;
