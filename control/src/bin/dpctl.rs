@@ -927,6 +927,14 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return unreachable_dpd(&cli.socket, &e),
     };
+    let mut wait = std::time::Duration::from_secs(cli.reply_timeout);
+    if let Request::Capture { timeout_ms, .. } = &req {
+        // dpd answers once the capture ends: wait that long, and then some.
+        wait += std::time::Duration::from_millis(u64::from(*timeout_ms));
+    }
+    if let Err(e) = client.set_reply_timeout(wait) {
+        return unreachable_dpd(&cli.socket, &e);
+    }
     if let Cmd::Stats {
         watch: Some(secs),
         count,
@@ -937,15 +945,7 @@ fn main() -> ExitCode {
         return watch(&mut client, &cli.socket, secs, count, per_core, cli.json);
     }
     if let Cmd::Drain { wait: true } = cli.cmd {
-        return drain_and_wait(&mut client, &cli.socket, cli.json);
-    }
-    let mut wait = std::time::Duration::from_secs(cli.reply_timeout);
-    if let Request::Capture { timeout_ms, .. } = &req {
-        // dpd answers once the capture ends: wait that long, and then some.
-        wait += std::time::Duration::from_millis(u64::from(*timeout_ms));
-    }
-    if let Err(e) = client.set_reply_timeout(wait) {
-        return unreachable_dpd(&cli.socket, &e);
+        return drain_and_wait(&mut client, &cli.socket, cli.json, wait);
     }
     let reply = match client.call(&req) {
         Ok(r) => r,
@@ -995,12 +995,18 @@ fn drain_line(d: &DrainState) -> String {
 }
 
 /// `drain --wait`: asks for the drain, then asks again every 200 ms,
-/// printing each new phase, until drained.
-fn drain_and_wait(client: &mut Client, socket: &Path, json: bool) -> ExitCode {
+/// printing each new phase, until drained (each reply within `wait`).
+fn drain_and_wait(
+    client: &mut Client,
+    socket: &Path,
+    json: bool,
+    wait: std::time::Duration,
+) -> ExitCode {
     let mut last = String::new();
     loop {
         let reply = match client.call(&Request::Drain) {
             Ok(r) => r,
+            Err(e) if is_timeout(&e) => return no_reply(socket, wait),
             Err(e) => return unreachable_dpd(socket, &e),
         };
         let d = match (reply.ok, reply.body) {
@@ -1554,19 +1560,33 @@ fn watch(
     json: bool,
 ) -> ExitCode {
     let interval = Duration::from_secs_f64(secs.clamp(0.1, 3600.0));
-    let fetch = |c: &mut Client| -> Result<Stats, String> {
+    let fetch = |c: &mut Client| -> Result<Stats, std::io::Error> {
         match c.call(&Request::Stats) {
             Ok(Reply {
                 body: Some(Body::Stats(s)),
                 ..
             }) => Ok(*s),
-            Ok(r) => Err(r.error.unwrap_or_else(|| "unexpected reply".into())),
-            Err(e) => Err(e.to_string()),
+            Ok(r) => Err(std::io::Error::other(
+                r.error.unwrap_or_else(|| "unexpected reply".into()),
+            )),
+            Err(e) => Err(e),
+        }
+    };
+    // A stats reply that does not come in time: dpd is stalled, not gone.
+    let failed = |e: std::io::Error| {
+        if is_timeout(&e) {
+            eprintln!(
+                "dpctl: no stats from dpd at {} within the reply timeout: is it stalled?",
+                socket.display()
+            );
+            ExitCode::from(3)
+        } else {
+            unreachable_dpd(socket, &e)
         }
     };
     let mut prev = match fetch(client) {
         Ok(s) => s,
-        Err(e) => return unreachable_dpd(socket, &std::io::Error::other(e)),
+        Err(e) => return failed(e),
     };
     let mut at = Instant::now();
     let mut lines = 0u64;
@@ -1590,7 +1610,7 @@ fn watch(
         std::thread::sleep(interval.saturating_sub(at.elapsed()));
         let now = match fetch(client) {
             Ok(s) => s,
-            Err(e) => return unreachable_dpd(socket, &std::io::Error::other(e)),
+            Err(e) => return failed(e),
         };
         let dt = at.elapsed().as_secs_f64();
         at = Instant::now();
