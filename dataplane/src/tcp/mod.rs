@@ -858,17 +858,17 @@ impl<A: Default> TcpEngine<A> {
     }
 
     /// Memory came back after senders were starved at the buffer cap
-    /// ([`BufferPool::relieved`]): each connection that may send and has
-    /// no send ring (so no ACK of its data will come to wake it) is told
-    /// it is writable. One pass over the slots, once per episode of
-    /// pressure, not per packet.
+    /// ([`BufferPool::relieved`]): each connection that found no send room
+    /// with nothing of its own queued (so no ACK of its data will come to
+    /// wake it) is told it is writable. One pass over the slots, once per
+    /// episode of pressure, not per packet.
     fn wake_starved_senders(&mut self) {
         if !self.buffers.relieved() {
             return;
         }
         for (slot, c) in self.conns.iter().enumerate() {
             let Some(c) = c else { continue };
-            if c.accepted && c.send_ring_is_none() && c.can_send() {
+            if c.take_send_starved() && c.can_send() {
                 self.events
                     .push(Event::Writable(ConnId::new(slot as u32, c.gen)));
             }

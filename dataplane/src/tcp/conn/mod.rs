@@ -194,6 +194,10 @@ pub(super) struct Conn<A> {
     pub source_counted: bool,
     /// On the engine's dirty list.
     pub queued: bool,
+    /// The application found no send room at the buffer cap with nothing
+    /// of ours queued: it waits for a wake-up no ACK will bring
+    /// (`TcpEngine::wake_starved_senders`).
+    send_starved: std::cell::Cell<bool>,
     /// The generation of the slot this connection occupies (see `ConnId`).
     pub gen: u8,
     /// The timer-wheel entries it has.
@@ -389,6 +393,7 @@ impl<A: Default> Conn<A> {
             listener: None,
             source_counted: false,
             queued: false,
+            send_starved: std::cell::Cell::new(false),
             gen: 0,
             armed: super::timer::Armed::default(),
             iss,
@@ -698,9 +703,10 @@ impl<A: Default> Conn<A> {
         self.snd_max
     }
 
-    /// It holds no send ring (nothing queued or in flight).
-    pub(super) fn send_ring_is_none(&self) -> bool {
-        self.send.is_none()
+    /// It waited for send room at the buffer cap with nothing queued
+    /// (cleared: it is to be woken now).
+    pub(super) fn take_send_starved(&self) -> bool {
+        self.send_starved.replace(false) && self.send.is_none()
     }
 
     /// The application may still queue bytes on it.
@@ -719,7 +725,11 @@ impl<A: Default> Conn<A> {
         if !self.can_send() {
             return 0;
         }
-        pool.room(self.send.as_ref())
+        let room = pool.room(self.send.as_ref());
+        if room == 0 && self.send.is_none() {
+            self.send_starved.set(true);
+        }
+        room
     }
 
     pub fn send(&mut self, data: &[u8], pool: &mut BufferPool) -> usize {
@@ -749,6 +759,9 @@ impl<A: Default> Conn<A> {
         let n = pool
             .reserve(&mut self.send, max)
             .map_or(0, |ring| ring.push_with(max, fill));
+        if self.send.is_none() {
+            self.send_starved.set(true); // no ring could be had
+        }
         if let Some(ring) = self.send.take_if(|r| r.is_empty()) {
             pool.give(ring);
         }
