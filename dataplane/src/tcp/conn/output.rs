@@ -280,8 +280,8 @@ impl<A: Default> Conn<A> {
     /// MUST), then the other ranges, highest first.
     fn sack_blocks(&self) -> [Option<(u32, u32)>; 3] {
         let mut blocks = [None; 3];
-        if !self.sack_ok {
-            return blocks;
+        if !self.sack_ok || (self.dsack.is_none() && self.ooo.is_empty()) {
+            return blocks; // nearly every ACK
         }
         let ranges = self.ooo.ranges();
         let latest = self.ooo_last.and_then(|at| {
