@@ -302,28 +302,16 @@ fn a_reload_keeps_the_timed_denies_made_at_run_time() {
 #[test]
 fn a_removed_vips_address_stays_until_its_last_connection_ends() {
     use common::host::{HostConn, HostLab};
-    use dataplane::controller::Controller;
-    use dataplane::snapshot::ControlLink;
-    use dataplane::stats::{DropReason, SharedCounters};
+    use dataplane::stats::DropReason;
     use smoltcp::wire::TcpControl;
     use std::net::Ipv4Addr;
-    use std::sync::Arc;
 
     const EXTRA: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 10);
-    let text = CONFIG.replace("lcores = [1, 2]", "lcores = [1]")
-        + "[[vip]]\nname = \"extra\"\nlisten = \"10.78.0.10:80\"\nrespond = \"builtin\"\n";
-    let links = ControlLink::new_set(1);
-    let shared = vec![(1, Arc::new(SharedCounters::default()))];
-    let (mut ctl, first) = Controller::start(
-        Config::parse(&text).unwrap(),
-        None,
-        links.clone(),
-        shared,
-        1_000_000_000,
-    )
-    .unwrap();
+    let (mut ctl, first, link) = common::controller::one_engine(
+        "[[vip]]\nname = \"extra\"\nlisten = \"10.78.0.10:80\"\nrespond = \"builtin\"\n",
+    );
     let mut lab = HostLab::new();
-    lab.mem.engine.set_control(links[0].clone());
+    lab.mem.engine.set_control(link);
     lab.mem.engine.apply(&first);
 
     let mut c = HostConn::client(41_000, 80, 9_000);
@@ -374,24 +362,12 @@ fn a_removed_vips_address_stays_until_its_last_connection_ends() {
 /// taken, and an engine's second answer summed with its first.
 #[test]
 fn a_late_answer_is_never_taken_for_the_next_questions() {
-    use dataplane::controller::Controller;
-    use dataplane::snapshot::{ControlLink, FromEngine, ToEngine};
-    use dataplane::stats::SharedCounters;
+    use dataplane::snapshot::{FromEngine, ToEngine};
     use dataplane::tcp::SourceCount;
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
 
-    let text = CONFIG.replace("lcores = [1, 2]", "lcores = [1]");
-    let links = ControlLink::new_set(1);
-    let shared = vec![(1, Arc::new(SharedCounters::default()))];
-    let (mut ctl, _first) = Controller::start(
-        Config::parse(&text).unwrap(),
-        None,
-        links.clone(),
-        shared,
-        1_000_000_000,
-    )
-    .unwrap();
+    let (mut ctl, _first, link) = common::controller::one_engine("");
+    let links = [link];
     let late = SourceCount {
         source: "192.0.2.7".parse().unwrap(),
         established: 5,

@@ -321,48 +321,58 @@ fn a_client_reset_after_data_delivers_the_data_then_resets_the_backend() {
     );
 }
 
-/// The client uploads while the backend takes the engine's segments but
-/// acknowledges none, until the engine takes no more (its send ring to
-/// the backend full, then the client's receive ring): what the engine
-/// took, in order.
+/// `sender` sends (its byte at offset `i` being `byte(i)`) while
+/// `listener`, the other end of the pair, takes the engine's segments but
+/// acknowledges none, until the engine takes no more (its send ring
+/// towards `listener` full, then its receive ring from `sender`): what
+/// the engine took, in order.
+fn send_until_full(
+    lab: &mut Lab,
+    sender: &mut HostConn,
+    listener: &mut HostConn,
+    byte: fn(usize) -> u8,
+) -> Vec<u8> {
+    let mut took_all = Vec::new();
+    let mut stalled = 0;
+    while stalled < 3 {
+        let start = sender.snd_nxt;
+        let burst: Vec<Seg> = (0..16)
+            .map(|k| {
+                let at = took_all.len() + k * 1000;
+                let chunk: Vec<u8> = (at..at + 1000).map(byte).collect();
+                sender.next(TcpControl::Psh, &chunk)
+            })
+            .collect();
+        let sent = lab.exchange(&burst);
+        listener.absorb(&sent);
+        let acked = sent
+            .iter()
+            .filter(|s| s.dst_port == sender.port)
+            .filter_map(|s| s.ack)
+            .max_by_key(|a| a.wrapping_sub(start))
+            .unwrap_or(start);
+        let took = acked.wrapping_sub(start) as usize;
+        // What the engine did not take is not sent: the sender goes back.
+        let from = took_all.len();
+        took_all.extend((from..from + took).map(byte));
+        sender.snd_nxt = acked;
+        stalled = if took == 0 { stalled + 1 } else { 0 };
+        assert!(
+            took_all.len() < 64 << 20,
+            "the engine's buffers never filled"
+        );
+    }
+    took_all
+}
+
+/// The client uploads until the engine holds all it can for the pair
+/// ([`send_until_full`]); the backend listens.
 fn client_uploads_until_full(
     lab: &mut Lab,
     client: &mut HostConn,
     backend: &mut HostConn,
 ) -> Vec<u8> {
-    let mut upload = Vec::new();
-    let mut accepted = 0usize;
-    let mut stalled = 0;
-    // The client sends while the engine acknowledges; the backend only
-    // listens.
-    while stalled < 3 {
-        let start = client.snd_nxt;
-        let burst: Vec<Seg> = (0..16)
-            .map(|_| {
-                let chunk: Vec<u8> = (upload.len()..upload.len() + 1000)
-                    .map(upload_byte)
-                    .collect();
-                upload.extend_from_slice(&chunk);
-                client.next(TcpControl::Psh, &chunk)
-            })
-            .collect();
-        let sent = lab.exchange(&burst);
-        backend.absorb(&sent);
-        let acked = sent
-            .iter()
-            .filter(|s| s.dst_port == CLIENT_PORT)
-            .filter_map(|s| s.ack)
-            .max_by_key(|a| a.wrapping_sub(start))
-            .unwrap_or(start);
-        let took = acked.wrapping_sub(start) as usize;
-        // What the engine did not take is not sent: the client goes back.
-        accepted += took;
-        upload.truncate(accepted);
-        client.snd_nxt = acked;
-        stalled = if took == 0 { stalled + 1 } else { 0 };
-        assert!(accepted < 64 << 20, "the engine's buffers never filled");
-    }
-    upload
+    send_until_full(lab, client, backend, upload_byte)
 }
 
 /// A client uploads to a backend that acknowledges nothing until the
@@ -522,43 +532,14 @@ fn answer_byte(i: usize) -> u8 {
     (i % 241) as u8
 }
 
-/// The backend answers while the client takes the engine's segments but
-/// acknowledges none, until the engine takes no more (its send ring to
-/// the client full, then the backend's receive ring): what the engine
-/// took, in order.
+/// The backend answers until the engine holds all it can for the pair
+/// ([`send_until_full`]); the client listens.
 fn backend_answers_until_full(
     lab: &mut Lab,
     client: &mut HostConn,
     backend: &mut HostConn,
 ) -> Vec<u8> {
-    let mut answer = Vec::new();
-    let mut stalled = 0;
-    while stalled < 3 {
-        let start = backend.snd_nxt;
-        let burst: Vec<Seg> = (0..16)
-            .map(|_| {
-                let chunk: Vec<u8> = (answer.len()..answer.len() + 1000)
-                    .map(answer_byte)
-                    .collect();
-                answer.extend_from_slice(&chunk);
-                backend.next(TcpControl::Psh, &chunk)
-            })
-            .collect();
-        let sent = lab.exchange(&burst);
-        client.absorb(&sent);
-        let acked = sent
-            .iter()
-            .filter(|s| s.dst_port == BACKEND_PORT)
-            .filter_map(|s| s.ack)
-            .max_by_key(|a| a.wrapping_sub(start))
-            .unwrap_or(start);
-        let took = acked.wrapping_sub(start) as usize;
-        answer.truncate(answer.len() - 16 * 1000 + took);
-        backend.snd_nxt = acked;
-        stalled = if took == 0 { stalled + 1 } else { 0 };
-        assert!(answer.len() < 64 << 20, "the engine's buffers never filled");
-    }
-    answer
+    send_until_full(lab, backend, client, answer_byte)
 }
 
 /// The client acknowledges what it got, round after round, until the

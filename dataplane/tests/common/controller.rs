@@ -11,7 +11,7 @@ use dataplane::dpdk::TscClock;
 use dataplane::engine::{Engine, EngineConfig};
 use dataplane::net::InterfaceConfig;
 use dataplane::port::{link, MemPort};
-use dataplane::snapshot::ControlLink;
+use dataplane::snapshot::{ControlLink, Snapshot};
 use dataplane::stats::SharedCounters;
 
 use super::host::{DUT_IP, DUT_MAC, HOST_MAC};
@@ -75,6 +75,24 @@ pub fn started_from(
     e0.apply(&first);
     e1.apply(&first);
     (ctl, e0, e1)
+}
+
+/// The control thread started on `extra` added to [`CONFIG`] with one
+/// engine core, its engine left to the test (on the returned link): the
+/// first snapshot to apply to it, and the link.
+pub fn one_engine(extra: &str) -> (Controller, Arc<Snapshot>, ControlLink) {
+    let text = CONFIG.replace("lcores = [1, 2]", "lcores = [1]") + extra;
+    let links = ControlLink::new_set(1);
+    let shared = vec![(1, Arc::new(SharedCounters::default()))];
+    let (ctl, first) = Controller::start(
+        Config::parse(&text).unwrap(),
+        None,
+        links.clone(),
+        shared,
+        1_000_000_000,
+    )
+    .unwrap();
+    (ctl, first, links[0].clone())
 }
 
 pub fn reply(a: Answer) -> Reply {
