@@ -258,7 +258,11 @@ fn a_bottleneck_queue_overflow_is_repaired_at_the_rate_it_drains() {
         stats.tcp_retransmits <= queue_drops + queue_drops / 4 + dropped + 20,
         "resent more than the queue dropped: {report}; {stats:?}"
     );
-    assert_eq!(stats.tcp_rto_expiries, 0, "{report}; {stats:?}");
+    // At most one RTO: a tail loss probe sent while the queue is still full
+    // is dropped like the tail it probes for, and then only the RTO is left
+    // (RFC 8985 §7.4; Linux does the same). CI saw this once in ~20 runs on
+    // a loaded 2-core machine; a recovery that leans on the RTO shows many.
+    assert!(stats.tcp_rto_expiries <= 1, "{report}; {stats:?}");
     assert!(mbit >= 24.0, "{mbit:.1} Mbit/s of 40: {report}; {stats:?}");
 }
 
