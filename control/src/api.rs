@@ -671,6 +671,10 @@ pub struct Status {
     /// The connection log (`[log] connections`), while it is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conn_log: Option<ConnLogStatus>,
+    /// Addresses of removed VIPs still dpd's (ARP, ND, their segments)
+    /// while connections to them are open.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lingering: Vec<String>,
 }
 
 /// The connection log's file and what went into it, in `status`.

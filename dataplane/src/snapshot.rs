@@ -3,6 +3,7 @@
 //! packet captures, over one lock-free ring per engine each way. Engines
 //! read their ring at the top of a tick, between packets.
 
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
@@ -51,6 +52,9 @@ pub enum ToEngine {
         filter: crate::tcp::ConnFilter,
         max: usize,
     },
+    /// Answer [`FromEngine::Serving`]: which of `addrs` (removed VIPs'
+    /// addresses) the engine's connections still use.
+    Serving { ask: u64, addrs: Vec<IpAddr> },
     /// Reset the accepted connections `filter` picks; answer
     /// [`FromEngine::ConnsReset`] with how many.
     ConnsReset {
@@ -103,6 +107,11 @@ pub enum FromEngine {
         engine: usize,
         ask: u64,
         reset: u64,
+    },
+    Serving {
+        engine: usize,
+        ask: u64,
+        serving: Vec<IpAddr>,
     },
     Refused {
         engine: usize,

@@ -294,64 +294,106 @@ fn a_reload_keeps_the_timed_denies_made_at_run_time() {
 }
 
 /// An operator removes a VIP on an address of its own while a client is
-/// connected to it: the address stays the engine's (its segments reach the
-/// connection, which goes on and is answered) until the last connection
-/// ends, then goes (a new SYN for it is no longer ours). Before, the
-/// address went at once and the open connection's segments were dropped
-/// as not for us: it hung until its client gave up.
+/// connected to it through engine 1: the address stays dpd's on every
+/// engine (the connection's segments reach it and are answered, and
+/// engine 0, which answers ARP for the port and has no connection to it,
+/// still answers ARP for it) until the last connection on any engine
+/// ends; then the control thread takes it off every engine (a new SYN for
+/// it is no longer ours, nor its ARP). Before, the address went at once
+/// and the open connection's segments were dropped as not for us; then
+/// each engine kept it only while its own connections lasted, so engine 0
+/// stopped answering ARP for engine 1's connection.
 #[test]
-fn a_removed_vips_address_stays_until_its_last_connection_ends() {
-    use common::host::{HostConn, HostLab};
+fn a_removed_vips_address_stays_on_every_engine_until_its_last_connection_ends() {
+    use common::host::{HostConn, HostLab, HOST_IP, HOST_MAC};
     use dataplane::stats::DropReason;
-    use smoltcp::wire::TcpControl;
+    use smoltcp::wire::{ArpOperation, EthernetAddress, TcpControl};
     use std::net::Ipv4Addr;
+    use std::time::{Duration, Instant};
 
     const EXTRA: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 10);
-    let (mut ctl, first, link) = common::controller::one_engine(
+    let (mut ctl, first, links) = common::controller::engines(
+        2,
         "[[vip]]\nname = \"extra\"\nlisten = \"10.78.0.10:80\"\nrespond = \"builtin\"\n",
     );
-    let mut lab = HostLab::new();
-    lab.mem.engine.set_control(link);
-    lab.mem.engine.apply(&first);
+    let mut labs = [HostLab::new(), HostLab::new()];
+    for (lab, link) in labs.iter_mut().zip(&links) {
+        lab.mem.engine.set_control(link.clone());
+        lab.mem.engine.apply(&first);
+    }
+    // Runs `f` on the control thread while both engines run.
+    let with_engines = |labs: &mut [HostLab; 2], f: &mut (dyn FnMut() + Send)| {
+        std::thread::scope(|s| {
+            let asked = s.spawn(f);
+            while !asked.is_finished() {
+                for lab in labs.iter_mut() {
+                    lab.advance(Duration::from_millis(1));
+                }
+            }
+            asked.join().unwrap();
+        });
+    };
+    // Whether engine 0 answers an ARP request for EXTRA.
+    let arp_answered = |lab: &mut HostLab| {
+        let request = common::arp_frame(
+            ArpOperation::Request,
+            HOST_MAC,
+            HOST_IP,
+            EthernetAddress::BROADCAST,
+            EXTRA,
+        );
+        let sent = lab.mem.exchange(vec![request]);
+        sent.iter()
+            .any(|f| common::arp_reply_from(f) == Some(EXTRA))
+    };
+    assert!(arp_answered(&mut labs[0]));
 
     let mut c = HostConn::client(41_000, 80, 9_000);
     let syn = c.next(TcpControl::Syn, b"");
-    c.absorb(&lab.exchange_to(EXTRA, &[syn]));
+    c.absorb(&labs[1].exchange_to(EXTRA, &[syn]));
     let ack = c.next(TcpControl::None, b"");
     let head = c.next(TcpControl::None, b"GET /bytes/5 HTTP/1.1\r\n");
-    c.absorb(&lab.exchange_to(EXTRA, &[ack, head]));
+    c.absorb(&labs[1].exchange_to(EXTRA, &[ack, head]));
 
-    // `dpctl vip remove extra`, the engine polled until it is applied.
+    // `dpctl vip remove extra`, the engines polled until it is applied.
     let remove = Request::VipRemove {
         name: "extra".into(),
     };
-    let r = std::thread::scope(|s| {
-        let asked = s.spawn(|| reply(ctl.handle(&remove)));
-        while !asked.is_finished() {
-            lab.advance(std::time::Duration::from_millis(1));
-        }
-        asked.join().unwrap()
-    });
-    assert!(r.ok, "{r:?}");
+    let mut r = None;
+    with_engines(&mut labs, &mut || r = Some(reply(ctl.handle(&remove))));
+    assert!(r.as_ref().is_some_and(|r| r.ok), "{r:?}");
+    assert_eq!(ctl.lingering(), [std::net::IpAddr::V4(EXTRA)]);
+    // The control thread's ticks ask the engines: engine 1 still serves it.
+    let t0 = Instant::now();
+    for k in 1..=3 {
+        with_engines(&mut labs, &mut || ctl.tick(t0 + Duration::from_secs(k)));
+    }
+    assert_eq!(ctl.lingering(), [std::net::IpAddr::V4(EXTRA)]);
+    assert!(
+        arp_answered(&mut labs[0]),
+        "engine 0 answers ARP for engine 1's connection"
+    );
 
     // The connection goes on: the rest of its request is answered.
     let rest = c.next(TcpControl::None, b"Host: t\r\n\r\n");
-    c.absorb(&lab.exchange_to(EXTRA, &[rest]));
+    c.absorb(&labs[1].exchange_to(EXTRA, &[rest]));
     let text = String::from_utf8_lossy(&c.received);
     assert!(text.starts_with("HTTP/1.1 200"), "answered: {text:?}");
     // It ends (the client resets); at the next tick the address goes.
     let rst = c.next(TcpControl::Rst, b"");
-    lab.exchange_to(EXTRA, &[rst]);
-    lab.advance(std::time::Duration::from_millis(5));
-    let before = lab.mem.dropped(DropReason::NotForUs);
+    labs[1].exchange_to(EXTRA, &[rst]);
+    with_engines(&mut labs, &mut || ctl.tick(t0 + Duration::from_secs(4)));
+    assert!(ctl.lingering().is_empty());
+    assert!(!arp_answered(&mut labs[0]), "no longer ours");
+    let before = labs[1].mem.dropped(DropReason::NotForUs);
     let mut late = HostConn::client(41_001, 80, 19_000);
     let syn = late.next(TcpControl::Syn, b"");
-    let out = lab.exchange_to(EXTRA, &[syn]);
+    let out = labs[1].exchange_to(EXTRA, &[syn]);
     assert!(
         out.is_empty(),
         "no answer for an address no longer ours: {out:?}"
     );
-    assert_eq!(lab.mem.dropped(DropReason::NotForUs), before + 1);
+    assert_eq!(labs[1].mem.dropped(DropReason::NotForUs), before + 1);
 }
 
 /// Engines answer questions over one ring, in turn. An answer that comes

@@ -1404,3 +1404,92 @@ fn the_connection_log_gets_a_line_per_connection_and_follows_reloads() {
         "written before dpd exited"
     );
 }
+
+/// `vip remove` of a VIP on an address of its own, on two engines, while
+/// a client downloads from it: the address stays dpd's (ping and ARP are
+/// answered, `status` lists it) and the download ends byte-exact; once it
+/// has, the address goes (within a few of the control thread's ticks) and
+/// a new connection to it finds no one.
+#[test]
+fn a_removed_vips_address_stays_until_its_download_ends() {
+    let lab = Lab::up("lg");
+    let vip = format!("{}.9", lab.net);
+    let dut = lab.dut_ip();
+    let dpd = Dpd::start(&lab, |s| {
+        format!(
+            "[eal]\nlcores = [1, 2]\ncpus = [0, 1]\nidle_sleep_us = 20\n\n\
+             [[port]]\nname = \"p0\"\ndevice = \"net_af_packet0,iface=veth-dut,qpairs=2\"\n\
+             address = \"{dut}/24\"\n\n\
+             [[vip]]\nname = \"extra\"\nlisten = \"{vip}:80\"\nrespond = \"builtin\"\n\n\
+             [control]\nsocket = \"{}\"\n",
+            s.display()
+        )
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("body");
+    let bytes = 6_000_000;
+    let download = lab
+        .client_command(&[
+            "curl",
+            "-sS",
+            "--max-time",
+            "30",
+            "--limit-rate",
+            "2M",
+            "-o",
+            body.to_str().unwrap(),
+            "-w",
+            "%{http_code} %{size_download}",
+            &format!("http://{vip}/bytes/{bytes}"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Under way once its first bytes are written.
+    let started = std::time::Instant::now();
+    while std::fs::metadata(&body).map_or(0, |m| m.len()) == 0 {
+        assert!(started.elapsed() < Duration::from_secs(10), "no download");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ok(&dpd, &["vip", "remove", "extra"]);
+    let kept = format!("kept for open connections of removed VIPs: {vip}");
+    let status = ok(&dpd, &["status"]);
+    assert!(status.contains(&kept), "{status}");
+    // Its neighbours may ask again: ARP (and ping) still answered.
+    let cli = format!("{}-cli", lab.name);
+    run(Command::new("ip").args(["-n", &cli, "neigh", "flush", "all"]));
+    let ping = lab.client(&["ping", "-c", "2", "-i", "0.2", "-W", "2", &vip]);
+    assert!(
+        ping.status.success(),
+        "ping {vip}: {}",
+        String::from_utf8_lossy(&ping.stdout)
+    );
+
+    let out = download.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("200 {bytes}"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    e2e::verify_pattern_file(&body, bytes);
+    // The last connection ended: the address goes.
+    let ended = std::time::Instant::now();
+    while ok(&dpd, &["status"]).contains(&kept) {
+        assert!(
+            ended.elapsed() < Duration::from_secs(5),
+            "still kept 5 s after its last connection ended"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(dpd.log_text().contains(&format!("address {vip} released")));
+    let late = lab.client(&[
+        "curl",
+        "-sS",
+        "--connect-timeout",
+        "1",
+        &format!("http://{vip}/bytes/3"),
+    ]);
+    assert!(!late.status.success(), "served after its address went");
+}

@@ -1104,6 +1104,12 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
                         .unwrap_or_default()
                 );
             }
+            if !s.lingering.is_empty() {
+                println!(
+                    "kept for open connections of removed VIPs: {}",
+                    s.lingering.join(" ")
+                );
+            }
             println!("dataplane cores: {:?}", s.lcores);
             println!(
                 "hugepages: {} ({})",

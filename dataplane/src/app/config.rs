@@ -32,6 +32,11 @@ pub struct Snapshot {
     pub conn_log: Option<Arc<super::conn_log::ConnLogQueues>>,
     /// The ends it takes (`[log] connection_ends`; all when absent).
     pub conn_log_ends: super::conn_log::EndSet,
+    /// Addresses of removed VIPs that engines keep (ARP, ND, their
+    /// segments) while connections to them may be open on any engine: the
+    /// control thread takes one off once no engine serves it
+    /// ([`crate::snapshot::ToEngine::Serving`]).
+    pub lingering: Vec<IpAddr>,
 }
 
 /// One VIP of a snapshot.

@@ -42,6 +42,7 @@ mod capture;
 mod conn_log;
 mod conns;
 mod deny;
+mod lingering;
 mod reconnect;
 pub mod service;
 mod tick;
@@ -85,6 +86,7 @@ struct Built {
     tickets_epoch: u64,
     generation: u64,
     conn_log: LogChange,
+    lingering: Vec<IpAddr>,
 }
 
 /// What a change does to the connection log's file.
@@ -152,6 +154,10 @@ pub struct Controller {
     pardoned: Vec<((IpAddr, u8), Instant)>,
     /// The connection log (`[log] connections`), once it was first on.
     conn_log: Option<conn_log::ConnLog>,
+    /// Addresses of removed VIPs the engines keep while any serves them
+    /// ([`lingering`]), and when they were last asked about them.
+    lingering: Vec<IpAddr>,
+    linger_asked: Option<Instant>,
 }
 
 /// The running daemon, as `status` and `drain` requests see it.
@@ -220,6 +226,8 @@ impl Controller {
             auto_deny_at: None,
             pardoned: Vec::new(),
             conn_log: None,
+            lingering: Vec::new(),
+            linger_asked: None,
         };
         let mut cfg = cfg;
         let expired = cfg.access.take_expired(jiff::Timestamp::now());
@@ -609,6 +617,7 @@ impl Controller {
             Arc::new(PrefixSet::new(nets.filter_map(|d| parse_prefix(d).ok())))
         };
         let (log_queues, log_change) = self.plan_conn_log(next, matches!(reload, Reload::All))?;
+        let lingering = lingering::after_change(&self.lingering, &self.cfg, next);
         Ok(Built {
             snapshot: Arc::new(Snapshot {
                 version: self.issued + 1,
@@ -618,6 +627,7 @@ impl Controller {
                 conn_log: log_queues,
                 conn_log_ends: (next.log.connection_ends.as_deref())
                     .map_or(EndSet::ALL, EndSet::of),
+                lingering: lingering.clone(),
             }),
             certs,
             tls,
@@ -625,6 +635,7 @@ impl Controller {
             tickets_epoch,
             generation,
             conn_log: log_change,
+            lingering,
         })
     }
 
@@ -702,6 +713,7 @@ impl Controller {
         self.tls = built.tls;
         self.tickets_epoch = built.tickets_epoch;
         self.generation = built.generation;
+        self.lingering = built.lingering;
         let mut names = vec![String::new(); built.slots.len()];
         for (name, &slot) in &built.slots {
             names[usize::from(slot)].clone_from(name);

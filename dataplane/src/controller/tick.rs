@@ -1,4 +1,5 @@
 //! The controller's periodic work on the control thread (docs/cluster.md):
+//! releasing removed VIPs' addresses once unused ([`super::lingering`]),
 //! moving a drain through its phases, SIGTERM's drain and stop, and with
 //! `[routing]` keeping the announce interface's addresses to the VIPs
 //! this node can serve ([`super::service`] decides; this applies).
@@ -64,6 +65,7 @@ impl Controller {
     /// [`TICK`].
     pub fn tick(&mut self, now: Instant) {
         self.reconnect_peers(now);
+        self.release_lingering(now);
         self.expire_denies(jiff::Timestamp::now());
         self.auto_deny(now, jiff::Timestamp::now());
         if self

@@ -63,6 +63,7 @@ impl Controller {
                 let ends = self.cfg.log.connection_ends.clone();
                 l.status(self.stats().total.conn_log_dropped, ends)
             }),
+            lingering: self.lingering.iter().map(ToString::to_string).collect(),
         })))
     }
 
@@ -156,6 +157,7 @@ impl Controller {
             | FromEngine::Sources { .. }
             | FromEngine::Conns { .. }
             | FromEngine::ConnsReset { .. }
+            | FromEngine::Serving { .. }
             | FromEngine::Refused { .. } => false,
         });
         if !answered {

@@ -25,26 +25,15 @@ impl<P: Port, A: Application> Engine<P, A> {
         let vips = self.app.vips();
         self.tcp
             .retain_listeners(|a, p| vips.iter().any(|v| v.enabled && v.addr == a && v.port == p));
-        // A removed VIP's address stays while connections to it are open
-        // ("open connections go on"): their segments and ARP still reach
-        // us, and it goes once they have ended.
-        let (tcp, lingering) = (&self.tcp, &mut self.lingering);
-        let mut keep = |a: IpAddr| {
-            if vips.iter().any(|v| v.addr == a) {
-                return true;
-            }
-            let open = tcp.serves_address(a);
-            if open && !lingering.contains(&a) {
-                lingering.push(a);
-            }
-            open
-        };
+        // A removed VIP's address stays while the control thread has it
+        // lingering: connections to it may be open on any engine, and
+        // their segments, ARP and ND still reach us ("open connections go
+        // on"); it goes once no engine serves it.
+        let keep = |a: IpAddr| vips.iter().any(|v| v.addr == a) || snap.lingering.contains(&a);
         for iface in self.ports.iter_mut().flat_map(|ep| ep.ifaces_mut()) {
             iface.retain_addresses(|a| keep(IpAddr::V4(*a)));
             iface.retain_addresses6(|a| keep(IpAddr::V6(*a)));
         }
-        self.lingering
-            .retain(|a| !vips.iter().any(|v| v.addr == *a));
         type Wanted = (IpAddr, u16, bool, ListenLimits, u16, Option<Arc<PrefixSet>>);
         let wanted: Vec<Wanted> = vips
             .iter()
@@ -57,28 +46,6 @@ impl<P: Port, A: Application> Engine<P, A> {
                 self.tcp.listen_with(addr, port, limits, Some(slot));
                 self.tcp.set_allow(addr, port, allow);
             }
-        }
-    }
-
-    /// Gives up the addresses of removed VIPs whose last connection ended
-    /// (at each tick; nothing to do unless a VIP was removed with
-    /// connections open).
-    pub(super) fn release_lingering(&mut self) {
-        if self.lingering.is_empty() {
-            return;
-        }
-        let tcp = &self.tcp;
-        let mut gone = Vec::new();
-        self.lingering.retain(|a| {
-            let open = tcp.serves_address(*a);
-            if !open {
-                gone.push(*a);
-            }
-            open
-        });
-        for iface in self.ports.iter_mut().flat_map(|ep| ep.ifaces_mut()) {
-            iface.retain_addresses(|a| !gone.contains(&IpAddr::V4(*a)));
-            iface.retain_addresses6(|a| !gone.contains(&IpAddr::V6(*a)));
         }
     }
 
@@ -177,6 +144,14 @@ impl<P: Port, A: Application> Engine<P, A> {
                     ask,
                     sources: self.tcp.refused_sources(vip, max, now),
                 },
+                ToEngine::Serving { ask, mut addrs } => {
+                    addrs.retain(|a| self.tcp.serves_address(*a));
+                    FromEngine::Serving {
+                        engine: link.engine,
+                        ask,
+                        serving: addrs,
+                    }
+                }
                 ToEngine::ConnsReset { ask, filter } => FromEngine::ConnsReset {
                     engine: link.engine,
                     ask,

@@ -213,9 +213,6 @@ pub struct Engine<P: Port, A: Application = Services> {
     /// Rings to the other engines, for ports steered in software.
     steer: Option<SteerLink<P::Buf>>,
     events: Vec<Event>,
-    /// Addresses of VIPs removed while connections to them were open:
-    /// still ours (ARP, their segments) until the last of those ends.
-    lingering: Vec<IpAddr>,
 }
 
 impl<P: Port> Engine<P> {
@@ -466,7 +463,6 @@ impl<P: Port, A: Application> Engine<P, A> {
             staged: None,
             steer: None,
             events: Vec::with_capacity(256),
-            lingering: Vec::new(),
         }
     }
 
@@ -736,7 +732,6 @@ impl<P: Port, A: Application> Engine<P, A> {
             }
         }
         self.control_messages(now);
-        self.release_lingering();
         let mut cx = Cx {
             now,
             tcp: &mut self.tcp,

@@ -81,9 +81,21 @@ pub fn started_from(
 /// engine core, its engine left to the test (on the returned link): the
 /// first snapshot to apply to it, and the link.
 pub fn one_engine(extra: &str) -> (Controller, Arc<Snapshot>, ControlLink) {
-    let text = CONFIG.replace("lcores = [1, 2]", "lcores = [1]") + extra;
-    let links = ControlLink::new_set(1);
-    let shared = vec![(1, Arc::new(SharedCounters::default()))];
+    let (ctl, first, mut links) = engines(1, extra);
+    (ctl, first, links.remove(0))
+}
+
+/// [`one_engine`] with `n` engine cores: a link for each.
+pub fn engines(n: usize, extra: &str) -> (Controller, Arc<Snapshot>, Vec<ControlLink>) {
+    let lcores: Vec<String> = (1..=n).map(|l| l.to_string()).collect();
+    let text = CONFIG.replace(
+        "lcores = [1, 2]",
+        &format!("lcores = [{}]", lcores.join(", ")),
+    ) + extra;
+    let links = ControlLink::new_set(n);
+    let shared = (1..=n as u32)
+        .map(|l| (l, Arc::new(SharedCounters::default())))
+        .collect();
     let (ctl, first) = Controller::start(
         Config::parse(&text).unwrap(),
         None,
@@ -92,7 +104,7 @@ pub fn one_engine(extra: &str) -> (Controller, Arc<Snapshot>, ControlLink) {
         1_000_000_000,
     )
     .unwrap();
-    (ctl, first, links[0].clone())
+    (ctl, first, links)
 }
 
 pub fn reply(a: Answer) -> Reply {

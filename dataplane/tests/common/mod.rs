@@ -156,6 +156,23 @@ pub fn arp_frame(
     buf
 }
 
+/// The address an ARP reply answers for (its sender's), if `frame` is
+/// one.
+pub fn arp_reply_from(frame: &[u8]) -> Option<Ipv4Addr> {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.ethertype() != EthernetProtocol::Arp {
+        return None;
+    }
+    match ArpRepr::parse(&ArpPacket::new_checked(eth.payload()).ok()?).ok()? {
+        ArpRepr::EthernetIpv4 {
+            operation: ArpOperation::Reply,
+            source_protocol_addr,
+            ..
+        } => Some(source_protocol_addr),
+        _ => None,
+    }
+}
+
 /// An IPv4 frame: `ip` (its `payload_len` set), then what `payload`
 /// writes into the IP payload.
 pub fn ipv4_frame(
