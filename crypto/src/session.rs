@@ -239,6 +239,11 @@ struct Handshake {
     /// Received TLS bytes not yet discarded by rustls: the unbuffered API
     /// must see them again on every call.
     incoming: Vec<u8>,
+    /// How much of `incoming` rustls has been handed: whole records, one
+    /// more each time it asks for more, so it never reads past the
+    /// client's Finished (what follows is our record layer's: rustls would
+    /// answer a KeyUpdate there into a queue the handover drops).
+    handed: usize,
     /// The client's record headers, judged as its bytes arrive.
     headers: HeaderJudge,
     /// Our first flight went out: from then on rustls judges the records
@@ -689,6 +694,7 @@ impl ServerSession {
                 conn: UnbufferedServerConnection::new(config.rustls().clone())
                     .map_err(TlsError::rustls)?,
                 incoming: Vec::new(),
+                handed: 0,
                 headers: HeaderJudge::default(),
                 answered: false,
                 secrets: SecretCache::default(),
@@ -846,9 +852,19 @@ impl ServerSession {
                 let Handshake {
                     conn,
                     incoming,
+                    handed,
                     mut secrets,
                     ..
                 } = *h;
+                // rustls still holds bytes of a handshake message begun in
+                // the record of the client's Finished: a message spanning
+                // the key change (RFC 8446 §5.1).
+                if handed > 0 {
+                    return Err(TlsError::new(
+                        Failure::UnexpectedMessage,
+                        "a handshake message spans the end of the handshake",
+                    ));
+                }
                 self.negotiated = Some(negotiated(&conn, self.key));
                 // rustls derives the application keys and IVs again from
                 // the secrets it hands over: found in what it kept.
@@ -1147,7 +1163,9 @@ fn handshake(
     progress: &mut Progress,
 ) -> Result<bool, TlsError> {
     loop {
-        let UnbufferedStatus { discard, state } = h.conn.process_tls_records(&mut h.incoming);
+        let handed = h.handed.min(h.incoming.len());
+        let UnbufferedStatus { discard, state } =
+            h.conn.process_tls_records(&mut h.incoming[..handed]);
         let mut extra = 0;
         let mut failure = None;
         let mut result = None;
@@ -1174,26 +1192,54 @@ fn handshake(
             }
             // The bytes are in `outgoing`; the caller sends them.
             Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
-            Ok(ConnectionState::BlockedHandshake) => result = Some(false),
-            Ok(ConnectionState::WriteTraffic(_)) => result = Some(true),
+            Ok(ConnectionState::BlockedHandshake) => result = Some(Step::Blocked),
+            Ok(ConnectionState::WriteTraffic(_)) => result = Some(Step::Done),
             Ok(ConnectionState::PeerClosed) => progress.peer_closed = true,
-            Ok(ConnectionState::Closed) => result = Some(false),
+            Ok(ConnectionState::Closed) => result = Some(Step::Stop),
             // 0-RTT is not enabled; anything new in rustls: stop here.
-            Ok(_) => result = Some(false),
+            Ok(_) => result = Some(Step::Stop),
         }
-        h.incoming.drain(..(discard + extra).min(h.incoming.len()));
+        let drained = (discard + extra).min(handed);
+        h.incoming.drain(..drained);
+        h.handed = handed - drained;
         if let Some(e) = failure {
             // The alert rustls queued comes out; then the session is dead.
-            let UnbufferedStatus { state, .. } = h.conn.process_tls_records(&mut h.incoming);
+            let UnbufferedStatus { state, .. } =
+                h.conn.process_tls_records(&mut h.incoming[..h.handed]);
             if let Ok(ConnectionState::EncodeTlsData(mut enc)) = state {
                 let _ = append(outgoing, |b| enc.encode(b), encode_room);
             }
             return Err(TlsError::rustls(e));
         }
-        if let Some(done) = result {
-            return Ok(done);
+        match result {
+            // Blocked on input: the next whole record, if there is one.
+            Some(Step::Blocked) => match record_end(&h.incoming, h.handed) {
+                Some(end) => h.handed = end,
+                None => return Ok(false),
+            },
+            Some(Step::Done) => return Ok(true),
+            Some(Step::Stop) => return Ok(false),
+            None => {}
         }
     }
+}
+
+/// Where one turn of rustls' state machine left the handshake.
+enum Step {
+    /// Waiting for the client's next record.
+    Blocked,
+    /// Complete: application data may flow.
+    Done,
+    /// Nothing more to do now (closed, or a state we do not use).
+    Stop,
+}
+
+/// The end of the whole record starting at `at` in `buf`, if it is all
+/// there.
+fn record_end(buf: &[u8], at: usize) -> Option<usize> {
+    let header = buf.get(at..at + HEADER_LEN)?;
+    let end = at + HEADER_LEN + usize::from(u16::from_be_bytes([header[3], header[4]]));
+    (end <= buf.len()).then_some(end)
 }
 
 impl HeaderJudge {
@@ -1938,6 +1984,32 @@ mod tests {
         let big = vec![b'z'; 10 * record::MAX_PLAINTEXT];
         s.encrypt(&big, &mut out).unwrap();
         assert_eq!(deliver(&mut c, &out), big);
+    }
+
+    /// A TLS 1.3 client that asks for a key update right behind its
+    /// Finished, in the same read: rustls finishes the handshake, and
+    /// the update (and the data after it) is ours to answer. Before,
+    /// rustls read on past the Finished, answered the update into a queue
+    /// the handover dropped and moved its send key: the client never got
+    /// our KeyUpdate and failed on our first record.
+    #[test]
+    fn a_key_update_behind_the_clients_finished_is_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = TlsConfig::new(test_store(dir.path())).unwrap();
+        let mut c = client(dir.path(), "p256.test", TLS13);
+        let mut s = ServerSession::new(&cfg).unwrap();
+        first_flights(&mut c, &mut s);
+        c.refresh_traffic_keys().unwrap();
+        c.writer().write_all(b"behind the update").unwrap();
+        let mut finished_and_more = Vec::new();
+        c.write_tls(&mut finished_and_more).unwrap();
+        let (mut out, mut plain) = (Vec::new(), Vec::new());
+        let p = s.process(&finished_and_more, &mut out, &mut plain).unwrap();
+        assert!(p.handshake_done);
+        assert_eq!((p.key_updates_received, p.key_updates_sent), (1, 1));
+        assert_eq!(plain, b"behind the update");
+        s.encrypt(b"answered", &mut out).unwrap();
+        assert_eq!(deliver(&mut c, &out), b"answered");
     }
 
     /// Feeds all of `tls` to the client; returns the plaintext it yields.
