@@ -351,6 +351,11 @@ impl RecordKey {
                 Ok((outer, plain.len()))
             }
             Protocol::Tls13 => {
+                // RFC 8446 §5.4: the whole TLSInnerPlaintext (content,
+                // type, padding) is at most 2^14 + 1 bytes.
+                if plain.len() > MAX_PLAINTEXT + 1 {
+                    return Err(RecordError::Overflow);
+                }
                 let Some(at) = plain.iter().rposition(|&b| b != 0) else {
                     return Err(RecordError::Unexpected);
                 };
@@ -690,6 +695,44 @@ mod tests {
                     p.open.open_in_place(&h, &mut rec[HEADER_LEN..n]),
                     Err(RecordError::Unexpected)
                 );
+            }
+        }
+    }
+
+    /// RFC 8446 §5.4: a TLSInnerPlaintext (content, type, padding) over
+    /// 2^14 + 1 bytes is record_overflow, even where its content alone is
+    /// within 2^14. Before, only the content was measured.
+    #[test]
+    fn a_tls13_inner_plaintext_over_its_bound_is_overflow() {
+        let dir = tempfile::tempdir().unwrap();
+        for suite in &SUITES[..3] {
+            let mut p = pair(dir.path(), *suite);
+            assert_eq!(p.protocol, Protocol::Tls13);
+            for padding in [0, 1] {
+                // 2^14 bytes of content, its type, then `padding` zeros.
+                let mut inner = vec![b'a'; MAX_PLAINTEXT + 1 + padding];
+                inner[MAX_PLAINTEXT] = content::APPLICATION_DATA;
+                inner[MAX_PLAINTEXT + 1..].fill(0);
+                let tag_len = p.seal.key.algorithm().tag_len();
+                let hdr = header(content::APPLICATION_DATA, (inner.len() + tag_len) as u16);
+                let tag = p
+                    .seal
+                    .key
+                    .seal_in_place_separate_tag(
+                        Nonce::assume_unique_for_key(p.seal.nonce(p.seal.seq)),
+                        Aad::from(&hdr[..]),
+                        &mut inner,
+                    )
+                    .unwrap();
+                p.seal.seq += 1;
+                inner.extend_from_slice(tag.as_ref());
+                let mut out = vec![0u8; inner.len()];
+                let opened = p.open.open(&hdr, &inner, &mut out);
+                if padding == 0 {
+                    assert_eq!(opened, Ok((content::APPLICATION_DATA, MAX_PLAINTEXT)));
+                } else {
+                    assert_eq!(opened, Err(RecordError::Overflow), "{suite:?}");
+                }
             }
         }
     }

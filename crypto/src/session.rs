@@ -282,9 +282,86 @@ struct Established {
     /// Sequence number at which the send key must change (TLS 1.3) or the
     /// connection close (TLS 1.2).
     tx_limit: u64,
-    /// The start of a post-handshake message whose rest is in the next
-    /// record(s) (RFC 8446 §5.1: no other record type may come between).
-    hs_partial: Vec<u8>,
+    /// A post-handshake message being read (RFC 8446 §5.1: it may span
+    /// records, and no other record type may come between).
+    message: PostHandshake,
+    /// What a peer may repeat without sending data, counted since its
+    /// last non-empty application data record ([`Tempers`]).
+    tempers: Tempers,
+}
+
+/// A post-handshake handshake message from the client, read as its bytes
+/// come: its 4-byte header, judged as soon as it is whole (only what a
+/// client may send is let in: RFC 8446 §4.6.3, a TLS 1.3 KeyUpdate; RFC
+/// 5246 §7.4.1.1, a TLS 1.2 ClientHello asking to renegotiate), then its
+/// body, of which only a KeyUpdate's one byte is kept: a hello's is
+/// counted off, never held.
+#[derive(Debug, Default)]
+struct PostHandshake {
+    header: [u8; 4],
+    /// Header bytes read (0 between messages).
+    have: usize,
+    /// Body bytes still to come, once the header is whole.
+    body_left: usize,
+}
+
+impl PostHandshake {
+    fn in_progress(&self) -> bool {
+        self.have > 0
+    }
+}
+
+/// What a peer may repeat without sending application data, each
+/// bounded as rustls and BoringSSL bound them before the handover (their
+/// counters do not follow the session to our record layer): warning
+/// alerts, empty records and KeyUpdates since the last non-empty
+/// application data record, and renegotiation requests ever. Past a
+/// bound: unexpected_message.
+#[derive(Debug, Default)]
+struct Tempers {
+    warnings: u8,
+    empty_records: u8,
+    key_updates: u8,
+    renegotiations: u8,
+    /// Our send key's sequence number right after our last KeyUpdate
+    /// answering the peer's request: another request before we sent a
+    /// record since is covered by it (RFC 8446 §4.6.3: a receiver silent
+    /// meanwhile answers several with one).
+    answered_at: Option<u64>,
+}
+
+/// Warning alerts (TLS 1.2 other than close_notify, TLS 1.3
+/// user_canceled) in a row taken (BoringSSL's kMaxWarningAlerts).
+const MAX_WARNINGS: u8 = 4;
+/// Empty records in a row taken (BoringSSL's kMaxEmptyRecords; rustls'
+/// ALLOWED_CONSECUTIVE_EMPTY_FRAGMENTS_MAX).
+const MAX_EMPTY_RECORDS: u8 = 32;
+/// KeyUpdates taken between two application data records (BoringSSL's
+/// kMaxKeyUpdates).
+const MAX_KEY_UPDATES: u8 = 32;
+/// TLS 1.2 renegotiation requests refused with a warning; the next one
+/// ends the session (rustls' rule).
+const MAX_RENEGOTIATIONS: u8 = 1;
+
+impl Tempers {
+    /// Application data came: the in-a-row counts start again.
+    fn data(&mut self) {
+        self.warnings = 0;
+        self.empty_records = 0;
+        self.key_updates = 0;
+    }
+
+    /// One more of `count`, within `max`.
+    fn one_more(count: &mut u8, max: u8, what: &str) -> Result<(), TlsError> {
+        if *count >= max {
+            return Err(TlsError::new(
+                Failure::UnexpectedMessage,
+                format!("more than {max} {what}"),
+            ));
+        }
+        *count += 1;
+        Ok(())
+    }
 }
 
 enum State {
@@ -398,7 +475,8 @@ impl Established {
             kernel,
             leftover,
             tx_limit: limit,
-            hs_partial: Vec::new(),
+            message: PostHandshake::default(),
+            tempers: Tempers::default(),
         })
     }
 
@@ -426,7 +504,7 @@ impl Established {
         out: &mut Vec<u8>,
         progress: &mut Progress,
     ) -> Result<(), TlsError> {
-        if typ != content::HANDSHAKE && !self.hs_partial.is_empty() {
+        if typ != content::HANDSHAKE && self.message.in_progress() {
             return Err(TlsError::new(
                 Failure::UnexpectedMessage,
                 "a record between the fragments of a handshake message",
@@ -440,7 +518,11 @@ impl Established {
                 }
                 // TLS 1.2 warnings other than close_notify are ignored;
                 // TLS 1.3 ignores user_canceled; anything else is fatal.
-                [1, d] if self.rx.protocol() == Protocol::Tls12 || *d == 90 => Ok(()),
+                [1, d] if self.rx.protocol() == Protocol::Tls12 || *d == 90 => Tempers::one_more(
+                    &mut self.tempers.warnings,
+                    MAX_WARNINGS,
+                    "warning alerts in a row",
+                ),
                 [_, d] => Err(TlsError::new(
                     Failure::PeerAlert,
                     format!("alert {d} received"),
@@ -456,103 +538,27 @@ impl Established {
                         "zero-length handshake record",
                     ));
                 }
-                // A message may span records: the start of one kept from
-                // the last record comes first.
-                let joined;
-                let mut msgs = if self.hs_partial.is_empty() {
-                    body
-                } else {
-                    let mut j = std::mem::take(&mut self.hs_partial);
-                    j.extend_from_slice(body);
-                    joined = j;
-                    &joined[..]
-                };
-                let mut hellos = 0;
-                while !msgs.is_empty() {
-                    let (t, len, rest) = match msgs {
-                        [t, a, b, c, rest @ ..] => (
-                            *t,
-                            usize::from(*a) << 16 | usize::from(*b) << 8 | usize::from(*c),
-                            rest,
-                        ),
-                        _ => (0, 0, &[][..]),
-                    };
-                    if msgs.len() < 4 || rest.len() < len {
-                        if len > MAX_POST_HANDSHAKE_MESSAGE {
-                            return Err(TlsError::new(
-                                Failure::HandshakeTooLarge,
-                                format!("post-handshake message of {len} bytes"),
-                            ));
+                let mut rest = body;
+                while !rest.is_empty() {
+                    let m = &mut self.message;
+                    if m.have < m.header.len() {
+                        let n = (m.header.len() - m.have).min(rest.len());
+                        m.header[m.have..m.have + n].copy_from_slice(&rest[..n]);
+                        m.have += n;
+                        rest = &rest[n..];
+                        if m.have == m.header.len() {
+                            let len = self.judge_message()?;
+                            self.message.body_left = len;
                         }
-                        // Its rest comes in the next record.
-                        self.hs_partial = msgs.to_vec();
-                        break;
+                        continue;
                     }
-                    let (msg, next) = rest.split_at(len);
-                    msgs = next;
-                    match (self.rx.protocol(), t, msg) {
-                        // KeyUpdate: the peer's next records use its next key;
-                        // update_requested asks us to move ours too.
-                        (Protocol::Tls13, 24, [request @ (0 | 1)]) => {
-                            // RFC 8446 §5.1: a key change ends its record
-                            // (so one record cannot ask for thousands of
-                            // updates either).
-                            if !msgs.is_empty() {
-                                return Err(TlsError::new(
-                                    Failure::UnexpectedMessage,
-                                    "KeyUpdate not at the end of its record",
-                                ));
-                            }
-                            let (seq, secrets) =
-                                self.kernel.update_rx_secret().map_err(TlsError::rustls)?;
-                            self.rx = RecordKey::new(Protocol::Tls13, &secrets, seq);
-                            progress.key_updates_received += 1;
-                            if *request == 1 {
-                                self.update_tx(out)?;
-                                progress.key_updates_sent += 1;
-                            }
-                        }
-                        // RFC 8446 §4.6.3: request_update is 0 or 1; any
-                        // other value is illegal_parameter.
-                        (Protocol::Tls13, 24, [_]) => {
-                            return Err(TlsError::new(
-                                Failure::IllegalParameter,
-                                "KeyUpdate request_update not 0 or 1",
-                            ))
-                        }
-                        (Protocol::Tls13, 24, _) => {
-                            return Err(TlsError::new(Failure::DecodeError, "malformed KeyUpdate"))
-                        }
-                        // A ClientHello shorter than its fixed fields
-                        // (version, random, session id, suites, methods).
-                        (Protocol::Tls12, 1, m) if m.len() < MIN_CLIENT_HELLO => {
-                            return Err(TlsError::new(
-                                Failure::DecodeError,
-                                "truncated ClientHello",
-                            ))
-                        }
-                        // One renegotiation attempt per record is answered;
-                        // a record packed with ClientHellos (a reply
-                        // amplifier) is not something a client does.
-                        (Protocol::Tls12, 1, _) if hellos > 0 => {
-                            return Err(TlsError::new(
-                                Failure::UnexpectedMessage,
-                                "several ClientHellos in one record",
-                            ))
-                        }
-                        // A TLS 1.2 ClientHello: renegotiation, refused with a
-                        // warning (RFC 5246 §7.2.2); the connection goes on.
-                        (Protocol::Tls12, 1, _) => {
-                            hellos += 1;
-                            self.alert_warning(100, out);
-                            progress.renegotiations_refused += 1;
-                        }
-                        (_, t, _) => {
-                            return Err(TlsError::new(
-                                Failure::UnexpectedMessage,
-                                format!("handshake message {t} after the handshake"),
-                            ))
-                        }
+                    let n = m.body_left.min(rest.len());
+                    let body_byte = rest[0];
+                    m.body_left -= n;
+                    rest = &rest[n..];
+                    if m.body_left == 0 {
+                        self.message = PostHandshake::default();
+                        self.message_done(body_byte, rest.is_empty(), out, progress)?;
                     }
                 }
                 Ok(())
@@ -562,6 +568,91 @@ impl Established {
                 format!("record type {t} after the handshake"),
             )),
         }
+    }
+
+    /// Judges a post-handshake message's header, just whole: the length
+    /// of its body, or why it may not come.
+    fn judge_message(&self) -> Result<usize, TlsError> {
+        let [t, a, b, c] = self.message.header;
+        let len = usize::from(a) << 16 | usize::from(b) << 8 | usize::from(c);
+        match (self.rx.protocol(), t) {
+            (Protocol::Tls13, 24) if len == 1 => Ok(len),
+            (Protocol::Tls13, 24) => Err(TlsError::new(
+                Failure::DecodeError,
+                format!("KeyUpdate of {len} bytes"),
+            )),
+            // A ClientHello shorter than its fixed fields (version,
+            // random, session id, suites, methods).
+            (Protocol::Tls12, 1) if len < MIN_CLIENT_HELLO => {
+                Err(TlsError::new(Failure::DecodeError, "truncated ClientHello"))
+            }
+            (Protocol::Tls12, 1) if len > MAX_POST_HANDSHAKE_MESSAGE => Err(TlsError::new(
+                Failure::HandshakeTooLarge,
+                format!("post-handshake message of {len} bytes"),
+            )),
+            (Protocol::Tls12, 1) => Ok(len),
+            (_, t) => Err(TlsError::new(
+                Failure::UnexpectedMessage,
+                format!("handshake message {t} after the handshake"),
+            )),
+        }
+    }
+
+    /// Acts on a post-handshake message just read whole (`last` its body's
+    /// last byte; `record_ends`: nothing follows it in its record).
+    fn message_done(
+        &mut self,
+        last: u8,
+        record_ends: bool,
+        out: &mut Vec<u8>,
+        progress: &mut Progress,
+    ) -> Result<(), TlsError> {
+        if self.rx.protocol() == Protocol::Tls12 {
+            // A ClientHello: renegotiation, refused with a warning (RFC
+            // 5246 §7.2.2) once; the connection goes on.
+            Tempers::one_more(
+                &mut self.tempers.renegotiations,
+                MAX_RENEGOTIATIONS,
+                "renegotiation requests",
+            )?;
+            self.alert_warning(100, out);
+            progress.renegotiations_refused += 1;
+            return Ok(());
+        }
+        // KeyUpdate: the peer's next records use its next key;
+        // update_requested asks us to move ours too.
+        let request = match last {
+            0 => false,
+            1 => true,
+            // RFC 8446 §4.6.3: request_update is 0 or 1.
+            _ => {
+                return Err(TlsError::new(
+                    Failure::IllegalParameter,
+                    "KeyUpdate request_update not 0 or 1",
+                ))
+            }
+        };
+        // RFC 8446 §5.1: a key change ends its record.
+        if !record_ends {
+            return Err(TlsError::new(
+                Failure::UnexpectedMessage,
+                "KeyUpdate not at the end of its record",
+            ));
+        }
+        Tempers::one_more(
+            &mut self.tempers.key_updates,
+            MAX_KEY_UPDATES,
+            "KeyUpdates without application data",
+        )?;
+        let (seq, secrets) = self.kernel.update_rx_secret().map_err(TlsError::rustls)?;
+        self.rx = RecordKey::new(Protocol::Tls13, &secrets, seq);
+        progress.key_updates_received += 1;
+        if request && self.tempers.answered_at != Some(self.tx.seq()) {
+            self.update_tx(out)?;
+            self.tempers.answered_at = Some(self.tx.seq());
+            progress.key_updates_sent += 1;
+        }
+        Ok(())
     }
 
     /// Whether a record of outer type `typ` may come after the handshake:
@@ -660,9 +751,26 @@ impl Established {
                 }
             };
             at = body.end;
-            if typ == content::APPLICATION_DATA && self.hs_partial.is_empty() {
+            if typ == content::APPLICATION_DATA && !self.message.in_progress() {
                 plaintext.truncate(start + n);
-                continue;
+                if n > 0 {
+                    self.tempers.data();
+                    continue;
+                }
+                // RFC 8446 §5.4 allows empty application data; a peer
+                // sending nothing else is bounded.
+                let more = Tempers::one_more(
+                    &mut self.tempers.empty_records,
+                    MAX_EMPTY_RECORDS,
+                    "empty records in a row",
+                );
+                match more {
+                    Ok(()) => continue,
+                    Err(e) => {
+                        self.alert(10, out);
+                        return Err(e);
+                    }
+                }
             }
             let result = self.control(typ, &plaintext[start..start + n], out, progress);
             plaintext.truncate(start);
@@ -1984,6 +2092,75 @@ mod tests {
         let big = vec![b'z'; 10 * record::MAX_PLAINTEXT];
         s.encrypt(&big, &mut out).unwrap();
         assert_eq!(deliver(&mut c, &out), big);
+    }
+
+    /// Several KeyUpdates asking for ours while we send nothing are
+    /// answered with one (RFC 8446 §4.6.3), which the client takes; after
+    /// our next record, the next request gets its own answer. Before,
+    /// each got one: two key derivations of ours per request.
+    #[test]
+    fn update_requests_while_we_are_silent_get_one_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = TlsConfig::new(test_store(dir.path())).unwrap();
+        let mut c = client(dir.path(), "p256.test", TLS13);
+        let mut s = ServerSession::new(&cfg).unwrap();
+        pump(&mut c, &mut s, &mut Vec::new(), &mut Vec::new());
+        let requests = |c: &mut ClientConnection, n| {
+            for _ in 0..n {
+                c.refresh_traffic_keys().unwrap();
+            }
+            c.writer().write_all(b"q").unwrap();
+            let mut w = Vec::new();
+            c.write_tls(&mut w).unwrap();
+            w
+        };
+        let (mut out, mut plain) = (Vec::new(), Vec::new());
+        let p = s
+            .process(&requests(&mut c, 5), &mut out, &mut plain)
+            .unwrap();
+        assert_eq!((p.key_updates_received, p.key_updates_sent), (5, 1));
+        s.encrypt(b"x", &mut out).unwrap();
+        assert_eq!(deliver(&mut c, &out), b"x");
+        out.clear();
+        let p = s
+            .process(&requests(&mut c, 1), &mut out, &mut plain)
+            .unwrap();
+        assert_eq!((p.key_updates_received, p.key_updates_sent), (1, 1));
+        s.encrypt(b"y", &mut out).unwrap();
+        assert_eq!(deliver(&mut c, &out), b"y");
+        assert_eq!(plain, b"qq");
+    }
+
+    /// KeyUpdates without application data between them are bounded as
+    /// BoringSSL bounds them (32, its kMaxKeyUpdates; rustls' counter
+    /// stays behind at the handover): the 33rd is unexpected_message.
+    /// Data between them starts the count again.
+    #[test]
+    fn key_updates_without_data_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = TlsConfig::new(test_store(dir.path())).unwrap();
+        let mut c = client(dir.path(), "p256.test", TLS13);
+        let mut s = ServerSession::new(&cfg).unwrap();
+        pump(&mut c, &mut s, &mut Vec::new(), &mut Vec::new());
+        let updates = |c: &mut ClientConnection, n, data: &[u8]| {
+            for _ in 0..n {
+                c.refresh_traffic_keys().unwrap();
+            }
+            c.writer().write_all(data).unwrap();
+            let mut w = Vec::new();
+            c.write_tls(&mut w).unwrap();
+            w
+        };
+        let (mut out, mut plain) = (Vec::new(), Vec::new());
+        s.process(&updates(&mut c, 32, b"d"), &mut out, &mut plain)
+            .unwrap();
+        s.process(&updates(&mut c, 32, b""), &mut out, &mut plain)
+            .unwrap();
+        assert_eq!(plain, b"d");
+        let e = s
+            .process(&updates(&mut c, 1, b""), &mut out, &mut plain)
+            .unwrap_err();
+        assert_eq!(e.reason, Failure::UnexpectedMessage, "{e}");
     }
 
     /// A TLS 1.3 client that asks for a key update right behind its
