@@ -341,3 +341,50 @@ fn ipv6_and_vlan_flows_spread_over_the_engines() {
     );
     assert_eq!(after.iter().sum::<u64>(), 32);
 }
+
+/// An ARP request padded to 3,000 bytes on a port that takes large
+/// frames (segmentation offload: a `vnet_tap`'s reads): the engine that
+/// got it answers it, and its copy for the other engine, which an
+/// ordinary buffer cannot hold, is dropped and counted. Before, the copy
+/// was sized past its buffer's room: an assertion, and dpd aborted.
+#[test]
+fn a_neighbour_frame_too_long_to_copy_is_dropped_for_the_others_not_a_crash() {
+    use dataplane::port::link_with_segmentation;
+    use dataplane::stats::DropReason;
+
+    let (dut, mut host) = link_with_segmentation(DUT_MAC, HOST_MAC, 256, 1024);
+    let (dut_idle, _idle) = link(DUT_MAC, HOST_MAC, 16, 64);
+    let links = SteerLink::new_set(2, &dataplane::dpdk::SYMMETRIC_RSS_KEY);
+    let share = |rx, tx_via| PortShare {
+        steer: true,
+        rx,
+        tx_via,
+    };
+    let mut engines = [
+        engine(dut, &links[0], share(true, None)),
+        engine(dut_idle, &links[1], share(false, Some(0))),
+    ];
+    let mut request = common::arp_frame(
+        ArpOperation::Request,
+        HOST_MAC,
+        HOST_IP,
+        EthernetAddress::BROADCAST,
+        DUT_IP,
+    );
+    request.resize(3000, 0);
+    let mut big = host.alloc_large().expect("a large buffer");
+    big.set_len(request.len());
+    big.data_mut().copy_from_slice(&request);
+    let now = Instant::from_millis(1);
+    host.tx_burst(now, &mut vec![big]);
+    run(&mut engines, now);
+    let mut got = Vec::new();
+    host.rx_burst(now, &mut got, 16);
+    assert_eq!(got.len(), 1, "answered once");
+    assert_eq!(
+        engines[0].counters().dropped(DropReason::Oversize),
+        1,
+        "the copy for engine 1"
+    );
+    assert_eq!(engines[0].counters().arp_replies, 1);
+}

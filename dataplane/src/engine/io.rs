@@ -230,6 +230,13 @@ pub(super) fn share_neighbor_frame<P: Port>(
             counters.drop(DropReason::NoBuffer);
             continue;
         };
+        // A port that takes large frames (segmentation offload) hands over
+        // what a peer pads past any MTU: no ordinary buffer holds it, and
+        // no neighbour frame is that long.
+        if buf.data().len() > copy.capacity() {
+            counters.drop(DropReason::Oversize);
+            continue;
+        }
         copy.set_len(buf.data().len());
         copy.data_mut().copy_from_slice(buf.data());
         if link
