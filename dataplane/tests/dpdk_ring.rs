@@ -145,6 +145,28 @@ fn mempool_exhaustion_and_mbuf_lengths() {
     assert_eq!(pool.available(), POOL_SIZE);
 }
 
+/// A frame over two mbufs (as a driver's scattered receive chains one
+/// longer than a buffer) reads as chained, which the engine drops: its
+/// data is the first segment's only. Freed whole.
+#[test]
+fn chained_mbufs_read_as_chained_and_are_freed_whole() {
+    use dataplane::port::PacketBuf;
+    let d = dpdk().lock().unwrap();
+    let pool = d.pool;
+    let before = pool.available();
+    let mut head = frame(&pool, 1);
+    assert!(!head.chained());
+    let tail = frame(&pool, 2);
+    assert!(head.chain(tail).is_ok());
+    assert!(head.chained());
+    assert_eq!(
+        (head.data().len(), head.pkt_len(), head.segments()),
+        (64, 128, 2)
+    );
+    drop(head);
+    assert_eq!(pool.available(), before);
+}
+
 /// A TSO request on an mbuf is DPDK's: the segmentation flag with both
 /// checksums, the three header lengths and the MSS, and the TCP field
 /// holding the pseudo-header sum without the length (rte_ipv4_phdr_cksum

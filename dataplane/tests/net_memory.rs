@@ -459,3 +459,27 @@ fn a_paused_port_moves_nothing_until_resumed_and_loses_nothing() {
         assert_eq!(arp.operation(), ArpOperation::Reply);
     }
 }
+
+/// A frame the port chained over several buffers (a memif peer sending
+/// past the buffer size): only its first segment is in view, and an
+/// echo or ARP reply built there in place would go out with the peer's
+/// trailing segments still attached. Dropped and counted, not answered;
+/// the same frame in one piece is answered.
+#[test]
+fn chained_frames_are_dropped_not_answered_in_place() {
+    use dataplane::port::{PacketBuf, Port};
+    let mut lab = new_lab(None);
+    lab.exchange(vec![arp_request(DUT_IP)]);
+    let echo = ping(HOST_MAC, HOST_IP, DUT_IP, 1, 1, b"payload");
+    for frame in [arp_request(DUT_IP), echo.clone()] {
+        let mut b = lab.host.alloc().unwrap();
+        b.set_len(frame.len());
+        b.data_mut().copy_from_slice(&frame);
+        b.mark_chained();
+        lab.host.tx_burst(lab.now, &mut vec![b]);
+    }
+    let out = lab.advance(Duration::from_millis(1));
+    assert!(out.is_empty(), "nothing answered: {out:?}");
+    assert_eq!(lab.dropped(DropReason::MultiSegment), 2);
+    assert_eq!(lab.exchange(vec![echo]).len(), 1, "whole, it is answered");
+}

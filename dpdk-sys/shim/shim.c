@@ -77,6 +77,11 @@ uint16_t tlsdp_pktmbuf_nb_segs(const struct rte_mbuf *m)
 	return m->nb_segs;
 }
 
+int tlsdp_pktmbuf_chain(struct rte_mbuf *head, struct rte_mbuf *tail)
+{
+	return rte_pktmbuf_chain(head, tail);
+}
+
 uint16_t tlsdp_pktmbuf_capacity(const struct rte_mbuf *m)
 {
 	return (uint16_t)(m->buf_len - m->data_off);

@@ -29,6 +29,7 @@ uint8_t *tlsdp_pktmbuf_data(struct rte_mbuf *m);
 uint16_t tlsdp_pktmbuf_data_len(const struct rte_mbuf *m);
 uint32_t tlsdp_pktmbuf_pkt_len(const struct rte_mbuf *m);
 uint16_t tlsdp_pktmbuf_nb_segs(const struct rte_mbuf *m);
+int tlsdp_pktmbuf_chain(struct rte_mbuf *head, struct rte_mbuf *tail);
 /* Room from the data start to the end of the buffer. */
 uint16_t tlsdp_pktmbuf_capacity(const struct rte_mbuf *m);
 /* Sets data_len and pkt_len of a single-segment mbuf; len <= capacity. */

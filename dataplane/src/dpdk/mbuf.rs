@@ -183,6 +183,23 @@ impl Mbuf {
         unsafe { dpdk_sys::tlsdp_pktmbuf_nb_segs(self.0.as_ptr()) }
     }
 
+    /// Appends `tail`'s segments to this frame (`rte_pktmbuf_chain`), as
+    /// a driver's scattered receive does with a frame longer than one
+    /// buffer; `tail` back when the chain would be too long. For tests:
+    /// the engine takes one segment per frame.
+    #[doc(hidden)]
+    pub fn chain(&mut self, tail: Mbuf) -> Result<(), Mbuf> {
+        // SAFETY: both are valid mbufs we own; on success the head owns
+        // the tail (freed with it), so the tail's handle is forgotten.
+        let rc = unsafe { dpdk_sys::tlsdp_pktmbuf_chain(self.0.as_ptr(), tail.0.as_ptr()) };
+        if rc == 0 {
+            std::mem::forget(tail);
+            Ok(())
+        } else {
+            Err(tail)
+        }
+    }
+
     /// Receive offload flags (`RTE_MBUF_F_RX_*`).
     #[inline]
     pub fn ol_flags(&self) -> u64 {

@@ -763,6 +763,11 @@ impl<P: Port, A: Application> Engine<P, A> {
             ep.rx_drained = drained;
             io::prefetch_syns(&self.rx, &self.tcp);
             for buf in self.rx.drain(..) {
+                if buf.chained() {
+                    self.counters.rx_packets += 1;
+                    self.counters.drop(DropReason::MultiSegment);
+                    continue;
+                }
                 if let Some(c) = &ep.capture {
                     if !c.take(buf.data()) {
                         ep.capture = None;

@@ -24,6 +24,10 @@ impl PacketBuf for Mbuf {
     fn set_len(&mut self, len: usize) {
         Mbuf::set_len(self, len)
     }
+    #[inline]
+    fn chained(&self) -> bool {
+        self.segments() > 1
+    }
 
     #[inline]
     fn rx_checks(&self) -> RxChecks {

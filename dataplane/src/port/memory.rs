@@ -84,6 +84,7 @@ impl Pool {
             fill: None,
             cut: None,
             rx: RxChecks::default(),
+            chained: false,
         })
     }
     /// A free buffer: this thread's latest freed, else the pool's.
@@ -147,6 +148,8 @@ pub struct MemBuf {
     /// that does.
     cut: Option<Cut>,
     rx: RxChecks,
+    /// Reads as a chained frame ([`MemBuf::mark_chained`]).
+    chained: bool,
 }
 
 impl PacketBuf for MemBuf {
@@ -169,6 +172,9 @@ impl PacketBuf for MemBuf {
     }
     fn rx_checks(&self) -> RxChecks {
         self.rx
+    }
+    fn chained(&self) -> bool {
+        self.chained
     }
     fn request_tx_checksums(&mut self, l2_len: u8, l3_len: u8) {
         self.fill = Some((l2_len, l3_len));
@@ -197,6 +203,14 @@ struct Cut {
 }
 
 impl MemBuf {
+    /// Test hook: the frame reads as the first of several chained
+    /// segments, as a DPDK driver's scattered receive leaves a frame
+    /// longer than one buffer ([`PacketBuf::chained`]).
+    #[doc(hidden)]
+    pub fn mark_chained(&mut self) {
+        self.chained = true;
+    }
+
     /// What a NIC does on the way: fills the checksums the sender asked
     /// for, or, on a receiving port that checks them, judges them. The
     /// receiving end calls it, so a sender's cost stays a NIC's (none).

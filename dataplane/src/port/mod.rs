@@ -37,6 +37,15 @@ pub trait PacketBuf: Send {
     /// When `len > capacity()`.
     fn set_len(&mut self, len: usize);
 
+    /// Whether the frame goes on in further segments (a driver chained
+    /// buffers for a frame longer than one): [`PacketBuf::data`] is its
+    /// first segment only, and replies built in place would go out with
+    /// the rest attached. The engine drops such frames.
+    #[inline]
+    fn chained(&self) -> bool {
+        false
+    }
+
     /// What the port's receive checks found of this frame's checksums
     /// (nothing checked unless the port offloads them).
     #[inline]
