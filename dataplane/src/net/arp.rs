@@ -7,13 +7,13 @@
 //! sender of spoofed addresses controls.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hash};
+use std::hash::Hash;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use smoltcp::wire::EthernetAddress;
 
-use crate::tcp::FxHasher;
+use crate::tcp::FlowHashing;
 use crate::time::Instant;
 
 /// How long a mapping learned by ARP is trusted.
@@ -69,7 +69,10 @@ pub enum ArpLookup {
 /// A bounded table of neighbours' MACs by protocol address `A`.
 #[derive(Debug)]
 pub struct NeighborCache<A> {
-    entries: HashMap<A, Entry, BuildHasherDefault<FxHasher>>,
+    /// Seeded: peers choose the keys (any sender address asking for
+    /// ours), and an unseeded FxHash would let them pick addresses that
+    /// share one probe sequence ([`FlowHashing`]).
+    entries: HashMap<A, Entry, FlowHashing>,
     /// Every address in `entries`, in the order it was (re)queued.
     order: VecDeque<A>,
     capacity: usize,
@@ -95,7 +98,7 @@ impl<A: Copy + Eq + Hash> NeighborCache<A> {
     /// after it is learned.
     pub fn with_reachable_time(capacity: usize, reachable: Duration) -> Self {
         Self {
-            entries: HashMap::default(),
+            entries: HashMap::with_hasher(FlowHashing::random()),
             order: VecDeque::new(),
             capacity: capacity.max(1),
             reachable,
@@ -248,6 +251,21 @@ mod tests {
 
     const MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 9]);
 
+    /// Each cache hashes with a seed of its own: the bucket of an
+    /// address cannot be computed from outside (the sender addresses of
+    /// ARP requests and Neighbor Solicitations are the peer's choice).
+    /// Before, every cache used FxHash from 0, a public function.
+    #[test]
+    fn each_cache_hashes_with_a_seed_of_its_own() {
+        use std::hash::BuildHasher;
+        let (a, b) = (ArpCache::new(4), ArpCache::new(4));
+        for i in 1..200u32 {
+            let ip = Ipv4Addr::from(0x0a00_0000 + i);
+            let (ha, hb) = (a.entries.hasher(), b.entries.hasher());
+            assert_ne!(ha.hash_one(ip), hb.hash_one(ip), "{ip}");
+            assert_ne!(ha.hash_one(ip), FlowHashing::default().hash_one(ip), "{ip}");
+        }
+    }
     #[test]
     fn miss_probes_once_per_interval_then_hits() {
         let mut c = ArpCache::new(4);

@@ -380,6 +380,16 @@ pub struct FxHasher(u64);
 #[derive(Debug, Default, Clone, Copy)]
 pub struct FlowHashing(u64);
 
+impl FlowHashing {
+    /// A seed of its own (from the process's random hash keys), for a
+    /// table no engine secret reaches: the neighbour caches, whose keys
+    /// peers choose too (the sender of an ARP request for our address).
+    pub fn random() -> Self {
+        use std::hash::BuildHasher;
+        Self(std::collections::hash_map::RandomState::new().hash_one(0x6e65_6967_6862_6f72u64))
+    }
+}
+
 impl std::hash::BuildHasher for FlowHashing {
     type Hasher = FxHasher;
     fn build_hasher(&self) -> FxHasher {
