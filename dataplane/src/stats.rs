@@ -74,6 +74,10 @@ pub enum DropReason {
     /// From a denied source (`[access] deny`) to no connection, or a SYN
     /// from a network its VIP does not allow: unanswered.
     SourceDenied,
+    /// From an address no host sends from (loopback, broadcast,
+    /// multicast, unspecified, reserved, the subnet's broadcast, one of
+    /// ours: RFC 1122 §3.2.1.3), or source-routed (RFC 7126 §4.3).
+    BadSource,
 }
 
 impl From<crate::tcp::SegmentDrop> for DropReason {
@@ -91,7 +95,7 @@ impl From<crate::tcp::SegmentDrop> for DropReason {
 }
 
 impl DropReason {
-    pub const COUNT: usize = 22;
+    pub const COUNT: usize = 23;
     pub const ALL: [DropReason; Self::COUNT] = [
         Self::Malformed,
         Self::NotForUs,
@@ -115,6 +119,7 @@ impl DropReason {
         Self::BadExtensionHeader,
         Self::UnknownVlan,
         Self::SourceDenied,
+        Self::BadSource,
     ];
 
     /// A stable snake_case name (used in stats output and metrics).
@@ -143,6 +148,7 @@ impl DropReason {
             Self::BadExtensionHeader => "bad_extension_header",
             Self::UnknownVlan => "unknown_vlan",
             Self::SourceDenied => "source_denied",
+            Self::BadSource => "bad_source",
         }
     }
 }

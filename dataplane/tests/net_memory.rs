@@ -483,3 +483,71 @@ fn chained_frames_are_dropped_not_answered_in_place() {
     assert_eq!(lab.dropped(DropReason::MultiSegment), 2);
     assert_eq!(lab.exchange(vec![echo]).len(), 1, "whole, it is answered");
 }
+
+/// `frame` (an IPv4 frame without options) with IP `options` added: its
+/// header and total lengths grown, its checksum again.
+fn with_ip_options(frame: &[u8], options: &[u8]) -> Vec<u8> {
+    assert_eq!(options.len() % 4, 0);
+    let mut f = frame[..14 + 20].to_vec();
+    f.extend_from_slice(options);
+    f.extend_from_slice(&frame[14 + 20..]);
+    let mut ip = Ipv4Packet::new_unchecked(&mut f[14..]);
+    ip.set_header_len((20 + options.len()) as u8);
+    let total = ip.total_len() + options.len() as u16;
+    ip.set_total_len(total);
+    ip.fill_checksum();
+    f
+}
+
+/// RFC 1122 §3.2.1.3: packets from addresses no host sends from (our
+/// own, loopback, reserved, the subnet's broadcast) are dropped
+/// unanswered, as are source-routed ones (RFC 7126 §4.3) and headers
+/// under five words (RFC 791 §3.1). Before, each of these pings was
+/// answered: to ourselves, to a broadcast address, to loopback, along a
+/// route the sender chose, or from bytes inside the header.
+#[test]
+fn bad_sources_source_routes_and_short_headers_are_dropped_unanswered() {
+    let mut lab = new_lab(None);
+    lab.exchange(vec![arp_request(DUT_IP)]);
+    let from = |src: Ipv4Addr| ping(HOST_MAC, src, DUT_IP, 1, 1, b"x");
+    let good = from(HOST_IP);
+    // Loose source route via 10.77.0.9, then padding to a word.
+    let lsrr = with_ip_options(&good, &[0x83, 7, 4, 10, 77, 0, 9, 0]);
+    let ssrr = with_ip_options(&good, &[1, 0x89, 7, 4, 10, 77, 0, 9]);
+    let mut short = good.clone();
+    {
+        let mut ip = Ipv4Packet::new_unchecked(&mut short[14..]);
+        ip.set_header_len(16);
+        ip.fill_checksum();
+    }
+    let cases = [
+        ("our own address", from(DUT_IP), DropReason::BadSource),
+        (
+            "loopback",
+            from(Ipv4Addr::new(127, 0, 0, 1)),
+            DropReason::BadSource,
+        ),
+        (
+            "reserved",
+            from(Ipv4Addr::new(240, 0, 0, 1)),
+            DropReason::BadSource,
+        ),
+        (
+            "subnet broadcast",
+            from(Ipv4Addr::new(10, 77, 0, 255)),
+            DropReason::BadSource,
+        ),
+        ("loose source route", lsrr, DropReason::BadSource),
+        ("strict source route", ssrr, DropReason::BadSource),
+        ("a 16-byte header", short, DropReason::Malformed),
+    ];
+    for (what, frame, reason) in cases {
+        let before = lab.dropped(reason);
+        assert!(lab.exchange(vec![frame]).is_empty(), "{what}: answered");
+        assert_eq!(lab.dropped(reason), before + 1, "{what}: not counted");
+    }
+    // Other options (record route) are no reason to drop.
+    let rr = with_ip_options(&good, &[7, 7, 4, 0, 0, 0, 0, 0]);
+    assert_eq!(lab.exchange(vec![rr]).len(), 1, "record route answered");
+    assert_eq!(lab.exchange(vec![good]).len(), 1);
+}

@@ -51,6 +51,16 @@ impl InterfaceConfig {
         }
     }
 
+    /// Whether `ip` is this subnet's broadcast address (a prefix of 30
+    /// bits or shorter, host part all ones).
+    fn is_subnet_broadcast(&self, ip: Ipv4Addr) -> bool {
+        let host_bits = 32 - u32::from(self.prefix_len.min(32));
+        host_bits >= 2 && self.on_link(ip) && {
+            let host_mask = (1u32 << host_bits) - 1;
+            u32::from(ip) & host_mask == host_mask
+        }
+    }
+
     fn on_link(&self, ip: Ipv4Addr) -> bool {
         let mask = if self.prefix_len == 0 {
             0
@@ -828,6 +838,20 @@ impl Interface {
         })
     }
 
+    /// Whether no host sends from `src` (RFC 1122 §3.2.1.3: broadcast,
+    /// multicast, loopback, "this host"; 240/4 is reserved; our own
+    /// addresses come from no peer): answering would reflect to a
+    /// network, loop back to us or reach no one.
+    fn bad_source(&self, src: Ipv4Addr) -> bool {
+        src.is_broadcast()
+            || src.is_multicast()
+            || src.is_unspecified()
+            || src.is_loopback()
+            || src.octets()[0] >= 240
+            || self.cfg.is_subnet_broadcast(src)
+            || self.is_local(src)
+    }
+
     fn process_ipv4(
         &mut self,
         payload: &mut [u8],
@@ -839,6 +863,11 @@ impl Interface {
             return Err(DropReason::Malformed);
         }
         let header_len = usize::from(ip.header_len()); // checked by new_checked
+                                                       // RFC 791 §3.1: at least five words (smoltcp's check lets less in,
+                                                       // and TCP would be read from inside the IP header).
+        if header_len < IPV4_HEADER_LEN {
+            return Err(DropReason::Malformed);
+        }
         let checksum_ok = match checksum {
             Check::Good => true,
             Check::Bad => false,
@@ -855,8 +884,12 @@ impl Interface {
             return Err(DropReason::Fragment);
         }
         let src = ip.src_addr();
-        if src.is_broadcast() || src.is_multicast() || src.is_unspecified() {
-            return Err(DropReason::Malformed);
+        let options = ip
+            .as_ref()
+            .get(IPV4_HEADER_LEN..header_len)
+            .unwrap_or_default();
+        if self.bad_source(src) || source_routed(options) {
+            return Err(DropReason::BadSource);
         }
         let total = usize::from(ip.total_len());
         match ip.next_header() {
@@ -900,6 +933,30 @@ impl Interface {
         counters.icmp_echo_replies += 1;
         Ok(IpAction::Reply { hop, len: total })
     }
+}
+
+/// Whether IPv4 `options` carry a loose or strict source route (RFC 791
+/// §3.1): such packets are dropped, as Linux does by default and RFC 7126
+/// §4.3 advises (a reply would follow the route the sender chose).
+fn source_routed(options: &[u8]) -> bool {
+    const END: u8 = 0;
+    const NOP: u8 = 1;
+    const LSRR: u8 = 0x83;
+    const SSRR: u8 = 0x89;
+    let mut at = 0;
+    while let Some(&kind) = options.get(at) {
+        match kind {
+            END => return false,
+            NOP => at += 1,
+            LSRR | SSRR => return true,
+            // A length below 2 would not move on: the rest is unreadable.
+            _ => match options.get(at + 1) {
+                Some(&len) if len >= 2 => at += usize::from(len),
+                _ => return false,
+            },
+        }
+    }
+    false
 }
 
 #[cfg(test)]
