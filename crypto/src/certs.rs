@@ -384,7 +384,7 @@ impl CertStore {
     /// The certificates for `sni`: its exact name, else its one-label
     /// wildcard, else the default.
     fn candidates(&self, sni: Option<&str>) -> &[Cert] {
-        let name = sni.map(str::to_ascii_lowercase);
+        let name = sni.map(|n| without_root_dot(n).to_ascii_lowercase());
         name.as_deref()
             .and_then(|n| {
                 self.exact.get(n).or_else(|| {
@@ -494,7 +494,8 @@ impl ResolvesServerCert for CertStore {
         let cert = self
             .select(hello.server_name(), hello.signature_schemes(), tls12_groups)
             .or_else(|| self.first_for(hello.server_name()))?;
-        let sni = hello.server_name().map(Box::from);
+        // As the name is matched, so it is kept (routes, the log).
+        let sni = hello.server_name().map(|n| Box::from(without_root_dot(n)));
         LAST_SELECTED.with(|c| {
             c.set(Some(Selected {
                 key: cert.key_type,
@@ -503,6 +504,13 @@ impl ResolvesServerCert for CertStore {
         });
         Some(cert.certified.clone())
     }
+}
+
+/// `name` without the root's dot: RFC 6066 §3 sends a host name without
+/// it, but some clients send `www.example.com.`, which names the same host
+/// (rustls takes it as given).
+fn without_root_dot(name: &str) -> &str {
+    name.strip_suffix('.').unwrap_or(name)
 }
 
 #[cfg(test)]
@@ -625,6 +633,12 @@ mod tests {
         // Exact name; ECDSA preferred, RSA for RSA-only clients.
         let c = store.select(Some("WWW.Example.Test"), &all, None).unwrap();
         assert_eq!(c.key_type, KeyType::EcdsaP256);
+        // A name with the root's dot is the same host's (before, it got the
+        // default certificate).
+        let c = store.select(Some("www.example.test."), &all, None).unwrap();
+        assert_eq!(c.key_type, KeyType::EcdsaP256);
+        let c = store.select(Some("api.example.test."), &all, None).unwrap();
+        assert_eq!(c.key_type, KeyType::EcdsaP384, "the wildcard's");
         assert_eq!(
             store
                 .select(Some("www.example.test"), &rsa_only, None)
