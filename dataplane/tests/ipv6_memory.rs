@@ -892,3 +892,64 @@ fn the_reporting_engine_reports_its_groups_checks_its_addresses_and_answers_quer
         .is_empty());
     assert_eq!(lab.dropped(DropReason::Malformed), before + 2);
 }
+
+/// RFC 4861 §7.2.5: an advertisement without the Override flag does not
+/// move a known neighbour to another MAC (a reachable entry turns stale:
+/// replies still go to the MAC it had, and it is asked again); with
+/// Override it does, stale until confirmed; a solicited one makes it
+/// reachable. Before, any advertisement replaced the MAC and made the
+/// entry reachable for 30 s.
+#[test]
+fn advertisements_follow_their_override_and_solicited_flags() {
+    const OTHER_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x99]);
+    let mut lab = new_lab();
+    // The host's solicitation makes its entry (reachable, HOST_MAC).
+    lab.exchange(vec![solicit(DUT_IP)]);
+    let peek = |lab: &Lab| {
+        lab.engine
+            .interface(0)
+            .ipv6()
+            .unwrap()
+            .cache()
+            .peek(HOST_IP, lab.now)
+    };
+    assert_eq!(peek(&lab), Some(HOST_MAC));
+    let advert = |flags, mac| {
+        icmp6(
+            OTHER_MAC,
+            multicast_mac(ALL_NODES),
+            HOST_IP,
+            ALL_NODES,
+            255,
+            58,
+            &[],
+            NA,
+            &nd_body(flags, HOST_IP, 2, Some(mac)),
+        )
+    };
+    // The MAC an echo reply goes to.
+    let reply_mac = |lab: &mut Lab, seq| {
+        let out = lab.exchange(vec![ping(DUT_IP, seq, b"x")]);
+        let reply = out
+            .iter()
+            .find(|f| f.len() > 54 && f[54] == 129)
+            .expect("an echo reply");
+        EthernetAddress::from_bytes(&reply[..6])
+    };
+    // Neither flag: the MAC stays, the entry goes stale.
+    lab.exchange(vec![advert(0x00, OTHER_MAC)]);
+    assert_eq!(peek(&lab), None, "stale");
+    assert_eq!(reply_mac(&mut lab, 1), HOST_MAC);
+    // Override: the MAC moves, stale until confirmed.
+    lab.exchange(vec![advert(0x20, OTHER_MAC)]);
+    assert_eq!(peek(&lab), None);
+    assert_eq!(reply_mac(&mut lab, 2), OTHER_MAC);
+    // Solicited (to us, unicast): reachable.
+    let mut solicited = advert(0x40, OTHER_MAC);
+    solicited[..6].copy_from_slice(DUT_MAC.as_bytes());
+    solicited[38..54].copy_from_slice(&DUT_IP.octets());
+    solicited[56..58].fill(0);
+    Icmpv6Packet::new_unchecked(&mut solicited[54..]).fill_checksum(&HOST_IP, &DUT_IP);
+    lab.exchange(vec![solicited]);
+    assert_eq!(peek(&lab), Some(OTHER_MAC));
+}

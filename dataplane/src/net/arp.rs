@@ -209,6 +209,64 @@ impl<A: Copy + Eq + Hash> NeighborCache<A> {
         self.learned = self.learned.wrapping_add(1);
     }
 
+    /// Takes a Neighbor Advertisement for `ip` (RFC 4861 §7.2.5): only an
+    /// entry we have changes. An incomplete one takes the advertised MAC
+    /// (reachable when `solicited`, else stale). A known one keeps its MAC
+    /// against a different one without `override_` (a reachable entry
+    /// turns stale: something else claims the address); otherwise it takes
+    /// the advertised MAC, and is reachable when `solicited`, stale when
+    /// the MAC changed without being asked for, else as it was.
+    pub fn advertised(
+        &mut self,
+        ip: A,
+        mac: Option<EthernetAddress>,
+        solicited: bool,
+        override_: bool,
+        now: Instant,
+    ) {
+        let Some(e) = self.entries.get_mut(&ip) else {
+            return;
+        };
+        let reachable = |mac| State::Reachable {
+            mac,
+            expires: now + self.reachable,
+        };
+        let stale = |mac| State::Stale {
+            mac,
+            next_probe: now,
+            probes_left: STALE_PROBES,
+        };
+        let cached = match e.state {
+            State::Reachable { mac, .. } | State::Stale { mac, .. } => mac,
+            State::Incomplete { .. } => {
+                let Some(mac) = mac else { return };
+                e.state = if solicited {
+                    reachable(mac)
+                } else {
+                    stale(mac)
+                };
+                self.learned = self.learned.wrapping_add(1);
+                return;
+            }
+        };
+        let changed = mac.is_some_and(|m| m != cached);
+        if changed && !override_ {
+            if let State::Reachable { .. } = e.state {
+                e.state = stale(cached);
+            }
+            return;
+        }
+        let mac = mac.unwrap_or(cached);
+        if solicited {
+            e.state = reachable(mac);
+        } else if changed {
+            e.state = stale(mac);
+        } else {
+            return;
+        }
+        self.learned = self.learned.wrapping_add(1);
+    }
+
     /// Counts the addresses learned or refreshed: frames waiting for a
     /// neighbour need looking at again only when it moved.
     pub fn learned(&self) -> u64 {
@@ -250,6 +308,35 @@ mod tests {
     use super::*;
 
     const MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 9]);
+
+    /// An advertisement for an address we are asking about (incomplete)
+    /// fills it: reachable when solicited, else stale (used, and asked
+    /// again); one without a link-layer address changes nothing.
+    #[test]
+    fn an_advertisement_fills_an_incomplete_entry_as_its_flags_say() {
+        let ip = Ipv4Addr::new(10, 0, 0, 7);
+        let t0 = Instant::from_millis(1000);
+        for solicited in [false, true] {
+            let mut c = ArpCache::new(4);
+            assert_eq!(c.lookup(ip, t0, true), ArpLookup::Miss { probe: true });
+            c.advertised(ip, None, solicited, true, t0);
+            assert_eq!(c.lookup(ip, t0, false), ArpLookup::Miss { probe: false });
+            c.advertised(ip, Some(MAC), solicited, false, t0);
+            let want = if solicited {
+                ArpLookup::Hit(MAC)
+            } else {
+                ArpLookup::Stale {
+                    mac: MAC,
+                    probe: true,
+                }
+            };
+            assert_eq!(c.lookup(ip, t0, true), want, "solicited {solicited}");
+        }
+        // No entry: none made.
+        let mut c = ArpCache::new(4);
+        c.advertised(ip, Some(MAC), true, true, t0);
+        assert!(c.is_empty());
+    }
 
     /// Each cache hashes with a seed of its own: the bucket of an
     /// address cannot be computed from outside (the sender addresses of

@@ -507,10 +507,12 @@ impl Ipv6Host {
                     counters.nd_conflicts += 1;
                     return Ok(Ipv6Action::Consumed);
                 }
-                // §7.2.5: only an entry we have is updated.
-                if let Some(mac) = lladdr {
-                    self.cache.learn(target, mac, now, false);
-                }
+                // §7.2.5: only an entry we have is updated, as the
+                // Solicited and Override flags say.
+                let flags = icmp.get(4).copied().unwrap_or(0);
+                let (solicited, override_) = (flags & NA_SOLICITED != 0, flags & NA_OVERRIDE != 0);
+                self.cache
+                    .advertised(target, lladdr, solicited, override_, now);
                 Ok(Ipv6Action::Consumed)
             }
             (ICMP_PACKET_TOO_BIG, 0) => too_big(icmp, |a| self.is_local(a), counters),
