@@ -953,3 +953,56 @@ fn advertisements_follow_their_override_and_solicited_flags() {
     lab.exchange(vec![solicited]);
     assert_eq!(peek(&lab), Some(OTHER_MAC));
 }
+
+/// RFC 4443 §2.4(e): no Parameter Problem for a packet that came as a
+/// link-layer broadcast or multicast (e.4, e.5: as for an IP group, only
+/// an option that asks even then), nor about an ICMPv6 error message
+/// (e.1). Before, the Ethernet destination was not looked at, and the
+/// ICMPv6 type behind a refused header not at all.
+#[test]
+fn parameter_problems_spare_link_layer_groups_and_icmpv6_errors() {
+    let mut lab = new_lab();
+    lab.exchange(vec![solicit(DUT_IP)]);
+    // To our unicast address, then UDP (which we do not carry).
+    let udp = |dst_mac| {
+        icmp6(
+            HOST_MAC,
+            dst_mac,
+            HOST_IP,
+            DUT_IP,
+            64,
+            60,
+            &[17, 0, 1, 4, 0, 0, 0, 0],
+            ECHO_REQUEST,
+            &echo_body(1, 1, b"x"),
+        )
+    };
+    for group in [EthernetAddress::BROADCAST, multicast_mac(ALL_NODES)] {
+        let before = lab.dropped(DropReason::UnsupportedProtocol);
+        assert!(lab.exchange(vec![udp(group)]).is_empty(), "{group}");
+        assert_eq!(lab.dropped(DropReason::UnsupportedProtocol), before + 1);
+    }
+    assert_eq!(
+        lab.exchange(vec![udp(DUT_MAC)]).len(),
+        1,
+        "unicast: answered"
+    );
+    // An option that asks for an answer (10xxxxxx) before an ICMPv6
+    // error (Destination Unreachable): none; before an echo: one.
+    let behind = |kind| {
+        icmp6(
+            HOST_MAC,
+            DUT_MAC,
+            HOST_IP,
+            DUT_IP,
+            64,
+            60,
+            &[58, 0, 0x82, 4, 0, 0, 0, 0],
+            kind,
+            &echo_body(1, 2, b"x"),
+        )
+    };
+    lab.advance(Duration::from_secs(1));
+    assert!(lab.exchange(vec![behind(1)]).is_empty(), "about an error");
+    assert_eq!(lab.exchange(vec![behind(ECHO_REQUEST)]).len(), 1);
+}

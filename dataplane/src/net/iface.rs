@@ -699,7 +699,15 @@ impl Interface {
         if !eth_src.is_unicast() {
             return (Verdict::Drop(DropReason::Malformed), None);
         }
-        let action = v6.process(now, eth_src, frame.payload_mut(), received, counters);
+        let eth_group = frame.dst_addr().is_multicast() || frame.dst_addr().is_broadcast();
+        let action = v6.process(
+            now,
+            eth_src,
+            eth_group,
+            frame.payload_mut(),
+            received,
+            counters,
+        );
         let (verdict, len) = match action {
             Ok(Ipv6Action::Consumed) => return (Verdict::Consumed, None),
             Ok(Ipv6Action::TooBig { key, seq, mtu }) => {

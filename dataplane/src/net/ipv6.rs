@@ -367,13 +367,15 @@ impl Ipv6Host {
 
     /// Handles the IPv6 packet in the first `received` bytes of `pkt` (the
     /// frame's payload as received, Ethernet padding included) that came
-    /// from `eth_src`. Replies are written in place over `pkt`, which must
+    /// from `eth_src`, to a link-layer group (multicast or broadcast) when
+    /// `eth_group`. Replies are written in place over `pkt`, which must
     /// be at least [`ND_FRAME_LEN`]` - 14` bytes long for an advertisement
     /// to fit (the caller makes room past what was received).
     pub fn process(
         &mut self,
         now: Instant,
         eth_src: EthernetAddress,
+        eth_group: bool,
         pkt: &mut [u8],
         received: usize,
         counters: &mut crate::stats::Counters,
@@ -414,7 +416,15 @@ impl Ipv6Host {
             Err(Refusal {
                 reason,
                 problem: Some(problem),
-            }) => return self.parameter_problem(now, pkt, end, problem, reason, counters),
+            }) => {
+                let refused = Refused {
+                    end,
+                    problem,
+                    reason,
+                    eth_group,
+                };
+                return self.parameter_problem(now, pkt, refused, counters);
+            }
             Err(Refusal { reason, .. }) => return Err(reason),
         };
         let icmp = &pkt[start..end];
@@ -623,24 +633,31 @@ impl Ipv6Host {
 impl Ipv6Host {
     /// Answers the refused packet in `pkt[..end]` with a Parameter
     /// Problem in place (RFC 4443 §3.4: as much of the packet as fits in
-    /// 1,280 bytes), unless RFC 4443 §2.4(e) forbids one (from an
-    /// unspecified or multicast source; to a group, but for an option that
-    /// asks even then) or the rate limit (§2.4(f)) is spent. The packet is
-    /// counted as dropped for `reason` either way.
+    /// 1,280 bytes), unless RFC 4443 §2.4(e) forbids one (about an ICMPv6
+    /// error; from an unspecified or multicast source; to a group, by IP or
+    /// link-layer address, but for an option that asks even then) or the
+    /// rate limit (§2.4(f)) is spent. The packet is counted as dropped for
+    /// its reason either way.
     fn parameter_problem(
         &mut self,
         now: Instant,
         pkt: &mut [u8],
-        end: usize,
-        problem: Problem,
-        reason: DropReason,
+        refused: Refused,
         counters: &mut crate::stats::Counters,
     ) -> Result<Ipv6Action, DropReason> {
+        let Refused {
+            end,
+            problem,
+            reason,
+            eth_group,
+        } = refused;
         let ip = Ipv6Packet::new_unchecked(&pkt[..HEADER_LEN]);
         let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        let to_group = dst.is_multicast() || eth_group;
         let allowed = !src.is_unspecified()
             && !src.is_multicast()
-            && (!dst.is_multicast() || problem.even_to_groups);
+            && (!to_group || problem.even_to_groups)
+            && !carries_icmpv6_error(pkt, end);
         let room = pkt.len().min(MIN_MTU).saturating_sub(ERROR_HEADROOM);
         if !allowed || room < HEADER_LEN {
             return Err(reason);
@@ -830,6 +847,42 @@ fn problem(reason: DropReason, code: u8, pointer: usize) -> Refusal {
             even_to_groups: false,
         }),
     }
+}
+
+/// A packet refused with a Parameter Problem to answer: where it ends,
+/// the problem, the drop reason, and whether it came to a link-layer
+/// group.
+struct Refused {
+    end: usize,
+    problem: Problem,
+    reason: DropReason,
+    eth_group: bool,
+}
+
+/// Whether `pkt[..end]` carries an ICMPv6 error message (type below 128)
+/// after whatever extension headers it has: RFC 4443 §2.4(e.1) answers
+/// none with an error. Headers are skipped by their lengths only (the
+/// packet is being refused for one of them); one that runs past `end`
+/// ends the walk.
+fn carries_icmpv6_error(pkt: &[u8], end: usize) -> bool {
+    let Some(&first) = pkt.get(6) else {
+        return false;
+    };
+    let (mut next, mut at) = (first, HEADER_LEN);
+    for _ in 0..=MAX_EXTENSION_HEADERS {
+        match next {
+            NEXT_HOP_BY_HOP | NEXT_DEST_OPTS | NEXT_ROUTING => {
+                let (Some(&n), Some(&l)) = (pkt.get(at), pkt.get(at + 1)) else {
+                    return false;
+                };
+                next = n;
+                at += (usize::from(l) + 1) * 8;
+            }
+            NEXT_ICMPV6 => return at < end && pkt.get(at).is_some_and(|&t| t < 128),
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// Walks the extension headers of `pkt[..end]` (RFC 8200 §4): the upper
