@@ -882,7 +882,12 @@ fn the_reporting_engine_reports_its_groups_checks_its_addresses_and_answers_quer
             &query,
         )
     };
-    let out = lab.exchange(vec![query(1, GW_IP)]);
+    // Answered within its Maximum Response Delay (1,000 ms), after a
+    // random part of it (RFC 3810 §6.2).
+    let mut out = lab.exchange(vec![query(1, GW_IP)]);
+    for _ in 0..11 {
+        out.extend(lab.advance(Duration::from_millis(100)));
+    }
     assert_eq!(out.len(), 1);
     assert_eq!(parse_report(&out[0]).4, want_groups);
     // Not from a link-local address, or forwarded: dropped.
@@ -1005,4 +1010,72 @@ fn parameter_problems_spare_link_layer_groups_and_icmpv6_errors() {
     lab.advance(Duration::from_secs(1));
     assert!(lab.exchange(vec![behind(1)]).is_empty(), "about an error");
     assert_eq!(lab.exchange(vec![behind(ECHO_REQUEST)]).len(), 1);
+}
+
+/// A general query asking for an answer at once (Maximum Response Code
+/// 0), fifty in a burst and then one every 10 ms for three seconds: at
+/// most one report a second (RFC 3810 §6.2: one answer for queries
+/// while one is pending; and a floor of a second between reports).
+/// Before, every query was answered at once: a report up to 18 times a
+/// query's size, for each.
+#[test]
+fn a_flood_of_queries_gets_at_most_a_report_a_second() {
+    let mut lab = new_lab();
+    let query = || {
+        icmp6(
+            GW_MAC,
+            multicast_mac(ALL_NODES),
+            GW_IP,
+            ALL_NODES,
+            1,
+            0,
+            &[58, 0, 5, 2, 0, 0, 1, 0],
+            130,
+            &[0u8; 20],
+        )
+    };
+    let mut reports = lab.exchange((0..50).map(|_| query()).collect()).len();
+    for _ in 0..300 {
+        reports += lab.advance(Duration::from_millis(10)).len();
+        reports += lab.exchange(vec![query()]).len();
+    }
+    assert!((2..=4).contains(&reports), "{reports} reports in 3 s");
+    assert_eq!(lab.engine.counters().mld_reports, reports as u64);
+}
+
+/// A port with more addresses than one report holds (72 groups)
+/// reports every group, in as many frames as they take (RFC 3810
+/// §5.2.15). Before, the groups past the 72nd were never reported, and
+/// a switch snooping MLD stopped passing their solicitations.
+#[test]
+fn every_group_is_reported_however_many() {
+    let mut lab = Lab::new(DUT_MAC, HOST_MAC, Ipv4Addr::new(10, 77, 0, 1), None);
+    let addresses: Vec<(Ipv6Addr, u8)> = (1..=100u16)
+        .map(|i| (Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 2, i), 64))
+        .collect();
+    lab.engine.enable_ipv6(
+        0,
+        Ipv6Config {
+            addresses: addresses.clone(),
+            gateway: None,
+        },
+    );
+    lab.engine.join_ipv6_groups(0);
+    let mut reported: Vec<Ipv6Addr> = lab
+        .exchange(vec![])
+        .iter()
+        .filter(|f| f[12..14] == [0x86, 0xdd] && f[20] == 0)
+        .flat_map(|f| parse_report(f).4)
+        .collect();
+    reported.sort();
+    let mut want: Vec<Ipv6Addr> = addresses
+        .iter()
+        .map(|&(a, _)| solicited_node(a))
+        .chain([solicited_node(link_local(DUT_MAC))])
+        .collect();
+    want.sort();
+    want.dedup();
+    assert_eq!(want.len(), 101);
+    assert_eq!(reported, want);
+    assert_eq!(lab.engine.counters().mld_reports, 2, "two frames");
 }

@@ -312,15 +312,18 @@ pub(super) fn send_own_frames<P: Port>(
         }
     }
     if iface.report_pending(now) {
-        match port.alloc() {
-            Some(mut buf) => {
-                if iface.write_report_if_due(now, &mut buf)
-                    && push_tagged(tx, since, buf, vlan, now)
-                {
-                    counters.mld_reports += 1;
-                }
+        // Every frame of the report due (one per 72 groups).
+        while iface.report_pending(now) {
+            let Some(mut buf) = port.alloc() else {
+                counters.drop(DropReason::NoBuffer);
+                break;
+            };
+            if !iface.write_report_if_due(now, &mut buf) {
+                break;
             }
-            None => counters.drop(DropReason::NoBuffer),
+            if push_tagged(tx, since, buf, vlan, now) {
+                counters.mld_reports += 1;
+            }
         }
         // The duplicate address checks go with the first report.
         while let Some(mut buf) = port.alloc() {

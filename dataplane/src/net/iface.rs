@@ -211,13 +211,17 @@ impl Interface {
         let Some(v6) = &mut self.ipv6 else {
             return false;
         };
-        if buf.capacity() < REPORT_FRAME_MAX || !v6.report_due(now) {
+        if buf.capacity() < REPORT_FRAME_MAX || !v6.report_pending(now) {
             return false;
         }
         buf.set_len(REPORT_FRAME_MAX);
-        let len = v6.write_report(buf.data_mut());
-        buf.set_len(len);
-        true
+        match v6.next_report(now, buf.data_mut()) {
+            Some(len) => {
+                buf.set_len(len);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Builds the next duplicate address check of ours in `buf`; false

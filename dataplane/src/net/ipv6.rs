@@ -60,6 +60,8 @@ const MODE_IS_EXCLUDE: u8 = 2;
 pub const MLD_REPORTS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 0x16);
 /// Unsolicited reports sent on joining (RFC 3810 §9.1, Robustness).
 const ROBUSTNESS: u8 = 2;
+/// Least time between two reports (a second, as the unsolicited ones).
+const MIN_REPORT_GAP: Duration = Duration::from_secs(1);
 /// Group records one report holds: a 1,500-byte packet.
 pub const MAX_REPORT_GROUPS: usize = (1500 - HEADER_LEN - 8 - 8) / 20;
 const ICMP_ECHO_REQUEST: u8 = 128;
@@ -203,9 +205,22 @@ pub struct Ipv6Host {
     probes: Vec<Ipv6Addr>,
     /// What is left of the ICMPv6 error rate limit.
     errors: ErrorBudget,
-    /// Multicast Listener Reports still to send, and when the next is due.
+    /// Multicast Listener Reports still to send, when the next is due,
+    /// the first group the next frame of it reports (a report of more
+    /// groups than a frame holds goes as several, RFC 3810 §5.2.15), and
+    /// when the last one ended.
     reports_left: u8,
     report_at: Instant,
+    report_from: usize,
+    last_report: Instant,
+    /// The groups this port listens to beyond all-nodes (which is never
+    /// reported, RFC 3810 §6): the solicited-node group of each address,
+    /// once (addresses sharing their last 24 bits share one), sorted; and
+    /// their MACs, sorted: looked up for every multicast frame.
+    groups: Vec<Ipv6Addr>,
+    group_macs: Vec<EthernetAddress>,
+    /// Draws the random delays of query responses (xorshift).
+    rng: u64,
     /// Our addresses still to check for duplicates (last first).
     dad: Vec<Ipv6Addr>,
     /// Addresses of ours beyond the configured ones (VIPs), sorted.
@@ -214,7 +229,9 @@ pub struct Ipv6Host {
 
 impl Ipv6Host {
     pub fn new(mac: EthernetAddress, cfg: Ipv6Config) -> Self {
-        Self {
+        use std::hash::BuildHasher;
+        let seed = std::collections::hash_map::RandomState::new().hash_one(mac.0);
+        let mut host = Self {
             mac,
             link_local: link_local(mac),
             cfg,
@@ -223,9 +240,28 @@ impl Ipv6Host {
             errors: ErrorBudget::new(),
             reports_left: 0,
             report_at: Instant::ZERO,
+            report_from: 0,
+            last_report: Instant::ZERO,
+            groups: Vec::new(),
+            group_macs: Vec::new(),
+            rng: seed | 1,
             dad: Vec::new(),
             extra: Vec::new(),
-        }
+        };
+        host.refresh_groups();
+        host
+    }
+
+    /// Computes the groups again from the addresses (after a change).
+    fn refresh_groups(&mut self) {
+        let mut groups: Vec<Ipv6Addr> = self.unicast().map(solicited_node).collect();
+        groups.sort_unstable();
+        groups.dedup();
+        let mut macs: Vec<EthernetAddress> = groups.iter().map(|&g| multicast_mac(g)).collect();
+        macs.sort_unstable();
+        macs.dedup();
+        self.groups = groups;
+        self.group_macs = macs;
     }
 
     /// Adds an address of ours (a VIP's) beside the configured ones:
@@ -235,13 +271,18 @@ impl Ipv6Host {
         if !self.is_local(a) {
             if let Err(at) = self.extra.binary_search(&a) {
                 self.extra.insert(at, a);
+                self.refresh_groups();
             }
         }
     }
 
     /// Keeps the added addresses `keep` holds true for.
     pub fn retain_addresses(&mut self, keep: impl FnMut(&Ipv6Addr) -> bool) {
+        let before = self.extra.len();
         self.extra.retain(keep);
+        if self.extra.len() != before {
+            self.refresh_groups();
+        }
     }
 
     pub fn link_local(&self) -> Ipv6Addr {
@@ -268,16 +309,13 @@ impl Ipv6Host {
     fn accepts(&self, a: Ipv6Addr) -> bool {
         self.is_local(a)
             || a == ALL_NODES
-            || (is_solicited_node(a) && self.unicast().any(|x| a == solicited_node(x)))
+            || (is_solicited_node(a) && self.groups.binary_search(&a).is_ok())
     }
 
     /// Whether an Ethernet frame to `mac` may be for this port: the
     /// all-nodes group or a solicited-node group of ours.
     pub fn accepts_mac(&self, mac: EthernetAddress) -> bool {
-        mac == multicast_mac(ALL_NODES)
-            || self
-                .unicast()
-                .any(|x| mac == multicast_mac(solicited_node(x)))
+        mac == multicast_mac(ALL_NODES) || self.group_macs.binary_search(&mac).is_ok()
     }
 
     /// The next hop towards `dst`: itself when link-local or on one of the
@@ -532,8 +570,7 @@ impl Ipv6Host {
                 if !is_link_local(src) || hop_limit != 1 || icmp.len() < 24 {
                     return Err(DropReason::Malformed);
                 }
-                self.reports_left = self.reports_left.max(1);
-                self.report_at = now;
+                self.query_received(now, u16::from_be_bytes([icmp[4], icmp[5]]));
                 Ok(Ipv6Action::Consumed)
             }
             _ => Err(DropReason::UnsupportedProtocol),
@@ -554,33 +591,36 @@ impl Ipv6Host {
         self.dad.reverse(); // taken from the back: link-local first
     }
 
-    /// Whether a report is due at `now`, without taking it.
+    /// A general query whose Maximum Response Code is `code` (RFC 3810
+    /// §5.1.3): the answer goes after a random delay within the Maximum
+    /// Response Delay, unless one is already due sooner (§6.2: one answer
+    /// for several queries); and never sooner than [`MIN_REPORT_GAP`]
+    /// after the last report, whatever the queries ask (a flood of
+    /// queries with no delay would each draw a report up to 18 times
+    /// their size).
+    fn query_received(&mut self, now: Instant, code: u16) {
+        let max_ms = if code < 0x8000 {
+            u64::from(code)
+        } else {
+            let (exp, mant) = (u32::from((code >> 12) & 7), u64::from(code & 0xfff));
+            (mant | 0x1000) << (exp + 3)
+        };
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let delay = Duration::from_millis(self.rng % (max_ms + 1));
+        let at = (now + delay).max(self.last_report + MIN_REPORT_GAP);
+        if self.reports_left == 0 {
+            self.reports_left = 1;
+            self.report_at = at;
+        } else if at < self.report_at {
+            self.report_at = at;
+        }
+    }
+
+    /// Whether a report (or the rest of one) is due at `now`.
     pub fn report_pending(&self, now: Instant) -> bool {
         self.reports_left > 0 && now >= self.report_at
-    }
-
-    /// Whether a Multicast Listener Report is due (then it is counted as
-    /// sent: write it with [`Ipv6Host::write_report`]).
-    pub fn report_due(&mut self, now: Instant) -> bool {
-        if self.reports_left == 0 || now < self.report_at {
-            return false;
-        }
-        self.reports_left -= 1;
-        self.report_at = now + Duration::from_secs(1);
-        true
-    }
-
-    /// The groups this port listens to beyond all-nodes (which is never
-    /// reported, RFC 3810 §6): the solicited-node group of each address.
-    fn groups(&self) -> impl Iterator<Item = Ipv6Addr> + '_ {
-        self.unicast().enumerate().filter_map(move |(i, a)| {
-            let g = solicited_node(a);
-            // Addresses sharing their last 24 bits share a group: once.
-            self.unicast()
-                .take(i)
-                .all(|b| solicited_node(b) != g)
-                .then_some(g)
-        })
     }
 
     /// Our unicast addresses: the link-local one, then the configured.
@@ -590,14 +630,37 @@ impl Ipv6Host {
             .chain(self.extra.iter().copied())
     }
 
-    /// Writes an MLDv2 Report of every group into `frame` (RFC 3810 §5.2:
-    /// from the link-local address to ff02::16, hop limit 1, a Router
-    /// Alert option; `MODE_IS_EXCLUDE` with no sources: listening). At
-    /// most as many groups as a 1,500-byte packet holds; `frame` must hold
-    /// the result. Returns the frame's length.
-    pub fn write_report(&self, frame: &mut [u8]) -> usize {
-        let groups: usize = self.groups().count().min(MAX_REPORT_GROUPS);
-        let icmp_len = 8 + 20 * groups;
+    /// Writes the next frame of the report due at `now` into `frame`,
+    /// which must hold [`MAX_REPORT_GROUPS`] records; its length, or
+    /// `None` when none is due. A report of more groups than a frame
+    /// holds goes as several frames (RFC 3810 §5.2.15), written by calls
+    /// in turn; once its last is written the next report waits a second.
+    pub fn next_report(&mut self, now: Instant, frame: &mut [u8]) -> Option<usize> {
+        if !self.report_pending(now) {
+            return None;
+        }
+        let from = self.report_from.min(self.groups.len());
+        let len = self.write_report(frame, from);
+        self.report_from = from + MAX_REPORT_GROUPS;
+        if self.report_from >= self.groups.len() {
+            self.report_from = 0;
+            self.reports_left -= 1;
+            self.report_at = now + MIN_REPORT_GAP;
+            self.last_report = now;
+        }
+        Some(len)
+    }
+
+    /// Writes an MLDv2 Report of the groups from the `from`th into
+    /// `frame` (RFC 3810 §5.2: from the link-local address to ff02::16,
+    /// hop limit 1, a Router Alert option; `MODE_IS_EXCLUDE` with no
+    /// sources: listening): at most as many as a 1,500-byte packet holds;
+    /// `frame` must hold the result. Returns the frame's length.
+    fn write_report(&self, frame: &mut [u8], from: usize) -> usize {
+        let groups = self.groups.get(from..).unwrap_or_default();
+        let groups = &groups[..groups.len().min(MAX_REPORT_GROUPS)];
+        let count = groups.len();
+        let icmp_len = 8 + 20 * count;
         let len = 14 + HEADER_LEN + 8 + icmp_len;
         let frame = &mut frame[..len];
         frame.fill(0);
@@ -619,8 +682,8 @@ impl Ipv6Host {
         let icmp = &mut rest[8..];
         icmp[0] = MLD_REPORT;
         // Bounded by MAX_REPORT_GROUPS.
-        icmp[6..8].copy_from_slice(&(groups as u16).to_be_bytes());
-        for (record, group) in icmp[8..].chunks_exact_mut(20).zip(self.groups()) {
+        icmp[6..8].copy_from_slice(&(count as u16).to_be_bytes());
+        for (record, group) in icmp[8..].chunks_exact_mut(20).zip(groups) {
             record[0] = MODE_IS_EXCLUDE;
             record[4..20].copy_from_slice(&group.octets());
         }
