@@ -9,8 +9,10 @@
 //!
 //! Ticket: key name (16 bytes) ‖ nonce (12) ‖ AES-256-GCM(ticket, tag).
 
+use std::cell::RefCell;
 use std::fmt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use aws_lc_rs::hkdf::{Salt, HKDF_SHA256};
@@ -29,6 +31,31 @@ pub struct TicketKeys {
     rotate_s: u64,
     /// Seconds since the Unix epoch (a clock for tests).
     clock: fn() -> u64,
+    /// Which keys these are in each thread's [`EPOCH_KEYS`] (not secret).
+    id: u64,
+}
+
+/// Numbers [`TicketKeys`] instances.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Epoch keys a thread keeps (three per VIP with tickets are in use).
+const CACHED_EPOCH_KEYS: usize = 24;
+
+/// One epoch's ticket key name and key, derived for [`TicketKeys`] `id`.
+struct EpochKey {
+    id: u64,
+    epoch: u64,
+    name: [u8; NAME_LEN],
+    key: LessSafeKey,
+}
+
+thread_local! {
+    /// The epoch keys this thread derived lately: each is derived once per
+    /// engine, not for every ticket made or tried. A ClientHello may offer
+    /// hundreds of PSK identities, each tried against three epochs: with a
+    /// derivation (HKDF and an AES key set-up) for each, one hello cost
+    /// many handshakes' work. No lock: each engine has its own.
+    static EPOCH_KEYS: RefCell<Vec<EpochKey>> = const { RefCell::new(Vec::new()) };
 }
 
 impl fmt::Debug for TicketKeys {
@@ -138,6 +165,7 @@ impl TicketKeys {
             master,
             rotate_s,
             clock: unix_now,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         })
     }
 
@@ -152,8 +180,39 @@ impl TicketKeys {
         (self.clock)() / self.rotate_s
     }
 
-    /// Name and key of `epoch`.
+    /// `f` of the name and key of `epoch`, from this thread's cache
+    /// ([`EPOCH_KEYS`]), derived on a miss (the oldest entry then goes).
+    fn with_key<T>(&self, epoch: u64, f: impl FnOnce(&[u8; NAME_LEN], &LessSafeKey) -> T) -> T {
+        EPOCH_KEYS.with(|cache| {
+            let mut cache = cache.borrow_mut();
+            let found = cache
+                .iter()
+                .position(|k| k.id == self.id && k.epoch == epoch);
+            let at = match found {
+                Some(at) => at,
+                None => {
+                    let (name, key) = self.key(epoch);
+                    if cache.len() >= CACHED_EPOCH_KEYS {
+                        cache.remove(0);
+                    }
+                    cache.push(EpochKey {
+                        id: self.id,
+                        epoch,
+                        name,
+                        key,
+                    });
+                    cache.len() - 1
+                }
+            };
+            let k = &cache[at];
+            f(&k.name, &k.key)
+        })
+    }
+
+    /// Name and key of `epoch`, derived.
     fn key(&self, epoch: u64) -> ([u8; NAME_LEN], LessSafeKey) {
+        #[cfg(test)]
+        tests::DERIVED.with(|d| d.set(d.get() + 1));
         let mut okm = [0u8; NAME_LEN + KEY_LEN];
         let mut info = *b"epoch\0\0\0\0\0\0\0\0";
         info[5..].copy_from_slice(&epoch.to_be_bytes());
@@ -175,22 +234,23 @@ impl ProducesTickets for TicketKeys {
     }
 
     fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
-        let (name, key) = self.key(self.epoch());
         let mut nonce = [0u8; NONCE_LEN];
         SystemRandom::new().fill(&mut nonce).ok()?;
-        let mut out = Vec::with_capacity(NAME_LEN + NONCE_LEN + plain.len() + TAG_LEN);
-        out.extend_from_slice(&name);
-        out.extend_from_slice(&nonce);
-        out.extend_from_slice(plain);
-        let tag = key
-            .seal_in_place_separate_tag(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(&name),
-                &mut out[NAME_LEN + NONCE_LEN..],
-            )
-            .ok()?;
-        out.extend_from_slice(tag.as_ref());
-        Some(out)
+        self.with_key(self.epoch(), |name, key| {
+            let mut out = Vec::with_capacity(NAME_LEN + NONCE_LEN + plain.len() + TAG_LEN);
+            out.extend_from_slice(name);
+            out.extend_from_slice(&nonce);
+            out.extend_from_slice(plain);
+            let tag = key
+                .seal_in_place_separate_tag(
+                    Nonce::assume_unique_for_key(nonce),
+                    Aad::from(name),
+                    &mut out[NAME_LEN + NONCE_LEN..],
+                )
+                .ok()?;
+            out.extend_from_slice(tag.as_ref());
+            Some(out)
+        })
     }
 
     fn decrypt(&self, cipher: &[u8]) -> Option<Vec<u8>> {
@@ -202,28 +262,66 @@ impl ProducesTickets for TicketKeys {
         let now = self.epoch();
         // This epoch, the one before (a ticket from the previous key) and
         // the next (a node whose clock is a little ahead).
-        let key = [now, now.wrapping_sub(1), now + 1]
+        [now, now.wrapping_sub(1), now.wrapping_add(1)]
             .into_iter()
-            .map(|e| self.key(e))
-            .find(|(n, _)| n[..] == *name)?
-            .1;
-        let mut buf = sealed.to_vec();
-        let plain_len = key
-            .open_in_place(
-                Nonce::try_assume_unique_for_key(nonce).ok()?,
-                Aad::from(name),
-                &mut buf,
-            )
-            .ok()?
-            .len();
-        buf.truncate(plain_len);
-        Some(buf)
+            .find_map(|e| {
+                self.with_key(e, |n, key| {
+                    if n[..] != *name {
+                        return None;
+                    }
+                    let mut buf = sealed.to_vec();
+                    let plain_len = key
+                        .open_in_place(
+                            Nonce::try_assume_unique_for_key(nonce).ok()?,
+                            Aad::from(name),
+                            &mut buf,
+                        )
+                        .ok()?
+                        .len();
+                    buf.truncate(plain_len);
+                    Some(Some(buf))
+                })
+            })?
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// Epoch keys derived on this thread.
+        pub(super) static DERIVED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// A ClientHello may offer hundreds of PSK identities, each tried
+    /// against three epochs: the keys are derived once per thread, not
+    /// for every identity tried or ticket made. Before, each try derived
+    /// up to three (HKDF and an AES key set-up each): 300 for these 100.
+    #[test]
+    fn epoch_keys_are_derived_once_per_thread_not_per_ticket() {
+        let keys = TicketKeys::from_secret(&[7; 32], 3600)
+            .unwrap()
+            .with_clock(at(1000));
+        let before = DERIVED.with(std::cell::Cell::get);
+        for i in 0..100u8 {
+            let garbage = [i; NAME_LEN + NONCE_LEN + TAG_LEN + 40];
+            assert!(keys.decrypt(&garbage).is_none());
+        }
+        let made: Vec<Vec<u8>> = (0..100u8)
+            .map(|i| keys.encrypt(&[i; 50]).unwrap())
+            .collect();
+        for (i, t) in made.iter().enumerate() {
+            assert_eq!(keys.decrypt(t).unwrap(), [i as u8; 50]);
+        }
+        assert_eq!(DERIVED.with(std::cell::Cell::get) - before, 3);
+        // Another instance (even from the same secret) has its own.
+        let other = TicketKeys::from_secret(&[7; 32], 3600)
+            .unwrap()
+            .with_clock(at(1000));
+        assert_eq!(other.decrypt(&made[0]).unwrap(), [0u8; 50]);
+        assert_eq!(DERIVED.with(std::cell::Cell::get) - before, 4);
+    }
 
     fn at(t: u64) -> fn() -> u64 {
         // Function pointers cannot capture: a few fixed clocks.
