@@ -229,6 +229,19 @@ pub struct Progress {
     pub renegotiations_refused: u32,
 }
 
+thread_local! {
+    /// [`set_tls12_record_limit_for_tests`].
+    static TLS12_LIMIT_FOR_TESTS: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// Test hook: TLS 1.2 sessions whose handshake completes on this thread
+/// from now on may send `records` records (`None`: the suite's limit),
+/// so tests reach what happens at the limit (2^24 records for AES-GCM).
+#[doc(hidden)]
+pub fn set_tls12_record_limit_for_tests(records: Option<u64>) {
+    TLS12_LIMIT_FOR_TESTS.with(|l| l.set(records));
+}
+
 /// Fraction of a suite's confidentiality limit after which TLS 1.3 keys
 /// are updated (TLS 1.2 closes at the limit less a margin).
 const REKEY_FRACTION: u64 = 2;
@@ -468,6 +481,10 @@ impl Established {
                 .confidentiality_limit
                 .saturating_sub(TLS12_LIMIT_MARGIN),
             SupportedCipherSuite::Tls13(s) => s.common.confidentiality_limit / REKEY_FRACTION,
+        };
+        let limit = match TLS12_LIMIT_FOR_TESTS.with(std::cell::Cell::get) {
+            Some(records) if protocol == Protocol::Tls12 => records,
+            _ => limit,
         };
         Ok(Self {
             tx: RecordKey::new(protocol, &secrets.tx.1, secrets.tx.0),

@@ -1095,3 +1095,40 @@ fn bytes_after_the_engine_is_done_are_dropped_and_hold_nothing() {
     settle_and_check_nothing_held(&mut lab);
     still_serves(&mut lab, 60_004);
 }
+
+/// A TLS 1.2 session at its record limit (2^24 records for AES-GCM; the
+/// test hook makes it four) cannot go on without renegotiation: it ends
+/// with one close_notify and a FIN, counted as a `record_limit` failure.
+/// Before, it was not counted, and where a response head was still
+/// queued no FIN followed the close_notify: the connection waited out its
+/// idle timeout.
+#[test]
+fn tls12_at_its_record_limit_ends_with_close_notify_and_a_fin() {
+    use crypto::session::{set_tls12_record_limit_for_tests, Failure};
+    set_tls12_record_limit_for_tests(Some(4));
+    let mut lab = lab();
+    let cfg = LoadClientConfig::new(false, true);
+    let mut c = TlsClient::new(&cfg, 51_100, TLS);
+    let syn = c.tcp.next(TcpControl::Syn, b"");
+    let out = lab.exchange(&[syn]);
+    c.absorb(&out);
+    while c.tls.is_handshaking() {
+        let mut segs = vec![c.tcp.next(TcpControl::None, b"")];
+        segs.extend(c.tls_segments());
+        let out = lab.exchange(&segs);
+        c.absorb(&out);
+    }
+    c.tls
+        .write_plain(b"GET /bytes/200000 HTTP/1.1\r\nHost: tlsdp\r\n\r\n");
+    let request = c.tls_segments();
+    let out = lab.exchange(&request);
+    c.absorb(&out);
+    client_acks_until_the_end(&mut lab, &mut c);
+    set_tls12_record_limit_for_tests(None);
+    assert!(c.tcp.fin_at.is_some(), "a FIN");
+    assert!(!c.tcp.reset);
+    assert!(c.tls.peer_closed(), "close_notify");
+    assert!(c.plain.len() < 200_000, "cut: {}", c.plain.len());
+    let failures = lab.mem.engine.counters().tls_failure_reasons;
+    assert_eq!(failures[Failure::RecordLimit.index()], 1, "{failures:?}");
+}

@@ -87,6 +87,9 @@ pub struct TlsConn {
     failed: bool,
     /// Why it failed, when a TLS error of the client's ended it.
     failure: Option<crypto::session::Failure>,
+    /// It failed while sending (the TLS 1.2 record limit): counted by
+    /// the next [`drive`]'s outcome.
+    send_failed: bool,
     /// In the engine's queue of handshakes waiting for budget.
     pub(crate) queued: bool,
     /// When its handshake completed (engine time), for the connection log.
@@ -109,6 +112,7 @@ impl TlsConn {
             close_sent_at: None,
             failed: false,
             failure: None,
+            send_failed: false,
             queued: false,
             handshake_done: None,
             charged: 0,
@@ -257,9 +261,15 @@ impl TlsConn {
             return None;
         }
         if let Err(e) = self.session.maintain(&mut self.cipher_out) {
+            // TLS 1.2 at its record limit (its close_notify queued: without
+            // renegotiation there is no way on), or a key update that
+            // failed: the session ends here, as after a read error: what
+            // is queued goes, then the FIN.
             self.failure = Some(e.reason);
             self.failed = true;
-            self.closing = true;
+            self.send_failed = true;
+            self.flush_cipher(tcp, id);
+            tcp.close(id);
             return None;
         }
         if !self.flush_cipher(tcp, id) {
@@ -569,6 +579,9 @@ pub fn drive(
         if !progressed {
             break;
         }
+    }
+    if std::mem::take(&mut tls.send_failed) {
+        outcome.failure = tls.failure;
     }
     tls.release_idle(spare);
     outcome
