@@ -51,14 +51,11 @@ impl InterfaceConfig {
         }
     }
 
-    /// Whether `ip` is this subnet's broadcast address (a prefix of 30
-    /// bits or shorter, host part all ones).
-    fn is_subnet_broadcast(&self, ip: Ipv4Addr) -> bool {
-        let host_bits = 32 - u32::from(self.prefix_len.min(32));
-        host_bits >= 2 && self.on_link(ip) && {
-            let host_mask = (1u32 << host_bits) - 1;
-            u32::from(ip) & host_mask == host_mask
-        }
+    /// This subnet's broadcast address (host part all ones), where the
+    /// prefix is 30 bits or shorter.
+    fn subnet_broadcast(&self) -> Option<Ipv4Addr> {
+        let host_mask = u32::MAX.checked_shr(u32::from(self.prefix_len))?;
+        (host_mask >= 3).then(|| Ipv4Addr::from(u32::from(self.addr) | host_mask))
     }
 
     fn on_link(&self, ip: Ipv4Addr) -> bool {
@@ -164,11 +161,14 @@ pub struct Interface {
     /// The 802.1Q VLAN this interface is on (`None`: the port's untagged
     /// network). Its frames are tagged and untagged by the engine.
     vlan: Option<u16>,
+    /// The subnet's broadcast address, a source no packet comes from.
+    subnet_broadcast: Option<Ipv4Addr>,
 }
 
 impl Interface {
     pub fn new(cfg: InterfaceConfig) -> Self {
         Self {
+            subnet_broadcast: cfg.subnet_broadcast(),
             cfg,
             arp: ArpCache::new(ARP_ENTRIES),
             probes: Vec::with_capacity(MAX_PENDING_PROBES),
@@ -279,6 +279,7 @@ impl Interface {
     }
 
     /// Whether `ip` is one of this interface's addresses.
+    #[inline]
     pub fn is_local(&self, ip: Ipv4Addr) -> bool {
         ip == self.cfg.addr || self.extra.binary_search(&ip).is_ok()
     }
@@ -851,17 +852,18 @@ impl Interface {
     }
 
     /// Whether no host sends from `src` (RFC 1122 §3.2.1.3: broadcast,
-    /// multicast, loopback, "this host"; 240/4 is reserved; our own
-    /// addresses come from no peer): answering would reflect to a
-    /// network, loop back to us or reach no one.
+    /// multicast, loopback, "this network"; 240/4 is reserved; the port's
+    /// own address comes from no peer): answering would reflect to a
+    /// network, loop back to us or reach no one. (A VIP's address as a
+    /// source is left to the flow lookup: looking it up among the port's
+    /// added addresses costs every packet a search.)
+    #[inline]
     fn bad_source(&self, src: Ipv4Addr) -> bool {
-        src.is_broadcast()
-            || src.is_multicast()
-            || src.is_unspecified()
-            || src.is_loopback()
-            || src.octets()[0] >= 240
-            || self.cfg.is_subnet_broadcast(src)
-            || self.is_local(src)
+        // 0/8 ("this network"), 127/8 (loopback), 224/4 (multicast),
+        // 240/4 (reserved, and the limited broadcast): by the first byte.
+        matches!(src.octets()[0], 0 | 127 | 224..=255)
+            || src == self.cfg.addr
+            || Some(src) == self.subnet_broadcast
     }
 
     fn process_ipv4(
@@ -896,11 +898,8 @@ impl Interface {
             return Err(DropReason::Fragment);
         }
         let src = ip.src_addr();
-        let options = ip
-            .as_ref()
-            .get(IPV4_HEADER_LEN..header_len)
-            .unwrap_or_default();
-        if self.bad_source(src) || source_routed(options) {
+        let options = ip.as_ref().get(IPV4_HEADER_LEN..header_len);
+        if self.bad_source(src) || options.is_some_and(|o| !o.is_empty() && source_routed(o)) {
             return Err(DropReason::BadSource);
         }
         let total = usize::from(ip.total_len());
