@@ -180,7 +180,9 @@ fn keep_alive_waits_the_request_timeout_for_each_next_request() {
         .matches("HTTP/1.1 200")
         .count();
     assert_eq!(answers, 5, "every request answered");
-    // Then quiet: reset 30 s after the last answer (at second 100).
+    // Then quiet once the last answer is acknowledged: reset 30 s later.
+    let ack = c.next(TcpControl::None, b"");
+    host.exchange(&[ack], &mut [&mut c]);
     let at = host.reset_after(&mut c, 60, silent);
     assert!(within_a_second_of(at, 30), "{at:?}");
     assert_eq!(host.counters().request_timeouts, 1);
@@ -438,4 +440,48 @@ fn fin_wait_2_ends_at_its_timeout_unless_data_comes() {
         "sending: {reset_at:?}"
     );
     assert_eq!(host.lab.mem.engine.tcp().counters().fin_wait2_timeouts, 2);
+}
+
+/// A keep-alive client reading its response slowly (two segments' worth
+/// of window every 2 s, a response queued whole at once): the wait for
+/// its next request starts once the response is all acknowledged, not
+/// once it is queued. Before, the request deadline ran from the moment
+/// the body was queued, and a client reading slower than the ring's
+/// size over the request timeout (256 KiB in 30 s) was reset mid-
+/// response, counted as a request timeout.
+#[test]
+fn the_next_request_deadline_starts_when_the_response_is_delivered() {
+    let mut host = Host::new(lab());
+    let mut c = host.connect(46_000, PLAIN);
+    let bytes = 150_000;
+    let get = format!("GET /bytes/{bytes} HTTP/1.1\r\nHost: t\r\n\r\n");
+    let g = c.next(TcpControl::Psh, get.as_bytes());
+    host.exchange(&[g], &mut [&mut c]);
+    let (mut delivered_at, mut reset_at) = (None, None);
+    for s in 1..=400u64 {
+        host.lab.mem.now = host.lab.mem.now + Duration::from_secs(1);
+        let mut segs = Vec::new();
+        let whole = c.received.len() >= bytes;
+        if s % 2 == 0 && !whole {
+            let ack = c.rcv_nxt.expect("connected");
+            segs.push(Seg::to(c.dut_port, c.port, c.snd_nxt, Some(ack)).window(2_920));
+        } else if whole && delivered_at.is_none() {
+            // Everything came: acknowledged with the window open.
+            delivered_at = Some(s);
+            segs.push(c.next(TcpControl::None, b""));
+        }
+        host.exchange(&segs, &mut [&mut c]);
+        if c.reset {
+            reset_at = Some(s);
+            break;
+        }
+    }
+    let delivered = delivered_at.expect("the whole response came");
+    assert!(delivered > 60, "slow enough to matter: {delivered} s");
+    assert!(c.received.len() >= bytes, "{}", c.received.len());
+    // Then the wait for the next request: reset 30 s after delivery.
+    let waited = reset_at.map(|r| r - delivered);
+    assert!(within_a_second_of(waited, 30), "reset {waited:?} s after");
+    assert_eq!(host.counters().request_timeouts, 1);
+    assert_eq!(host.counters().send_timeouts, 0);
 }

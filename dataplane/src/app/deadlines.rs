@@ -4,7 +4,7 @@
 //! `handshake_timeout` of the SYN; a request head (the responder) or the
 //! first bytes (the proxy, which does not parse requests) must come within
 //! `request_timeout` of the connection being ready for it (accepted,
-//! handshake done, previous response sent). A deadline that passes resets
+//! handshake done, previous response delivered: all acknowledged). A deadline that passes resets
 //! the connection (`CloseReason::Deadline`) and is counted by what it
 //! waited for. Silence past the VIP's `idle_timeout` ends any connection
 //! (TCP's own timer), and so does a client that acknowledges none of what
@@ -58,16 +58,25 @@ pub enum Wait {
 
 impl Wait {
     /// What the connection in `role` waits for now; `unread` is whether
-    /// TCP holds bytes of it not read yet.
-    fn of(role: &Role, unread: bool) -> Wait {
+    /// TCP holds bytes of it not read yet, `delivered` whether all it was
+    /// sent was acknowledged. A responder waits for the next request only
+    /// once its last response is delivered: a slow reader is the send
+    /// timeout's to judge, not the request deadline's.
+    fn of(role: &Role, unread: bool, delivered: bool) -> Wait {
         match role {
-            Role::Responder(http) if http.awaiting_head() => Wait::Request(http.answered()),
+            Role::Responder(http) if http.awaiting_head() && delivered => {
+                Wait::Request(http.answered())
+            }
             Role::Client(link) if link.forwarded == 0 && !unread && !link.fin_received => {
                 Wait::Request(0)
             }
             Role::Tls(t) if t.conn.is_handshaking() => Wait::Handshake,
             Role::Tls(t) => match &t.inner {
-                Inner::Responder(http) if http.awaiting_head() => Wait::Request(http.answered()),
+                Inner::Responder(http)
+                    if http.awaiting_head() && delivered && t.conn.all_sealed_sent() =>
+                {
+                    Wait::Request(http.answered())
+                }
                 Inner::Proxy(link)
                     if link.forwarded == 0 && t.conn.plain_in.is_empty() && !link.fin_received =>
                 {
@@ -88,7 +97,7 @@ impl Services {
             return;
         };
         let (a, b) = cx.tcp.peek(id);
-        let wait = Wait::of(&entry.role, a.len() + b.len() > 0);
+        let wait = Wait::of(&entry.role, a.len() + b.len() > 0, cx.tcp.all_acked(id));
         if wait == entry.wait {
             return;
         }

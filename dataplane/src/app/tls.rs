@@ -176,6 +176,12 @@ impl TlsConn {
         !self.failed && !self.session.is_handshaking()
     }
 
+    /// Whether nothing waits to be sealed or moved to TCP (a response
+    /// head, ciphertext).
+    pub(crate) fn all_sealed_sent(&self) -> bool {
+        self.pending.is_empty() && self.cipher_out.is_empty()
+    }
+
     /// The TLS session (what it negotiated).
     pub fn session(&self) -> &ServerSession {
         &self.session

@@ -997,6 +997,12 @@ impl<A: Default> TcpEngine<A> {
         live(&self.conns, id).map_or(0, |c| c.send_space(&self.buffers))
     }
 
+    /// Whether everything queued on `id` was sent and acknowledged (true
+    /// for a connection that is gone).
+    pub fn all_acked(&self, id: ConnId) -> bool {
+        live(&self.conns, id).is_none_or(|c| c.all_acked())
+    }
+
     /// Bytes the application has queued on `id` over its life (0 for none).
     pub fn bytes_queued(&self, id: ConnId) -> u64 {
         live(&self.conns, id).map_or(0, |c| c.bytes_queued)
