@@ -36,10 +36,17 @@ fn a_change_one_engine_cannot_take_changes_none_and_its_version_is_not_reused() 
         "{error}"
     );
     assert!(web_enabled(&e0), "engine 0 kept configuration 1");
-    // The stalled engine wakes: it prepares 2 and drops it.
-    running(&mut [&mut e1], || {
-        std::thread::sleep(std::time::Duration::from_millis(50))
-    });
+    // The stalled engine wakes: at its first tick it prepares 2 and drops
+    // it (and publishes its counters). Polled until that tick has run: a
+    // fixed sleep was not always long enough on a loaded machine.
+    let woke = std::time::Instant::now();
+    while e1.counters().config_version == 0 {
+        e1.poll(common::controller::CLOCK.now());
+        assert!(
+            woke.elapsed() < std::time::Duration::from_secs(10),
+            "no tick"
+        );
+    }
     assert!(web_enabled(&e1));
     assert_eq!(e0.counters().config_version, 1);
     assert_eq!(e1.counters().config_version, 1);
@@ -485,4 +492,62 @@ fn a_capture_is_refused_at_once_when_its_file_cannot_be_written() {
     let r = reply(ctl.handle(&capture("/tmp/p0.pcap", 120_000)));
     let e = r.error.unwrap();
     assert!(e.contains("--timeout 1 to 60"), "{e}");
+}
+
+/// A member removed while its health check waits on a backend that
+/// accepted and never answers: the check's connection is reset at the
+/// next tick. Before, removing the member forgot the check (and its
+/// timeout) but not its connection, which stayed open until TCP's idle
+/// timeout (300 s); likewise for a retired pool or a check taken away.
+#[test]
+fn a_removed_members_health_check_is_reset_not_left_open() {
+    use common::host::{HostConn, HostLab};
+    use smoltcp::wire::TcpControl;
+    use std::time::Duration;
+
+    let (mut ctl, first, link) = common::controller::one_engine(
+        "[[vip]]\nname = \"app\"\nlisten = \"10.78.0.1:8080\"\npool = \"web\"\n\
+         [[pool]]\nname = \"web\"\nmembers = [{ addr = \"10.78.0.2:8081\" }, { addr = \"10.78.0.2:8082\" }]\n\
+         health = { kind = \"http\", interval_ms = 10000, timeout_ms = 10000, rise = 1, fall = 2 }\n",
+    );
+    let mut lab = HostLab::new();
+    lab.mem.engine.set_control(link);
+    lab.mem.engine.apply(&first);
+    // The checks' SYNs: 8081's is accepted, and its request never answered.
+    let mut probe = None;
+    for _ in 0..1000 {
+        let out = lab.advance(Duration::from_millis(1));
+        if let Some(syn) = out
+            .iter()
+            .find(|s| s.control == TcpControl::Syn && s.dst_port == 8081)
+        {
+            probe = Some(HostConn::accepted(syn, 5_000));
+            break;
+        }
+    }
+    let mut probe = probe.expect("a check of 8081");
+    let syn_ack = probe.next(TcpControl::Syn, b"");
+    probe.absorb(&lab.exchange(&[syn_ack]));
+    assert!(
+        String::from_utf8_lossy(&probe.received).starts_with("GET "),
+        "the check's request: {:?}",
+        String::from_utf8_lossy(&probe.received)
+    );
+    // `dpctl member remove web 10.78.0.2:8081`, the engine polled.
+    let remove = Request::MemberRemove {
+        pool: "web".into(),
+        addr: "10.78.0.2:8081".into(),
+    };
+    let r = std::thread::scope(|s| {
+        let asked = s.spawn(|| reply(ctl.handle(&remove)));
+        while !asked.is_finished() {
+            probe.absorb(&lab.advance(Duration::from_millis(1)));
+        }
+        asked.join().unwrap()
+    });
+    assert!(r.ok, "{r:?}");
+    for _ in 0..5 {
+        probe.absorb(&lab.advance(Duration::from_millis(2)));
+    }
+    assert!(probe.reset, "the check's connection is reset");
 }

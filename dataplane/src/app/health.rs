@@ -84,6 +84,14 @@ impl Default for MemberHealth {
 }
 
 impl MemberHealth {
+    /// Its pool no longer checks it: taken into the choice again, its
+    /// streaks forgotten (a probe in flight is aborted at the next tick).
+    pub fn unchecked(&mut self) {
+        self.healthy = true;
+        self.ok_streak = 0;
+        self.fail_streak = 0;
+    }
+
     /// Counts one check's result; `Some(healthy)` when the member's state
     /// changed.
     pub fn record(&mut self, ok: bool, check: &HealthCheck) -> Option<bool> {
@@ -117,19 +125,25 @@ pub struct Probe {
     pub member: u16,
 }
 
-/// The status of an HTTP response head's first line, once it is whole.
+/// The status of an HTTP response head's first line (RFC 9112 §4:
+/// `HTTP/1.x SP ddd SP reason`), once its first 13 bytes or its end came;
+/// 0 for a line that is not one. Read as bytes: the reason phrase may
+/// hold any (obs-text), and a long one is cut where the head buffer ends.
 pub fn status(head: &[u8]) -> Option<u16> {
-    let line = head.split(|&b| b == b'\n').next()?;
-    if line.len() == head.len() && head.len() < 13 {
+    let end = head.iter().position(|&b| b == b'\n');
+    if end.is_none() && head.len() < 13 {
         return None; // not all of it yet
     }
-    let text = std::str::from_utf8(line).ok()?;
-    let mut parts = text.split_ascii_whitespace();
-    let version = parts.next()?;
-    if !version.starts_with("HTTP/1.") {
+    let line = &head[..end.unwrap_or(head.len())];
+    let code = match line {
+        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', _, b' ', d @ ..] if d.len() >= 3 => &d[..3],
+        _ => return Some(0),
+    };
+    let after = line.get(12).copied();
+    if !code.iter().all(u8::is_ascii_digit) || !matches!(after, None | Some(b' ' | b'\r')) {
         return Some(0);
     }
-    Some(parts.next().and_then(|s| s.parse().ok()).unwrap_or(0))
+    Some(code.iter().fold(0, |n, d| n * 10 + u16::from(d - b'0')))
 }
 
 /// A member's health changed, as found by the one engine that checks it.
@@ -251,6 +265,20 @@ impl Services {
     pub(super) fn run_health(&mut self, cx: &mut Cx<'_>) {
         let now = cx.now;
         for p in 0..self.pools.len() {
+            // Probes with nothing to report to any more (their member
+            // removed, their pool retired or its check taken away) end now,
+            // not at TCP's idle timeout.
+            let pool = &mut self.pools[p];
+            let unchecked = pool.retired || pool.check.is_none();
+            for member in &mut pool.members {
+                let orphan = unchecked || member.removed;
+                if let Some((id, key, _)) = member.health.probe.filter(|_| orphan) {
+                    member.health.probe = None;
+                    if cx.tcp.key(id) == Some(key) {
+                        cx.tcp.abort(id);
+                    }
+                }
+            }
             if self.pools[p].retired {
                 continue;
             }
@@ -299,20 +327,23 @@ impl Services {
     /// A health-check connection's event.
     pub(super) fn on_probe(&mut self, cx: &mut Cx<'_>, id: ConnId, probe: Probe, ev: Event) {
         let (p, m) = (usize::from(probe.pool), usize::from(probe.member));
-        let Some(pool) = self.pools.get(p) else {
+        let pool = self.pools.get(p);
+        let check = pool.and_then(|pool| pool.check.as_ref());
+        let current = pool
+            .and_then(|pool| pool.members.get(m))
+            .is_some_and(|member| {
+                member
+                    .health
+                    .probe
+                    .is_some_and(|(pid, key, _)| pid == id && cx.tcp.key(id) == Some(key))
+            });
+        let Some((kind, expect)) = check.filter(|_| current).map(|c| (c.kind, c.expect)) else {
+            // Left over from a check its member no longer waits for.
+            if cx.tcp.key(id).is_some() {
+                cx.tcp.abort(id);
+            }
             return;
         };
-        let Some(check) = &pool.check else { return };
-        let (kind, expect) = (check.kind, check.expect);
-        let current = pool.members.get(m).is_some_and(|member| {
-            member
-                .health
-                .probe
-                .is_some_and(|(pid, key, _)| pid == id && cx.tcp.key(id) == Some(key))
-        });
-        if !current {
-            return;
-        }
         match (kind, ev) {
             (HealthKind::Tcp, Event::Connected(_)) => {
                 self.health_result(cx, p, m, true, "");
@@ -475,5 +506,15 @@ mod tests {
         assert_eq!(status(b"HTTP/1.0 503 Service Unavailable\r\n"), Some(503));
         assert_eq!(status(b"HTTP/1.1 2"), None);
         assert_eq!(status(b"SSH-2.0-OpenSSH\r\n"), Some(0));
+        // Any bytes in the reason phrase (obs-text), and a line cut where
+        // the 64-byte head buffer ends mid-character: before, neither was
+        // read (not UTF-8), and a healthy member was marked down.
+        assert_eq!(status(b"HTTP/1.1 200 \xe9t\xe9\r\n"), Some(200));
+        let mut cut = b"HTTP/1.1 204 ".to_vec();
+        cut.extend("é".repeat(30).as_bytes());
+        assert_eq!(status(&cut[..64]), Some(204));
+        assert_eq!(status(b"HTTP/1.1 200\r\n"), Some(200));
+        assert_eq!(status(b"HTTP/1.1 2000 OK\r\n"), Some(0));
+        assert_eq!(status(b"HTTP/1.1 2x0 OK\r\n"), Some(0));
     }
 }

@@ -112,7 +112,13 @@ impl Pool {
         }
         for m in self.members.iter_mut().filter(|m| m.removed) {
             m.state = MemberState::Down;
-            m.health.probe = None;
+        }
+        // No check any more: a member marked down by the last one would
+        // otherwise never be taken again.
+        if self.check.is_none() {
+            for m in &mut self.members {
+                m.health.unchecked();
+            }
         }
         placed
     }
@@ -277,6 +283,31 @@ mod tests {
         assert_eq!(m.state, MemberState::Up);
         assert!(!m.removed);
         assert_eq!(p.members.len(), 64);
+    }
+
+    /// A member its check marked down, then the pool's check taken away:
+    /// it is chosen again. Before, it kept its last verdict and, with no
+    /// check left to change it, was never chosen again.
+    #[test]
+    fn taking_a_pools_check_away_brings_its_members_back() {
+        use crate::app::health::{HealthCheck, HealthKind};
+        let check = HealthCheck {
+            kind: HealthKind::Tcp,
+            request: Vec::new(),
+            expect: 200,
+            interval: std::time::Duration::from_secs(1),
+            timeout: std::time::Duration::from_secs(1),
+            rise: 2,
+            fall: 1,
+        };
+        let mut p = pool(Balance::RoundRobin, &[1]);
+        p.check = Some(check.clone());
+        assert_eq!(p.members[0].health.record(false, &check), Some(false));
+        assert_eq!(p.pick(Ipv4Addr::new(10, 9, 0, 1), 0), None, "down");
+        let mut next = p.clone();
+        next.check = None;
+        assert!(p.update_from(&next));
+        assert_eq!(p.pick(Ipv4Addr::new(10, 9, 0, 1), 0), Some(0));
     }
 
     fn shares(p: &mut Pool, n: usize) -> Vec<usize> {
