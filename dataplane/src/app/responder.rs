@@ -202,7 +202,7 @@ impl Responder {
             let Some(h) = s.http() else { return };
             let start_close = h.close_after && !h.closing;
             h.closing |= start_close;
-            let (closing, peer_closed) = (h.closing, h.peer_closed);
+            let (closing, peer_closed, scanned) = (h.closing, h.peer_closed, h.scanned);
             if start_close {
                 s.close();
             }
@@ -217,16 +217,24 @@ impl Responder {
                 }
                 return;
             }
-            let scanned = s.http().map_or(0, |h| h.scanned);
             let (a, b) = s.peek();
             let pending = a.len() + b.len();
-            // Only a head whose end came since the last scan is parsed.
-            let ended = pending > scanned && head_ends_after(a, b, scanned.saturating_sub(3));
-            let parsed = if ended { parse_request(a, b) } else { None };
+            // A head seen in part before is parsed only once its end
+            // comes, looked for in what came since; a fresh one at once
+            // (the parse finds its end, or that it has none yet).
+            let parsed = if scanned == 0
+                || pending > scanned && head_ends_after(a, b, scanned.saturating_sub(3))
+            {
+                parse_request(a, b)
+            } else {
+                None
+            };
             match parsed {
                 None => {
-                    if let Some(h) = s.http() {
-                        h.scanned = pending.min(MAX_HEAD);
+                    if pending != scanned {
+                        if let Some(h) = s.http() {
+                            h.scanned = pending.min(MAX_HEAD);
+                        }
                     }
                     let (a, b) = s.peek();
                     if pending >= MAX_HEAD {
@@ -275,9 +283,6 @@ impl Responder {
             return false;
         }
         s.consume(req.head_len);
-        if let Some(h) = s.http() {
-            h.scanned = 0;
-        }
         self.counters.requests += 1;
         let (len, ctype) = match req.body {
             Body::Pattern(n) => (n, "application/octet-stream"),
@@ -318,6 +323,7 @@ impl Responder {
         h.extend_from_slice(b"\r\n\r\n");
         s.send(&self.head);
         if let Some(h) = s.http() {
+            h.scanned = 0;
             h.answered = h.answered.wrapping_add(1);
             h.close_after = req.close;
             match req.body {
@@ -435,7 +441,9 @@ fn head_len(a: &[u8], b: &[u8], ends: &mut LineEnds) -> Option<usize> {
         let a = &a[..limit];
         let mut found = None;
         for_each_lf(a, |i| {
-            if ends_head(|k| a[k], i) {
+            // A blank line after LF or CRLF (as `ends_head`, on a slice).
+            let before = &a[..i];
+            if before.ends_with(b"\n") || before.ends_with(b"\n\r") {
                 found = Some(i + 1);
                 return false;
             }
@@ -582,10 +590,17 @@ fn parse_request(a: &[u8], b: &[u8]) -> Option<Request> {
         // §5.5: no CR, NUL or other control byte but HTAB in a value.
         // Each is 400: a front end reading the line otherwise would split
         // requests where we do not.
-        if name.is_empty() || !name.iter().all(|&c| is_tchar(c)) {
+        if name.is_empty()
+            || !name
+                .iter()
+                .all(|&c| BYTE_CLASS[usize::from(c)] & TCHAR != 0)
+        {
             return bad(true);
         }
-        if value.iter().any(|&c| c != b'\t' && (c < 0x20 || c == 0x7f)) {
+        if !value
+            .iter()
+            .all(|&c| BYTE_CLASS[usize::from(c)] & IN_VALUE != 0)
+        {
             return bad(true);
         }
         if name.eq_ignore_ascii_case(b"connection") {
@@ -643,10 +658,43 @@ fn parse_request(a: &[u8], b: &[u8]) -> Option<Request> {
     })
 }
 
-/// A `tchar` of RFC 9110 §5.6.2 (what a field name is made of).
-fn is_tchar(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c)
-}
+/// [`BYTE_CLASS`]: a `tchar` of RFC 9110 §5.6.2 (what a field name is
+/// made of).
+const TCHAR: u8 = 1;
+/// [`BYTE_CLASS`]: a byte a field value may hold (RFC 9110 §5.5: VCHAR,
+/// obs-text, SP, HTAB; no CR, LF, NUL or other control).
+const IN_VALUE: u8 = 2;
+
+/// Each byte's classes, looked up once per byte of a head's fields.
+static BYTE_CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        let tchar = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'!' | b'#'
+                    | b'$'
+                    | b'%'
+                    | b'&'
+                    | b'\''
+                    | b'*'
+                    | b'+'
+                    | b'-'
+                    | b'.'
+                    | b'^'
+                    | b'_'
+                    | b'`'
+                    | b'|'
+                    | b'~'
+            );
+        let in_value = b == b'\t' || (b >= 0x20 && b != 0x7f);
+        t[c] = if tchar { TCHAR } else { 0 } | if in_value { IN_VALUE } else { 0 };
+        c += 1;
+    }
+    t
+};
 
 #[cfg(test)]
 mod tests {
