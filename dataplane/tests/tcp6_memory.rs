@@ -655,3 +655,29 @@ fn fold(data: &[u8]) -> u16 {
     }
     sum as u16
 }
+
+/// SYNs from loopback, an IPv4-mapped address or our own address are
+/// dropped unanswered (`bad_source`), as IPv4's are. Before, each was
+/// served, and a proxied one's PROXY header named `::1` or
+/// `::ffff:10.0.0.1` to a backend that may trust it as local or as an
+/// IPv4 client.
+#[test]
+fn syns_from_loopback_mapped_or_our_own_addresses_are_dropped() {
+    let mut lab = lab(TcpConfig::default());
+    lab.engine.listen(DUT_IP, 80);
+    lab.exchange(vec![solicit(HOST_IP, DUT_IP)]);
+    let sources = [
+        Ipv6Addr::LOCALHOST,
+        Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped(),
+        DUT_IP,
+    ];
+    let frames = sources
+        .iter()
+        .enumerate()
+        .map(|(i, &src)| Seg::syn(41_000 + i as u16, 80, 1).frame6(src, DUT_IP))
+        .collect();
+    let out = lab.exchange(frames);
+    assert!(tcp6(&out).is_empty(), "nothing answered");
+    assert_eq!(lab.dropped(DropReason::BadSource), 3);
+    handshake(&mut lab, HOST_IP, DUT_IP, 41_009);
+}

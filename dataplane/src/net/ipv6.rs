@@ -433,6 +433,13 @@ impl Ipv6Host {
         if src.is_multicast() {
             return Err(DropReason::Malformed);
         }
+        // No host sends from loopback (RFC 4291 §2.5.3), an IPv4-mapped
+        // address (RFC 4291 §2.5.5.2: never on the wire; a backend given
+        // one in a PROXY header may take it for an IPv4 client) or one of
+        // ours.
+        if src.is_loopback() || src.to_ipv4_mapped().is_some() || self.is_local(src) {
+            return Err(DropReason::BadSource);
+        }
         let start = match upper_layer(pkt, end) {
             Ok((NEXT_TCP, start)) => {
                 // TCP only to a unicast address of ours (RFC 9293 §3.9.1
