@@ -396,6 +396,17 @@ fn a_window_reopened_unseen_is_found_by_a_probe_before_the_send_timeout() {
 #[test]
 fn fin_wait_2_ends_at_its_timeout_unless_data_comes() {
     let mut host = Host::new(lab());
+    // TCP's rule alone: the responder's own bound on a lingering close
+    // (its request timeout) set past the test.
+    let long = Timeouts {
+        request: Duration::from_secs(1000),
+        ..Timeouts::default()
+    };
+    host.lab
+        .mem
+        .engine
+        .app_mut()
+        .set_vip_timeouts(DUT_IP, PLAIN, long);
     let get = b"GET /bytes/10 HTTP/1.0\r\n\r\n";
     let mut acking = host.connect(46_000, PLAIN);
     let mut sending = host.connect(46_001, PLAIN);
@@ -484,4 +495,30 @@ fn the_next_request_deadline_starts_when_the_response_is_delivered() {
     assert!(within_a_second_of(waited, 30), "reset {waited:?} s after");
     assert_eq!(host.counters().request_timeouts, 1);
     assert_eq!(host.counters().send_timeouts, 0);
+}
+
+/// After its answer and our FIN, a client that trickles a byte every
+/// 10 s (each dropped: the responder's lingering close) is reset one
+/// request timeout (30 s) after our answer and FIN were acknowledged.
+/// Before, each byte restarted FIN-WAIT-2's 60 s: a client held the
+/// connection as long as it liked.
+#[test]
+fn a_lingering_close_is_bounded_by_the_request_timeout() {
+    let mut host = Host::new(lab());
+    let mut c = host.connect(47_000, PLAIN);
+    let g = c.next(TcpControl::Psh, b"GET /bytes/10 HTTP/1.0\r\n\r\n");
+    host.exchange(&[g], &mut [&mut c]);
+    assert!(c.fin_at.is_some(), "answered and closed");
+    let ack = c.next(TcpControl::None, b"");
+    host.exchange(&[ack], &mut [&mut c]);
+    let at = host.reset_after(&mut c, 300, |s, c| {
+        if s % 10 == 0 {
+            vec![c.next(TcpControl::Psh, b"x")]
+        } else {
+            Vec::new()
+        }
+    });
+    // 30 s from the acknowledgement of our answer and FIN.
+    assert!(within_a_second_of(at, 30), "{at:?}");
+    assert_eq!(host.counters().request_timeouts, 0, "not a request's");
 }

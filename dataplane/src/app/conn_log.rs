@@ -101,6 +101,7 @@ pub fn end_of(
         CloseReason::TimedOut => End::TcpTimeout,
         CloseReason::Deadline => match wait {
             Wait::Handshake => End::HandshakeTimeout,
+            Wait::Linger => End::TcpTimeout,
             Wait::Request(_) | Wait::Nothing => End::RequestTimeout,
         },
         CloseReason::SendTimeout => End::SendTimeout,

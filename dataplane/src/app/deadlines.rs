@@ -54,6 +54,11 @@ pub enum Wait {
     Handshake,
     /// A request head after `n` answered (a new wait with each answer).
     Request(u32),
+    /// The client's end, after our last answer was delivered and our
+    /// side closed (the responder's lingering close): a client that
+    /// trickles bytes, each dropped, would otherwise keep the connection,
+    /// since data in FIN-WAIT-2 restarts TCP's wait for its FIN.
+    Linger,
 }
 
 impl Wait {
@@ -67,6 +72,7 @@ impl Wait {
             Role::Responder(http) if http.awaiting_head() && delivered => {
                 Wait::Request(http.answered())
             }
+            Role::Responder(http) if http.lingering() && delivered => Wait::Linger,
             Role::Client(link) if link.forwarded == 0 && !unread && !link.fin_received => {
                 Wait::Request(0)
             }
@@ -76,6 +82,11 @@ impl Wait {
                     if http.awaiting_head() && delivered && t.conn.all_sealed_sent() =>
                 {
                     Wait::Request(http.answered())
+                }
+                Inner::Responder(http)
+                    if http.lingering() && delivered && t.conn.all_sealed_sent() =>
+                {
+                    Wait::Linger
                 }
                 Inner::Proxy(link)
                     if link.forwarded == 0 && t.conn.plain_in.is_empty() && !link.fin_received =>
@@ -108,7 +119,7 @@ impl Services {
         let at = match wait {
             Wait::Nothing => None,
             Wait::Handshake => cx.tcp.opened_at(id).map(|t| t + timeouts.handshake),
-            Wait::Request(_) => Some(cx.now + timeouts.request),
+            Wait::Request(_) | Wait::Linger => Some(cx.now + timeouts.request),
         };
         cx.tcp.set_deadline(id, at, cx.now);
     }
@@ -145,7 +156,9 @@ impl Services {
                     vc.request_timeouts += 1;
                 }
             }
-            Wait::Nothing => {}
+            // Ended like a FIN-WAIT-2 that timed out (the log says
+            // `tcp_timeout`); not a deadline the client owed a request for.
+            Wait::Linger | Wait::Nothing => {}
         }
     }
 }

@@ -60,6 +60,12 @@ impl Session {
         self.answered
     }
 
+    /// Our last answer is queued and our side closed: what the client
+    /// still sends is read and dropped (a lingering close).
+    pub fn lingering(&self) -> bool {
+        self.closing
+    }
+
     /// Waiting for a request head: no response in progress, not closing.
     pub fn awaiting_head(&self) -> bool {
         self.body_left == 0

@@ -458,6 +458,7 @@ impl Services {
         let waits_for = match entry.wait {
             Wait::Handshake => "handshake",
             Wait::Request(_) => "request",
+            Wait::Linger => "close",
             Wait::Nothing => "",
         };
         let (role, link) = match &entry.role {
