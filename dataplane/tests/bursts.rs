@@ -1058,7 +1058,7 @@ fn bytes_after_the_engine_is_done_are_dropped_and_hold_nothing() {
             let first: &[u8] = if c.dut_port == TLS {
                 b"GET / HTTP/1.1\r\n"
             } else {
-                b"GET /bytes/5 HTTP/1.1\r\nConnection: close\r\n\r\nGET /bytes/6 HTTP/1.1\r\n"
+                b"GET /bytes/5 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET /bytes/6 HTTP/1.1\r\n"
             };
             vec![
                 c.next(TcpControl::None, b""),

@@ -18,7 +18,7 @@ use dataplane::app::conn_log::{ConnLogQueues, ConnRecord, End};
 use smoltcp::wire::TcpControl;
 
 const REQUEST: &[u8] = b"GET /bytes/100 HTTP/1.1\r\nHost: tlsdp\r\n\r\n";
-const LAST_REQUEST: &[u8] = b"GET /bytes/10 HTTP/1.1\r\nConnection: close\r\n\r\n";
+const LAST_REQUEST: &[u8] = b"GET /bytes/10 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
 
 /// Every record queued now, by client port.
 fn records(queues: &ConnLogQueues) -> HashMap<u16, ConnRecord> {
@@ -509,7 +509,10 @@ fn a_reset_records_the_bytes_the_client_never_acknowledged() {
     let mut c = syn_acked(&mut lab, 29_500..29_501, PLAIN).remove(0);
     let burst = [
         c.next(TcpControl::None, b""),
-        c.next(TcpControl::Psh, b"GET /bytes/200000 HTTP/1.1\r\n\r\n"),
+        c.next(
+            TcpControl::Psh,
+            b"GET /bytes/200000 HTTP/1.1\r\nHost: x\r\n\r\n",
+        ),
     ];
     c.absorb(&lab.exchange(&burst));
     // It acknowledges the first flight only, then resets.
@@ -742,7 +745,7 @@ fn a_tls_client_resetting_only_our_close_notify_ended_closed() {
     cut.absorb(&out);
     curl.tls.write_plain(REQUEST);
     cut.tls
-        .write_plain(b"GET /bytes/30000 HTTP/1.1\r\nConnection: close\r\n\r\n");
+        .write_plain(b"GET /bytes/30000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     let mut burst = curl.tls_segments();
     burst.extend(cut.tls_segments());
     let out = lab.exchange(&burst);

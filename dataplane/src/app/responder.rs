@@ -1,5 +1,7 @@
 //! The built-in HTTP/1.x responder.
 //!
+//! - targets in origin-form (`/p`) or absolute-form (`http://h/p`,
+//!   answered for `/p`);
 //! - `GET /bytes/N` answers 200 with N bytes (up to 1 TiB) of the
 //!   [`PATTERN`], streamed into the send buffer as it drains, never held
 //!   whole;
@@ -9,7 +11,8 @@
 //!   dpbench asks every device under test for the same thing;
 //! - anything else: 404 (unknown path), 405 (other methods, with `Allow`),
 //!   400 (malformed: RFC 9112's framing rules are held to, so no
-//!   front-end proxy and this one read a head differently), 414 (a
+//!   front-end proxy and this one read a head differently; an HTTP/1.1
+//!   request needs exactly one Host), 414 (a
 //!   request line over 8 KiB), 431 (headers over 8 KiB), the last three
 //!   then close; `HEAD` gets GET's head.
 //!
@@ -585,6 +588,7 @@ fn parse_request(a: &[u8], b: &[u8]) -> Option<Request> {
         _ => return bad(true),
     };
     let (mut saw_close, mut saw_keep_alive) = (false, false);
+    let mut hosts = 0u32;
     for line in lines.filter(|l| !l.is_empty()) {
         let Some(colon) = line.iter().position(|&c| c == b':') else {
             return bad(true);
@@ -609,7 +613,18 @@ fn parse_request(a: &[u8], b: &[u8]) -> Option<Request> {
         {
             return bad(true);
         }
-        if name.eq_ignore_ascii_case(b"connection") {
+        if name.eq_ignore_ascii_case(b"host") {
+            // RFC 9112 §3.2: a Host whose value is not `uri-host [":"
+            // port]` is 400.
+            hosts += 1;
+            if !value
+                .trim_ascii()
+                .iter()
+                .all(|&c| BYTE_CLASS[usize::from(c)] & IN_AUTHORITY != 0)
+            {
+                return bad(true);
+            }
+        } else if name.eq_ignore_ascii_case(b"connection") {
             for token in value.split(|&c| c == b',').map(<[u8]>::trim_ascii) {
                 saw_close |= token.eq_ignore_ascii_case(b"close");
                 saw_keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
@@ -620,6 +635,11 @@ fn parse_request(a: &[u8], b: &[u8]) -> Option<Request> {
             // Request bodies are not read: refuse rather than misparse.
             return bad(true);
         }
+    }
+    // RFC 9112 §3.2: an HTTP/1.1 request without a Host field, and any
+    // request with more than one, is 400.
+    if hosts > 1 || (hosts == 0 && !http10) {
+        return bad(true);
     }
     // RFC 9112 §9.6: `close` wins, whatever else the field says.
     let close = saw_close || (http10 && !saw_keep_alive);
@@ -633,7 +653,9 @@ fn parse_request(a: &[u8], b: &[u8]) -> Option<Request> {
         });
     }
     let head_only = method == b"HEAD";
-    let path = target.split(|&c| c == b'?').next().unwrap_or_default();
+    let Some(path) = target_path(target) else {
+        return bad(true);
+    };
     let bench_page = match path {
         b"/64b" => Some(64),
         b"/1k" => Some(1024),
@@ -664,12 +686,49 @@ fn parse_request(a: &[u8], b: &[u8]) -> Option<Request> {
     })
 }
 
+/// The path of a GET's request target (RFC 9112 §3.2), without its query:
+/// origin-form (`/p?q`) as it is; absolute-form (`http://host/p?q`), which
+/// a server must accept (§3.2.2), from the first `/` after its authority,
+/// or `/` when it has none. `None` for any other form: 400.
+fn target_path(target: &[u8]) -> Option<&[u8]> {
+    fn without_query(t: &[u8]) -> &[u8] {
+        t.split(|&c| c == b'?').next().unwrap_or_default()
+    }
+    if target.first() == Some(&b'/') {
+        return Some(without_query(target));
+    }
+    let scheme_len = [&b"http://"[..], b"https://"]
+        .into_iter()
+        .find(|s| target.len() >= s.len() && target[..s.len()].eq_ignore_ascii_case(s))?
+        .len();
+    let rest = &target[scheme_len..];
+    let authority_end = rest
+        .iter()
+        .position(|&c| matches!(c, b'/' | b'?' | b'#'))
+        .unwrap_or(rest.len());
+    let (authority, after) = rest.split_at(authority_end);
+    if authority.is_empty()
+        || !authority
+            .iter()
+            .all(|&c| BYTE_CLASS[usize::from(c)] & IN_AUTHORITY != 0)
+    {
+        return None;
+    }
+    match after.first() {
+        Some(b'/') => Some(without_query(after)),
+        _ => Some(b"/"),
+    }
+}
+
 /// [`BYTE_CLASS`]: a `tchar` of RFC 9110 §5.6.2 (what a field name is
 /// made of).
 const TCHAR: u8 = 1;
 /// [`BYTE_CLASS`]: a byte a field value may hold (RFC 9110 §5.5: VCHAR,
 /// obs-text, SP, HTAB; no CR, LF, NUL or other control).
 const IN_VALUE: u8 = 2;
+/// [`BYTE_CLASS`]: a byte of RFC 3986's `host [":" port]` (unreserved,
+/// pct-encoded, sub-delims, `:`, and `[` `]` around an IPv6 literal).
+const IN_AUTHORITY: u8 = 4;
 
 /// Each byte's classes, looked up once per byte of a head's fields.
 static BYTE_CLASS: [u8; 256] = {
@@ -696,7 +755,31 @@ static BYTE_CLASS: [u8; 256] = {
                     | b'~'
             );
         let in_value = b == b'\t' || (b >= 0x20 && b != 0x7f);
-        t[c] = if tchar { TCHAR } else { 0 } | if in_value { IN_VALUE } else { 0 };
+        let in_authority = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'%'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b':'
+                    | b'['
+                    | b']'
+            );
+        t[c] = if tchar { TCHAR } else { 0 }
+            | if in_value { IN_VALUE } else { 0 }
+            | if in_authority { IN_AUTHORITY } else { 0 };
         c += 1;
     }
     t
@@ -725,21 +808,24 @@ mod tests {
         // (0x0b is no field's byte: such a head is found whole, and is a
         // 400; with HTAB alone in the values it is answered.)
         for (filler, status) in [("\u{b}", 400), ("", 200)] {
-            let mut text = String::from("GET /bytes/7 HTTP/1.1\r\n");
+            let mut text = String::from("GET /bytes/7 HTTP/1.1\r\nHost: t\r\n");
             for i in 0..40 {
                 text.push_str(&format!("{filler}X-{i}: {filler}\tv\r\n"));
             }
-            text.push_str("Connection: close\r\n\r\nGET / HTTP/1.1\r\n\r\n");
+            text.push_str("Connection: close\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n");
             let r = parse(&text).unwrap();
             assert!(r.close && r.status == status, "{r:?}");
             if status == 200 {
                 assert!(matches!(r.body, Body::Pattern(7)));
             }
-            assert_eq!(r.head_len, text.len() - "GET / HTTP/1.1\r\n\r\n".len());
+            assert_eq!(
+                r.head_len,
+                text.len() - "GET / HTTP/1.1\r\nHost: t\r\n\r\n".len()
+            );
         }
         // The head ends at the first CRLF CRLF, wherever the words fall.
         for pad in 0..9 {
-            let text = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(pad));
+            let text = format!("GET /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(pad));
             assert_eq!(parse(&text).unwrap().head_len, text.len());
         }
     }
@@ -805,18 +891,21 @@ mod tests {
     #[test]
     fn heads_a_front_end_could_read_otherwise_are_refused() {
         for head in [
-            "GET / HTTP/1.1\r\nContent-Length : 5\r\n\r\nhello",
-            "GET / HTTP/1.1\r\nX-A: 1\r\n Content-Length: 5\r\n\r\nhello",
-            "GET / HTTP/1.1\r\nX-A: 1\r2\r\n\r\n",
-            "GET / HTTP/1.1\r\nX-A: 1\u{0}2\r\n\r\n",
-            "GET / HTTP/1.1\r\n: empty name\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: t\r\nContent-Length : 5\r\n\r\nhello",
+            "GET / HTTP/1.1\r\nHost: t\r\nX-A: 1\r\n Content-Length: 5\r\n\r\nhello",
+            "GET / HTTP/1.1\r\nHost: t\r\nX-A: 1\r2\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: t\r\nX-A: 1\u{0}2\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: t\r\n: empty name\r\n\r\n",
         ] {
             let r = parse(head).unwrap();
             assert_eq!((r.status, r.close), (400, true), "{head:?}");
         }
         // Blank lines before the request line are passed over; a head of
         // bare LFs ends at its blank line.
-        for head in ["\r\nGET / HTTP/1.1\r\n\r\n", "GET / HTTP/1.1\nHost: a\n\n"] {
+        for head in [
+            "\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n",
+            "GET / HTTP/1.1\nHost: a\n\n",
+        ] {
             let r = parse(head).unwrap();
             assert_eq!((r.status, r.head_len), (200, head.len()), "{head:?}");
         }
@@ -827,8 +916,8 @@ mod tests {
     #[test]
     fn close_wins_over_keep_alive() {
         for head in [
-            "GET / HTTP/1.1\r\nConnection: close, keep-alive\r\n\r\n",
-            "GET / HTTP/1.1\r\nConnection: close\r\nConnection: keep-alive\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: t\r\nConnection: close, keep-alive\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\nConnection: keep-alive\r\n\r\n",
             "GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n",
         ] {
             assert!(parse(head).unwrap().close, "{head:?}");
@@ -847,7 +936,7 @@ mod tests {
     #[test]
     fn head_405_414_and_431_answer_as_rfc_9110_and_9112_say() {
         let m = answer(
-            b"HEAD /bytes/1000 HTTP/1.1\r\n\r\nHEAD / HTTP/1.1\r\n\r\n",
+            b"HEAD /bytes/1000 HTTP/1.1\r\nHost: t\r\n\r\nHEAD / HTTP/1.1\r\nHost: t\r\n\r\n",
             1 << 20,
         );
         let text = String::from_utf8_lossy(&m.output);
@@ -862,16 +951,19 @@ mod tests {
             "no body: {text}"
         );
         assert_eq!(text.matches("HTTP/1.1 200").count(), 2);
-        let m = answer(b"POST / HTTP/1.1\r\n\r\n", 1 << 20);
+        let m = answer(b"POST / HTTP/1.1\r\nHost: t\r\n\r\n", 1 << 20);
         let text = String::from_utf8_lossy(&m.output);
         assert!(
             text.starts_with("HTTP/1.1 405") && text.contains("\r\nAllow: GET, HEAD\r\n"),
             "{text}"
         );
-        let long_line = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(MAX_HEAD));
+        let long_line = format!("GET /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(MAX_HEAD));
         let m = answer(long_line.as_bytes(), 1 << 20);
         assert!(String::from_utf8_lossy(&m.output).starts_with("HTTP/1.1 414 URI Too Long"));
-        let long_field = format!("GET / HTTP/1.1\r\nX-A: {}\r\n\r\n", "a".repeat(MAX_HEAD));
+        let long_field = format!(
+            "GET / HTTP/1.1\r\nHost: t\r\nX-A: {}\r\n\r\n",
+            "a".repeat(MAX_HEAD)
+        );
         let m = answer(long_field.as_bytes(), 1 << 20);
         assert!(String::from_utf8_lossy(&m.output).starts_with("HTTP/1.1 431"));
     }
@@ -882,7 +974,10 @@ mod tests {
     /// 8 KiB a byte at a time read 33 M bytes.
     #[test]
     fn a_head_in_pieces_is_scanned_from_where_the_last_scan_stopped() {
-        let head = format!("GET /bytes/3 HTTP/1.1\r\nX-A: {}\r\n\r\n", "a".repeat(4000));
+        let head = format!(
+            "GET /bytes/3 HTTP/1.1\r\nHost: t\r\nX-A: {}\r\n\r\n",
+            "a".repeat(4000)
+        );
         let mut r = Responder::new();
         let mut m = Mock::default();
         for (k, &byte) in head.as_bytes().iter().enumerate() {
@@ -904,6 +999,58 @@ mod tests {
         assert!(head_ends_after(b"x\r\n", b"\r\n", 1));
     }
 
+    /// RFC 9112 §3.2: an HTTP/1.1 request without Host, any request with
+    /// two, or one whose Host is not `host[:port]`, is 400; HTTP/1.0 may
+    /// leave it out. Before, all were answered.
+    #[test]
+    fn host_fields_are_held_to_rfc_9112() {
+        for head in [
+            "GET / HTTP/1.1\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n",
+            "GET / HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: user@a\r\n\r\n",
+        ] {
+            let r = parse(head).unwrap();
+            assert_eq!((r.status, r.close), (400, true), "{head:?}");
+        }
+        for head in [
+            "GET / HTTP/1.0\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: \r\n\r\n",
+            "GET / HTTP/1.1\r\nHOST:  [2001:db8::1]:8443 \r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: www.example.com:443\r\n\r\n",
+        ] {
+            assert_eq!(parse(head).unwrap().status, 200, "{head:?}");
+        }
+    }
+
+    /// RFC 9112 §3.2.2: a server accepts the absolute-form and answers
+    /// for its path; a target in no form a GET may take is 400. Before,
+    /// `http://a/bytes/3` was 404 and `bytes/3` 404.
+    #[test]
+    fn absolute_form_targets_are_answered_for_their_path() {
+        for (target, status, body) in [
+            ("http://a/bytes/3", 200, Some(3)),
+            ("HTTPS://a:443/bytes/4?x=/bytes/9", 200, Some(4)),
+            ("http://a", 200, None),
+            ("http://a?q", 200, None),
+            ("http://a/nothing", 404, None),
+            ("bytes/3", 400, None),
+            ("http:///bytes/3", 400, None),
+            ("http://a<b/", 400, None),
+            ("ftp://a/bytes/3", 400, None),
+            ("*", 400, None),
+        ] {
+            let head = format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n");
+            let r = parse(&head).unwrap();
+            assert_eq!(r.status, status, "{target}");
+            if let Some(n) = body {
+                assert!(matches!(r.body, Body::Pattern(m) if m == n), "{target}");
+            }
+        }
+    }
+
     #[test]
     fn decimals() {
         for n in [0, 7, 10, 404, 1 << 20, u64::MAX] {
@@ -915,16 +1062,23 @@ mod tests {
 
     #[test]
     fn header_lines_end_in_crlf_or_a_bare_lf() {
-        let r = parse("GET /bytes/5 HTTP/1.1\r\nConnection: x, Close \r\n\r\n").unwrap();
+        let r = parse("GET /bytes/5 HTTP/1.1\r\nHost: t\r\nConnection: x, Close \r\n\r\n").unwrap();
         assert!(r.close && matches!(r.body, Body::Pattern(5)));
         let r = parse("GET /bytes/5 HTTP/1.1\nConnection: close\r\n\r\n").unwrap();
         assert!(r.close, "RFC 9112 §2.2: a bare LF ends a line too");
         assert_eq!(
-            parse("GET / HTTP/1.1\r\nNoColon\r\n\r\n").unwrap().status,
+            parse("GET / HTTP/1.1\r\nHost: t\r\nNoColon\r\n\r\n")
+                .unwrap()
+                .status,
             400
         );
-        assert_eq!(parse("GET /\u{e9} HTTP/1.1\r\n\r\n").unwrap().status, 404);
-        let bad_utf8 = parse_request(b"GET /\xff HTTP/1.1\r\n\r\n", b"").unwrap();
+        assert_eq!(
+            parse("GET /\u{e9} HTTP/1.1\r\nHost: t\r\n\r\n")
+                .unwrap()
+                .status,
+            404
+        );
+        let bad_utf8 = parse_request(b"GET /\xff HTTP/1.1\r\nHost: t\r\n\r\n", b"").unwrap();
         assert_eq!(bad_utf8.status, 400);
     }
 
@@ -940,22 +1094,25 @@ mod tests {
             parse("GET / HTTP/1.1\r\nHost: x\r\n").is_none(),
             "incomplete"
         );
-        assert_eq!(parse("POST / HTTP/1.1\r\n\r\n").unwrap().status, 405);
+        assert_eq!(
+            parse("POST / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap().status,
+            405
+        );
         assert_eq!(parse("GARBAGE\r\n\r\n").unwrap().status, 400);
         assert_eq!(parse("GET / HTTP/2.0\r\n\r\n").unwrap().status, 400);
         assert_eq!(
-            parse("GET /bytes/99999999999999999999 HTTP/1.1\r\n\r\n")
+            parse("GET /bytes/99999999999999999999 HTTP/1.1\r\nHost: t\r\n\r\n")
                 .unwrap()
                 .status,
             404
         );
         assert!(
-            parse("GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
+            parse("GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
                 .unwrap()
                 .close
         );
         // The benchmark peers' pages.
-        let r = parse("GET /1m HTTP/1.1\r\n\r\n").unwrap();
+        let r = parse("GET /1m HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
         assert!(matches!(r.body, Body::Pattern(1_048_576)));
         let r = parse("GET /64b HTTP/1.0\r\n\r\n").unwrap();
         assert!(matches!(r.body, Body::Pattern(64)) && r.close);
