@@ -852,6 +852,68 @@ fn conn_list_keeps_the_oldest_of_thousands() {
     assert_eq!(lab.mem.engine.connections(one, 50, now).len(), 10);
 }
 
+/// A wildcard VIP (`0.0.0.0:P`, under `[routing]`): `conn list --vip`,
+/// `conn reset --vip` and `sources --vip` pick the connections it took,
+/// and not those a VIP on its own address and the same port took. Before,
+/// the filter was compared with each connection's local address, and a
+/// wildcard VIP's picked nothing ("0 connections reset").
+#[test]
+fn a_wildcard_vips_connections_are_picked_by_its_address_and_port() {
+    use dataplane::tcp::ConnFilter;
+    const WILD: u16 = 9_443;
+    let any: std::net::IpAddr = Ipv4Addr::UNSPECIFIED.into();
+    let mut lab = lab(TcpConfig::default());
+    lab.mem.engine.listen(any, WILD);
+    lab.mem.engine.listen(any, PLAIN);
+    let mut wild = clients(5, 2, 41_000, WILD);
+    open(&mut lab, &mut wild);
+    let mut own = clients(6, 1, 42_000, PLAIN);
+    open(&mut lab, &mut own);
+    // Served: before, the application found no VIP on the connection's
+    // own address and aborted it as its handshake ended.
+    let get = wild[0]
+        .conn
+        .next(TcpControl::Psh, b"GET /bytes/3 HTTP/1.1\r\nHost: t\r\n\r\n");
+    let out = lab.exchange_from(&[(wild[0].addr, get)]);
+    wild[0].absorb(&out);
+    let text = String::from_utf8_lossy(&wild[0].conn.received);
+    assert!(
+        text.starts_with("HTTP/1.1 200") && text.ends_with("012"),
+        "{text:?}"
+    );
+    // `0.0.0.0` is no destination of ours.
+    let mut to_any = HostConn::client(44_000, WILD, 9_000);
+    let syn = to_any.next(TcpControl::Syn, b"");
+    assert!(lab.exchange_to(Ipv4Addr::UNSPECIFIED, &[syn]).is_empty());
+    let now = lab.mem.now;
+    let at = |local| ConnFilter {
+        local: Some(local),
+        ..ConnFilter::default()
+    };
+    let list = lab.mem.engine.connections(at((any, WILD)), 10, now);
+    let listeners: Vec<_> = list.iter().map(|(v, _)| v.listener).collect();
+    assert_eq!(listeners, [(any, WILD).into(); 2]);
+    assert!(list.iter().all(|(v, _)| v.local == (DUT_IP, WILD).into()));
+    let own_list = lab
+        .mem
+        .engine
+        .connections(at((DUT_IP.into(), PLAIN)), 10, now);
+    assert_eq!(own_list.len(), 1, "the VIP on its own address");
+    assert_eq!(own_list[0].0.listener, (DUT_IP, PLAIN).into());
+    assert!(
+        (lab.mem.engine.connections(at((any, PLAIN)), 10, now)).is_empty(),
+        "the wildcard on the same port took none"
+    );
+    let counted: Vec<_> = (lab.mem.engine.sources(Some((any, WILD)), 10).iter())
+        .map(|s| (s.source, s.established))
+        .collect();
+    assert_eq!(counted, [(client_addr(5).into(), 2)]);
+    assert_eq!(lab.mem.engine.reset_connections(at((any, WILD)), now), 2);
+    let out = lab.exchange_from(&[]);
+    wild.iter_mut().chain(&mut own).for_each(|c| c.absorb(&out));
+    assert!(wild.iter().all(|c| c.conn.reset) && !own[0].conn.reset);
+}
+
 /// `sources --refused`'s table of an engine: each source the limits
 /// refused, at its VIP, by limit, most first: handshakes over a per-source
 /// cap and the SYNs after them, a VIP's connection cap, a denied address's

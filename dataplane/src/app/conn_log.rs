@@ -427,8 +427,7 @@ impl Services {
         let Some(ended) = cx.tcp.take_ended(id) else {
             return;
         };
-        let local = ended.key.local_addr();
-        let vip = (self.vips.iter()).find(|v| v.addr == local.ip() && v.port == local.port());
+        let vip = super::services::vip_taking(&self.vips, ended.key.local_addr());
         let end = end_of(reason, Wait::Nothing, false, None);
         if !self.conn_log_ends.contains(end) {
             return;

@@ -24,6 +24,19 @@ use crate::time::Instant;
 /// Source ports of backend connections: RFC 6056 §3.2's whole range.
 pub(super) const EPHEMERAL: std::ops::RangeInclusive<u16> = 1024..=65535;
 
+/// The VIP that takes connections to `local`: the one on its address and
+/// port, else its family's wildcard on the port (`0.0.0.0:P`, `[::]:P`),
+/// as TCP's listeners choose.
+pub(super) fn vip_taking(vips: &[VipEntry], local: std::net::SocketAddr) -> Option<&VipEntry> {
+    let on = |ip: IpAddr| (vips.iter()).find(|v| v.addr == ip && v.port == local.port());
+    on(local.ip()).or_else(|| {
+        on(match local.ip() {
+            IpAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+            IpAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+        })
+    })
+}
+
 /// A VIP as the engine serves it (from the current snapshot).
 #[derive(Debug)]
 pub struct VipEntry {
@@ -273,12 +286,7 @@ impl Services {
                 None => return false,
             },
         };
-        let local = key.local_addr();
-        let Some(vip) = self
-            .vips
-            .iter()
-            .find(|v| v.addr == local.ip() && v.port == local.port())
-        else {
+        let Some(vip) = vip_taking(&self.vips, key.local_addr()) else {
             // Its VIP went away between the SYN and the handshake's end.
             cx.tcp.abort(id);
             return false;

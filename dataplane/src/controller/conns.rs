@@ -124,8 +124,10 @@ impl Controller {
 
     fn conn_info(&self, engine: usize, c: &ConnView, u: &ConnUse) -> ConnInfo {
         let local = c.local.to_string();
-        let vip = self.cfg.vips.iter().find(|v| {
-            v.listen == local || v.listen.parse::<SocketAddr>().is_ok_and(|a| a == c.local)
+        let vip = (self.cfg.vips.iter()).find(|v| {
+            v.listen
+                .parse::<SocketAddr>()
+                .is_ok_and(|a| a == c.listener)
         });
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         ConnInfo {

@@ -54,7 +54,9 @@ impl<P: Port, A: Application> Engine<P, A> {
     /// routed to us, `[routing]`) becomes one of every network of its
     /// family, since routers may send it through any.
     pub(super) fn claim_address(&mut self, addr: IpAddr) {
-        if self.ports.iter().any(|ep| ep.owns(addr)) {
+        // A wildcard VIP takes connections to the addresses we have; it
+        // adds none (`0.0.0.0` is no destination of ours).
+        if addr.is_unspecified() || self.ports.iter().any(|ep| ep.owns(addr)) {
             return;
         }
         let on_link = {

@@ -27,9 +27,10 @@ pub struct ConnFilter {
 
 impl ConnFilter {
     fn picks<A: Default>(&self, key: AnyFlowKey, c: &Conn<A>, now: Instant) -> bool {
-        let local = key.local_addr();
         if c.state == State::TimeWait
-            || self.local.is_some_and(|l| l != (local.ip(), local.port()))
+            || self
+                .local
+                .is_some_and(|l| l != super::listen::listened_at(c, key))
             || self.state.is_some_and(|s| s != c.state)
             || self.idle_over.is_some_and(|d| c.idle(now) < d)
         {
@@ -48,6 +49,9 @@ pub struct ConnView {
     pub id: ConnId,
     pub client: SocketAddr,
     pub local: SocketAddr,
+    /// The listener that took it (a wildcard VIP's `0.0.0.0:P` for the
+    /// connections it took; `local` otherwise).
+    pub listener: SocketAddr,
     pub state: State,
     pub tcp: ConnTcpView,
 }
@@ -86,6 +90,7 @@ impl<A: Default> TcpEngine<A> {
                     id,
                     client: key.remote_addr(),
                     local: key.local_addr(),
+                    listener: super::listen::listened_at(c, key).into(),
                     state: c.state,
                     tcp: c.view(now),
                 })

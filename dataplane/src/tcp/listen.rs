@@ -304,8 +304,7 @@ impl<A: Default> TcpEngine<A> {
             let Some(key) = self.key(ConnId::new(slot as u32, c.gen)) else {
                 continue;
             };
-            let here = key.local_addr();
-            if local.is_some_and(|l| l != (here.ip(), here.port())) {
+            if local.is_some_and(|l| l != listened_at(c, key)) {
                 continue;
             }
             let source = match key.remote_addr().ip() {
@@ -576,6 +575,15 @@ pub(super) fn listener_addr(l: conn::ListenerAddr, key: AnyFlowKey) -> IpAddr {
         (conn::ListenerAddr::Any, IpAddr::V4(_)) => Ipv4Addr::UNSPECIFIED.into(),
         (conn::ListenerAddr::Any, IpAddr::V6(_)) => Ipv6Addr::UNSPECIFIED.into(),
     }
+}
+
+/// The listener address and port connection `c` (at `key`) came through:
+/// a wildcard VIP's `0.0.0.0:P` or `[::]:P` for the connections it took,
+/// the local address otherwise.
+pub(super) fn listened_at<A>(c: &conn::Conn<A>, key: AnyFlowKey) -> (IpAddr, u16) {
+    let local = key.local_addr();
+    let ip = c.listener.map_or(local.ip(), |l| listener_addr(l, key));
+    (ip, local.port())
 }
 
 /// What a per-source limit counts the remote end of `key` as
