@@ -243,10 +243,14 @@ fn write_queued(
     if records == 0 {
         return;
     }
+    // Written before the error's lock is taken: a write blocked on a
+    // reader that stopped reading must not hold `status` (the control
+    // thread) with it.
+    let written = file.write_all(lines);
     let Ok(mut last) = state.error.lock() else {
         return;
     };
-    match file.write_all(lines) {
+    match written {
         Ok(()) => {
             state.written.fetch_add(records, Ordering::Relaxed);
             if last.take().is_some() {
@@ -374,7 +378,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stop_waits_no_longer_than_its_bound_for_a_reader_that_stopped_reading() {
+    fn status_answers_and_a_stop_waits_no_longer_than_its_bound_while_a_reader_stopped_reading() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("conn.fifo");
         mkfifo(&fifo);
@@ -399,12 +403,18 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(queue.is_empty(), "the writer took the records");
+        // `status` (the control thread's) answers meanwhile. Before, the
+        // writer held the lock of its last error across the write.
         let (tx, rx) = mpsc::channel();
+        let (status_tx, status_rx) = mpsc::channel();
         let t0 = std::time::Instant::now();
         std::thread::spawn(move || {
+            let _ = status_tx.send(log.status(0, None).map(|s| s.written));
             drop(log);
             let _ = tx.send(());
         });
+        let status = status_rx.recv_timeout(Duration::from_secs(5));
+        assert_eq!(status, Ok(Some(0)), "status while the writer is blocked");
         let stopped = rx.recv_timeout(Duration::from_secs(10));
         assert!(stopped.is_ok(), "the stop still waits after 10 s");
         assert!(
