@@ -972,6 +972,52 @@ fn a_client_reset_while_its_backend_connects_still_gets_its_proxy_header() {
     settle_and_check_nothing_held(&mut lab);
 }
 
+/// As above, a TLS client, with the connection log on: the header the
+/// backend gets still names the client's SNI. Before, logging the
+/// client's end took the name out of its session before the header was
+/// built, and the header went without it.
+#[test]
+fn a_tls_client_reset_while_its_backend_connects_keeps_its_sni_in_the_proxy_header() {
+    const PP_TLS_VIP: u16 = 8092;
+    let mut lab = lab();
+    let e = &mut lab.mem.engine;
+    let member = Member::new(SocketAddrV4::new(HOST_IP, BACKEND), 1, MemberState::Up);
+    let mut pool = Pool::new("pp".into(), Balance::RoundRobin, vec![member]);
+    pool.proxy_protocol = true;
+    let pool = e.add_pool(pool);
+    let tls = common::vips::tls_config();
+    e.listen_pool(common::host::DUT_IP, PP_TLS_VIP, Some(tls), pool);
+    let queues = std::sync::Arc::new(dataplane::app::conn_log::ConnLogQueues::with_capacity(
+        1, 64,
+    ));
+    e.log_connections(Some(queues.clone()));
+    let mut c = TlsClient::new(&LoadClientConfig::new(true, true), 52_006, PP_TLS_VIP);
+    let syn = c.tcp.next(TcpControl::Syn, b"");
+    let out = lab.exchange(&[syn]);
+    c.absorb(&out);
+    let mut hello = vec![c.tcp.next(TcpControl::None, b"")];
+    hello.extend(c.tls_segments());
+    let out = lab.exchange(&hello);
+    c.absorb(&out);
+    c.tls.write_plain(REQUEST);
+    let mut burst = c.tls_segments();
+    burst.push(c.tcp.next(TcpControl::Rst, b""));
+    let out = lab.exchange(&burst);
+    let backend = backend_answers(&mut lab, &out);
+    let got = &backend.received;
+    assert!(
+        got.starts_with(&[0x0d, 0x0a, 0x0d, 0x0a]),
+        "a PROXY v2 header"
+    );
+    assert!(
+        got.windows(10).any(|w| w == b"tlsdp.test"),
+        "its SNI: {got:?}"
+    );
+    assert!(got.ends_with(REQUEST) && backend.reset);
+    assert_eq!(queues.of(0).unwrap().len(), 1, "the end logged");
+    settle_and_check_nothing_held(&mut lab);
+}
+
 /// As above, the backend's SYN-ACK and the client's reset in one burst,
 /// the SYN-ACK first: the engine learns the backend is up before it
 /// learns the client left, and the backend (which sends nothing more of

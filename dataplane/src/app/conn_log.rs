@@ -398,7 +398,12 @@ impl Services {
                 let tls = TlsEnd {
                     negotiated: t.conn.session().negotiated(),
                     failure: t.conn.failure(),
-                    sni: t.conn.take_server_name(),
+                    // A proxied client's backend may still be opening,
+                    // its PROXY header still to name it: copied then.
+                    sni: match t.inner {
+                        Inner::Proxy(_) => t.conn.session().server_name().map(Box::from),
+                        Inner::Responder(_) => t.conn.take_server_name(),
+                    },
                     close_notify: t.conn.session().peer_closed(),
                     handshake_us: (t.conn.handshake_done).map(|at| {
                         let us = at.saturating_since(ended.opened).as_micros();
