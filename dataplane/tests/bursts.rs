@@ -636,6 +636,43 @@ fn a_tls_client_whose_record_fails_resets_its_backend() {
     settle_and_check_nothing_held(&mut lab);
 }
 
+/// A TLS client of a proxied VIP sends a record, the start of another
+/// and its FIN in one segment: no more bytes can complete the second, so
+/// the stream was cut. The backend gets the first record's bytes, then a
+/// reset (not a FIN: the cut stream never looks whole), the client our
+/// FIN, counted as a TLS failure. Before, the cut record's bytes waited
+/// in the client's ring forever, the FIN was never passed on, and the
+/// pair was held to the idle timeout.
+#[test]
+fn a_tls_client_record_cut_by_its_fin_resets_its_backend_at_once() {
+    let mut lab = lab();
+    let (mut c, mut backend) = tls_proxied_request(&mut lab, 51_006);
+    let failures = lab.mem.engine.counters().tls_failures;
+    c.tls.write_plain(b"MORE");
+    let mut bytes = Vec::new();
+    c.tls.take_tls(&mut bytes);
+    bytes.extend_from_slice(&[0x17, 0x03, 0x03, 0x00, 0x40, 1, 2, 3, 4, 5, 6, 7]);
+    let fin = c.tcp.next(TcpControl::Fin, &bytes);
+    let out = lab.exchange(&[fin]);
+    c.tcp.absorb(&out);
+    backend.absorb(&out);
+    assert!(c.tcp.fin_at.is_some(), "the engine closes too");
+    let last = c.tcp.next(TcpControl::None, b"");
+    backend.absorb(&lab.exchange(&[last]));
+    ack_until_reset(&mut lab, &mut backend, 5);
+    assert!(backend.reset, "the backend is reset");
+    assert_eq!(backend.fin_at, None, "no FIN: the stream was cut");
+    let mut want = REQUEST.to_vec();
+    want.extend_from_slice(b"MORE");
+    assert_eq!(
+        backend.received, want,
+        "the whole record before the cut one"
+    );
+    lab.mem.engine.publish();
+    assert_eq!(lab.mem.engine.counters().tls_failures, failures + 1);
+    settle_and_check_nothing_held(&mut lab);
+}
+
 /// The backend acknowledges what it has, at most `rounds` times, until
 /// the engine resets it.
 fn ack_until_reset(lab: &mut HostLab, backend: &mut HostConn, rounds: usize) {

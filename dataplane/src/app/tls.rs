@@ -509,6 +509,22 @@ pub fn drive(
                             Inner::Responder(http) => http.peer_closed = true,
                             Inner::Proxy(l) => l.fin_received = true,
                         }
+                    } else if !progressed
+                        && matches!(inner, Inner::Proxy(_))
+                        && tls.plain_in.is_empty()
+                        && record_cut_by_fin(tcp, id, &tls.session)
+                    {
+                        // No byte can come to complete the record: the
+                        // stream was cut. Once all before it went on, it
+                        // has failed (no alert: it is no bad record), so
+                        // the backend is reset, never handed a FIN that
+                        // makes the cut stream look whole.
+                        tcp.consume(id, waiting);
+                        tls.failed = true;
+                        tls.failure = Some(crypto::session::Failure::DecodeError);
+                        outcome.failure = tls.failure;
+                        tcp.close(id);
+                        break;
                     }
                 }
                 Err(e) => {
@@ -591,6 +607,28 @@ pub fn drive(
     }
     tls.release_idle(spare);
     outcome
+}
+
+/// Whether connection `id`'s client sent its FIN with the start of a
+/// record, and no more, waiting: after its handshake, before its
+/// close_notify, nothing of the session's own held (a whole record that
+/// waits for room is not cut).
+fn record_cut_by_fin(tcp: &Tcp, id: ConnId, session: &ServerSession) -> bool {
+    use crate::tcp::State;
+    let fin_came = matches!(
+        tcp.state(id),
+        Some(State::CloseWait | State::LastAck | State::Closing | State::TimeWait)
+    );
+    if !fin_came || session.is_handshaking() || session.has_pending_input() {
+        return false;
+    }
+    let (a, b) = tcp.peek(id);
+    let byte = |i: usize| a.get(i).or_else(|| b.get(i.wrapping_sub(a.len()))).copied();
+    let waiting = a.len() + b.len();
+    match (byte(3), byte(4)) {
+        (Some(hi), Some(lo)) => waiting < 5 + usize::from(u16::from_be_bytes([hi, lo])),
+        _ => waiting > 0,
+    }
 }
 
 fn note(outcome: &mut TlsOutcome, p: &Progress, session: &ServerSession) {
