@@ -77,6 +77,7 @@ macro_rules! with_counters {
             nd_conflicts: Counter, "tlsdp_nd_conflicts_total", "IPv6 Neighbor Advertisements from another node for one of our addresses.";
             tcp_accepted: Counter, "tlsdp_tcp_accepted_total", "TCP connections that completed the handshake.";
             tcp_active: Gauge, "tlsdp_tcp_connections", "TCP connections open now (every state but TIME-WAIT).";
+            tcp_client_connections: Gauge, "tlsdp_tcp_client_connections", "Client connections open now: those the VIPs took, half-open ones too (not ours to backends or health checks; what a drain waits for).";
             tcp_time_wait: Gauge, "tlsdp_tcp_time_wait", "TCP connections in TIME-WAIT now.";
             tcp_time_wait_recycled: Counter, "tlsdp_tcp_time_wait_recycled_total", "TIME-WAIT entries ended early because tcp.max_time_wait was reached (oldest first).";
             tcp_retransmits: Counter, "tlsdp_tcp_retransmits_total", "TCP segments retransmitted.";

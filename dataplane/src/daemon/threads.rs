@@ -81,9 +81,11 @@ impl Helpers {
     }
 }
 
-/// Connections open (TIME-WAIT is not open).
+/// Client connections open (TIME-WAIT is not open; our own to backends
+/// and health checks are not waited for: a check of a member that never
+/// answers is open almost all the time).
 pub(crate) fn open_connections(total: &CoreStats) -> u64 {
-    total.tcp_active
+    total.tcp_client_connections
 }
 
 /// Serves `GET /metrics` (Prometheus text format) on `listener` until

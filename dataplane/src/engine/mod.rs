@@ -951,6 +951,7 @@ impl<P: Port, A: Application> Engine<P, A> {
         // open is what still talks, not what waits out 2 MSL.
         c.tcp_time_wait = t.time_wait;
         c.tcp_active = t.active;
+        c.tcp_client_connections = t.accepted_open;
         c.tcp_time_wait_recycled = t.time_wait_recycled;
         c.tcp_retransmits = t.retransmits;
         c.tcp_segmentation_offloads = t.offload_segments;

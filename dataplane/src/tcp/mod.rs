@@ -248,6 +248,9 @@ pub struct TcpCounters {
     /// Active opens completed.
     pub connected: u64,
     pub active: u64,
+    /// Open connections listeners took (half-open ones too): clients',
+    /// not ours to backends and health checks.
+    pub accepted_open: u64,
     pub half_open: u64,
     pub time_wait: u64,
     /// TIME-WAIT entries recycled early because the table was full.
@@ -749,6 +752,7 @@ impl<A: Default> TcpEngine<A> {
         let in_slot = self.states[State::TimeWait as usize];
         c.active = self.flows.conns() as u64 - in_slot;
         c.half_open = self.states[State::SynReceived as usize];
+        c.accepted_open = self.listeners.iter().map(|l| u64::from(l.open)).sum();
         let compact = self.flows.v4.time_wait_len() + self.flows.v6.time_wait_len();
         c.time_wait = compact as u64 + in_slot;
         c.time_wait_recycled = self.flows.v4.recycled() + self.flows.v6.recycled();

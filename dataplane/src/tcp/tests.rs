@@ -598,6 +598,25 @@ mod pair_tests {
         }
     }
 
+    /// Only connections a listener took count as clients' (a drain waits
+    /// for them alone), half-open ones too, until they end.
+    #[test]
+    fn only_accepted_connections_count_as_clients() {
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        assert_eq!(
+            (p.a.counters().accepted_open, p.a.counters().active),
+            (1, 1)
+        );
+        assert_eq!(
+            (p.b.counters().accepted_open, p.b.counters().active),
+            (0, 1)
+        );
+        p.b.abort(cb);
+        p.run(1, 5);
+        assert_eq!(p.a.state(ca), None);
+        assert_eq!(p.a.counters().accepted_open, 0);
+    }
+
     fn established(cfg: TcpConfig) -> (Pair, ConnId, ConnId) {
         established_from(Pair::new(cfg))
     }
