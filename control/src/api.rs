@@ -141,6 +141,10 @@ pub enum Request {
     /// or changes what only a restart applies (`[eal]`, ports, `[tcp]`,
     /// `[control]`, `[log] format`, `[routing]`).
     ConfigReload,
+    /// Opens the connection log's file (`[log] connections`) again, by its
+    /// name, and writes on there (logrotate's `postrotate`; SIGUSR1 does
+    /// the same). Nothing else is read again or changed.
+    LogReopen,
     /// Replaces `[log] level` (a level, or a filter such as
     /// `info,dataplane::proxy=debug`) in the running configuration and in
     /// the logger at once: no restart, no connection touched. `RUST_LOG`'s
@@ -241,6 +245,8 @@ pub enum Body {
     Config(String),
     /// Where `config save` wrote it.
     Saved(PathBuf),
+    /// The connection log's file `log reopen` opened again.
+    Reopened(PathBuf),
     Captured(Captured),
     Deny(DenyInfo),
     Conns(Vec<ConnInfo>),

@@ -159,6 +159,7 @@ pub fn apply_at(
         | Request::ConfigShow
         | Request::ConfigSave { .. }
         | Request::ConfigReload
+        | Request::LogReopen
         | Request::DenyList
         | Request::Sources { .. }
         | Request::ConnList { .. }
@@ -197,6 +198,48 @@ pub fn restart_sections(running: &Config, next: &Config) -> Vec<&'static str> {
     .into_iter()
     .filter_map(|(differs, name)| differs.then_some(name))
     .collect()
+}
+
+/// What going from `running` to `next` changes of what a reload applies,
+/// for its reply: VIPs, pools and certificates by name (added, removed,
+/// changed), `[log]`, `[access]`. A reload puts the file's settings back,
+/// so run-time changes not saved show here.
+pub fn changed_parts(running: &Config, next: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    named(&mut out, "vip", &running.vips, &next.vips, |v| &v.name);
+    named(&mut out, "pool", &running.pools, &next.pools, |p| &p.name);
+    named(&mut out, "cert", &running.certs, &next.certs, |c| &c.name);
+    if running.log != next.log {
+        out.push("[log]".into());
+    }
+    if running.access != next.access {
+        out.push("[access]".into());
+    }
+    out
+}
+
+/// `kind NAME added`, `removed` or `changed` into `out`, for each item of
+/// `old` and `new` that differs.
+fn named<T: PartialEq>(
+    out: &mut Vec<String>,
+    kind: &str,
+    old: &[T],
+    new: &[T],
+    name: impl Fn(&T) -> &String,
+) {
+    for n in new {
+        match old.iter().find(|o| name(o) == name(n)) {
+            None => out.push(format!("{kind} {} added", name(n))),
+            Some(o) if o != n => out.push(format!("{kind} {} changed", name(n))),
+            Some(_) => {}
+        }
+    }
+    for o in old
+        .iter()
+        .filter(|o| !new.iter().any(|n| name(n) == name(o)))
+    {
+        out.push(format!("{kind} {} removed", name(o)));
+    }
 }
 
 /// Applies `change` to VIP `i` of `next` (validated with the rest).

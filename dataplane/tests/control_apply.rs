@@ -298,6 +298,53 @@ fn a_reload_keeps_the_timed_denies_made_at_run_time() {
         "the file's"
     );
     assert_eq!(timed[0].0, "198.51.100.7", "kept");
+    // The reply names what the reload moved: the lasting deny made at run
+    // time and not saved is undone.
+    assert!(
+        applied.change.contains("(changed: [access])"),
+        "{applied:?}"
+    );
+}
+
+/// A reload's reply names what it changed, run-time changes not saved
+/// that it undoes among them; one that changes nothing says so.
+#[test]
+fn a_reload_says_what_it_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dpd.toml");
+    std::fs::write(&file, CONFIG).unwrap();
+    let (mut ctl, mut e0, mut e1) =
+        started_from(Config::parse(CONFIG).unwrap(), Some(file.clone()));
+    use dataplane::controller::Controller;
+    let change = |ctl: &mut Controller, e0: &mut Engine<MemPort>, e1: &mut Engine<MemPort>| {
+        let r = running(&mut [e0, e1], || ctl.reload_file());
+        match r.body {
+            Some(Body::Applied(a)) => a.change,
+            _ => panic!("{r:?}"),
+        }
+    };
+    let disable = Request::VipDisable { name: "web".into() };
+    let level = Request::LogLevel {
+        level: "debug".into(),
+    };
+    for req in [disable, level] {
+        let r = running(&mut [&mut e0, &mut e1], || reply(ctl.handle(&req)));
+        assert!(r.ok, "{r:?}");
+    }
+    let said = change(&mut ctl, &mut e0, &mut e1);
+    assert!(
+        said.ends_with("(changed: vip web changed, [log])"),
+        "{said}"
+    );
+    assert!(web_enabled(&e0), "the file's VIP, enabled, is back");
+    let said = change(&mut ctl, &mut e0, &mut e1);
+    assert!(said.ends_with("(settings as they were)"), "{said}");
+    let more = format!(
+        "{CONFIG}[[vip]]\nname = \"api\"\nlisten = \"10.78.0.1:81\"\nrespond = \"builtin\"\n"
+    );
+    std::fs::write(&file, more).unwrap();
+    let said = change(&mut ctl, &mut e0, &mut e1);
+    assert!(said.ends_with("(changed: vip api added)"), "{said}");
 }
 
 /// An operator removes a VIP on an address of its own while a client is

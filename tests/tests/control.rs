@@ -1333,21 +1333,34 @@ fn the_connection_log_gets_a_line_per_connection_and_follows_reloads() {
     assert_eq!(j["status"]["conn_log"]["dropped"], 0, "{j}");
     assert_eq!(dpd.stats().conn_log_records, 3);
 
-    // logrotate: renamed away, then SIGHUP: a new file, the old one whole.
+    // logrotate: renamed away, then SIGUSR1: a new file, the old one
+    // whole, and nothing else read again (a level set at run time stays,
+    // where a reload of the file would have put the file's back).
+    ok(&dpd, &["log", "level", "debug"]);
     let rotated = dpd.dir.path().join("connections.log.1");
     std::fs::rename(&log, &rotated).unwrap();
-    let o = run(Command::new("kill").args(["-HUP", &dpd.pid().to_string()]));
+    let o = run(Command::new("kill").args(["-USR1", &dpd.pid().to_string()]));
     assert!(o.status.success());
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !log.exists() {
         assert!(std::time::Instant::now() < deadline, "{}", dpd.log_text());
         std::thread::sleep(Duration::from_millis(50));
     }
+    assert!(ok(&dpd, &["log", "level"]).contains("debug"));
     assert_eq!(curl(&lab, cp, &plain, None), (0, "0123456789".into()));
     let lines = conn_log_lines(&log, 1);
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert_eq!(lines[0]["vip"], "plain");
     assert_eq!(conn_log_lines(&rotated, 3).len(), 3);
+    // Again with `dpctl log reopen`.
+    let rotated2 = dpd.dir.path().join("connections.log.2");
+    std::fs::rename(&log, &rotated2).unwrap();
+    assert!(ok(&dpd, &["log", "reopen"]).contains("opened again"));
+    assert!(log.exists());
+    assert_eq!(curl(&lab, cp, &plain, None), (0, "0123456789".into()));
+    assert_eq!(conn_log_lines(&log, 1).len(), 1);
+    assert_eq!(conn_log_lines(&rotated2, 1).len(), 1);
+    ok(&dpd, &["log", "level", "info"]);
 
     // A file that cannot be opened: refused, the log goes on where it was.
     let file = dpd.dir.path().join("dpd.toml");
@@ -1385,6 +1398,7 @@ fn the_connection_log_gets_a_line_per_connection_and_follows_reloads() {
     );
     assert_eq!(conn_log_lines(&log, 2).len(), 2);
     assert!(dpd.log_text().contains("connection log: no longer writing"));
+    assert!(refused(&dpd, &["log", "reopen"]).contains("no connection log"));
 
     // On again; a connection that ends as dpd is told to stop is in the
     // file once dpd has exited.

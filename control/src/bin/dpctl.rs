@@ -624,6 +624,9 @@ enum LogCmd {
     /// `info,dataplane::app::proxy=debug`. It applies at once and is kept
     /// in the running configuration (`config save` writes it).
     Level { filter: Option<String> },
+    /// Open the connection log's file again by its name (after logrotate
+    /// moved it away; as SIGUSR1 does). Nothing else changes.
+    Reopen,
 }
 
 #[derive(Subcommand, Debug)]
@@ -857,6 +860,7 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
         Cmd::Config(ConfigCmd::Show) => Request::ConfigShow,
         Cmd::Config(ConfigCmd::Reload) => Request::ConfigReload,
         Cmd::Log(LogCmd::Level { filter: None }) => Request::Status,
+        Cmd::Log(LogCmd::Reopen) => Request::LogReopen,
         Cmd::Log(LogCmd::Level {
             filter: Some(level),
         }) => Request::LogLevel {
@@ -1259,6 +1263,9 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
             );
         }
         (Some(Body::Saved(path)), _) => println!("saved to {}", path.display()),
+        (Some(Body::Reopened(path)), _) => {
+            println!("connection log: {} opened again", path.display());
+        }
         (Some(Body::Captured(c)), _) => {
             println!("{} frames written to {}", c.packets, c.file.display());
         }

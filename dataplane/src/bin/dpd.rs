@@ -5,7 +5,8 @@
 //! SIGTERM (drain: no new connections, stop when the open ones are done or
 //! after `[control] drain_timeout_s`), then stops the engines, frees the
 //! ports and exits 0. SIGHUP reads the file again and applies its VIPs,
-//! certificates, pools and log level (`dpctl config reload`). A bad configuration
+//! certificates, pools and log level (`dpctl config reload`); SIGUSR1 opens
+//! the connection log's file again (`dpctl log reopen`). A bad configuration
 //! exits 2 with a message naming the field and value; a DPDK failure exits 1.
 
 use std::path::PathBuf;
@@ -61,6 +62,7 @@ fn main() -> ExitCode {
         (signal_hook::consts::SIGINT, &signals.stop),
         (signal_hook::consts::SIGTERM, &signals.term),
         (signal_hook::consts::SIGHUP, &signals.reload),
+        (signal_hook::consts::SIGUSR1, &signals.reopen),
     ] {
         if let Err(e) = signal_hook::flag::register(sig, flag.clone()) {
             eprintln!("dpd: cannot install signal handler: {e}");

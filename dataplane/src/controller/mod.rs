@@ -178,6 +178,8 @@ pub struct DaemonInfo {
     /// Set by SIGHUP: reload the configuration file (taken back by the
     /// tick that does it).
     pub reload: Arc<AtomicBool>,
+    /// Set by SIGUSR1: open the connection log's file again.
+    pub reopen: Arc<AtomicBool>,
     pub stop: Arc<AtomicBool>,
     /// The announce interface, with `[routing]`.
     pub announce: Option<crate::dpdk::VipIface>,
@@ -308,6 +310,7 @@ impl Controller {
                 self.push_change(cfg, Reload::Nothing, true, "ticket keys rotated".into())
             }
             Request::ConfigReload => self.reload_file(),
+            Request::LogReopen => self.reopen_conn_log(),
             Request::ConfigShow => Reply::ok(Body::Config(self.cfg.to_toml())),
             Request::Sources {
                 vip,
@@ -895,6 +898,29 @@ impl Controller {
         reply
     }
 
+    /// `log reopen` and SIGUSR1: the connection log's file opened again by
+    /// its name (logrotate moved the old one away). Refused, the log
+    /// going on where it was, when there is no log or the file cannot be
+    /// opened.
+    pub fn reopen_conn_log(&mut self) -> Reply {
+        let Some(log) = &mut self.conn_log else {
+            return Reply::error("no connection log ([log] connections) to open again");
+        };
+        let Some(path) = log.file().map(Path::to_path_buf) else {
+            return Reply::error("no connection log ([log] connections) to open again");
+        };
+        match conn_log::open(&path) {
+            Ok(file) => {
+                log::info!("connection log: {} opened again", path.display());
+                log.write_to(path.clone(), file);
+                Reply::ok(Body::Reopened(path))
+            }
+            Err(e) => Reply::error(format!(
+                "not opened again: {e}; the log goes on where it was"
+            )),
+        }
+    }
+
     fn try_reload_file(&mut self) -> Reply {
         let Some(path) = self.config_path.clone() else {
             return Reply::error("dpd was not started from a file: nothing to reload");
@@ -920,6 +946,13 @@ impl Controller {
         }
         if !expired.is_empty() {
             what.push_str(&format!(" (deny of {} past its time)", expired.join(" ")));
+        }
+        // Run-time changes not saved are undone: the reply says what moved.
+        let changed = control::change::changed_parts(&self.cfg, &next);
+        if changed.is_empty() {
+            what.push_str(" (settings as they were)");
+        } else {
+            what.push_str(&format!(" (changed: {})", changed.join(", ")));
         }
         self.push_change(next, Reload::All, false, what)
     }

@@ -79,6 +79,16 @@ impl Controller {
                 log::error!("SIGHUP: {e}; configuration {} goes on", self.version);
             }
         }
+        if self
+            .daemon
+            .as_ref()
+            .is_some_and(|d| d.reopen.swap(false, Ordering::Relaxed))
+        {
+            let r = self.reopen_conn_log();
+            if let Some(e) = r.error.filter(|_| !r.ok) {
+                log::error!("SIGUSR1: {e}");
+            }
+        }
         let (Some(d), Some(svc)) = (&self.daemon, &self.service) else {
             return;
         };

@@ -129,6 +129,8 @@ pub struct Signals {
     pub term: Arc<AtomicBool>,
     /// SIGHUP: reload the configuration file.
     pub reload: Arc<AtomicBool>,
+    /// SIGUSR1: open the connection log's file again (logrotate).
+    pub reopen: Arc<AtomicBool>,
 }
 
 /// What `dpd --check` looks at beyond the file itself ([`Config::load`]):
@@ -171,7 +173,12 @@ pub fn check(cfg: &Config) -> Result<(), ConfigError> {
 /// (TIME-WAIT aside) or after `[control] drain_timeout_s`; `reload` reads
 /// `config_path` again and applies it (`Controller::reload_file`).
 pub fn run(cfg: &Config, config_path: Option<&Path>, signals: Signals) -> Result<(), StartError> {
-    let Signals { stop, term, reload } = signals;
+    let Signals {
+        stop,
+        term,
+        reload,
+        reopen,
+    } = signals;
     let started = std::time::Instant::now();
     let machine = Machine::probe();
     log::info!("hugepages: {}", machine.hugepages.join("; "));
@@ -251,6 +258,7 @@ pub fn run(cfg: &Config, config_path: Option<&Path>, signals: Signals) -> Result
         drain,
         term,
         reload,
+        reopen,
         stop: stop.clone(),
         announce,
         peers: peer_ports(cfg, &ports),
