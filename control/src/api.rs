@@ -137,9 +137,11 @@ pub enum Request {
     /// Reads the file `dpd` was started with again and applies it as one
     /// change (what SIGHUP does): VIPs, certificates (every one loaded
     /// again from its files, so certificates renewed in place are taken),
-    /// ticket key files, pools and `[log] level`. Refused, with nothing changed, when the file is invalid
-    /// or changes what only a restart applies (`[eal]`, ports, `[tcp]`,
-    /// `[control]`, `[log] format`, `[routing]`).
+    /// ticket key files, pools, `[access]` and `[log]` (level, format, the
+    /// connection log's file). Refused, with nothing changed, when the
+    /// file is invalid or changes what only a restart applies (`[eal]`,
+    /// ports, `[tcp]`, `[control]`, `[routing]`). Run-time changes not
+    /// saved are undone; the reply names what changed.
     ConfigReload,
     /// Opens the connection log's file (`[log] connections`) again, by its
     /// name, and writes on there (logrotate's `postrotate`; SIGUSR1 does
