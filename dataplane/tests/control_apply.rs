@@ -131,6 +131,47 @@ fn a_reload_keeps_tls_configurations_whose_certificates_read_the_same() {
     );
 }
 
+/// A certificate that expired while served, its files as they were, is
+/// kept by a reload, which goes on and says so; one renewed in place
+/// with an expired certificate is refused. Before, the expired one
+/// refused every reload (and with it every other change).
+#[test]
+fn a_reload_keeps_a_served_certificate_that_expired_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    self_signed(dir.path(), "web", P256, "web.test");
+    let text = format!(
+        "{CONFIG}certs = [\"web\"]\n\
+         [[cert]]\nname = \"web\"\ncert = \"{d}/web.pem\"\nkey = \"{d}/web.key\"\n",
+        d = dir.path().display()
+    );
+    let file = dir.path().join("dpd.toml");
+    std::fs::write(&file, &text).unwrap();
+    let cfg = Config::parse(&text).unwrap();
+    let (mut ctl, mut e0, mut e1) = started_from(cfg, Some(file.clone()));
+    // 40 days on: the 30-day certificate has expired.
+    ctl.skew_cert_clock_for_tests(40 * 86_400);
+    let more = format!(
+        "{text}[[vip]]\nname = \"api\"\nlisten = \"10.78.0.1:81\"\nrespond = \"builtin\"\n"
+    );
+    std::fs::write(&file, more).unwrap();
+    let r = running(&mut [&mut e0, &mut e1], || ctl.reload_file());
+    let Some(Body::Applied(applied)) = r.body else {
+        panic!("{r:?}");
+    };
+    assert!(
+        applied.change.contains("vip api added")
+            && applied.change.contains("cert web:")
+            && applied.change.contains("expired")
+            && applied.change.contains("kept as served"),
+        "{applied:?}"
+    );
+    // Renewed in place, but with a certificate expired too: refused.
+    self_signed(dir.path(), "web", P256, "web.test");
+    let r = running(&mut [&mut e0, &mut e1], || ctl.reload_file());
+    assert!(!r.ok, "{r:?}");
+    assert!(r.error.is_some_and(|e| e.contains("expired")));
+}
+
 /// A ticket key file is read at start, by a reload and by `tickets
 /// rotate`: nodes sharing one rotate their keys by rewriting it and
 /// reloading each. A reload that finds it as it was keeps the VIP's TLS

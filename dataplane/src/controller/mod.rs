@@ -87,6 +87,8 @@ struct Built {
     generation: u64,
     conn_log: LogChange,
     lingering: Vec<IpAddr>,
+    /// Said with the change: certificates kept though expired.
+    notes: Vec<String>,
 }
 
 /// What a change does to the connection log's file.
@@ -97,6 +99,16 @@ enum LogChange {
     /// Write to this file (opened) from now on.
     Open(PathBuf, std::fs::File),
     Off,
+}
+
+/// Whether `e` refused certificate files only for having expired, and they
+/// read as `served` was loaded from them.
+fn expired_as_served(served: &LoadedCert, e: &crypto::certs::CertError) -> bool {
+    let crypto::certs::CertErrorKind::Expired { not_after } = e.kind else {
+        return false;
+    };
+    Cert::load(&served.cert_file, &served.key_file, not_after)
+        .is_ok_and(|again| served.cert.same_as(&again))
 }
 
 /// Names of the VIP counter slots (index: slot), shared with the metrics
@@ -125,6 +137,8 @@ pub struct Controller {
     /// The last reload of the file: when, whether it applied, and what it
     /// did or why not.
     last_reload: Option<(Instant, bool, String)>,
+    /// Seconds added to the clock certificates are judged by (tests).
+    cert_clock_skew_s: i64,
     certs: HashMap<String, LoadedCert>,
     tls: HashMap<String, (TlsInputs, TlsCopies)>,
     tickets_epoch: u64,
@@ -213,6 +227,7 @@ impl Controller {
             slot_names: Arc::new(RwLock::new(Vec::new())),
             config_state: Arc::default(),
             last_reload: None,
+            cert_clock_skew_s: 0,
             certs: HashMap::new(),
             tls: HashMap::new(),
             tickets_epoch: 0,
@@ -428,6 +443,10 @@ impl Controller {
                 self.version
             ));
         }
+        let mut what = what;
+        for note in &built.notes {
+            what.push_str(&format!(" ({note})"));
+        }
         self.commit(next, built);
         log::info!("configuration {version}: {what}");
         Reply::ok(Body::Applied(Applied {
@@ -447,13 +466,15 @@ impl Controller {
     ) -> Result<Built, ConfigError> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
+            .map_or(0, |d| d.as_secs() as i64)
+            .saturating_add(self.cert_clock_skew_s);
         let mut generation = self.generation;
         // A VIP's limits are shared out among the engines (RSS spreads its
         // clients, and each client's connections), each share rounded up.
         let engines = u32::try_from(self.links.len().max(1)).unwrap_or(u32::MAX);
         let share = |n: u32| n.div_ceil(engines).max(1);
         let mut certs = HashMap::new();
+        let mut notes = Vec::new();
         for (k, c) in next.certs.iter().enumerate() {
             let known = self
                 .certs
@@ -466,9 +487,24 @@ impl Controller {
                         .origin
                         .clone()
                         .unwrap_or_else(|| format!("cert[{k}] ({})", c.name));
-                    let cert = Cert::load(&c.cert, &c.key, now).map_err(|e| {
-                        ConfigError::new(field.clone(), e.file.display(), e.to_string())
-                    })?;
+                    let cert = match Cert::load(&c.cert, &c.key, now) {
+                        Ok(cert) => cert,
+                        // Served already and read as it was: kept, and
+                        // said. Refusing the reload would not stop it being
+                        // served, only every other change with it.
+                        Err(e) if known.is_some_and(|l| expired_as_served(l, &e)) => {
+                            let note = format!("cert {}: {e}; kept as served: renew it", c.name);
+                            log::warn!("{note}");
+                            notes.push(note);
+                            if let Some(l) = known {
+                                certs.insert(c.name.clone(), l.clone());
+                            }
+                            continue;
+                        }
+                        Err(e) => {
+                            return Err(ConfigError::new(field, e.file.display(), e.to_string()))
+                        }
+                    };
                     secret_permissions(next, &field, &c.key, cert.key_mode)?;
                     match known {
                         // Read again and unchanged: kept as it was, so the
@@ -632,6 +668,7 @@ impl Controller {
                     .map_or(EndSet::ALL, EndSet::of),
                 lingering: lingering.clone(),
             }),
+            notes,
             certs,
             tls,
             slots,
@@ -896,6 +933,13 @@ impl Controller {
         };
         self.last_reload = Some((Instant::now(), reply.ok, message));
         reply
+    }
+
+    /// Judges certificates from now on as if the clock were `secs` ahead
+    /// (tests of expiry).
+    #[doc(hidden)]
+    pub fn skew_cert_clock_for_tests(&mut self, secs: i64) {
+        self.cert_clock_skew_s = secs;
     }
 
     /// `log reopen` and SIGUSR1: the connection log's file opened again by
