@@ -942,11 +942,21 @@ impl From<Reply> for Answer {
     }
 }
 
+/// Most clients connected to the control socket at once; one more is
+/// told so and closed.
+pub const MAX_CONTROL_CONNS: usize = 64;
+/// Longest a reply may take to go out: a client that reads it slower is
+/// closed (replies go out as the client takes them, never blocking the
+/// control thread).
+pub const REPLY_DEADLINE: Duration = Duration::from_secs(10);
+
 /// The listening control socket; the file is removed on drop.
 #[derive(Debug)]
 pub struct ControlSocket {
     listener: UnixListener,
     path: PathBuf,
+    /// [`REPLY_DEADLINE`] (shorter in tests).
+    reply_deadline: Duration,
 }
 
 impl ControlSocket {
@@ -978,12 +988,24 @@ impl ControlSocket {
             }
             std::fs::remove_file(path)?;
         }
-        let listener = UnixListener::bind(path)?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        // Bound in a folder of its own made 0700 first, then moved into
+        // place with mode 0600: no moment exists in which another user could
+        // connect (the mode a bind gives follows the umask).
+        let staging = tempdir_beside(path)?;
+        let staged = staging.join("control.sock");
+        let bound = UnixListener::bind(&staged).and_then(|listener| {
+            std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
+            std::fs::rename(&staged, path)?;
+            Ok(listener)
+        });
+        let _ = std::fs::remove_file(&staged);
+        let _ = std::fs::remove_dir(&staging);
+        let listener = bound?;
         listener.set_nonblocking(true)?;
         Ok(Self {
             listener,
             path: path.to_path_buf(),
+            reply_deadline: REPLY_DEADLINE,
         })
     }
 
@@ -1014,12 +1036,24 @@ impl ControlSocket {
         while !stop.load(Ordering::Relaxed) {
             let mut busy = false;
             match self.listener.accept() {
-                Ok((stream, _)) => {
-                    if stream.set_nonblocking(true).is_ok() {
+                Ok((mut stream, _)) => {
+                    if conns.len() >= MAX_CONTROL_CONNS {
+                        // Told why, if it takes the line at once; closed.
+                        let _ = stream.set_nonblocking(true);
+                        let mut out = serde_json::to_vec(&Reply::error(format!(
+                            "{MAX_CONTROL_CONNS} control connections open already; try again"
+                        )))
+                        .unwrap_or_default();
+                        out.push(b'\n');
+                        let _ = stream.write(&out);
+                    } else if stream.set_nonblocking(true).is_ok() {
                         conns.push(Conn {
                             stream,
                             line: Vec::new(),
                             waiting: None,
+                            out: Vec::new(),
+                            sending_since: None,
+                            reply_deadline: self.reply_deadline,
                         });
                     }
                     busy = true;
@@ -1061,6 +1095,11 @@ struct Conn {
     line: Vec<u8>,
     /// The reply to the last request, when it comes later.
     waiting: Option<mpsc::Receiver<Reply>>,
+    /// Reply bytes the client has not taken yet.
+    out: Vec<u8>,
+    /// Since when `out` has waited.
+    sending_since: Option<std::time::Instant>,
+    reply_deadline: Duration,
 }
 
 impl Conn {
@@ -1070,7 +1109,12 @@ impl Conn {
     /// connection.
     fn serve(&mut self, handler: &mut impl FnMut(Request) -> Answer) -> io::Result<bool> {
         use std::io::Read;
-        let mut progress = false;
+        let mut progress = self.flush()?;
+        if !self.out.is_empty() {
+            // Nothing more is read or answered until the client has
+            // taken its replies.
+            return Ok(progress);
+        }
         if let Some(later) = &self.waiting {
             let reply = match later.try_recv() {
                 Ok(reply) => reply,
@@ -1097,7 +1141,7 @@ impl Conn {
                 ) => {}
             Err(e) => return Err(e),
         }
-        while self.waiting.is_none() {
+        while self.waiting.is_none() && self.out.is_empty() {
             let Some(end) = self.line.iter().position(|&b| b == b'\n') else {
                 break;
             };
@@ -1119,18 +1163,71 @@ impl Conn {
         Ok(progress)
     }
 
-    /// Writes a reply (blocking, bounded by a timeout: replies are small
-    /// and clients read them).
+    /// Queues a reply and sends what the client takes now.
     fn reply(&mut self, reply: &Reply) -> io::Result<()> {
-        let mut out = serde_json::to_vec(reply).expect("replies serialise");
-        out.push(b'\n');
-        self.stream.set_nonblocking(false)?;
-        self.stream
-            .set_write_timeout(Some(Duration::from_secs(2)))?;
-        let written = self.stream.write_all(&out);
-        self.stream.set_nonblocking(true)?;
-        written
+        let start = self.out.len();
+        if serde_json::to_writer(&mut self.out, reply).is_err() {
+            self.out.truncate(start);
+            let e = Reply::error("the reply could not be written as JSON");
+            serde_json::to_writer(&mut self.out, &e).map_err(io::Error::other)?;
+        }
+        self.out.push(b'\n');
+        self.flush().map(|_| ())
     }
+
+    /// Sends what the client takes of the queued replies without waiting;
+    /// `Ok(true)` when it took some. An error when they have waited past
+    /// the reply deadline.
+    fn flush(&mut self) -> io::Result<bool> {
+        let mut sent = 0;
+        while sent < self.out.len() {
+            match self.stream.write(&self.out[sent..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        self.out.drain(..sent);
+        let now = std::time::Instant::now();
+        if self.out.is_empty() {
+            self.sending_since = None;
+        } else {
+            // The deadline bounds a reply's whole way out, however slowly
+            // the client takes it.
+            self.sending_since.get_or_insert(now);
+        }
+        if self
+            .sending_since
+            .is_some_and(|t| now.duration_since(t) > self.reply_deadline)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client did not take its reply in time",
+            ));
+        }
+        Ok(sent > 0)
+    }
+}
+
+/// A new folder, mode 0700, beside `path` (in its folder).
+fn tempdir_beside(path: &Path) -> io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    for n in 0..100u32 {
+        let name = format!(".dpd-bind-{}-{n}", std::process::id());
+        let candidate = dir.join(name);
+        match std::fs::DirBuilder::new().mode(0o700).create(&candidate) {
+            Ok(()) => return Ok(candidate),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        "no free name for the socket's staging folder",
+    ))
 }
 
 impl Drop for ControlSocket {
@@ -1200,6 +1297,7 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
     use std::sync::Arc;
 
     #[test]
@@ -1236,6 +1334,11 @@ mod tests {
         let sock = ControlSocket::bind(&path).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
+        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["control.sock"], "the staging folder is gone");
         assert!(
             ControlSocket::bind(&path).is_err(),
             "a live socket is not replaced"
@@ -1276,6 +1379,72 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
         server.join().unwrap();
         assert!(!path.exists(), "socket removed on drop");
+    }
+
+    /// A client that sends requests and does not read the replies holds
+    /// up no other: replies wait for it without blocking the control
+    /// thread, and once one has waited past the deadline it is closed. One
+    /// client past [`MAX_CONTROL_CONNS`] is told so and closed. Before,
+    /// each reply was written blocking, two seconds a write, so a reader
+    /// taking a byte now and then held the control thread for good.
+    #[test]
+    fn a_client_that_does_not_read_holds_up_no_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("control.sock");
+        let mut sock = ControlSocket::bind(&path).unwrap();
+        sock.reply_deadline = Duration::from_millis(600);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let big = "x".repeat(1 << 20);
+        let server = std::thread::spawn(move || {
+            sock.serve(&stop2, |req| match req {
+                Request::ConfigShow => Reply::ok(Body::Config(big.clone())).into(),
+                _ => Reply::error("quick").into(),
+            });
+        });
+        let mut stuck = Client::connect(&path).unwrap();
+        let mut asks = Vec::new();
+        for _ in 0..8 {
+            asks.extend(serde_json::to_vec(&Request::ConfigShow).unwrap());
+            asks.push(b'\n');
+        }
+        stuck.writer.write_all(&asks).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let t0 = std::time::Instant::now();
+        let mut quick = Client::connect(&path).unwrap();
+        let r = quick.call(&Request::Stats).unwrap();
+        assert_eq!(r.error.as_deref(), Some("quick"));
+        assert!(
+            t0.elapsed() < Duration::from_millis(300),
+            "{:?}",
+            t0.elapsed()
+        );
+        // Past the deadline the stuck client is closed: what it reads
+        // ends (after the part of a reply that went).
+        std::thread::sleep(Duration::from_millis(900));
+        let mut rest = Vec::new();
+        stuck.reader.read_to_end(&mut rest).unwrap();
+        assert!(
+            rest.len() < 8 * (1 << 20),
+            "closed before all went: {}",
+            rest.len()
+        );
+        // The cap: MAX_CONTROL_CONNS held, the next one told and closed.
+        let held: Vec<Client> = (0..MAX_CONTROL_CONNS - 1)
+            .map(|_| Client::connect(&path).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(100));
+        let mut over = Client::connect(&path).unwrap();
+        let mut line = String::new();
+        over.reader.read_line(&mut line).unwrap();
+        assert!(line.contains("control connections open already"), "{line}");
+        assert!(
+            quick.call(&Request::Stats).is_ok(),
+            "the ones held still work"
+        );
+        drop(held);
+        stop.store(true, Ordering::Relaxed);
+        server.join().unwrap();
     }
 
     /// A reply that comes later holds up its own client only: another
