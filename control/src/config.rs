@@ -2083,6 +2083,13 @@ impl Config {
                 "cannot exceed tcp.max_connections",
             ));
         }
+        if self.tcp.max_half_open == 0 && self.tcp.syn_cookies == SynCookieMode::Off {
+            return Err(ConfigError::new(
+                "tcp.max_half_open",
+                0,
+                "with syn_cookies = \"off\" every SYN would be dropped: at least 1",
+            ));
+        }
         if self.control.socket.as_os_str().is_empty() {
             return Err(ConfigError::new("control.socket", "", "must be a path"));
         }
@@ -2931,6 +2938,11 @@ mod tests {
         }
         let small = format!("{GOOD}\n[tcp]\nbuffer_memory_mib = 8\n");
         assert_eq!(err_of(&small).field, "tcp.buffer_memory_mib");
+        // No half-open connection and no cookies: every SYN dropped.
+        let none = format!("{GOOD}\n[tcp]\nmax_half_open = 0\nsyn_cookies = \"off\"\n");
+        assert_eq!(err_of(&none).field, "tcp.max_half_open");
+        let cookies = format!("{GOOD}\n[tcp]\nmax_half_open = 0\nsyn_cookies = \"always\"\n");
+        assert!(Config::parse(&cookies).is_ok(), "cookies answer them all");
     }
 
     #[test]
