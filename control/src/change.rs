@@ -5,7 +5,7 @@
 //! running configuration as it was.
 
 use crate::api::{Request, TicketsChange, VipChange};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use crate::config::{
@@ -378,34 +378,47 @@ fn deny_add(
         }
     };
     let access = &mut next.access;
+    // Indexed once: a request of thousands against lists of tens of
+    // thousands stays one pass over each.
     let mut forever: HashSet<(IpAddr, u8)> = access
         .deny
         .iter()
         .filter_map(|d| parse_prefix(d).ok())
         .collect();
+    let mut timed: HashMap<(IpAddr, u8), usize> = HashMap::new();
+    for (i, d) in access.deny_until.iter().enumerate() {
+        if let Ok(net) = parse_prefix(&d.net) {
+            timed.entry(net).or_insert(i);
+        }
+    }
+    let mut now_forever: HashSet<(IpAddr, u8)> = HashSet::new();
     for p in prefixes {
         let net = parse_prefix(p).map_err(|why| (p.clone(), why))?;
         if forever.contains(&net) {
             continue;
         }
-        let timed = access
-            .deny_until
-            .iter()
-            .position(|d| parse_prefix(&d.net) == Ok(net));
-        match (until, timed) {
+        match (until, timed.get(&net).copied()) {
             (Some(until), Some(i)) => access.deny_until[i].until = until,
-            (Some(until), None) => access.deny_until.push(DenyUntil {
-                net: prefix_text(net),
-                until,
-            }),
-            (None, timed) => {
-                if let Some(i) = timed {
-                    access.deny_until.remove(i);
+            (Some(until), None) => {
+                timed.insert(net, access.deny_until.len());
+                access.deny_until.push(DenyUntil {
+                    net: prefix_text(net),
+                    until,
+                });
+            }
+            (None, was_timed) => {
+                if was_timed.is_some() {
+                    timed.remove(&net);
+                    now_forever.insert(net);
                 }
                 forever.insert(net);
                 access.deny.push(prefix_text(net));
             }
         }
+    }
+    if !now_forever.is_empty() {
+        (access.deny_until)
+            .retain(|d| parse_prefix(&d.net).map_or(true, |n| !now_forever.contains(&n)));
     }
     Ok(())
 }
@@ -416,17 +429,28 @@ fn deny_remove(next: &mut Config, prefixes: &[String]) -> Result<(), (String, St
     if prefixes.is_empty() {
         return Err((String::new(), "no network given".into()));
     }
-    let access = &mut next.access;
-    for p in prefixes {
-        let net = parse_prefix(p).map_err(|why| (p.clone(), why))?;
-        let before = access.deny.len() + access.deny_until.len();
-        access.deny.retain(|d| parse_prefix(d) != Ok(net));
-        access
-            .deny_until
-            .retain(|d| parse_prefix(&d.net) != Ok(net));
-        if access.deny.len() + access.deny_until.len() == before {
-            return Err((p.clone(), "not denied (dpctl deny list)".into()));
+    let nets = (prefixes.iter())
+        .map(|p| {
+            parse_prefix(p)
+                .map(|n| (p, n))
+                .map_err(|why| (p.clone(), why))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let wanted: HashSet<(IpAddr, u8)> = nets.iter().map(|&(_, n)| n).collect();
+    let mut found: HashSet<(IpAddr, u8)> = HashSet::new();
+    let mut take = |text: &str| match parse_prefix(text) {
+        Ok(n) if wanted.contains(&n) => {
+            found.insert(n);
+            false
         }
+        _ => true,
+    };
+    // (`next` is dropped when this refuses.)
+    let access = &mut next.access;
+    access.deny.retain(|d| take(d));
+    access.deny_until.retain(|d| take(&d.net));
+    if let Some((p, _)) = nets.iter().find(|(_, n)| !found.contains(n)) {
+        return Err(((*p).clone(), "not denied (dpctl deny list)".into()));
     }
     Ok(())
 }
