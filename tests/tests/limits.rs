@@ -514,6 +514,19 @@ fn dpctl_sources_finds_a_client_and_deny_cuts_it_off_at_once() {
     );
     let o = dpd.dpctl(&["deny", "remove", "192.0.2.1"]);
     assert!(!o.status.success());
+    // A block list longer than one request: sent in parts, all taken,
+    // and taken off the same way.
+    let block: Vec<String> = (0..8_000u32)
+        .map(|i| std::net::Ipv4Addr::from(0xc633_0000 + i).to_string())
+        .collect();
+    let mut add = vec!["deny", "add"];
+    add.extend(block.iter().map(String::as_str));
+    let said = dpctl_ok(&dpd, &add);
+    assert!(said.contains("part 2 of"), "{said}");
+    let json = dpctl_json(&dpd, &["deny", "list"]);
+    assert_eq!(json["deny"]["prefixes"].as_array().map(Vec::len), Some(8_001));
+    add[1] = "remove";
+    dpctl_ok(&dpd, &add);
 
     dpctl_ok(&dpd, &["deny", "remove", &first]);
     assert_eq!(a.ask("open 1"), ["open"], "allowed again");

@@ -914,6 +914,53 @@ fn request(cmd: &Cmd) -> Result<Request, String> {
     })
 }
 
+/// `req` as requests dpd takes ([`control::api::MAX_REQUEST`] bytes a
+/// line): a `deny add` or `deny remove` of more prefixes than one line
+/// holds in several, each prefix checked first so that none is sent when
+/// one does not read; any other request whole, or refused here.
+fn fitted(req: Request) -> Result<Vec<Request>, String> {
+    let size = |r: &Request| serde_json::to_vec(r).map_or(usize::MAX, |v| v.len() + 1);
+    // Room for the request's other fields around its prefixes.
+    let limit = control::api::MAX_REQUEST - 256;
+    let split = |prefixes: Vec<String>, make: &dyn Fn(Vec<String>) -> Request| {
+        if let Some((p, why)) = (prefixes.iter())
+            .find_map(|p| control::config::parse_prefix(p).err().map(|why| (p, why)))
+        {
+            return Err(format!("{p:?}: {why}"));
+        }
+        let mut out = Vec::new();
+        let (mut part, mut bytes) = (Vec::new(), 0);
+        for p in prefixes {
+            // Quoted, with a comma: what it adds to the line.
+            let adds = p.len() + 3;
+            if !part.is_empty() && bytes + adds > limit {
+                out.push(make(std::mem::take(&mut part)));
+                bytes = 0;
+            }
+            bytes += adds;
+            part.push(p);
+        }
+        out.push(make(part));
+        Ok(out)
+    };
+    let batches = match req {
+        Request::DenyAdd { prefixes, for_s } => {
+            split(prefixes, &|prefixes| Request::DenyAdd { prefixes, for_s })?
+        }
+        Request::DenyRemove { prefixes } => {
+            split(prefixes, &|prefixes| Request::DenyRemove { prefixes })?
+        }
+        other => vec![other],
+    };
+    match batches.iter().map(size).max() {
+        Some(n) if n > control::api::MAX_REQUEST => Err(format!(
+            "the request is {n} bytes; dpd takes at most {} a request",
+            control::api::MAX_REQUEST
+        )),
+        _ => Ok(batches),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Cmd::Completions { shell } = cli.cmd {
@@ -951,10 +998,47 @@ fn main() -> ExitCode {
     if let Cmd::Drain { wait: true } = cli.cmd {
         return drain_and_wait(&mut client, &cli.socket, cli.json, wait);
     }
-    let reply = match client.call(&req) {
-        Ok(r) => r,
-        Err(e) if is_timeout(&e) => return no_reply(&cli.socket, wait),
-        Err(e) => return unreachable_dpd(&cli.socket, &e),
+    let batches = match fitted(req) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("dpctl: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let (mut reply, total) = (None, batches.len());
+    for (done, req) in batches.iter().enumerate() {
+        let r = match client.call(req) {
+            Ok(r) => r,
+            Err(e) if is_timeout(&e) => return no_reply(&cli.socket, wait),
+            Err(e) => return unreachable_dpd(&cli.socket, &e),
+        };
+        if !r.ok && done > 0 {
+            // Those before it were applied: say so.
+            let e = r.error.unwrap_or_default();
+            eprintln!(
+                "dpctl: dpd refused part {} of {total} ({done} applied): {e}",
+                done + 1
+            );
+            return ExitCode::FAILURE;
+        }
+        let ok = r.ok;
+        if total > 1 && ok && !cli.json {
+            if let Some(Body::Applied(a)) = &r.body {
+                println!(
+                    "part {} of {total}: configuration {}: {}",
+                    done + 1,
+                    a.version,
+                    a.change
+                );
+            }
+        }
+        reply = Some(r);
+        if !ok {
+            break;
+        }
+    }
+    let Some(reply) = reply else {
+        return ExitCode::SUCCESS;
     };
     if cli.json {
         println!(
@@ -1715,6 +1799,50 @@ fn memif_client_line(m: &control::api::MemifClientStatus, up: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `deny add` of 20,000 prefixes (a block list pasted at 3 a.m.)
+    /// goes as several requests each within dpd's limit, every prefix in
+    /// one of them, in order; a prefix that does not read sends none.
+    /// Another request too long for dpd is refused here, naming the limit.
+    /// Before, the one line over the limit broke the pipe and dpctl said
+    /// dpd was not running.
+    #[test]
+    fn a_long_deny_goes_in_parts_dpd_takes() {
+        let prefixes: Vec<String> = (0..20_000u32)
+            .map(|i| std::net::Ipv4Addr::from(0x0a00_0000 + i).to_string())
+            .collect();
+        let parts = fitted(Request::DenyAdd {
+            prefixes: prefixes.clone(),
+            for_s: Some(60),
+        })
+        .unwrap();
+        assert!(parts.len() > 1);
+        let mut all = Vec::new();
+        for p in &parts {
+            assert!(serde_json::to_vec(p).unwrap().len() < control::api::MAX_REQUEST);
+            match p {
+                Request::DenyAdd { prefixes, for_s } => {
+                    assert_eq!(*for_s, Some(60));
+                    all.extend(prefixes.iter().cloned());
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(all, prefixes);
+        let mut bad = prefixes;
+        bad.push("10.0.0.1/8".into());
+        let e = fitted(Request::DenyRemove { prefixes: bad }).unwrap_err();
+        assert!(e.contains("10.0.0.1/8") && e.contains("host bits"), "{e}");
+        let one = fitted(Request::DenyRemove {
+            prefixes: vec!["192.0.2.1".into()],
+        });
+        assert_eq!(one.map(|p| p.len()), Ok(1));
+        let long = Request::LogLevel {
+            level: "x".repeat(control::api::MAX_REQUEST),
+        };
+        let e = fitted(long).unwrap_err();
+        assert!(e.contains("at most 65536"), "{e}");
+    }
 
     #[test]
     fn the_command_line_is_sound_and_a_capture_keeps_its_own_timeout() {
