@@ -524,7 +524,10 @@ fn dpctl_sources_finds_a_client_and_deny_cuts_it_off_at_once() {
     let said = dpctl_ok(&dpd, &add);
     assert!(said.contains("part 2 of"), "{said}");
     let json = dpctl_json(&dpd, &["deny", "list"]);
-    assert_eq!(json["deny"]["prefixes"].as_array().map(Vec::len), Some(8_001));
+    assert_eq!(
+        json["deny"]["prefixes"].as_array().map(Vec::len),
+        Some(8_001)
+    );
     add[1] = "remove";
     dpctl_ok(&dpd, &add);
 

@@ -2,8 +2,11 @@
 //! Prometheus text, to several scrapers at once, none able to hold it. Each
 //! connection has [`EXCHANGE`] for its whole exchange (request head read,
 //! answer written) and at most [`MAX_HEAD`] bytes of head; at most
-//! [`MAX_CONNS`] are served at once, [`MAX_PER_SOURCE`] from one address;
-//! past that a new connection is closed at once. Sockets are
+//! [`MAX_CONNS`] are served at once, [`MAX_PER_SOURCE`] from one address
+//! (an IPv6 client's /64: one host holds a whole /64 as easily as one
+//! address); past that a new connection is closed at once, and one step
+//! takes at most [`MAX_ACCEPTS`] (a flood of connections does not keep
+//! the thread accepting, its scrapes unanswered). Sockets are
 //! non-blocking: a client that sends slowly or reads nothing costs a slot
 //! until its deadline, never the thread.
 
@@ -17,8 +20,22 @@ pub const EXCHANGE: Duration = Duration::from_secs(2);
 pub const MAX_HEAD: usize = 8192;
 /// Connections served at once.
 pub const MAX_CONNS: usize = 16;
-/// Connections served at once from one address.
+/// Connections served at once from one address (IPv6: one /64).
 pub const MAX_PER_SOURCE: usize = 4;
+/// Connections accepted (or refused) in one step at most.
+pub const MAX_ACCEPTS: usize = 64;
+
+/// What a client counts as for [`MAX_PER_SOURCE`]: its address, or its
+/// /64 (IPv4-mapped addresses as IPv4).
+fn source_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(a) => match a.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(a) & !u128::from(u64::MAX)).into()),
+        },
+        v4 => v4,
+    }
+}
 
 struct Exchange {
     stream: TcpStream,
@@ -50,7 +67,7 @@ impl MetricsHttp {
     /// waiting; `body` renders the metrics text. Returns whether anything
     /// happened (the caller sleeps a little when nothing did).
     pub fn step(&mut self, now: Instant, body: &mut impl FnMut() -> String) -> bool {
-        let mut busy = self.accept(now);
+        let mut busy = self.accept(now) > 0;
         let mut i = 0;
         while i < self.conns.len() {
             let (progress, done) = advance(&mut self.conns[i], now, body);
@@ -64,16 +81,14 @@ impl MetricsHttp {
         busy
     }
 
-    fn accept(&mut self, now: Instant) -> bool {
-        let mut any = false;
-        loop {
+    /// Takes up to [`MAX_ACCEPTS`] new connections; how many.
+    fn accept(&mut self, now: Instant) -> usize {
+        for taken in 0..MAX_ACCEPTS {
             let (stream, peer) = match self.listener.accept() {
-                Ok(c) => c,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return any,
-                Err(_) => return any,
+                Ok((stream, peer)) => (stream, source_of(peer.ip())),
+                Err(_) => return taken,
             };
-            any = true;
-            let from_peer = self.conns.iter().filter(|c| c.peer == peer.ip()).count();
+            let from_peer = self.conns.iter().filter(|c| c.peer == peer).count();
             if self.conns.len() >= MAX_CONNS || from_peer >= MAX_PER_SOURCE {
                 continue; // dropped: closed at once
             }
@@ -82,12 +97,13 @@ impl MetricsHttp {
             }
             self.conns.push(Exchange {
                 stream,
-                peer: peer.ip(),
+                peer,
                 until: now + EXCHANGE,
                 head: Vec::with_capacity(512),
                 answer: None,
             });
         }
+        MAX_ACCEPTS
     }
 }
 
@@ -227,6 +243,36 @@ mod tests {
                 assert_eq!(s.read(&mut [0u8; 16]).unwrap_or(0), 0);
             }
         });
+    }
+
+    /// One step takes at most [`MAX_ACCEPTS`] connections, the rest the
+    /// next; an IPv6 client counts as its /64, an IPv4-mapped one as IPv4.
+    #[test]
+    fn a_step_takes_a_bounded_number_of_connections_and_a_64_is_one_source() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut http = MetricsHttp::new(listener).unwrap();
+        let flood: Vec<TcpStream> = (0..MAX_ACCEPTS + 30)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect();
+        let now = Instant::now();
+        assert_eq!(http.accept(now), MAX_ACCEPTS);
+        let mut rest = 0;
+        for _ in 0..100 {
+            rest += http.accept(now);
+            if rest == 30 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(rest, 30);
+        drop(flood);
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:bbbb::7".parse().unwrap();
+        assert_eq!(source_of(a), source_of(b));
+        assert_ne!(source_of(a), source_of("2001:db8:1:3::1".parse().unwrap()));
+        let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
+        assert_eq!(source_of(mapped), "192.0.2.7".parse::<IpAddr>().unwrap());
     }
 
     #[test]
