@@ -246,3 +246,23 @@ fn metrics_parse_and_agree_with_dpctl() {
         "{text}"
     );
 }
+
+/// `[control] metrics` with port 0: the log names the port bound, and a
+/// scrape there is answered. Before, the log said `:0`.
+#[test]
+fn a_metrics_port_of_zero_is_logged_as_bound() {
+    let lab = Lab::up("mz");
+    let dpd = Dpd::start(&lab, |s| {
+        lab.config_with_vip("net_af_packet", s)
+            .replace("[control]\n", "[control]\nmetrics = \"127.0.0.1:0\"\n")
+    });
+    let log = dpd.log_text();
+    let url = (log.lines())
+        .find_map(|l| l.split("metrics on ").nth(1))
+        .unwrap_or_else(|| panic!("{log}"))
+        .trim()
+        .to_string();
+    assert!(!url.contains(":0/"), "{url}");
+    let text = in_dut(&lab, &["curl", "-sS", "--max-time", "5", &url]);
+    assert!(text.contains("tlsdp_rx_packets_total"), "{url}: {text}");
+}

@@ -44,7 +44,9 @@ impl Helpers {
                         format!("metrics endpoint {addr} ([control] metrics): {e}"),
                     ))
                 })?;
-                log::info!("metrics on http://{addr}/metrics");
+                // The port bound, where the configuration says 0.
+                let bound = listener.local_addr().unwrap_or(addr);
+                log::info!("metrics on http://{bound}/metrics");
                 let quit = quit.clone();
                 Some(std::thread::spawn(move || {
                     serve_metrics(listener, &quit, metrics_text);
