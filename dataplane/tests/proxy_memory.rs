@@ -675,3 +675,63 @@ fn a_health_check_cut_by_the_stop_is_no_failure() {
     assert!(member.health.healthy);
     assert_eq!(lab.host.mem.engine.counters().health_failures, 0);
 }
+
+/// Backend connects past their pool's timeout are given up and their
+/// clients go to the next member; those established before their time
+/// are left alone. Forty clients at once, half of them first sent to a
+/// member that never answers (the connects are found by their deadlines,
+/// soonest first, not by a scan of all each tick).
+#[test]
+fn connects_past_the_timeout_go_to_the_next_member_and_established_ones_stay() {
+    const SILENT: u16 = 8082;
+    let mut host = HostLab::new();
+    let members = [BACKEND_PORT, SILENT]
+        .map(|port| Member::new(SocketAddrV4::new(HOST_IP, port), 1, MemberState::Up));
+    let mut pool = Pool::new("two".into(), Balance::RoundRobin, members.to_vec());
+    pool.connect_timeout = Duration::from_secs(1);
+    let p = host.mem.engine.add_pool(pool);
+    host.mem.engine.listen_pool(DUT_IP, VIP_PORT, None, p);
+    let mut clients: Vec<HostConn> = (0..40)
+        .map(|i| HostConn::client(41_000 + i, VIP_PORT, 1_000 + u32::from(i) * 10_000))
+        .collect();
+    let syns: Vec<Seg> = clients
+        .iter_mut()
+        .map(|c| c.next(TcpControl::Syn, b""))
+        .collect();
+    let out = host.exchange(&syns);
+    clients.iter_mut().for_each(|c| c.absorb(&out));
+    let asks: Vec<Seg> = (clients.iter_mut())
+        .map(|c| c.next(TcpControl::Psh, REQUEST))
+        .collect();
+    let mut out = host.exchange(&asks);
+    let mut backends: Vec<HostConn> = Vec::new();
+    let mut silent_syns = 0;
+    for round in 0..3 {
+        let mut answers = Vec::new();
+        for s in out.iter().filter(|s| s.control == TcpControl::Syn) {
+            if s.dst_port == SILENT {
+                silent_syns += 1;
+            } else if !backends.iter().any(|b| b.port == s.src_port) {
+                let mut b = HostConn::accepted(s, 500_000 + u32::from(s.src_port));
+                answers.push(b.next(TcpControl::Syn, b""));
+                backends.push(b);
+            }
+        }
+        out = host.exchange(&answers);
+        backends.iter_mut().for_each(|b| b.absorb(&out));
+        if round == 0 {
+            assert_eq!((backends.len(), silent_syns), (20, 20), "round robin");
+        }
+        // Past the timeout (and the SYNs' own retransmission).
+        out.extend(host.advance(Duration::from_millis(1_100)));
+    }
+    assert_eq!(
+        backends.len(),
+        40,
+        "every client reached the answering member"
+    );
+    assert!(
+        backends.iter().all(|b| !b.reset && b.received == REQUEST),
+        "none given up once established"
+    );
+}

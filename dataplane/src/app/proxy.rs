@@ -147,6 +147,36 @@ enum ClientEnd {
     Reset,
 }
 
+/// A backend connect in progress and when it is given up; ordered so that
+/// a [`std::collections::BinaryHeap`] of them gives the soonest first.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectDeadline {
+    pub at: crate::time::Instant,
+    pub id: ConnId,
+    pub key: AnyFlowKey,
+}
+
+impl PartialEq for ConnectDeadline {
+    fn eq(&self, other: &Self) -> bool {
+        self.at == other.at
+    }
+}
+
+impl Eq for ConnectDeadline {}
+
+impl PartialOrd for ConnectDeadline {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ConnectDeadline {
+    /// Reversed: the soonest is the greatest.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.at.cmp(&self.at)
+    }
+}
+
 /// The live peer of a connection whose link is `link`.
 pub fn peer(tcp: &Tcp, link: &ProxyLink) -> Option<ConnId> {
     let (pid, key) = link.peer?;
@@ -361,8 +391,11 @@ impl Services {
             cx.tcp.set_send_timeout(b, v.timeouts.send, cx.now);
         }
         self.pools[p].members[m].active += 1;
-        self.connecting
-            .push((b, bkey, cx.now + self.pools[p].connect_timeout));
+        self.connecting.push(ConnectDeadline {
+            at: cx.now + self.pools[p].connect_timeout,
+            id: b,
+            key: bkey,
+        });
         // `p` came from a u16 and pools have at most 64 members.
         let (pool, member) = (link_pool, m as u16);
         let mut blink = ProxyLink::new(Side::Backend, pool);
@@ -458,25 +491,20 @@ impl Services {
 
     /// Gives up backend connects past their pool's timeout: the connection
     /// is dropped and its client tries the next member (see
-    /// [`Services::proxy_closed`]). Established ones leave the list.
+    /// [`Services::proxy_closed`]). Only those due are looked at: ones
+    /// established (or gone) by then are passed over.
     pub(super) fn expire_connects(&mut self, cx: &mut Cx<'_>) {
-        let mut i = 0;
-        while i < self.connecting.len() {
-            let (id, key, deadline) = self.connecting[i];
-            let live = cx.tcp.key(id) == Some(key);
-            let established = live
+        while let Some(due) = self.connecting.peek().filter(|d| d.at <= cx.now) {
+            let (id, key) = (due.id, due.key);
+            self.connecting.pop();
+            let still_connecting = cx.tcp.key(id) == Some(key)
                 && self
                     .roles
                     .get(id)
                     .and_then(|e| e.role.link())
-                    .is_some_and(|l| l.connected);
-            if !live || established {
-                self.connecting.swap_remove(i);
-            } else if cx.now >= deadline {
-                self.connecting.swap_remove(i);
+                    .is_some_and(|l| !l.connected);
+            if still_connecting {
                 cx.tcp.abort(id);
-            } else {
-                i += 1;
             }
         }
     }

@@ -18,8 +18,7 @@ use super::role::{Entry, Inner, Role, Roles, TlsRole};
 use super::tls::{self, TlsConn};
 use super::{Application, Cx};
 use crate::stats::VipCounters;
-use crate::tcp::{AnyFlowKey, CloseReason, ConnId, Event};
-use crate::time::Instant;
+use crate::tcp::{CloseReason, ConnId, Event};
 
 /// Source ports of backend connections: RFC 6056 §3.2's whole range.
 pub(super) const EPHEMERAL: std::ops::RangeInclusive<u16> = 1024..=65535;
@@ -85,8 +84,10 @@ pub struct Services {
     pub(super) proxy_scratch: Vec<u8>,
     /// Plaintext buffers TLS connections gave back, for the next request.
     pub(super) tls_spare: super::tls::SpareBuffers,
-    /// Backend connects in progress and when each is given up.
-    pub(super) connecting: Vec<(ConnId, AnyFlowKey, Instant)>,
+    /// Backend connects in progress, soonest given up first (a connect
+    /// that completed stays until its time comes, and is passed over then:
+    /// each tick looks only at those due).
+    pub(super) connecting: std::collections::BinaryHeap<super::proxy::ConnectDeadline>,
     /// TLS connections whose handshake input waits for the next iteration
     /// (and the list being worked through).
     deferred: Vec<ConnId>,
@@ -129,7 +130,7 @@ impl Services {
             },
             proxy_scratch: vec![0; crypto::record::MAX_PLAINTEXT],
             tls_spare: super::tls::SpareBuffers::default(),
-            connecting: Vec::with_capacity(256),
+            connecting: std::collections::BinaryHeap::with_capacity(256),
             deferred: Vec::with_capacity(256),
             deferred_scratch: Vec::with_capacity(256),
             budget: HandshakeBudget::new(handshake_budget),
