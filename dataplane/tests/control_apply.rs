@@ -347,6 +347,40 @@ fn a_reload_keeps_the_timed_denies_made_at_run_time() {
     );
 }
 
+/// A change that leaves a VIP's `allow` list as it was hands engines the
+/// same set (they see it unchanged at once: no comparison of its
+/// networks, no pass over their connections); a changed list is a new
+/// one. Before, every change built every list anew.
+#[test]
+fn an_allow_list_left_as_it_was_is_handed_on_as_it_was() {
+    let text = format!("{CONFIG}allow = [\"10.0.0.0/8\", \"192.0.2.0/24\"]\n");
+    let (mut ctl, mut e0, mut e1) = started_from(Config::parse(&text).unwrap(), None);
+    let allow = |e: &Engine<MemPort>| {
+        use dataplane::app::Application;
+        e.app().vips()[0].allow.clone().expect("an allow list")
+    };
+    let first = allow(&e0);
+    let deny = Request::DenyAdd {
+        prefixes: vec!["198.51.100.0/24".into()],
+        for_s: None,
+    };
+    let r = running(&mut [&mut e0, &mut e1], || reply(ctl.handle(&deny)));
+    assert!(r.ok, "{r:?}");
+    assert!(std::sync::Arc::ptr_eq(&first, &allow(&e0)));
+    assert!(std::sync::Arc::ptr_eq(&first, &allow(&e1)));
+    let change = Request::VipSet {
+        name: "web".into(),
+        change: control::api::VipChange {
+            allow: Some(vec!["10.0.0.0/8".into()]),
+            ..Default::default()
+        },
+    };
+    let r = running(&mut [&mut e0, &mut e1], || reply(ctl.handle(&change)));
+    assert!(r.ok, "{r:?}");
+    assert!(!std::sync::Arc::ptr_eq(&first, &allow(&e0)));
+    assert_eq!(allow(&e0).len(), 1);
+}
+
 /// A reload's reply names what it changed, run-time changes not saved
 /// that it undoes among them; one that changes nothing says so.
 #[test]

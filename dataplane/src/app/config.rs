@@ -27,6 +27,10 @@ pub struct Snapshot {
     pub pools: Vec<Pool>,
     /// Client networks refused on every VIP (`[access] deny`).
     pub deny: Arc<PrefixSet>,
+    /// `deny` holds a network the last snapshot's did not: engines reset
+    /// their connections from it. A list that only lost networks (a
+    /// timed deny's end) has none to reset, and engines skip the pass.
+    pub deny_added: bool,
     /// Where engines queue a record of each client connection as it ends
     /// (`[log] connections`; `None`: not logged).
     pub conn_log: Option<Arc<super::conn_log::ConnLogQueues>>,

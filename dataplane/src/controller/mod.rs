@@ -10,7 +10,7 @@
 //! was. Certificates and TLS configurations that did not change are reused,
 //! so a change elsewhere does not reload files or draw new ticket keys.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -157,6 +157,8 @@ pub struct Controller {
     /// while the list is unchanged, so engines look at their connections
     /// only when it changes).
     deny: Arc<PrefixSet>,
+    /// Each VIP `allow` list as the engines have it, by its text.
+    allow_sets: HashMap<Vec<String>, Arc<PrefixSet>>,
     /// Set when taking off a network whose deny time came failed: when to
     /// try again.
     deny_retry_at: Option<jiff::Timestamp>,
@@ -239,6 +241,7 @@ impl Controller {
             daemon: None,
             service: None,
             deny: Arc::default(),
+            allow_sets: HashMap::new(),
             deny_retry_at: None,
             auto_deny_at: None,
             pardoned: Vec::new(),
@@ -628,9 +631,14 @@ impl Controller {
                     .map(|r| (r.sni.clone(), r.pool.clone()))
                     .collect(),
                 // Validated with the rest (`parse_prefix`), so each reads.
-                allow: (!vip.allow.is_empty()).then(|| {
-                    let nets = vip.allow.iter().filter_map(|a| parse_prefix(a).ok());
-                    Arc::new(PrefixSet::new(nets))
+                // The same list as before keeps its set: engines then see
+                // it unchanged at a glance (no comparison, no pass).
+                allow: (!vip.allow.is_empty()).then(|| match self.allow_sets.get(&vip.allow) {
+                    Some(set) => Arc::clone(set),
+                    None => {
+                        let nets = vip.allow.iter().filter_map(|a| parse_prefix(a).ok());
+                        Arc::new(PrefixSet::new(nets))
+                    }
                 }),
                 timeouts: Timeouts {
                     handshake: Duration::from_millis(u64::from(vip.handshake_timeout_ms)),
@@ -648,12 +656,17 @@ impl Controller {
             });
         }
         let pools = next.pools.iter().map(engine_pool).collect();
-        let deny = if self.version > 0 && next.access == self.cfg.access {
-            Arc::clone(&self.deny)
+        let (deny, deny_added) = if self.version > 0 && next.access == self.cfg.access {
+            (Arc::clone(&self.deny), false)
         } else {
             // Validated with the rest (`parse_prefix`), so each reads.
             let nets = next.access.denied();
-            Arc::new(PrefixSet::new(nets.filter_map(|d| parse_prefix(d).ok())))
+            let set = Arc::new(PrefixSet::new(nets.filter_map(|d| parse_prefix(d).ok())));
+            // Compared as written: one written anew counts as added (a
+            // pass the engines did not need, never one they missed).
+            let before: HashSet<&str> = self.cfg.access.denied().collect();
+            let added = self.version == 0 || next.access.denied().any(|d| !before.contains(d));
+            (set, added)
         };
         let (log_queues, log_change) = self.plan_conn_log(next, matches!(reload, Reload::All))?;
         let lingering = lingering::after_change(&self.lingering, &self.cfg, next);
@@ -663,6 +676,7 @@ impl Controller {
                 vips,
                 pools,
                 deny,
+                deny_added,
                 conn_log: log_queues,
                 conn_log_ends: (next.log.connection_ends.as_deref())
                     .map_or(EndSet::ALL, EndSet::of),
@@ -747,6 +761,9 @@ impl Controller {
         }
         self.cfg = next;
         self.deny = Arc::clone(&built.snapshot.deny);
+        self.allow_sets = (self.cfg.vips.iter().zip(&built.snapshot.vips))
+            .filter_map(|(v, spec)| Some((v.allow.clone(), Arc::clone(spec.allow.as_ref()?))))
+            .collect();
         self.version = built.snapshot.version;
         self.issued = self.issued.max(self.version);
         self.certs = built.certs;

@@ -20,7 +20,8 @@ impl<P: Port, A: Application> Engine<P, A> {
     /// marked retired or removed while used).
     pub fn apply(&mut self, snap: &Snapshot) {
         self.app.apply(snap);
-        self.tcp.set_deny(Arc::clone(&snap.deny));
+        self.tcp
+            .replace_deny(Arc::clone(&snap.deny), snap.deny_added);
         self.tcp.keep_ended(snap.conn_log.is_some());
         let vips = self.app.vips();
         self.tcp

@@ -138,11 +138,18 @@ impl<A: Default> TcpEngine<A> {
     /// (to backends) are not looked at. One pass over the slab when the
     /// set changed, none otherwise.
     pub fn set_deny(&mut self, deny: Arc<PrefixSet>) {
+        self.replace_deny(deny, true);
+    }
+
+    /// As [`Self::set_deny`], the pass over the slab only when `added`
+    /// (the set holds a network the one it replaces did not: without one,
+    /// no open connection can be from a network now denied).
+    pub fn replace_deny(&mut self, deny: Arc<PrefixSet>, added: bool) {
         if Arc::ptr_eq(&deny, &self.deny) {
             return;
         }
         self.deny = deny;
-        if !self.deny.is_empty() {
+        if added && !self.deny.is_empty() {
             let deny = Arc::clone(&self.deny);
             let n = self.reset_accepted(CloseReason::Denied, |_, key, _| {
                 deny.contains(key.remote_addr().ip())

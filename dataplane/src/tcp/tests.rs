@@ -598,6 +598,22 @@ mod pair_tests {
         }
     }
 
+    /// A deny list that gained a network resets the connections from it;
+    /// one said to have gained none (a timed deny's end: only networks
+    /// left) is taken without the pass over the connections.
+    #[test]
+    fn a_deny_list_that_only_shrank_takes_no_pass() {
+        use crate::net::PrefixSet;
+        use std::sync::Arc;
+        let (mut p, ca, _cb) = established(TcpConfig::default());
+        let from_b = || Arc::new(PrefixSet::new([(std::net::IpAddr::V4(B), 32)]));
+        p.a.replace_deny(from_b(), false);
+        assert_eq!(p.a.state(ca), Some(State::Established), "no pass");
+        p.a.replace_deny(from_b(), true);
+        assert_eq!(p.a.state(ca), None, "reset");
+        assert_eq!(p.a.counters().denied_resets, 1);
+    }
+
     /// Only connections a listener took count as clients' (a drain waits
     /// for them alone), half-open ones too, until they end.
     #[test]
