@@ -567,6 +567,10 @@ pub struct Health {
     /// HTTP: the path asked (`GET path HTTP/1.0`).
     #[serde(default = "default_health_path")]
     pub path: String,
+    /// HTTP: the name asked for (`GET path HTTP/1.1` with `Host: host`),
+    /// for members that serve by name; absent: HTTP/1.0 without Host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// HTTP: the status that means healthy.
     #[serde(default = "default_health_expect")]
     pub expect: u16,
@@ -1781,6 +1785,18 @@ impl Config {
                         &h.path,
                         "an absolute path without spaces or control bytes",
                     ));
+                }
+                // RFC 3986's host and port: no byte that could end the
+                // field or the head.
+                let authority = |b: u8| b.is_ascii_alphanumeric() || b"-._~:[]".contains(&b);
+                if let Some(host) = &h.host {
+                    if host.is_empty() || host.len() > 255 || !host.bytes().all(authority) {
+                        return Err(ConfigError::new(
+                            at("health.host"),
+                            host,
+                            "a host name or address, with a port if wanted (app.example, app.example:8080)",
+                        ));
+                    }
                 }
                 if !(100..=599).contains(&h.expect) {
                     return Err(ConfigError::new(
@@ -3089,6 +3105,18 @@ mod tests {
             "pool[0].health.expect"
         );
         assert_eq!(field("{ kind = \"tcp\", fall = 0 }"), "pool[0].health.rise");
+        // A Host for members that serve by name; nothing that could end
+        // the field or the head.
+        for bad in ["", "a b", "a\\r\\nX: y", "a/b", "user@a"] {
+            let h = format!("{{ kind = \"http\", host = \"{bad}\" }}");
+            assert_eq!(field(&h), "pool[0].health.host", "{bad:?}");
+        }
+        let c = with("{ kind = \"http\", host = \"app.example:8080\" }").unwrap();
+        assert_eq!(
+            c.pools[0].health.as_ref().unwrap().host.as_deref(),
+            Some("app.example:8080")
+        );
+        assert_eq!(Config::parse(&c.to_toml()).unwrap(), c);
         assert!(with("{ kind = \"icmp\" }")
             .unwrap_err()
             .to_string()

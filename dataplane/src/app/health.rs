@@ -36,10 +36,16 @@ impl HealthCheck {
     pub fn from_config(h: &control::config::Health) -> Self {
         Self {
             kind: h.kind,
-            request: format!(
-                "GET {} HTTP/1.0\r\nUser-Agent: tlsdp-health\r\nConnection: close\r\n\r\n",
-                h.path
-            )
+            request: match &h.host {
+                None => format!(
+                    "GET {} HTTP/1.0\r\nUser-Agent: tlsdp-health\r\nConnection: close\r\n\r\n",
+                    h.path
+                ),
+                Some(host) => format!(
+                    "GET {} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: tlsdp-health\r\nConnection: close\r\n\r\n",
+                    h.path
+                ),
+            }
             .into_bytes(),
             expect: h.expect,
             interval: Duration::from_millis(u64::from(h.interval_ms)),
@@ -500,9 +506,35 @@ mod tests {
         assert_eq!((h.checks, h.failures), (8, 5));
     }
 
+    /// A check with `host` asks for that name over HTTP/1.1 (members that
+    /// serve by name answer their default site to a request without
+    /// one); without, HTTP/1.0 as before.
+    #[test]
+    fn a_host_is_asked_for_by_name_over_http_1_1() {
+        let mut h = control::config::Health {
+            kind: HealthKind::Http,
+            path: "/health".into(),
+            host: Some("app.example:8080".into()),
+            expect: 200,
+            interval_ms: 1000,
+            timeout_ms: 500,
+            rise: 2,
+            fall: 3,
+        };
+        let by_name = HealthCheck::from_config(&h).request;
+        assert_eq!(
+            String::from_utf8(by_name).unwrap(),
+            "GET /health HTTP/1.1\r\nHost: app.example:8080\r\nUser-Agent: tlsdp-health\r\nConnection: close\r\n\r\n"
+        );
+        h.host = None;
+        let plain = String::from_utf8(HealthCheck::from_config(&h).request).unwrap();
+        assert!(plain.starts_with("GET /health HTTP/1.0\r\n") && !plain.contains("Host"));
+    }
+
     #[test]
     fn status_lines() {
         assert_eq!(status(b"HTTP/1.1 200 OK\r\n"), Some(200));
+        assert_eq!(status(b"HTTP/1.1 404 Not Found\r\n"), Some(404));
         assert_eq!(status(b"HTTP/1.0 503 Service Unavailable\r\n"), Some(503));
         assert_eq!(status(b"HTTP/1.1 2"), None);
         assert_eq!(status(b"SSH-2.0-OpenSSH\r\n"), Some(0));

@@ -320,8 +320,13 @@ impl Controller {
                         format!("tcp connect every {} ms", h.interval_ms)
                     }
                     control::config::HealthKind::Http => format!(
-                        "http GET {} expects {} every {} ms",
-                        h.path, h.expect, h.interval_ms
+                        "http GET {}{} expects {} every {} ms",
+                        h.path,
+                        h.host
+                            .as_ref()
+                            .map_or(String::new(), |n| format!(" (Host: {n})")),
+                        h.expect,
+                        h.interval_ms
                     ),
                 }),
                 proxy_protocol: p.proxy_protocol,
