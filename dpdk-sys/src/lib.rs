@@ -35,6 +35,8 @@ mod tests {
         for flag in [
             consts::RTE_ETH_RSS_IPV4,
             consts::RTE_ETH_RSS_NONFRAG_IPV4_TCP,
+            consts::RTE_ETH_RSS_IPV6,
+            consts::RTE_ETH_RSS_NONFRAG_IPV6_TCP,
             consts::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM,
             consts::RTE_ETH_TX_OFFLOAD_TCP_CKSUM,
             consts::RTE_MBUF_F_TX_TCP_CKSUM,

@@ -260,10 +260,7 @@ impl EthPort {
                 cfg.mtu
             );
         }
-        let rss_hf = info.rss_offloads
-            & (c::RTE_ETH_RSS_IPV4
-                | c::RTE_ETH_RSS_NONFRAG_IPV4_TCP
-                | c::RTE_ETH_RSS_NONFRAG_IPV4_UDP);
+        let rss_hf = rss_hash_types(info.rss_offloads);
         // net_tap reports RSS hash types, but spreads by the kernel's flow
         // hash unless rte_flow rules install its eBPF Toeplitz: its queues
         // do not follow our key and table.
@@ -645,9 +642,36 @@ impl EthQueue {
     }
 }
 
+/// The RSS hash types asked of a port offering `offered`: IPv4 and IPv6,
+/// TCP (and UDP) ports included, so that a flow of either family reaches
+/// the queue the Toeplitz hash over its 4-tuple names (backend source
+/// ports are chosen by it: docs/ipv6.md). Without the IPv6 types, a NIC
+/// sends IPv6 unhashed to queue 0 and other engines' backend connections
+/// never see their SYN-ACKs.
+fn rss_hash_types(offered: u64) -> u64 {
+    offered
+        & (c::RTE_ETH_RSS_IPV4
+            | c::RTE_ETH_RSS_NONFRAG_IPV4_TCP
+            | c::RTE_ETH_RSS_NONFRAG_IPV4_UDP
+            | c::RTE_ETH_RSS_IPV6
+            | c::RTE_ETH_RSS_NONFRAG_IPV6_TCP
+            | c::RTE_ETH_RSS_NONFRAG_IPV6_UDP)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rss_hashes_ipv6_tcp_as_ipv4_tcp_where_offered() {
+        let both = c::RTE_ETH_RSS_NONFRAG_IPV4_TCP | c::RTE_ETH_RSS_NONFRAG_IPV6_TCP;
+        assert_eq!(rss_hash_types(u64::MAX) & both, both);
+        assert_eq!(
+            rss_hash_types(c::RTE_ETH_RSS_NONFRAG_IPV4_TCP),
+            c::RTE_ETH_RSS_NONFRAG_IPV4_TCP,
+            "only what the port offers"
+        );
+    }
 
     fn info(max_mtu: u16, max_rx_pktlen: u32) -> PortInfo {
         PortInfo {
