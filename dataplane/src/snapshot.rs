@@ -36,8 +36,11 @@ pub enum ToEngine {
     /// Another engine's health checks found a member up or down.
     Health(HealthNews),
     /// Stop (`paused`) or resume using port `port` (index), while the
-    /// control thread restarts it; answer [`FromEngine::Paused`].
-    Pause { port: usize, paused: bool },
+    /// control thread restarts it; answer [`FromEngine::Paused`] with the
+    /// question's number (`ask`): a late answer to an earlier pause is
+    /// never taken for this one's, so a port is never restarted under an
+    /// engine that still uses it.
+    Pause { port: usize, paused: bool, ask: u64 },
     /// Answer [`FromEngine::Sources`]: the `max` client addresses with
     /// the most connections open, to `local` only when given.
     Sources {
@@ -91,6 +94,7 @@ pub enum FromEngine {
         engine: usize,
         port: usize,
         paused: bool,
+        ask: u64,
     },
     Sources {
         engine: usize,

@@ -430,7 +430,11 @@ fn a_paused_port_moves_nothing_until_resumed_and_loses_nothing() {
     // Asks, and returns what the engine sent meanwhile.
     let ask = |lab: &mut Lab, paused: bool| {
         link.to_engine
-            .push(ToEngine::Pause { port: 0, paused })
+            .push(ToEngine::Pause {
+                port: 0,
+                paused,
+                ask: 7,
+            })
             .unwrap();
         // Control messages are read at the engine's tick (1 ms).
         let sent = lab.advance(Duration::from_millis(2));
@@ -439,6 +443,7 @@ fn a_paused_port_moves_nothing_until_resumed_and_loses_nothing() {
                 engine: 0,
                 port: 0,
                 paused: p,
+                ask: 7,
             }) if p == paused => {}
             other => panic!("no answer to the pause ({paused}): {other:?}"),
         }

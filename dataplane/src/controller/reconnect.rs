@@ -237,12 +237,14 @@ impl Controller {
     /// for all of them; the engines that had not answered, as a list.
     fn pause_port(&self, index: usize, paused: bool) -> Result<(), String> {
         let deadline = Instant::now() + super::ENGINE_REPLY;
+        let ask = self.next_ask();
         for l in &self.links {
             while l
                 .to_engine
                 .push(ToEngine::Pause {
                     port: index,
                     paused,
+                    ask,
                 })
                 .is_err()
             {
@@ -252,14 +254,7 @@ impl Controller {
                 std::thread::sleep(Duration::from_micros(200));
             }
         }
-        let late = self.await_all(|m| match m {
-            FromEngine::Paused {
-                engine,
-                port,
-                paused: p,
-            } if port == index && p == paused => Some(engine),
-            _ => None,
-        });
+        let late = self.await_all(|m| answers_pause(&m, index, paused, ask));
         if late.is_empty() {
             Ok(())
         } else {
@@ -268,9 +263,46 @@ impl Controller {
     }
 }
 
+/// The engine `m` is the answer of, when it answers pause question `ask`
+/// (port `index`, `paused`). An answer to an earlier pause (an engine that
+/// answered it late) is no answer to this one.
+fn answers_pause(m: &FromEngine, index: usize, paused: bool, ask: u64) -> Option<usize> {
+    match *m {
+        FromEngine::Paused {
+            engine,
+            port,
+            paused: p,
+            ask: a,
+        } if port == index && p == paused && a == ask => Some(engine),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A late answer to an earlier pause of the same port, paused the
+    /// same way, is not taken for this one's: before, pauses carried no
+    /// number, and an engine stalled past two waits could have its old
+    /// "paused" counted while it went on using the port being restarted.
+    #[test]
+    fn only_the_answer_to_this_pause_counts() {
+        let paused = |ask| FromEngine::Paused {
+            engine: 1,
+            port: 0,
+            paused: true,
+            ask,
+        };
+        assert_eq!(answers_pause(&paused(8), 0, true, 8), Some(1));
+        assert_eq!(
+            answers_pause(&paused(5), 0, true, 8),
+            None,
+            "an earlier one"
+        );
+        assert_eq!(answers_pause(&paused(8), 1, true, 8), None, "another port");
+        assert_eq!(answers_pause(&paused(8), 0, false, 8), None);
+    }
 
     fn peer(socket: &str, abstract_socket: bool, started: bool) -> PeerPort {
         PeerPort::new(

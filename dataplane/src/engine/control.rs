@@ -171,7 +171,7 @@ impl<P: Port, A: Application> Engine<P, A> {
                     self.app.health_news(&news);
                     continue;
                 }
-                ToEngine::Pause { port, paused } => {
+                ToEngine::Pause { port, paused, ask } => {
                     if let Some(ep) = self.ports.get_mut(port) {
                         ep.port.set_paused(paused);
                     }
@@ -179,6 +179,7 @@ impl<P: Port, A: Application> Engine<P, A> {
                         engine: link.engine,
                         port,
                         paused,
+                        ask,
                     }
                 }
             };
