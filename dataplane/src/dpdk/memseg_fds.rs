@@ -119,10 +119,23 @@ impl MemsegFds {
                     )))
                 }
                 None => {
-                    // SAFETY: `fd` is closed (checked just above), so dup2
-                    // replaces nothing; EAL goes on using the number.
-                    if unsafe { libc::dup2(copy.as_raw_fd(), *fd) } < 0 {
+                    // The lowest free number from `fd` on: `fd` itself,
+                    // unless another thread opened a file under it since
+                    // the check just above. dup2 would have closed that
+                    // file under its owner and turned its writes into
+                    // packet memory; this takes the number only if free.
+                    // SAFETY: F_DUPFD on an open descriptor we own.
+                    let got = unsafe { libc::fcntl(copy.as_raw_fd(), libc::F_DUPFD, *fd) };
+                    if got < 0 {
                         return Err(io::Error::last_os_error());
+                    }
+                    if got != *fd {
+                        // SAFETY: `got` was just opened and nothing else owns it.
+                        drop(unsafe { OwnedFd::from_raw_fd(got) });
+                        return Err(io::Error::other(format!(
+                            "descriptor {fd} of EAL's memory was taken by another file ({}) as it was put back",
+                            describe(*fd)
+                        )));
                     }
                     restored += 1;
                 }
