@@ -227,3 +227,28 @@ fn mtu_out_of_range() {
         );
     }
 }
+
+/// dpd started on fewer CPUs than the machine has (`taskset`, a cpuset,
+/// systemd's `CPUAffinity=`): a core outside them is refused before DPDK
+/// starts, naming it. Before, the plan read only the CPUs online, and EAL
+/// failed later ("Cannot set affinity") or pinned the control thread
+/// where it may not run.
+#[test]
+fn a_core_outside_dpds_affinity() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dpd.toml");
+    std::fs::write(&path, GOOD).unwrap();
+    let out = e2e::run(
+        std::process::Command::new("timeout")
+            .args(["20", "taskset", "-c", "0"])
+            .arg(e2e::bin("dpd"))
+            .arg("--config")
+            .arg(&path),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("eal.lcores[0]") && stderr.contains("not one dpd may run on"),
+        "{stderr}"
+    );
+}

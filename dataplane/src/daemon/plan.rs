@@ -19,6 +19,8 @@ pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
 /// What the machine offers, as `dpd` needs it.
 #[derive(Debug, Clone)]
 pub struct Machine {
+    /// CPUs online that dpd may run on (its affinity: `taskset`, a
+    /// cpuset, systemd's `CPUAffinity=`).
     pub online_cpus: Vec<u32>,
     pub free_hugepage_bytes: u64,
     pub hugepages: Vec<String>,
@@ -26,12 +28,17 @@ pub struct Machine {
 
 impl Machine {
     pub fn probe() -> Self {
-        let online_cpus = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        let mut online_cpus = std::fs::read_to_string("/sys/devices/system/cpu/online")
             .ok()
             .and_then(|t| parse_cpu_list(&t))
             .unwrap_or_else(|| {
                 (0..std::thread::available_parallelism().map_or(1, |n| n.get() as u32)).collect()
             });
+        // A CPU outside the affinity is one EAL cannot pin a thread to
+        // ("Cannot set affinity"): left out, so the plan names it.
+        if let Some(allowed) = crate::dpdk::allowed_cpus() {
+            online_cpus.retain(|c| allowed.contains(c));
+        }
         let (free_hugepage_bytes, hugepages) = match hugepages::discover() {
             Ok(inv) => {
                 let mut lines: Vec<String> = inv.sizes.iter().map(|p| p.to_string()).collect();
@@ -80,7 +87,10 @@ pub fn plan(
             return Err(ConfigError::new(
                 format!("{field}[{i}]"),
                 core,
-                format!("no such core (online: {:?})", machine.online_cpus),
+                format!(
+                    "no such core, or not one dpd may run on (online and allowed: {:?})",
+                    machine.online_cpus
+                ),
             ));
         }
     }

@@ -7,6 +7,7 @@
 //! [`DpdkError`] here, ids become newtypes, an [`Mbuf`] frees itself on drop,
 //! and [`EthQueue`]'s `tx_burst` leaves unsent mbufs with the caller.
 
+mod affinity;
 mod allocator;
 mod clock;
 mod eal;
@@ -18,6 +19,7 @@ mod prefetch;
 mod vip_iface;
 mod vnet_tap;
 
+pub use affinity::allowed_cpus;
 pub use allocator::{keep_freed_memory, purge_delay_ms};
 pub use clock::TscClock;
 pub use eal::{register_thread, tsc_hz, tsc_now, Eal, LaunchedLcore, LcoreId};
