@@ -55,6 +55,25 @@ impl Machine {
     }
 }
 
+/// About what dpd makes in hugepages, generously: `eal.mbufs` of each
+/// size the ports need (2 KiB of data room, and one size per jumbo MTU),
+/// with their headers, and 64 MiB for the large mbufs of segmenting ports
+/// (32 MiB) and EAL's own.
+pub fn hugepage_need(cfg: &Config) -> u64 {
+    const MBUF_HEADER: u64 = 128 + 64;
+    let mut rooms = vec![u64::from(dpdk_sys::consts::RTE_MBUF_DEFAULT_BUF_SIZE)];
+    for p in &cfg.ports {
+        let frame = u64::from(p.mtu) + 26 + u64::from(dpdk_sys::consts::RTE_PKTMBUF_HEADROOM);
+        let room = (frame + 256).next_multiple_of(1024);
+        if frame > u64::from(dpdk_sys::consts::RTE_MBUF_DEFAULT_BUF_SIZE) && !rooms.contains(&room)
+        {
+            rooms.push(room);
+        }
+    }
+    let per_mbuf: u64 = rooms.iter().map(|r| r + MBUF_HEADER).sum();
+    u64::from(cfg.eal.mbufs) * per_mbuf + (64 << 20)
+}
+
 /// The start-up plan: EAL arguments and the main lcore.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
@@ -144,7 +163,10 @@ pub fn plan(
     }
     let use_hugepages = match cfg.eal.hugepages {
         HugepagePolicy::Off => false,
-        HugepagePolicy::Preferred => machine.free_hugepage_bytes > 0,
+        // Enough for what dpd will make there, or normal pages: a few
+        // free pages alone would fail the mempools (ENOMEM) rather than
+        // fall back.
+        HugepagePolicy::Preferred => machine.free_hugepage_bytes >= hugepage_need(cfg),
         HugepagePolicy::Required if machine.free_hugepage_bytes == 0 => {
             return Err(ConfigError::new(
                 "eal.hugepages",
@@ -351,6 +373,22 @@ mod tests {
         // Without hugepages --in-memory cannot work: --no-huge --no-shconf.
         let p = plan(&config("args = [\"--in-memory\"]"), &machine(0), |_| true).unwrap();
         assert_eq!(&p.eal_args[5..], ["--no-huge", "--no-shconf", "-m", "512"]);
+        // "preferred" with a few free pages, fewer than dpd would make
+        // there: normal pages (before, any free page chose hugepages, and
+        // the mempools then failed for want of memory).
+        let need = hugepage_need(&config(""));
+        assert!((80 << 20..200 << 20).contains(&need), "{need}");
+        let few = plan(&config(""), &machine(8 << 20), |_| true).unwrap();
+        assert!(!few.use_hugepages && few.eal_args.contains(&"--no-huge".to_string()));
+        assert!(
+            plan(&config(""), &machine(need), |_| true)
+                .unwrap()
+                .use_hugepages
+        );
+        // A jumbo MTU's mbufs count too.
+        let mut jumbo = config("");
+        jumbo.ports[0].mtu = 9000;
+        assert!(hugepage_need(&jumbo) > need + (60 << 20));
     }
 
     #[test]
