@@ -356,6 +356,25 @@ impl CertStore {
         &self.added
     }
 
+    /// SHA-256 over the leaf certificates served, in a fixed order: what
+    /// ties a VIP's session tickets to the certificates its handshakes
+    /// prove (`TicketKeys`'s scope). Equal for stores of the same
+    /// certificates, whatever the order they were added in.
+    pub fn identity(&self) -> [u8; 32] {
+        let mut leaves: Vec<&[u8]> = (self.added.iter())
+            .filter_map(|c| c.certified.cert.first().map(AsRef::as_ref))
+            .collect();
+        leaves.sort_unstable();
+        let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+        for leaf in leaves {
+            ctx.update(&(leaf.len() as u64).to_be_bytes());
+            ctx.update(leaf);
+        }
+        let mut out = [0u8; 32];
+        out.copy_from_slice(ctx.finish().as_ref());
+        out
+    }
+
     /// An equal store whose certificates are [`Cert::own_copy`]s: what
     /// one engine serves from. Keys are parsed again for the first
     /// [`OWN_KEYS_PER_STORE`] ECDSA P-256 certificates; RSA and P-384 keys
@@ -534,6 +553,28 @@ mod tests {
             assert_eq!(cert.names, ["a.test", "*.b.test"]);
             assert_eq!(cert.chain_len, 2, "leaf and CA");
         }
+    }
+
+    /// A store's identity (what its VIP's tickets are scoped to) follows
+    /// the certificates it serves, not the order they were added in.
+    #[test]
+    fn a_stores_identity_is_its_certificates() {
+        let dir = tempfile::tempdir().unwrap();
+        let (c1, k1) = make(dir.path(), "one", P256, "DNS:one.test");
+        let (c2, k2) = make(dir.path(), "two", P256, "DNS:two.test");
+        let load = |c: &Path, k: &Path| Cert::load(c, k, now()).unwrap();
+        let store = |certs: &[(&Path, &Path)]| {
+            let mut s = CertStore::new();
+            for (c, k) in certs {
+                s.add(load(c, k));
+            }
+            s.identity()
+        };
+        let both = store(&[(&c1, &k1), (&c2, &k2)]);
+        assert_eq!(both, store(&[(&c2, &k2), (&c1, &k1)]));
+        assert_ne!(both, store(&[(&c1, &k1)]));
+        assert_ne!(store(&[(&c1, &k1)]), store(&[(&c2, &k2)]));
+        assert_eq!(store(&[(&c1, &k1)]), store(&[(&c1, &k1)]), "read again");
     }
 
     #[test]

@@ -234,7 +234,7 @@ impl TlsConfig {
             Resumption::Off => cfg.send_tls13_tickets = 0,
             Resumption::Tickets { rotate_s, key_file } => {
                 let keys = match key_file {
-                    Some(f) => TicketKeys::from_file(f, *rotate_s),
+                    Some(f) => TicketKeys::from_file(f, *rotate_s, &store.identity()),
                     None => TicketKeys::random(*rotate_s),
                 }
                 .map_err(|e| PolicyError(e.to_string()))?;

@@ -128,18 +128,22 @@ impl TicketKeys {
         SystemRandom::new()
             .fill(&mut master)
             .map_err(|_| TicketKeyError("no system randomness for ticket keys".into()))?;
-        Self::from_secret(&master, rotate_s)
+        Self::from_secret(&master, rotate_s, &[])
     }
 
     /// Keys from a key file: at least [`MIN_KEY_FILE`] bytes of secret
     /// (e.g. `openssl rand 80 > ticket.key`, the size nginx uses); the
-    /// whole file is the master secret. Nodes given the same file accept
-    /// each other's tickets.
+    /// whole file is the master secret, taken for `scope` (the identity of
+    /// the certificates the VIP serves, [`crate::certs::CertStore::identity`]).
+    /// Nodes given the same file accept each other's tickets for the same
+    /// certificates; a ticket from a VIP of other certificates sharing the
+    /// file does not resume (it would skip proving a name that VIP may not
+    /// serve: virtual host confusion).
     ///
     /// # Errors
     /// Unreadable or too short, naming the file.
-    pub fn from_file(path: &Path, rotate_s: u64) -> Result<Self, TicketKeyError> {
-        Self::from_secret(&read_key_file(path)?, rotate_s)
+    pub fn from_file(path: &Path, rotate_s: u64, scope: &[u8]) -> Result<Self, TicketKeyError> {
+        Self::from_secret(&read_key_file(path)?, rotate_s, scope)
     }
 
     /// What the key file at `path` holds now, as a value that changes when
@@ -155,12 +159,13 @@ impl TicketKeys {
         Ok(id)
     }
 
-    fn from_secret(secret: &[u8], rotate_s: u64) -> Result<Self, TicketKeyError> {
+    fn from_secret(secret: &[u8], rotate_s: u64, scope: &[u8]) -> Result<Self, TicketKeyError> {
         if rotate_s == 0 {
             return Err(TicketKeyError("ticket rotate_s must be at least 1".into()));
         }
         let mut master = [0u8; 32];
-        derive(secret, b"master", &mut master);
+        let info: Vec<u8> = b"master".iter().chain(scope).copied().collect();
+        derive(secret, &info, &mut master);
         Ok(Self {
             master,
             rotate_s,
@@ -300,7 +305,7 @@ mod tests {
     /// up to three (HKDF and an AES key set-up each): 300 for these 100.
     #[test]
     fn epoch_keys_are_derived_once_per_thread_not_per_ticket() {
-        let keys = TicketKeys::from_secret(&[7; 32], 3600)
+        let keys = TicketKeys::from_secret(&[7; 32], 3600, &[])
             .unwrap()
             .with_clock(at(1000));
         let before = DERIVED.with(std::cell::Cell::get);
@@ -316,7 +321,7 @@ mod tests {
         }
         assert_eq!(DERIVED.with(std::cell::Cell::get) - before, 3);
         // Another instance (even from the same secret) has its own.
-        let other = TicketKeys::from_secret(&[7; 32], 3600)
+        let other = TicketKeys::from_secret(&[7; 32], 3600, &[])
             .unwrap()
             .with_clock(at(1000));
         assert_eq!(other.decrypt(&made[0]).unwrap(), [0u8; 50]);
@@ -338,10 +343,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("ticket.key");
         std::fs::write(&file, [7u8; 80]).unwrap();
-        let a = TicketKeys::from_file(&file, 600)
+        let a = TicketKeys::from_file(&file, 600, b"certs")
             .unwrap()
             .with_clock(at(1000));
-        let b = TicketKeys::from_file(&file, 600)
+        let b = TicketKeys::from_file(&file, 600, b"certs")
             .unwrap()
             .with_clock(at(1100));
         let t = a.encrypt(b"session state").unwrap();
@@ -349,17 +354,23 @@ mod tests {
         // Another node (same file) in the same epoch accepts it.
         assert_eq!(b.decrypt(&t).unwrap(), b"session state");
         // The next epoch still accepts it; two epochs later it is gone.
-        let later = TicketKeys::from_file(&file, 600)
+        let later = TicketKeys::from_file(&file, 600, b"certs")
             .unwrap()
             .with_clock(at(1700));
         assert_eq!(later.decrypt(&t).unwrap(), b"session state");
-        let gone = TicketKeys::from_file(&file, 600)
+        let gone = TicketKeys::from_file(&file, 600, b"certs")
             .unwrap()
             .with_clock(at(2500));
         assert_eq!(gone.decrypt(&t), None);
         // Another secret never accepts it; nor a tampered ticket.
         let other = TicketKeys::random(600).unwrap().with_clock(at(1000));
         assert_eq!(other.decrypt(&t), None);
+        // Nor the same file for other certificates (a VIP sharing it that
+        // serves other names: resuming would skip proving the name).
+        let elsewhere = TicketKeys::from_file(&file, 600, b"other certs")
+            .unwrap()
+            .with_clock(at(1000));
+        assert_eq!(elsewhere.decrypt(&t), None);
         for i in [0, NAME_LEN, NAME_LEN + NONCE_LEN, t.len() - 1] {
             let mut bad = t.clone();
             bad[i] ^= 1;
@@ -374,12 +385,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("short.key");
         std::fs::write(&file, [1u8; 16]).unwrap();
-        let e = TicketKeys::from_file(&file, 600).unwrap_err();
+        let e = TicketKeys::from_file(&file, 600, b"certs").unwrap_err();
         assert!(
             e.0.contains("short.key") && e.0.contains("at least 32"),
             "{e}"
         );
-        let e = TicketKeys::from_file(&dir.path().join("missing.key"), 600).unwrap_err();
+        let e = TicketKeys::from_file(&dir.path().join("missing.key"), 600, b"certs").unwrap_err();
         assert!(e.0.contains("missing.key"), "{e}");
         assert!(TicketKeys::random(0).is_err());
     }
