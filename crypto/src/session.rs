@@ -301,6 +301,9 @@ struct Established {
     /// What a peer may repeat without sending data, counted since its
     /// last non-empty application data record ([`Tempers`]).
     tempers: Tempers,
+    /// Our close_notify went: no record of ours follows it (RFC 8446
+    /// §6.1), not a KeyUpdate's answer nor a renegotiation's warning.
+    close_sent: bool,
 }
 
 /// A post-handshake handshake message from the client, read as its bytes
@@ -494,6 +497,7 @@ impl Established {
             tx_limit: limit,
             message: PostHandshake::default(),
             tempers: Tempers::default(),
+            close_sent: false,
         })
     }
 
@@ -632,7 +636,9 @@ impl Established {
                 MAX_RENEGOTIATIONS,
                 "renegotiation requests",
             )?;
-            self.alert_warning(100, out);
+            if !self.close_sent {
+                self.alert_warning(100, out);
+            }
             progress.renegotiations_refused += 1;
             return Ok(());
         }
@@ -664,7 +670,7 @@ impl Established {
         let (seq, secrets) = self.kernel.update_rx_secret().map_err(TlsError::rustls)?;
         self.rx = RecordKey::new(Protocol::Tls13, &secrets, seq);
         progress.key_updates_received += 1;
-        if request && self.tempers.answered_at != Some(self.tx.seq()) {
+        if request && !self.close_sent && self.tempers.answered_at != Some(self.tx.seq()) {
             self.update_tx(out)?;
             self.tempers.answered_at = Some(self.tx.seq());
             progress.key_updates_sent += 1;
@@ -1168,7 +1174,9 @@ impl ServerSession {
     /// # Errors
     /// Before the handshake completes, or after a failure.
     pub fn close_notify(&mut self, outgoing: &mut Vec<u8>) -> Result<(), TlsError> {
-        self.established()?.alert_warning(0, outgoing); // close_notify is a warning
+        let e = self.established()?;
+        e.alert_warning(0, outgoing); // close_notify is a warning
+        e.close_sent = true;
         Ok(())
     }
 }

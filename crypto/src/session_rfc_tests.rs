@@ -40,6 +40,36 @@ fn a_key_update_split_across_records_is_reassembled() {
     );
 }
 
+/// After our close_notify no record of ours follows (RFC 8446 §6.1): a
+/// KeyUpdate(update_requested) the client sends then is taken (its key
+/// moves) but not answered, and a TLS 1.2 renegotiation request gets no
+/// warning. Before, each was answered after the close_notify.
+#[test]
+fn nothing_of_ours_follows_our_close_notify() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut s, mut tx, _rx) = established_forger(dir.path(), TLS13);
+    let mut out = Vec::new();
+    s.close_notify(&mut out).unwrap();
+    out.clear();
+    let update = sealed(&mut tx, content::HANDSHAKE, &[24, 0, 0, 1, 1]);
+    let p = s.process(&update, &mut out, &mut Vec::new()).unwrap();
+    assert_eq!((p.key_updates_received, p.key_updates_sent), (1, 0));
+    assert!(out.is_empty(), "{out:?}");
+    let (mut s, mut tx, _rx) = established_forger(dir.path(), TLS12);
+    s.close_notify(&mut out).unwrap();
+    out.clear();
+    let hello = super::tests::client_hello_message();
+    let p = s
+        .process(
+            &sealed(&mut tx, content::HANDSHAKE, &hello),
+            &mut out,
+            &mut Vec::new(),
+        )
+        .unwrap();
+    assert_eq!(p.renegotiations_refused, 1);
+    assert!(out.is_empty(), "{out:?}");
+}
+
 #[test]
 fn a_post_handshake_message_over_16_kib_is_refused_as_it_is_announced() {
     let dir = tempfile::tempdir().unwrap();
