@@ -16,6 +16,28 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// # Errors
 /// Creating, writing or renaming; the temporary file is removed then.
 pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    write_atomically_or_check(path, Some(bytes), mode)
+}
+
+/// Whether [`write_atomically`] could write `path` now: its temporary
+/// file is made and removed, and `path` is no folder. For work that ends
+/// in a write (a capture), refused before the work rather than after.
+///
+/// # Errors
+/// Why it could not.
+pub fn check_writable(path: &Path) -> io::Result<()> {
+    if path.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::IsADirectory,
+            "it is a folder",
+        ));
+    }
+    write_atomically_or_check(path, None, 0o600)
+}
+
+/// [`write_atomically`] of `bytes`; with none, its temporary file only,
+/// made and removed.
+fn write_atomically_or_check(path: &Path, bytes: Option<&[u8]>, mode: u32) -> io::Result<()> {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let name = path
         .file_name()
@@ -34,11 +56,17 @@ pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> 
         .custom_flags(libc::O_NOFOLLOW)
         .mode(mode)
         .open(&tmp)
-        .and_then(|mut f| {
-            f.write_all(bytes)?;
-            f.sync_all()
+        .and_then(|mut f| match bytes {
+            Some(bytes) => {
+                f.write_all(bytes)?;
+                f.sync_all()
+            }
+            None => Ok(()),
         })
-        .and_then(|()| std::fs::rename(&tmp, path));
+        .and_then(|()| match bytes {
+            Some(_) => std::fs::rename(&tmp, path),
+            None => std::fs::remove_file(&tmp),
+        });
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

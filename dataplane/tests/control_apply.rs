@@ -614,6 +614,25 @@ fn a_capture_is_refused_at_once_when_its_file_cannot_be_written() {
     let r = reply(ctl.handle(&capture("/tmp/p0.pcap", 120_000)));
     let e = r.error.unwrap();
     assert!(e.contains("--timeout 1 to 60"), "{e}");
+    // A folder where the file would go, a name too long for its
+    // temporary: refused at once too (before, after the whole capture).
+    let dir = tempfile::tempdir().unwrap();
+    let long = dir.path().join("x".repeat(250));
+    for (file, why) in [(dir.path().to_path_buf(), "folder"), (long, "too long")] {
+        let started_at = std::time::Instant::now();
+        let r = reply(ctl.handle(&capture(file.to_str().unwrap(), 60_000)));
+        let e = r.error.unwrap_or_default();
+        assert!(e.contains("cannot write"), "{why}: {e}");
+        assert!(
+            started_at.elapsed() < std::time::Duration::from_secs(1),
+            "{why}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "nothing left"
+    );
 }
 
 /// A member removed while its health check waits on a backend that

@@ -30,7 +30,8 @@ impl Controller {
         if !file.is_absolute() {
             return Reply::error("the file must be an absolute path").into();
         }
-        // Known now rather than after the capture's whole time.
+        // Known now rather than after the capture's whole time: its
+        // folder, a folder where the file would go, a name too long.
         match file.parent().map(std::fs::metadata) {
             Some(Ok(m)) if m.is_dir() => {}
             _ => {
@@ -40,6 +41,9 @@ impl Controller {
                 ))
                 .into()
             }
+        }
+        if let Err(e) = crate::files::check_writable(file) {
+            return Reply::error(format!("cannot write {}: {e}", file.display())).into();
         }
         if self.capturing.swap(true, Ordering::AcqRel) {
             return Reply::error("a capture is already running: try again when it ends").into();
