@@ -46,8 +46,6 @@ pub enum RecordError {
     /// A TLS 1.3 record with no content type, or a record type not allowed
     /// here (`unexpected_message`).
     Unexpected,
-    /// Too short to hold its nonce and tag (`decode_error`).
-    Malformed,
 }
 
 impl RecordError {
@@ -57,7 +55,6 @@ impl RecordError {
             Self::BadRecordMac => 20,
             Self::Overflow => 22,
             Self::Unexpected => 10,
-            Self::Malformed => 50,
         }
     }
 }
@@ -68,7 +65,6 @@ impl std::fmt::Display for RecordError {
             Self::BadRecordMac => "record authentication failed",
             Self::Overflow => "record too long",
             Self::Unexpected => "unexpected record",
-            Self::Malformed => "malformed record",
         })
     }
 }
@@ -252,8 +248,11 @@ impl RecordKey {
     /// Where the ciphertext, explicit nonce and tag sit in a body of `len`.
     fn layout(&self, len: usize) -> Result<(usize, usize), RecordError> {
         let explicit = if self.explicit_nonce { 8 } else { 0 };
+        // Too short to hold its nonce and tag: it cannot decrypt, and an
+        // undecryptable record is bad_record_mac (RFC 8446 §5.2, RFC 5246
+        // §6.2.3.3), as rustls answers it too.
         if len < explicit + TAG_LEN {
-            return Err(RecordError::Malformed);
+            return Err(RecordError::BadRecordMac);
         }
         Ok((explicit, len - TAG_LEN))
     }

@@ -174,7 +174,6 @@ impl Failure {
             RecordError::BadRecordMac => Self::BadRecordMac,
             RecordError::Overflow => Self::RecordOverflow,
             RecordError::Unexpected => Self::UnexpectedMessage,
-            RecordError::Malformed => Self::DecodeError,
         }
     }
 }

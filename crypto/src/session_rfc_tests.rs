@@ -202,6 +202,31 @@ fn another_record_between_the_fragments_of_a_message_is_unexpected() {
     }
 }
 
+/// A record too short to hold its tag (TLS 1.3) or its explicit nonce and
+/// tag (TLS 1.2) cannot decrypt: bad_record_mac (RFC 8446 §5.2, RFC 5246
+/// §6.2.3.3), as rustls answers. Before, decode_error.
+#[test]
+fn a_record_shorter_than_its_tag_is_bad_record_mac() {
+    let dir = tempfile::tempdir().unwrap();
+    for (versions, body_len) in [(TLS13, 15usize), (TLS13, 0), (TLS12, 23), (TLS12, 8)] {
+        let (mut s, _tx, mut rx) = established_forger(dir.path(), versions);
+        let mut rec = vec![content::APPLICATION_DATA, 3, 3, 0, body_len as u8];
+        rec.resize(HEADER_LEN + body_len, 0x42);
+        let mut out = Vec::new();
+        let e = s.process(&rec, &mut out, &mut Vec::new()).unwrap_err();
+        assert_eq!(
+            e.reason,
+            Failure::BadRecordMac,
+            "{versions:?} {body_len}: {e}"
+        );
+        assert_eq!(
+            alerts_in(&mut rx, &out),
+            fatal(20),
+            "{versions:?} {body_len}"
+        );
+    }
+}
+
 #[test]
 fn zero_length_handshake_records_are_unexpected() {
     let dir = tempfile::tempdir().unwrap();
