@@ -979,6 +979,17 @@ fn a_tls_client_reset_while_its_backend_connects_still_delivers_its_request() {
     assert_eq!(lab.mem.engine.tcp().buffers().in_use(), 0, "no ring held");
 }
 
+/// A VIP on `port` (TLS with `tls`) whose pool, one member on the host,
+/// sends the PROXY protocol header.
+fn proxy_protocol_vip(lab: &mut HostLab, port: u16, tls: Option<crypto::session::TlsConfig>) {
+    let e = &mut lab.mem.engine;
+    let member = Member::new(SocketAddrV4::new(HOST_IP, BACKEND), 1, MemberState::Up);
+    let mut pool = Pool::new("pp".into(), Balance::RoundRobin, vec![member]);
+    pool.proxy_protocol = true;
+    let pool = e.add_pool(pool);
+    e.listen_pool(common::host::DUT_IP, port, tls, pool);
+}
+
 /// As above, to a pool that sends the PROXY protocol header: the header
 /// the client never saw go (it reset first) still goes before its
 /// request, naming the client.
@@ -986,12 +997,7 @@ fn a_tls_client_reset_while_its_backend_connects_still_delivers_its_request() {
 fn a_client_reset_while_its_backend_connects_still_gets_its_proxy_header() {
     const PP_VIP: u16 = 8090;
     let mut lab = lab();
-    let e = &mut lab.mem.engine;
-    let member = Member::new(SocketAddrV4::new(HOST_IP, BACKEND), 1, MemberState::Up);
-    let mut pool = Pool::new("pp".into(), Balance::RoundRobin, vec![member]);
-    pool.proxy_protocol = true;
-    let pool = e.add_pool(pool);
-    e.listen_pool(common::host::DUT_IP, PP_VIP, None, pool);
+    proxy_protocol_vip(&mut lab, PP_VIP, None);
     let mut c = syn_acked(&mut lab, 52_002, PP_VIP, 6_000_000);
     let burst = client_segments(&mut c, ClientBurst::DataRst);
     let out = lab.exchange(&burst);
@@ -1017,13 +1023,8 @@ fn a_client_reset_while_its_backend_connects_still_gets_its_proxy_header() {
 fn a_tls_client_reset_while_its_backend_connects_keeps_its_sni_in_the_proxy_header() {
     const PP_TLS_VIP: u16 = 8092;
     let mut lab = lab();
+    proxy_protocol_vip(&mut lab, PP_TLS_VIP, Some(common::vips::tls_config()));
     let e = &mut lab.mem.engine;
-    let member = Member::new(SocketAddrV4::new(HOST_IP, BACKEND), 1, MemberState::Up);
-    let mut pool = Pool::new("pp".into(), Balance::RoundRobin, vec![member]);
-    pool.proxy_protocol = true;
-    let pool = e.add_pool(pool);
-    let tls = common::vips::tls_config();
-    e.listen_pool(common::host::DUT_IP, PP_TLS_VIP, Some(tls), pool);
     let queues = std::sync::Arc::new(dataplane::app::conn_log::ConnLogQueues::with_capacity(
         1, 64,
     ));
@@ -1064,12 +1065,7 @@ fn a_tls_client_reset_while_its_backend_connects_keeps_its_sni_in_the_proxy_head
 fn a_backend_up_in_the_burst_of_its_clients_reset_still_gets_the_request() {
     const PP_VIP: u16 = 8091;
     let mut lab = lab();
-    let e = &mut lab.mem.engine;
-    let member = Member::new(SocketAddrV4::new(HOST_IP, BACKEND), 1, MemberState::Up);
-    let mut pool = Pool::new("pp".into(), Balance::RoundRobin, vec![member]);
-    pool.proxy_protocol = true;
-    let pool = e.add_pool(pool);
-    e.listen_pool(common::host::DUT_IP, PP_VIP, None, pool);
+    proxy_protocol_vip(&mut lab, PP_VIP, None);
     let mut c = syn_acked(&mut lab, 52_004, PP_VIP, 6_500_000);
     let mut burst = client_segments(&mut c, ClientBurst::DataRst);
     let rst = burst.pop().expect("the reset ends the burst");

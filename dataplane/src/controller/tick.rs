@@ -68,22 +68,20 @@ impl Controller {
         self.release_lingering(now);
         self.expire_denies(jiff::Timestamp::now());
         self.auto_deny(now, jiff::Timestamp::now());
-        if self
-            .daemon
-            .as_ref()
-            .is_some_and(|d| d.reload.swap(false, Ordering::Relaxed))
-        {
+        // A signal's flag, taken back.
+        let signalled = |flag: fn(&DaemonInfo) -> &std::sync::atomic::AtomicBool,
+                         d: &Option<DaemonInfo>| {
+            d.as_ref()
+                .is_some_and(|d| flag(d).swap(false, Ordering::Relaxed))
+        };
+        if signalled(|d| &d.reload, &self.daemon) {
             // What went in is logged by the change; what did not, here.
             let r = self.reload_file();
             if let Some(e) = r.error.filter(|_| !r.ok) {
                 log::error!("SIGHUP: {e}; configuration {} goes on", self.version);
             }
         }
-        if self
-            .daemon
-            .as_ref()
-            .is_some_and(|d| d.reopen.swap(false, Ordering::Relaxed))
-        {
+        if signalled(|d| &d.reopen, &self.daemon) {
             let r = self.reopen_conn_log();
             if let Some(e) = r.error.filter(|_| !r.ok) {
                 log::error!("SIGUSR1: {e}");
