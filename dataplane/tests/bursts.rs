@@ -582,8 +582,13 @@ fn backend_syn(out: &[Seg]) -> &Seg {
 /// A TLS 1.3 client from `port` on the proxied TLS VIP, its Finished not
 /// sent yet (the server's flight came).
 fn tls_client_at_finished(lab: &mut HostLab, port: u16) -> TlsClient {
+    tls_client_at_finished_on(lab, port, PROXY_TLS)
+}
+
+/// [`tls_client_at_finished`] on VIP port `vip`.
+fn tls_client_at_finished_on(lab: &mut HostLab, port: u16, vip: u16) -> TlsClient {
     let cfg = LoadClientConfig::new(true, true);
-    let mut c = TlsClient::new(&cfg, port, PROXY_TLS);
+    let mut c = TlsClient::new(&cfg, port, vip);
     let syn = c.tcp.next(TcpControl::Syn, b"");
     let out = lab.exchange(&[syn]);
     c.absorb(&out);
@@ -1029,14 +1034,7 @@ fn a_tls_client_reset_while_its_backend_connects_keeps_its_sni_in_the_proxy_head
         1, 64,
     ));
     e.log_connections(Some(queues.clone()));
-    let mut c = TlsClient::new(&LoadClientConfig::new(true, true), 52_006, PP_TLS_VIP);
-    let syn = c.tcp.next(TcpControl::Syn, b"");
-    let out = lab.exchange(&[syn]);
-    c.absorb(&out);
-    let mut hello = vec![c.tcp.next(TcpControl::None, b"")];
-    hello.extend(c.tls_segments());
-    let out = lab.exchange(&hello);
-    c.absorb(&out);
+    let mut c = tls_client_at_finished_on(&mut lab, 52_006, PP_TLS_VIP);
     c.tls.write_plain(REQUEST);
     let mut burst = c.tls_segments();
     burst.push(c.tcp.next(TcpControl::Rst, b""));
