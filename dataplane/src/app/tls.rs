@@ -626,7 +626,9 @@ fn record_cut_by_fin(tcp: &Tcp, id: ConnId, session: &ServerSession) -> bool {
     let byte = |i: usize| a.get(i).or_else(|| b.get(i.wrapping_sub(a.len()))).copied();
     let waiting = a.len() + b.len();
     match (byte(3), byte(4)) {
-        (Some(hi), Some(lo)) => waiting < 5 + usize::from(u16::from_be_bytes([hi, lo])),
+        (Some(hi), Some(lo)) => {
+            waiting < crypto::record::HEADER_LEN + usize::from(u16::from_be_bytes([hi, lo]))
+        }
         _ => waiting > 0,
     }
 }
