@@ -1,10 +1,13 @@
 //! tlsdp's tap with virtio-net headers (`dataplane::dpdk::VnetTap`) against
 //! the real kernel, in a namespace of its own: frames the kernel sends are
 //! read whole, a frame we write reaches the kernel's stack, and a frame
-//! the kernel refuses is counted and leaves the tap working. (The port
-//! carrying TLS and TSO end to end is in `offload.rs`.)
+//! the kernel refuses is counted and leaves the tap working; a frame too
+//! long for its mbuf is dropped and counted, never passed on cut, and a
+//! frame read while no ordinary mbuf is free is kept in the large one.
+//! (The port carrying TLS and TSO end to end is in `offload.rs`.)
 
 use std::process::Command;
+use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use dataplane::dpdk::{Eal, Mempool, VnetTap, VnetTapConfig};
@@ -16,9 +19,10 @@ use e2e::{require_root, run};
 struct TapNs(String);
 
 impl TapNs {
-    fn new() -> Self {
+    /// `tag`: one letter per test (they run at once, in one process).
+    fn new(tag: char) -> Self {
         require_root();
-        let ns = format!("vtt{}", std::process::id() % 100_000);
+        let ns = format!("vtt{tag}{}", std::process::id() % 100_000);
         let _ = run(Command::new("ip").args(["netns", "del", &ns]));
         for args in [
             vec!["netns", "add", &ns],
@@ -45,22 +49,31 @@ impl Drop for TapNs {
     }
 }
 
+/// DPDK's EAL, up once for the process (both tests use it).
+fn eal() {
+    static UP: Once = Once::new();
+    UP.call_once(|| {
+        let args: Vec<String> = [
+            "-l",
+            "0",
+            "--no-pci",
+            "--no-huge",
+            "-m",
+            "256",
+            "--no-shconf",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        // Kept up until the process ends.
+        std::mem::forget(Eal::init(&args).expect("EAL"));
+    });
+}
+
 #[test]
 fn vnet_tap_moves_frames_to_and_from_the_kernel() {
-    let ns = TapNs::new();
-    let args: Vec<String> = [
-        "-l",
-        "0",
-        "--no-pci",
-        "--no-huge",
-        "-m",
-        "256",
-        "--no-shconf",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let _eal = Eal::init(&args).expect("EAL");
+    let ns = TapNs::new('a');
+    eal();
     let pool = Mempool::create("vtt", 1023, 0, 2176, -1).expect("mempool");
     let mut tap = VnetTap::open(&VnetTapConfig {
         iface: "vtap0".into(),
@@ -163,5 +176,104 @@ fn vnet_tap_moves_frames_to_and_from_the_kernel() {
     assert_eq!(Port::errors(&tap), 1);
     let again = frame(&mut tap, &f);
     assert_eq!(Port::tx_burst(&mut tap, now, &mut vec![again]), 1);
+    assert_eq!(Port::errors(&tap), 1);
+}
+
+#[test]
+fn vnet_tap_drops_cut_frames_and_keeps_frames_when_ordinary_mbufs_run_out() {
+    let ns = TapNs::new('b');
+    eal();
+    // Frames up to 9000 bytes from the kernel; our large mbufs hold 4096.
+    let ip = |args: &[&str]| {
+        let mut all = vec!["-n", &ns.0];
+        all.extend_from_slice(args);
+        let o = run(Command::new("ip").args(&all));
+        assert!(
+            o.status.success(),
+            "ip {all:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    ip(&["link", "set", "vtap0", "mtu", "9000"]);
+    let small = Mempool::create("vttb-small", 15, 0, 2176, -1).expect("mempool");
+    let large = Mempool::create("vttb-large", 15, 0, 4096 + 128, -1).expect("mempool");
+    let mut tap = VnetTap::open(&VnetTapConfig {
+        iface: "vtap0".into(),
+        netns: Some(ns.0.clone()),
+        checksum_offload: true,
+        segmentation: true,
+        mempool: small,
+        large: Some(large),
+    })
+    .expect("attach to the tap");
+    assert_eq!(tap.segmentation(), Some(4096));
+    // The kernel knows our address: its pings come without ARP first.
+    let mac = tap
+        .mac()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    ip(&[
+        "neigh",
+        "replace",
+        "192.168.201.1",
+        "lladdr",
+        &mac,
+        "dev",
+        "vtap0",
+    ]);
+    let now = dataplane::time::Instant::ZERO;
+    // Reads until an ICMP echo request of `size` bytes of payload comes;
+    // any other frame (the kernel's own IPv6 chatter) is let go.
+    let ping_and_read = |tap: &mut VnetTap, size: usize, held: &mut Vec<_>| {
+        let o = run(Command::new("ip").args([
+            "netns",
+            "exec",
+            &ns.0,
+            "ping",
+            "-c",
+            "1",
+            "-W",
+            "0.1",
+            "-s",
+            &size.to_string(),
+            "192.168.201.1",
+        ]));
+        assert!(!o.status.success(), "nobody answers the ping");
+        let mut got = Vec::new();
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(2) {
+            got.clear();
+            Port::rx_burst(tap, now, &mut got, 8);
+            for f in got.drain(..) {
+                let d = f.data();
+                if d.len() == 14 + 20 + 8 + size && d[12..14] == [8, 0] && d[23] == 1 {
+                    return Some(f);
+                }
+                held.push(f); // kept, so ordinary mbufs stay taken
+            }
+            if Port::errors(tap) > 0 {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    };
+
+    // A frame longer than any mbuf here: dropped and counted.
+    let mut held = Vec::new();
+    assert_eq!(Port::errors(&tap), 0);
+    assert!(ping_and_read(&mut tap, 6000, &mut held).is_none());
+    assert_eq!(tap.stats().rx_too_long, 1, "{:?}", tap.stats());
+    assert_eq!(Port::errors(&tap), 1);
+    held.clear();
+
+    // Every ordinary mbuf taken: a small frame stays in its large mbuf.
+    while let Some(m) = Port::alloc(&mut tap) {
+        held.push(m);
+    }
+    let echo = ping_and_read(&mut tap, 100, &mut held).expect("the echo request read");
+    assert_eq!(echo.capacity(), 4096, "kept in the large mbuf");
     assert_eq!(Port::errors(&tap), 1);
 }

@@ -13,7 +13,11 @@
 //! the frame is marked checked. With segmentation on, `TUN_F_TSO4` too:
 //! the kernel hands over its TCP segments of many MSS whole (as a NIC's
 //! LRO would), read into a large mbuf; a frame that fits an ordinary one
-//! is copied down into one (the large mbuf is kept for the next read). DPDK's `net_tap` was not used: its TSO and checksum
+//! is copied down into one (the large mbuf is kept for the next read;
+//! with no ordinary one free, the frame stays in the large one). A frame
+//! longer than the mbuf it was read into (which the kernel cuts) is
+//! dropped and counted (`rx_too_long`), never passed on cut. DPDK's
+//! `net_tap` was not used: its TSO and checksum
 //! offloads are done in software inside the PMD (`rte_gso` and its own
 //! checksum code) before a plain write, so the kernel never sees a large
 //! segment (docs/architecture.md, "Ports").
@@ -68,6 +72,9 @@ pub struct VnetTapStats {
     pub rx_errors: u64,
     /// TCP segments of many MSS received whole (the kernel's GSO).
     pub rx_large: u64,
+    /// Frames longer than the mbuf they were read into (the kernel cut
+    /// them): dropped, never passed on cut.
+    pub rx_too_long: u64,
 }
 
 /// One attached tap: its receive and transmit path (one queue).
@@ -193,6 +200,9 @@ impl VnetTap {
             let room = m.capacity();
             m.set_len(room);
             let mut hdr = [0u8; VNET_HDR_LEN];
+            // A byte past the room: a frame that reaches it was too long
+            // (the kernel cuts a frame to the room given, silently).
+            let mut past = [0u8; 1];
             let data = m.data_mut();
             let iov = [
                 libc::iovec {
@@ -203,10 +213,14 @@ impl VnetTap {
                     iov_base: data.as_mut_ptr().cast(),
                     iov_len: data.len(),
                 },
+                libc::iovec {
+                    iov_base: past.as_mut_ptr().cast(),
+                    iov_len: past.len(),
+                },
             ];
-            // SAFETY: both iovecs point at live, writable memory of their
-            // stated lengths (the header array, the mbuf's room).
-            let got = unsafe { libc::readv(self.fd.as_raw_fd(), iov.as_ptr(), 2) };
+            // SAFETY: the iovecs point at live, writable memory of their
+            // stated lengths (the header array, the mbuf's room, a byte).
+            let got = unsafe { libc::readv(self.fd.as_raw_fd(), iov.as_ptr(), 3) };
             if got < 0 {
                 let e = errno();
                 if e != libc::EAGAIN && e != libc::EINTR {
@@ -220,21 +234,31 @@ impl VnetTap {
                 self.keep_spare(m);
                 continue; // nothing but a header: not a frame
             }
-            let len = (got - VNET_HDR_LEN).min(room);
-            let is_large = self.large.is_some_and(|p| room == p.frame_room());
-            let mut m = if is_large && len <= self.mempool.frame_room() {
-                // Fits an ordinary mbuf: copied down, the large one kept.
-                let Some(mut small) = self.mempool.alloc() else {
-                    self.keep_spare(m);
-                    break;
-                };
-                small.set_len(len);
-                small.data_mut().copy_from_slice(&m.data()[..len]);
+            let len = got - VNET_HDR_LEN;
+            if len > room {
+                self.stats.rx_too_long += 1;
                 self.keep_spare(m);
-                small
+                continue;
+            }
+            let is_large = self.large.is_some_and(|p| room == p.frame_room());
+            let small = if is_large && len <= self.mempool.frame_room() {
+                self.mempool.alloc()
             } else {
-                m.set_len(len);
-                m
+                None
+            };
+            let mut m = match small {
+                // Fits an ordinary mbuf: copied down, the large one kept
+                // (with none free, the frame stays in the large one).
+                Some(mut small) => {
+                    small.set_len(len);
+                    small.data_mut().copy_from_slice(&m.data()[..len]);
+                    self.keep_spare(m);
+                    small
+                }
+                None => {
+                    m.set_len(len);
+                    m
+                }
             };
             if hdr[0] & (VIRTIO_NET_HDR_F_NEEDS_CSUM | VIRTIO_NET_HDR_F_DATA_VALID) != 0 {
                 m.set_ol_flags(c::RTE_MBUF_F_RX_L4_CKSUM_GOOD);
