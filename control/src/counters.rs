@@ -129,7 +129,7 @@ macro_rules! with_counters {
             proxy_header_no_room: Counter, "tlsdp_proxy_header_no_room_total", "Proxied pairs ended as their backend came up because its PROXY protocol header found no send ring (tcp.buffer_memory_mib reached): the client's bytes never go without it.";
             health_checks: Counter, "tlsdp_health_checks_total", "Health checks run.";
             health_failures: Counter, "tlsdp_health_check_failures_total", "Health checks failed.";
-            health_checks_skipped: Counter, "tlsdp_health_checks_skipped_total", "HTTP health checks dropped without a verdict because their request found no send ring (tcp.buffer_memory_mib reached): run again at their next interval.";
+            health_checks_skipped: Counter, "tlsdp_health_checks_skipped_total", "Health checks dropped without a verdict for want of the engine's own (a full connection table, every source port in use, or, for HTTP, no send ring for the request at tcp.buffer_memory_mib): run again at their next interval.";
             health_changes: Counter, "tlsdp_health_state_changes_total", "Pool members going down or up.";
             frames_steered: Counter, "tlsdp_frames_steered_total", "Frames received by the engine and handed to the engine owning their flow (software RSS).";
             config_version: Version, "tlsdp_config_version", "Version of the configuration the engine uses (1 at start, one up per change).";

@@ -1273,6 +1273,92 @@ fn a_health_check_with_no_ring_for_its_request_fails_no_member() {
 }
 
 #[test]
+fn a_full_connection_table_fails_no_member_check() {
+    // Clients hold every connection the engine may have: a health check
+    // finds no slot. That says nothing of the member: the check is
+    // counted as skipped, not failed (it was failed as "no source port"
+    // and, with fall = 1, took a healthy member down on every engine:
+    // 32k idle proxied clients could empty a pool). Once a slot is free,
+    // the check runs again at its interval.
+    use dataplane::app::health::{HealthCheck, HealthKind};
+    const MEMBER: u16 = 9202;
+    const SLOTS: u32 = 8;
+    let tcp = TcpConfig {
+        max_conns: SLOTS as usize,
+        ..TcpConfig::default()
+    };
+    let mut lab = lab(tcp);
+    let mut clients: Vec<Client> = (0..SLOTS).map(|i| Client::new(i, PLAIN)).collect();
+    open(&mut lab, &mut clients);
+    assert_eq!(lab.mem.engine.tcp().counters().active, u64::from(SLOTS));
+    let member = Member::new(SocketAddrV4::new(HOST_IP, MEMBER), 1, MemberState::Up);
+    let mut pool = Pool::new("checked".into(), Balance::RoundRobin, vec![member]);
+    pool.check = Some(HealthCheck {
+        kind: HealthKind::Tcp,
+        request: Vec::new(),
+        expect: 200,
+        interval: Duration::from_secs(1),
+        timeout: Duration::from_millis(500),
+        rise: 1,
+        fall: 1,
+    });
+    lab.mem.engine.add_pool(pool);
+    let mut syns = 0;
+    for _ in 0..5 {
+        syns += lab
+            .advance(Duration::from_secs(1))
+            .iter()
+            .filter(|s| s.control == TcpControl::Syn)
+            .count();
+    }
+    assert_eq!(syns, 0, "no slot for a check");
+    let c = lab.mem.engine.counters();
+    assert!(c.health_checks_skipped >= 5, "{}", c.health_checks_skipped);
+    assert_eq!(
+        (c.health_checks, c.health_failures, c.health_changes),
+        (0, 0, 0)
+    );
+    // A client leaves: the check runs within its interval.
+    let rst = clients[0].conn.next(TcpControl::Rst, b"");
+    lab.exchange_from(&[(clients[0].addr, rst)]);
+    let syn = lab.wait_for_syn();
+    assert_eq!(syn.dst_port, MEMBER);
+}
+
+#[test]
+fn a_passed_tcp_check_is_reset_not_left_in_fin_wait() {
+    // A member whose kernel completes the handshake while its application
+    // never accepts: a FIN after the check would be acknowledged and never
+    // answered, leaving each check in FIN-WAIT-2 for its timeout (60 per
+    // member at a 1 s interval, counted against max_connections).
+    use dataplane::app::health::{HealthCheck, HealthKind};
+    const MEMBER: u16 = 9203;
+    let mut lab = lab(TcpConfig::default());
+    let member = Member::new(SocketAddrV4::new(HOST_IP, MEMBER), 1, MemberState::Up);
+    let mut pool = Pool::new("checked".into(), Balance::RoundRobin, vec![member]);
+    pool.check = Some(HealthCheck {
+        kind: HealthKind::Tcp,
+        request: Vec::new(),
+        expect: 200,
+        interval: Duration::from_secs(60),
+        timeout: Duration::from_secs(2),
+        rise: 1,
+        fall: 1,
+    });
+    lab.mem.engine.add_pool(pool);
+    let syn = lab.wait_for_syn();
+    assert_eq!(syn.dst_port, MEMBER);
+    let mut target = HostConn::accepted(&syn, 7_000);
+    let synack = target.next(TcpControl::Syn, b"");
+    let out = lab.exchange(&[synack]);
+    target.absorb(&out);
+    assert!(target.reset, "the check's connection reset: {out:?}");
+    assert_eq!(lab.mem.engine.tcp().counters().active, 0, "nothing held");
+    let c = lab.mem.engine.counters();
+    assert_eq!((c.health_checks, c.health_failures), (1, 0));
+}
+
+#[test]
 fn senders_starved_at_the_cap_are_answered_once_memory_comes_back() {
     // Responses nobody reads take the whole cap. Readers whose requests
     // came in the same burst, later, found no send ring at all: nothing

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use crossbeam_queue::ArrayQueue;
 
+use super::proxy::OpenError;
 use super::role::Role;
 use super::{Cx, Services};
 use crate::tcp::{AnyFlowKey, ConnId, Event};
@@ -315,13 +316,22 @@ impl Services {
                             continue; // past 65,535 pools (never expected)
                         };
                         match self.open_to(cx, addr) {
-                            Some((id, key)) => {
+                            Ok((id, key)) => {
                                 let probe = Probe { pool, member };
                                 self.roles.insert(id, None, Role::Probe(probe));
                                 self.pools[p].members[m].health.probe =
                                     Some((id, key, now + timeout));
                             }
-                            None => self.health_result(cx, p, m, false, "no source port"),
+                            Err(OpenError::NoRoute) => {
+                                self.health_result(cx, p, m, false, "no route to it");
+                            }
+                            // This engine's own want (a full connection
+                            // table, every source port in use) says
+                            // nothing of the member: no verdict, tried
+                            // again at the next interval.
+                            Err(OpenError::TableFull | OpenError::NoSourcePort) => {
+                                cx.counters.health_checks_skipped += 1;
+                            }
                         }
                     }
                     None => {}
@@ -353,7 +363,10 @@ impl Services {
         match (kind, ev) {
             (HealthKind::Tcp, Event::Connected(_)) => {
                 self.health_result(cx, p, m, true, "");
-                cx.tcp.close(id);
+                // A reset, as an HTTP check's: a FIN would leave the check
+                // in FIN-WAIT-2 for its timeout wherever the member's
+                // kernel took the connection but nobody accepted it.
+                cx.tcp.abort(id);
             }
             (HealthKind::Http, Event::Connected(_)) => {
                 let Some(check) = &self.pools[p].check else {

@@ -13,7 +13,18 @@ use super::role::Role;
 use super::services::EPHEMERAL;
 use super::tls::TlsConn;
 use super::{Cx, Services, Tcp, Uplink};
-use crate::tcp::{AnyFlowKey, CloseReason, ConnId, Unread};
+use crate::tcp::{AnyFlowKey, CloseReason, ConnId, ConnectError, Unread};
+
+/// Why [`Services::open_to`] opened no connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OpenError {
+    /// No port's network reaches the address (or its family).
+    NoRoute,
+    /// TCP's connection table is full (`max_connections`).
+    TableFull,
+    /// Every source port tried is in use towards it.
+    NoSourcePort,
+}
 
 /// Which end of a pair a connection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -377,7 +388,7 @@ impl Services {
             return;
         };
         let addr = self.pools[p].members[m].addr;
-        let Some((b, bkey)) = self.open_to(cx, addr) else {
+        let Ok((b, bkey)) = self.open_to(cx, addr) else {
             self.no_member(cx, client);
             return;
         };
@@ -461,8 +472,8 @@ impl Services {
         &mut self,
         cx: &mut Cx<'_>,
         addr: SocketAddr,
-    ) -> Option<(ConnId, AnyFlowKey)> {
-        let (src, steering) = Uplink::route(cx.uplinks, addr.ip())?;
+    ) -> Result<(ConnId, AnyFlowKey), OpenError> {
+        let (src, steering) = Uplink::route(cx.uplinks, addr.ip()).ok_or(OpenError::NoRoute)?;
         let tries = 64 * steering.map_or(1, |s| usize::from(s.queues));
         for _ in 0..tries {
             self.port_counter = self.port_counter.wrapping_add(1);
@@ -475,18 +486,21 @@ impl Services {
                     (IpAddr::V6(dst), IpAddr::V6(src)) => {
                         crate::net::toeplitz::tcp6(s.key, dst, src, addr.port(), port)
                     }
-                    _ => return None,
+                    _ => return Err(OpenError::NoRoute),
                 };
                 if s.queue_of(h) != s.queue {
                     continue; // the replies would reach another engine
                 }
             }
-            let key = AnyFlowKey::new(SocketAddr::new(src, port), addr)?;
-            if let Ok(id) = cx.tcp.connect(cx.now, key) {
-                return Some((id, key));
+            let key =
+                AnyFlowKey::new(SocketAddr::new(src, port), addr).ok_or(OpenError::NoRoute)?;
+            match cx.tcp.connect(cx.now, key) {
+                Ok(id) => return Ok((id, key)),
+                Err(ConnectError::TooMany) => return Err(OpenError::TableFull),
+                Err(ConnectError::InUse) => {}
             }
         }
-        None
+        Err(OpenError::NoSourcePort)
     }
 
     /// Gives up backend connects past their pool's timeout: the connection
