@@ -7,7 +7,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use e2e::{Dpd, Lab};
+use e2e::{dpd_refuses_in, Dpd, Lab};
 
 fn ping_and_arping(driver: &str, tag: &str) {
     let lab = Lab::up(tag);
@@ -98,6 +98,42 @@ fn sigint_stops_cleanly_and_nothing_else_answers() {
     lab.client(&["ip", "neigh", "flush", "dev", "veth-cli"]);
     let out = lab.client(&["ping", "-c", "1", "-W", "1", &lab.dut_ip()]);
     assert!(!out.status.success(), "replies after dpd stopped");
+}
+
+#[test]
+fn a_second_dpd_on_the_same_socket_or_metrics_stops_before_its_eal() {
+    // A second dpd given the running one's configuration (a unit started
+    // twice, an operator trying it by hand) found the control socket in
+    // use only after its EAL, ports and engines were up: on an af_packet
+    // port each process gets every frame, so its engines reset the
+    // running one's connections as strays until it gave up. It must stop
+    // before DPDK starts, naming why.
+    let lab = Lab::up("dd");
+    let dpd = Dpd::start(&lab, |sock| lab.config("net_af_packet", sock, ""));
+    let same = lab.config("net_af_packet", &dpd.socket, "");
+    let (status, stderr) = dpd_refuses_in(&lab, &same);
+    assert!(!status.success());
+    assert!(stderr.contains("in use by a running dpd"), "{stderr}");
+    assert!(!stderr.contains("EAL"), "DPDK never started: {stderr}");
+    assert!(dpd.socket.exists(), "the running one's socket left alone");
+    // Its own socket, the same metrics endpoint (the default,
+    // 127.0.0.1:9464): refused as early.
+    let other = lab.config("net_af_packet", &dpd.dir.path().join("other.sock"), "");
+    let (status, stderr) = dpd_refuses_in(&lab, &other);
+    assert!(!status.success());
+    assert!(
+        stderr.contains("metrics endpoint 127.0.0.1:9464"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("EAL"), "DPDK never started: {stderr}");
+    assert!(!dpd.dir.path().join("other.sock").exists());
+    // The running one serves on.
+    let out = lab.client(&["ping", "-c", "2", "-i", "0.2", "-W", "2", &lab.dut_ip()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]

@@ -180,6 +180,12 @@ pub fn run(cfg: &Config, config_path: Option<&Path>, signals: Signals) -> Result
         reopen,
     } = signals;
     let started = std::time::Instant::now();
+    // The control socket and the metrics endpoint are bound before
+    // anything else: a second dpd given the same configuration stops
+    // here, before its EAL, ports and engines could take (and reset) the
+    // running one's traffic.
+    let socket = ControlSocket::bind(&cfg.control.socket).map_err(StartError::Control)?;
+    let metrics = threads::bind_metrics(cfg)?;
     let machine = Machine::probe();
     log::info!("hugepages: {}", machine.hugepages.join("; "));
     let plan = plan(cfg, &machine, |iface| {
@@ -276,25 +282,18 @@ pub fn run(cfg: &Config, config_path: Option<&Path>, signals: Signals) -> Result
             control::metrics::render(&stats, &state)
         }
     };
-    let helpers = threads::Helpers::start(cfg, metrics_text, &links, &engines.health_news);
-    let result = match helpers {
-        Ok(helpers) => {
-            let served = serve(cfg, &mut controller, &stop);
-            stop.store(true, Ordering::Relaxed);
-            helpers.stop();
-            served
-        }
-        Err(e) => Err(e),
-    };
+    let helpers = threads::Helpers::start(metrics, metrics_text, &links, &engines.health_news);
+    serve(&socket, &mut controller, &stop);
+    stop.store(true, Ordering::Relaxed);
+    helpers.stop();
     shut_down(engines, ports, eal, &shared, &slot_names, tsc_hz);
-    result
+    Ok(())
 }
 
 /// Serves the control socket on this thread until `stop`: every request
 /// goes to the controller, and between requests its tick runs (drain
 /// phases, SIGTERM, route announcement).
-fn serve(cfg: &Config, controller: &mut Controller, stop: &AtomicBool) -> Result<(), StartError> {
-    let socket = ControlSocket::bind(&cfg.control.socket).map_err(StartError::Control)?;
+fn serve(socket: &ControlSocket, controller: &mut Controller, stop: &AtomicBool) {
     log::info!("control socket {}", socket.path().display());
     let controller = std::cell::RefCell::new(controller);
     socket.serve_ticking(
@@ -302,7 +301,6 @@ fn serve(cfg: &Config, controller: &mut Controller, stop: &AtomicBool) -> Result
         |req| controller.borrow_mut().handle(&req),
         || controller.borrow_mut().tick(std::time::Instant::now()),
     );
-    Ok(())
 }
 
 /// Stops what `run` started, in order: engines (they publish their last

@@ -3,6 +3,7 @@
 //! the controller's tick). None of them touches an engine's state: they read published
 //! counters and use the engines' rings.
 
+use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -24,36 +25,43 @@ pub(super) struct Helpers {
     quit: Arc<AtomicBool>,
 }
 
+/// The metrics endpoint's listener, where `[control] metrics` asks for
+/// one (bound at start, before anything else: see `super::run`).
+///
+/// # Errors
+/// When the metrics address cannot be bound (in use, not ours).
+pub(super) fn bind_metrics(cfg: &Config) -> Result<Option<TcpListener>, StartError> {
+    let Ok(Some(addr)) = cfg.control.metrics_addr() else {
+        return Ok(None);
+    };
+    TcpListener::bind(addr).map(Some).map_err(|e| {
+        StartError::Control(std::io::Error::new(
+            e.kind(),
+            format!("metrics endpoint {addr} ([control] metrics): {e}"),
+        ))
+    })
+}
+
 impl Helpers {
-    /// Starts the metrics endpoint (if configured) and the health relay.
-    ///
-    /// # Errors
-    /// When the metrics address cannot be bound.
+    /// Starts the metrics endpoint (on `metrics`, if bound) and the
+    /// health relay.
     pub(super) fn start(
-        cfg: &Config,
+        metrics: Option<TcpListener>,
         metrics_text: impl Fn() -> String + Send + 'static,
         links: &[ControlLink],
         news: &Arc<ArrayQueue<HealthNews>>,
-    ) -> Result<Self, StartError> {
+    ) -> Self {
         let quit = Arc::new(AtomicBool::new(false));
-        let metrics = match cfg.control.metrics_addr() {
-            Ok(Some(addr)) => {
-                let listener = std::net::TcpListener::bind(addr).map_err(|e| {
-                    StartError::Control(std::io::Error::new(
-                        e.kind(),
-                        format!("metrics endpoint {addr} ([control] metrics): {e}"),
-                    ))
-                })?;
-                // The port bound, where the configuration says 0.
-                let bound = listener.local_addr().unwrap_or(addr);
+        let metrics = metrics.map(|listener| {
+            // The port bound, where the configuration says 0.
+            if let Ok(bound) = listener.local_addr() {
                 log::info!("metrics on http://{bound}/metrics");
-                let quit = quit.clone();
-                Some(std::thread::spawn(move || {
-                    serve_metrics(listener, &quit, metrics_text);
-                }))
             }
-            _ => None,
-        };
+            let quit = quit.clone();
+            std::thread::spawn(move || {
+                serve_metrics(listener, &quit, metrics_text);
+            })
+        });
         let relay = {
             let (quit, links, news) = (quit.clone(), links.to_vec(), news.clone());
             std::thread::spawn(move || {
@@ -66,11 +74,11 @@ impl Helpers {
                 }
             })
         };
-        Ok(Self {
+        Self {
             metrics,
             relay,
             quit,
-        })
+        }
     }
 
     /// Stops and joins them.
@@ -93,7 +101,7 @@ pub(crate) fn open_connections(total: &CoreStats) -> u64 {
 /// Serves `GET /metrics` (Prometheus text format) on `listener` until
 /// `stop` ([`super::metrics_http`]: several scrapers at once, none able to
 /// hold it).
-fn serve_metrics(listener: std::net::TcpListener, stop: &AtomicBool, text: impl Fn() -> String) {
+fn serve_metrics(listener: TcpListener, stop: &AtomicBool, text: impl Fn() -> String) {
     let mut http = match super::metrics_http::MetricsHttp::new(listener) {
         Ok(h) => h,
         Err(e) => {
