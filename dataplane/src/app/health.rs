@@ -21,7 +21,7 @@ use crate::tcp::{AnyFlowKey, ConnId, Event};
 use crate::time::Instant;
 
 /// A pool's check.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HealthCheck {
     pub kind: HealthKind,
     /// The HTTP request sent (HTTP checks).

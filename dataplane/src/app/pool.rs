@@ -82,9 +82,17 @@ impl Pool {
     /// (connections, health, turns) by address. Members not in `next` are
     /// marked removed and kept while connections to them are open; a new
     /// member takes the place of a removed one without connections when
-    /// the pool is full (64). False when a member found no place.
+    /// the pool is full (64). A changed check runs at once (the next
+    /// tick), not when the old interval would have ended: a reload from
+    /// 60 s to 1 s is not left a minute without a check. False when a
+    /// member found no place.
     pub fn update_from(&mut self, next: &Pool) -> bool {
         self.balance = next.balance;
+        if self.check != next.check {
+            for m in &mut self.members {
+                m.health.next_at = crate::time::Instant::ZERO;
+            }
+        }
         self.check.clone_from(&next.check);
         self.proxy_protocol = next.proxy_protocol;
         self.connect_timeout = next.connect_timeout;
@@ -308,6 +316,38 @@ mod tests {
         next.check = None;
         assert!(p.update_from(&next));
         assert_eq!(p.pick(Ipv4Addr::new(10, 9, 0, 1), 0), Some(0));
+    }
+
+    /// A check whose interval a reload shortened runs at once; a reload
+    /// that leaves it as it was keeps its turn. Before, the next check
+    /// waited out the old interval (a minute, from 60 s to 1 s).
+    #[test]
+    fn a_changed_check_runs_at_once_and_an_unchanged_one_keeps_its_turn() {
+        use crate::app::health::{HealthCheck, HealthKind};
+        use crate::time::Instant;
+        let check = |interval_s| HealthCheck {
+            kind: HealthKind::Tcp,
+            request: Vec::new(),
+            expect: 200,
+            interval: std::time::Duration::from_secs(interval_s),
+            timeout: std::time::Duration::from_secs(1),
+            rise: 2,
+            fall: 1,
+        };
+        let mut p = pool(Balance::RoundRobin, &[1, 1]);
+        p.check = Some(check(60));
+        let turn = Instant::ZERO + std::time::Duration::from_secs(60);
+        for m in &mut p.members {
+            m.health.next_at = turn;
+        }
+        let same = p.clone();
+        assert!(p.update_from(&same));
+        assert!(p.members.iter().all(|m| m.health.next_at == turn));
+        let mut shorter = p.clone();
+        shorter.check = Some(check(1));
+        assert!(p.update_from(&shorter));
+        assert!(p.members.iter().all(|m| m.health.next_at == Instant::ZERO));
+        assert_eq!(p.check, Some(check(1)));
     }
 
     fn shares(p: &mut Pool, n: usize) -> Vec<usize> {
