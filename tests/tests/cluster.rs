@@ -137,6 +137,16 @@ fn ipv6_vips_are_announced_as_host_routes_and_withdrawn_with_dpd() {
     c.await_next_hops("fd00:90::1", &[c.node_ip6(1)], Duration::from_secs(3));
     let out = c.client_sh("curl -s -o /dev/null -m 3 -w '%{http_code}' 'http://[fd00:90::1]/'");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
+    // SIGINT (a stop without a drain): the routes go before the engines
+    // do, not after DPDK is taken down with the VIPs still announced.
+    let status = nodes[0].stop_with(libc::SIGINT, Duration::from_secs(10));
+    assert!(status.success(), "{status:?}");
+    let log = nodes[0].log_text();
+    let at = |what: &str| log.find(what).unwrap_or_else(|| panic!("{what}: {log}"));
+    assert!(
+        at("address(es) withdrawn: stopping") < at("stopping engines"),
+        "{log}"
+    );
 }
 
 #[test]

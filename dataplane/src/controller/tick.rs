@@ -172,6 +172,21 @@ impl Controller {
         a.error = error;
     }
 
+    /// At stop, before the engines: the announce interface goes, and with
+    /// it every route (a stop without a drain, SIGINT, would otherwise
+    /// leave the VIPs announced while the engines, ports and DPDK are
+    /// taken down, traffic still sent here and nothing to answer it).
+    pub fn withdraw_routes(&mut self) {
+        let Some(a) = self.service.as_mut().and_then(|s| s.routes.take()) else {
+            return;
+        };
+        log::info!(
+            "routing: {} taken down, {} address(es) withdrawn: stopping",
+            a.iface.name(),
+            a.announced.len()
+        );
+    }
+
     /// `dpctl drain`: begins a drain (or reports the one under way).
     pub(super) fn drain(&mut self) -> Reply {
         let stats = self.stats();

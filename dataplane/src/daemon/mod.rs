@@ -285,6 +285,7 @@ pub fn run(cfg: &Config, config_path: Option<&Path>, signals: Signals) -> Result
     let helpers = threads::Helpers::start(metrics, metrics_text, &links, &engines.health_news);
     serve(&socket, &mut controller, &stop);
     stop.store(true, Ordering::Relaxed);
+    controller.withdraw_routes();
     helpers.stop();
     shut_down(engines, ports, eal, &shared, &slot_names, tsc_hz);
     Ok(())
