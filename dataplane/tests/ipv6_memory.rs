@@ -206,9 +206,32 @@ fn solicitations_for_each_address_are_answered_and_the_sender_learned() {
             }
         );
     }
-    let v6 = lab.engine.interface(0).ipv6().unwrap();
-    assert_eq!(v6.cache().peek(HOST_IP, lab.now), Some(HOST_MAC));
     assert_eq!(lab.engine.counters().nd_advertisements, 2);
+    // RFC 4861 §7.2.3: the sender's entry is made STALE, not reachable
+    // (a solicitation confirms nothing): used at once, with no
+    // solicitation of ours first, and asked about only after
+    // DELAY_FIRST_PROBE_TIME (5 s).
+    let v6 = lab.engine.interface(0).ipv6().unwrap();
+    assert_eq!(v6.cache().peek(HOST_IP, lab.now), None, "stale");
+    let kinds = |out: &[Vec<u8>]| -> Vec<(u8, EthernetAddress)> {
+        out.iter()
+            .map(|f| {
+                let o = parse(f);
+                (o.icmp[0], o.eth_dst)
+            })
+            .collect()
+    };
+    let out = lab.exchange(vec![ping(DUT_IP, 1, b"now")]);
+    assert_eq!(kinds(&out), [(ECHO_REPLY, HOST_MAC)]);
+    lab.advance(Duration::from_secs(5));
+    let out = lab.exchange(vec![ping(DUT_IP, 2, b"later")]);
+    assert_eq!(
+        kinds(&out),
+        [
+            (ECHO_REPLY, HOST_MAC),
+            (NS, multicast_mac(solicited_node(HOST_IP)))
+        ]
+    );
 }
 
 #[test]
@@ -908,7 +931,8 @@ fn the_reporting_engine_reports_its_groups_checks_its_addresses_and_answers_quer
 fn advertisements_follow_their_override_and_solicited_flags() {
     const OTHER_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x99]);
     let mut lab = new_lab();
-    // The host's solicitation makes its entry (reachable, HOST_MAC).
+    // The host's solicitation makes its entry (stale, HOST_MAC); a
+    // solicited advertisement makes it reachable.
     lab.exchange(vec![solicit(DUT_IP)]);
     let peek = |lab: &Lab| {
         lab.engine
@@ -918,7 +942,6 @@ fn advertisements_follow_their_override_and_solicited_flags() {
             .cache()
             .peek(HOST_IP, lab.now)
     };
-    assert_eq!(peek(&lab), Some(HOST_MAC));
     let advert = |flags, mac| {
         icmp6(
             OTHER_MAC,
@@ -941,6 +964,18 @@ fn advertisements_follow_their_override_and_solicited_flags() {
             .expect("an echo reply");
         EthernetAddress::from_bytes(&reply[..6])
     };
+    // Solicited (to us, unicast) for the MAC it has: reachable.
+    let solicited_by = |mac: EthernetAddress| {
+        let mut f = advert(0x40, mac);
+        f[..6].copy_from_slice(DUT_MAC.as_bytes());
+        f[6..12].copy_from_slice(mac.as_bytes());
+        f[38..54].copy_from_slice(&DUT_IP.octets());
+        f[56..58].fill(0);
+        Icmpv6Packet::new_unchecked(&mut f[54..]).fill_checksum(&HOST_IP, &DUT_IP);
+        f
+    };
+    lab.exchange(vec![solicited_by(HOST_MAC)]);
+    assert_eq!(peek(&lab), Some(HOST_MAC));
     // Neither flag: the MAC stays, the entry goes stale.
     lab.exchange(vec![advert(0x00, OTHER_MAC)]);
     assert_eq!(peek(&lab), None, "stale");
@@ -949,13 +984,8 @@ fn advertisements_follow_their_override_and_solicited_flags() {
     lab.exchange(vec![advert(0x20, OTHER_MAC)]);
     assert_eq!(peek(&lab), None);
     assert_eq!(reply_mac(&mut lab, 2), OTHER_MAC);
-    // Solicited (to us, unicast): reachable.
-    let mut solicited = advert(0x40, OTHER_MAC);
-    solicited[..6].copy_from_slice(DUT_MAC.as_bytes());
-    solicited[38..54].copy_from_slice(&DUT_IP.octets());
-    solicited[56..58].fill(0);
-    Icmpv6Packet::new_unchecked(&mut solicited[54..]).fill_checksum(&HOST_IP, &DUT_IP);
-    lab.exchange(vec![solicited]);
+    // Solicited: reachable.
+    lab.exchange(vec![solicited_by(OTHER_MAC)]);
     assert_eq!(peek(&lab), Some(OTHER_MAC));
 }
 

@@ -26,6 +26,9 @@ pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// Requests sent for a stale entry, still used meanwhile, before it is
 /// given up (RFC 4861 §10, `MAX_UNICAST_SOLICIT`).
 pub const STALE_PROBES: u8 = 3;
+/// How long an entry a Neighbor Solicitation made or moved is used
+/// before it is asked about (RFC 4861 §10, `DELAY_FIRST_PROBE_TIME`).
+pub const DELAY_FIRST_PROBE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, Copy)]
 enum State {
@@ -207,6 +210,35 @@ impl<A: Copy + Eq + Hash> NeighborCache<A> {
             return;
         }
         self.learned = self.learned.wrapping_add(1);
+    }
+
+    /// Takes the source link-layer address of a Neighbor Solicitation
+    /// from `ip` (RFC 4861 §7.2.3). A solicitation says nothing of
+    /// reachability, so a new entry, an incomplete one, or one whose MAC
+    /// it moves is STALE: used, and asked about after
+    /// [`DELAY_FIRST_PROBE`] until an advertisement confirms it. One that
+    /// already holds that MAC is left as it is.
+    pub fn solicited_by(&mut self, ip: A, mac: EthernetAddress, now: Instant) {
+        let stale = State::Stale {
+            mac,
+            next_probe: now + DELAY_FIRST_PROBE,
+            probes_left: STALE_PROBES,
+        };
+        match self.entries.get_mut(&ip) {
+            Some(e) => match e.state {
+                State::Reachable { mac: held, .. } | State::Stale { mac: held, .. }
+                    if held == mac => {}
+                _ => {
+                    e.state = stale;
+                    e.used = true;
+                    self.learned = self.learned.wrapping_add(1);
+                }
+            },
+            None => {
+                self.insert(ip, stale);
+                self.learned = self.learned.wrapping_add(1);
+            }
+        }
     }
 
     /// Takes a Neighbor Advertisement for `ip` (RFC 4861 §7.2.5): only an
@@ -427,6 +459,65 @@ mod tests {
         assert!(matches!(c.lookup(ip, t, true), ArpLookup::Stale { .. }));
         c.learn(ip, MAC, t, false);
         assert_eq!(c.lookup(ip, t, true), ArpLookup::Hit(MAC));
+    }
+
+    /// RFC 4861 §7.2.3: a solicitation makes or moves its sender's entry
+    /// STALE (used, asked about after the first-probe delay), and leaves
+    /// one with the same MAC as it was. Before, it made the entry
+    /// reachable for 30 s, whatever MAC it named.
+    #[test]
+    fn a_solicitation_makes_its_sender_stale_never_reachable() {
+        const OTHER: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x99]);
+        let mut c = NdCache::with_reachable_time(8, ND_REACHABLE_TIME);
+        let ip: Ipv6Addr = "fd00::9".parse().unwrap();
+        let t0 = Instant::from_millis(1000);
+        c.solicited_by(ip, MAC, t0);
+        assert_eq!(c.learned(), 1, "held frames are looked at again");
+        assert_eq!(c.peek(ip, t0), None, "not reachable");
+        assert_eq!(
+            c.lookup(ip, t0, true),
+            ArpLookup::Stale {
+                mac: MAC,
+                probe: false
+            },
+            "used at once, not asked about yet"
+        );
+        let later = t0 + DELAY_FIRST_PROBE;
+        assert_eq!(
+            c.lookup(ip, later, true),
+            ArpLookup::Stale {
+                mac: MAC,
+                probe: true
+            }
+        );
+        // Confirmed by an advertisement: reachable; the same MAC solicited
+        // again leaves it so.
+        c.advertised(ip, Some(MAC), true, true, later);
+        c.solicited_by(ip, MAC, later);
+        assert_eq!(c.peek(ip, later), Some(MAC));
+        // Another MAC: moved, and stale again.
+        c.solicited_by(ip, OTHER, later);
+        assert_eq!(c.peek(ip, later), None);
+        assert_eq!(
+            c.lookup(ip, later, true),
+            ArpLookup::Stale {
+                mac: OTHER,
+                probe: false
+            }
+        );
+        // An incomplete entry (frames held for it) takes the MAC, stale.
+        let other_ip: Ipv6Addr = "fd00::10".parse().unwrap();
+        assert_eq!(
+            c.lookup(other_ip, later, true),
+            ArpLookup::Miss { probe: true }
+        );
+        let learned = c.learned();
+        c.solicited_by(other_ip, MAC, later);
+        assert_eq!(c.learned(), learned + 1);
+        assert!(matches!(
+            c.lookup(other_ip, later, true),
+            ArpLookup::Stale { mac: MAC, .. }
+        ));
     }
 
     #[test]

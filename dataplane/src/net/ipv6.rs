@@ -520,8 +520,9 @@ impl Ipv6Host {
                     return Err(DropReason::NotForUs);
                 }
                 if let Some(mac) = lladdr {
-                    // §7.2.3: the sender's entry is created or updated.
-                    self.cache.learn(src, mac, now, true);
+                    // §7.2.3: the sender's entry is created or updated,
+                    // stale (a solicitation confirms nothing).
+                    self.cache.solicited_by(src, mac, now);
                 }
                 // §7.2.4 (and RFC 4862 §5.4.3 for a duplicate address
                 // check of ours): answer to all nodes when the sender has
