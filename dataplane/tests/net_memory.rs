@@ -139,6 +139,67 @@ fn ignores_arp_for_other_addresses() {
 }
 
 #[test]
+fn arp_from_a_sender_no_host_can_be_is_neither_answered_nor_learned() {
+    // RFC 1122 §3.2.1.3's impossible sources (broadcast, multicast,
+    // loopback, the subnet's broadcast) and an all-zero MAC: before, each
+    // request for our address made a cache entry (one nothing would use)
+    // and got a reply.
+    let mut lab = new_lab(None);
+    let from = |mac, ip| {
+        arp(
+            ArpOperation::Request,
+            mac,
+            ip,
+            EthernetAddress::BROADCAST,
+            DUT_IP,
+        )
+    };
+    let cases = [
+        (
+            "limited broadcast",
+            from(HOST_MAC, Ipv4Addr::BROADCAST),
+            DropReason::BadSource,
+        ),
+        (
+            "multicast",
+            from(HOST_MAC, Ipv4Addr::new(224, 0, 0, 1)),
+            DropReason::BadSource,
+        ),
+        (
+            "loopback",
+            from(HOST_MAC, Ipv4Addr::new(127, 0, 0, 1)),
+            DropReason::BadSource,
+        ),
+        (
+            "subnet broadcast",
+            from(HOST_MAC, Ipv4Addr::new(10, 77, 0, 255)),
+            DropReason::BadSource,
+        ),
+        (
+            "all-zero MAC",
+            from(EthernetAddress([0; 6]), HOST_IP),
+            DropReason::Malformed,
+        ),
+    ];
+    for (what, frame, reason) in cases {
+        let before = lab.dropped(reason);
+        assert!(lab.exchange(vec![frame]).is_empty(), "{what}: answered");
+        assert_eq!(lab.dropped(reason), before + 1, "{what}: not counted");
+    }
+    assert!(lab.engine.interface(0).arp().is_empty(), "nothing learned");
+    // An address probe (RFC 5227, sender 0.0.0.0) is answered, not
+    // learned; a real sender both.
+    let probe = from(HOST_MAC, Ipv4Addr::UNSPECIFIED);
+    assert_eq!(lab.exchange(vec![probe]).len(), 1);
+    assert!(lab.engine.interface(0).arp().is_empty());
+    assert_eq!(lab.exchange(vec![arp_request(DUT_IP)]).len(), 1);
+    assert_eq!(
+        lab.engine.interface(0).arp().peek(HOST_IP, lab.now),
+        Some(HOST_MAC)
+    );
+}
+
+#[test]
 fn echo_reply_mirrors_ident_seq_and_data() {
     let mut lab = new_lab(None);
     lab.exchange(vec![arp_request(DUT_IP)]);
@@ -551,6 +612,18 @@ fn bad_sources_source_routes_and_short_headers_are_dropped_unanswered() {
         assert!(lab.exchange(vec![frame]).is_empty(), "{what}: answered");
         assert_eq!(lab.dropped(reason), before + 1, "{what}: not counted");
     }
+    // From a VIP's address (one the port took beside its own): an answer
+    // would go to ourselves (before, it was held while we asked ARP for
+    // our own address).
+    const VIP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 50);
+    lab.engine.listen(VIP, 80);
+    let before = lab.dropped(DropReason::BadSource);
+    assert!(
+        lab.exchange(vec![from(VIP)]).is_empty(),
+        "from a VIP: answered"
+    );
+    assert_eq!(lab.dropped(DropReason::BadSource), before + 1);
+    assert!(lab.engine.interface(0).arp().peek(VIP, lab.now).is_none());
     // Other options (record route) are no reason to drop.
     let rr = with_ip_options(&good, &[7, 7, 4, 0, 0, 0, 0, 0]);
     assert_eq!(lab.exchange(vec![rr]).len(), 1, "record route answered");

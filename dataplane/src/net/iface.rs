@@ -779,8 +779,17 @@ impl Interface {
         else {
             return (Verdict::Drop(DropReason::Malformed), None);
         };
-        if !source_hardware_addr.is_unicast() || self.is_local(source_protocol_addr) {
+        if !source_hardware_addr.is_unicast()
+            || source_hardware_addr == EthernetAddress([0; 6])
+            || self.is_local(source_protocol_addr)
+        {
             return (Verdict::Drop(DropReason::Malformed), None);
+        }
+        // A sender no host can be (broadcast, multicast, loopback, ...):
+        // neither learned nor answered. `0.0.0.0` is an address probe
+        // (RFC 5227): answered, not learned.
+        if !source_protocol_addr.is_unspecified() && self.bad_source(source_protocol_addr) {
+            return (Verdict::Drop(DropReason::BadSource), None);
         }
         let for_us = self.is_local(target_protocol_addr);
         // Merge: update a known sender; add it when the packet is for us.
@@ -904,6 +913,11 @@ impl Interface {
         }
         let total = usize::from(ip.total_len());
         match ip.next_header() {
+            // From one of our own addresses (a VIP's; the port's own is a
+            // bad source above): an answer would go to ourselves. Looked
+            // up here only, not for every TCP segment (the flow lookup
+            // finds no connection from a VIP).
+            IpProtocol::Icmp if self.is_local(src) => return Err(DropReason::BadSource),
             IpProtocol::Icmp => {}
             IpProtocol::Tcp => {
                 let start = usize::from(ip.header_len());
