@@ -797,6 +797,55 @@ fn a_stale_neighbour_is_still_answered_while_it_is_asked_again() {
     );
 }
 
+/// RFC 6583 §7.1: pings from 20,000 addresses on our /64 that nobody
+/// answers for (spoofed) each make us ask for their sender; those
+/// questions churn among a quota of their own, so a neighbour already
+/// known keeps its entry and is answered at once, with no solicitation
+/// first. Before, the flood pushed it out of the cache (4,096 entries).
+#[test]
+fn a_flood_from_spoofed_on_link_sources_leaves_known_neighbours_answered() {
+    let mut lab = new_lab();
+    lab.exchange(vec![solicit(DUT_IP)]);
+    for chunk in 0..(20_000u32 / 32) {
+        let burst: Vec<Vec<u8>> = (0..32)
+            .map(|i| {
+                let n = chunk * 32 + i;
+                let spoofed = Ipv6Addr::new(
+                    0x2001,
+                    0xdb8,
+                    0x77,
+                    0,
+                    0,
+                    0xdead,
+                    (n >> 16) as u16,
+                    n as u16,
+                );
+                icmp6(
+                    HOST_MAC,
+                    DUT_MAC,
+                    spoofed,
+                    DUT_IP,
+                    64,
+                    58,
+                    &[],
+                    ECHO_REQUEST,
+                    &echo_body(9, n as u16, b"flood"),
+                )
+            })
+            .collect();
+        lab.exchange(burst);
+    }
+    let out = lab.exchange(vec![ping(DUT_IP, 1, b"known")]);
+    let kinds: Vec<(u8, EthernetAddress)> = out
+        .iter()
+        .map(|f| {
+            let o = parse(f);
+            (o.icmp[0], o.eth_dst)
+        })
+        .collect();
+    assert_eq!(kinds, [(ECHO_REPLY, HOST_MAC)]);
+}
+
 /// The MLDv2 Reports a frame holds: (source, destination, hop limit,
 /// the hop-by-hop header, the groups reported as listened to).
 fn parse_report(f: &[u8]) -> (Ipv6Addr, Ipv6Addr, u8, Vec<u8>, Vec<Ipv6Addr>) {

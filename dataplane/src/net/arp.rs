@@ -54,6 +54,24 @@ struct Entry {
     state: State,
     /// Looked up since it was last queued (its second chance).
     used: bool,
+    /// Made by a lookup that missed and not resolved yet: counted against
+    /// the quota of such entries ([`NeighborCache::pending_cap`]).
+    pending: bool,
+    /// Which insertion made it: a queue item naming the address with
+    /// another `seq` is left from an entry since removed.
+    seq: u32,
+}
+
+impl Entry {
+    /// Moves it to `state`; one that leaves incomplete is no longer
+    /// pending (`pending_live` counts those that are).
+    fn set(&mut self, state: State, pending_live: &mut usize) {
+        if self.pending && !matches!(state, State::Incomplete { .. }) {
+            self.pending = false;
+            *pending_live -= 1;
+        }
+        self.state = state;
+    }
 }
 
 /// Result of [`NeighborCache::lookup`].
@@ -76,9 +94,21 @@ pub struct NeighborCache<A> {
     /// ours), and an unseeded FxHash would let them pick addresses that
     /// share one probe sequence ([`FlowHashing`]).
     entries: HashMap<A, Entry, FlowHashing>,
-    /// Every address in `entries`, in the order it was (re)queued.
-    order: VecDeque<A>,
+    /// Every address in `entries`, in the order it was (re)queued, with
+    /// the `seq` of its entry (items of removed entries are passed over,
+    /// and cleared out when the queue reaches twice the capacity).
+    order: VecDeque<(A, u32)>,
     capacity: usize,
+    /// Entries made by lookups that missed, oldest first (as `order`).
+    pending: VecDeque<(A, u32)>,
+    /// How many of them are still unresolved.
+    pending_live: usize,
+    /// At most this many unresolved at once (RFC 6583 §7.1): past it, a
+    /// new one takes the place of the oldest. Addresses a peer makes us
+    /// look up (replies to spoofed on-link sources) so churn among
+    /// themselves and never push out neighbours already known.
+    pending_cap: usize,
+    next_seq: u32,
     /// How long a learned mapping is trusted.
     reachable: Duration,
     /// Entries made reachable so far (wrapping).
@@ -104,6 +134,10 @@ impl<A: Copy + Eq + Hash> NeighborCache<A> {
             entries: HashMap::with_hasher(FlowHashing::random()),
             order: VecDeque::new(),
             capacity: capacity.max(1),
+            pending: VecDeque::new(),
+            pending_live: 0,
+            pending_cap: (capacity / 4).max(1),
+            next_seq: 0,
             reachable,
             learned: 0,
         }
@@ -128,11 +162,14 @@ impl<A: Copy + Eq + Hash> NeighborCache<A> {
                 match e.state {
                     State::Reachable { mac, expires } if now < expires => ArpLookup::Hit(mac),
                     State::Reachable { mac, .. } => {
-                        e.state = State::Stale {
-                            mac,
-                            next_probe,
-                            probes_left: STALE_PROBES - u8::from(can_probe),
-                        };
+                        e.set(
+                            State::Stale {
+                                mac,
+                                next_probe,
+                                probes_left: STALE_PROBES - u8::from(can_probe),
+                            },
+                            &mut self.pending_live,
+                        );
                         ArpLookup::Stale {
                             mac,
                             probe: can_probe,
@@ -144,14 +181,17 @@ impl<A: Copy + Eq + Hash> NeighborCache<A> {
                         probes_left,
                     } if now >= due => {
                         if probes_left == 0 {
-                            e.state = State::Incomplete { next_probe };
+                            e.set(State::Incomplete { next_probe }, &mut self.pending_live);
                             return ArpLookup::Miss { probe: can_probe };
                         }
-                        e.state = State::Stale {
-                            mac,
-                            next_probe,
-                            probes_left: probes_left - u8::from(can_probe),
-                        };
+                        e.set(
+                            State::Stale {
+                                mac,
+                                next_probe,
+                                probes_left: probes_left - u8::from(can_probe),
+                            },
+                            &mut self.pending_live,
+                        );
                         ArpLookup::Stale {
                             mac,
                             probe: can_probe,
@@ -166,7 +206,9 @@ impl<A: Copy + Eq + Hash> NeighborCache<A> {
                 }
             }
             None => {
-                self.insert(ip, State::Incomplete { next_probe });
+                self.make_room_for_pending();
+                let seq = self.insert(ip, State::Incomplete { next_probe }, true);
+                self.pending.push_back((ip, seq));
                 ArpLookup::Miss { probe: can_probe }
             }
         }
@@ -202,10 +244,10 @@ impl<A: Copy + Eq + Hash> NeighborCache<A> {
             expires: now + self.reachable,
         };
         if let Some(e) = self.entries.get_mut(&ip) {
-            e.state = state;
+            e.set(state, &mut self.pending_live);
             e.used = true;
         } else if create {
-            self.insert(ip, state);
+            self.insert(ip, state, false);
         } else {
             return;
         }
@@ -229,13 +271,13 @@ impl<A: Copy + Eq + Hash> NeighborCache<A> {
                 State::Reachable { mac: held, .. } | State::Stale { mac: held, .. }
                     if held == mac => {}
                 _ => {
-                    e.state = stale;
+                    e.set(stale, &mut self.pending_live);
                     e.used = true;
                     self.learned = self.learned.wrapping_add(1);
                 }
             },
             None => {
-                self.insert(ip, stale);
+                self.insert(ip, stale, false);
                 self.learned = self.learned.wrapping_add(1);
             }
         }
@@ -272,11 +314,12 @@ impl<A: Copy + Eq + Hash> NeighborCache<A> {
             State::Reachable { mac, .. } | State::Stale { mac, .. } => mac,
             State::Incomplete { .. } => {
                 let Some(mac) = mac else { return };
-                e.state = if solicited {
+                let state = if solicited {
                     reachable(mac)
                 } else {
                     stale(mac)
                 };
+                e.set(state, &mut self.pending_live);
                 self.learned = self.learned.wrapping_add(1);
                 return;
             }
@@ -313,25 +356,80 @@ impl<A: Copy + Eq + Hash> NeighborCache<A> {
         })
     }
 
-    fn insert(&mut self, ip: A, state: State) {
+    /// Adds an entry for `ip` (not in the table); `pending` when a lookup
+    /// missed. Returns its `seq`.
+    fn insert(&mut self, ip: A, state: State, pending: bool) -> u32 {
         // Full: the oldest entry not used since it was queued goes (each
         // entry passed over loses its mark, so this ends within two turns).
         while self.entries.len() >= self.capacity {
-            let Some(old) = self.order.pop_front() else {
+            let Some((old, seq)) = self.order.pop_front() else {
                 break;
             };
             match self.entries.get_mut(&old) {
+                Some(e) if e.seq != seq => {} // left from a removed entry
                 Some(e) if e.used => {
                     e.used = false;
-                    self.order.push_back(old);
+                    self.order.push_back((old, seq));
                 }
-                _ => {
-                    self.entries.remove(&old);
-                }
+                Some(_) => self.remove(old),
+                None => {}
             }
         }
-        self.entries.insert(ip, Entry { state, used: false });
-        self.order.push_back(ip);
+        // Items of entries removed elsewhere (pending ones past their
+        // quota) are cleared out before they outnumber the entries.
+        if self.order.len() >= 2 * self.capacity {
+            let entries = &self.entries;
+            self.order
+                .retain(|(a, seq)| entries.get(a).is_some_and(|e| e.seq == *seq));
+        }
+        let seq = self.next_seq;
+        self.next_seq = seq.wrapping_add(1);
+        self.entries.insert(
+            ip,
+            Entry {
+                state,
+                used: false,
+                pending,
+                seq,
+            },
+        );
+        self.order.push_back((ip, seq));
+        if pending {
+            self.pending_live += 1;
+        }
+        seq
+    }
+
+    /// Takes `ip`'s entry out.
+    fn remove(&mut self, ip: A) {
+        if self.entries.remove(&ip).is_some_and(|e| e.pending) {
+            self.pending_live -= 1;
+        }
+    }
+
+    /// Before a lookup that missed makes an entry: at the quota of
+    /// unresolved ones, the oldest of them goes (RFC 6583 §7.1: what is
+    /// known keeps its place before what is only asked about).
+    fn make_room_for_pending(&mut self) {
+        while self.pending_live >= self.pending_cap {
+            let Some((old, seq)) = self.pending.pop_front() else {
+                break;
+            };
+            if self
+                .entries
+                .get(&old)
+                .is_some_and(|e| e.seq == seq && e.pending)
+            {
+                self.remove(old);
+            }
+        }
+        // Items of entries resolved (or removed) meanwhile are cleared out
+        // before they outnumber the quota.
+        if self.pending.len() >= 2 * self.pending_cap {
+            let entries = &self.entries;
+            self.pending
+                .retain(|(a, seq)| entries.get(a).is_some_and(|e| e.seq == *seq && e.pending));
+        }
     }
 }
 
@@ -518,6 +616,50 @@ mod tests {
             c.lookup(other_ip, later, true),
             ArpLookup::Stale { mac: MAC, .. }
         ));
+    }
+
+    /// RFC 6583 §7.1: lookups for addresses nobody answers (replies to
+    /// spoofed on-link sources) churn among a quota of unresolved
+    /// entries; neighbours already known keep their place, and the
+    /// queues stay bounded however long the flood. Before, each miss could
+    /// push out a known neighbour, and a flood emptied the table of them.
+    #[test]
+    fn a_flood_of_misses_never_pushes_out_known_neighbours() {
+        let mut c = ArpCache::new(16);
+        let t0 = Instant::from_millis(1000);
+        let known: Vec<Ipv4Addr> = (1..=12).map(|i| Ipv4Addr::new(10, 0, 0, i)).collect();
+        for &ip in &known {
+            c.learn(ip, MAC, t0, true);
+        }
+        for i in 0..100_000u32 {
+            let spoofed = Ipv4Addr::from(0x0a01_0000 + i);
+            assert_eq!(c.lookup(spoofed, t0, true), ArpLookup::Miss { probe: true });
+        }
+        for &ip in &known {
+            assert_eq!(c.peek(ip, t0), Some(MAC), "{ip} kept");
+        }
+        assert_eq!(c.len(), 16, "12 known, 4 asked about");
+        assert_eq!(c.pending_live, 4);
+        assert!(c.order.len() < 2 * 16 && c.pending.len() < 2 * 4);
+        // The newest of those asked about is still asked about, and its
+        // answer is taken.
+        let last = Ipv4Addr::from(0x0a01_0000 + 99_999);
+        c.learn(last, MAC, t0, false);
+        assert_eq!(c.peek(last, t0), Some(MAC));
+        assert_eq!(c.pending_live, 3);
+        // A full table of known neighbours gives up at most the quota to
+        // a flood.
+        let mut c = ArpCache::new(16);
+        for i in 1..=16 {
+            c.learn(Ipv4Addr::new(10, 0, 0, i), MAC, t0, true);
+        }
+        for i in 0..1_000u32 {
+            c.lookup(Ipv4Addr::from(0x0a01_0000 + i), t0, true);
+        }
+        let kept = (1..=16)
+            .filter(|&i| c.peek(Ipv4Addr::new(10, 0, 0, i), t0).is_some())
+            .count();
+        assert_eq!(kept, 12);
     }
 
     #[test]
