@@ -348,6 +348,14 @@ impl<A: Copy + Eq + Hash> NeighborCache<A> {
         self.learned
     }
 
+    /// The mapping held for `ip`, fresh or stale, without side effects.
+    pub fn known(&self, ip: A) -> Option<EthernetAddress> {
+        self.entries.get(&ip).and_then(|e| match e.state {
+            State::Reachable { mac, .. } | State::Stale { mac, .. } => Some(mac),
+            State::Incomplete { .. } => None,
+        })
+    }
+
     /// The fresh mapping for `ip`, without side effects.
     pub fn peek(&self, ip: A, now: Instant) -> Option<EthernetAddress> {
         self.entries.get(&ip).and_then(|e| match e.state {
