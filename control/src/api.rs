@@ -606,6 +606,11 @@ pub struct MemberInfo {
     pub engines: u32,
     /// Backend connections open to it (all engines).
     pub active: u64,
+    /// Why its last failed health check failed (`status 503`, `timed
+    /// out`, ...), as the engine that checks it saw it; none when no
+    /// check of it has failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<String>,
 }
 
 /// The reply to `capture`.

@@ -735,3 +735,39 @@ fn connects_past_the_timeout_go_to_the_next_member_and_established_ones_stay() {
         "none given up once established"
     );
 }
+
+/// A member its check takes down says why in the pool's view (what
+/// `dpctl pool show` prints), each failure in its own words: a 503 is
+/// `status 503`, an SSH banner `not an HTTP status line` (it was "status
+/// 0"). Before, the reason was in the log line of the change alone.
+#[test]
+fn a_failed_checks_reason_is_kept_with_its_member() {
+    let mut lab = Lab::new();
+    let mut answer = |lab: &mut Lab, reply: &[u8]| {
+        let syn = lab.wait_for_syn();
+        assert_eq!(syn.dst_port, BACKEND_PORT);
+        let mut backend = HostConn::accepted(&syn, 7_000);
+        let synack = backend.next(TcpControl::Syn, b"");
+        backend.absorb(&lab.exchange(&[synack]));
+        assert!(backend.received.starts_with(b"GET / HTTP/1.0"));
+        let seg = backend.next(TcpControl::Psh, reply);
+        backend.absorb(&lab.exchange(&[seg]));
+        assert!(backend.reset, "the check ends with a reset");
+        let view = lab.host.mem.engine.pool_views();
+        view[0].members[0]
+    };
+    let member = answer(&mut lab, b"HTTP/1.1 503 Service Unavailable\r\n\r\n");
+    assert!(!member.healthy);
+    assert_eq!(
+        member.last_failure.map(|f| f.to_string()).as_deref(),
+        Some("status 503")
+    );
+    lab.host.advance(Duration::from_secs(60));
+    let member = answer(&mut lab, b"SSH-2.0-OpenSSH_9.2\r\n");
+    assert_eq!(
+        member.last_failure.map(|f| f.to_string()).as_deref(),
+        Some("not an HTTP status line")
+    );
+    let c = lab.host.mem.engine.counters();
+    assert_eq!((c.health_checks, c.health_failures), (2, 2));
+}

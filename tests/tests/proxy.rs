@@ -271,6 +271,34 @@ fn health_checks_take_members_out_and_bring_them_back() {
     assert!(dpd.log_text().contains("is up (health checks pass)"));
     let (got, failed) = spread(&lab, certs.path(), "https://p256.test/", 20);
     assert_eq!((got, failed), ([10, 10, 0], 0));
+    // `pool show` says why each member's last check failed.
+    let show = dpd.dpctl(&["pool", "show", "web"]);
+    let show = String::from_utf8_lossy(&show.stdout).into_owned();
+    let row = |n: u8| {
+        show.lines()
+            .find(|l| l.contains(&format!("{}.{n}:80", lab.net)))
+            .unwrap_or_else(|| panic!("{show}"))
+            .to_string()
+    };
+    assert!(
+        row(13).contains("down") && row(13).ends_with("last check failed: status 503"),
+        "{show}"
+    );
+    assert!(
+        row(12).contains(" up ") && row(12).ends_with("last check failed: timed out"),
+        "{show}"
+    );
+    assert!(!row(11).contains("last check failed"), "{show}");
+    // Every member down: the log says the pool has none left.
+    backend_addr(&lab, 11, "del");
+    backend_addr(&lab, 12, "del");
+    let s = dpd.stats_when(wait, |s| s.health_changes >= 5);
+    assert_eq!(s.health_changes, 5, "{s:?}");
+    let log = dpd.log_text();
+    assert!(
+        log.contains("pool web: no member is up: its VIPs' new clients are turned away"),
+        "{log}"
+    );
 }
 
 #[test]

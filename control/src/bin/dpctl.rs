@@ -1556,8 +1556,13 @@ fn print_pool(p: &PoolInfo) {
         } else {
             format!("up on {}/{} cores", m.healthy_engines, m.engines)
         };
+        // Why it is down, or why its last check failed while it stayed up.
+        let why = m
+            .last_failure
+            .as_ref()
+            .map_or(String::new(), |w| format!("  last check failed: {w}"));
         println!(
-            "  {:<22} {:>6} {:<6} {:<16} {:>8}",
+            "  {:<22} {:>6} {:<6} {:<16} {:>8}{why}",
             m.addr, m.weight, m.state, health, m.active
         );
     }

@@ -108,4 +108,6 @@ pub struct MemberView {
     /// Healthy by a passed check (always, in a pool without checks).
     pub proven: bool,
     pub active: u32,
+    /// Why the last check this engine ran of it failed.
+    pub last_failure: Option<crate::app::health::HealthFailure>,
 }

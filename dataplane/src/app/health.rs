@@ -73,6 +73,8 @@ pub struct MemberHealth {
     pub probe: Option<(ConnId, AnyFlowKey, Instant)>,
     pub checks: u64,
     pub failures: u64,
+    /// Why the last check this engine ran failed (none yet: `None`).
+    pub last_failure: Option<HealthFailure>,
 }
 
 impl Default for MemberHealth {
@@ -86,6 +88,7 @@ impl Default for MemberHealth {
             probe: None,
             checks: 0,
             failures: 0,
+            last_failure: None,
         }
     }
 }
@@ -122,6 +125,38 @@ impl MemberHealth {
             }
         }
         None
+    }
+}
+
+/// Why a check failed (the last one is kept with the member, for
+/// `dpctl pool show` and the log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthFailure {
+    /// Not done within the check's timeout (no handshake, or no status
+    /// line).
+    TimedOut,
+    /// Answered with another status than expected.
+    Status(u16),
+    /// Answered with something that is not an HTTP status line.
+    NotHttp,
+    /// Closed (FIN) before a status line came.
+    ClosedBeforeStatus,
+    /// Refused (a reset to our SYN) or reset before a verdict.
+    ConnectionFailed,
+    /// No port's network reaches the member.
+    NoRoute,
+}
+
+impl std::fmt::Display for HealthFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::TimedOut => f.write_str("timed out"),
+            Self::Status(s) => write!(f, "status {s}"),
+            Self::NotHttp => f.write_str("not an HTTP status line"),
+            Self::ClosedBeforeStatus => f.write_str("closed before a status line"),
+            Self::ConnectionFailed => f.write_str("connection refused or reset"),
+            Self::NoRoute => f.write_str("no route to it"),
+        }
     }
 }
 
@@ -297,7 +332,7 @@ impl Services {
                 let member = &self.pools[p].members[m];
                 match member.health.probe {
                     Some((id, key, deadline)) if now >= deadline => {
-                        self.health_result(cx, p, m, false, "timed out");
+                        self.health_result(cx, p, m, Err(HealthFailure::TimedOut));
                         if cx.tcp.key(id) == Some(key) {
                             cx.tcp.abort(id);
                         }
@@ -323,7 +358,7 @@ impl Services {
                                     Some((id, key, now + timeout));
                             }
                             Err(OpenError::NoRoute) => {
-                                self.health_result(cx, p, m, false, "no route to it");
+                                self.health_result(cx, p, m, Err(HealthFailure::NoRoute));
                             }
                             // This engine's own want (a full connection
                             // table, every source port in use) says
@@ -362,7 +397,7 @@ impl Services {
         };
         match (kind, ev) {
             (HealthKind::Tcp, Event::Connected(_)) => {
-                self.health_result(cx, p, m, true, "");
+                self.health_result(cx, p, m, Ok(()));
                 // A reset, as an HTTP check's: a FIN would leave the check
                 // in FIN-WAIT-2 for its timeout wherever the member's
                 // kernel took the connection but nobody accepted it.
@@ -394,16 +429,16 @@ impl Services {
                 head[first..n].copy_from_slice(&b[..n - first]);
                 match status(&head[..n]) {
                     Some(s) => {
-                        let why = if s == expect {
-                            String::new()
-                        } else {
-                            format!("status {s}")
+                        let verdict = match s {
+                            _ if s == expect => Ok(()),
+                            0 => Err(HealthFailure::NotHttp),
+                            s => Err(HealthFailure::Status(s)),
                         };
-                        self.health_result(cx, p, m, s == expect, &why);
+                        self.health_result(cx, p, m, verdict);
                         cx.tcp.abort(id);
                     }
                     None if matches!(ev, Event::PeerClosed(_)) => {
-                        self.health_result(cx, p, m, false, "closed before a status line");
+                        self.health_result(cx, p, m, Err(HealthFailure::ClosedBeforeStatus));
                         cx.tcp.abort(id);
                     }
                     None => {}
@@ -423,13 +458,20 @@ impl Services {
             .and_then(|pool| pool.members.get(m))
             .is_some_and(|member| member.health.probe.is_some_and(|(pid, _, _)| pid == id));
         if open {
-            self.health_result(cx, p, m, false, "connection failed");
+            self.health_result(cx, p, m, Err(HealthFailure::ConnectionFailed));
         }
     }
 
     /// Counts a check's result; logs and counts a member's state change,
     /// and tells the other engines of it.
-    fn health_result(&mut self, cx: &mut Cx<'_>, p: usize, m: usize, ok: bool, why: &str) {
+    fn health_result(
+        &mut self,
+        cx: &mut Cx<'_>,
+        p: usize,
+        m: usize,
+        verdict: Result<(), HealthFailure>,
+    ) {
+        let ok = verdict.is_ok();
         let Some(pool) = self.pools.get_mut(p) else {
             return;
         };
@@ -438,8 +480,9 @@ impl Services {
             return;
         };
         cx.counters.health_checks += 1;
-        if !ok {
+        if let Err(why) = verdict {
             cx.counters.health_failures += 1;
+            member.health.last_failure = Some(why);
         }
         let Some(up) = member.health.record(ok, check) else {
             return;
@@ -464,11 +507,19 @@ impl Services {
                 member.addr
             );
         } else {
+            let why = member.health.last_failure.map(|f| f.to_string());
             log::warn!(
-                "pool {}: member {} is down (health checks fail: {why})",
+                "pool {}: member {} is down (health checks fail: {})",
                 pool.name,
-                member.addr
+                member.addr,
+                why.as_deref().unwrap_or("?")
             );
+            if !pool.any_usable() {
+                log::error!(
+                    "pool {}: no member is up: its VIPs' new clients are turned away",
+                    pool.name
+                );
+            }
         }
     }
 

@@ -154,6 +154,14 @@ impl Pool {
         );
     }
 
+    /// Whether some member would take a new connection (up, and healthy
+    /// as this engine sees it).
+    pub fn any_usable(&self) -> bool {
+        self.members
+            .iter()
+            .any(|m| m.state == MemberState::Up && m.health.healthy)
+    }
+
     /// The member for a new connection from `client`, other than those in
     /// `tried`; `None` when no member is up. Counts it as picked.
     pub fn pick(&mut self, client: impl Into<IpAddr>, tried: Tried) -> Option<usize> {

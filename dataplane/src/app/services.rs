@@ -738,6 +738,7 @@ impl Application for Services {
                         healthy: m.health.healthy,
                         proven: p.check.is_none() || m.health.proven,
                         active: m.active,
+                        last_failure: m.health.last_failure,
                     })
                     .collect(),
             })

@@ -328,6 +328,7 @@ mod tests {
             healthy,
             proven: healthy,
             active: 0,
+            last_failure: None,
         };
         vec![vec![PoolView {
             name: "app".into(),

@@ -356,6 +356,10 @@ impl Controller {
                             healthy_engines: seen.iter().filter(|v| v.healthy).count() as u32,
                             engines: views.len() as u32,
                             active: seen.iter().map(|v| u64::from(v.active)).sum(),
+                            last_failure: seen
+                                .iter()
+                                .find_map(|v| v.last_failure)
+                                .map(|f| f.to_string()),
                         }
                     })
                     .collect(),
