@@ -743,7 +743,7 @@ fn connects_past_the_timeout_go_to_the_next_member_and_established_ones_stay() {
 #[test]
 fn a_failed_checks_reason_is_kept_with_its_member() {
     let mut lab = Lab::new();
-    let mut answer = |lab: &mut Lab, reply: &[u8]| {
+    let answer = |lab: &mut Lab, reply: &[u8]| {
         let syn = lab.wait_for_syn();
         assert_eq!(syn.dst_port, BACKEND_PORT);
         let mut backend = HostConn::accepted(&syn, 7_000);
