@@ -1042,7 +1042,8 @@ fn advertisements_follow_their_override_and_solicited_flags() {
 /// link-layer broadcast or multicast (e.4, e.5: as for an IP group, only
 /// an option that asks even then), nor about an ICMPv6 error message
 /// (e.1). Before, the Ethernet destination was not looked at, and the
-/// ICMPv6 type behind a refused header not at all.
+/// ICMPv6 type behind a refused header not at all; a Redirect (e.2)
+/// got one.
 #[test]
 fn parameter_problems_spare_link_layer_groups_and_icmpv6_errors() {
     let mut lab = new_lab();
@@ -1088,6 +1089,11 @@ fn parameter_problems_spare_link_layer_groups_and_icmpv6_errors() {
     };
     lab.advance(Duration::from_secs(1));
     assert!(lab.exchange(vec![behind(1)]).is_empty(), "about an error");
+    // Nor about a Redirect (e.2).
+    assert!(
+        lab.exchange(vec![behind(137)]).is_empty(),
+        "about a redirect"
+    );
     assert_eq!(lab.exchange(vec![behind(ECHO_REQUEST)]).len(), 1);
 }
 

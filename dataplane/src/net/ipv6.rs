@@ -68,6 +68,7 @@ const ICMP_ECHO_REQUEST: u8 = 128;
 const ICMP_ECHO_REPLY: u8 = 129;
 const ICMP_NEIGHBOR_SOLICIT: u8 = 135;
 const ICMP_NEIGHBOR_ADVERT: u8 = 136;
+const ICMP_REDIRECT: u8 = 137;
 
 const OPT_SOURCE_LLADDR: u8 = 1;
 const OPT_TARGET_LLADDR: u8 = 2;
@@ -931,8 +932,8 @@ struct Refused {
 }
 
 /// Whether `pkt[..end]` carries an ICMPv6 error message (type below 128)
-/// after whatever extension headers it has: RFC 4443 §2.4(e.1) answers
-/// none with an error. Headers are skipped by their lengths only (the
+/// or a Redirect after whatever extension headers it has: RFC 4443
+/// §2.4(e.1, e.2) answers neither with an error. Headers are skipped by their lengths only (the
 /// packet is being refused for one of them); one that runs past `end`
 /// ends the walk.
 fn carries_icmpv6_error(pkt: &[u8], end: usize) -> bool {
@@ -949,7 +950,9 @@ fn carries_icmpv6_error(pkt: &[u8], end: usize) -> bool {
                 next = n;
                 at += (usize::from(l) + 1) * 8;
             }
-            NEXT_ICMPV6 => return at < end && pkt.get(at).is_some_and(|&t| t < 128),
+            NEXT_ICMPV6 => {
+                return at < end && pkt.get(at).is_some_and(|&t| t < 128 || t == ICMP_REDIRECT)
+            }
             _ => return false,
         }
     }
