@@ -771,3 +771,45 @@ fn a_failed_checks_reason_is_kept_with_its_member() {
     let c = lab.host.mem.engine.counters();
     assert_eq!((c.health_checks, c.health_failures), (2, 2));
 }
+
+/// Health news the relay's queue has no room for waits in the engine and
+/// goes at the next checks' turn, the latest per member, in order. Before,
+/// it was dropped with a warning: with more members changing at once than
+/// the queue holds (a backend switch dying under many pools), the other
+/// engines kept sending clients to members found down.
+#[test]
+fn health_news_the_queue_cannot_take_is_sent_later_never_lost() {
+    use dataplane::app::health::HealthShare;
+    let mut host = HostLab::new();
+    let (shares, news) = HealthShare::with_queue(1, 1);
+    host.mem.engine.set_health_share(shares[0].clone());
+    for (name, port) in [("a", 9301), ("b", 9302), ("c", 9303)] {
+        let member = Member::new(SocketAddrV4::new(HOST_IP, port), 1, MemberState::Up);
+        let mut pool = Pool::new(name.into(), Balance::RoundRobin, vec![member]);
+        pool.check = Some(HealthCheck {
+            kind: HealthKind::Tcp,
+            request: Vec::new(),
+            expect: 200,
+            interval: Duration::from_secs(60),
+            timeout: Duration::from_secs(1),
+            rise: 1,
+            fall: 1,
+        });
+        host.mem.engine.add_pool(pool);
+    }
+    // Nobody answers the three checks: all three members go down at
+    // once, and the queue holds one piece of news.
+    host.advance(Duration::from_millis(10));
+    host.advance(Duration::from_secs(2));
+    assert_eq!(host.mem.engine.counters().health_changes, 3);
+    let mut heard = Vec::new();
+    for _ in 0..3 {
+        let n = news.pop().expect("news, one per turn");
+        assert!(!n.up);
+        heard.push(n.pool);
+        host.advance(Duration::from_millis(10));
+    }
+    heard.sort();
+    assert_eq!(heard, ["a", "b", "c"]);
+    assert!(news.pop().is_none());
+}

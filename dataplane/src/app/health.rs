@@ -196,6 +196,18 @@ pub struct HealthNews {
     pub up: bool,
 }
 
+/// Keeps `news` for a later try: the latest per member only, so what
+/// waits is bounded by the members.
+fn keep_unsent(unsent: &mut std::collections::VecDeque<HealthNews>, news: HealthNews) {
+    match unsent
+        .iter_mut()
+        .find(|n| n.pool == news.pool && n.addr == news.addr)
+    {
+        Some(n) => n.up = news.up,
+        None => unsent.push_back(news),
+    }
+}
+
 /// How engines split the health checks: each member is checked by one
 /// engine, which tells the others (through the control thread's relay)
 /// when it goes up or down. N engines send one check per interval, not N.
@@ -210,7 +222,15 @@ pub struct HealthShare {
 impl HealthShare {
     /// Shares for `engines` engines and the queue the relay reads.
     pub fn new_set(engines: u16) -> (Vec<HealthShare>, Arc<ArrayQueue<HealthNews>>) {
-        let news = Arc::new(ArrayQueue::new(1024));
+        Self::with_queue(engines, 1024)
+    }
+
+    /// As [`Self::new_set`], with a queue of `capacity`.
+    pub fn with_queue(
+        engines: u16,
+        capacity: usize,
+    ) -> (Vec<HealthShare>, Arc<ArrayQueue<HealthNews>>) {
+        let news = Arc::new(ArrayQueue::new(capacity.max(1)));
         let shares = (0..engines)
             .map(|engine| HealthShare {
                 engine,
@@ -305,6 +325,14 @@ impl HealthRelay {
 impl Services {
     /// Starts due health checks and fails those past their timeout.
     pub(super) fn run_health(&mut self, cx: &mut Cx<'_>) {
+        if let Some(share) = &self.health_share {
+            while let Some(news) = self.health_unsent.pop_front() {
+                if let Err(news) = share.news.push(news) {
+                    self.health_unsent.push_front(news);
+                    break;
+                }
+            }
+        }
         let now = cx.now;
         for p in 0..self.pools.len() {
             // Probes with nothing to report to any more (their member
@@ -495,8 +523,15 @@ impl Services {
                 addr: member.addr,
                 up,
             };
-            if share.news.push(news).is_err() {
-                log::warn!("health news queue full: other engines miss a change");
+            // Behind news still waiting (so the relay never hears a
+            // member's older state after its newer one), or when the
+            // queue is full: sent at the next checks' turn. The other
+            // engines hear of it late, never not at all.
+            if !self.health_unsent.is_empty() {
+                keep_unsent(&mut self.health_unsent, news);
+            } else if let Err(news) = share.news.push(news) {
+                log::warn!("health news queue full: other engines hear of a change late");
+                keep_unsent(&mut self.health_unsent, news);
             }
         }
         // Rare (a state change), never per packet.

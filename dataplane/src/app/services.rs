@@ -96,6 +96,9 @@ pub struct Services {
     budget: HandshakeBudget,
     /// Which members this engine health-checks (all without a share).
     pub(super) health_share: Option<HealthShare>,
+    /// Health news the relay's queue had no room for: sent at the next
+    /// checks' turn (the latest per member).
+    pub(super) health_unsent: std::collections::VecDeque<crate::app::health::HealthNews>,
     /// This engine's index: which copy of each VIP's TLS configuration
     /// it serves from.
     pub(super) engine_index: usize,
@@ -135,6 +138,7 @@ impl Services {
             deferred_scratch: Vec::with_capacity(256),
             budget: HandshakeBudget::new(handshake_budget),
             health_share: None,
+            health_unsent: std::collections::VecDeque::new(),
             engine_index: 0,
             snapshot_version: 0,
             conn_log: None,
