@@ -813,3 +813,29 @@ fn health_news_the_queue_cannot_take_is_sent_later_never_lost() {
     assert_eq!(heard, ["a", "b", "c"]);
     assert!(news.pop().is_none());
 }
+
+/// An HTTP/1.1 check (a `host` set) answered `103 Early Hints` before
+/// its `200`, the interim head cut across two segments: passed (RFC 9110
+/// §15.2: a client takes 1xx responses before the final one). Before, it
+/// failed as "status 103" and took the member down.
+#[test]
+fn interim_responses_before_a_checks_answer_are_passed_over() {
+    let mut lab = Lab::new();
+    let syn = lab.wait_for_syn();
+    let mut backend = HostConn::accepted(&syn, 7_000);
+    let synack = backend.next(TcpControl::Syn, b"");
+    backend.absorb(&lab.exchange(&[synack]));
+    for part in [
+        &b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n"[..],
+        b"\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+    ] {
+        let seg = backend.next(TcpControl::Psh, part);
+        backend.absorb(&lab.exchange(&[seg]));
+    }
+    assert!(backend.reset, "the check ends with a reset");
+    let c = lab.host.mem.engine.counters();
+    assert_eq!((c.health_checks, c.health_failures), (1, 0));
+    let view = lab.host.mem.engine.pool_views();
+    assert!(view[0].members[0].healthy);
+    assert_eq!(view[0].members[0].last_failure, None);
+}

@@ -167,6 +167,30 @@ pub struct Probe {
     pub member: u16,
 }
 
+/// The most of an interim (1xx) response head a check waits for: a
+/// longer one fails the check (its timeout would too, later).
+const MAX_INTERIM_HEAD: usize = 4096;
+
+/// The length of the response head at the front of `a` then `b` (up to
+/// and with the empty line that ends it: CRLF CRLF, or bare LFs), once it
+/// is whole; looked for in the first [`MAX_INTERIM_HEAD`] bytes.
+fn head_len(a: &[u8], b: &[u8]) -> Option<usize> {
+    let mut line_ends = 0;
+    for (i, &c) in a.iter().chain(b).take(MAX_INTERIM_HEAD).enumerate() {
+        match c {
+            b'\n' => {
+                line_ends += 1;
+                if line_ends == 2 {
+                    return Some(i + 1);
+                }
+            }
+            b'\r' => {}
+            _ => line_ends = 0,
+        }
+    }
+    None
+}
+
 /// The status of an HTTP response head's first line (RFC 9112 §4:
 /// `HTTP/1.x SP ddd SP reason`), once its first 13 bytes or its end came;
 /// 0 for a line that is not one. Read as bytes: the reason phrase may
@@ -448,7 +472,8 @@ impl Services {
                     cx.tcp.abort(id);
                 }
             }
-            (HealthKind::Http, Event::Readable(_) | Event::PeerClosed(_)) => {
+            (HealthKind::Http, Event::Readable(_) | Event::PeerClosed(_)) => loop {
+                let closed = matches!(ev, Event::PeerClosed(_));
                 let (a, b) = cx.tcp.peek(id);
                 let mut head = [0u8; 64];
                 let n = (a.len() + b.len()).min(head.len());
@@ -456,6 +481,21 @@ impl Services {
                 head[..first].copy_from_slice(&a[..first]);
                 head[first..n].copy_from_slice(&b[..n - first]);
                 match status(&head[..n]) {
+                    // An interim response (RFC 9110 §15.2: 103 Early Hints,
+                    // 100 Continue) before the final one: passed over once
+                    // its head is whole. 101 would switch protocols, which
+                    // the check never asks for: a final answer.
+                    Some(s @ 100..=199) if s != 101 => match head_len(a, b) {
+                        Some(len) => {
+                            cx.tcp.consume(id, len);
+                            continue;
+                        }
+                        None if closed || a.len() + b.len() >= MAX_INTERIM_HEAD => {
+                            self.health_result(cx, p, m, Err(HealthFailure::Status(s)));
+                            cx.tcp.abort(id);
+                        }
+                        None => {}
+                    },
                     Some(s) => {
                         let verdict = match s {
                             _ if s == expect => Ok(()),
@@ -465,13 +505,14 @@ impl Services {
                         self.health_result(cx, p, m, verdict);
                         cx.tcp.abort(id);
                     }
-                    None if matches!(ev, Event::PeerClosed(_)) => {
+                    None if closed => {
                         self.health_result(cx, p, m, Err(HealthFailure::ClosedBeforeStatus));
                         cx.tcp.abort(id);
                     }
                     None => {}
                 }
-            }
+                break;
+            },
             _ => {}
         }
     }
@@ -628,6 +669,24 @@ mod tests {
         h.host = None;
         let plain = String::from_utf8(HealthCheck::from_config(&h).request).unwrap();
         assert!(plain.starts_with("GET /health HTTP/1.0\r\n") && !plain.contains("Host"));
+    }
+
+    #[test]
+    fn interim_heads_end_at_their_empty_line_in_either_half() {
+        let head = b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\nHTTP/1.1 200 OK\r\n";
+        let end = 44;
+        assert_eq!(&head[end - 4..end], b"\r\n\r\n");
+        for cut in 0..head.len() {
+            let (a, b) = head.split_at(cut);
+            assert_eq!(head_len(a, b), Some(end), "cut at {cut}");
+        }
+        assert_eq!(head_len(b"HTTP/1.1 100 Continue\n\n", b""), Some(23));
+        assert_eq!(
+            head_len(b"HTTP/1.1 103 Early Hints\r\nLink: x\r\n", b""),
+            None
+        );
+        let long = [b'x'; MAX_INTERIM_HEAD];
+        assert_eq!(head_len(&long, b"\n\n"), None, "past the bound");
     }
 
     #[test]
