@@ -237,15 +237,24 @@ impl<A: Copy + Eq + Hash> NeighborCache<A> {
 
     /// Records `ip` → `mac`. An existing entry is always updated (RFC 826's
     /// merge step); a new one is made only when `create` (the packet was for
-    /// us, or answered our request).
+    /// us, or answered our request). Counted as learned ([`Self::learned`])
+    /// when it is new, was incomplete or moved: a refresh of what was
+    /// known releases no frame waiting for a neighbour.
     pub fn learn(&mut self, ip: A, mac: EthernetAddress, now: Instant, create: bool) {
         let state = State::Reachable {
             mac,
             expires: now + self.reachable,
         };
         if let Some(e) = self.entries.get_mut(&ip) {
+            let known = match e.state {
+                State::Reachable { mac: held, .. } | State::Stale { mac: held, .. } => held == mac,
+                State::Incomplete { .. } => false,
+            };
             e.set(state, &mut self.pending_live);
             e.used = true;
+            if known {
+                return;
+            }
         } else if create {
             self.insert(ip, state, false);
         } else {
@@ -668,6 +677,31 @@ mod tests {
             .filter(|&i| c.peek(Ipv4Addr::new(10, 0, 0, i), t0).is_some())
             .count();
         assert_eq!(kept, 12);
+    }
+
+    /// Only what can release a frame waiting for a neighbour counts as
+    /// learned: a new entry, a resolved one, a moved one. Before, every
+    /// ARP packet from a known sender counted, and each made the engine
+    /// look over all its waiting frames again (an ARP flood's cost).
+    #[test]
+    fn a_refresh_of_a_known_mapping_is_not_counted_as_learned() {
+        const OTHER: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 10]);
+        let mut c = ArpCache::new(4);
+        let ip = Ipv4Addr::new(10, 0, 0, 9);
+        let t0 = Instant::from_millis(1000);
+        c.learn(ip, MAC, t0, true);
+        assert_eq!(c.learned(), 1);
+        for _ in 0..100 {
+            c.learn(ip, MAC, t0, false);
+        }
+        assert_eq!(c.learned(), 1, "refreshed, not learned");
+        assert_eq!(c.peek(ip, t0 + REACHABLE_TIME / 2), Some(MAC));
+        c.learn(ip, OTHER, t0, false);
+        assert_eq!(c.learned(), 2, "moved");
+        let missed = Ipv4Addr::new(10, 0, 0, 10);
+        c.lookup(missed, t0, true);
+        c.learn(missed, MAC, t0, false);
+        assert_eq!(c.learned(), 3, "resolved");
     }
 
     #[test]
