@@ -8,7 +8,7 @@ use crate::app::Tcp;
 use crate::net::toeplitz::{classify, FrameClass};
 use crate::net::{set_destination, Verdict};
 use crate::net::{vlan, Interface};
-use crate::port::{PacketBuf, Port};
+use crate::port::{PacketBuf, Port, RssSteering};
 use crate::stats::{Counters, DropReason};
 use crate::steer::{SteerLink, Steered};
 use crate::tcp::{AnyFlowKey, FlowKey, FlowKey6};
@@ -190,19 +190,7 @@ pub(super) fn steer<P: Port>(
             if owner == link.engine {
                 return Some(buf);
             }
-            counters.frames_steered += 1;
-            if link
-                .send(
-                    owner,
-                    Steered::Rx {
-                        port: port as u8,
-                        buf,
-                    },
-                )
-                .is_err()
-            {
-                counters.drop(DropReason::SteerFull);
-            }
+            pass_on(link, owner, port, buf, counters);
             None
         }
         FrameClass::Neighbor => {
@@ -210,6 +198,40 @@ pub(super) fn steer<P: Port>(
             Some(buf)
         }
         FrameClass::Other => Some(buf),
+    }
+}
+
+/// The engine an ICMP error (fragmentation needed, Packet Too Big)
+/// received on a port whose NIC spreads flows (`rss`) belongs to, when it
+/// quotes a flow of another engine's queue: the NIC hashed it on its
+/// addresses alone. Engine `q` polls queue `q` on such a port.
+pub(super) fn icmp_error_owner<B: PacketBuf>(
+    link: &SteerLink<B>,
+    rss: Option<RssSteering>,
+    buf: &B,
+) -> Option<u16> {
+    let rss = rss?;
+    let h = crate::net::toeplitz::icmp_error_flow(buf.data(), &link.table)?;
+    let owner = rss.queue_of(h);
+    (owner != link.engine && owner < link.engines).then_some(owner)
+}
+
+/// Hands a received frame to engine `owner` to take as its own (counted
+/// as steered; dropped and counted when its inbox is full).
+pub(super) fn pass_on<B: PacketBuf>(
+    link: &SteerLink<B>,
+    owner: u16,
+    port: usize,
+    buf: B,
+    counters: &mut Counters,
+) {
+    counters.frames_steered += 1;
+    let msg = Steered::Rx {
+        port: port as u8,
+        buf,
+    };
+    if link.send(owner, msg).is_err() {
+        counters.drop(DropReason::SteerFull);
     }
 }
 

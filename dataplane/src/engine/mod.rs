@@ -24,7 +24,7 @@ use crate::app::{Application, Cx, Services, Tcp, Uplink};
 use crate::dpdk::TscClock;
 use crate::net::toeplitz::is_neighbor_frame;
 use crate::net::{Interface, InterfaceConfig, Verdict};
-use crate::port::{PacketBuf, Port};
+use crate::port::{PacketBuf, Port, RssSteering};
 use crate::snapshot::{Capture, ControlLink, HealthShare, PoolView};
 use crate::stats::{Counters, DropReason, SharedCounters, VipCounters};
 use crate::steer::{PortShare, SteerLink, Steered};
@@ -109,6 +109,9 @@ struct EnginePort<P: Port> {
     /// The link's MTU, where set ([`Engine::set_port_mtu`]); else what
     /// `TcpConfig::mss` implies.
     mtu: Option<u16>,
+    /// How the port's NIC spreads flows over the engines' queues, when it
+    /// does.
+    rss: Option<RssSteering>,
 }
 
 /// A frame waiting for its next hop's MAC.
@@ -536,6 +539,7 @@ impl<P: Port, A: Application> Engine<P, A> {
             share: PortShare::OWN,
             tx_via: None,
             mtu: None,
+            rss: steering,
         });
         // Large segments on an address no port claims only when every
         // port cuts them; each port's own addresses get its own limit.
@@ -784,7 +788,15 @@ impl<P: Port, A: Application> Engine<P, A> {
                         if is_neighbor_frame(buf.data()) {
                             io::share_neighbor_frame(link, ep, i, &buf, &mut self.counters);
                         }
-                        buf
+                        // It hashes an ICMP error on its addresses alone:
+                        // one quoting another engine's flow goes there.
+                        match io::icmp_error_owner(link, ep.rss, &buf) {
+                            Some(owner) => {
+                                io::pass_on(link, owner, i, buf, &mut self.counters);
+                                continue;
+                            }
+                            None => buf,
+                        }
                     }
                     _ => buf,
                 };

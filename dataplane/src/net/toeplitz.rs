@@ -175,6 +175,27 @@ fn classify_frag_needed(ip: &[u8], t: &Toeplitz) -> FrameClass {
     FrameClass::Tcp(t.tcp4(theirs, ours, their_port, our_port))
 }
 
+/// The flow hash of the TCP segment an ICMP error in `frame` quotes (a
+/// "fragmentation needed", a Packet Too Big), hashed as that flow's
+/// received segments are; `None` for any other frame. For ports whose
+/// NIC spreads flows: its RSS hashes such an error on its addresses only,
+/// so it lands on a queue that need not be its flow's.
+pub fn icmp_error_flow(frame: &[u8], t: &Toeplitz) -> Option<u32> {
+    let (at, _) = super::vlan::peek(frame);
+    let ip = frame.get(at + 2..)?;
+    let class = match frame.get(at..at + 2)? {
+        [0x08, 0x00] if ip.len() >= 20 && ip[0] >> 4 == 4 && ip[9] == 1 => {
+            classify_frag_needed(ip, t)
+        }
+        [0x86, 0xdd] if ip.len() > 40 && ip[6] == 58 && ip[40] == 2 => classify_ipv6(ip, t),
+        _ => return None,
+    };
+    match class {
+        FrameClass::Tcp(h) => Some(h),
+        _ => None,
+    }
+}
+
 /// Whether `frame` is one every engine learns neighbours from (ARP, an
 /// IPv6 Neighbor Solicitation or Advertisement), without hashing anything:
 /// for ports whose NIC spreads flows (its RSS leaves these on one queue).

@@ -409,6 +409,9 @@ pub struct MemPort {
     /// Bursts move nothing ([`Port::set_paused`], as a DPDK port being
     /// restarted).
     paused: bool,
+    /// How a NIC's RSS would spread flows over queues, one of which this
+    /// is ([`MemPort::set_rss`]).
+    rss: Option<super::RssSteering>,
 }
 
 /// Makes a link of two ports with the given MACs; each direction holds at
@@ -472,6 +475,7 @@ fn link_with(
             large: large.clone(),
             cut_pending: VecDeque::new(),
             paused: false,
+            rss: None,
         },
         MemPort {
             mac: mac_b,
@@ -482,6 +486,7 @@ fn link_with(
             large,
             cut_pending: VecDeque::new(),
             paused: false,
+            rss: None,
         },
     )
 }
@@ -505,10 +510,20 @@ impl MemPort {
     pub fn rx_pending(&self) -> usize {
         self.rx.len()
     }
+
+    /// Makes this end one queue of a NIC whose RSS spreads flows as `rss`
+    /// says (the test delivers each frame to the queue it names).
+    pub fn set_rss(&mut self, rss: super::RssSteering) {
+        self.rss = Some(rss);
+    }
 }
 
 impl Port for MemPort {
     type Buf = MemBuf;
+
+    fn rss_steering(&self) -> Option<super::RssSteering> {
+        self.rss
+    }
 
     fn mac(&self) -> EthernetAddress {
         self.mac
