@@ -17,8 +17,18 @@ address = "10.99.0.1/24"
 socket = "/tmp/tlsdp-e2e-never-bound.sock"
 "#;
 
+/// Runs dpd on `config` and checks its exit code and message. Errors dpd
+/// finds only once it starts DPDK come after it binds its control socket
+/// and metrics endpoint: each run gets a socket of its own and no metrics,
+/// so tests running at once never find each other's.
 fn refused(config: &str, code: i32, needles: &[&str]) {
-    let (status, stderr) = dpd_refuses(config);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("dpd.sock");
+    let config = config.replace(
+        "socket = \"/tmp/tlsdp-e2e-never-bound.sock\"",
+        &format!("socket = \"{}\"\nmetrics = \"\"", socket.display()),
+    );
+    let (status, stderr) = dpd_refuses(&config);
     assert_eq!(status.code(), Some(code), "exit code; stderr:\n{stderr}");
     for n in needles {
         assert!(stderr.contains(n), "stderr lacks {n:?}:\n{stderr}");

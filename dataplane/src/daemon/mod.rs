@@ -180,12 +180,6 @@ pub fn run(cfg: &Config, config_path: Option<&Path>, signals: Signals) -> Result
         reopen,
     } = signals;
     let started = std::time::Instant::now();
-    // The control socket and the metrics endpoint are bound before
-    // anything else: a second dpd given the same configuration stops
-    // here, before its EAL, ports and engines could take (and reset) the
-    // running one's traffic.
-    let socket = ControlSocket::bind(&cfg.control.socket).map_err(StartError::Control)?;
-    let metrics = threads::bind_metrics(cfg)?;
     let machine = Machine::probe();
     log::info!("hugepages: {}", machine.hugepages.join("; "));
     let plan = plan(cfg, &machine, |iface| {
@@ -213,6 +207,13 @@ pub fn run(cfg: &Config, config_path: Option<&Path>, signals: Signals) -> Result
         shared.clone(),
         dpdk::tsc_hz(),
     )?;
+    // The control socket and the metrics endpoint are bound once the
+    // configuration is known good (its errors named first), before DPDK:
+    // a second dpd given the same configuration stops here, before its
+    // EAL, ports and engines could take (and reset) the running one's
+    // traffic.
+    let socket = ControlSocket::bind(&cfg.control.socket).map_err(StartError::Control)?;
+    let metrics = threads::bind_metrics(cfg)?;
     // DPDK's lines (EAL, drivers) in dpd's log format, at their level.
     if let Err(e) = dpdk::route_to_log() {
         log::warn!("DPDK's log lines stay on stderr as they are: {e}");
