@@ -402,10 +402,10 @@ pub(super) fn queue<P: Port>(
         Verdict::Drop(reason) => counters.drop(reason),
         Verdict::AwaitNeighbor(hop) => {
             if ep.unresolved.len() == MAX_UNRESOLVED {
-                ep.unresolved.remove(0);
+                ep.unresolved.pop_front();
                 counters.drop(DropReason::NeighborMiss);
             }
-            ep.unresolved.push(Held {
+            ep.unresolved.push_back(Held {
                 vlan,
                 hop,
                 buf,
@@ -437,25 +437,28 @@ pub(super) fn release_resolved<P: Port>(
     now: Instant,
     counters: &mut Counters,
 ) {
-    let mut i = 0;
-    while i < ep.unresolved.len() {
-        let (vlan, hop, deadline) = {
-            let h = &ep.unresolved[i];
-            (h.vlan, h.hop, h.until)
+    // Each held frame is taken from the front once and goes out, is
+    // dropped, or goes to the back: one pass, order kept, nothing moved
+    // but the frame itself.
+    for _ in 0..ep.unresolved.len() {
+        let Some(held) = ep.unresolved.pop_front() else {
+            break;
         };
         let mac = ep
-            .iface_on(vlan)
-            .and_then(|iface| iface.resolve_hop(hop, now));
-        if let Some(mac) = mac {
-            let mut buf = ep.unresolved.remove(i).buf;
-            set_destination(buf.data_mut(), mac);
-            ep.tx.push(buf);
-            ep.tx_since.get_or_insert(now);
-        } else if now >= deadline {
-            ep.unresolved.remove(i);
-            counters.drop(DropReason::NeighborMiss);
-        } else {
-            i += 1;
+            .iface_on(held.vlan)
+            .and_then(|iface| iface.resolve_hop(held.hop, now));
+        match mac {
+            // Out, while the transmit buffer has room (else it waits on
+            // for the next look, at the latest the next tick).
+            Some(mac) if tx_room(ep, now, counters) => {
+                let mut buf = held.buf;
+                set_destination(buf.data_mut(), mac);
+                ep.tx.push(buf);
+                ep.tx_since.get_or_insert(now);
+            }
+            _ if now < held.until => ep.unresolved.push_back(held),
+            Some(_) => counters.drop(DropReason::TxFull),
+            None => counters.drop(DropReason::NeighborMiss),
         }
     }
 }

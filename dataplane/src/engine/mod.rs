@@ -91,7 +91,7 @@ struct EnginePort<P: Port> {
     /// When the oldest frame in `tx` was queued.
     tx_since: Option<Instant>,
     /// Frames (tagged already) waiting for a next hop's MAC.
-    unresolved: Vec<Held<P::Buf>>,
+    unresolved: std::collections::VecDeque<Held<P::Buf>>,
     /// The neighbour tables' `learned` count when `unresolved` was last looked
     /// over: until it moves, only the tick looks again (for deadlines and
     /// paced requests), not every iteration.
@@ -531,7 +531,7 @@ impl<P: Port, A: Application> Engine<P, A> {
             vlans: Vec::new(),
             tx: Vec::with_capacity(2 * self.cfg.burst),
             tx_since: None,
-            unresolved: Vec::with_capacity(MAX_UNRESOLVED),
+            unresolved: std::collections::VecDeque::with_capacity(MAX_UNRESOLVED),
             unresolved_seen: 0,
             rx_drained: true,
             capture: None,
