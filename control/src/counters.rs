@@ -131,7 +131,8 @@ macro_rules! with_counters {
             health_failures: Counter, "tlsdp_health_check_failures_total", "Health checks failed.";
             health_checks_skipped: Counter, "tlsdp_health_checks_skipped_total", "Health checks dropped without a verdict for want of the engine's own (a full connection table, every source port in use, or, for HTTP, no send ring for the request at tcp.buffer_memory_mib): run again at their next interval.";
             health_changes: Counter, "tlsdp_health_state_changes_total", "Pool members going down or up.";
-            frames_steered: Counter, "tlsdp_frames_steered_total", "Frames received by the engine and handed to the engine owning their flow (software RSS).";
+            frames_steered: Counter, "tlsdp_frames_steered_total", "Frames received by the engine and handed to the engine owning their flow (software RSS; on a port the NIC spreads, ICMP errors quoting another engine's flow).";
+            neighbor_frames_shared: Counter, "tlsdp_neighbor_frames_shared_total", "Copies of ARP and Neighbor Discovery frames handed to the other engines to learn neighbours from (one per other engine; only frames to us, and ND with hop limit 255).";
             config_version: Version, "tlsdp_config_version", "Version of the configuration the engine uses (1 at start, one up per change).";
             busy_cycles: Cycles, "tlsdp_busy_seconds_total", "Time the engine loop spent in iterations that did work.";
             idle_cycles: Cycles, "tlsdp_idle_seconds_total", "Time the engine loop spent finding nothing to do, its idle sleeps included.";

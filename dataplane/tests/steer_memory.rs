@@ -182,6 +182,45 @@ fn neighbour_frames_are_answered_once_and_learned_by_every_engine() {
         ),
         (1, 1, 0, 0)
     );
+    assert_eq!(c0.neighbor_frames_shared, 2, "a copy of each");
+}
+
+/// Only neighbour frames another engine could learn from are copied to
+/// it: a Neighbor Solicitation from off the link (hop limit below 255,
+/// as a router forwards one from the internet) and ARP sent to another
+/// host's MAC are dropped where they arrive. Before, each was copied to
+/// every engine first: a flood of them cost every core, not one.
+#[test]
+fn neighbour_frames_no_engine_learns_from_are_not_copied() {
+    let mut p = pair();
+    let mut forwarded = solicitation(DUT_IP6);
+    forwarded[21] = 64;
+    let other_host = EthernetAddress([0x02, 0, 0, 0, 0, 0x77]);
+    let mut unicast_elsewhere = common::arp_frame(
+        ArpOperation::Request,
+        HOST_MAC,
+        HOST_IP,
+        other_host,
+        Ipv4Addr::new(10, 77, 0, 9),
+    );
+    unicast_elsewhere[..6].copy_from_slice(other_host.as_bytes());
+    let out = p.exchange(vec![forwarded, unicast_elsewhere]);
+    assert!(out.is_empty(), "neither answered");
+    let c0 = p.engines[0].counters();
+    assert_eq!(c0.neighbor_frames_shared, 0, "no copies");
+    assert_eq!(c0.rx_packets, 2);
+    // One for us is copied still.
+    let request = common::arp_frame(
+        ArpOperation::Request,
+        HOST_MAC,
+        HOST_IP,
+        EthernetAddress::BROADCAST,
+        DUT_IP,
+    );
+    assert_eq!(p.exchange(vec![request]).len(), 1);
+    assert_eq!(p.engines[0].counters().neighbor_frames_shared, 1);
+    let v4 = p.engines[1].interface(0).arp().peek(HOST_IP, p.now);
+    assert_eq!(v4, Some(HOST_MAC), "engine 1 learned from its copy");
 }
 
 /// A port whose NIC spreads flows over a queue per engine leaves ARP on

@@ -247,6 +247,9 @@ pub(super) fn share_neighbor_frame<P: Port>(
     buf: &P::Buf,
     counters: &mut Counters,
 ) {
+    if !crate::net::toeplitz::neighbor_frame_to_learn_from(buf.data(), ep.port.mac()) {
+        return; // answered (or dropped) here; nothing any engine learns
+    }
     for other in (0..link.engines).filter(|&e| e != link.engine) {
         let Some(mut copy) = ep.port.alloc() else {
             counters.drop(DropReason::NoBuffer);
@@ -261,17 +264,13 @@ pub(super) fn share_neighbor_frame<P: Port>(
         }
         copy.set_len(buf.data().len());
         copy.data_mut().copy_from_slice(buf.data());
-        if link
-            .send(
-                other,
-                Steered::Learn {
-                    port: port as u8,
-                    buf: copy,
-                },
-            )
-            .is_err()
-        {
-            counters.drop(DropReason::SteerFull);
+        let msg = Steered::Learn {
+            port: port as u8,
+            buf: copy,
+        };
+        match link.send(other, msg) {
+            Ok(()) => counters.neighbor_frames_shared += 1,
+            Err(_) => counters.drop(DropReason::SteerFull),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! source port of a connection it opens so that the replies hash to its
 //! own queue (docs/architecture.md, docs/scaling.md: share-nothing engines).
 
+use smoltcp::wire::EthernetAddress;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Toeplitz hash of `input` under `key` (`key` at least `input.len() + 4`
@@ -208,6 +209,27 @@ pub fn is_neighbor_frame(frame: &[u8]) -> bool {
             frame.len() > ip + 40 && frame[ip + 6] == 58 && matches!(frame[ip + 40], 135 | 136)
         }
         _ => false,
+    }
+}
+
+/// Whether another engine could learn a neighbour from `frame` (one
+/// [`is_neighbor_frame`] or [`classify`] found to be ARP or ND) received
+/// on a port with MAC `ours`: sent to us (our MAC, broadcast or a
+/// multicast group), and for ND with hop limit 255 (RFC 4861 §7.1: one
+/// from off the link is dropped by every engine). Only such frames are
+/// copied: a flood of others would cost every engine, not just one.
+pub fn neighbor_frame_to_learn_from(frame: &[u8], ours: EthernetAddress) -> bool {
+    let Some(dst) = frame.get(..6) else {
+        return false;
+    };
+    if dst != ours.as_bytes() && dst[0] & 1 == 0 {
+        return false; // another host's unicast
+    }
+    let (at, _) = super::vlan::peek(frame);
+    match frame.get(at..at + 2) {
+        Some([0x86, 0xdd]) => frame.get(at + 2 + 7) == Some(&255),
+        Some(_) => true,
+        None => false,
     }
 }
 
