@@ -36,7 +36,7 @@ const MIN_MTU: usize = 1280;
 /// Room an ICMPv6 error needs before the packet it quotes.
 pub const ERROR_HEADROOM: usize = HEADER_LEN + 8;
 /// Extension headers walked before giving up on a packet.
-const MAX_EXTENSION_HEADERS: usize = 8;
+pub(crate) const MAX_EXTENSION_HEADERS: usize = 8;
 /// Neighbours remembered per port.
 const ND_ENTRIES: usize = 4096;
 /// Most solicitations queued for sending between two engine iterations.

@@ -233,14 +233,17 @@ pub fn neighbor_frame_to_learn_from(frame: &[u8], ours: EthernetAddress) -> bool
     }
 }
 
-/// An IPv6 packet: TCP right after the header is hashed as a NIC's RSS
-/// does; Neighbor Solicitations and Advertisements go to every engine.
+/// An IPv6 packet: TCP is hashed as a NIC's RSS does, after whatever
+/// hop-by-hop, destination options and routing headers the engine walks
+/// to reach it (`ipv6::upper_layer`), so a segment with them goes where
+/// its flow's others go; Neighbor Solicitations and Advertisements go to
+/// every engine.
 fn classify_ipv6(ip: &[u8], t: &Toeplitz) -> FrameClass {
     if ip.len() <= 40 || ip[0] >> 4 != 6 {
         return FrameClass::Other;
     }
     match (ip[6], ip[40]) {
-        (58, 135 | 136) => FrameClass::Neighbor,
+        (58, 135 | 136) => return FrameClass::Neighbor,
         // A Packet Too Big quoting one of our TCP segments goes to the
         // engine of its flow: hashed as the flow's received segments are
         // (the quoted packet is ours, so its addresses and ports swap).
@@ -253,20 +256,38 @@ fn classify_ipv6(ip: &[u8], t: &Toeplitz) -> FrameClass {
             };
             let ours = u16::from_be_bytes([q[40], q[41]]);
             let theirs = u16::from_be_bytes([q[42], q[43]]);
-            FrameClass::Tcp(t.tcp6(addr(24), addr(8), theirs, ours))
+            return FrameClass::Tcp(t.tcp6(addr(24), addr(8), theirs, ours));
         }
-        (6, _) if ip.len() >= 44 => {
-            let addr = |at: usize| {
-                let mut a = [0u8; 16];
-                a.copy_from_slice(&ip[at..at + 16]);
-                Ipv6Addr::from(a)
-            };
-            let sport = u16::from_be_bytes([ip[40], ip[41]]);
-            let dport = u16::from_be_bytes([ip[42], ip[43]]);
-            FrameClass::Tcp(t.tcp6(addr(8), addr(24), sport, dport))
-        }
-        _ => FrameClass::Other,
+        _ => {}
     }
+    let (mut next, mut at) = (ip[6], 40);
+    for _ in 0..=super::ipv6::MAX_EXTENSION_HEADERS {
+        match next {
+            6 => {
+                let Some(ports) = ip.get(at..at + 4) else {
+                    return FrameClass::Other;
+                };
+                let addr = |at: usize| {
+                    let mut a = [0u8; 16];
+                    a.copy_from_slice(&ip[at..at + 16]);
+                    Ipv6Addr::from(a)
+                };
+                let sport = u16::from_be_bytes([ports[0], ports[1]]);
+                let dport = u16::from_be_bytes([ports[2], ports[3]]);
+                return FrameClass::Tcp(t.tcp6(addr(8), addr(24), sport, dport));
+            }
+            // Hop-by-hop, destination options, routing: skipped by length.
+            0 | 60 | 43 => {
+                let (Some(&n), Some(&len)) = (ip.get(at), ip.get(at + 1)) else {
+                    return FrameClass::Other;
+                };
+                next = n;
+                at += (usize::from(len) + 1) * 8;
+            }
+            _ => return FrameClass::Other,
+        }
+    }
+    FrameClass::Other
 }
 
 pub use crate::port::RssSteering;
@@ -538,7 +559,18 @@ mod tests {
             FrameClass::Other,
             "ports cut off"
         );
-        v6[14 + 6] = 0; // a hop-by-hop header first
+        // Behind a destination options and a hop-by-hop header (as the
+        // engine reads it): hashed the same, so it goes where the flow's
+        // other segments go (it was `Other`: kept by the engine it
+        // reached, which need not own the flow).
+        let mut ext = v6[..14 + 40].to_vec();
+        ext[14 + 6] = 0;
+        ext.extend_from_slice(&[60, 0, 1, 4, 0, 0, 0, 0]); // hop-by-hop, PadN
+        ext.extend_from_slice(&[6, 1, 1, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        ext.extend_from_slice(&v6[14 + 40..]);
+        assert_eq!(classify(&ext, &t), FrameClass::Tcp(want));
+        assert_eq!(classify(&ext[..14 + 40 + 24 + 2], &t), FrameClass::Other);
+        v6[14 + 6] = 0; // a hop-by-hop header first, then an unknown one
         v6[14 + 40] = 135;
         assert_eq!(classify(&v6, &t), FrameClass::Other);
         assert_eq!(classify(&v6[..14 + 40], &t), FrameClass::Other);
