@@ -552,10 +552,21 @@ pub struct Pool {
     /// and the next member tried (1 to 60000; default 3000).
     #[serde(default = "default_connect_timeout")]
     pub connect_timeout_ms: u32,
+    /// A member a backend connect failed to (refused, or not established
+    /// within `connect_timeout_ms`) is passed over by each engine's new
+    /// connections for this long, unless no other member is left (as
+    /// nginx's `max_fails=1 fail_timeout=10s`); 0: never (0 to 3600000;
+    /// default 10000).
+    #[serde(default = "default_fail_timeout")]
+    pub fail_timeout_ms: u32,
 }
 
 fn default_connect_timeout() -> u32 {
     3000
+}
+
+fn default_fail_timeout() -> u32 {
+    10_000
 }
 
 /// `health = { kind = "http", path = "/", expect = 200, interval_ms = 1000,
@@ -1752,6 +1763,13 @@ impl Config {
                     at("connect_timeout_ms"),
                     pool.connect_timeout_ms,
                     "must be 1 to 60000",
+                ));
+            }
+            if pool.fail_timeout_ms > 3_600_000 {
+                return Err(ConfigError::new(
+                    at("fail_timeout_ms"),
+                    pool.fail_timeout_ms,
+                    "must be 0 (never) to 3600000",
                 ));
             }
             if let Some(h) = &pool.health {
@@ -3126,6 +3144,11 @@ mod tests {
             "connect_timeout_ms = 0",
         );
         assert_eq!(e.field, "pool[0].connect_timeout_ms", "{e}");
+        let e = bad(
+            "balance = \"weighted_least_conn\"",
+            "fail_timeout_ms = 3600001",
+        );
+        assert_eq!(e.field, "pool[0].fail_timeout_ms", "{e}");
         // A member off every subnet, with no gateway to reach it.
         let no_gw = GOOD.replace("gateway = \"10.77.0.254\"", "");
         let e = err_of(&format!(

@@ -839,3 +839,72 @@ fn interim_responses_before_a_checks_answer_are_passed_over() {
     assert!(view[0].members[0].healthy);
     assert_eq!(view[0].members[0].last_failure, None);
 }
+
+/// A member that refuses (a reset to our SYN) is passed over by the next
+/// clients for the pool's fail timeout (nginx's `max_fails=1
+/// fail_timeout=10s`), in a pool without health checks; after it, it is
+/// tried again. Before, round robin gave it every other client, each
+/// paying a refused connect (or, for a silent member, the whole connect
+/// timeout) first.
+#[test]
+fn a_member_that_refused_is_passed_over_until_its_fail_timeout() {
+    const SECOND: u16 = 8082;
+    let mut host = HostLab::new();
+    let members = [BACKEND_PORT, SECOND]
+        .map(|port| Member::new(SocketAddrV4::new(HOST_IP, port), 1, MemberState::Up));
+    let pool = Pool::new("web".into(), Balance::RoundRobin, members.to_vec());
+    let p = host.mem.engine.add_pool(pool);
+    host.mem.engine.listen_pool(DUT_IP, VIP_PORT, None, p);
+    // A client's backend SYNs, in order, until one is accepted (the
+    // refused ones answered with a reset).
+    let serve = |host: &mut HostLab, client_port: u16, refuse: u16| -> Vec<u16> {
+        let mut client = HostConn::client(client_port, VIP_PORT, 1_000);
+        let syn = client.next(TcpControl::Syn, b"");
+        client.absorb(&host.exchange(&[syn]));
+        let ask = client.next(TcpControl::Psh, REQUEST);
+        let mut out = host.exchange(&[ask]);
+        let mut tried = Vec::new();
+        for _ in 0..4 {
+            let Some(syn) = out
+                .iter()
+                .find(|s| s.control == TcpControl::Syn && s.src_port != VIP_PORT)
+                .cloned()
+            else {
+                break;
+            };
+            tried.push(syn.dst_port);
+            let mut backend = HostConn::accepted(&syn, 7_000);
+            if syn.dst_port == refuse {
+                let mut rst = backend.next(TcpControl::Rst, b"");
+                rst.ack = Some(syn.seq.wrapping_add(1));
+                out = host.exchange(&[rst]);
+            } else {
+                let synack = backend.next(TcpControl::Syn, b"");
+                backend.absorb(&host.exchange(&[synack]));
+                assert!(
+                    backend.received.ends_with(REQUEST),
+                    "the request reached it"
+                );
+                break;
+            }
+        }
+        tried
+    };
+    assert_eq!(
+        serve(&mut host, 40_001, BACKEND_PORT),
+        [BACKEND_PORT, SECOND]
+    );
+    for port in 40_002..40_006 {
+        assert_eq!(
+            serve(&mut host, port, BACKEND_PORT),
+            [SECOND],
+            "client {port}"
+        );
+    }
+    host.advance(Duration::from_secs(10));
+    let mut firsts: Vec<u16> = (40_006..40_008)
+        .map(|port| serve(&mut host, port, 0)[0])
+        .collect();
+    firsts.sort();
+    assert_eq!(firsts, [BACKEND_PORT, SECOND], "in the turn again");
+}

@@ -14,9 +14,13 @@ pub struct Member {
     pub state: MemberState,
     /// Connections to it open now (from this engine).
     pub active: u32,
-    /// Connections it was given, and connects that failed.
+    /// Connections it was given, and connects that failed (refused, or
+    /// not established in time).
     pub picked: u64,
     pub failed: u64,
+    /// Until then new connections pass it over: a connect to it failed
+    /// (its pool's `fail_timeout`, as nginx's `fail_timeout`).
+    pub passed_over_until: crate::time::Instant,
     /// Health as checked by this engine.
     pub health: super::health::MemberHealth,
     /// Taken out of the configuration; kept (down) while connections to it
@@ -35,6 +39,7 @@ impl Member {
             active: 0,
             picked: 0,
             failed: 0,
+            passed_over_until: crate::time::Instant::ZERO,
             health: super::health::MemberHealth::default(),
             removed: false,
             current: 0,
@@ -54,6 +59,9 @@ pub struct Pool {
     pub proxy_protocol: bool,
     /// How long a backend connect may take before the next member is tried.
     pub connect_timeout: std::time::Duration,
+    /// How long new connections pass over a member a connect failed to
+    /// (zero: never).
+    pub fail_timeout: std::time::Duration,
     /// Taken out of the configuration; kept while connections use it
     /// (those that started before still get members), never health checked.
     pub retired: bool,
@@ -62,6 +70,10 @@ pub struct Pool {
 
 /// A set of member indices (pools have at most 64 members).
 pub type Tried = u64;
+
+/// How long a member a connect failed to is passed over, unless its pool
+/// says otherwise (`fail_timeout_ms`; nginx's default too).
+pub const DEFAULT_FAIL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Pool {
     pub fn new(name: String, balance: Balance, members: Vec<Member>) -> Self {
@@ -72,6 +84,7 @@ impl Pool {
             check: None,
             proxy_protocol: false,
             connect_timeout: std::time::Duration::from_secs(3),
+            fail_timeout: DEFAULT_FAIL_TIMEOUT,
             retired: false,
             cursor: 0,
         }
@@ -96,6 +109,7 @@ impl Pool {
         self.check.clone_from(&next.check);
         self.proxy_protocol = next.proxy_protocol;
         self.connect_timeout = next.connect_timeout;
+        self.fail_timeout = next.fail_timeout;
         self.retired = false;
         for m in &mut self.members {
             m.removed = true;
@@ -152,6 +166,41 @@ impl Pool {
                 None => false,
             },
         );
+    }
+
+    /// A connect to member `m` failed (refused, or not established within
+    /// the connect timeout): counted, and new connections pass it over for
+    /// `fail_timeout` (nginx's `max_fails=1 fail_timeout=...`).
+    pub fn connect_failed(&mut self, m: usize, now: crate::time::Instant) {
+        let fail_timeout = self.fail_timeout;
+        if let Some(member) = self.members.get_mut(m) {
+            member.failed += 1;
+            if !fail_timeout.is_zero() {
+                member.passed_over_until = now + fail_timeout;
+            }
+        }
+    }
+
+    /// The member for a new connection from `client` at `now`, other than
+    /// those in `tried`: one a connect recently failed to only when no
+    /// other is left (then it is tried anyway, as nginx does).
+    pub fn pick_at(
+        &mut self,
+        now: crate::time::Instant,
+        client: impl Into<IpAddr>,
+        tried: Tried,
+    ) -> Option<usize> {
+        let client = client.into();
+        let passed_over = self
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.passed_over_until > now)
+            .fold(0, |mask: Tried, (i, _)| mask | 1 << i);
+        match self.pick(client, tried | passed_over) {
+            None if passed_over & !tried != 0 => self.pick(client, tried),
+            chosen => chosen,
+        }
     }
 
     /// Whether some member would take a new connection (up, and healthy
@@ -356,6 +405,45 @@ mod tests {
         assert!(p.update_from(&shorter));
         assert!(p.members.iter().all(|m| m.health.next_at == Instant::ZERO));
         assert_eq!(p.check, Some(check(1)));
+    }
+
+    /// A member a connect failed to is passed over for the pool's
+    /// `fail_timeout`, unless every member left is; with a zero timeout,
+    /// never. Before, each new client was given it again (in a pool
+    /// without health checks: a connect timeout's wait each, for ever).
+    #[test]
+    fn a_member_a_connect_failed_to_is_passed_over_for_the_fail_timeout() {
+        use crate::time::Instant;
+        let client = Ipv4Addr::new(10, 9, 0, 1);
+        let t0 = Instant::from_millis(1000);
+        let mut p = pool(Balance::RoundRobin, &[1, 1]);
+        p.connect_failed(0, t0);
+        assert_eq!(p.members[0].failed, 1);
+        for _ in 0..4 {
+            assert_eq!(p.pick_at(t0, client, 0), Some(1));
+        }
+        // Member 1 tried already: the failed one is tried anyway.
+        assert_eq!(p.pick_at(t0, client, 1 << 1), Some(0));
+        // Both failed: both tried, in turn.
+        p.connect_failed(1, t0);
+        let both: Vec<_> = (0..2).filter_map(|_| p.pick_at(t0, client, 0)).collect();
+        assert_eq!(both.len(), 2);
+        // After the fail timeout, in the turn again.
+        let later = t0 + DEFAULT_FAIL_TIMEOUT;
+        let mut seen = [0; 2];
+        for _ in 0..4 {
+            seen[p.pick_at(later, client, 0).unwrap()] += 1;
+        }
+        assert_eq!(seen, [2, 2]);
+        // A zero fail timeout: never passed over.
+        let mut p = pool(Balance::RoundRobin, &[1, 1]);
+        p.fail_timeout = std::time::Duration::ZERO;
+        p.connect_failed(0, t0);
+        let mut seen = [0; 2];
+        for _ in 0..4 {
+            seen[p.pick_at(t0, client, 0).unwrap()] += 1;
+        }
+        assert_eq!(seen, [2, 2]);
     }
 
     fn shares(p: &mut Pool, n: usize) -> Vec<usize> {

@@ -382,7 +382,7 @@ impl Services {
         let Some(m) = self
             .pools
             .get_mut(p)
-            .and_then(|pool| pool.pick(ckey.remote_addr().ip(), tried))
+            .and_then(|pool| pool.pick_at(cx.now, ckey.remote_addr().ip(), tried))
         else {
             self.no_member(cx, client);
             return;
@@ -518,6 +518,12 @@ impl Services {
                     .and_then(|e| e.role.link())
                     .is_some_and(|l| !l.connected);
             if still_connecting {
+                let link = self.roles.get(id).and_then(|e| e.role.link());
+                if let Some((p, Some(m))) = link.map(|l| (usize::from(l.pool), l.member)) {
+                    if let Some(pool) = self.pools.get_mut(p) {
+                        pool.connect_failed(usize::from(m), cx.now);
+                    }
+                }
                 cx.tcp.abort(id);
             }
         }
@@ -570,16 +576,20 @@ impl Services {
         let other = peer(cx.tcp, link);
         match link.side {
             Side::Backend => {
-                let member = link.member.and_then(|m| {
-                    self.pools
-                        .get_mut(usize::from(link.pool))?
-                        .members
-                        .get_mut(usize::from(m))
-                });
-                if let Some(member) = member {
-                    member.active = member.active.saturating_sub(1);
-                    if !link.connected {
-                        member.failed += 1;
+                let pool = self.pools.get_mut(usize::from(link.pool));
+                if let (Some(pool), Some(m)) = (pool, link.member.map(usize::from)) {
+                    if let Some(member) = pool.members.get_mut(m) {
+                        member.active = member.active.saturating_sub(1);
+                    }
+                    // Refused, or no answer to our SYNs: the member's
+                    // doing. (A connect timeout counts where it aborts
+                    // the connection; other aborts are ours.)
+                    let failed = matches!(
+                        reason,
+                        CloseReason::Refused | CloseReason::Reset | CloseReason::TimedOut
+                    );
+                    if !link.connected && failed {
+                        pool.connect_failed(m, cx.now);
                     }
                 }
                 let Some(client) = other else { return };

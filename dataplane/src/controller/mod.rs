@@ -1138,6 +1138,7 @@ fn engine_pool(p: &control::config::Pool) -> dataplane_pool::Pool {
         .map(crate::app::health::HealthCheck::from_config);
     pool.proxy_protocol = p.proxy_protocol;
     pool.connect_timeout = Duration::from_millis(u64::from(p.connect_timeout_ms));
+    pool.fail_timeout = Duration::from_millis(u64::from(p.fail_timeout_ms));
     pool
 }
 
