@@ -104,6 +104,15 @@ impl Pool {
         if self.check != next.check {
             for m in &mut self.members {
                 m.health.next_at = crate::time::Instant::ZERO;
+                m.health.last_failure = None; // of a check no longer run
+            }
+        }
+        // A changed fail timeout holds from now on: a member passed over
+        // under the old one is taken again (it is passed over anew at its
+        // next failed connect).
+        if self.fail_timeout != next.fail_timeout {
+            for m in &mut self.members {
+                m.passed_over_until = crate::time::Instant::ZERO;
             }
         }
         self.check.clone_from(&next.check);
@@ -397,14 +406,39 @@ mod tests {
         for m in &mut p.members {
             m.health.next_at = turn;
         }
+        p.members[0].health.last_failure = Some(crate::app::health::HealthFailure::TimedOut);
         let same = p.clone();
         assert!(p.update_from(&same));
         assert!(p.members.iter().all(|m| m.health.next_at == turn));
+        assert!(p.members[0].health.last_failure.is_some());
         let mut shorter = p.clone();
         shorter.check = Some(check(1));
         assert!(p.update_from(&shorter));
         assert!(p.members.iter().all(|m| m.health.next_at == Instant::ZERO));
         assert_eq!(p.check, Some(check(1)));
+        assert_eq!(p.members[0].health.last_failure, None, "of the old check");
+    }
+
+    /// A reload that changes the fail timeout (to 0, "never", say) takes
+    /// back a member passed over under the old one; one that keeps it
+    /// keeps the member passed over.
+    #[test]
+    fn a_changed_fail_timeout_takes_passed_over_members_back() {
+        use crate::time::Instant;
+        let client = Ipv4Addr::new(10, 9, 0, 1);
+        let t0 = Instant::from_millis(1000);
+        let mut p = pool(Balance::RoundRobin, &[1, 1]);
+        p.fail_timeout = std::time::Duration::from_secs(3600);
+        p.connect_failed(0, t0);
+        let same = p.clone();
+        assert!(p.update_from(&same));
+        assert_eq!(p.pick_at(t0, client, 0), Some(1));
+        assert_eq!(p.pick_at(t0, client, 0), Some(1), "still passed over");
+        let mut never = p.clone();
+        never.fail_timeout = std::time::Duration::ZERO;
+        assert!(p.update_from(&never));
+        let picks: Vec<_> = (0..2).filter_map(|_| p.pick_at(t0, client, 0)).collect();
+        assert!(picks.contains(&0), "taken again: {picks:?}");
     }
 
     /// A member a connect failed to is passed over for the pool's
