@@ -95,11 +95,13 @@ impl Default for MemberHealth {
 
 impl MemberHealth {
     /// Its pool no longer checks it: taken into the choice again, its
-    /// streaks forgotten (a probe in flight is aborted at the next tick).
+    /// streaks and last failure forgotten (a probe in flight is aborted at
+    /// the next tick).
     pub fn unchecked(&mut self) {
         self.healthy = true;
         self.ok_streak = 0;
         self.fail_streak = 0;
+        self.last_failure = None;
     }
 
     /// Counts one check's result; `Some(healthy)` when the member's state
@@ -485,7 +487,7 @@ impl Services {
                     // 100 Continue) before the final one: passed over once
                     // its head is whole. 101 would switch protocols, which
                     // the check never asks for: a final answer.
-                    Some(s @ 100..=199) if s != 101 => match head_len(a, b) {
+                    Some(s @ 100..=199) if s != 101 && s != expect => match head_len(a, b) {
                         Some(len) => {
                             cx.tcp.consume(id, len);
                             continue;
