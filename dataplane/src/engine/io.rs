@@ -438,7 +438,11 @@ pub(super) fn release_resolved<P: Port>(
 ) {
     // Each held frame is taken from the front once and goes out, is
     // dropped, or goes to the back: one pass, order kept, nothing moved
-    // but the frame itself.
+    // but the frame itself. Once the transmit buffer has no room, none
+    // goes out for the rest of the pass (a later frame of a flow must not
+    // pass an earlier one); they wait for the next look, at the latest
+    // the next tick.
+    let mut room = true;
     for _ in 0..ep.unresolved.len() {
         let Some(held) = ep.unresolved.pop_front() else {
             break;
@@ -446,10 +450,11 @@ pub(super) fn release_resolved<P: Port>(
         let mac = ep
             .iface_on(held.vlan)
             .and_then(|iface| iface.resolve_hop(held.hop, now));
+        if mac.is_some() && room {
+            room = tx_room(ep, now, counters);
+        }
         match mac {
-            // Out, while the transmit buffer has room (else it waits on
-            // for the next look, at the latest the next tick).
-            Some(mac) if tx_room(ep, now, counters) => {
+            Some(mac) if room => {
                 let mut buf = held.buf;
                 set_destination(buf.data_mut(), mac);
                 ep.tx.push(buf);
