@@ -345,14 +345,17 @@ impl<A: Copy + Eq + Hash> NeighborCache<A> {
             e.state = reachable(mac);
         } else if changed {
             e.state = stale(mac);
-        } else {
-            return;
         }
-        self.learned = self.learned.wrapping_add(1);
+        // Only a move can release a frame waiting for a neighbour (none
+        // waits for one already known): a confirmation is not counted.
+        if changed {
+            self.learned = self.learned.wrapping_add(1);
+        }
     }
 
-    /// Counts the addresses learned or refreshed: frames waiting for a
-    /// neighbour need looking at again only when it moved.
+    /// Counts the neighbours learned, resolved or moved (not those only
+    /// confirmed or refreshed): frames waiting for a neighbour need
+    /// looking at again only when it moved.
     pub fn learned(&self) -> u64 {
         self.learned
     }
@@ -702,6 +705,21 @@ mod tests {
         c.lookup(missed, t0, true);
         c.learn(missed, MAC, t0, false);
         assert_eq!(c.learned(), 3, "resolved");
+        // Neighbor Discovery alike: a solicited advertisement confirming
+        // the MAC held is not counted; one moving it (override) is.
+        let mut nd = NdCache::with_reachable_time(4, ND_REACHABLE_TIME);
+        let ip6: Ipv6Addr = "fd00::9".parse().unwrap();
+        nd.lookup(ip6, t0, true);
+        nd.advertised(ip6, Some(MAC), true, true, t0);
+        assert_eq!(nd.learned(), 1, "resolved");
+        for _ in 0..100 {
+            nd.advertised(ip6, Some(MAC), true, true, t0);
+        }
+        assert_eq!(nd.learned(), 1, "confirmed, not learned");
+        assert_eq!(nd.peek(ip6, t0), Some(MAC));
+        nd.advertised(ip6, Some(OTHER), true, true, t0);
+        assert_eq!(nd.learned(), 2, "moved");
+        assert_eq!(nd.peek(ip6, t0), Some(OTHER));
     }
 
     #[test]
