@@ -104,8 +104,9 @@ impl Toeplitz {
 /// What a received frame is, for software steering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrameClass {
-    /// An unfragmented TCP segment (IPv4, or IPv6 without extension
-    /// headers) and its flow's hash.
+    /// An unfragmented TCP segment (IPv4, or IPv6 behind no extension
+    /// headers but hop-by-hop, destination options and routing ones) and
+    /// its flow's hash.
     Tcp(u32),
     /// ARP, or an IPv6 Neighbor Solicitation or Advertisement (without
     /// extension headers): every engine learns from it.
