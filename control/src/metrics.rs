@@ -80,6 +80,22 @@ pub struct ConfigState {
     /// since start.
     pub conn_log_written: u64,
     pub conn_log_write_failed: u64,
+    /// Each pool's members ([`PoolHealth`]), as the engines last said
+    /// (asked every second by the control thread); empty before.
+    pub pools: Vec<PoolHealth>,
+}
+
+/// A pool's members for the metrics: what to alert on before clients
+/// fail (`tlsdp_pool_members_usable == 0`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolHealth {
+    pub name: String,
+    /// Members in the configuration.
+    pub members: u64,
+    /// Members that take new connections on every engine: up (not
+    /// drained or down by the operator) and passing their health checks
+    /// (all up ones, in a pool without checks).
+    pub usable: u64,
 }
 
 /// The exposition of `stats` (per core) and of `config`.
@@ -188,6 +204,32 @@ fn render_config(out: &mut String, config: &ConfigState) {
             escape(name)
         );
     }
+    let _ = writeln!(
+        out,
+        "# HELP tlsdp_pool_members Members of each pool in the configuration.\n\
+         # TYPE tlsdp_pool_members gauge"
+    );
+    for p in &config.pools {
+        let _ = writeln!(
+            out,
+            "tlsdp_pool_members{{pool=\"{}\"}} {}",
+            escape(&p.name),
+            p.members
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP tlsdp_pool_members_usable Members of each pool that take new connections on every engine: up and passing their health checks (0: the pool's VIPs turn new clients away).\n\
+         # TYPE tlsdp_pool_members_usable gauge"
+    );
+    for p in &config.pools {
+        let _ = writeln!(
+            out,
+            "tlsdp_pool_members_usable{{pool=\"{}\"}} {}",
+            escape(&p.name),
+            p.usable
+        );
+    }
 }
 
 /// Label values: backslash, quote and newline escaped.
@@ -262,8 +304,26 @@ mod tests {
             auto_denied: 7,
             conn_log_written: 11,
             conn_log_write_failed: 2,
+            pools: vec![
+                PoolHealth {
+                    name: "web".into(),
+                    members: 3,
+                    usable: 2,
+                },
+                PoolHealth {
+                    name: "dead".into(),
+                    members: 1,
+                    usable: 0,
+                },
+            ],
         };
         let text = render(&stats, &state);
+        assert!(
+            text.contains("# TYPE tlsdp_pool_members gauge\ntlsdp_pool_members{pool=\"web\"} 3\n")
+        );
+        assert!(text.contains("# TYPE tlsdp_pool_members_usable gauge\n"));
+        assert!(text.contains("tlsdp_pool_members_usable{pool=\"web\"} 2\n"));
+        assert!(text.contains("tlsdp_pool_members_usable{pool=\"dead\"} 0\n"));
         assert!(text.contains("# TYPE tlsdp_cert_not_after_seconds gauge\n"));
         assert!(text.contains("tlsdp_cert_not_after_seconds{cert=\"web\"} 1790000000\n"));
         assert!(text.contains("tlsdp_cert_not_after_seconds{cert=\"a\\\"b\"} 5\n"));

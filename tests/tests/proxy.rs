@@ -273,6 +273,8 @@ fn health_checks_take_members_out_and_bring_them_back() {
     assert!(dpd.log_text().contains("is up (health checks pass)"));
     let (got, failed) = spread(&lab, certs.path(), "https://p256.test/", 20);
     assert_eq!((got, failed), ([10, 10, 0], 0));
+    // The metrics say how many members each pool can use.
+    metrics_show(&lab, "tlsdp_pool_members_usable{pool=\"web\"} 2\n");
     // `pool show` says why each member's last check failed.
     let show = dpd.dpctl(&["pool", "show", "web"]);
     let show = String::from_utf8_lossy(&show.stdout).into_owned();
@@ -301,6 +303,39 @@ fn health_checks_take_members_out_and_bring_them_back() {
         log.contains("pool web: no member is up: its VIPs' new clients are turned away"),
         "{log}"
     );
+    metrics_show(&lab, "tlsdp_pool_members_usable{pool=\"web\"} 0\n");
+}
+
+/// Waits up to 5 s for dpd's metrics (in the lab's DUT namespace, on the
+/// default address) to hold `line`.
+fn metrics_show(lab: &Lab, line: &str) {
+    let t0 = std::time::Instant::now();
+    loop {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &format!("{}-dut", lab.name)])
+            .args([
+                "curl",
+                "-sS",
+                "--max-time",
+                "2",
+                "http://127.0.0.1:9464/metrics",
+            ])
+            .output()
+            .expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout);
+        if text.contains(line) {
+            return;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(5),
+            "no {line:?} in:\n{}",
+            text.lines()
+                .filter(|l| l.starts_with("tlsdp_pool"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }
 
 #[test]

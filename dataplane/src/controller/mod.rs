@@ -134,6 +134,8 @@ pub struct Controller {
     slots: HashMap<String, u16>,
     slot_names: SlotNames,
     config_state: SharedConfigState,
+    /// When pools' health was last put in `config_state` for the metrics.
+    pools_published: Option<Instant>,
     /// The last reload of the file: when, whether it applied, and what it
     /// did or why not.
     last_reload: Option<(Instant, bool, String)>,
@@ -228,6 +230,7 @@ impl Controller {
             slots: HashMap::new(),
             slot_names: Arc::new(RwLock::new(Vec::new())),
             config_state: Arc::default(),
+            pools_published: None,
             last_reload: None,
             cert_clock_skew_s: 0,
             certs: HashMap::new(),

@@ -18,6 +18,8 @@ const TICK: Duration = Duration::from_millis(100);
 /// How long a pool-health question to the engines may take before the
 /// VIPs that need it are withdrawn.
 const HEALTH_REPLY: Duration = Duration::from_millis(500);
+/// How often pools' health is put in the metrics.
+const POOL_HEALTH_EVERY: Duration = Duration::from_secs(1);
 
 /// The node's service state, with the daemon attached.
 #[derive(Debug)]
@@ -66,6 +68,7 @@ impl Controller {
     pub fn tick(&mut self, now: Instant) {
         self.reconnect_peers(now);
         self.release_lingering(now);
+        self.publish_pool_health(now);
         self.expire_denies(jiff::Timestamp::now());
         self.auto_deny(now, jiff::Timestamp::now());
         // A signal's flag, taken back.
@@ -123,6 +126,32 @@ impl Controller {
         }
         if svc.routes.is_some() {
             self.announce(phase, alive);
+        }
+    }
+
+    /// Once a second, with the daemon attached: each pool's members and
+    /// those usable, as the engines see them, for the metrics
+    /// (`tlsdp_pool_members_usable`). Engines that do not answer in time
+    /// leave the last figures as they were.
+    fn publish_pool_health(&mut self, now: Instant) {
+        if self.daemon.is_none()
+            || self
+                .pools_published
+                .is_some_and(|t| now < t + POOL_HEALTH_EVERY)
+        {
+            return;
+        }
+        self.pools_published = Some(now);
+        let pools = if self.cfg.pools.is_empty() {
+            Vec::new()
+        } else {
+            match self.engine_pools(HEALTH_REPLY) {
+                Ok(views) => self.pool_health(&views),
+                Err(_) => return,
+            }
+        };
+        if let Ok(mut state) = self.config_state.write() {
+            state.pools = pools;
         }
     }
 

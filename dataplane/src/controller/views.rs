@@ -297,6 +297,39 @@ impl Controller {
         Ok(sum)
     }
 
+    /// Each configured pool's members, and those usable on every engine
+    /// (`views`, one per engine): for the metrics.
+    pub(super) fn pool_health(&self, views: &[Vec<PoolView>]) -> Vec<control::metrics::PoolHealth> {
+        self.cfg
+            .pools
+            .iter()
+            .map(|p| {
+                let usable = p
+                    .members
+                    .iter()
+                    .filter(|m| m.state == control::config::MemberState::Up)
+                    .filter(|m| {
+                        let addr = m.socket_addr().ok();
+                        !views.is_empty()
+                            && views.iter().all(|v| {
+                                v.iter()
+                                    .find(|pv| pv.name == p.name && !pv.retired)
+                                    .and_then(|pv| {
+                                        pv.members.iter().find(|mv| Some(mv.addr) == addr)
+                                    })
+                                    .is_some_and(|mv| mv.healthy)
+                            })
+                    })
+                    .count();
+                control::metrics::PoolHealth {
+                    name: p.name.clone(),
+                    members: p.members.len() as u64,
+                    usable: usable as u64,
+                }
+            })
+            .collect()
+    }
+
     /// Pools with their members' health and connections as the engines see
     /// them (asked over their rings).
     pub(super) fn pool_infos(&self, only: Option<&str>) -> Reply {
