@@ -204,33 +204,28 @@ fn render_config(out: &mut String, config: &ConfigState) {
             escape(name)
         );
     }
-    let _ = writeln!(
-        out,
-        "# HELP tlsdp_pool_members Members of each pool in the configuration.\n\
-         # TYPE tlsdp_pool_members gauge"
-    );
-    for p in &config.pools {
-        let _ = writeln!(
-            out,
-            "tlsdp_pool_members{{pool=\"{}\"}} {}",
-            escape(&p.name),
-            p.members
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP tlsdp_pool_members_usable Members of each pool that take new connections on every engine: up and passing their health checks (0: the pool's VIPs turn new clients away).\n\
-         # TYPE tlsdp_pool_members_usable gauge"
-    );
-    for p in &config.pools {
-        let _ = writeln!(
-            out,
-            "tlsdp_pool_members_usable{{pool=\"{}\"}} {}",
-            escape(&p.name),
-            p.usable
-        );
+    let pool_gauges: [PoolGauge; 2] = [
+        (
+            "tlsdp_pool_members",
+            "Members of each pool in the configuration.",
+            |p| p.members,
+        ),
+        (
+            "tlsdp_pool_members_usable",
+            "Members of each pool that take new connections on every engine: up and passing their health checks (0: the pool's VIPs turn new clients away).",
+            |p| p.usable,
+        ),
+    ];
+    for (name, help, value) in pool_gauges {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for p in &config.pools {
+            let _ = writeln!(out, "{name}{{pool=\"{}\"}} {}", escape(&p.name), value(p));
+        }
     }
 }
+
+/// A per-pool gauge: its name, its help and its value for a pool.
+type PoolGauge = (&'static str, &'static str, fn(&PoolHealth) -> u64);
 
 /// Label values: backslash, quote and newline escaped.
 fn escape(v: &str) -> String {
