@@ -397,13 +397,57 @@ fn bad_segments_are_dropped_and_counted() {
     let mut short = Seg::syn(40_008, 80, 1).frame6(HOST_IP, DUT_IP);
     short.truncate(14 + 40 + 12);
     short[18..20].copy_from_slice(&12u16.to_be_bytes());
-    let out = lab.exchange(vec![bad_sum, to_group, from_nobody, short]);
+    // To our address but a link-layer group (all nodes' MAC).
+    let mut to_group_mac = Seg::syn(40_010, 80, 1).frame6(HOST_IP, DUT_IP);
+    to_group_mac[..6].copy_from_slice(&[0x33, 0x33, 0, 0, 0, 1]);
+    // The first of several fragments (M set): not reassembled.
+    let first_fragment = behind_fragment(&Seg::syn(40_011, 80, 1), 0x0001);
+    let out = lab.exchange(vec![
+        bad_sum,
+        to_group,
+        from_nobody,
+        short,
+        to_group_mac,
+        first_fragment,
+    ]);
     assert!(tcp6(&out).is_empty(), "nothing answered");
     assert_eq!(lab.dropped(DropReason::BadTcpChecksum), 1);
-    assert_eq!(lab.dropped(DropReason::NotForUs), 1);
+    assert_eq!(lab.dropped(DropReason::NotForUs), 2);
     assert_eq!(lab.dropped(DropReason::Malformed), 2);
+    assert_eq!(lab.dropped(DropReason::Fragment), 1);
     // And it still serves.
     handshake(&mut lab, HOST_IP, DUT_IP, 40_009);
+}
+
+/// `seg` from the host to `DUT_IP` behind a Fragment header whose
+/// offset-and-flags field is `offset_flags`.
+fn behind_fragment(seg: &Seg, offset_flags: u16) -> Vec<u8> {
+    let plain = seg.frame6(HOST_IP, DUT_IP);
+    let mut payload = vec![6, 0];
+    payload.extend_from_slice(&offset_flags.to_be_bytes());
+    payload.extend_from_slice(&0x1234_5678u32.to_be_bytes());
+    payload.extend_from_slice(&plain[14 + 40..]);
+    frame6(DUT_MAC, HOST_IP, DUT_IP, 44, 64, &payload)
+}
+
+/// RFC 6946 §4: an atomic fragment (offset 0, M clear) is processed as a
+/// whole packet. Before, every segment with a Fragment header was dropped,
+/// so a peer that (per RFC 2460's old rule) sent atomic fragments after a
+/// Packet Too Big below 1,280 could not connect.
+#[test]
+fn a_segment_in_an_atomic_fragment_is_taken_as_a_whole_packet() {
+    let mut lab = lab(TcpConfig::default());
+    lab.engine.listen(DUT_IP, 80);
+    lab.exchange(vec![solicit(HOST_IP, DUT_IP)]);
+    let out = tcp6(&lab.exchange(vec![behind_fragment(&Seg::syn(40_020, 80, 7), 0)]));
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].control, TcpControl::Syn);
+    assert_eq!(out[0].ack, Some(8));
+    assert_eq!(lab.dropped(DropReason::Fragment), 0);
+    // A later fragment (offset 8, M clear) is still not reassembled.
+    let out = lab.exchange(vec![behind_fragment(&Seg::syn(40_021, 80, 7), 8 << 3)]);
+    assert!(tcp6(&out).is_empty());
+    assert_eq!(lab.dropped(DropReason::Fragment), 1);
 }
 
 #[test]

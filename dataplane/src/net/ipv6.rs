@@ -2,7 +2,8 @@
 //! made from the port's MAC and statically configured ones, Neighbor
 //! Discovery (RFC 4861: solicitations answered, advertisements learned, our
 //! own solicitations for next hops), ICMPv6 echo (RFC 4443). Extension
-//! headers are walked within the packet's bounds; fragments, unknown
+//! headers are walked within the packet's bounds (an atomic fragment,
+//! RFC 6946, as if it had no Fragment header); fragments, unknown
 //! extension headers and options whose type says "discard" are dropped and
 //! counted; what RFC 8200 answers with an ICMPv6 Parameter Problem (an
 //! unknown next header or upper layer, an option that asks for one, a
@@ -444,8 +445,10 @@ impl Ipv6Host {
         let start = match upper_layer(pkt, end) {
             Ok((NEXT_TCP, start)) => {
                 // TCP only to a unicast address of ours (RFC 9293 §3.9.1
-                // has no multicast), from a unicast one.
-                if !self.is_local(dst) {
+                // has no multicast), sent to our MAC rather than a group
+                // one (as RFC 1122 §3.3.6 asks of IPv4), from a unicast
+                // address.
+                if !self.is_local(dst) || eth_group {
                     return Err(DropReason::NotForUs);
                 }
                 if src.is_unspecified() {
@@ -1001,7 +1004,21 @@ fn upper_layer(pkt: &[u8], end: usize) -> Result<(u8, usize), Refusal> {
                 next_at = at;
                 at += len;
             }
-            NEXT_FRAGMENT => return Err(DropReason::Fragment.into()),
+            NEXT_FRAGMENT => {
+                // RFC 6946 §4: an atomic fragment (offset 0, no more
+                // fragments) is processed on its own, as if it had no
+                // Fragment header; a real fragment is dropped (we do not
+                // reassemble).
+                let Some(header) = pkt.get(at..at + 8).filter(|_| at + 8 <= end) else {
+                    return Err(DropReason::Malformed.into());
+                };
+                if !is_atomic_fragment(header) {
+                    return Err(DropReason::Fragment.into());
+                }
+                next = header[0];
+                next_at = at;
+                at += 8;
+            }
             NEXT_NONE => return Err(DropReason::UnsupportedProtocol.into()),
             NEXT_ICMPV6 | NEXT_TCP => return Ok((next, at)),
             // AH, ESP, Mobility, HIP, Shim6, experimental: extension
@@ -1018,6 +1035,12 @@ fn upper_layer(pkt: &[u8], end: usize) -> Result<(u8, usize), Refusal> {
         }
     }
     Err(DropReason::BadExtensionHeader.into())
+}
+
+/// Whether a Fragment header (RFC 8200 §4.5) is of an atomic fragment
+/// (RFC 6946): offset 0 and the M flag clear, the whole packet in one.
+pub(crate) fn is_atomic_fragment(header: &[u8]) -> bool {
+    header.len() >= 4 && u16::from_be_bytes([header[2], header[3]]) & 0xfff9 == 0
 }
 
 /// Checks the options of a hop-by-hop or destination options header

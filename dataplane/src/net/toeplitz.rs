@@ -105,8 +105,8 @@ impl Toeplitz {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrameClass {
     /// An unfragmented TCP segment (IPv4, or IPv6 behind no extension
-    /// headers but hop-by-hop, destination options and routing ones) and
-    /// its flow's hash.
+    /// headers but hop-by-hop, destination options, routing ones and an
+    /// atomic fragment's) and its flow's hash.
     Tcp(u32),
     /// ARP, or an IPv6 Neighbor Solicitation or Advertisement (without
     /// extension headers): every engine learns from it.
@@ -285,6 +285,14 @@ fn classify_ipv6(ip: &[u8], t: &Toeplitz) -> FrameClass {
                 next = n;
                 at += (usize::from(len) + 1) * 8;
             }
+            // An atomic fragment (RFC 6946) is taken as if unfragmented.
+            44 => match ip.get(at..at + 8) {
+                Some(h) if super::ipv6::is_atomic_fragment(h) => {
+                    next = h[0];
+                    at += 8;
+                }
+                _ => return FrameClass::Other,
+            },
             _ => return FrameClass::Other,
         }
     }
@@ -571,6 +579,15 @@ mod tests {
         ext.extend_from_slice(&v6[14 + 40..]);
         assert_eq!(classify(&ext, &t), FrameClass::Tcp(want));
         assert_eq!(classify(&ext[..14 + 40 + 24 + 2], &t), FrameClass::Other);
+        // In an atomic fragment (RFC 6946): hashed the same; a real
+        // fragment (M set) is not.
+        let mut frag = v6[..14 + 40].to_vec();
+        frag[14 + 6] = 44;
+        frag.extend_from_slice(&[6, 0, 0, 0, 1, 2, 3, 4]);
+        frag.extend_from_slice(&v6[14 + 40..]);
+        assert_eq!(classify(&frag, &t), FrameClass::Tcp(want));
+        frag[14 + 40 + 3] = 1;
+        assert_eq!(classify(&frag, &t), FrameClass::Other);
         v6[14 + 6] = 0; // a hop-by-hop header first, then an unknown one
         v6[14 + 40] = 135;
         assert_eq!(classify(&v6, &t), FrameClass::Other);
