@@ -570,7 +570,8 @@ fn with_ip_options(frame: &[u8], options: &[u8]) -> Vec<u8> {
 /// unanswered, as are source-routed ones (RFC 7126 §4.3) and headers
 /// under five words (RFC 791 §3.1). Before, each of these pings was
 /// answered: to ourselves, to a broadcast address, to loopback, along a
-/// route the sender chose, or from bytes inside the header.
+/// route the sender chose, or from bytes inside the header. Likewise a
+/// unicast packet in a link-layer group frame (RFC 1122 §3.3.6).
 #[test]
 fn bad_sources_source_routes_and_short_headers_are_dropped_unanswered() {
     let mut lab = new_lab(None);
@@ -627,5 +628,23 @@ fn bad_sources_source_routes_and_short_headers_are_dropped_unanswered() {
     // Other options (record route) are no reason to drop.
     let rr = with_ip_options(&good, &[7, 7, 4, 0, 0, 0, 0, 0]);
     assert_eq!(lab.exchange(vec![rr]).len(), 1, "record route answered");
+    assert_eq!(lab.exchange(vec![good.clone()]).len(), 1);
+    // A unicast packet in a frame to a link-layer group the port listens
+    // to for IPv6 (all nodes): RFC 1122 §3.3.6 (before, it was answered).
+    lab.engine.enable_ipv6(
+        0,
+        dataplane::net::Ipv6Config {
+            addresses: vec![("2001:db8:77::1".parse().unwrap(), 64)],
+            gateway: None,
+        },
+    );
+    let mut to_group = good.clone();
+    to_group[..6].copy_from_slice(&[0x33, 0x33, 0, 0, 0, 1]);
+    let before = lab.dropped(DropReason::NotForUs);
+    assert!(
+        lab.exchange(vec![to_group]).is_empty(),
+        "to a group: answered"
+    );
+    assert_eq!(lab.dropped(DropReason::NotForUs), before + 1);
     assert_eq!(lab.exchange(vec![good]).len(), 1);
 }

@@ -644,7 +644,11 @@ impl Interface {
         }
         match frame.ethertype() {
             EthernetProtocol::Arp => self.process_arp(now, &mut frame, counters),
-            EthernetProtocol::Ipv4 if dst.is_broadcast() => {
+            // IPv4 only to our MAC: we take no IPv4 multicast or
+            // broadcast (RFC 1122 §3.3.6), and a unicast packet in a group
+            // frame (broadcast, or the IPv6 groups we listen to) is
+            // another host's mistake or a probe.
+            EthernetProtocol::Ipv4 if dst != self.cfg.mac => {
                 (Verdict::Drop(DropReason::NotForUs), None)
             }
             EthernetProtocol::Ipv4 => {
