@@ -585,7 +585,7 @@ pub struct CertInfo {
 pub struct PoolInfo {
     pub name: String,
     pub balance: String,
-    /// `http GET / expects 200 every 1000 ms`, or none.
+    /// `http GET / expects 200-399 every 1000 ms`, or none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<String>,
     pub proxy_protocol: bool,

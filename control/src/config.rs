@@ -582,9 +582,9 @@ pub struct Health {
     /// for members that serve by name; absent: HTTP/1.0 without Host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
-    /// HTTP: the status that means healthy.
-    #[serde(default = "default_health_expect")]
-    pub expect: u16,
+    /// HTTP: the statuses that mean healthy (default 200 to 399).
+    #[serde(default)]
+    pub expect: StatusRange,
     #[serde(default = "default_health_interval")]
     pub interval_ms: u32,
     #[serde(default = "default_health_timeout")]
@@ -595,6 +595,117 @@ pub struct Health {
     /// Failures in a row that take an up member out.
     #[serde(default = "default_fall")]
     pub fall: u32,
+}
+
+/// The HTTP statuses an HTTP check takes as healthy: one
+/// (`expect = 200`), a range (`expect = "200-299"`) or a class
+/// (`expect = "2xx"`). The default, 200 to 399, is HAProxy's and nginx's:
+/// a member that redirects its health path is up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatusRange {
+    pub low: u16,
+    pub high: u16,
+}
+
+impl StatusRange {
+    /// Only `status`.
+    pub const fn exact(status: u16) -> Self {
+        Self {
+            low: status,
+            high: status,
+        }
+    }
+
+    pub fn contains(self, status: u16) -> bool {
+        (self.low..=self.high).contains(&status)
+    }
+
+    /// Reads `200`, `200-399` or `2xx` (bounds not yet checked: see
+    /// [`Config::validate`]).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let bad = || {
+            format!("{text:?}: expected a status (200), a range (\"200-399\") or a class (\"2xx\")")
+        };
+        let number = |t: &str| {
+            if t.is_empty() || t.len() > 3 || !t.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad());
+            }
+            t.parse::<u16>().map_err(|_| bad())
+        };
+        let t = text.trim();
+        if let Some(class) = t.strip_suffix("xx").or_else(|| t.strip_suffix("XX")) {
+            let c = number(class)
+                .ok()
+                .filter(|c| class.len() == 1 && *c > 0)
+                .ok_or_else(bad)?;
+            return Ok(Self {
+                low: c * 100,
+                high: c * 100 + 99,
+            });
+        }
+        match t.split_once('-') {
+            Some((low, high)) => Ok(Self {
+                low: number(low.trim())?,
+                high: number(high.trim())?,
+            }),
+            None => number(t).map(Self::exact),
+        }
+    }
+}
+
+impl Default for StatusRange {
+    fn default() -> Self {
+        Self {
+            low: 200,
+            high: 399,
+        }
+    }
+}
+
+impl fmt::Display for StatusRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.low == self.high {
+            write!(f, "{}", self.low)
+        } else {
+            write!(f, "{}-{}", self.low, self.high)
+        }
+    }
+}
+
+impl Serialize for StatusRange {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.low == self.high {
+            s.serialize_u16(self.low)
+        } else {
+            s.collect_str(self)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for StatusRange {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = StatusRange;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a status (200), a range (\"200-399\") or a class (\"2xx\")")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<StatusRange, E> {
+                u16::try_from(v)
+                    .map(StatusRange::exact)
+                    .map_err(|_| E::custom(format!("{v}: not an HTTP status")))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<StatusRange, E> {
+                u64::try_from(v)
+                    .map_err(|_| E::custom(format!("{v}: not an HTTP status")))
+                    .and_then(|v| self.visit_u64(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<StatusRange, E> {
+                StatusRange::parse(v).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 /// What a health check does.
@@ -609,9 +720,6 @@ pub enum HealthKind {
 
 fn default_health_path() -> String {
     "/".into()
-}
-fn default_health_expect() -> u16 {
-    200
 }
 fn default_health_interval() -> u32 {
     1000
@@ -1816,11 +1924,12 @@ impl Config {
                         ));
                     }
                 }
-                if !(100..=599).contains(&h.expect) {
+                let e = h.expect;
+                if !(100..=599).contains(&e.low) || !(e.low..=599).contains(&e.high) {
                     return Err(ConfigError::new(
                         at("health.expect"),
-                        h.expect,
-                        "an HTTP status, 100 to 599",
+                        e,
+                        "HTTP statuses from 100 to 599, the lower first (200, \"200-399\", \"2xx\")",
                     ));
                 }
             }
@@ -3103,8 +3212,46 @@ mod tests {
         let h = c.pools[0].health.as_ref().unwrap();
         assert_eq!(
             (h.interval_ms, h.timeout_ms, h.rise, h.fall, h.expect),
-            (1000, 500, 2, 3, 200)
+            (
+                1000,
+                500,
+                2,
+                3,
+                StatusRange {
+                    low: 200,
+                    high: 399
+                }
+            )
         );
+        // One status, a range or a class; each written back as read.
+        for (text, low, high) in [
+            ("204", 204, 204),
+            ("\"200-299\"", 200, 299),
+            ("\"3xx\"", 300, 399),
+            ("\" 200 - 204 \"", 200, 204),
+        ] {
+            let c = with(&format!("{{ kind = \"http\", expect = {text} }}")).unwrap();
+            let h = c.pools[0].health.as_ref().unwrap();
+            assert_eq!(h.expect, StatusRange { low, high }, "{text}");
+            let again = Config::parse(&c.to_toml()).unwrap();
+            assert_eq!(again.pools[0].health.as_ref().unwrap().expect, h.expect);
+        }
+        for bad in [
+            "\"1xx-9\"",
+            "\"2xx-3xx\"",
+            "\"xx\"",
+            "\"0xx\"",
+            "\"20x\"",
+            "\"-\"",
+            "-1",
+            "70000",
+            "\"+200\"",
+        ] {
+            assert!(
+                with(&format!("{{ kind = \"http\", expect = {bad} }}")).is_err(),
+                "{bad} taken"
+            );
+        }
         let field = |h: &str| with(h).unwrap_err().field;
         assert_eq!(
             field("{ kind = \"tcp\", timeout_ms = 2000 }"),
@@ -3118,10 +3265,13 @@ mod tests {
             field("{ kind = \"http\", path = \"no slash\" }"),
             "pool[0].health.path"
         );
-        assert_eq!(
-            field("{ kind = \"http\", expect = 99 }"),
-            "pool[0].health.expect"
-        );
+        for bad in ["99", "\"600\"", "\"399-200\"", "\"6xx\""] {
+            assert_eq!(
+                field(&format!("{{ kind = \"http\", expect = {bad} }}")),
+                "pool[0].health.expect",
+                "{bad}"
+            );
+        }
         assert_eq!(field("{ kind = \"tcp\", fall = 0 }"), "pool[0].health.rise");
         // A Host for members that serve by name; nothing that could end
         // the field or the head.

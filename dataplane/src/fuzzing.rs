@@ -317,7 +317,7 @@ pub fn script_engine<P: Port>(port: P, tls: Option<&TlsConfig>) -> Engine<P> {
     checked.check = Some(HealthCheck {
         kind: HealthKind::Http,
         request: b"GET / HTTP/1.0\r\n\r\n".to_vec(),
-        expect: 200,
+        expect: control::config::StatusRange::exact(200),
         interval: Duration::from_millis(50),
         timeout: Duration::from_millis(20),
         rise: 1,

@@ -353,7 +353,7 @@ fn health_check_bursts() {
     pool.check = Some(HealthCheck {
         kind: HealthKind::Http,
         request: b"GET / HTTP/1.0\r\n\r\n".to_vec(),
-        expect: 200,
+        expect: control::config::StatusRange::exact(200),
         interval: Duration::from_millis(500),
         timeout: Duration::from_millis(200),
         rise: 1,

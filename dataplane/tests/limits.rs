@@ -1245,7 +1245,7 @@ fn a_health_check_with_no_ring_for_its_request_fails_no_member() {
     pool.check = Some(HealthCheck {
         kind: HealthKind::Http,
         request: b"GET /healthz HTTP/1.0\r\n\r\n".to_vec(),
-        expect: 200,
+        expect: control::config::StatusRange::exact(200),
         interval: Duration::from_secs(60),
         timeout: Duration::from_secs(2),
         rise: 1,
@@ -1296,7 +1296,7 @@ fn a_full_connection_table_fails_no_member_check() {
     pool.check = Some(HealthCheck {
         kind: HealthKind::Tcp,
         request: Vec::new(),
-        expect: 200,
+        expect: control::config::StatusRange::exact(200),
         interval: Duration::from_secs(1),
         timeout: Duration::from_millis(500),
         rise: 1,
@@ -1339,7 +1339,7 @@ fn a_passed_tcp_check_is_reset_not_left_in_fin_wait() {
     pool.check = Some(HealthCheck {
         kind: HealthKind::Tcp,
         request: Vec::new(),
-        expect: 200,
+        expect: control::config::StatusRange::exact(200),
         interval: Duration::from_secs(60),
         timeout: Duration::from_secs(2),
         rise: 1,

@@ -36,7 +36,7 @@ impl Lab {
         pool.check = check.then_some(HealthCheck {
             kind: HealthKind::Http,
             request: b"GET / HTTP/1.0\r\n\r\n".to_vec(),
-            expect: 200,
+            expect: control::config::StatusRange::exact(200),
             // Long enough that no second check starts during the test.
             interval: Duration::from_secs(60),
             timeout: Duration::from_secs(30),
@@ -789,7 +789,7 @@ fn health_news_the_queue_cannot_take_is_sent_later_never_lost() {
         pool.check = Some(HealthCheck {
             kind: HealthKind::Tcp,
             request: Vec::new(),
-            expect: 200,
+            expect: control::config::StatusRange::exact(200),
             interval: Duration::from_secs(60),
             timeout: Duration::from_secs(1),
             rise: 1,
@@ -919,7 +919,7 @@ fn a_check_expecting_an_interim_status_passes_on_it() {
     pool.check = Some(HealthCheck {
         kind: HealthKind::Http,
         request: b"GET / HTTP/1.0\r\n\r\n".to_vec(),
-        expect: 103,
+        expect: control::config::StatusRange::exact(103),
         interval: Duration::from_secs(60),
         timeout: Duration::from_secs(30),
         rise: 1,
@@ -935,4 +935,51 @@ fn a_check_expecting_an_interim_status_passes_on_it() {
     assert!(backend.reset, "the check ends with a reset");
     let c = host.mem.engine.counters();
     assert_eq!((c.health_checks, c.health_failures), (1, 0));
+}
+
+/// The health counters after one HTTP check expecting `expect` that the
+/// member answers with `status_line`.
+fn one_check(expect: control::config::StatusRange, status_line: &str) -> (u64, u64) {
+    let mut host = HostLab::new();
+    let member = Member::new(SocketAddrV4::new(HOST_IP, BACKEND_PORT), 1, MemberState::Up);
+    let mut pool = Pool::new("web".into(), Balance::RoundRobin, vec![member]);
+    pool.check = Some(HealthCheck {
+        kind: HealthKind::Http,
+        request: b"GET / HTTP/1.0\r\n\r\n".to_vec(),
+        expect,
+        interval: Duration::from_secs(60),
+        timeout: Duration::from_secs(30),
+        rise: 1,
+        fall: 1,
+    });
+    host.mem.engine.add_pool(pool);
+    let syn = host.wait_for_syn();
+    let mut backend = HostConn::accepted(&syn, 7_000);
+    let synack = backend.next(TcpControl::Syn, b"");
+    backend.absorb(&host.exchange(&[synack]));
+    let seg = backend.next(TcpControl::Psh, format!("{status_line}\r\n\r\n").as_bytes());
+    backend.absorb(&host.exchange(&[seg]));
+    assert!(backend.reset, "the check ends with a reset");
+    let c = host.mem.engine.counters();
+    (c.health_checks, c.health_failures)
+}
+
+/// By default a check passes on 200 to 399, as HAProxy's and nginx's do
+/// (before, only 200: a member redirecting its health path was down); a
+/// range or class narrows it.
+#[test]
+fn a_check_passes_on_any_status_it_expects() {
+    use control::config::StatusRange;
+    let passes = |expect, line| one_check(expect, line) == (1, 0);
+    let any = StatusRange::default();
+    assert!(passes(any, "HTTP/1.1 200 OK"));
+    assert!(passes(any, "HTTP/1.1 301 Moved Permanently"));
+    assert!(passes(any, "HTTP/1.0 204 No Content"));
+    assert!(!passes(any, "HTTP/1.1 404 Not Found"));
+    assert!(!passes(any, "HTTP/1.1 503 Service Unavailable"));
+    let success = StatusRange::parse("2xx").unwrap();
+    assert!(passes(success, "HTTP/1.1 204 No Content"));
+    assert!(!passes(success, "HTTP/1.1 302 Found"));
+    assert!(passes(StatusRange::exact(404), "HTTP/1.1 404 Not Found"));
+    assert!(!passes(StatusRange::exact(404), "HTTP/1.1 200 OK"));
 }

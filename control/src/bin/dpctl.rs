@@ -557,9 +557,9 @@ enum PoolCmd {
         /// HTTP health check: path asked.
         #[arg(long, default_value = "/")]
         health_path: String,
-        /// HTTP health check: status that means up.
-        #[arg(long, default_value_t = 200)]
-        health_expect: u16,
+        /// HTTP health check: statuses that mean up: 200, 200-299 or 2xx.
+        #[arg(long, default_value = "200-399")]
+        health_expect: String,
         /// Milliseconds between checks.
         #[arg(long, default_value_t = 1000)]
         health_interval_ms: u32,

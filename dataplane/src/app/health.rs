@@ -1,5 +1,5 @@
 //! Health checks of pool members, run by each engine through its own TCP
-//! stack: a TCP connect, or `GET path` answered with the expected status,
+//! stack: a TCP connect, or `GET path` answered with a status it expects,
 //! every interval; `rise` successes in a row bring a member back, `fall`
 //! failures in a row take it out of the choice. Each member is checked by
 //! one engine (`HealthShare`); its state changes go to the others as
@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-pub use control::config::HealthKind;
+pub use control::config::{HealthKind, StatusRange};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,7 +26,8 @@ pub struct HealthCheck {
     pub kind: HealthKind,
     /// The HTTP request sent (HTTP checks).
     pub request: Vec<u8>,
-    pub expect: u16,
+    /// HTTP: the statuses that pass.
+    pub expect: StatusRange,
     pub interval: Duration,
     pub timeout: Duration,
     pub rise: u32,
@@ -487,20 +488,22 @@ impl Services {
                     // 100 Continue) before the final one: passed over once
                     // its head is whole. 101 would switch protocols, which
                     // the check never asks for: a final answer.
-                    Some(s @ 100..=199) if s != 101 && s != expect => match head_len(a, b) {
-                        Some(len) => {
-                            cx.tcp.consume(id, len);
-                            continue;
+                    Some(s @ 100..=199) if s != 101 && !expect.contains(s) => {
+                        match head_len(a, b) {
+                            Some(len) => {
+                                cx.tcp.consume(id, len);
+                                continue;
+                            }
+                            None if closed || a.len() + b.len() >= MAX_INTERIM_HEAD => {
+                                self.health_result(cx, p, m, Err(HealthFailure::Status(s)));
+                                cx.tcp.abort(id);
+                            }
+                            None => {}
                         }
-                        None if closed || a.len() + b.len() >= MAX_INTERIM_HEAD => {
-                            self.health_result(cx, p, m, Err(HealthFailure::Status(s)));
-                            cx.tcp.abort(id);
-                        }
-                        None => {}
-                    },
+                    }
                     Some(s) => {
                         let verdict = match s {
-                            _ if s == expect => Ok(()),
+                            _ if expect.contains(s) => Ok(()),
                             0 => Err(HealthFailure::NotHttp),
                             s => Err(HealthFailure::Status(s)),
                         };
@@ -624,7 +627,7 @@ mod tests {
         HealthCheck {
             kind: HealthKind::Tcp,
             request: Vec::new(),
-            expect: 200,
+            expect: StatusRange::exact(200),
             interval: Duration::from_secs(1),
             timeout: Duration::from_millis(500),
             rise,
@@ -657,7 +660,7 @@ mod tests {
             kind: HealthKind::Http,
             path: "/health".into(),
             host: Some("app.example:8080".into()),
-            expect: 200,
+            expect: StatusRange::exact(200),
             interval_ms: 1000,
             timeout_ms: 500,
             rise: 2,

@@ -368,7 +368,7 @@ mod tests {
         let check = HealthCheck {
             kind: HealthKind::Tcp,
             request: Vec::new(),
-            expect: 200,
+            expect: control::config::StatusRange::exact(200),
             interval: std::time::Duration::from_secs(1),
             timeout: std::time::Duration::from_secs(1),
             rise: 2,
@@ -394,7 +394,7 @@ mod tests {
         let check = |interval_s| HealthCheck {
             kind: HealthKind::Tcp,
             request: Vec::new(),
-            expect: 200,
+            expect: control::config::StatusRange::exact(200),
             interval: std::time::Duration::from_secs(interval_s),
             timeout: std::time::Duration::from_secs(1),
             rise: 2,
