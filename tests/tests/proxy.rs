@@ -352,12 +352,21 @@ fn a_drained_member_takes_no_new_connections() {
     assert_eq!((got, failed), ([10, 0, 10], 0), "{}", dpd.log_text());
 }
 
+/// Also: the pool's HTTP health checks reach nginx, which requires the
+/// header, behind a LOCAL one (before, each went bare, nginx refused it
+/// as a broken header, and the checks took the member down).
 #[test]
 fn proxy_protocol_v2_tells_the_backend_who_the_client_is() {
     let (certs, lab, _backends) = lab_with_backends("pp", 1);
     let dpd = Dpd::start(&lab, |s| {
-        config(&lab, s, certs.path(), "round_robin", [1, 1, 1])
+        config(&lab, s, certs.path(), "round_robin", [1, 1, 1]).replace(
+            "proxy_protocol = true\n",
+            "proxy_protocol = true\nhealth = { kind = \"http\", interval_ms = 100, timeout_ms = 90, rise = 1, fall = 1 }\n",
+        )
     });
+    let stats = dpd.stats_when(std::time::Duration::from_secs(5), |s| s.health_checks >= 5);
+    assert!(stats.health_checks >= 5, "{stats:?}");
+    assert_eq!(stats.health_failures, 0, "{}", dpd.log_text());
     // nginx parses the v2 header (with its TLVs) and answers with what it
     // says: the client's own address and source port.
     let o = lab.client(&[

@@ -35,10 +35,16 @@ pub struct HealthCheck {
 }
 
 impl HealthCheck {
-    pub fn from_config(h: &control::config::Health) -> Self {
-        Self {
-            kind: h.kind,
-            request: match &h.host {
+    /// The check of a pool whose `health` is `h`; with `proxy_protocol`,
+    /// an HTTP check's request follows a PROXY v2 LOCAL header, as the
+    /// members then require one (HAProxy's `check-send-proxy`).
+    pub fn from_config(h: &control::config::Health, proxy_protocol: bool) -> Self {
+        let mut request = Vec::new();
+        if proxy_protocol && h.kind == HealthKind::Http {
+            super::proxy_protocol::local_v2(&mut request);
+        }
+        request.extend_from_slice(
+            match &h.host {
                 None => format!(
                     "GET {} HTTP/1.0\r\nUser-Agent: tlsdp-health\r\nConnection: close\r\n\r\n",
                     h.path
@@ -48,7 +54,11 @@ impl HealthCheck {
                     h.path
                 ),
             }
-            .into_bytes(),
+            .as_bytes(),
+        );
+        Self {
+            kind: h.kind,
+            request,
             expect: h.expect,
             interval: Duration::from_millis(u64::from(h.interval_ms)),
             timeout: Duration::from_millis(u64::from(h.timeout_ms)),
@@ -666,14 +676,20 @@ mod tests {
             rise: 2,
             fall: 3,
         };
-        let by_name = HealthCheck::from_config(&h).request;
+        let by_name = HealthCheck::from_config(&h, false).request;
         assert_eq!(
             String::from_utf8(by_name).unwrap(),
             "GET /health HTTP/1.1\r\nHost: app.example:8080\r\nUser-Agent: tlsdp-health\r\nConnection: close\r\n\r\n"
         );
         h.host = None;
-        let plain = String::from_utf8(HealthCheck::from_config(&h).request).unwrap();
+        let plain = String::from_utf8(HealthCheck::from_config(&h, false).request).unwrap();
         assert!(plain.starts_with("GET /health HTTP/1.0\r\n") && !plain.contains("Host"));
+        // A pool that sends PROXY headers: a LOCAL one first.
+        let proxied = HealthCheck::from_config(&h, true).request;
+        assert_eq!(&proxied[12..16], &[0x20, 0, 0, 0]);
+        assert_eq!(proxied[16..], *plain.as_bytes());
+        h.kind = HealthKind::Tcp;
+        assert_eq!(HealthCheck::from_config(&h, true).request, plain.as_bytes());
     }
 
     #[test]

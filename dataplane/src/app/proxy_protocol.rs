@@ -72,10 +72,28 @@ pub fn header_v2(
     out[start + 14..start + 16].copy_from_slice(&len.to_be_bytes());
 }
 
+/// Appends a header with the LOCAL command (§2.2: `0x20`, family
+/// `AF_UNSPEC`, no addresses), for connections of our own such as health
+/// checks: a backend that requires the header takes the connection as
+/// from its real endpoints.
+pub fn local_v2(out: &mut Vec<u8>) {
+    out.extend_from_slice(&SIGNATURE);
+    out.extend_from_slice(&[0x20, 0x00, 0, 0]);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+
+    #[test]
+    fn a_local_header_is_the_signature_then_local_unspec_and_no_length() {
+        let mut h = vec![7];
+        local_v2(&mut h);
+        assert_eq!(h[0], 7, "appended");
+        assert_eq!(&h[1..13], &SIGNATURE);
+        assert_eq!(&h[13..], &[0x20, 0x00, 0, 0]);
+    }
 
     #[test]
     fn ipv6_connections_get_the_tcp6_layout() {

@@ -1138,7 +1138,7 @@ fn engine_pool(p: &control::config::Pool) -> dataplane_pool::Pool {
     pool.check = p
         .health
         .as_ref()
-        .map(crate::app::health::HealthCheck::from_config);
+        .map(|h| crate::app::health::HealthCheck::from_config(h, p.proxy_protocol));
     pool.proxy_protocol = p.proxy_protocol;
     pool.connect_timeout = Duration::from_millis(u64::from(p.connect_timeout_ms));
     pool.fail_timeout = Duration::from_millis(u64::from(p.fail_timeout_ms));
