@@ -1209,3 +1209,74 @@ fn tls12_at_its_record_limit_ends_with_close_notify_and_a_fin() {
     let failures = lab.mem.engine.counters().tls_failure_reasons;
     assert_eq!(failures[Failure::RecordLimit.index()], 1, "{failures:?}");
 }
+
+/// A TLS client that half-closes with its request (the request, then
+/// close_notify or not, then FIN, in one burst) gets the responder's whole
+/// answer, however long, then close_notify and FIN. Before, once the body
+/// filled the send ring, the engine took the client's FIN for "nothing in
+/// progress", sent close_notify and cut the body short.
+#[test]
+fn a_half_closed_tls_client_gets_a_long_answer_whole() {
+    const LEN: usize = 300_000;
+    let mut lab = lab();
+    for (port, notify) in [(61_000, true), (61_001, false)] {
+        let mut c = tls_client_at_finished_on(&mut lab, port, TLS);
+        let request = format!("GET /bytes/{LEN} HTTP/1.1\r\nHost: tlsdp\r\n\r\n");
+        c.tls.write_plain(request.as_bytes());
+        let mut segs = c.tls_segments();
+        if notify {
+            c.tls.close_notify();
+            segs.extend(c.tls_segments());
+        }
+        segs.push(c.tcp.next(TcpControl::Fin, b""));
+        let mut out = lab.exchange(&segs);
+        for _ in 0..1_000 {
+            c.absorb(&out);
+            if c.tcp.fin_at.is_some() || c.tcp.reset {
+                break;
+            }
+            let ack = c.tcp.next(TcpControl::None, b"");
+            out = lab.exchange(&[ack]);
+        }
+        assert!(
+            c.tcp.fin_at.is_some(),
+            "close_notify {notify}: a FIN at the end"
+        );
+        let text = String::from_utf8_lossy(&c.plain);
+        let head_end = text.find("\r\n\r\n").expect("a response head") + 4;
+        assert!(text.starts_with("HTTP/1.1 200"), "{}", &text[..head_end]);
+        assert_eq!(
+            text.len() - head_end,
+            LEN,
+            "close_notify {notify}: the whole body"
+        );
+        assert!(text.ends_with(&body(LEN)));
+    }
+    // Pipelined requests past the 32 KiB of plaintext read at a time (and
+    // within the 64 KiB window), then FIN: every one is answered.
+    let mut c = tls_client_at_finished_on(&mut lab, 61_002, TLS);
+    let pad = "p".repeat(1000);
+    let request = format!("GET /bytes/10 HTTP/1.1\r\nHost: tlsdp\r\nX-Pad: {pad}\r\n\r\n");
+    for _ in 0..50 {
+        c.tls.write_plain(request.as_bytes());
+    }
+    let mut segs = c.tls_segments();
+    segs.push(c.tcp.next(TcpControl::Fin, b""));
+    let mut out = lab.exchange(&segs);
+    for _ in 0..1_000 {
+        c.absorb(&out);
+        if c.tcp.fin_at.is_some() || c.tcp.reset {
+            break;
+        }
+        let ack = c.tcp.next(TcpControl::None, b"");
+        out = lab.exchange(&[ack]);
+    }
+    assert!(c.tcp.fin_at.is_some(), "a FIN at the end");
+    let text = String::from_utf8_lossy(&c.plain);
+    assert_eq!(
+        text.matches("HTTP/1.1 200").count(),
+        50,
+        "every request answered"
+    );
+    settle_and_check_nothing_held(&mut lab);
+}

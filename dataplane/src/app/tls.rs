@@ -458,11 +458,10 @@ pub fn drive(
 ) -> TlsOutcome {
     let mut outcome = TlsOutcome::default();
     let TlsRole { conn: tls, inner } = t;
-    if peer_closed {
-        match inner {
-            Inner::Responder(http) => http.peer_closed = true,
-            Inner::Proxy(l) => l.fin_received = true,
-        }
+    // A responder's client is done once the records before its FIN are
+    // read (below); a proxied one's FIN goes on after what it forwards.
+    if let (true, Inner::Proxy(l)) = (peer_closed, &mut *inner) {
+        l.fin_received = true;
     }
     if tls.failed {
         // Nothing is read after a TLS error: what the client still sends
@@ -479,6 +478,9 @@ pub fn drive(
             break;
         }
         let mut progressed = false;
+        // Input that a read with room could not take: a record begun and
+        // never finished (after a FIN, it never will be).
+        let mut input_stuck = false;
         let (a, b) = tcp.peek(id);
         let waiting = a.len() + b.len();
         let input = waiting > 0 || tls.session.has_pending_input();
@@ -503,6 +505,7 @@ pub fn drive(
                 Ok(p) => {
                     tcp.consume(id, p.consumed);
                     progressed = p.consumed > 0 || tls.plain_in.len() != plain_before;
+                    input_stuck = !progressed;
                     note(&mut outcome, &p, &tls.session);
                     if p.peer_closed {
                         match inner {
@@ -559,6 +562,15 @@ pub fn drive(
                 }
             }
             Inner::Responder(http) => {
+                // The client's FIN: nothing more comes once every record
+                // before it is read, or what is left can never be one. The
+                // responder then finishes the answers under way (however
+                // long) and those to requests already read, and closes.
+                if ready && !http.peer_closed && fin_came(tcp, id) {
+                    let (a, b) = tcp.peek(id);
+                    let left = a.len() + b.len() > 0 || tls.session.has_pending_input();
+                    http.peer_closed = !left || input_stuck;
+                }
                 if ready && tls.close_sent_at.is_none() {
                     if tls.pending.capacity() == 0 {
                         tls.pending = spare.take();
@@ -587,14 +599,14 @@ pub fn drive(
             tcp.close(id);
             break;
         }
+        // A client that closes before its handshake ends has no request
+        // and no backend: close too. (After it, the responder or the
+        // proxy link passes the close on once all before it is done.)
         let peer_done = match inner {
-            Inner::Responder(http) => http.peer_closed,
-            // A proxied client that closes before its handshake ends has
-            // no backend to hand its FIN to.
-            Inner::Proxy(link) => link.fin_received && tls.session.is_handshaking(),
+            Inner::Responder(_) => fin_came(tcp, id),
+            Inner::Proxy(link) => link.fin_received,
         };
-        if peer_done && tls.plain_in.is_empty() && tls.pending.is_empty() && !tls.closing {
-            // The client is done and nothing is in progress: close too.
+        if peer_done && tls.session.is_handshaking() && !tls.closing {
             tls.closing = true;
             continue;
         }
@@ -614,12 +626,7 @@ pub fn drive(
 /// close_notify, nothing of the session's own held (a whole record that
 /// waits for room is not cut).
 fn record_cut_by_fin(tcp: &Tcp, id: ConnId, session: &ServerSession) -> bool {
-    use crate::tcp::State;
-    let fin_came = matches!(
-        tcp.state(id),
-        Some(State::CloseWait | State::LastAck | State::Closing | State::TimeWait)
-    );
-    if !fin_came || session.is_handshaking() || session.has_pending_input() {
+    if !fin_came(tcp, id) || session.is_handshaking() || session.has_pending_input() {
         return false;
     }
     let (a, b) = tcp.peek(id);
@@ -631,6 +638,15 @@ fn record_cut_by_fin(tcp: &Tcp, id: ConnId, session: &ServerSession) -> bool {
         }
         _ => waiting > 0,
     }
+}
+
+/// Whether connection `id`'s peer has sent its FIN.
+fn fin_came(tcp: &Tcp, id: ConnId) -> bool {
+    use crate::tcp::State;
+    matches!(
+        tcp.state(id),
+        Some(State::CloseWait | State::LastAck | State::Closing | State::TimeWait)
+    )
 }
 
 fn note(outcome: &mut TlsOutcome, p: &Progress, session: &ServerSession) {
