@@ -507,6 +507,10 @@ impl Established {
         let (seq, secrets) = self.kernel.update_tx_secret().map_err(TlsError::rustls)?;
         self.tx = RecordKey::new(Protocol::Tls13, &secrets, seq);
         self.tx_limit = self.tx.seq() + self.tx_limit.max(1);
+        // Our key moved: a request from now on gets an answer of its own
+        // (the new key's sequence numbers start again, and would match
+        // the old answer's); an answer sets this again after.
+        self.tempers.answered_at = None;
         Ok(())
     }
 
@@ -1289,18 +1293,24 @@ fn refuse_held_input(h: &Handshake, outgoing: &mut Vec<u8>) -> TlsError {
     TlsError::new(Failure::HandshakeTooLarge, why)
 }
 
-/// Has rustls send `alert` for a record [`HeaderJudge`] refused after our
+/// Has rustls send an alert for a record [`HeaderJudge`] refused after our
 /// first flight, when rustls may be encrypting (TLS 1.3 from its
 /// ServerHello on, RFC 8446 §5.1; TLS 1.2 after its ChangeCipherSpec in a
 /// resumption), so the alert goes out under the keys the client expects.
-/// The one such refusal is a second ChangeCipherSpec (`unexpected_message`):
 /// rustls is handed, after the whole records it holds (the fragments of a
 /// message, if any: its place in them must stay valid) and without the
 /// unfinished record after them (its last `partial` bytes, which rustls
-/// has not read), a ChangeCipherSpec it refuses with that alert itself
-/// (TLS 1.3: one whose body is not 1, RFC 8446 §5; TLS 1.2: any, its
-/// Finished being due). False, with nothing sent, where rustls sent no
-/// alert: amid a message's fragments it refuses the record without one.
+/// has not read), a record it refuses itself:
+/// - for `unexpected_message` (a second ChangeCipherSpec, a record type
+///   that is not TLS's, an empty one), a ChangeCipherSpec it refuses with
+///   that alert (TLS 1.3: one whose body is not 1, RFC 8446 §5; TLS 1.2:
+///   any, its Finished being due);
+/// - for `record_overflow`, a header announcing 2^16 - 1 bytes, which
+///   rustls refuses at once, naming every bad header `decode_error` (the
+///   one alert here that is not the RFC's: only rustls holds the keys).
+///
+/// False, with nothing sent, where rustls sent no alert: amid a message's
+/// fragments it refuses a ChangeCipherSpec without one.
 fn alert_through_rustls(
     h: &mut Handshake,
     alert: u8,
@@ -1309,9 +1319,7 @@ fn alert_through_rustls(
     plaintext: &mut Vec<u8>,
 ) -> bool {
     const UNEXPECTED_MESSAGE: u8 = 10;
-    if alert != UNEXPECTED_MESSAGE {
-        return false;
-    }
+    const RECORD_OVERFLOW: u8 = 22;
     let body = match h.conn.protocol_version() {
         Some(rustls::ProtocolVersion::TLSv1_3) => 0,
         Some(rustls::ProtocolVersion::TLSv1_2) => 1,
@@ -1320,9 +1328,27 @@ fn alert_through_rustls(
     let Some(whole) = h.incoming.len().checked_sub(partial) else {
         return false;
     };
-    h.incoming.truncate(whole);
-    h.incoming
-        .extend_from_slice(&[content::CHANGE_CIPHER_SPEC, 3, 3, 0, 1, body]);
+    match alert {
+        UNEXPECTED_MESSAGE => {
+            h.incoming.truncate(whole);
+            h.incoming
+                .extend_from_slice(&[content::CHANGE_CIPHER_SPEC, 3, 3, 0, 1, body]);
+        }
+        RECORD_OVERFLOW => {
+            // TLS 1.2 before our ChangeCipherSpec (a full handshake): our
+            // own plaintext alert, the RFC's, is read.
+            if body == 1 && h.conn.handshake_kind() != Some(rustls::HandshakeKind::Resumed) {
+                return false;
+            }
+            h.incoming.truncate(whole);
+            h.incoming
+                .extend_from_slice(&[content::APPLICATION_DATA, 3, 3, 0xff, 0xff]);
+            // Only a header: rustls is handed it as it is, not as a whole
+            // record.
+            h.handed = h.incoming.len();
+        }
+        _ => return false,
+    }
     let before = outgoing.len();
     let refused = handshake(h, outgoing, plaintext, &mut Progress::default()).is_err();
     if refused && outgoing.len() > before {
@@ -1423,15 +1449,15 @@ fn record_end(buf: &[u8], at: usize) -> Option<usize> {
 impl HeaderJudge {
     /// Judges the record headers completed by `bytes`, the client's next
     /// bytes in the handshake, as RFC 8446 §5 and §5.1 name it, before
-    /// rustls sees them. While the client is on its first flight (not
-    /// `answered`): a record type that is not TLS's (non-TLS bytes, an
-    /// SSLv2-format hello) is unexpected_message; a plaintext record
-    /// (handshake or alert, before any ChangeCipherSpec) over 2^14 bytes,
-    /// or any over 2^14 + 2048, is record_overflow at once, without
+    /// rustls sees them: a record type that is not TLS's (non-TLS bytes,
+    /// an SSLv2-format hello) is unexpected_message; any record over
+    /// 2^14 + 2048 bytes, and while the client is on its first flight (not
+    /// `answered`) a plaintext one (handshake or alert, before any
+    /// ChangeCipherSpec) over 2^14, is record_overflow at once, without
     /// waiting for the body it announces; a zero-length handshake, alert
-    /// or ChangeCipherSpec record is unexpected_message. Throughout: a
-    /// second ChangeCipherSpec is unexpected_message (RFC 8446 D.4 allows
-    /// one; rustls drops any number). Returns the alert to send.
+    /// or ChangeCipherSpec record is unexpected_message; a second
+    /// ChangeCipherSpec is unexpected_message (RFC 8446 D.4 allows one;
+    /// rustls drops any number). Returns the alert to send.
     fn feed(&mut self, bytes: &[u8], answered: bool) -> Result<(), (u8, TlsError)> {
         let mut i = 0;
         while i < bytes.len() {
@@ -1479,21 +1505,22 @@ impl HeaderJudge {
             }
             self.ccs = 1;
         }
-        if !answered {
-            match typ {
-                content::CHANGE_CIPHER_SPEC
-                | content::ALERT
-                | content::HANDSHAKE
-                | content::APPLICATION_DATA => {}
-                _ => return Err(unexpected(format!("record type {typ}: not TLS"))),
-            }
-            let plaintext = self.ccs == 0 && typ != content::APPLICATION_DATA;
-            if len > ANY_MAX || (plaintext && len > PLAINTEXT_MAX) {
-                return Err(overflow(format!("a record of {len} bytes")));
-            }
-            if len == 0 && typ != content::APPLICATION_DATA {
-                return Err(unexpected(format!("a zero-length record of type {typ}")));
-            }
+        match typ {
+            content::CHANGE_CIPHER_SPEC
+            | content::ALERT
+            | content::HANDSHAKE
+            | content::APPLICATION_DATA => {}
+            _ => return Err(unexpected(format!("record type {typ}: not TLS"))),
+        }
+        // Before our first flight, a plaintext record over 2^14 (RFC 8446
+        // §5.1); after it the client may encrypt (TLS 1.3 without its
+        // compatibility ChangeCipherSpec), so only the limit of any.
+        let plaintext = !answered && self.ccs == 0 && typ != content::APPLICATION_DATA;
+        if len > ANY_MAX || (plaintext && len > PLAINTEXT_MAX) {
+            return Err(overflow(format!("a record of {len} bytes")));
+        }
+        if len == 0 && typ != content::APPLICATION_DATA {
+            return Err(unexpected(format!("a zero-length record of type {typ}")));
         }
         Ok(len)
     }
@@ -2242,6 +2269,36 @@ mod tests {
         s.encrypt(b"y", &mut out).unwrap();
         assert_eq!(deliver(&mut c, &out), b"y");
         assert_eq!(plain, b"qq");
+    }
+
+    /// A request that comes after our own update at the record limit is
+    /// answered, though we sent no record since the last one we answered
+    /// (the new key's sequence number is 0 again). Before, it looked
+    /// answered already, and our next data went out without the
+    /// KeyUpdate RFC 8446 §4.6.3 requires before it.
+    #[test]
+    fn a_request_after_our_update_at_the_record_limit_is_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = TlsConfig::new(test_store(dir.path())).unwrap();
+        let mut c = client(dir.path(), "p256.test", TLS13);
+        let mut s = ServerSession::new(&cfg).unwrap();
+        pump(&mut c, &mut s, &mut Vec::new(), &mut Vec::new());
+        let request = |c: &mut ClientConnection| {
+            c.refresh_traffic_keys().unwrap();
+            c.writer().write_all(b"q").unwrap();
+            let mut w = Vec::new();
+            c.write_tls(&mut w).unwrap();
+            w
+        };
+        let (mut out, mut plain) = (Vec::new(), Vec::new());
+        let p = s.process(&request(&mut c), &mut out, &mut plain).unwrap();
+        assert_eq!(p.key_updates_sent, 1);
+        s.set_tx_record_limit(0);
+        assert!(s.maintain(&mut out).unwrap(), "our own update");
+        let p = s.process(&request(&mut c), &mut out, &mut plain).unwrap();
+        assert_eq!(p.key_updates_sent, 1, "the second request answered");
+        s.encrypt(b"x", &mut out).unwrap();
+        assert_eq!(deliver(&mut c, &out), b"x");
     }
 
     /// KeyUpdates without application data between them are bounded as

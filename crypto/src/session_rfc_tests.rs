@@ -863,3 +863,61 @@ fn a_second_flight_held_past_the_bound_is_refused() {
         rustls::AlertDescription::IllegalParameter
     );
 }
+
+/// After our first flight, a record header is judged as soon as it is
+/// whole, as before it: a length past any record's or a type that is not
+/// TLS's ends the handshake at its fifth byte, with an alert the client
+/// reads. Before, such a header was taken as the start of a record, held
+/// until 20 KiB came (then refused in plaintext, which a TLS 1.3 client
+/// cannot read) or until the handshake's deadline.
+#[test]
+fn a_bad_header_in_the_second_flight_is_refused_at_its_fifth_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = TlsConfig::new(crate::testutil::test_store(dir.path())).unwrap();
+    // (version, header, reason, what the client reads, sealed)
+    let cases = [
+        (
+            TLS13,
+            [23, 3, 3, 0xff, 0xff],
+            Failure::RecordOverflow,
+            rustls::AlertDescription::DecodeError,
+            true,
+        ),
+        (
+            TLS13,
+            [99, 3, 3, 0, 10],
+            Failure::UnexpectedMessage,
+            rustls::AlertDescription::UnexpectedMessage,
+            true,
+        ),
+        (
+            TLS12,
+            [22, 3, 3, 0xff, 0xff],
+            Failure::RecordOverflow,
+            rustls::AlertDescription::RecordOverflow,
+            false,
+        ),
+        (
+            TLS12,
+            [99, 3, 3, 0, 10],
+            Failure::UnexpectedMessage,
+            rustls::AlertDescription::UnexpectedMessage,
+            false,
+        ),
+    ];
+    for (version, header, reason, alert, sealed) in cases {
+        let mut c = super::tests::client(dir.path(), "p256.test", version);
+        let mut s = ServerSession::new(&cfg).unwrap();
+        second_flight(&mut c, &mut s);
+        let mut out = Vec::new();
+        // Four bytes say nothing yet; the fifth ends it.
+        s.process(&header[..4], &mut out, &mut Vec::new()).unwrap();
+        assert!(out.is_empty(), "{header:?}");
+        let e = s
+            .process(&header[4..], &mut out, &mut Vec::new())
+            .unwrap_err();
+        assert_eq!(e.reason, reason, "{header:?}: {e}");
+        assert_eq!(out[0] == 23, sealed, "{header:?}: {out:?}");
+        assert_eq!(alert_read_by(&mut c, &out), alert, "{header:?}");
+    }
+}
