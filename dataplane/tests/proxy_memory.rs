@@ -644,6 +644,37 @@ fn a_backend_that_closed_with_the_client_behind_still_delivers_every_byte_then_a
     );
 }
 
+/// A backend that answers a client behind, closes (FIN), then resets
+/// (as a kernel does to bytes that reach a socket closed after its
+/// answer): the client gets every byte, then a FIN, not a reset. Before,
+/// the reset was passed on, and a whole answer looked cut (curl: error
+/// 56; the connection log: a backend reset).
+#[test]
+fn a_backend_reset_after_its_fin_ends_the_client_with_a_fin() {
+    let mut lab = Lab::with_check(false);
+    let (mut client, mut backend) = lab.proxied_request(REQUEST);
+    let answer = backend_answers_until_full(&mut lab, &mut client, &mut backend);
+    // The client takes a little: the backend's window opens for its FIN.
+    let ack = client.next(TcpControl::None, b"");
+    client.absorb(&lab.exchange(&[ack]));
+    let fin = backend.next(TcpControl::Fin, b"");
+    client.absorb(&lab.exchange(&[fin]));
+    let rst = backend.next(TcpControl::Rst, b"");
+    client.absorb(&lab.exchange(&[rst]));
+    assert!(
+        client.received.len() < answer.len(),
+        "the client is behind when the backend resets"
+    );
+    drain_client(&mut lab, &mut client);
+    assert!(client.received == answer, "every byte, in order");
+    assert_eq!(client.fin_at, Some(answer.len()), "then a FIN");
+    assert!(!client.reset, "no reset");
+    let fin = client.next(TcpControl::Fin, b"");
+    lab.exchange(&[fin]);
+    assert_eq!(lab.host.mem.engine.tcp().counters().active, 0);
+    assert_eq!(lab.host.mem.engine.tcp().buffers().in_use(), 0);
+}
+
 /// dpd stopping with a health check in flight and a proxied client open:
 /// the check's connection, the client and its backend connection are
 /// reset, and the cut check counts as no failure (with `fall = 1` it

@@ -603,9 +603,11 @@ impl Services {
                 // a reset, a timeout) that its client could not take yet
                 // was left unread: the client gets all of it, then the
                 // backend's end (a reset, not a FIN, when the answer was
-                // cut).
+                // cut). A backend that sent its FIN had said all it had:
+                // a reset after it (its answer to the client's later
+                // bytes, or a timeout) cuts nothing, so a FIN.
                 let unread = cx.tcp.take_unread(id);
-                let end = if reason == CloseReason::Normal {
+                let end = if reason == CloseReason::Normal || link.fin_received {
                     ClientEnd::Fin
                 } else {
                     self.note_trouble(client, BackendTrouble::Reset);
