@@ -678,6 +678,38 @@ fn a_tls_client_record_cut_by_its_fin_resets_its_backend_at_once() {
     settle_and_check_nothing_held(&mut lab);
 }
 
+/// As [`a_tls_client_record_cut_by_its_fin_resets_its_backend_at_once`],
+/// the cut record in the segment of the client's Finished: the session
+/// holds its start from the handshake, not the TCP ring. Before, the
+/// start was dropped unseen and the backend got a FIN: the cut request
+/// looked whole.
+#[test]
+fn a_record_cut_by_the_fin_behind_the_finished_resets_the_backend() {
+    let mut lab = lab();
+    let mut c = tls_client_at_finished(&mut lab, 51_007);
+    c.tls.write_plain(REQUEST);
+    let mut bytes = Vec::new();
+    c.tls.take_tls(&mut bytes);
+    bytes.extend_from_slice(&[0x17, 0x03, 0x03, 0x00, 0x40, 1, 2, 3, 4, 5, 6, 7]);
+    let fin = c.tcp.next(TcpControl::Fin, &bytes);
+    let out = lab.exchange(&[fin]);
+    c.tcp.absorb(&out);
+    let syn = backend_syn(&out);
+    let mut backend = HostConn::accepted(syn, 710_000);
+    let synack = backend.next(TcpControl::Syn, b"");
+    let out = lab.exchange(&[synack]);
+    backend.absorb(&out);
+    c.tcp.absorb(&out);
+    assert!(c.tcp.fin_at.is_some(), "the engine closes the client too");
+    let last = c.tcp.next(TcpControl::None, b"");
+    backend.absorb(&lab.exchange(&[last]));
+    ack_until_reset(&mut lab, &mut backend, 5);
+    assert_eq!(backend.received, REQUEST, "the whole record before the cut");
+    assert!(backend.reset, "the backend is reset");
+    assert_eq!(backend.fin_at, None, "no FIN: the stream was cut");
+    settle_and_check_nothing_held(&mut lab);
+}
+
 /// The backend acknowledges what it has, at most `rounds` times, until
 /// the engine resets it.
 fn ack_until_reset(lab: &mut HostLab, backend: &mut HostConn, rounds: usize) {

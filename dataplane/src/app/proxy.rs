@@ -228,7 +228,9 @@ pub fn pump(
         ClientStream::Tls { tls, .. } => {
             let n = tcp.send(backend, &tls.plain_in);
             tls.plain_in.drain(..n);
-            (n, tls.plain_in.is_empty())
+            // Input the session holds (what came with the Finished) is
+            // still to come, or the start of a record the FIN cut.
+            (n, tls.plain_in.is_empty() && !tls.holds_input())
         }
     };
     clink.forwarded += moved as u64;

@@ -170,6 +170,12 @@ impl TlsConn {
         !self.plain_in.is_empty()
     }
 
+    /// The session holds input it has not opened yet (what came with the
+    /// handshake's last flight).
+    pub(crate) fn holds_input(&self) -> bool {
+        self.session.has_pending_input()
+    }
+
     /// Records after the handshake can still be decrypted (it ended and
     /// did not fail).
     pub(crate) fn can_read(&self) -> bool {
@@ -548,7 +554,7 @@ pub fn drive(
                 // After our close_notify the client may still send (TLS
                 // half-close): its bytes and its FIN still go on.
                 if ready {
-                    let before = tcp.send_space(id);
+                    let before = (tcp.send_space(id), tls.plain_in.len());
                     let can_send = tls.close_sent_at.is_none();
                     let stream = ClientStream::Tls { tls, can_send };
                     match backend.as_mut() {
@@ -558,7 +564,10 @@ pub fn drive(
                         // Its backend ended: what it left goes on.
                         None => super::proxy::deliver_rest(tcp, (id, link), stream, scratch),
                     }
-                    progressed |= tcp.send_space(id) != before;
+                    // Bytes went either way: read again (what was
+                    // decrypted went on, so more fits, or a cut record
+                    // behind it is found).
+                    progressed |= (tcp.send_space(id), tls.plain_in.len()) != before;
                 }
             }
             Inner::Responder(http) => {
@@ -622,12 +631,18 @@ pub fn drive(
 }
 
 /// Whether connection `id`'s client sent its FIN with the start of a
-/// record, and no more, waiting: after its handshake, before its
-/// close_notify, nothing of the session's own held (a whole record that
-/// waits for room is not cut).
+/// record, and no more, waiting (in the TCP ring, or held by the session
+/// since the handshake): after its handshake, before its close_notify.
+/// Asked after a read with room in `plain_in` made nothing of the input
+/// (a whole record would have been opened).
 fn record_cut_by_fin(tcp: &Tcp, id: ConnId, session: &ServerSession) -> bool {
-    if !fin_came(tcp, id) || session.is_handshaking() || session.has_pending_input() {
+    if !fin_came(tcp, id) || session.is_handshaking() {
         return false;
+    }
+    if session.has_pending_input() {
+        // What came with the Finished, held by the session, and a read
+        // with room made nothing of it: the start of a record.
+        return true;
     }
     let (a, b) = tcp.peek(id);
     let byte = |i: usize| a.get(i).or_else(|| b.get(i.wrapping_sub(a.len()))).copied();
