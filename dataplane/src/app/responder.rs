@@ -561,17 +561,19 @@ fn parse_request(a: &[u8], b: &[u8]) -> Option<Request> {
         wrapped.extend_from_slice(&b[..head_len - a.len()]);
         &wrapped
     };
-    let bad = |close| {
+    // 400, and the connection closed; without a body to a HEAD (RFC 9110
+    // §9.3.2).
+    let bad = |head_only| {
         Some(Request {
             status: 400,
             body: Body::Fixed(b"bad request\n"),
-            close,
+            close: true,
             head_len,
-            head_only: false,
+            head_only,
         })
     };
     if !head.is_ascii() && std::str::from_utf8(head).is_err() {
-        return bad(true);
+        return bad(false);
     }
     let mut lines = head_lines(head, &ends);
     // RFC 9112 §2.2: empty lines before the request line are ignored.
@@ -580,18 +582,31 @@ fn parse_request(a: &[u8], b: &[u8]) -> Option<Request> {
     let (Some(method), Some(target), Some(version), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
-        return bad(true);
+        return bad(false);
     };
+    // RFC 9112 §3.1: the method is a token; §3.2: the target has no
+    // control byte (a NUL or bare CR a front end may read otherwise).
+    if method.is_empty()
+        || !method
+            .iter()
+            .all(|&c| BYTE_CLASS[usize::from(c)] & TCHAR != 0)
+    {
+        return bad(false);
+    }
+    let head_only = method == b"HEAD";
+    if target.is_empty() || target.iter().any(|&c| c < 0x21 || c == 0x7f) {
+        return bad(head_only);
+    }
     let http10 = match version {
         b"HTTP/1.1" => false,
         b"HTTP/1.0" => true,
-        _ => return bad(true),
+        _ => return bad(head_only),
     };
     let (mut saw_close, mut saw_keep_alive) = (false, false);
     let mut hosts = 0u32;
     for line in lines.filter(|l| !l.is_empty()) {
         let Some(colon) = line.iter().position(|&c| c == b':') else {
-            return bad(true);
+            return bad(head_only);
         };
         let (name, value) = (&line[..colon], &line[colon + 1..]);
         // RFC 9112 §5.1: no whitespace before the colon (a name that is
@@ -605,13 +620,13 @@ fn parse_request(a: &[u8], b: &[u8]) -> Option<Request> {
                 .iter()
                 .all(|&c| BYTE_CLASS[usize::from(c)] & TCHAR != 0)
         {
-            return bad(true);
+            return bad(head_only);
         }
         if !value
             .iter()
             .all(|&c| BYTE_CLASS[usize::from(c)] & IN_VALUE != 0)
         {
-            return bad(true);
+            return bad(head_only);
         }
         if name.eq_ignore_ascii_case(b"host") {
             // RFC 9112 §3.2: a Host whose value is not `uri-host [":"
@@ -622,7 +637,7 @@ fn parse_request(a: &[u8], b: &[u8]) -> Option<Request> {
                 .iter()
                 .all(|&c| BYTE_CLASS[usize::from(c)] & IN_AUTHORITY != 0)
             {
-                return bad(true);
+                return bad(head_only);
             }
         } else if name.eq_ignore_ascii_case(b"connection") {
             for token in value.split(|&c| c == b',').map(<[u8]>::trim_ascii) {
@@ -633,13 +648,13 @@ fn parse_request(a: &[u8], b: &[u8]) -> Option<Request> {
             || name.eq_ignore_ascii_case(b"transfer-encoding")
         {
             // Request bodies are not read: refuse rather than misparse.
-            return bad(true);
+            return bad(head_only);
         }
     }
     // RFC 9112 §3.2: an HTTP/1.1 request without a Host field, and any
     // request with more than one, is 400.
     if hosts > 1 || (hosts == 0 && !http10) {
-        return bad(true);
+        return bad(head_only);
     }
     // RFC 9112 §9.6: `close` wins, whatever else the field says.
     let close = saw_close || (http10 && !saw_keep_alive);
@@ -652,9 +667,8 @@ fn parse_request(a: &[u8], b: &[u8]) -> Option<Request> {
             head_only: false,
         });
     }
-    let head_only = method == b"HEAD";
     let Some(path) = target_path(target) else {
-        return bad(true);
+        return bad(head_only);
     };
     let bench_page = match path {
         b"/64b" => Some(64),
@@ -896,6 +910,15 @@ mod tests {
             "GET / HTTP/1.1\r\nHost: t\r\nX-A: 1\r2\r\n\r\n",
             "GET / HTTP/1.1\r\nHost: t\r\nX-A: 1\u{0}2\r\n\r\n",
             "GET / HTTP/1.1\r\nHost: t\r\n: empty name\r\n\r\n",
+            // A method that is no token, a target with a control byte
+            // (RFC 9112 §3.1, §3.2): before, 405 and 404 on a kept
+            // connection.
+            "G\u{0}T / HTTP/1.1\r\nHost: t\r\n\r\n",
+            "GE(T / HTTP/1.1\r\nHost: t\r\n\r\n",
+            "GET /a\rb HTTP/1.1\r\nHost: t\r\n\r\n",
+            "GET /a\u{0}b HTTP/1.1\r\nHost: t\r\n\r\n",
+            "GET /a\u{7f} HTTP/1.1\r\nHost: t\r\n\r\n",
+            "GET /a\tb HTTP/1.1\r\nHost: t\r\n\r\n",
         ] {
             let r = parse(head).unwrap();
             assert_eq!((r.status, r.close), (400, true), "{head:?}");
@@ -951,6 +974,11 @@ mod tests {
             "no body: {text}"
         );
         assert_eq!(text.matches("HTTP/1.1 200").count(), 2);
+        // A bad HEAD: 400 without a body (before, with one).
+        let m = answer(b"HEAD / HTTP/1.1\r\n\r\n", 1 << 20);
+        let text = String::from_utf8_lossy(&m.output);
+        assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+        assert!(text.ends_with("\r\n\r\n"), "no body: {text}");
         let m = answer(b"POST / HTTP/1.1\r\nHost: t\r\n\r\n", 1 << 20);
         let text = String::from_utf8_lossy(&m.output);
         assert!(
