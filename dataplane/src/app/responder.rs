@@ -93,6 +93,41 @@ pub struct ResponderCounters {
 pub struct Responder {
     pub counters: ResponderCounters,
     head: Vec<u8>,
+    date: HttpDate,
+}
+
+/// The `Date` field's value (RFC 9110 §5.6.7, IMF-fixdate), made again
+/// only when the second changes.
+#[derive(Debug, Clone, Copy)]
+struct HttpDate {
+    second: Option<u64>,
+    text: [u8; 29],
+}
+
+impl Default for HttpDate {
+    fn default() -> Self {
+        Self {
+            second: None,
+            text: *b"Thu, 01 Jan 1970 00:00:00 GMT",
+        }
+    }
+}
+
+impl HttpDate {
+    fn set(&mut self, unix_secs: u64) {
+        if self.second == Some(unix_secs) {
+            return;
+        }
+        self.second = Some(unix_secs);
+        let t = i64::try_from(unix_secs)
+            .ok()
+            .and_then(|s| jiff::Timestamp::from_second(s).ok())
+            .unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+        let text = t.strftime("%a, %d %b %Y %H:%M:%S GMT").to_string();
+        if let Ok(text) = <[u8; 29]>::try_from(text.as_bytes()) {
+            self.text = text;
+        }
+    }
 }
 
 #[derive(Debug, PartialEq)]
@@ -175,7 +210,16 @@ impl Responder {
         Self {
             counters: ResponderCounters::default(),
             head: Vec::with_capacity(256),
+            date: HttpDate::default(),
         }
+    }
+
+    /// The wall-clock time (Unix seconds) for the `Date` of answers from
+    /// now on (RFC 9110 §6.6.1: an origin server with a clock sends one):
+    /// set by the engine once an iteration, the field made again once a
+    /// second.
+    pub fn set_clock(&mut self, unix_secs: u64) {
+        self.date.set(unix_secs);
     }
 
     /// Reacts to one TCP event of a plain (cleartext) connection whose
@@ -319,7 +363,9 @@ impl Responder {
         push_decimal(h, u64::from(req.status));
         h.push(b' ');
         h.extend_from_slice(reason.as_bytes());
-        h.extend_from_slice(b"\r\nServer: tlsdp\r\nContent-Type: ");
+        h.extend_from_slice(b"\r\nServer: tlsdp\r\nDate: ");
+        h.extend_from_slice(&self.date.text);
+        h.extend_from_slice(b"\r\nContent-Type: ");
         h.extend_from_slice(ctype.as_bytes());
         h.extend_from_slice(b"\r\nContent-Length: ");
         push_decimal(h, len);
@@ -894,6 +940,32 @@ mod tests {
             r.pump(&mut m);
         }
         m
+    }
+
+    /// RFC 9110 §6.6.1: an origin server with a clock sends `Date`, as
+    /// IMF-fixdate (§5.6.7), of the second the engine last set. Before,
+    /// answers had none.
+    #[test]
+    fn answers_carry_the_date_the_engine_set() {
+        let mut r = Responder::new();
+        r.set_clock(784_111_777); // RFC 9110's own example
+        let mut m = Mock::default();
+        m.input
+            .extend_from_slice(b"GET /bytes/1 HTTP/1.1\r\nHost: t\r\n\r\n");
+        r.pump(&mut m);
+        r.set_clock(1_796_601_600);
+        m.input
+            .extend_from_slice(b"GET /nowhere HTTP/1.1\r\nHost: t\r\n\r\n");
+        r.pump(&mut m);
+        let text = String::from_utf8_lossy(&m.output);
+        assert!(
+            text.contains("\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\r\nDate: Mon, 07 Dec 2026 00:00:00 GMT\r\n"),
+            "{text}"
+        );
     }
 
     /// RFC 9112's framing rules, held to (§5.1: whitespace before the

@@ -574,6 +574,8 @@ pub(super) fn count_failure(cx: &mut Cx<'_>, f: crypto::session::Failure) {
 
 impl Application for Services {
     fn resume(&mut self, cx: &mut Cx<'_>) {
+        self.responder
+            .set_clock(self.wall.unix_ns(cx.now) / 1_000_000_000);
         // Handshakes put off last time go first.
         self.budget.refill();
         std::mem::swap(&mut self.deferred, &mut self.deferred_scratch);
