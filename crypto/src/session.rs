@@ -35,6 +35,20 @@ pub const SUITES: [&str; 10] = [
     "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
     "other",
 ];
+/// [`SUITES`] by the names OpenSSL gives them, which backends that read a
+/// PROXY header's SSL TLV expect (HAProxy and nginx send these).
+pub const SUITES_OPENSSL: [&str; 10] = [
+    "TLS_AES_128_GCM_SHA256",
+    "TLS_AES_256_GCM_SHA384",
+    "TLS_CHACHA20_POLY1305_SHA256",
+    "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "ECDHE-RSA-AES128-GCM-SHA256",
+    "ECDHE-RSA-AES256-GCM-SHA384",
+    "ECDHE-RSA-CHACHA20-POLY1305",
+    "other",
+];
 /// Key-exchange groups counted, by [`Negotiated::group`].
 pub const GROUPS: [&str; 5] = [
     "X25519MLKEM768",
@@ -1677,6 +1691,25 @@ mod tests {
     /// bytes that complete it are joined to what the session held, once.
     /// Before, every byte joined the held part to all the caller had: 50 MB
     /// copied for this one record.
+    /// Each suite's OpenSSL name is the same suite as its IANA one.
+    #[test]
+    fn openssl_suite_names_line_up_with_the_iana_ones() {
+        for (iana, openssl) in SUITES.iter().zip(SUITES_OPENSSL) {
+            let parts = |name: &str| {
+                let n = name.replace('-', "_");
+                (
+                    ["AES_128", "AES128"].iter().any(|p| n.contains(p)),
+                    ["AES_256", "AES256"].iter().any(|p| n.contains(p)),
+                    n.contains("CHACHA20"),
+                    n.contains("ECDSA"),
+                    n.contains("RSA") && !n.contains("ECDSA"),
+                )
+            };
+            assert_eq!(parts(iana), parts(openssl), "{iana} / {openssl}");
+            assert_eq!(iana.starts_with("TLS13"), openssl.starts_with("TLS_"));
+        }
+    }
+
     #[test]
     fn a_record_trickled_after_the_handshake_is_joined_once() {
         let dir = tempfile::tempdir().unwrap();

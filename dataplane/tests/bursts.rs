@@ -1081,6 +1081,13 @@ fn a_tls_client_reset_while_its_backend_connects_keeps_its_sni_in_the_proxy_head
         got.windows(10).any(|w| w == b"tlsdp.test"),
         "its SNI: {got:?}"
     );
+    // The cipher as OpenSSL names it, as HAProxy and nginx send it.
+    let cipher = b"TLS_AES_128_GCM_SHA256";
+    assert!(
+        got.windows(cipher.len()).any(|w| w == cipher),
+        "its cipher, OpenSSL's name: {}",
+        String::from_utf8_lossy(got)
+    );
     assert!(got.ends_with(REQUEST) && backend.reset);
     assert_eq!(queues.of(0).unwrap().len(), 1, "the end logged");
     settle_and_check_nothing_held(&mut lab);

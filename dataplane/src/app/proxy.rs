@@ -837,7 +837,7 @@ fn proxy_header(client_key: AnyFlowKey, tls: Option<&TlsConn>) -> Vec<u8> {
         let n = t.session().negotiated()?;
         Some(proxy_protocol::TlsFacts {
             version: crypto::session::VERSIONS[n.version],
-            cipher: crypto::session::SUITES[n.suite],
+            cipher: crypto::session::SUITES_OPENSSL[n.suite],
             sni: t.session().server_name(),
         })
     });
