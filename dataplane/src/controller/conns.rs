@@ -198,8 +198,9 @@ impl Controller {
             .collect();
         if !done || !missing.is_empty() {
             return Reply::error(format!(
-                "engine(s) {} did not reset theirs (ring full, or no answer within {ENGINE_REPLY:?}); the others reset {reset}",
-                missing.join(", ")
+                "engine(s) {} did not reset theirs (ring full, or {}); the others reset {reset}",
+                missing.join(", "),
+                self.no_answer()
             ));
         }
         log::info!(

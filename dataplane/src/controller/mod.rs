@@ -131,6 +131,9 @@ pub struct Controller {
     issued: u64,
     /// The last question's number ([`Controller::next_ask`]).
     asks: std::cell::Cell<u64>,
+    /// The engine whose loop stood still when the last wait for engines
+    /// gave up on it early ([`Controller::await_engines`]).
+    stood_still: std::cell::Cell<Option<usize>>,
     slots: HashMap<String, u16>,
     slot_names: SlotNames,
     config_state: SharedConfigState,
@@ -227,6 +230,7 @@ impl Controller {
             version: 0,
             issued: 0,
             asks: std::cell::Cell::new(0),
+            stood_still: std::cell::Cell::new(None),
             slots: HashMap::new(),
             slot_names: Arc::new(RwLock::new(Vec::new())),
             config_state: Arc::default(),
@@ -819,7 +823,8 @@ impl Controller {
         if !late.is_empty() {
             abort(self.links.len());
             return Err(format!(
-                "engine(s) {late} did not take configuration {version} within {ENGINE_REPLY:?}"
+                "engine(s) {late} did not take configuration {version}: {}",
+                self.no_answer()
             ));
         }
         let deadline = Instant::now() + ENGINE_REPLY;
@@ -843,7 +848,10 @@ impl Controller {
         });
         if !late.is_empty() {
             // Committed: it switches when it next runs.
-            log::warn!("engine(s) {late} had not switched to configuration {version} within {ENGINE_REPLY:?}");
+            log::warn!(
+                "engine(s) {late} had not switched to configuration {version}: {}",
+                self.no_answer()
+            );
         }
         Ok(())
     }
@@ -900,7 +908,18 @@ impl Controller {
         if done {
             Ok(parts)
         } else {
-            Err(format!("engines did not answer within {ENGINE_REPLY:?}"))
+            Err(self.no_answer())
+        }
+    }
+
+    /// Why the last wait for engines gave up.
+    fn no_answer(&self) -> String {
+        match self.stood_still.get() {
+            Some(e) => format!(
+                "engine {e} did not answer: its loop has stood still for {:?}",
+                service::ENGINE_STALL
+            ),
+            None => format!("engines did not answer within {ENGINE_REPLY:?}"),
         }
     }
 
@@ -911,14 +930,43 @@ impl Controller {
         n
     }
 
-    /// Reads engines' replies until `done` says so or the time is up.
+    /// Reads engines' replies until `done` says so or the time is up, or
+    /// until an engine's loop has stood still for
+    /// [`service::ENGINE_STALL`] (noted in `stood_still`): a stuck engine
+    /// never answers, and the control thread has routes to withdraw and
+    /// other clients to serve.
     fn await_engines(&self, timeout: Duration, mut done: impl FnMut(FromEngine) -> bool) -> bool {
+        /// How often the engines' loop counters are looked at.
+        const LOOK_EVERY: Duration = Duration::from_millis(50);
+        self.stood_still.set(None);
         if self.links.is_empty() {
             return true;
         }
         let from = &self.links[0].from_engines;
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let loops = |i: usize| self.shared.get(i).map(|(_, s)| s.read().loops);
+        let mut seen: Vec<(Option<u64>, Instant)> =
+            (0..self.shared.len()).map(|i| (loops(i), start)).collect();
+        let mut look_at = start + LOOK_EVERY;
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            if now >= look_at {
+                look_at = now + LOOK_EVERY;
+                for (i, (last, moved)) in seen.iter_mut().enumerate() {
+                    let l = loops(i);
+                    if l != *last {
+                        *last = l;
+                        *moved = now;
+                    } else if now.duration_since(*moved) >= service::ENGINE_STALL {
+                        self.stood_still.set(Some(i));
+                        return false;
+                    }
+                }
+            }
             match from.pop() {
                 Some(msg) => {
                     if done(msg) {
@@ -928,7 +976,6 @@ impl Controller {
                 None => std::thread::sleep(Duration::from_micros(200)),
             }
         }
-        false
     }
 
     /// Writes the running configuration as TOML, atomically

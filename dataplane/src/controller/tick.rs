@@ -27,6 +27,9 @@ pub(super) struct Service {
     phase: Phase,
     times: DrainTimes,
     liveness: Liveness,
+    /// Every engine turned within [`service::ENGINE_STALL`] at the last
+    /// look.
+    alive: bool,
     next: Instant,
     routes: Option<Announcer>,
 }
@@ -51,6 +54,7 @@ impl Service {
                 drain_timeout: Duration::from_secs(u64::from(cfg.control.drain_timeout_s)),
             },
             liveness: Liveness::default(),
+            alive: true,
             next: Instant::now(),
             routes: iface.map(|iface| Announcer {
                 iface,
@@ -66,11 +70,18 @@ impl Controller {
     /// Called often by the control thread (between requests); works every
     /// [`TICK`].
     pub fn tick(&mut self, now: Instant) {
+        // The node's service first: a stuck engine's VIPs are withdrawn
+        // before anything else waits on the engines.
+        self.serve(now);
         self.reconnect_peers(now);
-        self.release_lingering(now);
-        self.publish_pool_health(now);
-        self.expire_denies(jiff::Timestamp::now());
-        self.auto_deny(now, jiff::Timestamp::now());
+        // Questions to the engines wait for every answer: not while one
+        // stands still (asked again once it moves).
+        if self.service.as_ref().is_none_or(|s| s.alive) {
+            self.release_lingering(now);
+            self.publish_pool_health(now);
+            self.expire_denies(jiff::Timestamp::now());
+            self.auto_deny(now, jiff::Timestamp::now());
+        }
         // A signal's flag, taken back.
         let signalled = |flag: fn(&DaemonInfo) -> &std::sync::atomic::AtomicBool,
                          d: &Option<DaemonInfo>| {
@@ -90,6 +101,12 @@ impl Controller {
                 log::error!("SIGUSR1: {e}");
             }
         }
+    }
+
+    /// Every [`TICK`], with the daemon attached: whether the engines turn,
+    /// the drain's phase (SIGTERM's too), and with `[routing]` the VIPs
+    /// announced.
+    fn serve(&mut self, now: Instant) {
         let (Some(d), Some(svc)) = (&self.daemon, &self.service) else {
             return;
         };
@@ -103,6 +120,7 @@ impl Controller {
         };
         svc.next = now + TICK;
         let alive = svc.liveness.update(&stats, now);
+        svc.alive = alive;
         let total = &stats.total;
         let open = crate::daemon::open_connections(total);
         if term && svc.phase == Phase::Serving {

@@ -161,7 +161,10 @@ impl Controller {
             | FromEngine::Refused { .. } => false,
         });
         if !answered {
-            return Err(format!("engines did not answer within {timeout:?}"));
+            return Err(match self.stood_still.get() {
+                Some(_) => self.no_answer(),
+                None => format!("engines did not answer within {timeout:?}"),
+            });
         }
         Ok(views.into_iter().flatten().collect())
     }

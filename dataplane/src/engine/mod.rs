@@ -700,6 +700,8 @@ impl<P: Port, A: Application> Engine<P, A> {
     /// engines passed on, frames whose next hop resolved, TCP timers and
     /// the application's events, TCP's segments out, transmit.
     pub fn poll(&mut self, now: Instant) -> usize {
+        // An iteration (the control thread sees the engine turning by it).
+        self.counters.loops += 1;
         // Timers first, so what they queue (ARP probes) leaves with this
         // iteration's transmissions.
         let ticked = now >= self.next_tick;
@@ -1041,7 +1043,6 @@ impl<P: Port, A: Application> Engine<P, A> {
                     self.counters.idle_cycles += clock.ticks().saturating_sub(before);
                 }
             }
-            self.counters.loops += 1;
             if now >= next_stop_check {
                 next_stop_check = now + self.cfg.tick;
                 if stop.load(Ordering::Relaxed) {
