@@ -1,12 +1,16 @@
 //! The metrics endpoint's HTTP side: `GET /metrics` answered with the
 //! Prometheus text, to several scrapers at once, none able to hold it. Each
-//! connection has [`EXCHANGE`] for its whole exchange (request head read,
-//! answer written) and at most [`MAX_HEAD`] bytes of head; at most
-//! [`MAX_CONNS`] are served at once, [`MAX_PER_SOURCE`] from one address
-//! (an IPv6 client's /64: one host holds a whole /64 as easily as one
-//! address); past that a new connection is closed at once, and one step
-//! takes at most [`MAX_ACCEPTS`] (a flood of connections does not keep
-//! the thread accepting, its scrapes unanswered). Sockets are
+//! connection has [`HEAD_TIME`] to send its request head (at most
+//! [`MAX_HEAD`] bytes), then its answer goes out for as long as the client
+//! takes bytes ([`WRITE_STALL`] without any ends it; [`MAX_EXCHANGE`] in
+//! all). At most [`MAX_CONNS`] are served at once, [`MAX_PER_SOURCE`]
+//! from one address (an IPv6 client's /64: one host holds a whole /64 as
+//! easily as one address); a new connection past the per-source limit is
+//! closed at once, and one that finds every slot taken takes the slot of
+//! the oldest connection still without a whole head (slow or silent
+//! clients from a few addresses cannot keep the real scraper out). One
+//! step takes at most [`MAX_ACCEPTS`] (a flood of connections does not
+//! keep the thread accepting, its scrapes unanswered). Sockets are
 //! non-blocking: a client that sends slowly or reads nothing costs a slot
 //! until its deadline, never the thread.
 
@@ -14,8 +18,12 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-/// Time one connection may take from accept to the last byte written.
-pub const EXCHANGE: Duration = Duration::from_secs(2);
+/// Time a connection has from accept to its whole request head.
+pub const HEAD_TIME: Duration = Duration::from_secs(2);
+/// Time the answer may go without a byte taken by the client.
+pub const WRITE_STALL: Duration = Duration::from_secs(2);
+/// Time one connection may take in all.
+pub const MAX_EXCHANGE: Duration = Duration::from_secs(30);
 /// Longest request head read.
 pub const MAX_HEAD: usize = 8192;
 /// Connections served at once.
@@ -40,6 +48,8 @@ fn source_of(ip: IpAddr) -> IpAddr {
 struct Exchange {
     stream: TcpStream,
     peer: IpAddr,
+    accepted: Instant,
+    /// The head's deadline, then the answer's (moved on as bytes go).
     until: Instant,
     head: Vec<u8>,
     /// The answer once the head is in, and how much of it went out.
@@ -89,8 +99,20 @@ impl MetricsHttp {
                 Err(_) => return taken,
             };
             let from_peer = self.conns.iter().filter(|c| c.peer == peer).count();
-            if self.conns.len() >= MAX_CONNS || from_peer >= MAX_PER_SOURCE {
+            if from_peer >= MAX_PER_SOURCE {
                 continue; // dropped: closed at once
+            }
+            if self.conns.len() >= MAX_CONNS {
+                // Every slot taken: the oldest that has not sent its head
+                // gives its slot up (an answer under way is kept).
+                let oldest = (self.conns.iter().enumerate())
+                    .filter(|(_, c)| c.answer.is_none())
+                    .min_by_key(|(_, c)| c.accepted)
+                    .map(|(i, _)| i);
+                match oldest {
+                    Some(i) => drop(self.conns.swap_remove(i)),
+                    None => continue,
+                }
             }
             if stream.set_nonblocking(true).is_err() {
                 continue;
@@ -98,13 +120,20 @@ impl MetricsHttp {
             self.conns.push(Exchange {
                 stream,
                 peer,
-                until: now + EXCHANGE,
+                accepted: now,
+                until: now + HEAD_TIME,
                 head: Vec::with_capacity(512),
                 answer: None,
             });
         }
         MAX_ACCEPTS
     }
+}
+
+/// Whether `head` holds the blank line that ends a request head (CRLF
+/// CRLF, or bare LFs: RFC 9112 §2.2 lets a recipient take LF alone).
+fn head_ended(head: &[u8]) -> bool {
+    head.windows(2).any(|w| w == b"\n\n") || head.windows(4).any(|w| w == b"\r\n\r\n")
 }
 
 /// Moves one exchange on: `(progress, done)`.
@@ -121,8 +150,9 @@ fn advance(c: &mut Exchange, now: Instant, body: &mut impl FnMut() -> String) ->
                 Ok(n) => {
                     progress = true;
                     c.head.extend_from_slice(&buf[..n]);
-                    if c.head.len() >= MAX_HEAD || c.head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    if c.head.len() >= MAX_HEAD || head_ended(&c.head) {
                         c.answer = Some((answer(&c.head, body), 0));
+                        c.until = (now + WRITE_STALL).min(c.accepted + MAX_EXCHANGE);
                         break;
                     }
                 }
@@ -140,6 +170,8 @@ fn advance(c: &mut Exchange, now: Instant, body: &mut impl FnMut() -> String) ->
             Ok(n) => {
                 *sent += n;
                 progress = true;
+                // The client takes bytes: it has more time.
+                c.until = (now + WRITE_STALL).min(c.accepted + MAX_EXCHANGE);
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => return (progress, false),
             Err(_) => return (true, true),
@@ -148,21 +180,45 @@ fn advance(c: &mut Exchange, now: Instant, body: &mut impl FnMut() -> String) ->
     (true, true)
 }
 
-/// The HTTP answer to a request head.
+/// The HTTP answer to a request head: the metrics to `GET /metrics` (its
+/// head alone to `HEAD`), 405 to another method, 404 to another path.
 fn answer(head: &[u8], body: &mut impl FnMut() -> String) -> Vec<u8> {
-    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
-    let (status, body) = if line.starts_with(b"GET /metrics ") || line == b"GET /metrics" {
-        ("200 OK", body())
-    } else if head.len() >= MAX_HEAD && !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        ("431 Request Header Fields Too Large", String::new())
+    let first = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = first.strip_suffix(b"\r").unwrap_or(first);
+    let mut parts = line.split(|&b| b == b' ');
+    let (method, target) = (parts.next().unwrap_or_default(), parts.next());
+    let metrics = target == Some(b"/metrics");
+    let (status, text, head_only) = if head.len() >= MAX_HEAD && !head_ended(head) {
+        ("431 Request Header Fields Too Large", String::new(), false)
+    } else if method != b"GET" && method != b"HEAD" {
+        (
+            "405 Method Not Allowed",
+            "GET /metrics\n".to_string(),
+            false,
+        )
+    } else if metrics {
+        ("200 OK", body(), method == b"HEAD")
     } else {
-        ("404 Not Found", "try GET /metrics\n".to_string())
+        (
+            "404 Not Found",
+            "try GET /metrics\n".to_string(),
+            method == b"HEAD",
+        )
     };
-    format!(
-        "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
+    let allow = if status.starts_with("405") {
+        "Allow: GET, HEAD\r\n"
+    } else {
+        ""
+    };
+    let mut out = format!(
+        "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
+        text.len()
     )
-    .into_bytes()
+    .into_bytes();
+    if !head_only {
+        out.extend_from_slice(text.as_bytes());
+    }
+    out
 }
 
 #[cfg(test)]
@@ -172,6 +228,11 @@ mod tests {
 
     /// Serves on a loopback port in a thread while `f` runs.
     fn serving(f: impl FnOnce(std::net::SocketAddr)) {
+        serving_text("tlsdp_up 1\n".to_string(), f);
+    }
+
+    /// [`serving`], the metrics being `text`.
+    fn serving_text(text: String, f: impl FnOnce(std::net::SocketAddr)) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let mut http = MetricsHttp::new(listener).unwrap();
@@ -185,7 +246,7 @@ mod tests {
         let stop = AtomicBool::new(false);
         std::thread::scope(|s| {
             s.spawn(|| {
-                let mut body = || "tlsdp_up 1\n".to_string();
+                let mut body = || text.clone();
                 while !stop.load(Ordering::Relaxed) {
                     if !http.step(Instant::now(), &mut body) {
                         std::thread::sleep(Duration::from_millis(2));
@@ -236,8 +297,8 @@ mod tests {
                 0,
                 "closed, no answer"
             );
-            assert!(started.elapsed() >= EXCHANGE - Duration::from_millis(100));
-            assert!(started.elapsed() < EXCHANGE + Duration::from_secs(1));
+            assert!(started.elapsed() >= HEAD_TIME - Duration::from_millis(100));
+            assert!(started.elapsed() < HEAD_TIME + Duration::from_secs(1));
             for mut s in silent {
                 s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
                 assert_eq!(s.read(&mut [0u8; 16]).unwrap_or(0), 0);
@@ -297,6 +358,100 @@ mod tests {
             let mut text = String::new();
             c.read_to_string(&mut text).unwrap();
             assert!(text.starts_with("HTTP/1.0 404"), "{text}");
+        });
+    }
+
+    /// A connection from `source` (a loopback address) to `addr`.
+    fn from(source: [u8; 4], addr: std::net::SocketAddr) -> TcpStream {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        let local = std::net::SocketAddr::from((source, 0));
+        s.bind(&local.into()).unwrap();
+        s.connect(&addr.into()).unwrap();
+        s.into()
+    }
+
+    /// Silent connections from four addresses fill every slot: a scraper
+    /// from a fifth still gets its answer at once (it takes the slot of
+    /// the oldest silent one). Before, it was closed unanswered for as
+    /// long as they were held.
+    #[test]
+    fn silent_clients_of_a_few_addresses_cannot_keep_the_scraper_out() {
+        serving(|addr| {
+            let held: Vec<TcpStream> = (2..=5u8)
+                .flat_map(|last| (0..MAX_PER_SOURCE).map(move |_| last))
+                .map(|last| from([127, 0, 0, last], addr))
+                .collect();
+            assert_eq!(held.len(), MAX_CONNS);
+            std::thread::sleep(Duration::from_millis(50)); // all accepted
+            let started = Instant::now();
+            let text = scrape(addr);
+            assert!(text.starts_with("HTTP/1.0 200 OK"), "{text}");
+            assert!(started.elapsed() < Duration::from_secs(1));
+        });
+    }
+
+    /// A head ended by bare LFs is answered (RFC 9112 §2.2); HEAD gets the
+    /// head alone; another method 405 with what is allowed. Before: no
+    /// answer until the deadline, and 404 to both.
+    #[test]
+    fn bare_lf_heads_head_and_other_methods_get_their_answers() {
+        serving(|addr| {
+            let ask = |req: &[u8]| {
+                let mut c = TcpStream::connect(addr).unwrap();
+                c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                c.write_all(req).unwrap();
+                let mut text = String::new();
+                c.read_to_string(&mut text).unwrap();
+                text
+            };
+            let started = Instant::now();
+            let text = ask(b"GET /metrics HTTP/1.0\n\n");
+            assert!(text.ends_with("\r\n\r\ntlsdp_up 1\n"), "{text}");
+            assert!(started.elapsed() < Duration::from_secs(1));
+            let text = ask(b"HEAD /metrics HTTP/1.0\r\n\r\n");
+            assert!(text.starts_with("HTTP/1.0 200 OK"), "{text}");
+            assert!(text.contains("Content-Length: 11\r\n"), "{text}");
+            assert!(text.ends_with("\r\n\r\n"), "no body: {text}");
+            let text = ask(b"POST /metrics HTTP/1.0\r\n\r\n");
+            assert!(
+                text.starts_with("HTTP/1.0 405") && text.contains("Allow: GET, HEAD\r\n"),
+                "{text}"
+            );
+        });
+    }
+
+    /// A scraper that takes its answer slowly, but steadily, past the
+    /// head's time gets all of it. Before, every exchange was cut 2 s after
+    /// its accept, however the bytes moved.
+    #[test]
+    fn a_slow_steady_reader_gets_the_whole_answer() {
+        let text: String = "tlsdp_x 1\n".repeat(3_200_000); // 32 MB
+        let len = text.len();
+        serving_text(text, |addr| {
+            let mut c = TcpStream::connect(addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+            let started = Instant::now();
+            let mut got = 0usize;
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                let mut chunk = 0;
+                while chunk < buf.len() {
+                    match c.read(&mut buf[chunk..]) {
+                        Ok(0) => break,
+                        Ok(n) => chunk += n,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                got += chunk;
+                if chunk < buf.len() {
+                    break;
+                }
+                // A reader slower than the loopback.
+                std::thread::sleep(Duration::from_millis(150));
+            }
+            assert!(started.elapsed() > HEAD_TIME, "it was slow");
+            assert!(got > len, "the whole answer: {got} of {len} and a head");
         });
     }
 }
