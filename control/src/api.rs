@@ -954,6 +954,11 @@ pub const MAX_CONTROL_CONNS: usize = 64;
 /// closed (replies go out as the client takes them, never blocking the
 /// control thread).
 pub const REPLY_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a client must have been idle (no request under way, nothing
+/// sent or read) before a newcomer that finds [`MAX_CONTROL_CONNS`] open
+/// may take its place: forgotten scripts and hung `socat`s cannot lock
+/// the operator out.
+pub const IDLE_BEFORE_EVICTION: Duration = Duration::from_secs(10);
 
 /// The listening control socket; the file is removed on drop.
 #[derive(Debug)]
@@ -962,6 +967,8 @@ pub struct ControlSocket {
     path: PathBuf,
     /// [`REPLY_DEADLINE`] (shorter in tests).
     reply_deadline: Duration,
+    /// [`IDLE_BEFORE_EVICTION`] (shorter in tests).
+    idle_before_eviction: Duration,
 }
 
 impl ControlSocket {
@@ -1011,6 +1018,7 @@ impl ControlSocket {
             listener,
             path: path.to_path_buf(),
             reply_deadline: REPLY_DEADLINE,
+            idle_before_eviction: IDLE_BEFORE_EVICTION,
         })
     }
 
@@ -1043,6 +1051,21 @@ impl ControlSocket {
             match self.listener.accept() {
                 Ok((mut stream, _)) => {
                     if conns.len() >= MAX_CONTROL_CONNS {
+                        // The client idle longest, if idle long enough,
+                        // makes room (told why, if it takes the line).
+                        let now = std::time::Instant::now();
+                        let idlest = (conns.iter().enumerate())
+                            .filter(|(_, c)| c.idle_since(now) >= self.idle_before_eviction)
+                            .min_by_key(|(_, c)| c.active)
+                            .map(|(i, _)| i);
+                        if let Some(i) = idlest {
+                            let mut gone = conns.swap_remove(i);
+                            let _ = gone.reply(&Reply::error(format!(
+                                "closed: idle while {MAX_CONTROL_CONNS} control connections were open"
+                            )));
+                        }
+                    }
+                    if conns.len() >= MAX_CONTROL_CONNS {
                         // Told why, if it takes the line at once; closed.
                         let _ = stream.set_nonblocking(true);
                         let mut out = serde_json::to_vec(&Reply::error(format!(
@@ -1059,6 +1082,7 @@ impl ControlSocket {
                             out: Vec::new(),
                             sending_since: None,
                             reply_deadline: self.reply_deadline,
+                            active: std::time::Instant::now(),
                         });
                     }
                     busy = true;
@@ -1105,9 +1129,20 @@ struct Conn {
     /// Since when `out` has waited.
     sending_since: Option<std::time::Instant>,
     reply_deadline: Duration,
+    /// When bytes last moved either way.
+    active: std::time::Instant,
 }
 
 impl Conn {
+    /// How long it has been idle at `now`: nothing moved and no request
+    /// under way (zero while one is).
+    fn idle_since(&self, now: std::time::Instant) -> Duration {
+        if self.waiting.is_some() || !self.out.is_empty() {
+            return Duration::ZERO;
+        }
+        now.duration_since(self.active)
+    }
+
     /// Sends a reply that came, reads what is there and answers each
     /// complete line (not past one whose reply comes later). `Ok(true)`
     /// when anything happened; an error (or end of input) ends the
@@ -1132,19 +1167,23 @@ impl Conn {
             self.reply(&reply)?;
             progress = true;
         }
-        let mut buf = [0u8; 4096];
-        match self.stream.read(&mut buf) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => {
-                self.line.extend_from_slice(&buf[..n]);
-                progress = true;
+        // Read only once the lines already read are answered: requests
+        // sent ahead (pipelined) wait in the socket, not here.
+        if !self.line.contains(&b'\n') {
+            let mut buf = [0u8; 4096];
+            match self.stream.read(&mut buf) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => {
+                    self.line.extend_from_slice(&buf[..n]);
+                    progress = true;
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(e),
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) => {}
-            Err(e) => return Err(e),
         }
         while self.waiting.is_none() && self.out.is_empty() {
             let Some(end) = self.line.iter().position(|&b| b == b'\n') else {
@@ -1159,7 +1198,16 @@ impl Conn {
                 Err(e) => self.reply(&Reply::error(format!("malformed request: {e}")))?,
             }
         }
-        if self.line.len() > MAX_REQUEST {
+        if progress {
+            self.active = std::time::Instant::now();
+        }
+        // The line under way (after the last whole one) is what is long.
+        let whole = self
+            .line
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        if self.line.len() - whole > MAX_REQUEST {
             self.reply(&Reply::error(format!(
                 "request longer than {MAX_REQUEST} bytes"
             )))?;
@@ -1448,6 +1496,80 @@ mod tests {
             "the ones held still work"
         );
         drop(held);
+        stop.store(true, Ordering::Relaxed);
+        server.join().unwrap();
+    }
+
+    /// Clients idle past [`IDLE_BEFORE_EVICTION`] that fill the socket
+    /// (hung scripts, forgotten `socat`s) give way to a newcomer, the
+    /// idlest first, told why. Before, every newcomer was refused for as
+    /// long as they stayed.
+    #[test]
+    fn idle_clients_that_fill_the_socket_give_way_to_a_newcomer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("control.sock");
+        let mut sock = ControlSocket::bind(&path).unwrap();
+        sock.idle_before_eviction = Duration::from_millis(300);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let server = std::thread::spawn(move || {
+            sock.serve(&stop2, |_| Reply::error("served").into());
+        });
+        let mut held: Vec<Client> = (0..MAX_CONTROL_CONNS)
+            .map(|_| Client::connect(&path).unwrap())
+            .collect();
+        // Fresh ones are not idle enough: the newcomer is refused.
+        let mut over = Client::connect(&path).unwrap();
+        let mut line = String::new();
+        over.reader.read_line(&mut line).unwrap();
+        assert!(line.contains("control connections open already"), "{line}");
+        std::thread::sleep(Duration::from_millis(400));
+        let mut late = Client::connect(&path).unwrap();
+        let r = late.call(&Request::Stats).unwrap();
+        assert_eq!(r.error.as_deref(), Some("served"));
+        let mut first = held.remove(0);
+        let mut line = String::new();
+        first.reader.read_line(&mut line).unwrap();
+        assert!(
+            line.contains("closed: idle while"),
+            "the idlest went: {line}"
+        );
+        drop(held);
+        stop.store(true, Ordering::Relaxed);
+        server.join().unwrap();
+    }
+
+    /// Requests sent ahead (100 KiB of them), each with a reply longer
+    /// than the socket takes at once, are all answered, in order. Before,
+    /// each round read 4 KiB more while answering one line, so the lines
+    /// read ahead passed [`MAX_REQUEST`] and the connection was refused as
+    /// sending a request too long.
+    #[test]
+    fn pipelined_requests_with_long_replies_are_all_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("control.sock");
+        let sock = ControlSocket::bind(&path).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let big = "x".repeat(300_000);
+        let server = std::thread::spawn(move || {
+            sock.serve(&stop2, |_| Reply::ok(Body::Config(big.clone())).into());
+        });
+        let mut c = Client::connect(&path).unwrap();
+        let mut asks = Vec::new();
+        for _ in 0..100 {
+            // 1 KiB each (JSON may carry spaces after its value).
+            asks.extend(serde_json::to_vec(&Request::ConfigShow).unwrap());
+            asks.extend([b' '; 1000]);
+            asks.push(b'\n');
+        }
+        c.writer.write_all(&asks).unwrap();
+        for i in 0..100 {
+            let mut line = String::new();
+            c.reader.read_line(&mut line).unwrap();
+            let r: Reply = serde_json::from_str(&line).unwrap();
+            assert!(r.ok, "reply {i}: {:?}", r.error);
+        }
         stop.store(true, Ordering::Relaxed);
         server.join().unwrap();
     }
