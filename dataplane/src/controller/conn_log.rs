@@ -59,8 +59,9 @@ pub(super) struct ConnLog {
 /// Opens `path` to append to, made with mode 0640 when new. Never waits:
 /// the control thread calls it, and opening a FIFO for writing waits for a
 /// reader, so a FIFO with no reader is refused. Anything but a regular file
-/// is then opened again without `O_NONBLOCK`, so the writer thread's writes
-/// wait as they would on a file rather than fail.
+/// then has `O_NONBLOCK` cleared on the descriptor opened, so the writer
+/// thread's writes wait as they would on a file rather than fail (a second
+/// `open` would wait for good on a FIFO whose reader left meanwhile).
 pub(super) fn open(path: &Path) -> Result<File, ConfigError> {
     let refuse = |e: std::io::Error| {
         let reason = match e.raw_os_error() {
@@ -80,7 +81,13 @@ pub(super) fn open(path: &Path) -> Result<File, ConfigError> {
         // O_NONBLOCK means nothing to a regular file.
         return Ok(first);
     }
-    options.open(path).map_err(refuse)
+    // `set_nonblocking` is `ioctl(FIONBIO)`, which the kernel applies to
+    // any descriptor (fs/ioctl.c): the one safe way std offers to clear
+    // the flag on this one.
+    let fd = std::os::fd::OwnedFd::from(first);
+    let stream = std::os::unix::net::UnixStream::from(fd);
+    stream.set_nonblocking(false).map_err(refuse)?;
+    Ok(File::from(std::os::fd::OwnedFd::from(stream)))
 }
 
 impl ConnLog {
@@ -316,6 +323,16 @@ mod tests {
             .open(&fifo)
             .unwrap();
         let mut writer = open_within(&fifo, Duration::from_secs(10)).unwrap();
+        // Opened once, its O_NONBLOCK (0o4000) cleared: the writer's writes
+        // wait as on a file.
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&writer);
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap();
+        let flags = info
+            .lines()
+            .find_map(|l| l.strip_prefix("flags:"))
+            .map(|f| u32::from_str_radix(f.trim(), 8).unwrap())
+            .unwrap();
+        assert_eq!(flags & 0o4000, 0, "blocking: {info}");
         writer.write_all(b"{\"end\":\"closed\"}\n").unwrap();
         let mut got = [0u8; 64];
         let n = reader.read(&mut got).unwrap();
