@@ -2236,6 +2236,24 @@ impl Config {
         if self.control.socket.as_os_str().is_empty() {
             return Err(ConfigError::new("control.socket", "", "must be a path"));
         }
+        if self.control.drain_timeout_s > 86_400 {
+            return Err(ConfigError::new(
+                "control.drain_timeout_s",
+                self.control.drain_timeout_s,
+                "must be 0 (SIGTERM resets open connections at once) to 86400 seconds",
+            ));
+        }
+        // A connection idle that long is reset before its first probe.
+        if self.tcp.keepalive_s != 0 && self.tcp.keepalive_s >= self.tcp.idle_timeout_s {
+            return Err(ConfigError::new(
+                "tcp.keepalive_s",
+                self.tcp.keepalive_s,
+                format!(
+                    "keepalive probes would never go: the idle timeout (tcp.idle_timeout_s = {}) resets the connection first; set it below that, or 0 for none",
+                    self.tcp.idle_timeout_s
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -3321,6 +3339,29 @@ mod tests {
         );
         let bad = GOOD.replace("socket = ", "metrics = \"localhost\"\nsocket = ");
         assert_eq!(err_of(&bad).field, "control.metrics");
+    }
+
+    /// A drain that could never end, and keepalive the idle timeout
+    /// always beats, are refused naming the field; keepalive below the
+    /// idle timeout, and a drain of 0, are taken.
+    #[test]
+    fn a_drain_without_end_and_keepalive_that_never_runs_are_refused() {
+        let with = |control: &str, tcp: &str| {
+            GOOD.replace("socket = ", &format!("{control}\nsocket = "))
+                + &format!("\n[tcp]\n{tcp}\n")
+        };
+        assert_eq!(
+            err_of(&with("drain_timeout_s = 4294967295", "")).field,
+            "control.drain_timeout_s"
+        );
+        assert!(Config::parse(&with("drain_timeout_s = 0", "")).is_ok());
+        let e = err_of(&with("", "keepalive_s = 7200"));
+        assert_eq!(e.field, "tcp.keepalive_s");
+        assert!(e.reason.contains("idle_timeout_s = 300"), "{e}");
+        assert!(
+            err_of(&with("", "keepalive_s = 60\nidle_timeout_s = 60")).field == "tcp.keepalive_s"
+        );
+        assert!(Config::parse(&with("", "keepalive_s = 60\nidle_timeout_s = 300")).is_ok());
     }
 
     #[test]
