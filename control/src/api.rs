@@ -947,6 +947,8 @@ impl From<Reply> for Answer {
     }
 }
 
+/// How long [`Client::connect`] waits for dpd to take the connection.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most clients connected to the control socket at once; one more is
 /// told so and closed.
 pub const MAX_CONTROL_CONNS: usize = 64;
@@ -1302,8 +1304,35 @@ impl Client {
     /// # Errors
     /// When nothing listens there (is dpd running?) or permission is denied.
     pub fn connect(path: &Path) -> io::Result<Self> {
-        let stream = UnixStream::connect(path)?;
+        Self::connect_within(path, CONNECT_TIMEOUT)
+    }
+
+    /// [`Client::connect`], giving up after `limit`: a Unix socket's
+    /// `connect` waits while the listener's backlog is full (a dpd whose
+    /// control thread is stuck), and std has no timeout for it, so it runs
+    /// on a thread of its own, left behind if it never returns.
+    ///
+    /// # Errors
+    /// As [`UnixStream::connect`]; `TimedOut` past `limit`.
+    pub fn connect_within(path: &Path, limit: Duration) -> io::Result<Self> {
+        let (tx, rx) = mpsc::channel();
+        let target = path.to_path_buf();
+        std::thread::Builder::new()
+            .name("connect".into())
+            .spawn(move || {
+                let _ = tx.send(UnixStream::connect(target));
+            })?;
+        let stream = match rx.recv_timeout(limit) {
+            Ok(connected) => connected?,
+            Err(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("dpd did not take the connection within {limit:?}"),
+                ))
+            }
+        };
         stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        stream.set_write_timeout(Some(Duration::from_secs(10)))?;
         Ok(Self {
             writer: stream.try_clone()?,
             reader: BufReader::new(stream),

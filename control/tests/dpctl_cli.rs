@@ -76,3 +76,93 @@ fn no_dpd_at_the_socket_is_said_so() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("is dpd running?"), "{err}");
 }
+
+/// A dpd that takes no connection (its control thread stuck, its backlog
+/// full): dpctl gives up after `--reply-timeout` and says why (exit 2).
+/// Before, its connect waited for good.
+#[test]
+fn a_dpd_that_takes_no_connection_is_given_up_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("control.sock");
+    let _listener = UnixListener::bind(&path).unwrap();
+    // Fill the backlog: connections nobody accepts, until one waits.
+    let mut held = Vec::new();
+    let full = (0..5_000).any(|_| {
+        match control::api::Client::connect_within(&path, Duration::from_millis(100)) {
+            Ok(c) => {
+                held.push(c);
+                false
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+                true
+            }
+        }
+    });
+    assert!(full, "the backlog never filled");
+    let start = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_dpctl"))
+        .arg("--socket")
+        .arg(&path)
+        .args(["--reply-timeout", "1", "status"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("did not take the connection"), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+/// Output its reader stops taking (`dpctl config show | head -1`):
+/// dpctl ends quietly with 141, as a tool SIGPIPE ends. Before, it
+/// reported a panic (and aborted, in release builds).
+#[test]
+fn output_cut_short_by_its_reader_ends_quietly() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("control.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    let server = std::thread::spawn(move || {
+        let (conn, _) = listener.accept().unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(&conn).read_line(&mut line).unwrap();
+        let text = "line\n".repeat(200_000);
+        let reply = control::api::Reply::ok(control::api::Body::Config(text));
+        let mut out = serde_json::to_vec(&reply).unwrap();
+        out.push(b'\n');
+        let _ = (&conn).write_all(&out);
+    });
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dpctl"))
+        .arg("--socket")
+        .arg(&path)
+        .args(["config", "show"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // the reader is gone
+    let out = child.wait_with_output().unwrap();
+    server.join().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// A file name that is not UTF-8 cannot go in a JSON request: dpctl says
+/// so (exit 2). Before: "the request is 18446744073709551615 bytes".
+#[test]
+fn a_path_that_is_not_utf8_is_named_as_the_reason() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dpctl"))
+        .arg("--socket")
+        .arg(dir.path().join("none.sock"))
+        .args(["config", "save"])
+        .arg(std::ffi::OsStr::from_bytes(b"/tmp/\xff.toml"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("UTF-8"), "{err}");
+    assert!(!err.contains("18446744073709551615"), "{err}");
+}

@@ -952,6 +952,10 @@ fn fitted(req: Request) -> Result<Vec<Request>, String> {
         }
         other => vec![other],
     };
+    // A path that is not UTF-8 (JSON cannot carry it), say.
+    if let Some(e) = batches.iter().find_map(|r| serde_json::to_vec(r).err()) {
+        return Err(format!("the request cannot be sent: {e}"));
+    }
     match batches.iter().map(size).max() {
         Some(n) if n > control::api::MAX_REQUEST => Err(format!(
             "the request is {n} bytes; dpd takes at most {} a request",
@@ -962,6 +966,22 @@ fn fitted(req: Request) -> Result<Vec<Request>, String> {
 }
 
 fn main() -> ExitCode {
+    // Output cut short by its reader (`dpctl conn list | head`): end
+    // quietly, as a tool killed by SIGPIPE does, rather than report a
+    // panic (and abort, in release builds).
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let text = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if text.starts_with("failed printing to stdout") && text.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default_hook(info);
+    }));
     let cli = Cli::parse();
     if let Cmd::Completions { shell } = cli.cmd {
         clap_complete::generate(shell, &mut Cli::command(), "dpctl", &mut std::io::stdout());
@@ -974,7 +994,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut client = match Client::connect(&cli.socket) {
+    // Refused here, before dpd is reached, when it cannot be sent.
+    let batches = match fitted(req.clone()) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("dpctl: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let connect_limit = std::time::Duration::from_secs(cli.reply_timeout);
+    let mut client = match Client::connect_within(&cli.socket, connect_limit) {
         Ok(c) => c,
         Err(e) => return unreachable_dpd(&cli.socket, &e),
     };
@@ -998,13 +1027,6 @@ fn main() -> ExitCode {
     if let Cmd::Drain { wait: true } = cli.cmd {
         return drain_and_wait(&mut client, &cli.socket, cli.json, wait);
     }
-    let batches = match fitted(req) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("dpctl: {e}");
-            return ExitCode::from(2);
-        }
-    };
     let (mut reply, total) = (None, batches.len());
     for (done, req) in batches.iter().enumerate() {
         let r = match client.call(req) {
