@@ -640,6 +640,24 @@ fn a_capture_is_refused_at_once_when_its_file_cannot_be_written() {
         0,
         "nothing left"
     );
+    // An existing file that is not a capture (a typo naming the
+    // configuration) is refused and left as it was; an old capture, or an
+    // empty file, may be replaced.
+    let config = dir.path().join("dpd.toml");
+    std::fs::write(&config, "[eal]\n").unwrap();
+    let r = reply(ctl.handle(&capture(config.to_str().unwrap(), 1_000)));
+    let e = r.error.unwrap_or_default();
+    assert!(e.contains("is not a pcap file"), "{e}");
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), "[eal]\n");
+    let old = dir.path().join("old.pcap");
+    std::fs::write(&old, 0xa1b2_c3d4u32.to_le_bytes()).unwrap();
+    let empty = dir.path().join("empty.pcap");
+    std::fs::write(&empty, b"").unwrap();
+    for file in [old, empty] {
+        let r = reply(ctl.handle(&capture(file.to_str().unwrap(), 1)));
+        let e = r.error.unwrap_or_default();
+        assert!(!e.contains("exists"), "{}: {e}", file.display());
+    }
 }
 
 /// A member removed while its health check waits on a backend that

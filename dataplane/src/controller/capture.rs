@@ -42,6 +42,15 @@ impl Controller {
                 .into()
             }
         }
+        // A typo must not replace a configuration or a key: an existing
+        // file is replaced only when it is a capture already.
+        if let Some(why) = not_a_capture(file) {
+            return Reply::error(format!(
+                "{} exists and {why}: remove it or name another file",
+                file.display()
+            ))
+            .into();
+        }
         if let Err(e) = crate::files::check_writable(file) {
             return Reply::error(format!("cannot write {}: {e}", file.display())).into();
         }
@@ -75,6 +84,33 @@ impl Controller {
             return Reply::error(format!("cannot start the capture thread: {e}")).into();
         }
         Answer::Later(rx)
+    }
+}
+
+/// Why an existing `file` may not be replaced by a capture (not a pcap
+/// file by its magic number, or not a file); `None` when it may, or is
+/// not there.
+fn not_a_capture(file: &Path) -> Option<&'static str> {
+    use std::io::Read;
+    let meta = std::fs::symlink_metadata(file).ok()?;
+    if meta.is_dir() {
+        return None; // said by the writability check
+    }
+    if !meta.is_file() {
+        return Some("is not a file");
+    }
+    let mut magic = [0u8; 4];
+    let read = std::fs::File::open(file).and_then(|mut f| f.read_exact(&mut magic));
+    // pcap's magic numbers, either byte order, micro- or nanoseconds.
+    let pcap = [0xa1b2_c3d4u32, 0xa1b2_3c4d]
+        .iter()
+        .any(|m| magic == m.to_le_bytes() || magic == m.to_be_bytes());
+    match read {
+        Ok(()) if pcap => None,
+        Ok(()) => Some("is not a pcap file"),
+        // Empty or shorter than a header: nothing is lost.
+        Err(_) if meta.len() < 4 => None,
+        Err(_) => Some("cannot be read"),
     }
 }
 
