@@ -35,6 +35,14 @@ pub struct TicketKeys {
     id: u64,
 }
 
+/// The master secret is wiped when the keys go (as the certificates'
+/// keys and the TLS secrets are).
+impl Drop for TicketKeys {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.master);
+    }
+}
+
 /// Numbers [`TicketKeys`] instances.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -95,10 +103,12 @@ fn derive(ikm: &[u8], info: &[u8], out: &mut [u8]) {
 
 /// A ticket key file's secret: the whole file, at least [`MIN_KEY_FILE`]
 /// bytes.
-fn read_key_file(path: &Path) -> Result<Vec<u8>, TicketKeyError> {
-    let bytes = crate::files::read_capped(path, crate::files::MAX_TICKET_KEY_FILE)
-        .map_err(|e| TicketKeyError(format!("ticket key file {}: {e}", path.display())))?
-        .bytes;
+fn read_key_file(path: &Path) -> Result<zeroize::Zeroizing<Vec<u8>>, TicketKeyError> {
+    let bytes = zeroize::Zeroizing::new(
+        crate::files::read_capped(path, crate::files::MAX_TICKET_KEY_FILE)
+            .map_err(|e| TicketKeyError(format!("ticket key file {}: {e}", path.display())))?
+            .bytes,
+    );
     if bytes.len() < MIN_KEY_FILE {
         return Err(TicketKeyError(format!(
             "ticket key file {}: {} bytes, at least {MIN_KEY_FILE} needed (openssl rand 80 > FILE)",
@@ -124,11 +134,11 @@ impl TicketKeys {
     /// # Errors
     /// When the system random source fails, or `rotate_s` is 0.
     pub fn random(rotate_s: u64) -> Result<Self, TicketKeyError> {
-        let mut master = [0u8; 32];
+        let mut master = zeroize::Zeroizing::new([0u8; 32]);
         SystemRandom::new()
-            .fill(&mut master)
+            .fill(&mut master[..])
             .map_err(|_| TicketKeyError("no system randomness for ticket keys".into()))?;
-        Self::from_secret(&master, rotate_s, &[])
+        Self::from_secret(&master[..], rotate_s, &[])
     }
 
     /// Keys from a key file: at least [`MIN_KEY_FILE`] bytes of secret
