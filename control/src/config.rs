@@ -559,10 +559,19 @@ pub struct Pool {
     /// default 10000).
     #[serde(default = "default_fail_timeout")]
     pub fail_timeout_ms: u32,
+    /// Members one client's backend connection is tried on before the
+    /// client is given up (1 to 64; default 4: HAProxy's `retries 3`), so
+    /// an outage holds each client at most this many connect timeouts.
+    #[serde(default = "default_connect_tries")]
+    pub connect_tries: u32,
 }
 
 fn default_connect_timeout() -> u32 {
     3000
+}
+
+fn default_connect_tries() -> u32 {
+    4
 }
 
 fn default_fail_timeout() -> u32 {
@@ -1878,6 +1887,13 @@ impl Config {
                     at("fail_timeout_ms"),
                     pool.fail_timeout_ms,
                     "must be 0 (never) to 3600000",
+                ));
+            }
+            if !(1..=64).contains(&pool.connect_tries) {
+                return Err(ConfigError::new(
+                    at("connect_tries"),
+                    pool.connect_tries,
+                    "must be 1 to 64",
                 ));
             }
             if let Some(h) = &pool.health {
@@ -3317,6 +3333,10 @@ mod tests {
             "fail_timeout_ms = 3600001",
         );
         assert_eq!(e.field, "pool[0].fail_timeout_ms", "{e}");
+        for tries in ["connect_tries = 0", "connect_tries = 65"] {
+            let e = bad("balance = \"weighted_least_conn\"", tries);
+            assert_eq!(e.field, "pool[0].connect_tries", "{e}");
+        }
         // A member off every subnet, with no gateway to reach it.
         let no_gw = GOOD.replace("gateway = \"10.77.0.254\"", "");
         let e = err_of(&format!(

@@ -767,6 +767,43 @@ fn connects_past_the_timeout_go_to_the_next_member_and_established_ones_stay() {
     );
 }
 
+/// A client whose pool's members all stay silent is tried on
+/// `connect_tries` of them (4 by default), then given up: a reset after
+/// four connect timeouts. Before, it was tried on every member, 64 at
+/// most: over three minutes of the default 3 s timeout, its request held
+/// all the while.
+#[test]
+fn a_client_is_tried_on_connect_tries_members_then_given_up() {
+    let mut host = HostLab::new();
+    let members: Vec<Member> = (0..8)
+        .map(|i| Member::new(SocketAddrV4::new(HOST_IP, 9000 + i), 1, MemberState::Up))
+        .collect();
+    let mut pool = Pool::new("silent".into(), Balance::RoundRobin, members);
+    pool.connect_timeout = Duration::from_secs(1);
+    pool.fail_timeout = Duration::ZERO;
+    let p = host.mem.engine.add_pool(pool);
+    host.mem.engine.listen_pool(DUT_IP, VIP_PORT, None, p);
+    let mut client = HostConn::client(42_000, VIP_PORT, 7_000);
+    let syn = client.next(TcpControl::Syn, b"");
+    client.absorb(&host.exchange(&[syn]));
+    let ask = client.next(TcpControl::Psh, REQUEST);
+    let mut out = host.exchange(&[ask]);
+    let mut members_tried = std::collections::BTreeSet::new();
+    for _ in 0..12 {
+        for s in out.iter().filter(|s| s.control == TcpControl::Syn) {
+            members_tried.insert(s.dst_port);
+        }
+        client.absorb(&out);
+        if client.reset {
+            break;
+        }
+        out = host.advance(Duration::from_millis(1_100));
+    }
+    assert_eq!(members_tried.len(), 4, "{members_tried:?}");
+    assert!(client.reset, "given up");
+    assert_eq!(host.mem.engine.counters().proxy_no_member, 1);
+}
+
 /// A member its check takes down says why in the pool's view (what
 /// `dpctl pool show` prints), each failure in its own words: a 503 is
 /// `status 503`, an SSH banner `not an HTTP status line` (it was "status

@@ -62,6 +62,8 @@ pub struct Pool {
     /// How long new connections pass over a member a connect failed to
     /// (zero: never).
     pub fail_timeout: std::time::Duration,
+    /// Members one client's connection is tried on at most.
+    pub connect_tries: u32,
     /// Taken out of the configuration; kept while connections use it
     /// (those that started before still get members), never health checked.
     pub retired: bool,
@@ -75,6 +77,10 @@ pub type Tried = u64;
 /// says otherwise (`fail_timeout_ms`; nginx's default too).
 pub const DEFAULT_FAIL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Members one client's connection is tried on, unless its pool says
+/// otherwise (`connect_tries`; HAProxy's `retries 3`).
+pub const DEFAULT_CONNECT_TRIES: u32 = 4;
+
 impl Pool {
     pub fn new(name: String, balance: Balance, members: Vec<Member>) -> Self {
         Self {
@@ -85,6 +91,7 @@ impl Pool {
             proxy_protocol: false,
             connect_timeout: std::time::Duration::from_secs(3),
             fail_timeout: DEFAULT_FAIL_TIMEOUT,
+            connect_tries: DEFAULT_CONNECT_TRIES,
             retired: false,
             cursor: 0,
         }
@@ -119,6 +126,7 @@ impl Pool {
         self.proxy_protocol = next.proxy_protocol;
         self.connect_timeout = next.connect_timeout;
         self.fail_timeout = next.fail_timeout;
+        self.connect_tries = next.connect_tries;
         self.retired = false;
         for m in &mut self.members {
             m.removed = true;

@@ -381,9 +381,12 @@ impl Services {
         };
         let (link_pool, tried) = (link.pool, link.tried);
         let p = usize::from(link_pool);
+        // Each client is tried on `connect_tries` members at most: in an
+        // outage it waits that many connect timeouts, not one a member.
         let Some(m) = self
             .pools
             .get_mut(p)
+            .filter(|pool| tried.count_ones() < pool.connect_tries)
             .and_then(|pool| pool.pick_at(cx.now, ckey.remote_addr().ip(), tried))
         else {
             self.no_member(cx, client);

@@ -1189,6 +1189,7 @@ fn engine_pool(p: &control::config::Pool) -> dataplane_pool::Pool {
     pool.proxy_protocol = p.proxy_protocol;
     pool.connect_timeout = Duration::from_millis(u64::from(p.connect_timeout_ms));
     pool.fail_timeout = Duration::from_millis(u64::from(p.fail_timeout_ms));
+    pool.connect_tries = p.connect_tries;
     pool
 }
 
