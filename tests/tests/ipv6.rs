@@ -251,15 +251,17 @@ fn a_syn_flood_on_ipv6_meets_cookies_and_real_clients_get_in() {
         )
     });
     // 20,000 SYNs from random sources of the prefix (scapy; hping3 has no
-    // IPv6), answered statelessly, while curl fetches a page again and
-    // again.
+    // IPv6) to dpd's MAC (TCP in a broadcast frame is not taken), answered
+    // statelessly, while curl fetches a page again and again.
     let ns = format!("{}-cli", l.lab.name);
     let script = format!(
         "from scapy.all import *\n\
          import random\n\
          conf.verb = 0\n\
          s = conf.L2socket(iface='veth-cli')\n\
-         pkts = [Ether(dst='ff:ff:ff:ff:ff:ff')/IPv6(src='{p}::%x:%x' % (random.randint(1, 65535), random.randint(1, 65535)), dst='{dut6}')/TCP(sport=random.randint(1024, 65535), dport=80, flags='S', seq=random.randint(0, 2**32 - 1)) for _ in range(20000)]\n\
+         mac = getmacbyip6('{dut6}')\n\
+         assert mac, 'no neighbour advertisement from dpd'\n\
+         pkts = [Ether(dst=mac)/IPv6(src='{p}::%x:%x' % (random.randint(1, 65535), random.randint(1, 65535)), dst='{dut6}')/TCP(sport=random.randint(1024, 65535), dport=80, flags='S', seq=random.randint(0, 2**32 - 1)) for _ in range(20000)]\n\
          for p in pkts: s.send(p)\n",
         p = l.prefix
     );

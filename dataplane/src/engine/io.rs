@@ -201,17 +201,19 @@ pub(super) fn steer<P: Port>(
     }
 }
 
-/// The engine an ICMP error (fragmentation needed, Packet Too Big)
-/// received on a port whose NIC spreads flows (`rss`) belongs to, when it
-/// quotes a flow of another engine's queue: the NIC hashed it on its
-/// addresses alone. Engine `q` polls queue `q` on such a port.
-pub(super) fn icmp_error_owner<B: PacketBuf>(
+/// The engine a frame received on a port whose NIC spreads flows (`rss`)
+/// belongs to, when the NIC hashed it on its addresses alone and its flow
+/// is another engine's: an ICMP error quoting a flow (fragmentation
+/// needed, Packet Too Big), an IPv6 segment behind extension headers or
+/// in an atomic fragment ([`crate::net::toeplitz::address_hashed_flow`]).
+/// Engine `q` polls queue `q` on such a port.
+pub(super) fn address_hashed_owner<B: PacketBuf>(
     link: &SteerLink<B>,
     rss: Option<RssSteering>,
     buf: &B,
 ) -> Option<u16> {
     let rss = rss?;
-    let h = crate::net::toeplitz::icmp_error_flow(buf.data(), &link.table)?;
+    let h = crate::net::toeplitz::address_hashed_flow(buf.data(), &link.table)?;
     let owner = rss.queue_of(h);
     (owner != link.engine && owner < link.engines).then_some(owner)
 }

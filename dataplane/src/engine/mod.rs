@@ -790,9 +790,10 @@ impl<P: Port, A: Application> Engine<P, A> {
                         if is_neighbor_frame(buf.data()) {
                             io::share_neighbor_frame(link, ep, i, &buf, &mut self.counters);
                         }
-                        // It hashes an ICMP error on its addresses alone:
-                        // one quoting another engine's flow goes there.
-                        match io::icmp_error_owner(link, ep.rss, &buf) {
+                        // It hashes an ICMP error, and an IPv6 segment
+                        // behind extension headers, on its addresses
+                        // alone: one of another engine's flow goes there.
+                        match io::address_hashed_owner(link, ep.rss, &buf) {
                             Some(owner) => {
                                 io::pass_on(link, owner, i, buf, &mut self.counters);
                                 continue;

@@ -177,12 +177,14 @@ fn classify_frag_needed(ip: &[u8], t: &Toeplitz) -> FrameClass {
     FrameClass::Tcp(t.tcp4(theirs, ours, their_port, our_port))
 }
 
-/// The flow hash of the TCP segment an ICMP error in `frame` quotes (a
-/// "fragmentation needed", a Packet Too Big), hashed as that flow's
-/// received segments are; `None` for any other frame. For ports whose
-/// NIC spreads flows: its RSS hashes such an error on its addresses only,
-/// so it lands on a queue that need not be its flow's.
-pub fn icmp_error_flow(frame: &[u8], t: &Toeplitz) -> Option<u32> {
+/// The flow hash, as that flow's plain segments are hashed, of a frame a
+/// NIC's RSS hashes on its addresses alone, so that it lands on a queue
+/// that need not be its flow's: an ICMP error quoting one of our TCP
+/// segments (a "fragmentation needed", a Packet Too Big), or an IPv6 TCP
+/// segment behind extension headers or in an atomic fragment. `None` for
+/// any other frame (the NIC hashed it as its flow). For ports whose NIC
+/// spreads flows.
+pub fn address_hashed_flow(frame: &[u8], t: &Toeplitz) -> Option<u32> {
     let (at, _) = super::vlan::peek(frame);
     let ip = frame.get(at + 2..)?;
     let class = match frame.get(at..at + 2)? {
@@ -190,6 +192,9 @@ pub fn icmp_error_flow(frame: &[u8], t: &Toeplitz) -> Option<u32> {
             classify_frag_needed(ip, t)
         }
         [0x86, 0xdd] if ip.len() > 40 && ip[6] == 58 && ip[40] == 2 => classify_ipv6(ip, t),
+        // Hop-by-hop, routing, fragment, destination options: what
+        // `classify_ipv6` walks to reach TCP.
+        [0x86, 0xdd] if ip.len() > 40 && matches!(ip[6], 0 | 43 | 44 | 60) => classify_ipv6(ip, t),
         _ => return None,
     };
     match class {
@@ -563,6 +568,7 @@ mod tests {
             443,
         );
         assert_eq!(classify(&v6, &t), FrameClass::Tcp(want));
+        let v6_tcp = v6.clone();
         assert_eq!(
             classify(&v6[..14 + 42], &t),
             FrameClass::Other,
@@ -588,6 +594,16 @@ mod tests {
         assert_eq!(classify(&frag, &t), FrameClass::Tcp(want));
         frag[14 + 40 + 3] = 1;
         assert_eq!(classify(&frag, &t), FrameClass::Other);
+        // On a port whose NIC hashes these on their addresses alone, the
+        // atomic fragment and the segment behind options are hashed
+        // again; a plain segment (the NIC hashed it right) and a real
+        // fragment are not.
+        frag[14 + 40 + 3] = 0;
+        assert_eq!(address_hashed_flow(&frag, &t), Some(want));
+        assert_eq!(address_hashed_flow(&ext, &t), Some(want));
+        assert_eq!(address_hashed_flow(&v6_tcp, &t), None);
+        frag[14 + 40 + 3] = 1;
+        assert_eq!(address_hashed_flow(&frag, &t), None);
         v6[14 + 6] = 0; // a hop-by-hop header first, then an unknown one
         v6[14 + 40] = 135;
         assert_eq!(classify(&v6, &t), FrameClass::Other);
