@@ -330,7 +330,9 @@ pub struct Tcp {
     /// Seconds a handshake may take.
     pub handshake_timeout_s: u32,
     /// Seconds of idleness before keepalive probes (0: off); then every
-    /// 75 s, 9 probes (Linux's defaults).
+    /// 75 s, 9 probes (Linux's defaults). Below `idle_timeout_s` (else
+    /// refused: no probe would go); a VIP whose own `idle_timeout_s` is at
+    /// or below it resets its idle connections before any probe.
     pub keepalive_s: u32,
     /// MiB of byte rings per engine (16 to 1048576), TLS connections'
     /// own buffers counted with them. A connection's rings start at 4 KiB

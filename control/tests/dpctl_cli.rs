@@ -84,11 +84,16 @@ fn no_dpd_at_the_socket_is_said_so() {
 fn a_dpd_that_takes_no_connection_is_given_up_on() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("control.sock");
-    let _listener = UnixListener::bind(&path).unwrap();
-    // Fill the backlog: connections nobody accepts, until one waits.
+    // A backlog of one: a connection or two, nobody accepting, fill it.
+    let listener =
+        socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None).unwrap();
+    listener
+        .bind(&socket2::SockAddr::unix(&path).unwrap())
+        .unwrap();
+    listener.listen(1).unwrap();
     let mut held = Vec::new();
-    let full = (0..5_000).any(|_| {
-        match control::api::Client::connect_within(&path, Duration::from_millis(100)) {
+    let full = (0..20).any(|_| {
+        match control::api::Client::connect_within(&path, Duration::from_millis(500)) {
             Ok(c) => {
                 held.push(c);
                 false

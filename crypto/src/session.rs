@@ -860,9 +860,10 @@ impl ServerSession {
 
     /// Input the session holds that [`ServerSession::read`] has not opened
     /// yet (what came with the handshake's last flight): read again even
-    /// with nothing new from the peer.
+    /// with nothing new from the peer. None after the peer's close_notify:
+    /// what followed it is never read.
     pub fn has_pending_input(&self) -> bool {
-        matches!(&self.state, State::Established(e) if !e.leftover.is_empty())
+        !self.peer_closed && matches!(&self.state, State::Established(e) if !e.leftover.is_empty())
     }
 
     /// The server name the client sent (SNI), once the handshake is done.
@@ -1685,12 +1686,6 @@ mod tests {
         pub(super) static JOINED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     }
 
-    /// The client's Finished comes with the start of a 10,000-byte record
-    /// (held by the session past the handshake), the rest a byte at a time
-    /// as the caller's ring fills: the record opens whole, and only the
-    /// bytes that complete it are joined to what the session held, once.
-    /// Before, every byte joined the held part to all the caller had: 50 MB
-    /// copied for this one record.
     /// Each suite's OpenSSL name is the same suite as its IANA one.
     #[test]
     fn openssl_suite_names_line_up_with_the_iana_ones() {
@@ -1710,6 +1705,12 @@ mod tests {
         }
     }
 
+    /// The client's Finished comes with the start of a 10,000-byte record
+    /// (held by the session past the handshake), the rest a byte at a time
+    /// as the caller's ring fills: the record opens whole, and only the
+    /// bytes that complete it are joined to what the session held, once.
+    /// Before, every byte joined the held part to all the caller had: 50 MB
+    /// copied for this one record.
     #[test]
     fn a_record_trickled_after_the_handshake_is_joined_once() {
         let dir = tempfile::tempdir().unwrap();

@@ -710,6 +710,46 @@ fn a_record_cut_by_the_fin_behind_the_finished_resets_the_backend() {
     settle_and_check_nothing_held(&mut lab);
 }
 
+/// Bytes after the client's close_notify, in the flight of its Finished
+/// and request, with its FIN: nothing after close_notify counts, so the
+/// backend gets the request, then a FIN (never a reset: nothing was cut).
+#[test]
+fn bytes_after_close_notify_behind_the_finished_cut_nothing() {
+    let mut lab = lab();
+    let mut c = tls_client_at_finished(&mut lab, 51_008);
+    c.tls.write_plain(REQUEST);
+    c.tls.close_notify();
+    let mut bytes = Vec::new();
+    c.tls.take_tls(&mut bytes);
+    bytes.extend_from_slice(&[0x17, 0x03, 0x03, 0x00, 0x40, 1, 2, 3]);
+    let fin = c.tcp.next(TcpControl::Fin, &bytes);
+    let out = lab.exchange(&[fin]);
+    c.tcp.absorb(&out);
+    let syn = backend_syn(&out);
+    let mut backend = HostConn::accepted(syn, 720_000);
+    let synack = backend.next(TcpControl::Syn, b"");
+    backend.absorb(&lab.exchange(&[synack]));
+    let ack = backend.next(TcpControl::None, b"");
+    backend.absorb(&lab.exchange(&[ack]));
+    assert_eq!(backend.received, REQUEST);
+    assert_eq!(backend.fin_at, Some(REQUEST.len()), "the FIN passed on");
+    assert!(!backend.reset);
+    // The backend answers and closes: the client gets it all.
+    let answer = backend.next(TcpControl::Psh, b"HTTP/1.0 200 OK\r\n\r\nhi");
+    let out = lab.exchange(&[answer]);
+    c.absorb(&out);
+    let fin = backend.next(TcpControl::Fin, b"");
+    let out = lab.exchange(&[fin]);
+    c.absorb(&out);
+    assert!(
+        c.plain.ends_with(b"hi"),
+        "{:?}",
+        String::from_utf8_lossy(&c.plain)
+    );
+    assert!(!c.tcp.reset);
+    settle_and_check_nothing_held(&mut lab);
+}
+
 /// The backend acknowledges what it has, at most `rounds` times, until
 /// the engine resets it.
 fn ack_until_reset(lab: &mut HostLab, backend: &mut HostConn, rounds: usize) {

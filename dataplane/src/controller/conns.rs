@@ -167,6 +167,8 @@ impl Controller {
             Ok(f) => f,
             Err(e) => return Reply::error(e),
         };
+        // Why an earlier wait gave up says nothing of this one.
+        self.stood_still.set(None);
         let mut asked = vec![false; self.links.len()];
         let ask = self.next_ask();
         for (i, l) in self.links.iter().enumerate() {

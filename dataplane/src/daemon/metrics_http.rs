@@ -7,8 +7,10 @@
 //! from one address (an IPv6 client's /64: one host holds a whole /64 as
 //! easily as one address); a new connection past the per-source limit is
 //! closed at once, and one that finds every slot taken takes the slot of
-//! the oldest connection still without a whole head (slow or silent
-//! clients from a few addresses cannot keep the real scraper out). One
+//! the oldest connection still without a whole head, or else of the
+//! oldest answer under way past [`HEAD_TIME`] (slow, silent or slowly
+//! reading clients from a few addresses cannot keep the real scraper
+//! out). One
 //! step takes at most [`MAX_ACCEPTS`] (a flood of connections does not
 //! keep the thread accepting, its scrapes unanswered). Sockets are
 //! non-blocking: a client that sends slowly or reads nothing costs a slot
@@ -104,11 +106,16 @@ impl MetricsHttp {
             }
             if self.conns.len() >= MAX_CONNS {
                 // Every slot taken: the oldest that has not sent its head
-                // gives its slot up (an answer under way is kept).
-                let oldest = (self.conns.iter().enumerate())
-                    .filter(|(_, c)| c.answer.is_none())
-                    .min_by_key(|(_, c)| c.accepted)
-                    .map(|(i, _)| i);
+                // gives its slot up, or else the oldest answer that has
+                // taken longer than a head may (a fresh one is kept).
+                let oldest = |answering: bool| {
+                    (self.conns.iter().enumerate())
+                        .filter(|(_, c)| c.answer.is_some() == answering)
+                        .filter(|(_, c)| !answering || now >= c.accepted + HEAD_TIME)
+                        .min_by_key(|(_, c)| c.accepted)
+                        .map(|(i, _)| i)
+                };
+                let oldest = oldest(false).or_else(|| oldest(true));
                 match oldest {
                     Some(i) => drop(self.conns.swap_remove(i)),
                     None => continue,
@@ -363,7 +370,15 @@ mod tests {
 
     /// A connection from `source` (a loopback address) to `addr`.
     fn from(source: [u8; 4], addr: std::net::SocketAddr) -> TcpStream {
+        from_with(source, addr, None)
+    }
+
+    /// [`from`], its receive buffer `rcvbuf` bytes when given.
+    fn from_with(source: [u8; 4], addr: std::net::SocketAddr, rcvbuf: Option<usize>) -> TcpStream {
         let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        if let Some(n) = rcvbuf {
+            s.set_recv_buffer_size(n).unwrap();
+        }
         let local = std::net::SocketAddr::from((source, 0));
         s.bind(&local.into()).unwrap();
         s.connect(&addr.into()).unwrap();
@@ -387,6 +402,47 @@ mod tests {
             let text = scrape(addr);
             assert!(text.starts_with("HTTP/1.0 200 OK"), "{text}");
             assert!(started.elapsed() < Duration::from_secs(1));
+        });
+    }
+
+    /// Clients of four addresses that ask and read their answers slowly
+    /// (enough to keep them going) fill every slot: past [`HEAD_TIME`], a
+    /// scraper from a fifth takes the oldest one's slot and is answered.
+    #[test]
+    fn answers_read_slowly_give_way_to_a_scraper() {
+        let text: String = "tlsdp_x 1\n".repeat(800_000); // 8 MB
+        serving_text(text, |addr| {
+            let mut held: Vec<TcpStream> = (2..=5u8)
+                .flat_map(|last| (0..MAX_PER_SOURCE).map(move |_| last))
+                .map(|last| {
+                    let mut c = from_with([127, 0, 0, last], addr, Some(4096));
+                    c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+                    c.set_nonblocking(true).unwrap();
+                    c
+                })
+                .collect();
+            let stop = AtomicBool::new(false);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    // 64 KiB each every 200 ms: slow, but never stalled.
+                    let mut buf = vec![0u8; 64 << 10];
+                    while !stop.load(Ordering::Relaxed) {
+                        for c in &mut held {
+                            let _ = c.read(&mut buf);
+                        }
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                });
+                std::thread::sleep(HEAD_TIME + Duration::from_millis(500));
+                let mut c = TcpStream::connect(addr).unwrap();
+                c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                c.write_all(b"HEAD /metrics HTTP/1.0\r\n\r\n").unwrap();
+                let mut head = String::new();
+                let read = c.read_to_string(&mut head);
+                stop.store(true, Ordering::Relaxed);
+                read.unwrap();
+                assert!(head.starts_with("HTTP/1.0 200 OK"), "{head}");
+            });
         });
     }
 
