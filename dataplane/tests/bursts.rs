@@ -1359,3 +1359,61 @@ fn a_half_closed_tls_client_gets_a_long_answer_whole() {
     );
     settle_and_check_nothing_held(&mut lab);
 }
+
+/// A TLS 1.2 client that stopped reading a long answer (the engine's send
+/// ring filled behind its window) sends a record that fails: once it
+/// reads again it gets every byte queued before, then the alert
+/// (bad_record_mac), then the FIN. (Where the ring has no room left at all
+/// for the alert, `TlsConn::end_after_flush` holds the FIN until it has;
+/// the ring here keeps a few bytes free, so this passes either way.)
+#[test]
+fn a_failure_alert_waits_for_room_in_a_full_ring_then_the_fin() {
+    let mut lab = lab();
+    let cfg = LoadClientConfig::new(false, true);
+    let mut c = TlsClient::new(&cfg, 61_100, TLS);
+    let syn = c.tcp.next(TcpControl::Syn, b"");
+    c.absorb(&lab.exchange(&[syn]));
+    let mut hello = vec![c.tcp.next(TcpControl::None, b"")];
+    hello.extend(c.tls_segments());
+    c.absorb(&lab.exchange(&hello));
+    // The second flight, then a request for more than the ring holds.
+    let second = c.tls_segments();
+    c.absorb(&lab.exchange(&second));
+    assert!(!c.tls.is_handshaking(), "TLS 1.2 handshake done");
+    c.tls
+        .write_plain(b"GET /bytes/2000000 HTTP/1.1\r\nHost: tlsdp\r\n\r\n");
+    let ask = c.tls_segments();
+    c.tcp.absorb(&lab.exchange(&ask));
+    // Nothing acknowledged: the ring fills behind the window. Then a
+    // record that fails (its tag is wrong).
+    let mut forged = vec![0x17, 0x03, 0x03, 0x00, 0x40];
+    forged.extend((0..0x40).map(|i| i as u8));
+    let bad = c.tcp.next(TcpControl::Psh, &forged);
+    let mut out = lab.exchange(&[bad]);
+    for _ in 0..2_000 {
+        c.tcp.absorb(&out);
+        if c.tcp.fin_at.is_some() || c.tcp.reset {
+            break;
+        }
+        let ack = c.tcp.next(TcpControl::None, b"");
+        out = lab.exchange(&[ack]);
+    }
+    assert!(c.tcp.fin_at.is_some(), "a FIN at the end");
+    // The records received, in order: the last is the alert.
+    let mut types = Vec::new();
+    let mut rest = &c.tcp.received[..];
+    while rest.len() >= 5 {
+        let len = 5 + usize::from(u16::from_be_bytes([rest[3], rest[4]]));
+        assert!(rest.len() >= len, "a whole record before the FIN");
+        types.push(rest[0]);
+        rest = &rest[len..];
+    }
+    assert!(rest.is_empty());
+    assert_eq!(
+        types.last(),
+        Some(&21),
+        "an alert last: {:?}",
+        &types[types.len().saturating_sub(3)..]
+    );
+    settle_and_check_nothing_held(&mut lab);
+}

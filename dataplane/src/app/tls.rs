@@ -90,6 +90,9 @@ pub struct TlsConn {
     /// It failed while sending (the TLS 1.2 record limit): counted by
     /// the next [`drive`]'s outcome.
     send_failed: bool,
+    /// Failed with its alert (or close_notify) not all in the send ring
+    /// yet: the FIN waits until it is ([`TlsConn::end_after_flush`]).
+    fin_after_flush: bool,
     /// In the engine's queue of handshakes waiting for budget.
     pub(crate) queued: bool,
     /// When its handshake completed (engine time), for the connection log.
@@ -113,6 +116,7 @@ impl TlsConn {
             failed: false,
             failure: None,
             send_failed: false,
+            fin_after_flush: false,
             queued: false,
             handshake_done: None,
             charged: 0,
@@ -257,6 +261,19 @@ impl TlsConn {
     }
 
     /// Moves `cipher_out` into the TCP send ring; true when it is empty.
+    /// After a failure: what is queued (the alert) goes to the send ring,
+    /// then the FIN; with the ring full, the FIN waits for the room the
+    /// client's ACKs make (each [`drive`] tries again), so a client that
+    /// filled its window still learns why.
+    fn end_after_flush(&mut self, tcp: &mut Tcp, id: ConnId) {
+        if self.flush_cipher(tcp, id) {
+            self.fin_after_flush = false;
+            tcp.close(id);
+        } else {
+            self.fin_after_flush = true;
+        }
+    }
+
     fn flush_cipher(&mut self, tcp: &mut Tcp, id: ConnId) -> bool {
         if !self.cipher_out.is_empty() {
             let sent = tcp.send(id, &self.cipher_out);
@@ -280,8 +297,7 @@ impl TlsConn {
             self.failure = Some(e.reason);
             self.failed = true;
             self.send_failed = true;
-            self.flush_cipher(tcp, id);
-            tcp.close(id);
+            self.end_after_flush(tcp, id);
             return None;
         }
         if !self.flush_cipher(tcp, id) {
@@ -478,6 +494,9 @@ pub fn drive(
         if unread > 0 {
             tcp.consume(id, unread);
         }
+        if tls.fin_after_flush {
+            tls.end_after_flush(tcp, id);
+        }
     }
     for _ in 0..8 {
         if tls.failed {
@@ -542,8 +561,7 @@ pub fn drive(
                     tls.failed = true;
                     tls.failure = Some(e.reason);
                     outcome.failure = Some(e.reason);
-                    tls.flush_cipher(tcp, id);
-                    tcp.close(id);
+                    tls.end_after_flush(tcp, id);
                     break;
                 }
             }
