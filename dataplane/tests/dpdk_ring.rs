@@ -167,6 +167,35 @@ fn chained_mbufs_read_as_chained_and_are_freed_whole() {
     assert_eq!(pool.available(), before);
 }
 
+/// A received mbuf whose length runs past its buffer (a zero-copy memif
+/// peer writes the length) is freed unread and counted, the frames beside
+/// it delivered. Before, its bytes were read past the buffer.
+#[test]
+fn a_received_mbuf_longer_than_its_buffer_is_dropped_unread() {
+    use dataplane::port::Port;
+    let d = dpdk().lock().unwrap();
+    let pool = d.pool;
+    let before = pool.available();
+    let mut q = d.port.queue(QueueId(0));
+    let mut bad = frame(&pool, 7);
+    // SAFETY: its bytes are never read here; the port must not either.
+    unsafe { bad.set_len_unchecked(60_000) };
+    let mut batch = vec![frame(&pool, 6), bad, frame(&pool, 8)];
+    assert_eq!(q.tx_burst(&mut batch), 3);
+    let mut got = Vec::new();
+    for _ in 0..100 {
+        q.rx_burst(&mut got, 32);
+        if got.len() == 2 {
+            break;
+        }
+    }
+    let tags: Vec<u8> = got.iter().map(|m| m.data()[3]).collect();
+    assert_eq!(tags, [6, 8]);
+    assert_eq!(Port::errors(&q), 1);
+    drop(got);
+    assert_eq!(pool.available(), before, "the bad one freed too");
+}
+
 /// A TSO request on an mbuf is DPDK's: the segmentation flag with both
 /// checksums, the three header lengths and the MSS, and the TCP field
 /// holding the pseudo-header sum without the length (rte_ipv4_phdr_cksum

@@ -458,6 +458,7 @@ impl EthPort {
             rss_spread: (self.rss && self.queues > 1).then_some((self.queues, self.info.reta_size)),
             bond: self.is_bond(),
             paused: !self.started,
+            rx_invalid: 0,
         }
     }
 
@@ -538,6 +539,9 @@ pub struct EthQueue {
     bond: bool,
     /// No burst is called: the port is stopped, or is being restarted.
     paused: bool,
+    /// Received mbufs whose length ran past their buffer (a memif peer
+    /// writes the length in zero-copy mode): freed unread, counted.
+    rx_invalid: u64,
 }
 
 /// Most mbufs moved by one burst call.
@@ -591,11 +595,31 @@ impl EthQueue {
         let n = unsafe {
             dpdk_sys::tlsdp_eth_rx_burst(self.port.0, self.queue.0, raw.as_mut_ptr(), max)
         };
+        let mut taken = 0;
         for &m in &raw[..usize::from(n)] {
+            let Some(m) = NonNull::new(m) else { continue };
+            // SAFETY: reads two fields of an mbuf the driver just returned.
+            let fits = unsafe {
+                dpdk_sys::tlsdp_pktmbuf_data_len(m.as_ptr())
+                    <= dpdk_sys::tlsdp_pktmbuf_capacity(m.as_ptr())
+            };
             // SAFETY: the driver hands us ownership of each returned mbuf.
-            out.push(unsafe { Mbuf::from_raw(NonNull::new(m).expect("rx_burst returned null")) });
+            let m = unsafe { Mbuf::from_raw(m) };
+            if fits {
+                out.push(m);
+                taken += 1;
+            } else {
+                // Its bytes would be read past its buffer: freed unread.
+                self.rx_invalid += 1;
+            }
         }
-        usize::from(n)
+        taken
+    }
+
+    /// Received mbufs freed unread because their length ran past their
+    /// buffer.
+    pub fn rx_invalid(&self) -> u64 {
+        self.rx_invalid
     }
 
     /// Transmits packets from the front of `batch` (at most [`MAX_BURST`]).
@@ -630,16 +654,44 @@ impl EthQueue {
             *slot = m.as_ptr();
         }
         // SAFETY: raw holds n valid mbufs we own; the queue belongs to this
-        // thread. The driver takes ownership of the first `sent` only.
+        // thread. The driver takes ownership of `sent` of them and leaves
+        // the others at the end of `raw`.
         let sent = usize::from(unsafe {
             dpdk_sys::tlsdp_eth_tx_burst(self.port.0, self.queue.0, raw.as_mut_ptr(), n as u16)
         });
-        for m in batch.drain(..sent) {
-            // Owned by the driver now: forget without freeing.
-            let _ = m.into_raw();
-        }
+        settle_burst(batch, &raw[..n], sent, Mbuf::into_raw, |p| {
+            // SAFETY: an mbuf of ours the driver did not send: still ours.
+            NonNull::new(p).map(|p| unsafe { Mbuf::from_raw(p) })
+        });
         sent
     }
+}
+
+/// After a transmit burst of the first `after.len()` of `batch`, which
+/// sent `sent`: the driver's contract (`rte_eth_tx_burst`) is that the
+/// frames not sent are the last of its array, `after[sent..]`, and not
+/// necessarily those the burst began with there (a bond moves each
+/// member's unsent frames to the end). All the burst's frames leave
+/// `batch` (`release`: owned by the driver, or taken back below) and the
+/// unsent go back to its front, as `adopt` makes them ours again, in the
+/// driver's order. Nothing to rebuild when all went, or none did.
+fn settle_burst<T, P: Copy>(
+    batch: &mut Vec<T>,
+    after: &[P],
+    sent: usize,
+    release: impl Fn(T) -> P,
+    adopt: impl Fn(P) -> Option<T>,
+) {
+    let n = after.len().min(batch.len());
+    if sent == 0 {
+        return; // nothing taken: the array is as it was
+    }
+    for m in batch.drain(..n) {
+        let _ = release(m);
+    }
+    let unsent = after.get(sent..n).unwrap_or_default();
+    // Back where they were, with no allocation: `drain` left the room.
+    batch.splice(0..0, unsent.iter().filter_map(|&p| adopt(p)));
 }
 
 /// The RSS hash types asked of a port offering `offered`: IPv4 and IPv6,
@@ -661,6 +713,49 @@ fn rss_hash_types(offered: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A bond that sent two of four and moved the two it did not send
+    /// (the second and the fourth) to the end of the array: those two,
+    /// not the last two the burst began with, come back; the two sent are
+    /// the driver's (not freed here); frames after the burst stay behind.
+    /// Before, the burst's first two were taken as sent and the last two
+    /// kept: one unsent frame leaked, one sent frame kept and freed twice.
+    #[test]
+    fn the_frames_a_burst_did_not_send_are_those_the_driver_left_at_the_end() {
+        let mut batch: Vec<Box<u32>> = (1..=5).map(Box::new).collect();
+        let mut raw: Vec<*mut u32> = batch[..4]
+            .iter_mut()
+            .map(|b| std::ptr::from_mut(&mut **b))
+            .collect();
+        // The driver sent 1 and 3 and left 2 and 4 at the end.
+        raw.swap(1, 2);
+        let sent_by_driver = [raw[0], raw[1]];
+        // SAFETY: (test) each pointer is a leaked Box of ours, adopted once.
+        let adopt = |p: *mut u32| Some(unsafe { Box::from_raw(p) });
+        settle_burst(&mut batch, &raw, 2, Box::into_raw, adopt);
+        let left: Vec<u32> = batch.iter().map(|b| **b).collect();
+        assert_eq!(left, [2, 4, 5]);
+        // The sent two: ours to free here, standing in for the driver.
+        for p in sent_by_driver {
+            // SAFETY: (test) released above, never adopted.
+            let b = unsafe { Box::from_raw(p) };
+            assert!(*b == 1 || *b == 3);
+        }
+        // All sent, and none: nothing rebuilt.
+        let mut batch: Vec<Box<u32>> = (1..=2).map(Box::new).collect();
+        let raw: Vec<*mut u32> = batch
+            .iter_mut()
+            .map(|b| std::ptr::from_mut(&mut **b))
+            .collect();
+        settle_burst(&mut batch, &raw, 0, Box::into_raw, adopt);
+        assert_eq!(batch.len(), 2);
+        settle_burst(&mut batch, &raw, 2, Box::into_raw, adopt);
+        assert!(batch.is_empty());
+        for p in raw {
+            // SAFETY: (test) released by the burst that "sent" them.
+            drop(unsafe { Box::from_raw(p) });
+        }
+    }
 
     #[test]
     fn rss_hashes_ipv6_tcp_as_ipv4_tcp_where_offered() {

@@ -169,6 +169,18 @@ impl Mbuf {
         unsafe { dpdk_sys::tlsdp_pktmbuf_set_len(self.0.as_ptr(), len as u16) }
     }
 
+    /// Test hook: sets the length past any bound, as a zero-copy memif
+    /// peer can (the receive path must drop such an mbuf unread).
+    ///
+    /// # Safety
+    /// Nothing may read the mbuf's bytes ([`Mbuf::data`]) afterwards.
+    #[doc(hidden)]
+    pub unsafe fn set_len_unchecked(&mut self, len: u16) {
+        // SAFETY: writes two fields of a valid mbuf; the caller keeps its
+        // bytes unread.
+        unsafe { dpdk_sys::tlsdp_pktmbuf_set_len(self.0.as_ptr(), len) }
+    }
+
     /// Total packet length over all segments.
     #[inline]
     pub fn pkt_len(&self) -> usize {

@@ -149,6 +149,10 @@ impl Port for EthQueue {
         self.mempool().alloc()
     }
 
+    fn errors(&self) -> u64 {
+        self.rx_invalid()
+    }
+
     fn rss_steering(&self) -> Option<super::RssSteering> {
         let (queues, reta_size) = self.rss_spread()?;
         Some(super::RssSteering {
