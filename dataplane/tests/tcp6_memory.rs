@@ -610,6 +610,36 @@ fn a_port_that_cuts_segments_cuts_ipv6_ones_too() {
     );
 }
 
+/// A peer that announces an MSS below 256 is sent segments the engine
+/// cuts itself, never a TSO request for them: NICs refuse such requests,
+/// some (i40e) by resetting the queue. Before, a client announcing MSS 100
+/// got 64 KB segments for the port to cut to 100.
+#[test]
+fn a_tiny_mss_is_never_handed_to_the_port_to_cut() {
+    let (dut, host) = dataplane::port::link_with_segmentation(DUT_MAC, HOST_MAC, 256, 1024);
+    let mut lab = common::MemLab::from_ports(dut, host, DUT_V4);
+    lab.engine.enable_ipv6(
+        0,
+        Ipv6Config {
+            addresses: vec![(DUT_IP, 64)],
+            gateway: None,
+        },
+    );
+    lab.engine.listen(DUT_IP, 80);
+    lab.exchange(vec![solicit(HOST_IP, DUT_IP)]);
+    let mut syn = Seg::syn(40_031, 80, 1000);
+    syn.mss = Some(100);
+    let out = tcp6_as(&lab.exchange(vec![syn.frame6(HOST_IP, DUT_IP)]), false);
+    let iss = out.first().expect("a SYN-ACK").seq;
+    let req = b"GET /bytes/5000 HTTP/1.0\r\n\r\n";
+    let get = Seg::ack(40_031, 80, 1001, iss + 1).with(TcpControl::Psh, req);
+    // Checksums are the port's to fill (unfilled on the in-memory link).
+    let data = tcp6_as(&lab.exchange(vec![get.frame6(HOST_IP, DUT_IP)]), false);
+    assert!(!data.is_empty());
+    assert!(data.iter().all(|o| o.payload.len() <= 100), "{data:?}");
+    assert_eq!(lab.engine.tcp().counters().offload_segments, 0);
+}
+
 #[test]
 fn a_fragmentation_needed_for_a_segment_in_flight_shrinks_ipv4_segments() {
     // RFC 1191 over IPv4: our segments go with DF set; a router that

@@ -9,6 +9,9 @@ use crate::tcp::buffer::RingBuf;
 use crate::tcp::{CloseReason, Outgoing, Seq, TcpConfig, TcpCounters};
 use crate::time::Instant;
 
+/// The smallest segment size a port is asked to cut to (TSO).
+pub const MIN_TSO_SEGMENT: u32 = 256;
+
 /// Where a connection's segments go: our address and the peer's (the
 /// engine's, for an IPv6 connection's control block holds only ports).
 #[derive(Debug, Clone, Copy)]
@@ -706,9 +709,15 @@ impl<A: Default> Conn<A> {
     /// Most new payload bytes for one segment handed to the port: one
     /// `segment` (the data room of a segment), or as many whole ones as
     /// fit the link's `segmentation_max` where its port cuts them (TSO),
-    /// and a segment size the port's 16-bit field can carry.
+    /// and a segment size the port's 16-bit field can carry. Never cut
+    /// below [`MIN_TSO_SEGMENT`]: a peer announcing a tiny MSS gets
+    /// segments we cut ourselves (NICs refuse such TSO requests, some by
+    /// resetting the queue: i40e's floor is 256).
     fn send_room(&self, segment: u32) -> u32 {
-        if self.segmentation_max <= segment || segment > u32::from(u16::MAX) {
+        if self.segmentation_max <= segment
+            || segment > u32::from(u16::MAX)
+            || segment < MIN_TSO_SEGMENT
+        {
             return segment;
         }
         self.segmentation_max / segment * segment
