@@ -261,20 +261,15 @@ impl EthPort {
             );
         }
         let rss_hf = rss_hash_types(info.rss_offloads);
-        // net_tap reports RSS hash types, but spreads by the kernel's flow
-        // hash unless rte_flow rules install its eBPF Toeplitz: its queues
-        // do not follow our key and table.
-        let toeplitz = !DRIVERS_WITHOUT_TOEPLITZ_RSS.contains(&info.driver.as_str());
-        let rss = cfg.queues > 1 && rss_hf != 0 && toeplitz;
+        // Otherwise the daemon has the engines steer in software (and says
+        // so).
+        let rss = cfg.queues > 1 && spreads_by_our_key(&info);
         if rss {
             conf.rxmode.mq_mode = dpdk_sys::rte_eth_rx_mq_mode::RTE_ETH_MQ_RX_RSS;
-            let key_len = usize::from(info.hash_key_size);
-            if key_len > 0 && key_len <= SYMMETRIC_RSS_KEY.len() {
-                // The driver reads the key (never writes it), possibly after
-                // this call returns: it must be static.
-                conf.rx_adv_conf.rss_conf.rss_key = SYMMETRIC_RSS_KEY.as_ptr().cast_mut();
-                conf.rx_adv_conf.rss_conf.rss_key_len = info.hash_key_size;
-            }
+            // The driver reads the key (never writes it), possibly after
+            // this call returns: it must be static.
+            conf.rx_adv_conf.rss_conf.rss_key = SYMMETRIC_RSS_KEY.as_ptr().cast_mut();
+            conf.rx_adv_conf.rss_conf.rss_key_len = info.hash_key_size;
             conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
         }
         let wanted = |capa: u64, flag: u64| cfg.checksum_offload && capa & flag != 0;
@@ -694,6 +689,21 @@ fn settle_burst<T, P: Copy>(
     batch.splice(0..0, unsent.iter().filter_map(|&p| adopt(p)));
 }
 
+/// Whether a port's RSS can spread flows as our Toeplitz predicts (its
+/// queues then the engines' own, backend source ports picked by the
+/// hash): it hashes TCP, follows a key and table we set (`net_tap`
+/// reports RSS but spreads by the kernel's flow hash unless rte_flow
+/// rules install its eBPF Toeplitz), and takes our symmetric key (a
+/// length of 0, or past ours, leaves the device's own, unknown one).
+/// Otherwise the engines steer its flows in software.
+fn spreads_by_our_key(info: &PortInfo) -> bool {
+    let key_len = usize::from(info.hash_key_size);
+    rss_hash_types(info.rss_offloads) != 0
+        && !DRIVERS_WITHOUT_TOEPLITZ_RSS.contains(&info.driver.as_str())
+        && key_len > 0
+        && key_len <= SYMMETRIC_RSS_KEY.len()
+}
+
 /// The RSS hash types asked of a port offering `offered`: IPv4 and IPv6,
 /// TCP (and UDP) ports included, so that a flow of either family reaches
 /// the queue the Toeplitz hash over its 4-tuple names (backend source
@@ -755,6 +765,26 @@ mod tests {
             // SAFETY: (test) released by the burst that "sent" them.
             drop(unsafe { Box::from_raw(p) });
         }
+    }
+
+    /// A port spreads flows as our Toeplitz predicts only where it takes
+    /// our key: a key size of 0, or past ours, leaves its own (before, RSS
+    /// was on and the engines picked backend source ports for a hash the
+    /// NIC did not use); `net_tap`, and a port hashing no TCP, never.
+    #[test]
+    fn only_a_port_that_takes_our_key_spreads_by_it() {
+        let mut i = info(1500, 1518);
+        i.rss_offloads = c::RTE_ETH_RSS_NONFRAG_IPV4_TCP;
+        for (size, spreads) in [(40, true), (52, true), (0, false), (64, false)] {
+            i.hash_key_size = size;
+            assert_eq!(spreads_by_our_key(&i), spreads, "key of {size} bytes");
+        }
+        i.hash_key_size = 40;
+        i.driver = "net_tap".into();
+        assert!(!spreads_by_our_key(&i));
+        i.driver = "net_ice".into();
+        i.rss_offloads = 0;
+        assert!(!spreads_by_our_key(&i));
     }
 
     #[test]
