@@ -75,6 +75,8 @@ pub struct VnetTapStats {
     /// Frames longer than the mbuf they were read into (the kernel cut
     /// them): dropped, never passed on cut.
     pub rx_too_long: u64,
+    /// Reads that brought no frame past the virtio-net header: dropped.
+    pub rx_empty: u64,
 }
 
 /// One attached tap: its receive and transmit path (one queue).
@@ -183,10 +185,12 @@ impl VnetTap {
 
     /// Reads up to `max` frames into mbufs appended to `out`; returns
     /// how many. A frame whose TCP checksum the kernel left partial, or
-    /// vouched for, is marked good.
+    /// vouched for, is marked good. At most `max` reads: frames dropped
+    /// (too long, or empty) count against it too, so a peer writing only
+    /// those cannot keep the engine reading.
     pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
         let mut n = 0;
-        while n < max {
+        for _ in 0..max {
             // Large segments come whole: read into a large mbuf when
             // there is one (the spare), else an ordinary one.
             let spare = match (self.spare.take(), self.large) {
@@ -231,6 +235,7 @@ impl VnetTap {
             }
             let got = got as usize; // non-negative: checked above
             if got <= VNET_HDR_LEN {
+                self.stats.rx_empty += 1;
                 self.keep_spare(m);
                 continue; // nothing but a header: not a frame
             }

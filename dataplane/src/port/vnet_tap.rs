@@ -53,6 +53,6 @@ impl Port for VnetTap {
 
     fn errors(&self) -> u64 {
         let s = self.stats();
-        s.rx_errors + s.rx_too_long + s.tx_errors
+        s.rx_errors + s.rx_too_long + s.rx_empty + s.tx_errors
     }
 }
