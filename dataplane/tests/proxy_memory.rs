@@ -981,28 +981,8 @@ fn a_member_that_refused_is_passed_over_until_its_fail_timeout() {
 /// the interim responses passed over are only those it does not expect.
 #[test]
 fn a_check_expecting_an_interim_status_passes_on_it() {
-    let mut host = HostLab::new();
-    let member = Member::new(SocketAddrV4::new(HOST_IP, BACKEND_PORT), 1, MemberState::Up);
-    let mut pool = Pool::new("web".into(), Balance::RoundRobin, vec![member]);
-    pool.check = Some(HealthCheck {
-        kind: HealthKind::Http,
-        request: b"GET / HTTP/1.0\r\n\r\n".to_vec(),
-        expect: control::config::StatusRange::exact(103),
-        interval: Duration::from_secs(60),
-        timeout: Duration::from_secs(30),
-        rise: 1,
-        fall: 1,
-    });
-    host.mem.engine.add_pool(pool);
-    let syn = host.wait_for_syn();
-    let mut backend = HostConn::accepted(&syn, 7_000);
-    let synack = backend.next(TcpControl::Syn, b"");
-    backend.absorb(&host.exchange(&[synack]));
-    let seg = backend.next(TcpControl::Psh, b"HTTP/1.1 103 Early Hints\r\n\r\n");
-    backend.absorb(&host.exchange(&[seg]));
-    assert!(backend.reset, "the check ends with a reset");
-    let c = host.mem.engine.counters();
-    assert_eq!((c.health_checks, c.health_failures), (1, 0));
+    let expect = control::config::StatusRange::exact(103);
+    assert_eq!(one_check(expect, "HTTP/1.1 103 Early Hints"), (1, 0));
 }
 
 /// The health counters after one HTTP check expecting `expect` that the

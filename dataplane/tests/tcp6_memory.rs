@@ -573,12 +573,9 @@ fn a_packet_too_big_for_a_segment_in_flight_shrinks_the_segments() {
     assert_eq!(got.len() - head, 30_000, "the whole body");
 }
 
-#[test]
-fn a_port_that_cuts_segments_cuts_ipv6_ones_too() {
-    // TSO over IPv6: the engine hands the port segments of many MSS with
-    // the pseudo-header sum in place; the port (in memory, as a NIC) cuts
-    // them at the IPv6 and TCP headers, sets each payload length and fills
-    // each checksum.
+/// A lab whose port cuts TCP segments (TSO) and fills their checksums,
+/// serving on `DUT_IP`:80, the host known to the engine.
+fn tso_lab() -> common::MemLab {
     let (dut, host) = dataplane::port::link_with_segmentation(DUT_MAC, HOST_MAC, 256, 1024);
     let mut lab = common::MemLab::from_ports(dut, host, DUT_V4);
     lab.engine.enable_ipv6(
@@ -590,6 +587,16 @@ fn a_port_that_cuts_segments_cuts_ipv6_ones_too() {
     );
     lab.engine.listen(DUT_IP, 80);
     lab.exchange(vec![solicit(HOST_IP, DUT_IP)]);
+    lab
+}
+
+#[test]
+fn a_port_that_cuts_segments_cuts_ipv6_ones_too() {
+    // TSO over IPv6: the engine hands the port segments of many MSS with
+    // the pseudo-header sum in place; the port (in memory, as a NIC) cuts
+    // them at the IPv6 and TCP headers, sets each payload length and fills
+    // each checksum.
+    let mut lab = tso_lab();
     let syn = Seg::syn(40_030, 80, 1000);
     let out = tcp6_as(&lab.exchange(vec![syn.frame6(HOST_IP, DUT_IP)]), false);
     let iss = out.first().expect("a SYN-ACK").seq;
@@ -616,17 +623,7 @@ fn a_port_that_cuts_segments_cuts_ipv6_ones_too() {
 /// got 64 KB segments for the port to cut to 100.
 #[test]
 fn a_tiny_mss_is_never_handed_to_the_port_to_cut() {
-    let (dut, host) = dataplane::port::link_with_segmentation(DUT_MAC, HOST_MAC, 256, 1024);
-    let mut lab = common::MemLab::from_ports(dut, host, DUT_V4);
-    lab.engine.enable_ipv6(
-        0,
-        Ipv6Config {
-            addresses: vec![(DUT_IP, 64)],
-            gateway: None,
-        },
-    );
-    lab.engine.listen(DUT_IP, 80);
-    lab.exchange(vec![solicit(HOST_IP, DUT_IP)]);
+    let mut lab = tso_lab();
     let mut syn = Seg::syn(40_031, 80, 1000);
     syn.mss = Some(100);
     let out = tcp6_as(&lab.exchange(vec![syn.frame6(HOST_IP, DUT_IP)]), false);
