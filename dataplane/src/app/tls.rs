@@ -260,7 +260,6 @@ impl TlsConn {
         }
     }
 
-    /// Moves `cipher_out` into the TCP send ring; true when it is empty.
     /// After a failure: what is queued (the alert) goes to the send ring,
     /// then the FIN; with the ring full, the FIN waits for the room the
     /// client's ACKs make (each [`drive`] tries again), so a client that
@@ -274,6 +273,7 @@ impl TlsConn {
         }
     }
 
+    /// Moves `cipher_out` into the TCP send ring; true when it is empty.
     fn flush_cipher(&mut self, tcp: &mut Tcp, id: ConnId) -> bool {
         if !self.cipher_out.is_empty() {
             let sent = tcp.send(id, &self.cipher_out);

@@ -617,11 +617,6 @@ impl EthQueue {
         self.rx_invalid
     }
 
-    /// Transmits packets from the front of `batch` (at most [`MAX_BURST`]).
-    /// Sent mbufs leave the batch (the driver frees them after sending);
-    /// **unsent ones stay in `batch`**, still owned by the caller, who may
-    /// retry or drop (free) them. Returns how many were sent.
-    #[inline]
     /// An empty transmit burst on a bond: its mode 4 sends the LACP frames
     /// it has queued for the members from within `rte_eth_tx_burst`, which
     /// the application must call at least every 100 ms (DPDK's bonding
@@ -639,6 +634,12 @@ impl EthQueue {
         }
     }
 
+    /// Transmits packets from the front of `batch` (at most [`MAX_BURST`]).
+    /// Sent mbufs leave the batch (the driver frees them after sending);
+    /// **unsent ones stay in `batch`** (at its front, in the order the
+    /// driver left them: [`settle_burst`]), still owned by the caller,
+    /// who may retry or drop (free) them. Returns how many were sent.
+    #[inline]
     pub fn tx_burst(&mut self, batch: &mut Vec<Mbuf>) -> usize {
         let n = batch.len().min(MAX_BURST);
         if n == 0 || self.paused {
