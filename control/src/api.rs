@@ -774,6 +774,28 @@ pub struct PortStatus {
     /// A memif client port's connection to its server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memif_client: Option<MemifClientStatus>,
+    /// What the device itself counted since it started (DPDK ports; none
+    /// for a port dpd runs without DPDK).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_counts: Option<DeviceCounts>,
+}
+
+/// A DPDK device's own counts since it started: frames it dropped before
+/// any engine saw them show here and in no engine counter.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceCounts {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    /// Frames dropped because the receive queue was full (engines behind).
+    pub rx_missed: u64,
+    /// Frames received with errors (bad CRC, too long, ...).
+    pub rx_errors: u64,
+    /// Frames dropped for want of a receive buffer (mbuf).
+    pub rx_no_mbuf: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    /// Frames the device failed to send.
+    pub tx_errors: u64,
 }
 
 /// How a memif client port stands with its server (dpd connects it again

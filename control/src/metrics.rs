@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::api::{CoreStats, Stats};
+use crate::api::{CoreStats, DeviceCounts, Stats};
 use crate::counters::{self, Kind};
 
 /// Counters with one value per core and label value.
@@ -83,6 +83,9 @@ pub struct ConfigState {
     /// Each pool's members ([`PoolHealth`]), as the engines last said
     /// (asked every second by the control thread); empty before.
     pub pools: Vec<PoolHealth>,
+    /// Each DPDK port's device counts by port name, as last read (every
+    /// second by the control thread); empty before.
+    pub devices: Vec<(String, DeviceCounts)>,
 }
 
 /// A pool's members for the metrics: what to alert on before clients
@@ -222,6 +225,66 @@ fn render_config(out: &mut String, config: &ConfigState) {
             let _ = writeln!(out, "{name}{{pool=\"{}\"}} {}", escape(&p.name), value(p));
         }
     }
+    render_devices(out, &config.devices);
+}
+
+/// A per-port device counter: its name, its help and its value.
+type DeviceCounter = (&'static str, &'static str, fn(&DeviceCounts) -> u64);
+
+const DEVICE_COUNTERS: [DeviceCounter; 8] = [
+    (
+        "tlsdp_port_rx_frames_total",
+        "Frames the port's device received.",
+        |d| d.rx_packets,
+    ),
+    (
+        "tlsdp_port_rx_bytes_total",
+        "Bytes the port's device received.",
+        |d| d.rx_bytes,
+    ),
+    (
+        "tlsdp_port_rx_missed_total",
+        "Frames the port's device dropped because its receive queues were full (engines behind); no engine counter sees them.",
+        |d| d.rx_missed,
+    ),
+    (
+        "tlsdp_port_rx_errors_total",
+        "Frames the port's device received with errors.",
+        |d| d.rx_errors,
+    ),
+    (
+        "tlsdp_port_rx_no_mbuf_total",
+        "Frames the port's device dropped for want of a receive buffer (mbuf).",
+        |d| d.rx_no_mbuf,
+    ),
+    (
+        "tlsdp_port_tx_frames_total",
+        "Frames the port's device sent.",
+        |d| d.tx_packets,
+    ),
+    (
+        "tlsdp_port_tx_bytes_total",
+        "Bytes the port's device sent.",
+        |d| d.tx_bytes,
+    ),
+    (
+        "tlsdp_port_tx_errors_total",
+        "Frames the port's device failed to send.",
+        |d| d.tx_errors,
+    ),
+];
+
+/// The device counters of every DPDK port (none without DPDK ports).
+fn render_devices(out: &mut String, devices: &[(String, DeviceCounts)]) {
+    if devices.is_empty() {
+        return;
+    }
+    for (name, help, value) in DEVICE_COUNTERS {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (port, d) in devices {
+            let _ = writeln!(out, "{name}{{port=\"{}\"}} {}", escape(port), value(d));
+        }
+    }
 }
 
 /// A per-pool gauge: its name, its help and its value for a pool.
@@ -311,6 +374,7 @@ mod tests {
                     usable: 0,
                 },
             ],
+            devices: Vec::new(),
         };
         let text = render(&stats, &state);
         assert!(
@@ -334,5 +398,55 @@ mod tests {
         state.last_reload_ok = Some(false);
         let text = render(&stats, &state);
         assert!(text.contains("tlsdp_config_last_reload_successful 0\n"));
+    }
+
+    /// Each DPDK port's device counts are counters labelled by port, every
+    /// family typed once; a dpd without DPDK ports shows none.
+    #[test]
+    fn device_counts_are_counters_by_port() {
+        let stats = Stats {
+            cores: Vec::new(),
+            total: CoreStats::default(),
+            tsc_hz: 1,
+        };
+        let mut state = ConfigState::default();
+        assert!(!render(&stats, &state).contains("tlsdp_port_"));
+        let count = |n| DeviceCounts {
+            rx_packets: n,
+            rx_bytes: n * 100,
+            rx_missed: n + 1,
+            rx_errors: n + 2,
+            rx_no_mbuf: n + 3,
+            tx_packets: n + 4,
+            tx_bytes: n + 5,
+            tx_errors: n + 6,
+        };
+        state.devices = vec![("p0".into(), count(10)), ("p1".into(), count(20))];
+        let text = render(&stats, &state);
+        for (name, p0, p1) in [
+            ("rx_frames", 10, 20),
+            ("rx_bytes", 1000, 2000),
+            ("rx_missed", 11, 21),
+            ("rx_errors", 12, 22),
+            ("rx_no_mbuf", 13, 23),
+            ("tx_frames", 14, 24),
+            ("tx_bytes", 15, 25),
+            ("tx_errors", 16, 26),
+        ] {
+            let family = format!("tlsdp_port_{name}_total");
+            assert_eq!(
+                text.matches(&format!("# TYPE {family} counter\n")).count(),
+                1,
+                "{family}"
+            );
+            assert!(
+                text.contains(&format!("\n{family}{{port=\"p0\"}} {p0}\n")),
+                "{family}"
+            );
+            assert!(
+                text.contains(&format!("\n{family}{{port=\"p1\"}} {p1}\n")),
+                "{family}"
+            );
+        }
     }
 }

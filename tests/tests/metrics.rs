@@ -65,6 +65,19 @@ print(json.dumps(out))
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
+/// The first port's device counts, as `dpctl status` reports them.
+fn port_device(dpd: &Dpd) -> control::api::DeviceCounts {
+    let reply = control::api::Client::connect(&dpd.socket)
+        .and_then(|mut c| c.call(&control::api::Request::Status))
+        .unwrap();
+    match reply.body {
+        Some(control::api::Body::Status(s)) => s.ports[0]
+            .device_counts
+            .expect("a DPDK port has device counts"),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn metrics_parse_and_agree_with_dpctl() {
     let certs = tempfile::tempdir().unwrap();
@@ -158,6 +171,49 @@ fn metrics_parse_and_agree_with_dpctl() {
         assert_eq!(get("tlsdp_vip_connections", &labels), v.active as f64);
     }
     assert_eq!(get("tlsdp_config_version", core), 1.0);
+    // The device's own counts: every frame the engine got or sent went
+    // through it, and it dropped none; `dpctl status` reads them now, the
+    // metrics once a second.
+    let engines = dpd.stats();
+    let device = port_device(&dpd);
+    assert!(
+        device.rx_packets >= engines.rx_packets
+            && device.rx_bytes >= 60 * engines.rx_packets
+            && device.tx_packets >= engines.tx_packets
+            && engines.rx_packets > 20,
+        "{device:?} against {} received, {} sent",
+        engines.rx_packets,
+        engines.tx_packets
+    );
+    assert_eq!(
+        (device.rx_errors, device.rx_no_mbuf, device.tx_errors),
+        (0, 0, 0)
+    );
+    let p0 = r#"{"port": "p0"}"#;
+    let t0 = std::time::Instant::now();
+    let m = loop {
+        let m = parse(&scrape(&lab));
+        let frames = m[format!("tlsdp_port_rx_frames_total{p0}")].as_f64();
+        if frames >= Some(engines.rx_packets as f64) || t0.elapsed() > Duration::from_secs(5) {
+            break m;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let device_get = |name: &str| {
+        m[format!("tlsdp_port_{name}_total{p0}")]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no tlsdp_port_{name}_total in {m}"))
+    };
+    assert!(device_get("rx_frames") >= engines.rx_packets as f64);
+    assert!(device_get("tx_frames") >= engines.tx_packets as f64);
+    assert!(device_get("rx_bytes") >= 60.0 * engines.rx_packets as f64);
+    for zero in ["rx_errors", "rx_no_mbuf", "tx_errors"] {
+        assert_eq!(device_get(zero), 0.0, "{zero}");
+    }
+    assert!(device_get("rx_missed") >= 0.0);
+    let human = dpd.dpctl(&["status"]);
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(human.contains("device: rx "), "{human}");
     // The certificate's expiry, as openssl reads the leaf; no reload yet.
     let end = Command::new("sh")
         .arg("-c")

@@ -1266,6 +1266,9 @@ fn print_reply(reply: Reply, cmd: &Cmd) -> ExitCode {
                 if let Some(m) = &p.memif_client {
                     println!("{:<8} {}", "", memif_client_line(m, p.link_up));
                 }
+                if let Some(d) = &p.device_counts {
+                    println!("{:<8} {}", "", device_line(d));
+                }
                 if !p.bond_members.is_empty() {
                     println!(
                         "{:<8} bond 802.3ad: {} of {} members aggregated ({})",
@@ -1821,6 +1824,22 @@ fn memif_client_line(m: &control::api::MemifClientStatus, up: bool) -> String {
         s
     };
     format!("memif client of {}{mode}: {state}", m.socket)
+}
+
+/// One line on what a port's device counted, for `dpctl status`: its
+/// frames each way and the drops no engine saw.
+fn device_line(d: &control::api::DeviceCounts) -> String {
+    format!(
+        "device: rx {} frames {} B, missed {}, errors {}, no mbuf {}; tx {} frames {} B, errors {}",
+        d.rx_packets,
+        d.rx_bytes,
+        d.rx_missed,
+        d.rx_errors,
+        d.rx_no_mbuf,
+        d.tx_packets,
+        d.tx_bytes,
+        d.tx_errors
+    )
 }
 
 #[cfg(test)]

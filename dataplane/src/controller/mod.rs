@@ -139,6 +139,8 @@ pub struct Controller {
     config_state: SharedConfigState,
     /// When pools' health was last put in `config_state` for the metrics.
     pools_published: Option<Instant>,
+    /// When the ports' device counts were last put in `config_state`.
+    devices_published: Option<Instant>,
     /// The last reload of the file: when, whether it applied, and what it
     /// did or why not.
     last_reload: Option<(Instant, bool, String)>,
@@ -235,6 +237,7 @@ impl Controller {
             slot_names: Arc::new(RwLock::new(Vec::new())),
             config_state: Arc::default(),
             pools_published: None,
+            devices_published: None,
             last_reload: None,
             cert_clock_skew_s: 0,
             certs: HashMap::new(),

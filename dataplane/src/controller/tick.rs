@@ -18,8 +18,9 @@ const TICK: Duration = Duration::from_millis(100);
 /// How long a pool-health question to the engines may take before the
 /// VIPs that need it are withdrawn.
 const HEALTH_REPLY: Duration = Duration::from_millis(500);
-/// How often pools' health is put in the metrics.
-const POOL_HEALTH_EVERY: Duration = Duration::from_secs(1);
+/// How often pools' health and the devices' counts are put in the
+/// metrics.
+const PUBLISH_EVERY: Duration = Duration::from_secs(1);
 
 /// The node's service state, with the daemon attached.
 #[derive(Debug)]
@@ -74,6 +75,9 @@ impl Controller {
         // before anything else waits on the engines.
         self.serve(now);
         self.reconnect_peers(now);
+        // The devices' counts need no engine: they matter most when one
+        // stands still (its queue overflows).
+        self.publish_device_counts(now);
         // Questions to the engines wait for every answer: not while one
         // stands still (asked again once it moves).
         if self.service.as_ref().is_none_or(|s| s.alive) {
@@ -155,7 +159,7 @@ impl Controller {
         if self.daemon.is_none()
             || self
                 .pools_published
-                .is_some_and(|t| now < t + POOL_HEALTH_EVERY)
+                .is_some_and(|t| now < t + PUBLISH_EVERY)
         {
             return;
         }
@@ -170,6 +174,32 @@ impl Controller {
         };
         if let Ok(mut state) = self.config_state.write() {
             state.pools = pools;
+        }
+    }
+
+    /// Once a second, with the daemon attached: each DPDK port's device
+    /// counts, for the metrics (`tlsdp_port_*_total`).
+    fn publish_device_counts(&mut self, now: Instant) {
+        let Some(d) = &self.daemon else {
+            return;
+        };
+        if self
+            .devices_published
+            .is_some_and(|t| now < t + PUBLISH_EVERY)
+        {
+            return;
+        }
+        self.devices_published = Some(now);
+        let devices = d
+            .ports
+            .iter()
+            .filter_map(|(p, id)| {
+                let counts = crate::dpdk::device_counters((*id)?)?;
+                Some((p.name.clone(), super::views::device_counts(counts)))
+            })
+            .collect();
+        if let Ok(mut state) = self.config_state.write() {
+            state.devices = devices;
         }
     }
 

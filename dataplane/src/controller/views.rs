@@ -34,6 +34,7 @@ impl Controller {
                     speed_mbps: link.speed_mbps,
                     active_members: crate::dpdk::bond_active_members(*id),
                     memif_client: peer.map(|peer| peer.status()),
+                    device_counts: crate::dpdk::device_counters(*id).map(device_counts),
                     ..p.clone()
                 }
             })
@@ -409,5 +410,19 @@ impl Controller {
             })
             .collect();
         Reply::ok(Body::Pools(pools))
+    }
+}
+
+/// The API's form of a device's counts.
+pub(super) fn device_counts(c: crate::dpdk::DeviceCounters) -> control::api::DeviceCounts {
+    control::api::DeviceCounts {
+        rx_packets: c.rx_packets,
+        rx_bytes: c.rx_bytes,
+        rx_missed: c.rx_missed,
+        rx_errors: c.rx_errors,
+        rx_no_mbuf: c.rx_no_mbuf,
+        tx_packets: c.tx_packets,
+        tx_bytes: c.tx_bytes,
+        tx_errors: c.tx_errors,
     }
 }

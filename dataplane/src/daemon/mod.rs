@@ -722,6 +722,8 @@ fn port_status(p: &StartedPort, pc: &control::config::Port) -> PortStatus {
         mtu: pc.mtu,
         // Filled from the controller's reconnection state at each request.
         memif_client: None,
+        // Read from the device at each request.
+        device_counts: None,
     }
 }
 

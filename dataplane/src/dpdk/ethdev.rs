@@ -55,6 +55,45 @@ pub fn link_status(id: PortId) -> LinkStatus {
     }
 }
 
+/// What port `id`'s device counted since it started (DPDK's basic
+/// statistics; a bond's are its members' sums). `None` for an id DPDK
+/// does not know or a driver without statistics. Reads counters the
+/// driver keeps; safe beside the engines' bursts.
+pub fn device_counters(id: PortId) -> Option<DeviceCounters> {
+    // SAFETY: rte_eth_stats is plain data and a valid out pointer.
+    let mut stats: dpdk_sys::rte_eth_stats = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out pointer; DPDK checks the port id.
+    let rc = unsafe { dpdk_sys::rte_eth_stats_get(id.0, &mut stats) };
+    (rc == 0).then_some(DeviceCounters {
+        rx_packets: stats.ipackets,
+        rx_bytes: stats.ibytes,
+        rx_missed: stats.imissed,
+        rx_errors: stats.ierrors,
+        rx_no_mbuf: stats.rx_nombuf,
+        tx_packets: stats.opackets,
+        tx_bytes: stats.obytes,
+        tx_errors: stats.oerrors,
+    })
+}
+
+/// A device's own counts ([`device_counters`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceCounters {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    /// Frames the device dropped because its receive queue was full (the
+    /// engines did not poll in time).
+    pub rx_missed: u64,
+    /// Frames received with errors (bad CRC, too long, ...).
+    pub rx_errors: u64,
+    /// Receive buffers (mbufs) the driver could not get.
+    pub rx_no_mbuf: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    /// Frames the device failed to send.
+    pub tx_errors: u64,
+}
+
 /// The members of bond `id` its partner aggregates now (802.3ad:
 /// collecting and distributing); `None` when `id` is not a bond.
 pub fn bond_active_members(id: PortId) -> Option<u16> {

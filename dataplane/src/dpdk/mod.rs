@@ -24,9 +24,9 @@ pub use allocator::{keep_freed_memory, purge_delay_ms};
 pub use clock::TscClock;
 pub use eal::{register_thread, tsc_hz, tsc_now, Eal, LaunchedLcore, LcoreId};
 pub use ethdev::{
-    bond_active_members, link_status, port_id_by_name, restart as restart_port, EthPort,
-    EthPortConfig, EthQueue, LinkStatus, Offloads, PortId, PortInfo, QueueId, FRAME_OVERHEAD,
-    SYMMETRIC_RSS_KEY,
+    bond_active_members, device_counters, link_status, port_id_by_name, restart as restart_port,
+    DeviceCounters, EthPort, EthPortConfig, EthQueue, LinkStatus, Offloads, PortId, PortInfo,
+    QueueId, FRAME_OVERHEAD, SYMMETRIC_RSS_KEY,
 };
 pub use logs::route_to_log;
 pub use mbuf::{Mbuf, Mempool};
