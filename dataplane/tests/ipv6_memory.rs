@@ -234,6 +234,38 @@ fn solicitations_for_each_address_are_answered_and_the_sender_learned() {
     );
 }
 
+/// A solicitation from a global address off our prefixes is answered
+/// (to the link-layer address it gives) but makes no cache entry: that
+/// address is reached through the gateway, and a flood of such senders
+/// would push out neighbours in use. One from a link-local or on-prefix
+/// address in the same burst is learned.
+#[test]
+fn a_solicitation_from_off_our_prefixes_is_answered_not_learned() {
+    let mut lab = new_lab();
+    let from = |src: Ipv6Addr| {
+        let group = solicited_node(DUT_IP);
+        icmp6(
+            HOST_MAC,
+            multicast_mac(group),
+            src,
+            group,
+            255,
+            58,
+            &[],
+            NS,
+            &nd_body(0, DUT_IP, 1, Some(HOST_MAC)),
+        )
+    };
+    let near = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0x22);
+    let out = lab.exchange(vec![from(FAR_IP), from(near), from(HOST_IP)]);
+    assert_eq!(out.len(), 3, "each answered");
+    assert_eq!(parse(&out[0]).dst, FAR_IP);
+    let cache = lab.engine.interface(0).ipv6().unwrap().cache();
+    assert_eq!(cache.known(FAR_IP), None, "off our prefixes: not learned");
+    assert_eq!(cache.known(near), Some(HOST_MAC));
+    assert_eq!(cache.known(HOST_IP), Some(HOST_MAC));
+}
+
 #[test]
 fn a_duplicate_address_check_of_ours_is_answered_to_all_nodes() {
     // RFC 4862 §5.4.3 / RFC 4861 §7.2.4: from ::, no option; the answer

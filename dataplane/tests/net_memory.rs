@@ -125,6 +125,36 @@ fn answers_arp_for_its_address_and_learns_the_sender() {
     assert_eq!(lab.engine.counters().arp_replies, 1);
 }
 
+/// A request for our address from a sender off our subnet is answered,
+/// but makes no cache entry (nothing would look it up: that address is
+/// reached through the gateway). Before, a flood of requests from random
+/// senders filled the cache with such entries, pushing out neighbours in
+/// use (backends, health-checked members). An on-subnet sender in the
+/// same burst is learned.
+#[test]
+fn arp_from_a_sender_off_the_subnet_is_answered_not_learned() {
+    let mut lab = new_lab(None);
+    let request = |ip| {
+        arp(
+            ArpOperation::Request,
+            HOST_MAC,
+            ip,
+            EthernetAddress::BROADCAST,
+            DUT_IP,
+        )
+    };
+    let far: Vec<_> = (1..=20)
+        .map(|i| request(Ipv4Addr::new(192, 0, 2, i)))
+        .collect();
+    let mut burst = far.clone();
+    burst.push(request(HOST_IP));
+    assert_eq!(lab.exchange(burst).len(), 21, "every request answered");
+    let arp_cache = lab.engine.interface(0).arp();
+    assert_eq!(arp_cache.known(HOST_IP), Some(HOST_MAC));
+    assert_eq!(arp_cache.known(Ipv4Addr::new(192, 0, 2, 1)), None);
+    assert_eq!(arp_cache.len(), 1, "only the on-subnet sender");
+}
+
 #[test]
 fn ignores_arp_for_other_addresses() {
     let mut lab = new_lab(None);
@@ -348,6 +378,55 @@ fn off_subnet_replies_go_through_the_resolved_gateway() {
     let out = lab.exchange(vec![ping(GW_MAC, FAR_IP, DUT_IP, 5, 5, b"far")]);
     let (dst, _, to, ..) = parse_echo_reply(&out[0]);
     assert_eq!((dst, to), (GW_MAC, FAR_IP));
+}
+
+/// TCP from one of our own addresses is dropped unanswered (RFC 1122
+/// §3.2.1.3: no peer sends from them). Before, a SYN from a VIP to
+/// itself was taken: on the subnet, its SYN-ACK waited on ARP for our own
+/// address; for a VIP routed to us, the SYN-ACK went to the gateway,
+/// which routed it back, and the ACKs it drew looped until the
+/// handshake's deadline: one spoofed segment, ten seconds of traffic.
+#[test]
+fn tcp_from_our_own_addresses_is_dropped_unanswered() {
+    use common::host::Seg;
+    use smoltcp::wire::TcpControl;
+    const LINKED: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 50);
+    const ROUTED: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 10);
+    let mut lab = new_lab(Some(GW_IP));
+    let from_gateway = arp(
+        ArpOperation::Request,
+        GW_MAC,
+        GW_IP,
+        EthernetAddress::BROADCAST,
+        DUT_IP,
+    );
+    lab.exchange(vec![from_gateway]);
+    for vip in [DUT_IP, LINKED, ROUTED] {
+        lab.engine.listen(vip, 443);
+    }
+    let syn = |from: Ipv4Addr, to: Ipv4Addr, port: u16| {
+        Seg::to(443, port, 1, None)
+            .with(TcpControl::Syn, &[])
+            .frame_between(from, to)
+    };
+    // All in one burst, with a SYN from our own address to another of them.
+    let spoofed = vec![
+        syn(DUT_IP, DUT_IP, 41_000),
+        syn(LINKED, LINKED, 41_001),
+        syn(ROUTED, ROUTED, 41_002),
+        syn(ROUTED, DUT_IP, 41_003),
+    ];
+    let out = lab.exchange(spoofed);
+    assert!(out.is_empty(), "answered: {out:?}");
+    assert_eq!(lab.dropped(DropReason::BadSource), 4);
+    assert!(lab.advance(Duration::from_secs(3)).is_empty());
+    // A client of the routed VIP is answered, through the gateway.
+    let out = lab.exchange(vec![syn(FAR_IP, ROUTED, 41_004)]);
+    assert_eq!(out.len(), 1, "the client's SYN-ACK");
+    assert_eq!(
+        EthernetFrame::new_checked(&out[0][..]).unwrap().dst_addr(),
+        GW_MAC
+    );
 }
 
 #[test]

@@ -796,10 +796,14 @@ impl Interface {
             return (Verdict::Drop(DropReason::BadSource), None);
         }
         let for_us = self.is_local(target_protocol_addr);
-        // Merge: update a known sender; add it when the packet is for us.
+        // Merge: update a known sender; add it when the packet is for us
+        // and the sender on our subnet (an entry for any other address
+        // would never be looked up: it is reached through the gateway, and
+        // a flood of such senders would push out neighbours in use).
         if !source_protocol_addr.is_unspecified() {
+            let create = for_us && self.cfg.on_link(source_protocol_addr);
             self.arp
-                .learn(source_protocol_addr, source_hardware_addr, now, for_us);
+                .learn(source_protocol_addr, source_hardware_addr, now, create);
         }
         if !for_us {
             if source_protocol_addr == target_protocol_addr {
@@ -865,18 +869,18 @@ impl Interface {
     }
 
     /// Whether no host sends from `src` (RFC 1122 §3.2.1.3: broadcast,
-    /// multicast, loopback, "this network"; 240/4 is reserved; the port's
-    /// own address comes from no peer): answering would reflect to a
-    /// network, loop back to us or reach no one. (A VIP's address as a
-    /// source is left to the flow lookup: looking it up among the port's
-    /// added addresses costs every packet a search.)
+    /// multicast, loopback, "this network"; 240/4 is reserved; our own
+    /// addresses, the port's and the VIPs', come from no peer): answering
+    /// would reflect to a network, loop back to us (for a VIP routed to
+    /// us, through the gateway and back, segment after segment) or reach
+    /// no one.
     #[inline]
     fn bad_source(&self, src: Ipv4Addr) -> bool {
         // 0/8 ("this network"), 127/8 (loopback), 224/4 (multicast),
         // 240/4 (reserved, and the limited broadcast): by the first byte.
         matches!(src.octets()[0], 0 | 127 | 224..=255)
-            || src == self.cfg.addr
             || Some(src) == self.subnet_broadcast
+            || self.is_local(src)
     }
 
     fn process_ipv4(
@@ -917,11 +921,6 @@ impl Interface {
         }
         let total = usize::from(ip.total_len());
         match ip.next_header() {
-            // From one of our own addresses (a VIP's; the port's own is a
-            // bad source above): an answer would go to ourselves. Looked
-            // up here only, not for every TCP segment (the flow lookup
-            // finds no connection from a VIP).
-            IpProtocol::Icmp if self.is_local(src) => return Err(DropReason::BadSource),
             IpProtocol::Icmp => {}
             IpProtocol::Tcp => {
                 let start = usize::from(ip.header_len());

@@ -523,9 +523,12 @@ impl Ipv6Host {
                 if !self.is_local(target) {
                     return Err(DropReason::NotForUs);
                 }
-                if let Some(mac) = lladdr {
-                    // §7.2.3: the sender's entry is created or updated,
-                    // stale (a solicitation confirms nothing).
+                // §7.2.3: the sender's entry is created or updated, stale
+                // (a solicitation confirms nothing); created only for a
+                // sender on the link (link-local or on one of our
+                // prefixes): one elsewhere is reached through the gateway,
+                // and a flood of them would push out neighbours in use.
+                if let Some(mac) = lladdr.filter(|_| self.cfg.next_hop(src) == Some(src)) {
                     self.cache.solicited_by(src, mac, now);
                 }
                 // §7.2.4 (and RFC 4862 §5.4.3 for a duplicate address
