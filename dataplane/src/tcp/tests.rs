@@ -985,6 +985,37 @@ mod pair_tests {
         );
     }
 
+    /// Bytes a peer sends beyond its FIN are no part of the stream:
+    /// taking the FIN lets them go, so a connection with nothing left to
+    /// read moves to the compact TIME-WAIT table. Before, one byte
+    /// written ahead of a gap kept the receive ring and the slot through
+    /// TIME-WAIT, and each FIN sent again restarted it: a 66-byte segment
+    /// every 29 s held a connection slot and a ring for good.
+    #[test]
+    fn bytes_beyond_the_fin_keep_no_connection_out_of_the_time_wait_table() {
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        p.a.close(ca);
+        p.run(1, 4);
+        assert_eq!(p.a.state(ca), Some(State::FinWait2));
+        let seq = live(&p.b.conns, cb).unwrap().snd_nxt;
+        let ack = live(&p.a.conns, ca).unwrap().snd_nxt;
+        assert_eq!(live(&p.a.conns, ca).unwrap().rcv_nxt, seq);
+        let ahead = data_from_b(b_tsval(&p), (seq + 1000).0, ack.0, b"x");
+        let fin = emit_from_b(TcpRepr {
+            window_len: 2048,
+            timestamp: Some(TcpTimestampRepr::new(b_tsval(&p), 1)),
+            ..super::seg(5000, 80, TcpControl::Fin, seq.0, Some(ack.0))
+        });
+        // In one burst: the byte ahead, then the FIN at RCV.NXT.
+        p.a.input(p.now, B, A, &ahead).unwrap();
+        p.a.input(p.now, B, A, &fin).unwrap();
+        let out = a_sends(&mut p);
+        assert!(!out.is_empty(), "the FIN acknowledged");
+        assert_eq!(p.a.state(ca), None, "its slot is free");
+        assert!(p.a.in_time_wait(&key(A, 80, B, 5000)));
+        assert_eq!(p.a.counters().active, 0);
+    }
+
     #[test]
     fn a_time_wait_kept_in_its_slot_reopens_for_a_newer_timestamp() {
         // A connection in TIME-WAIT with bytes its application has not read
@@ -1974,6 +2005,79 @@ mod pair_tests {
         let out = a_sends(&mut p);
         let data: usize = out.iter().map(|&(_, n, _)| n).sum();
         assert_eq!(data, 3000, "the window stayed open: {out:?}");
+    }
+
+    /// A window closed and opened again by two ACKs that take nothing
+    /// sends nothing again: what is in flight stays in flight (the ACK
+    /// and RTO paths repair real losses). Before, the reopening ACK sent
+    /// SND.NXT back to SND.UNA and the whole flight went again, so a peer
+    /// that repeated the pair (66 bytes each) drew a window of data per
+    /// pair.
+    #[test]
+    fn a_window_closed_and_opened_again_resends_nothing_in_flight() {
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        assert_eq!(p.a.send(ca, &[5u8; 60_000]), 60_000);
+        let flight: usize = a_sends(&mut p).iter().map(|&(_, n, _)| n).sum();
+        assert!(flight >= 10_000, "a flight out: {flight}");
+        let una = live(&p.a.conns, ca).unwrap().snd_una;
+        let seq = live(&p.b.conns, cb).unwrap().snd_nxt;
+        let ack_with_window = |p: &Pair, window| {
+            emit_from_b(TcpRepr {
+                window_len: window,
+                timestamp: Some(TcpTimestampRepr::new(b_tsval(p), 1)),
+                ..super::seg(5000, 80, TcpControl::None, seq.0, Some(una.0))
+            })
+        };
+        let retransmits = p.a.counters().retransmits;
+        for _ in 0..10 {
+            for window in [0, 2048] {
+                let ack = ack_with_window(&p, window);
+                p.a.input(p.now, B, A, &ack).unwrap();
+            }
+            let again: usize = a_sends(&mut p).iter().map(|&(_, n, _)| n).sum();
+            assert_eq!(again, 0, "sent again");
+        }
+        assert_eq!(p.a.counters().retransmits, retransmits);
+        // B takes it all: the rest follows, in order.
+        let mut got = 0;
+        let mut buf = vec![0u8; 64 * 1024];
+        for _ in 0..200 {
+            p.run(10, 1);
+            got += p.b.recv(cb, &mut buf);
+        }
+        assert_eq!(got, 60_000);
+    }
+
+    /// Without SACK, each duplicate ACK in recovery inflates the window
+    /// by a segment (RFC 6582 §3.2) only while it could stand for one
+    /// that left the network: never past SSTHRESH plus what is in
+    /// flight. Before, a peer repeating one duplicate ACK grew it without
+    /// bound (to u32::MAX, where a partial ACK's deflation overflowed: a
+    /// panic with overflow checks).
+    #[test]
+    fn duplicate_acks_inflate_the_window_no_further_than_the_flight() {
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        live_mut(&mut p.a.conns, ca).unwrap().forget_sack();
+        assert_eq!(p.a.send(ca, &[5u8; 60_000]), 60_000);
+        let flight: usize = a_sends(&mut p).iter().map(|&(_, n, _)| n).sum();
+        assert!(flight >= 10_000, "a flight out: {flight}");
+        let una = live(&p.a.conns, ca).unwrap().snd_una;
+        let seq = live(&p.b.conns, cb).unwrap().snd_nxt;
+        let dupack = emit_from_b(TcpRepr {
+            window_len: 2048,
+            timestamp: Some(TcpTimestampRepr::new(b_tsval(&p), 1)),
+            ..super::seg(5000, 80, TcpControl::None, seq.0, Some(una.0))
+        });
+        for _ in 0..10_000 {
+            p.a.input(p.now, B, A, &dupack).unwrap();
+            let _ = a_sends(&mut p);
+        }
+        let (cwnd, ssthresh, in_flight, recovering) = live(&p.a.conns, ca).unwrap().congestion();
+        assert!(recovering, "in recovery");
+        assert!(
+            cwnd <= ssthresh + in_flight,
+            "cwnd {cwnd} past ssthresh {ssthresh} + flight {in_flight}"
+        );
     }
 
     /// xorshift64 from a seed: the random loss and conditions of the

@@ -245,8 +245,12 @@ impl<A: Default> Conn<A> {
                 self.fast_rtx = true;
                 out.send = true;
             } else if self.dupacks > 3 && self.recover.is_some() {
-                if !self.sack_ok {
-                    self.cwnd = self.cwnd.saturating_add(self.seg_size);
+                // Each stands for a segment that left the network: never
+                // more of them than are in flight (a peer repeating one
+                // ACK grew the window without bound).
+                let cap = self.ssthresh.saturating_add(self.snd_max - self.snd_una);
+                if !self.sack_ok && self.cwnd < cap {
+                    self.cwnd = self.cwnd.saturating_add(self.seg_size).min(cap);
                 }
                 out.send = true;
             }
@@ -298,9 +302,15 @@ impl<A: Default> Conn<A> {
             && (self.snd_wl1.diff(seq) < 0 || (self.snd_wl1 == seq && self.snd_wl2.diff(ack) <= 0))
         {
             if self.snd_wnd == 0 && window > 0 {
-                // The window opened: the last probe's byte may not have been
-                // taken, so go on from SND.UNA.
-                self.snd_nxt = self.snd_una;
+                // The window opened: the last probe's byte may not have
+                // been taken, so go on from SND.UNA. Only a probe's byte:
+                // what else is in flight stays so (the ACK and RTO paths
+                // repair its losses); going back over it drew a flight
+                // from a peer that closed and opened its window with two
+                // bare ACKs.
+                if self.snd_nxt - self.snd_una <= 1 {
+                    self.snd_nxt = self.snd_una;
+                }
                 out.send = true;
             }
             self.set_snd_wnd(window);
@@ -415,6 +425,14 @@ impl<A: Default> Conn<A> {
             self.rcv_nxt = self.rcv_nxt + 1;
             self.ack_now = true;
             out.peer_closed = true;
+            // Bytes held beyond the FIN are no part of the stream: they
+            // go, and the ring with them once read (else they kept the
+            // connection out of the compact TIME-WAIT table for good).
+            self.ooo.release(&mut pool.boards);
+            self.ooo_last = None;
+            if let Some(ring) = self.recv.take_if(|r| r.is_empty()) {
+                pool.give(ring);
+            }
             let fin_acked = self.fin_seq.is_some_and(|f| self.snd_una.diff(f) > 0);
             match self.state {
                 State::Established => self.state = State::CloseWait,
@@ -522,7 +540,8 @@ impl<A: Default> Conn<A> {
                 // and without SACK deflate the inflated window.
                 self.fast_rtx = true;
                 if !self.sack_ok {
-                    self.cwnd = self.cwnd.saturating_sub(acked).max(self.seg_size) + self.seg_size;
+                    self.cwnd = (self.cwnd.saturating_sub(acked).max(self.seg_size))
+                        .saturating_add(self.seg_size);
                 }
             }
             // Slow start counts bytes acknowledged, not ACKs (RFC 3465):

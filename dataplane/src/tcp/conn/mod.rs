@@ -930,3 +930,22 @@ impl<A: Default> Conn<A> {
         false
     }
 }
+
+/// What the engine's tests look at and set inside a connection.
+#[cfg(test)]
+impl<A> Conn<A> {
+    /// Congestion state: (cwnd, ssthresh, bytes in flight, in recovery).
+    pub(in crate::tcp) fn congestion(&self) -> (u32, u32, u32, bool) {
+        (
+            self.cwnd,
+            self.ssthresh,
+            self.snd_max - self.snd_una,
+            self.recover.is_some(),
+        )
+    }
+
+    /// As if the peer had not offered SACK.
+    pub(in crate::tcp) fn forget_sack(&mut self) {
+        self.sack_ok = false;
+    }
+}
