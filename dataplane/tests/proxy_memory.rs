@@ -882,6 +882,44 @@ fn health_news_the_queue_cannot_take_is_sent_later_never_lost() {
     assert!(news.pop().is_none());
 }
 
+/// A member's verdict goes to the other engines again while it stands:
+/// at each check of a member down, at every eighth of one up. An engine
+/// that placed the member after the change (its pool was full there)
+/// starts it healthy and learns otherwise within a check. Before, news
+/// went at a change only, and such an engine sent clients to a member
+/// down until it came up and went down again.
+#[test]
+fn a_members_verdict_is_sent_again_while_it_stands() {
+    use dataplane::app::health::HealthShare;
+    let mut host = HostLab::new();
+    let (shares, news) = HealthShare::with_queue(1, 64);
+    host.mem.engine.set_health_share(shares[0].clone());
+    let member = Member::new(SocketAddrV4::new(HOST_IP, 9401), 1, MemberState::Up);
+    let mut pool = Pool::new("silent".into(), Balance::RoundRobin, vec![member]);
+    pool.check = Some(HealthCheck {
+        kind: HealthKind::Tcp,
+        request: Vec::new(),
+        expect: control::config::StatusRange::exact(200),
+        interval: Duration::from_secs(1),
+        timeout: Duration::from_millis(500),
+        rise: 1,
+        fall: 1,
+    });
+    host.mem.engine.add_pool(pool);
+    host.advance(Duration::from_millis(10));
+    // Nobody answers: three checks, each failed.
+    for _ in 0..6 {
+        host.advance(Duration::from_millis(600));
+    }
+    let c = host.mem.engine.counters();
+    assert_eq!((c.health_failures, c.health_changes), (3, 1), "{c:?}");
+    let mut heard = Vec::new();
+    while let Some(n) = news.pop() {
+        heard.push(n.up);
+    }
+    assert_eq!(heard, [false, false, false], "down, at each check");
+}
+
 /// An HTTP/1.1 check (a `host` set) answered `103 Early Hints` before
 /// its `200`, the interim head cut across two segments: passed (RFC 9110
 /// §15.2: a client takes 1xx responses before the final one). Before, it

@@ -225,13 +225,18 @@ pub fn status(head: &[u8]) -> Option<u16> {
     Some(code.iter().fold(0, |n, d| n * 10 + u16::from(d - b'0')))
 }
 
-/// A member's health changed, as found by the one engine that checks it.
+/// A member's health as found by the one engine that checks it: sent when
+/// it changes, and again while it stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HealthNews {
     pub pool: String,
     pub addr: SocketAddr,
     pub up: bool,
 }
+
+/// A member's verdict while it stays up goes to the other engines again
+/// every this many checks (one down: at each check).
+const REPEAT_UP_EVERY: u64 = 8;
 
 /// Keeps `news` for a later try: the latest per member only, so what
 /// waits is bounded by the members.
@@ -568,10 +573,17 @@ impl Services {
             cx.counters.health_failures += 1;
             member.health.last_failure = Some(why);
         }
-        let Some(up) = member.health.record(ok, check) else {
+        let changed = member.health.record(ok, check);
+        // The verdict goes to the other engines when it changes, and
+        // again while it stands (each check of a member down, every
+        // [`REPEAT_UP_EVERY`]th of one up): an engine that placed the
+        // member after the change (a pool full there, a removed member's
+        // place reused) took it as healthy and had not heard.
+        let repeat = changed.is_none()
+            && (!member.health.healthy || member.health.checks % REPEAT_UP_EVERY == 0);
+        let Some(up) = changed.or(repeat.then_some(member.health.healthy)) else {
             return;
         };
-        cx.counters.health_changes += 1;
         if let Some(share) = &self.health_share {
             // Rare (a state change): the allocation is fine.
             let news = HealthNews {
@@ -590,6 +602,10 @@ impl Services {
                 keep_unsent(&mut self.health_unsent, news);
             }
         }
+        if changed.is_none() {
+            return;
+        }
+        cx.counters.health_changes += 1;
         // Rare (a state change), never per packet.
         if up {
             log::info!(

@@ -28,12 +28,17 @@ pub struct Member {
     pub removed: bool,
     /// Smooth weighted round robin's running weight.
     current: i64,
+    /// What source hashing keys this member on: its address, so a client
+    /// keeps its member whatever the member's place in the list (which
+    /// differs between engines, nodes and restarts).
+    hash_key: u64,
 }
 
 impl Member {
     pub fn new(addr: impl Into<SocketAddr>, weight: u32, state: MemberState) -> Self {
+        let addr = addr.into();
         Self {
-            addr: addr.into(),
+            addr,
             weight: weight.max(1),
             state,
             active: 0,
@@ -43,6 +48,7 @@ impl Member {
             health: super::health::MemberHealth::default(),
             removed: false,
             current: 0,
+            hash_key: mix(fold_ip(addr.ip()) ^ u64::from(addr.port()).rotate_left(48)),
         }
     }
 }
@@ -131,19 +137,24 @@ impl Pool {
         for m in &mut self.members {
             m.removed = true;
         }
-        let mut placed = true;
+        // Every member still configured keeps its place first; only then
+        // do new ones take places (a new member placed first could take
+        // the place of one still configured further down the list).
+        let mut new_members = Vec::new();
         for nm in &next.members {
             if let Some(m) = self.members.iter_mut().find(|m| m.addr == nm.addr) {
                 m.weight = nm.weight;
                 m.state = nm.state;
                 m.removed = false;
-            } else if self.members.len() < 64 {
+            } else {
+                new_members.push(nm);
+            }
+        }
+        let mut placed = true;
+        for nm in new_members {
+            if self.members.len() < 64 {
                 self.members.push(nm.clone());
-            } else if let Some(m) = self
-                .members
-                .iter_mut()
-                .find(|m| m.removed && m.active == 0 && m.addr != nm.addr)
-            {
+            } else if let Some(m) = self.members.iter_mut().find(|m| m.removed && m.active == 0) {
                 *m = nm.clone();
             } else {
                 placed = false;
@@ -233,13 +244,7 @@ impl Pool {
     pub fn pick(&mut self, client: impl Into<IpAddr>, tried: Tried) -> Option<usize> {
         // What source hashing keys on: an IPv4 address as it is, an IPv6
         // one folded to 64 bits.
-        let client = match client.into() {
-            IpAddr::V4(a) => u64::from(u32::from(a)),
-            IpAddr::V6(a) => {
-                let a = u128::from(a);
-                mix((a >> 64) as u64 ^ a as u64)
-            }
-        };
+        let client = fold_ip(client.into());
         let usable = |i: usize, m: &Member| {
             m.state == MemberState::Up && m.health.healthy && tried & (1 << i) == 0
         };
@@ -288,11 +293,13 @@ impl Pool {
             Balance::SourceHash => {
                 // Rendezvous hashing, weighted (score = w / -ln(u)): a
                 // client keeps its member while that member is up, and only
-                // the clients of a member that goes away move.
+                // the clients of a member that goes away move. Keyed on
+                // the member's address, not its place in the list.
+                let client = mix(client);
                 (0..n)
                     .filter(|&i| usable(i, &self.members[i]))
                     .map(|i| {
-                        let h = mix(client << 8 | i as u64);
+                        let h = mix(client ^ self.members[i].hash_key);
                         let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
                         (i, f64::from(self.members[i].weight) / -u.ln())
                     })
@@ -309,6 +316,17 @@ impl Pool {
 }
 
 /// A 64-bit mixer (splitmix64's finaliser).
+/// An address as 64 bits: IPv4 as it is, IPv6 folded.
+fn fold_ip(ip: IpAddr) -> u64 {
+    match ip {
+        IpAddr::V4(a) => u64::from(u32::from(a)),
+        IpAddr::V6(a) => {
+            let a = u128::from(a);
+            mix((a >> 64) as u64 ^ a as u64)
+        }
+    }
+}
+
 fn mix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -365,6 +383,58 @@ mod tests {
         assert_eq!(m.state, MemberState::Up);
         assert!(!m.removed);
         assert_eq!(p.members.len(), 64);
+    }
+
+    /// A full pool (64) whose first member is replaced by a new address
+    /// while other members stay: each member still configured keeps its
+    /// place and its state (connections, health); the newcomer takes the
+    /// removed member's place once that has no connection. Before, the
+    /// newcomer took the place of the next idle member still configured,
+    /// which took the next one's, and so on: each came back with fresh
+    /// state (a member down by its checks came back healthy, its counts
+    /// gone) and the last
+    /// found no place.
+    #[test]
+    fn a_full_pool_keeps_every_configured_member_in_its_place() {
+        let mut p = pool(Balance::RoundRobin, &[1; 64]);
+        p.members[0].active = 1;
+        p.members[1].failed = 3;
+        p.members[2].picked = 7;
+        let before: Vec<SocketAddr> = p.members.iter().map(|m| m.addr).collect();
+        let mut next = p.clone();
+        let newcomer = SocketAddr::from(SocketAddrV4::new(Ipv4Addr::new(10, 0, 2, 1), 80));
+        next.members[0] = Member::new(newcomer, 1, MemberState::Up);
+        assert!(!p.update_from(&next), "no place while member 0 serves");
+        let after: Vec<SocketAddr> = p.members.iter().map(|m| m.addr).collect();
+        assert_eq!(after, before, "every member in its place");
+        assert!(p.members[0].removed && p.members[0].active == 1);
+        assert_eq!(p.members[1].failed, 3, "its state kept");
+        assert_eq!(p.members[2].picked, 7);
+        p.members[0].active = 0;
+        assert!(p.update_from(&next));
+        assert_eq!(p.members[0].addr, newcomer);
+        let rest: Vec<SocketAddr> = p.members[1..].iter().map(|m| m.addr).collect();
+        assert_eq!(rest, before[1..]);
+        assert_eq!((p.members[1].failed, p.members[2].picked), (3, 7));
+    }
+
+    /// Source hashing keys on members' addresses: the same client gets
+    /// the same member from pools listing the same members in other
+    /// orders (another engine's or node's list after other changes, or
+    /// the list after a restart). Before, it keyed on the place in the
+    /// list.
+    #[test]
+    fn source_hash_follows_members_not_their_places() {
+        let mut p = pool(Balance::SourceHash, &[1, 1, 1, 1, 1]);
+        let mut q = p.clone();
+        q.members.reverse();
+        q.members.rotate_left(2);
+        for k in 0..200u32 {
+            let c = Ipv4Addr::from(0xc633_6400 + k);
+            let (i, j) = (p.pick(c, 0).unwrap(), q.pick(c, 0).unwrap());
+            let (a, b) = (p.members[i].addr, q.members[j].addr);
+            assert_eq!(a, b, "client {c}");
+        }
     }
 
     /// A member its check marked down, then the pool's check taken away:
