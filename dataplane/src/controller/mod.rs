@@ -307,6 +307,9 @@ impl Controller {
     }
 
     fn reply(&mut self, req: &Request) -> Reply {
+        if let Request::LogLevel { level } = req {
+            return self.set_log_level(level);
+        }
         if let Some(next) = control::change::apply(&self.cfg, req) {
             return match next {
                 Ok(next) => self.change(next, req),
@@ -413,7 +416,6 @@ impl Controller {
             Request::MemberEnable { pool, addr } => {
                 (None, format!("pool {pool}: member {addr} enabled"))
             }
-            Request::LogLevel { level } => (None, format!("log level {level}")),
             Request::DenyAdd {
                 prefixes,
                 for_s: None,
@@ -433,6 +435,30 @@ impl Controller {
             self.pardon(prefixes, Instant::now());
         }
         reply
+    }
+
+    /// `log level`: the logger's filter replaced at once, here on the
+    /// control thread (no engine takes part, so a stuck one cannot stop
+    /// it: that is when more logging is wanted), even when the running
+    /// configuration names that level already (the filter in effect may
+    /// be `RUST_LOG`'s). The running configuration keeps it, for `config
+    /// save`; its version stays.
+    fn set_log_level(&mut self, level: &str) -> Reply {
+        let checked =
+            control::config::check_log_level(level).and_then(|()| crate::logging::set_level(level));
+        if let Err(why) = checked {
+            return Reply::error(format!(
+                "refused: {}",
+                ConfigError::new("log.level", level, why)
+            ));
+        }
+        self.cfg.log.level = level.to_string();
+        let change = format!("log level {level}");
+        log::info!("configuration {}: {change}", self.version);
+        Reply::ok(Body::Applied(Applied {
+            version: self.version,
+            change,
+        }))
     }
 
     /// Builds, pushes and commits `next`; the reply says applied or why not.
