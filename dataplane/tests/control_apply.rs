@@ -532,6 +532,61 @@ fn a_removed_vips_address_stays_on_every_engine_until_its_last_connection_ends()
     assert_eq!(labs[1].mem.dropped(DropReason::NotForUs), before + 1);
 }
 
+/// A removed VIP's open connections keep its timeouts: a keep-alive
+/// client of a VIP with a 3 s request timeout, removed while it is open,
+/// is reset 3 s after its answer is delivered. Before, a connection whose
+/// VIP was gone took the built-in defaults at its next wait (30 s for a
+/// request: ten times what its VIP allowed).
+#[test]
+fn a_removed_vips_connections_keep_its_timeouts() {
+    use common::host::{HostConn, HostLab};
+    use smoltcp::wire::TcpControl;
+    use std::net::Ipv4Addr;
+    use std::time::Duration;
+
+    const EXTRA: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 10);
+    let (mut ctl, first, link) = common::controller::one_engine(
+        "[[vip]]\nname = \"extra\"\nlisten = \"10.78.0.10:80\"\nrespond = \"builtin\"\nrequest_timeout_ms = 3000\n",
+    );
+    let mut lab = HostLab::new();
+    lab.mem.engine.set_control(link);
+    lab.mem.engine.apply(&first);
+
+    let mut c = HostConn::client(41_100, 80, 9_000);
+    let syn = c.next(TcpControl::Syn, b"");
+    c.absorb(&lab.exchange_to(EXTRA, &[syn]));
+    let get = c.next(TcpControl::Psh, b"GET /bytes/5 HTTP/1.1\r\nHost: t\r\n\r\n");
+    c.absorb(&lab.exchange_to(EXTRA, &[get]));
+    assert!(String::from_utf8_lossy(&c.received).starts_with("HTTP/1.1 200"));
+
+    let remove = Request::VipRemove {
+        name: "extra".into(),
+    };
+    let r = std::thread::scope(|s| {
+        let asked = s.spawn(|| reply(ctl.handle(&remove)));
+        while !asked.is_finished() {
+            lab.advance(Duration::from_millis(1));
+        }
+        asked.join().unwrap()
+    });
+    assert!(r.ok, "{r:?}");
+    // The answer acknowledged: the wait for the next request begins.
+    let ack = c.next(TcpControl::None, b"");
+    c.absorb(&lab.exchange_to(EXTRA, &[ack]));
+    let mut reset_after = None;
+    for s in 1..=40 {
+        c.absorb(&lab.advance(Duration::from_secs(1)));
+        if c.reset {
+            reset_after = Some(s);
+            break;
+        }
+    }
+    assert!(
+        matches!(reset_after, Some(3 | 4)),
+        "reset after {reset_after:?} s"
+    );
+}
+
 /// Engines answer questions over one ring, in turn. An answer that comes
 /// after its question's time was up (a stalled engine) is never taken for
 /// the next question's: here an answer left from an earlier `sources`

@@ -124,11 +124,12 @@ impl Services {
         cx.tcp.set_deadline(id, at, cx.now);
     }
 
-    /// The timeouts of the VIP with counter slot `slot` (defaults when it
-    /// is gone).
+    /// The timeouts of the VIP with counter slot `slot`: those in effect,
+    /// or a removed VIP's last (its open connections keep them); the
+    /// defaults for a connection of no VIP.
     pub(super) fn timeouts_of(&self, slot: Option<u16>) -> Timeouts {
-        slot.and_then(|s| self.vips.iter().find(|v| v.slot == s))
-            .map(|v| v.timeouts)
+        slot.and_then(|s| self.slot_timeouts.get(usize::from(s)))
+            .copied()
             .unwrap_or_default()
     }
 

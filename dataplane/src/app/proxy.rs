@@ -402,9 +402,9 @@ impl Services {
         // nginx's proxy_send_timeout): one that keeps its window closed
         // while it acknowledges our probes would otherwise hold the pair,
         // and what a departed client left for it, for ever.
-        let vip_slot = self.roles.get(client).and_then(|e| e.vip);
-        if let Some(v) = self.vips.iter().find(|v| Some(v.slot) == vip_slot) {
-            cx.tcp.set_send_timeout(b, v.timeouts.send, cx.now);
+        if let Some(slot) = self.roles.get(client).and_then(|e| e.vip) {
+            let send = self.timeouts_of(Some(slot)).send;
+            cx.tcp.set_send_timeout(b, send, cx.now);
         }
         self.pools[p].members[m].active += 1;
         self.connecting.push(ConnectDeadline {

@@ -66,6 +66,9 @@ pub struct Services {
     /// VIP counter slots ever used (all are published: a removed VIP's
     /// open connections still count).
     pub(super) vip_slots_used: usize,
+    /// The timeouts per VIP slot: the VIP's in effect, or for a removed
+    /// VIP its last, which its open connections keep.
+    pub(super) slot_timeouts: Vec<Timeouts>,
     /// Backend pools (this engine's view: its own counts).
     pub(super) pools: Vec<Pool>,
     /// Pool definitions whose new members found no place yet (all 64
@@ -120,6 +123,7 @@ impl Services {
             vips: Vec::new(),
             vip_counters: vec![VipCounters::default(); MAX_VIPS],
             vip_slots_used: 0,
+            slot_timeouts: vec![Timeouts::default(); MAX_VIPS],
             pools: Vec::new(),
             waiting_pools: Vec::new(),
             roles: Roles::default(),
@@ -194,6 +198,9 @@ impl Services {
             .filter(|v| v.addr == addr && v.port == port)
         {
             v.timeouts = timeouts;
+            if let Some(t) = self.slot_timeouts.get_mut(usize::from(v.slot)) {
+                *t = timeouts;
+            }
         }
     }
 
@@ -718,6 +725,11 @@ impl Application for Services {
                 }
             })
             .collect();
+        for v in &self.vips {
+            if let Some(t) = self.slot_timeouts.get_mut(usize::from(v.slot)) {
+                *t = v.timeouts;
+            }
+        }
         let used = self.vips.iter().map(|v| usize::from(v.slot) + 1).max();
         self.vip_slots_used = self.vip_slots_used.max(used.unwrap_or(0));
         self.snapshot_version = snap.version;
