@@ -71,7 +71,7 @@ impl Controller {
         let access = &self.cfg.access;
         let room = MAX_DENIED.saturating_sub(access.deny.len() + access.deny_until.len());
         self.pardoned
-            .retain(|&(_, at)| now.saturating_duration_since(at) < 2 * crate::tcp::REFUSED_WINDOW);
+            .retain(|&(_, at)| now.saturating_duration_since(at) < PARDON_KEPT);
         let pardoned = PrefixSet::new(self.pardoned.iter().map(|&(net, _)| net));
         let spared = |ip: IpAddr| self.deny.contains(ip) || pardoned.contains(ip);
         let (found, left_out) = offenders(&refused, rule.refused, spared, room);
@@ -112,8 +112,29 @@ impl Controller {
     pub(super) fn pardon(&mut self, prefixes: &[String], now: Instant) {
         // Taken off the list, so each read.
         let nets = prefixes.iter().filter_map(|p| parse_prefix(p).ok());
-        self.pardoned.extend(nets.map(|net| (net, now)));
+        note_pardons(&mut self.pardoned, nets, now);
     }
+}
+
+/// How long `auto_deny` spares a network an operator took off the lists.
+const PARDON_KEPT: Duration = Duration::from_secs(2 * crate::tcp::REFUSED_WINDOW.as_secs());
+
+/// Pardons kept at most: the oldest go first past it.
+const MAX_PARDONED: usize = MAX_DENIED;
+
+/// Adds `nets`, pardoned at `now`, to `pardoned`, with those older than
+/// [`PARDON_KEPT`] taken out first and at most [`MAX_PARDONED`] kept: a
+/// block list cycled through `deny add` and `deny remove` (without
+/// `auto_deny`, which prunes them too) must not grow it for good.
+fn note_pardons(
+    pardoned: &mut Vec<((IpAddr, u8), Instant)>,
+    nets: impl Iterator<Item = (IpAddr, u8)>,
+    now: Instant,
+) {
+    pardoned.retain(|&(_, at)| now.saturating_duration_since(at) < PARDON_KEPT);
+    pardoned.extend(nets.map(|net| (net, now)));
+    let over = pardoned.len().saturating_sub(MAX_PARDONED);
+    pardoned.drain(..over);
 }
 
 /// The sources of `refused` that its per-source limits (rate and cap,
@@ -143,6 +164,29 @@ fn offenders(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Pardons leave after [`PARDON_KEPT`] and past [`MAX_PARDONED`], the
+    /// oldest first. Before, without `auto_deny` (which alone pruned
+    /// them), every `deny remove` added for good.
+    #[test]
+    fn pardons_are_bounded_in_time_and_number() {
+        let net = |i: u32| (IpAddr::from(std::net::Ipv4Addr::from(i)), 32u8);
+        let t0 = Instant::now();
+        let mut pardoned = Vec::new();
+        for round in 0..10u32 {
+            let now = t0 + PARDON_KEPT * round;
+            note_pardons(
+                &mut pardoned,
+                (0..1_000).map(|i| net(round * 1_000 + i)),
+                now,
+            );
+            assert_eq!(pardoned.len(), 1_000, "round {round}: the last one's only");
+        }
+        let now = t0 + PARDON_KEPT * 10;
+        note_pardons(&mut pardoned, (0..MAX_PARDONED as u32 + 5).map(net), now);
+        assert_eq!(pardoned.len(), MAX_PARDONED);
+        assert_eq!(pardoned[0].0, net(5), "the oldest went");
+    }
 
     #[test]
     fn offenders_are_those_their_own_limits_refused_often_and_not_denied_yet() {
