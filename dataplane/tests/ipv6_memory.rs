@@ -661,6 +661,26 @@ fn an_off_link_sender_is_answered_through_the_gateway() {
         (reply.eth_dst, reply.src, reply.dst),
         (GW_MAC, DUT_IP, FAR_IP)
     );
+    // Sent to all nodes (no address of ours to answer from): answered
+    // from our global address, one a router forwards. Before, from our
+    // link-local one (RFC 4291 §2.5.6: never forwarded).
+    let to_all = icmp6(
+        GW_MAC,
+        multicast_mac(ALL_NODES),
+        FAR_IP,
+        ALL_NODES,
+        60,
+        58,
+        &[],
+        ECHO_REQUEST,
+        &echo_body(4, 4, b"far"),
+    );
+    let out = lab.exchange(vec![to_all]);
+    let reply = parse(&out[0]);
+    assert_eq!(
+        (reply.icmp[0], reply.eth_dst, reply.src, reply.dst),
+        (ECHO_REPLY, GW_MAC, DUT_IP, FAR_IP)
+    );
 }
 
 #[test]
@@ -1127,6 +1147,28 @@ fn parameter_problems_spare_link_layer_groups_and_icmpv6_errors() {
         "about a redirect"
     );
     assert_eq!(lab.exchange(vec![behind(ECHO_REQUEST)]).len(), 1);
+    // The same behind an atomic fragment header (RFC 6946: processed as
+    // a whole packet): none about the error. Before, the walk for the
+    // ICMPv6 type stopped at the Fragment header and answered.
+    let behind_fragment = |kind| {
+        icmp6(
+            HOST_MAC,
+            DUT_MAC,
+            HOST_IP,
+            DUT_IP,
+            64,
+            44,
+            &[60, 0, 0, 0, 0, 0, 0, 7, 58, 0, 0x82, 4, 0, 0, 0, 0],
+            kind,
+            &echo_body(1, 3, b"x"),
+        )
+    };
+    lab.advance(Duration::from_secs(1));
+    assert!(
+        lab.exchange(vec![behind_fragment(1)]).is_empty(),
+        "about an error behind a fragment header"
+    );
+    assert_eq!(lab.exchange(vec![behind_fragment(ECHO_REQUEST)]).len(), 1);
 }
 
 /// A general query asking for an answer at once (Maximum Response Code

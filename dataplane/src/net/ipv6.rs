@@ -326,13 +326,19 @@ impl Ipv6Host {
         self.cfg.next_hop(dst)
     }
 
-    /// Our source address towards `dst`: a configured address on its
-    /// prefix, else the link-local one.
+    /// Our source address towards `dst`: the link-local one to a
+    /// link-local address, else a configured address on its prefix, else
+    /// (off the link, through the gateway) the first configured one: a
+    /// link-local source is never forwarded (RFC 4291 §2.5.6).
     fn source_for(&self, dst: Ipv6Addr) -> Ipv6Addr {
-        self.cfg
-            .addresses
+        if is_link_local(dst) {
+            return self.link_local;
+        }
+        let addresses = &self.cfg.addresses;
+        addresses
             .iter()
-            .find(|&&(a, l)| !is_link_local(dst) && on_prefix(a, dst, l))
+            .find(|&&(a, l)| on_prefix(a, dst, l))
+            .or(addresses.first())
             .map_or(self.link_local, |&(a, _)| a)
     }
 
@@ -955,6 +961,15 @@ fn carries_icmpv6_error(pkt: &[u8], end: usize) -> bool {
                 };
                 next = n;
                 at += (usize::from(l) + 1) * 8;
+            }
+            // An atomic fragment's header (RFC 6946: the packet is taken
+            // as a whole): 8 bytes, the next header first.
+            NEXT_FRAGMENT => {
+                let Some(&n) = pkt.get(at) else {
+                    return false;
+                };
+                next = n;
+                at += 8;
             }
             NEXT_ICMPV6 => {
                 return at < end && pkt.get(at).is_some_and(|&t| t < 128 || t == ICMP_REDIRECT)
