@@ -1644,6 +1644,50 @@ mod pair_tests {
         assert_eq!(a_sends(&mut p), vec![pure_ack(seq + 24 + mss as u32)]);
     }
 
+    /// Bare ACKs outside the window, or failing PAWS, are answered at most
+    /// ten a second per connection (the challenge ACKs' budget, as Linux's
+    /// `tcp_invalid_ratelimit`); data outside the window is always
+    /// answered (its sender needs the ACK). Before, each bare one drew an
+    /// ACK: anyone who knows the 4-tuple made us ACK the peer at their
+    /// own rate.
+    #[test]
+    fn bare_acks_outside_the_window_are_answered_ten_a_second() {
+        let (mut p, ca, cb) = established(TcpConfig::default());
+        let seq = live(&p.b.conns, cb).unwrap().snd_nxt;
+        let ack = live(&p.a.conns, ca).unwrap().snd_nxt;
+        let tsval = b_tsval(&p);
+        let bare = |seq: Seq, tsval: u32| {
+            emit_from_b(TcpRepr {
+                window_len: 2048,
+                timestamp: Some(TcpTimestampRepr::new(tsval, 1)),
+                ..super::seg(5000, 80, TcpControl::None, seq.0, Some(ack.0))
+            })
+        };
+        let mut answers = 0;
+        for i in 0..50u32 {
+            // Far above the window, then with a TSval from the past.
+            p.a.input(p.now, B, A, &bare(seq + 1_000_000 + i, tsval))
+                .unwrap();
+            answers += a_sends(&mut p).len();
+            p.a.input(p.now, B, A, &bare(seq, tsval.wrapping_sub(100_000)))
+                .unwrap();
+            answers += a_sends(&mut p).len();
+        }
+        assert_eq!(answers, 10, "ten in the second");
+        // Data below the window (a retransmission) is answered each time.
+        let old = data_from_b(tsval, seq.0.wrapping_sub(10), ack.0, b"0123456789");
+        for _ in 0..20 {
+            p.a.input(p.now, B, A, &old).unwrap();
+            assert_eq!(a_sends(&mut p).len(), 1);
+        }
+        // A second later, bare ones are answered again.
+        p.now = p.now + Duration::from_secs(1);
+        p.a.input(p.now, B, A, &bare(seq + 1_000_000, b_tsval(&p)))
+            .unwrap();
+        assert_eq!(a_sends(&mut p).len(), 1);
+        assert_eq!(p.a.state(ca), Some(State::Established));
+    }
+
     #[test]
     fn challenge_acks_are_limited_per_connection() {
         // RFC 5961 §7: 50 in-window RSTs not at RCV.NXT in one second get at

@@ -79,8 +79,7 @@ impl<A: Default> Conn<A> {
                 // duplicate: not acceptable, answered with an ACK.
                 Some(ts) if (ts.tsval.wrapping_sub(recent) as i32) < 0 => {
                     counters.paws_rejected += 1;
-                    self.ack_now = true;
-                    out.send = true;
+                    out.send = self.answer_unacceptable(seg, now, counters);
                     return out;
                 }
                 Some(_) => {}
@@ -113,8 +112,7 @@ impl<A: Default> Conn<A> {
                 if self.sack_ok && !seg.payload.is_empty() && end.diff(self.rcv_nxt) <= 0 {
                     self.dsack = Some((seq, end));
                 }
-                self.ack_now = true;
-                out.send = true;
+                out.send = self.answer_unacceptable(seg, now, counters);
             }
             return out;
         }
@@ -724,6 +722,26 @@ impl<A: Default> Conn<A> {
                 self.tlp_armed = false;
             }
         }
+    }
+
+    /// Queues the ACK an unacceptable segment gets (RFC 9293 §3.10.7.4),
+    /// returning whether it did. One that carries data or a FIN is always
+    /// answered (a retransmission the peer needs our ACK, or its D-SACK,
+    /// for); a bare ACK shares the challenge ACKs' budget (as Linux's
+    /// `tcp_invalid_ratelimit`): otherwise anyone who knows the 4-tuple
+    /// draws ACKs to the peer at their own rate, or two stacks that
+    /// disagree on the window ACK each other in a loop.
+    fn answer_unacceptable(
+        &mut self,
+        seg: &TcpRepr<'_>,
+        now: Instant,
+        counters: &mut TcpCounters,
+    ) -> bool {
+        if seg.payload.is_empty() && matches!(seg.control, TcpControl::None | TcpControl::Psh) {
+            return self.challenge(now, counters);
+        }
+        self.ack_now = true;
+        true
     }
 
     /// Queues a challenge ACK (RFC 5961 §§3.2, 4.2, 5.2) unless this
