@@ -1004,6 +1004,23 @@ impl ControlSocket {
     /// socket is there (it is left alone), or the folder or socket cannot
     /// be made.
     pub fn bind(path: &Path) -> io::Result<Self> {
+        // Every error names the path (an operator reads "Permission
+        // denied" with nothing else otherwise).
+        Self::bind_at(path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+    }
+
+    fn bind_at(path: &Path) -> io::Result<Self> {
+        // sun_path holds 108 bytes, NUL included.
+        if path.as_os_str().len() > MAX_SOCKET_PATH {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} bytes: a Unix socket's path holds at most {MAX_SOCKET_PATH}",
+                    path.as_os_str().len()
+                ),
+            ));
+        }
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
@@ -1017,21 +1034,24 @@ impl ControlSocket {
                 ));
             }
             if UnixStream::connect(path).is_ok() {
-                return Err(io::Error::new(
-                    io::ErrorKind::AddrInUse,
-                    format!("{} is in use by a running dpd", path.display()),
-                ));
+                return Err(in_use());
             }
             std::fs::remove_file(path)?;
         }
-        // Bound in a folder of its own made 0700 first, then moved into
+        // Bound in a folder of its own made 0700 first, then linked into
         // place with mode 0600: no moment exists in which another user could
-        // connect (the mode a bind gives follows the umask).
+        // connect (the mode a bind gives follows the umask). A link, not a
+        // rename: a rename would replace the socket of another dpd started
+        // at the same moment. The staging names are short, so the staged
+        // path is no longer than the final one for most names.
         let staging = tempdir_beside(path)?;
-        let staged = staging.join("control.sock");
+        let staged = staging.join("s");
         let bound = UnixListener::bind(&staged).and_then(|listener| {
             std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
-            std::fs::rename(&staged, path)?;
+            std::fs::hard_link(&staged, path).map_err(|e| match e.kind() {
+                io::ErrorKind::AlreadyExists => in_use(),
+                _ => e,
+            })?;
             Ok(listener)
         });
         let _ = std::fs::remove_file(&staged);
@@ -1289,11 +1309,20 @@ impl Conn {
 }
 
 /// A new folder, mode 0700, beside `path` (in its folder).
+/// The longest path a Unix socket can be bound at (`sun_path`, 108
+/// bytes, less the NUL).
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// Another dpd serves at the path.
+fn in_use() -> io::Error {
+    io::Error::new(io::ErrorKind::AddrInUse, "in use by a running dpd")
+}
+
 fn tempdir_beside(path: &Path) -> io::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     for n in 0..100u32 {
-        let name = format!(".dpd-bind-{}-{n}", std::process::id());
+        let name = format!(".b{}{n}", std::process::id());
         let candidate = dir.join(name);
         match std::fs::DirBuilder::new().mode(0o700).create(&candidate) {
             Ok(()) => return Ok(candidate),
@@ -1680,6 +1709,40 @@ mod tests {
         assert!(r.error.unwrap().contains("ended without a reply"));
         stop.store(true, Ordering::Relaxed);
         server.join().unwrap();
+    }
+
+    /// A path up to sun_path's 107 bytes binds (the staging path beside it
+    /// is no longer for a name like `control.sock`); a longer one is
+    /// refused naming the path and the limit. Before, the staging folder's
+    /// long name made paths of about 90 bytes and more fail as "path must
+    /// be shorter than SUN_LEN", naming nothing.
+    #[test]
+    fn a_socket_path_up_to_the_limit_binds_and_a_longer_one_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().as_os_str().len();
+        let fill = MAX_SOCKET_PATH - base - "/".len() - "/control.sock".len();
+        let sub = dir.path().join("d".repeat(fill));
+        let path = sub.join("control.sock");
+        assert_eq!(path.as_os_str().len(), MAX_SOCKET_PATH);
+        let sock = ControlSocket::bind(&path).unwrap();
+        assert!(UnixStream::connect(&path).is_ok());
+        drop(sock);
+        let longer = sub.join("control.socket");
+        let e = ControlSocket::bind(&longer).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains(&*longer.to_string_lossy()), "{text}");
+        assert!(text.contains("at most 107"), "{text}");
+    }
+
+    /// Errors name the path: a folder that cannot be made says which.
+    #[test]
+    fn a_bind_error_names_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("plain");
+        std::fs::write(&file, "x").unwrap();
+        let path = file.join("control.sock");
+        let e = ControlSocket::bind(&path).unwrap_err();
+        assert!(e.to_string().starts_with(&*path.to_string_lossy()), "{e}");
     }
 
     #[test]

@@ -51,7 +51,7 @@ impl fmt::Display for StartError {
         match self {
             Self::Config(e) => write!(f, "config error: {e}"),
             Self::Dpdk(e) => write!(f, "DPDK error: {e}"),
-            Self::Control(e) => write!(f, "control socket error: {e}"),
+            Self::Control(e) => write!(f, "control socket (control.socket) {e}"),
         }
     }
 }
