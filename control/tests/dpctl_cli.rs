@@ -171,3 +171,66 @@ fn a_path_that_is_not_utf8_is_named_as_the_reason() {
     assert!(err.contains("UTF-8"), "{err}");
     assert!(!err.contains("18446744073709551615"), "{err}");
 }
+
+/// `drain --wait` asks for the drain once, then watches `status`: an
+/// `undrain` meanwhile ends the wait (exit 1, saying so), and is not
+/// undone. Before, it sent `drain` every 200 ms, and each one began a new
+/// drain once the node served again: the VIPs withdrawn again within
+/// 200 ms of the undrain, for as long as the waiter ran.
+#[test]
+fn drain_wait_watches_and_an_undrain_ends_it() {
+    use control::api::{Body, DrainState, Reply, Request, Status};
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("control.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    let server = std::thread::spawn(move || {
+        let (conn, _) = listener.accept().unwrap();
+        let mut lines = std::io::BufReader::new(&conn).lines();
+        let mut asked = Vec::new();
+        let state = |phase: &str| DrainState {
+            open_connections: 3,
+            phase: phase.into(),
+            for_s: 0.5,
+        };
+        while let Some(Ok(line)) = lines.next() {
+            let req: Request = serde_json::from_str(&line).unwrap();
+            asked.push(req.clone());
+            // The node: drained at the first question, undrained (by
+            // another operator) before the second; a dpctl asking for the
+            // drain again would start it again (and be told so here).
+            let reply = match (req, asked.len()) {
+                (Request::Drain, 1) => Reply::ok(Body::Drain(state("withdrawn"))),
+                (Request::Drain, n) if n < 20 => Reply::ok(Body::Drain(state("withdrawn"))),
+                (Request::Drain, _) => Reply::ok(Body::Drain(state("drained"))),
+                (Request::Status, _) => {
+                    let mut s: Status = serde_json::from_str(
+                        r#"{"version":"0","dpdk":"-","pid":1,"uptime_s":1,"lcores":[1],"ports":[],"hugepages":[],"hugepages_in_use":false}"#,
+                    )
+                    .unwrap();
+                    s.drain = Some(state("serving"));
+                    Reply::ok(Body::Status(Box::new(s)))
+                }
+                (other, _) => Reply::error(format!("not here: {other:?}")),
+            };
+            let mut out = serde_json::to_vec(&reply).unwrap();
+            out.push(b'\n');
+            if (&conn).write_all(&out).is_err() {
+                break;
+            }
+        }
+        asked
+    });
+    let out = Command::new(env!("CARGO_BIN_EXE_dpctl"))
+        .arg("--socket")
+        .arg(&path)
+        .args(["drain", "--wait"])
+        .output()
+        .unwrap();
+    let asked = server.join().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let drains = asked.iter().filter(|r| **r == Request::Drain).count();
+    assert_eq!(drains, 1, "the drain asked for once: {asked:?}");
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("undrained"), "{err}");
+}

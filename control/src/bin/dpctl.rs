@@ -1104,8 +1104,10 @@ fn drain_line(d: &DrainState) -> String {
     }
 }
 
-/// `drain --wait`: asks for the drain, then asks again every 200 ms,
-/// printing each new phase, until drained (each reply within `wait`).
+/// `drain --wait`: asks for the drain, then watches its phase in
+/// `status` every 200 ms, printing each new one, until drained (each
+/// reply within `wait`). Watching never asks for a drain again: an
+/// `undrain` meanwhile ends the wait (exit 1), it is not undone.
 fn drain_and_wait(
     client: &mut Client,
     socket: &Path,
@@ -1113,19 +1115,30 @@ fn drain_and_wait(
     wait: std::time::Duration,
 ) -> ExitCode {
     let mut last = String::new();
+    let mut request = Request::Drain;
     loop {
-        let reply = match client.call(&Request::Drain) {
+        let reply = match client.call(&request) {
             Ok(r) => r,
             Err(e) if is_timeout(&e) => return no_reply(socket, wait),
             Err(e) => return unreachable_dpd(socket, &e),
         };
         let d = match (reply.ok, reply.body) {
             (true, Some(Body::Drain(d))) => d,
+            (true, Some(Body::Status(s))) => match s.drain {
+                Some(d) => d,
+                // A dpd from before drain phases.
+                None => return ExitCode::SUCCESS,
+            },
             _ => {
                 eprintln!("dpctl: dpd refused: {}", reply.error.unwrap_or_default());
                 return ExitCode::FAILURE;
             }
         };
+        if request == Request::Status && d.phase == "serving" {
+            eprintln!("dpctl: undrained while waiting: dpd serves again");
+            return ExitCode::FAILURE;
+        }
+        request = Request::Status;
         if d.phase != last {
             if json {
                 println!("{}", serde_json::to_string(&d).expect("serialisable"));
