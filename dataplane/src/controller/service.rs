@@ -157,6 +157,30 @@ impl Liveness {
 /// why they could not be had.
 pub type PoolHealth<'a> = Result<&'a [Vec<PoolView>], &'a str>;
 
+/// How long the engines' last pool-health answer stands in for one that
+/// did not come in time (an engine busy for a moment, its ring full): a
+/// stuck engine is [`Liveness`]'s to find (1 s), and a member going down
+/// is in the next answer that comes.
+pub const HEALTH_GRACE: Duration = Duration::from_secs(3);
+
+/// The pool health to announce by: `fresh` when the engines answered (kept
+/// in `last` with the time), else `last` while it is younger than
+/// [`HEALTH_GRACE`], else why there is none. One answer late withdrew
+/// every pool VIP for a tick before (a route flap on every router).
+pub fn health_or_last(
+    fresh: Result<Vec<Vec<PoolView>>, String>,
+    last: &mut Option<(Vec<Vec<PoolView>>, Instant)>,
+    now: Instant,
+) -> Result<&[Vec<PoolView>], String> {
+    match fresh {
+        Ok(views) => Ok(&last.insert((views, now)).0),
+        Err(e) => match last {
+            Some((views, at)) if now.saturating_duration_since(*at) < HEALTH_GRACE => Ok(views),
+            _ => Err(e),
+        },
+    }
+}
+
 /// The VIP addresses to announce, and the VIPs withheld with why. An
 /// address is announced when some VIP on it is enabled and can answer:
 /// it has the built-in responder, or a pool with a member that is `up`
@@ -228,6 +252,41 @@ fn pool_can_serve(cfg: &Config, name: &str, views: &[Vec<PoolView>]) -> bool {
 mod tests {
     use super::*;
     use crate::app::config::MemberView;
+
+    /// A late answer is stood in for by the last one for HEALTH_GRACE, no
+    /// longer; a fresh one always wins.
+    #[test]
+    fn a_late_health_answer_is_covered_by_the_last_for_a_while() {
+        let t0 = Instant::now();
+        let pool = PoolView {
+            name: "web".into(),
+            retired: false,
+            members: Vec::new(),
+        };
+        let view = |n: usize| vec![vec![pool.clone(); n]];
+        let mut last = None;
+        let late = || Err::<Vec<Vec<PoolView>>, _>("engine 1 did not answer".to_string());
+        assert_eq!(
+            health_or_last(late(), &mut last, t0).unwrap_err(),
+            "engine 1 did not answer"
+        );
+        assert_eq!(
+            health_or_last(Ok(view(2)), &mut last, t0).unwrap()[0].len(),
+            2
+        );
+        let then = t0 + HEALTH_GRACE - Duration::from_millis(1);
+        assert_eq!(health_or_last(late(), &mut last, then).unwrap()[0].len(), 2);
+        assert!(health_or_last(late(), &mut last, t0 + HEALTH_GRACE).is_err());
+        let later = t0 + HEALTH_GRACE * 2;
+        assert_eq!(
+            health_or_last(Ok(view(3)), &mut last, later).unwrap()[0].len(),
+            3
+        );
+        assert_eq!(
+            health_or_last(late(), &mut last, later).unwrap()[0].len(),
+            3
+        );
+    }
 
     fn times() -> DrainTimes {
         DrainTimes {

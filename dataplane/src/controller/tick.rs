@@ -42,6 +42,9 @@ struct Announcer {
     announced: BTreeSet<IpAddr>,
     withheld: Vec<String>,
     error: Option<String>,
+    /// The engines' last pool-health answer, and when
+    /// ([`service::health_or_last`]).
+    last_health: Option<(Vec<Vec<PoolView>>, Instant)>,
 }
 
 impl Service {
@@ -62,6 +65,7 @@ impl Service {
                 announced: BTreeSet::new(),
                 withheld: Vec::new(),
                 error: None,
+                last_health: None,
             }),
         }
     }
@@ -214,14 +218,15 @@ impl Controller {
         } else {
             Ok(Vec::new())
         };
-        let health = match &views {
-            Ok(v) => Ok(v.as_slice()),
-            Err(e) => Err(e.as_str()),
-        };
-        let (want, withheld) = service::wanted(&self.cfg, phase, alive, health);
         let Some(a) = self.service.as_mut().and_then(|s| s.routes.as_mut()) else {
             return;
         };
+        let health = service::health_or_last(views, &mut a.last_health, Instant::now());
+        let health = match &health {
+            Ok(v) => Ok(*v),
+            Err(e) => Err(e.as_str()),
+        };
+        let (want, withheld) = service::wanted(&self.cfg, phase, alive, health);
         a.withheld = withheld;
         let mut error = None;
         let gone: Vec<IpAddr> = a.announced.difference(&want).copied().collect();
