@@ -645,6 +645,56 @@ fn drain_refuses_new_connections_and_lets_open_ones_finish() {
     );
 }
 
+/// A second SIGTERM during SIGTERM's drain stops dpd at once, as SIGINT
+/// does: the client still open is reset, and dpd exits 0 well before the
+/// drain's 30 s. Before, a second SIGTERM did nothing: whoever stopped
+/// dpd (an operator, a stop timeout) waited out the drain or killed it.
+#[test]
+fn a_second_sigterm_stops_at_once() {
+    let lab = Lab::up("s2");
+    let mut dpd = Dpd::start(&lab, |s| lab.config_with_vip("net_af_packet", s));
+    // Half a request head, then it waits for an answer.
+    let script = format!(
+        "exec 3<>/dev/tcp/{}/80 && printf 'GET / HT' >&3 && cat <&3; echo \"rc=$?\"",
+        lab.dut_ip()
+    );
+    let client = lab
+        .client_command(&["timeout", "60", "bash", "-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let open = dpd.stats_when(Duration::from_secs(10), |s| s.tcp_active == 1);
+    assert_eq!(open.tcp_active, 1);
+    let term = |pid: u32| {
+        let ok = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill");
+    };
+    term(dpd.pid());
+    let t0 = std::time::Instant::now();
+    while !dpd.log_text().contains("SIGTERM: draining") {
+        assert!(t0.elapsed() < Duration::from_secs(10), "{}", dpd.log_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = dpd.stop_with(libc::SIGTERM, Duration::from_secs(10));
+    assert!(status.success(), "{status:?}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert!(dpd.log_text().contains("SIGTERM again: stopping now"));
+    let out = client.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        stdout.contains("rc=1") && stderr.contains("reset by peer"),
+        "the client was reset: {stdout} {stderr}"
+    );
+}
+
 /// SIGTERM alone drains: an open download completes before dpd exits 0.
 #[test]
 fn sigterm_waits_for_open_connections() {

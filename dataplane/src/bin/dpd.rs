@@ -58,6 +58,18 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let signals = daemon::Signals::default();
+    // A second SIGINT while stopping (an engine that never leaves its
+    // loop holds the stop) ends the process at once: 130, as a shell
+    // reports a SIGINT. Registered before the flag's own handler, so the
+    // first SIGINT only sets the flag.
+    if let Err(e) = signal_hook::flag::register_conditional_shutdown(
+        signal_hook::consts::SIGINT,
+        130,
+        signals.stop.clone(),
+    ) {
+        eprintln!("dpd: cannot install signal handler: {e}");
+        return ExitCode::FAILURE;
+    }
     for (sig, flag) in [
         (signal_hook::consts::SIGINT, &signals.stop),
         (signal_hook::consts::SIGTERM, &signals.term),

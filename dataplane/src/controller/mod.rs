@@ -196,7 +196,8 @@ pub struct DaemonInfo {
     pub hugepages_in_use: bool,
     /// Set to stop new connections on every VIP (by the drain phases).
     pub drain: Arc<AtomicBool>,
-    /// Set by SIGTERM: drain, then set `stop`.
+    /// Set by SIGTERM (taken back by the tick, which counts them): drain,
+    /// then set `stop`; a second sets `stop` at once.
     pub term: Arc<AtomicBool>,
     /// Set by SIGHUP: reload the configuration file (taken back by the
     /// tick that does it).

@@ -33,6 +33,9 @@ pub(super) struct Service {
     alive: bool,
     next: Instant,
     routes: Option<Announcer>,
+    /// SIGTERMs seen: the first drains and then stops, a second stops at
+    /// once (as SIGINT).
+    terms: u8,
 }
 
 /// The announce interface and what is on it.
@@ -60,6 +63,7 @@ impl Service {
             liveness: Liveness::default(),
             alive: true,
             next: Instant::now(),
+            terms: 0,
             routes: iface.map(|iface| Announcer {
                 iface,
                 announced: BTreeSet::new(),
@@ -121,12 +125,22 @@ impl Controller {
         if now < svc.next {
             return;
         }
-        let term = d.term.load(Ordering::Relaxed);
+        let signalled = d.term.swap(false, Ordering::Relaxed);
         let stats = self.stats();
         let (Some(d), Some(svc)) = (&self.daemon, &mut self.service) else {
             return;
         };
         svc.next = now + TICK;
+        if signalled {
+            svc.terms = svc.terms.saturating_add(1);
+            if svc.terms > 1 {
+                // A drain that takes too long for the one waiting on it
+                // (an operator, systemd's stop timeout): stop now.
+                log::warn!("SIGTERM again: stopping now, without waiting for the drain");
+                d.stop.store(true, Ordering::Relaxed);
+            }
+        }
+        let term = svc.terms > 0;
         let alive = svc.liveness.update(&stats, now);
         svc.alive = alive;
         let total = &stats.total;
@@ -300,7 +314,7 @@ impl Controller {
         let (Some(d), Some(svc)) = (&self.daemon, &mut self.service) else {
             return Reply::error("undrain: no daemon attached");
         };
-        if d.term.load(Ordering::Relaxed) {
+        if svc.terms > 0 || d.term.load(Ordering::Relaxed) {
             return Reply::error("undrain: dpd is stopping (SIGTERM)");
         }
         if svc.phase != Phase::Serving {
