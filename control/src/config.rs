@@ -1308,6 +1308,24 @@ pub struct MemifClient {
 }
 
 impl DeviceKind {
+    /// The kernel interface the device attaches to (`iface=` of a DPDK
+    /// virtual device such as af_packet, af_xdp or tap, or a `vnet_tap`'s),
+    /// with its namespace: two ports on one interface would each get every
+    /// frame.
+    pub fn kernel_iface(&self) -> Option<String> {
+        match self {
+            DeviceKind::Pci(_) => None,
+            DeviceKind::Virtual { spec, .. } => spec
+                .split(',')
+                .skip(1)
+                .find_map(|kv| kv.strip_prefix("iface="))
+                .map(|iface| format!(":{iface}")),
+            DeviceKind::VnetTap { iface, netns } => {
+                Some(format!("{}:{iface}", netns.as_deref().unwrap_or("")))
+            }
+        }
+    }
+
     /// What names the device uniquely among the ports.
     pub fn key(&self) -> String {
         match self {
@@ -1677,6 +1695,7 @@ impl Config {
         }
         let mut names = HashSet::new();
         let mut devices = HashSet::new();
+        let mut ifaces = HashSet::new();
         for (i, port) in self.ports.iter().enumerate() {
             let at = |f: &str| format!("port[{i}].{f}");
             if port.name.is_empty()
@@ -1706,6 +1725,13 @@ impl Config {
                     at("device"),
                     &port.device,
                     "another port uses this device",
+                ));
+            }
+            if kind.kernel_iface().is_some_and(|k| !ifaces.insert(k)) {
+                return Err(ConfigError::new(
+                    at("device"),
+                    &port.device,
+                    "another port uses this kernel interface (each would get every frame)",
                 ));
             }
             let is_bond = matches!(&kind, DeviceKind::Virtual { name, .. } if name.starts_with("net_bonding"));
@@ -1739,7 +1765,9 @@ impl Config {
                             "a bond's member is a NIC or a DPDK virtual device",
                         ));
                     }
-                    if !devices.insert(kind.key()) {
+                    if !devices.insert(kind.key())
+                        || kind.kernel_iface().is_some_and(|k| !ifaces.insert(k))
+                    {
                         return Err(ConfigError::new(
                             at(""),
                             &m.device,
@@ -3590,6 +3618,34 @@ mod tests {
                 .replace("gateway = \"10.77.0.254\"", "rx_desc = 1000"),
         );
         assert_eq!(e.field, "port[0].rx_desc");
+    }
+
+    /// Two ports on one kernel interface (two af_packet devices, or an
+    /// af_packet device and a vnet_tap in dpd's namespace) are refused:
+    /// each would get every frame. Before, only the DPDK device name was
+    /// compared. The same name in another namespace is another interface.
+    #[test]
+    fn two_ports_on_one_kernel_interface_are_refused() {
+        let second = |device: &str| {
+            format!(
+                "{GOOD}\n[[port]]\nname = \"p1\"\ndevice = \"{device}\"\naddress = \"10.1.0.1/24\"\n"
+            )
+        };
+        for device in [
+            "net_af_packet1,iface=veth-dut",
+            "net_af_xdp0,iface=veth-dut,start_queue=0",
+            "vnet_tap,iface=veth-dut",
+        ] {
+            let e = err_of(&second(device));
+            assert_eq!(e.field, "port[1].device", "{device}");
+            assert!(e.reason.contains("kernel interface"), "{device}: {e}");
+        }
+        for device in [
+            "net_af_packet1,iface=veth-two",
+            "vnet_tap,iface=veth-dut,netns=other",
+        ] {
+            assert!(Config::parse(&second(device)).is_ok(), "{device}");
+        }
     }
 
     #[test]

@@ -1034,7 +1034,7 @@ impl<P: Port, A: Application> Engine<P, A> {
                 idle_streak = 0;
             } else {
                 self.counters.idle_cycles += spent;
-                idle_streak += 1;
+                idle_streak = idle_streak.saturating_add(1);
                 if let Some(pause) = self.cfg.idle_sleep.filter(|_| idle_streak >= 256) {
                     // Only when configured and idle: never on a busy path.
                     // The sleep is idle time too, so busy and idle add up to
