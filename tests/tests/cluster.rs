@@ -200,6 +200,20 @@ fn vips_are_announced_only_while_they_can_be_served() {
         .success());
     c.await_next_hops(VIP, &hops(&c, &[1]), Duration::from_secs(5));
 
+    // The traffic link down (BIRD's session, on the node's kernel link,
+    // stays up): withdrawn, and announced again once it is back. Before,
+    // link state was not looked at and the router kept sending here.
+    let link = |state: &str| {
+        let out = c.exec("n1", &["ip", "link", "set", "dp0", state]);
+        assert!(out.status.success(), "{out:?}");
+    };
+    link("down");
+    c.await_next_hops(VIP, &[], Duration::from_secs(5));
+    let status = String::from_utf8_lossy(&Cluster::dpctl(&dpd, &["status"]).stdout).into_owned();
+    assert!(status.contains("web: no port's link is up"), "{status}");
+    link("up");
+    c.await_next_hops(VIP, &hops(&c, &[1]), Duration::from_secs(10));
+
     // SIGTERM withdraws first and stops once the open download is done
     // (the router keeps the open flow on the node: `+pin`).
     let download = c

@@ -157,6 +157,9 @@ impl Liveness {
 /// why they could not be had.
 pub type PoolHealth<'a> = Result<&'a [Vec<PoolView>], &'a str>;
 
+/// Why nothing is announced while no port's link is up.
+pub const NO_LINK: &str = "no port's link is up";
+
 /// How long the engines' last pool-health answer stands in for one that
 /// did not come in time (an engine busy for a moment, its ring full): a
 /// stuck engine is [`Liveness`]'s to find (1 s), and a member going down
@@ -185,11 +188,12 @@ pub fn health_or_last(
 /// address is announced when some VIP on it is enabled and can answer:
 /// it has the built-in responder, or a pool with a member that is `up`
 /// and healthy on at least one engine. Nothing is announced while a
-/// drain is under way or an engine has stopped.
+/// drain is under way or the node cannot serve (`cannot_serve` says why:
+/// an engine has stopped, no port's link is up).
 pub fn wanted(
     cfg: &Config,
     phase: Phase,
-    engines_alive: bool,
+    cannot_serve: Option<&str>,
     health: PoolHealth<'_>,
 ) -> (BTreeSet<IpAddr>, Vec<String>) {
     let mut announce = BTreeSet::new();
@@ -197,8 +201,8 @@ pub fn wanted(
     for vip in &cfg.vips {
         let why = if phase != Phase::Serving {
             Some(format!("node {}", phase.name()))
-        } else if !engines_alive {
-            Some("an engine has stopped".to_string())
+        } else if let Some(why) = cannot_serve {
+            Some(why.to_string())
         } else if !vip.enabled {
             Some("disabled".to_string())
         } else {
@@ -407,23 +411,39 @@ mod tests {
     fn enabled_vips_that_can_answer_are_announced_the_others_withheld_with_why() {
         let cfg = config();
         let v = views(true, false);
-        let (on, off) = wanted(&cfg, Phase::Serving, true, Ok(&v));
+        let (on, off) = wanted(&cfg, Phase::Serving, None, Ok(&v));
         assert_eq!(on, ips(&["10.90.0.1", "2001:db8:90::1", "10.90.0.3"]));
         assert_eq!(off, vec!["off: disabled"]);
         // Only a member in drain is healthy: the pool cannot take new
         // connections, so its VIP is withheld.
         let v = views(false, true);
-        let (on, off) = wanted(&cfg, Phase::Serving, true, Ok(&v));
+        let (on, off) = wanted(&cfg, Phase::Serving, None, Ok(&v));
         assert!(!on.contains(&"10.90.0.3".parse().unwrap()));
         assert!(off.contains(&"app: no healthy member in pool app".to_string()));
         // Healthy as members start, but no check has passed yet.
         let mut v = views(true, false);
         v[0][0].members[0].proven = false;
-        let (on, _) = wanted(&cfg, Phase::Serving, true, Ok(&v));
+        let (on, _) = wanted(&cfg, Phase::Serving, None, Ok(&v));
         assert!(!on.contains(&"10.90.0.3".parse().unwrap()));
-        let (on, off) = wanted(&cfg, Phase::Serving, true, Err("engines did not answer"));
+        let (on, off) = wanted(&cfg, Phase::Serving, None, Err("engines did not answer"));
         assert_eq!(on, ips(&["10.90.0.1", "2001:db8:90::1"]));
         assert!(off.contains(&"app: pool app: engines did not answer".to_string()));
+    }
+
+    const STOPPED: &str = "an engine has stopped";
+
+    /// No port with its link up (a cable, a switch port, a memif server
+    /// gone): nothing is announced, each VIP saying why. Before, link
+    /// state was not looked at: the routers kept sending this node its
+    /// share, behind a link that carried nothing.
+    #[test]
+    fn nothing_is_announced_without_a_link_up() {
+        let cfg = config();
+        let v = views(true, true);
+        let (on, off) = wanted(&cfg, Phase::Serving, Some(NO_LINK), Ok(&v));
+        assert!(on.is_empty());
+        assert_eq!(off.len(), 4);
+        assert!(off.iter().all(|w| w.ends_with(NO_LINK)), "{off:?}");
     }
 
     #[test]
@@ -436,11 +456,11 @@ mod tests {
             begin(t0, false, 0),
             Phase::Drained { began: t0 },
         ] {
-            let (on, off) = wanted(&cfg, phase, true, Ok(&v));
+            let (on, off) = wanted(&cfg, phase, None, Ok(&v));
             assert!(on.is_empty(), "{phase:?}");
             assert_eq!(off.len(), 4);
         }
-        let (on, off) = wanted(&cfg, Phase::Serving, false, Ok(&v));
+        let (on, off) = wanted(&cfg, Phase::Serving, Some(STOPPED), Ok(&v));
         assert!(on.is_empty());
         assert!(off[0].ends_with("an engine has stopped"), "{off:?}");
     }

@@ -232,6 +232,7 @@ impl Controller {
         } else {
             Ok(Vec::new())
         };
+        let links_up = self.any_link_up();
         let Some(a) = self.service.as_mut().and_then(|s| s.routes.as_mut()) else {
             return;
         };
@@ -240,7 +241,14 @@ impl Controller {
             Ok(v) => Ok(*v),
             Err(e) => Err(e.as_str()),
         };
-        let (want, withheld) = service::wanted(&self.cfg, phase, alive, health);
+        let cannot_serve = if !alive {
+            Some("an engine has stopped")
+        } else if !links_up {
+            Some(service::NO_LINK)
+        } else {
+            None
+        };
+        let (want, withheld) = service::wanted(&self.cfg, phase, cannot_serve, health);
         a.withheld = withheld;
         let mut error = None;
         let gone: Vec<IpAddr> = a.announced.difference(&want).copied().collect();
@@ -266,6 +274,15 @@ impl Controller {
             log::warn!("routing: {}", error.as_deref().unwrap_or_default());
         }
         a.error = error;
+    }
+
+    /// Whether some port's link is up ([`DaemonInfo::link_up`]): with
+    /// none, nothing this node announces could reach it.
+    fn any_link_up(&self) -> bool {
+        let Some(d) = &self.daemon else {
+            return true;
+        };
+        (0..d.ports.len()).any(|i| d.link_up(i))
     }
 
     /// At stop, before the engines: the announce interface goes, and with

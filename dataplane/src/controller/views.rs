@@ -27,13 +27,15 @@ impl Controller {
                     };
                 };
                 let link = crate::dpdk::link_status(*id);
-                let peer = d.peers.iter().find(|peer| peer.index() == i);
                 PortStatus {
-                    // A port left stopped reports no link of its own.
-                    link_up: link.up && peer.is_none_or(|peer| peer.started()),
+                    link_up: d.link_up(i),
                     speed_mbps: link.speed_mbps,
                     active_members: crate::dpdk::bond_active_members(*id),
-                    memif_client: peer.map(|peer| peer.status()),
+                    memif_client: d
+                        .peers
+                        .iter()
+                        .find(|peer| peer.index() == i)
+                        .map(|peer| peer.status()),
                     device_counts: crate::dpdk::device_counters(*id).map(device_counts),
                     ..p.clone()
                 }
@@ -424,5 +426,49 @@ pub(super) fn device_counts(c: crate::dpdk::DeviceCounters) -> control::api::Dev
         tx_packets: c.tx_packets,
         tx_bytes: c.tx_bytes,
         tx_errors: c.tx_errors,
+    }
+}
+
+impl DaemonInfo {
+    /// Whether port `i`'s link is up: as its device reports it, for a
+    /// memif client only while connected (a port left stopped reports no
+    /// link of its own), and for af_packet and af_xdp, whose drivers say
+    /// up from their start whatever the interface does, as the kernel
+    /// interface's operational state says. A tap of our own (no DPDK id)
+    /// is up while attached.
+    pub(super) fn link_up(&self, i: usize) -> bool {
+        let Some((p, id)) = self.ports.get(i) else {
+            return false;
+        };
+        let Some(id) = id else {
+            return true;
+        };
+        let peer = self.peers.iter().find(|peer| peer.index() == i);
+        crate::dpdk::link_status(*id).up
+            && peer.is_none_or(|peer| peer.started())
+            && kernel_link_up(&p.device)
+    }
+}
+
+/// For a device DPDK attaches to a kernel interface without following its
+/// state (`net_af_packet`, `net_af_xdp`, with `iface=`): whether that
+/// interface is operationally up (`/sys/class/net/IFACE/operstate`, in
+/// dpd's namespace; `unknown`, as some virtual interfaces say, counts as
+/// up). True for any other device, or when it cannot be read.
+fn kernel_link_up(device: &str) -> bool {
+    let mut args = device.split(',');
+    let driver = args.next().unwrap_or_default();
+    if !(driver.starts_with("net_af_packet") || driver.starts_with("net_af_xdp")) {
+        return true;
+    }
+    let Some(iface) = args.find_map(|kv| kv.strip_prefix("iface=")) else {
+        return true;
+    };
+    if iface.is_empty() || iface.contains('/') || iface.starts_with('.') {
+        return true;
+    }
+    match std::fs::read_to_string(format!("/sys/class/net/{iface}/operstate")) {
+        Ok(state) => matches!(state.trim(), "up" | "unknown"),
+        Err(_) => true,
     }
 }
