@@ -213,6 +213,24 @@ fn vips_are_announced_only_while_they_can_be_served() {
     assert!(status.contains("web: no port's link is up"), "{status}");
     link("up");
     c.await_next_hops(VIP, &hops(&c, &[1]), Duration::from_secs(10));
+    // The announce interface's addresses flushed, then the interface
+    // taken down, by something else: put back within seconds, each
+    // logged. Before, dpd still counted them announced and never looked.
+    for how in [
+        &["ip", "addr", "flush", "dev", "tlsdp-vips"][..],
+        &["ip", "link", "set", "tlsdp-vips", "down"],
+    ] {
+        let out = c.exec("n1", how);
+        assert!(out.status.success(), "{out:?}");
+        c.await_next_hops(VIP, &[], Duration::from_secs(5));
+        c.await_next_hops(VIP, &hops(&c, &[1]), Duration::from_secs(10));
+    }
+    let log = dpd.log_text();
+    assert!(
+        log.contains("routing: 10.90.0.1 was gone from tlsdp-vips: put back")
+            && log.contains("routing: tlsdp-vips was down: set up again"),
+        "{log}"
+    );
 
     // SIGTERM withdraws first and stops once the open download is done
     // (the router keeps the open flow on the node: `+pin`).

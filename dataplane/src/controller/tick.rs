@@ -48,6 +48,34 @@ struct Announcer {
     /// The engines' last pool-health answer, and when
     /// ([`service::health_or_last`]).
     last_health: Option<(Vec<Vec<PoolView>>, Instant)>,
+    /// When the interface and its addresses were last put back as they
+    /// should be ([`REASSERT_EVERY`]).
+    reasserted: Instant,
+}
+
+/// How often the announce interface is set up and its addresses put on
+/// again: something else (`ip addr flush`, a network manager's catch-all
+/// profile, `ip link set down`) may have taken them, and BIRD withdrawn
+/// the routes, while dpd still counted them announced.
+const REASSERT_EVERY: Duration = Duration::from_secs(2);
+
+impl Announcer {
+    /// Sets the interface up and puts every announced address on it
+    /// again, logging what had gone.
+    fn reassert(&mut self) -> Result<(), crate::dpdk::DpdkError> {
+        if self.iface.ensure_up()? {
+            log::warn!("routing: {} was down: set up again", self.iface.name());
+        }
+        for &ip in &self.announced {
+            if self.iface.put(ip)? {
+                log::warn!(
+                    "routing: {ip} was gone from {}: put back",
+                    self.iface.name()
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Service {
@@ -70,6 +98,7 @@ impl Service {
                 withheld: Vec::new(),
                 error: None,
                 last_health: None,
+                reasserted: Instant::now(),
             }),
         }
     }
@@ -268,6 +297,13 @@ impl Controller {
                     log::info!("routing: announcing {ip} ({})", a.iface.name());
                 }
                 Err(e) => error = Some(e.to_string()),
+            }
+        }
+        let now = Instant::now();
+        if now >= a.reasserted + REASSERT_EVERY {
+            a.reasserted = now;
+            if let Err(e) = a.reassert() {
+                error = Some(e.to_string());
             }
         }
         if error.is_some() && error != a.error {

@@ -109,11 +109,32 @@ impl VipIface {
     /// # Errors
     /// The kernel refused (errno from its answer).
     pub fn add(&mut self, ip: IpAddr) -> Result<(), DpdkError> {
+        self.put(ip).map(|_| ())
+    }
+
+    /// Puts `ip` on the interface: whether it was missing (`false`: it
+    /// was there already).
+    ///
+    /// # Errors
+    /// The kernel refused (errno from its answer).
+    pub fn put(&mut self, ip: IpAddr) -> Result<bool, DpdkError> {
         match self.request(libc::RTM_NEWADDR, ip) {
-            Err(e) if e.errno == libc::EEXIST => Ok(()),
-            other => other,
+            Ok(()) => Ok(true),
+            Err(e) if e.errno == libc::EEXIST => Ok(false),
+            Err(e) => Err(e),
         }
         .map_err(|e| e.context(format!("add {ip} to {}", self.name)))
+    }
+
+    /// Sets the interface up again: whether it was down (someone took it
+    /// down, and the kernel dropped its IPv6 addresses with it).
+    ///
+    /// # Errors
+    /// The kernel refused.
+    pub fn ensure_up(&self) -> Result<bool, DpdkError> {
+        let cname = CString::new(self.name.as_str())
+            .map_err(|_| DpdkError::new("interface name", libc::EINVAL))?;
+        set_up(&cname)
     }
 
     /// Takes `ip` off the interface; one not there is fine.
@@ -222,8 +243,9 @@ fn ack_of(buf: &[u8], seq: u32) -> Option<i32> {
     None
 }
 
-/// Sets `IFF_UP` on the interface (a tap has carrier while it is held).
-fn set_up(name: &CString) -> Result<(), DpdkError> {
+/// Sets `IFF_UP` on the interface (a tap has carrier while it is held):
+/// whether it was not set.
+fn set_up(name: &CString) -> Result<bool, DpdkError> {
     // SAFETY: plain socket call; returns a new fd or -1.
     let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if raw < 0 {
@@ -236,15 +258,21 @@ fn set_up(name: &CString) -> Result<(), DpdkError> {
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
         return Err(DpdkError::new("ioctl(SIOCGIFFLAGS)", errno()));
     }
+    let up = libc::IFF_UP as libc::c_short;
     // SAFETY: the union's flags member was just written by the kernel.
+    let was_up = unsafe { req.ifr_ifru.ifru_flags } & up != 0;
+    if was_up {
+        return Ok(false);
+    }
+    // SAFETY: as above.
     unsafe {
-        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        req.ifr_ifru.ifru_flags |= up;
     }
     // SAFETY: SIOCSIFFLAGS reads a valid ifreq.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
         return Err(DpdkError::new("ioctl(SIOCSIFFLAGS)", errno()));
     }
-    Ok(())
+    Ok(true)
 }
 
 #[cfg(test)]
