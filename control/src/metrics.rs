@@ -86,7 +86,16 @@ pub struct ConfigState {
     /// Each DPDK port's device counts by port name, as last read (every
     /// second by the control thread); empty before.
     pub devices: Vec<(String, DeviceCounts)>,
+    /// The node's drain phase (`serving`, `withdrawn`, `draining`,
+    /// `drained`); empty before the control thread's first tick.
+    pub phase: &'static str,
+    /// With `[routing]`: addresses on the announce interface, and VIPs
+    /// withheld.
+    pub routing: Option<(u64, u64)>,
 }
+
+/// The drain phases, as `tlsdp_drain_phase` labels them.
+pub const PHASES: [&str; 4] = ["serving", "withdrawn", "draining", "drained"];
 
 /// A pool's members for the metrics: what to alert on before clients
 /// fail (`tlsdp_pool_members_usable == 0`).
@@ -226,6 +235,29 @@ fn render_config(out: &mut String, config: &ConfigState) {
         }
     }
     render_devices(out, &config.devices);
+    if !config.phase.is_empty() {
+        let _ = writeln!(
+            out,
+            "# HELP tlsdp_drain_phase The node's drain phase: 1 for the one it is in (serving: in service).\n\
+             # TYPE tlsdp_drain_phase gauge"
+        );
+        for phase in PHASES {
+            let _ = writeln!(
+                out,
+                "tlsdp_drain_phase{{phase=\"{phase}\"}} {}",
+                u8::from(phase == config.phase)
+            );
+        }
+    }
+    if let Some((announced, withheld)) = config.routing {
+        let _ = writeln!(
+            out,
+            "# HELP tlsdp_routing_announced_addresses VIP addresses on the announce interface ([routing]).\n\
+             # TYPE tlsdp_routing_announced_addresses gauge\ntlsdp_routing_announced_addresses {announced}\n\
+             # HELP tlsdp_routing_withheld_vips VIPs not announced ([routing]): disabled, draining, no usable member, no link, an engine stopped.\n\
+             # TYPE tlsdp_routing_withheld_vips gauge\ntlsdp_routing_withheld_vips {withheld}"
+        );
+    }
 }
 
 /// A per-port device counter: its name, its help and its value.
@@ -375,6 +407,8 @@ mod tests {
                 },
             ],
             devices: Vec::new(),
+            phase: "",
+            routing: None,
         };
         let text = render(&stats, &state);
         assert!(
@@ -398,6 +432,41 @@ mod tests {
         state.last_reload_ok = Some(false);
         let text = render(&stats, &state);
         assert!(text.contains("tlsdp_config_last_reload_successful 0\n"));
+    }
+
+    /// The drain phase is a gauge per phase, 1 for the one the node is in;
+    /// with `[routing]`, what is announced and withheld. Neither before
+    /// the control thread's first tick, nor the routing gauges without
+    /// `[routing]`.
+    #[test]
+    fn the_drain_phase_and_the_routes_are_gauges() {
+        let stats = Stats {
+            cores: Vec::new(),
+            total: CoreStats::default(),
+            tsc_hz: 1,
+        };
+        let mut state = ConfigState::default();
+        let text = render(&stats, &state);
+        assert!(!text.contains("tlsdp_drain_phase") && !text.contains("tlsdp_routing"));
+        state.phase = "draining";
+        let text = render(&stats, &state);
+        assert!(text.contains("# TYPE tlsdp_drain_phase gauge\n"));
+        assert!(
+            text.contains("\ntlsdp_drain_phase{phase=\"draining\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\ntlsdp_drain_phase{phase=\"serving\"} 0\n"),
+            "{text}"
+        );
+        assert!(!text.contains("tlsdp_routing"));
+        state.routing = Some((2, 1));
+        let text = render(&stats, &state);
+        assert!(
+            text.contains("\ntlsdp_routing_announced_addresses 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("\ntlsdp_routing_withheld_vips 1\n"), "{text}");
     }
 
     /// Each DPDK port's device counts are counters labelled by port, every

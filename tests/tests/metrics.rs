@@ -301,6 +301,20 @@ fn metrics_parse_and_agree_with_dpctl() {
         text.contains("\ntlsdp_access_auto_denied_total 0\n"),
         "{text}"
     );
+
+    // The drain phase: serving, then drained (no [routing], no
+    // connection open: at once), then serving again.
+    let phase =
+        |text: &str, p: &str| text.contains(&format!("\ntlsdp_drain_phase{{phase=\"{p}\"}} 1\n"));
+    assert!(phase(&scrape(&lab), "serving"));
+    assert!(dpd.dpctl(&["drain"]).status.success());
+    let t0 = std::time::Instant::now();
+    while !phase(&scrape(&lab), "drained") {
+        assert!(t0.elapsed() < Duration::from_secs(5), "{}", scrape(&lab));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(dpd.dpctl(&["undrain"]).status.success());
+    assert!(phase(&scrape(&lab), "serving"));
 }
 
 /// `[control] metrics` with port 0: the log names the port bound, and a

@@ -196,6 +196,23 @@ impl Controller {
         if svc.routes.is_some() {
             self.announce(phase, alive);
         }
+        self.publish_service_state();
+    }
+
+    /// The drain phase, and with `[routing]` what is announced and
+    /// withheld, for the metrics (`tlsdp_drain_phase`,
+    /// `tlsdp_routing_*`).
+    fn publish_service_state(&self) {
+        let Some(svc) = &self.service else {
+            return;
+        };
+        let phase = svc.phase.name();
+        let routing =
+            (svc.routes.as_ref()).map(|a| (a.announced.len() as u64, a.withheld.len() as u64));
+        if let Ok(mut state) = self.config_state.write() {
+            state.phase = phase;
+            state.routing = routing;
+        }
     }
 
     /// Once a second, with the daemon attached: each pool's members and
