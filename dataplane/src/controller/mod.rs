@@ -267,6 +267,9 @@ impl Controller {
         }
         let built = c.build(&cfg, Reload::Nothing, false)?;
         let snap = built.snapshot.clone();
+        for w in tick::routing_warnings(&cfg) {
+            log::warn!("{w}");
+        }
         c.commit(cfg, built);
         Ok((c, snap))
     }
@@ -765,6 +768,12 @@ impl Controller {
     }
 
     fn commit(&mut self, next: Config, built: Built) {
+        let before = tick::routing_warnings(&self.cfg);
+        for w in tick::routing_warnings(&next) {
+            if !before.contains(&w) {
+                log::warn!("{w}");
+            }
+        }
         if next.log.level != self.cfg.log.level {
             // Validated with the rest (`check_log_level`), so it reads.
             if let Err(e) = crate::logging::set_level(&next.log.level) {

@@ -157,6 +157,30 @@ impl Liveness {
 /// why they could not be had.
 pub type PoolHealth<'a> = Result<&'a [Vec<PoolView>], &'a str>;
 
+/// What an operator should hear of a configuration under `[routing]`:
+/// each enabled VIP whose pool has no health check, so is announced
+/// whatever its members do (a node whose backends are all unreachable
+/// goes on drawing its share, and every connection fails).
+pub fn routing_warnings(cfg: &Config) -> Vec<String> {
+    if cfg.routing.is_none() {
+        return Vec::new();
+    }
+    cfg.vips
+        .iter()
+        .filter(|v| v.enabled)
+        .filter_map(|v| {
+            let name = v.pool.as_deref()?;
+            let pool = cfg.pools.iter().find(|p| p.name == name)?;
+            pool.health.is_none().then(|| {
+                format!(
+                    "vip {}: pool {name} has no health check: under [routing] it is announced whatever its members do",
+                    v.name
+                )
+            })
+        })
+        .collect()
+}
+
 /// Why nothing is announced while no port's link is up.
 pub const NO_LINK: &str = "no port's link is up";
 
@@ -431,6 +455,29 @@ mod tests {
     }
 
     const STOPPED: &str = "an engine has stopped";
+
+    /// Under `[routing]`, a VIP whose pool has no check is named; with a
+    /// check, disabled, or without `[routing]`, none is.
+    #[test]
+    fn a_pool_vip_without_checks_under_routing_is_warned_of() {
+        let mut cfg = config();
+        assert!(cfg.pools[0].health.is_none());
+        let w = routing_warnings(&cfg);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("vip app: pool app has no health check"),
+            "{w:?}"
+        );
+        let text = cfg.to_toml().replace(
+            "[[pool]]\nname = \"app\"\n",
+            "[[pool]]\nname = \"app\"\nhealth = { kind = \"tcp\" }\n",
+        );
+        let checked = Config::parse(&text).unwrap();
+        assert!(checked.pools[0].health.is_some(), "{text}");
+        assert!(routing_warnings(&checked).is_empty(), "with a check");
+        cfg.routing = None;
+        assert!(routing_warnings(&cfg).is_empty());
+    }
 
     /// No port with its link up (a cable, a switch port, a memif server
     /// gone): nothing is announced, each VIP saying why. Before, link

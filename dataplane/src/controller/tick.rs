@@ -9,6 +9,7 @@ use std::net::IpAddr;
 
 use control::api::RoutingStatus;
 
+pub(super) use super::service::routing_warnings;
 use super::service::{self, DrainTimes, Liveness, Phase};
 use super::*;
 use crate::dpdk::VipIface;
