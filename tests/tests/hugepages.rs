@@ -48,7 +48,8 @@ address = "10.98.0.1/24"
     let (status, stderr) = dpd_refuses(config);
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("eal.hugepages = \"required\""), "{stderr}");
-    assert!(stderr.contains("no free hugepages"), "{stderr}");
+    assert!(stderr.contains("0 MiB of hugepages free"), "{stderr}");
+    assert!(stderr.contains("dpd needs about"), "{stderr}");
 }
 
 #[test]
@@ -63,7 +64,8 @@ fn preferred_falls_back_to_normal_pages_and_works() {
     });
     let log = dpd.log_text();
     assert!(
-        log.contains("no free hugepages: DPDK runs on normal pages"),
+        log.contains("0 MiB of hugepages free, fewer than dpd needs")
+            && log.contains("DPDK runs on normal pages"),
         "{log}"
     );
     assert!(log.contains("--no-huge --no-shconf"), "{log}");

@@ -188,7 +188,11 @@ pub fn run(cfg: &Config, config_path: Option<&Path>, signals: Signals) -> Result
     if !plan.use_hugepages {
         match cfg.eal.hugepages {
             control::config::HugepagePolicy::Off => log::info!("hugepages off by configuration"),
-            _ => log::warn!("no free hugepages: DPDK runs on normal pages (--no-huge); reserve hugepages for production"),
+            _ => log::warn!(
+                "{} MiB of hugepages free, fewer than dpd needs (about {} MiB): DPDK runs on normal pages (--no-huge); reserve hugepages for production",
+                machine.free_hugepage_bytes >> 20,
+                plan::hugepage_need(cfg).div_ceil(1 << 20)
+            ),
         }
     }
     log::info!("EAL arguments: {}", plan.eal_args.join(" "));

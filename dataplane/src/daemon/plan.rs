@@ -167,11 +167,16 @@ pub fn plan(
         // free pages alone would fail the mempools (ENOMEM) rather than
         // fall back.
         HugepagePolicy::Preferred => machine.free_hugepage_bytes >= hugepage_need(cfg),
-        HugepagePolicy::Required if machine.free_hugepage_bytes == 0 => {
+        HugepagePolicy::Required if machine.free_hugepage_bytes < hugepage_need(cfg) => {
             return Err(ConfigError::new(
                 "eal.hugepages",
                 "required",
-                "no free hugepages on this machine (reserve some: scripts/setup.sh, or /proc/sys/vm/nr_hugepages)",
+                format!(
+                    "{} MiB of hugepages free, and dpd needs about {} MiB (eal.mbufs = {} of each size the ports' MTUs need); reserve more (scripts/setup.sh, or /proc/sys/vm/nr_hugepages) or lower eal.mbufs",
+                    machine.free_hugepage_bytes >> 20,
+                    hugepage_need(cfg).div_ceil(1 << 20),
+                    cfg.eal.mbufs
+                ),
             ))
         }
         HugepagePolicy::Required => true,
@@ -243,8 +248,11 @@ pub fn plan(
         }
     } else {
         args.extend(["--no-huge".to_string(), "--no-shconf".to_string()]);
+        // As much as the mempools need (512 MiB at least): a fixed
+        // amount failed larger `eal.mbufs` or jumbo MTUs with ENOMEM.
         if !user_has("-m") && !user_has("--socket-mem") {
-            args.extend(["-m".to_string(), "512".to_string()]);
+            let mib = hugepage_need(cfg).div_ceil(1 << 20).max(512);
+            args.extend(["-m".to_string(), mib.to_string()]);
         }
     }
     // A zero-copy memif client shares dpd's mbuf memory with its server:
@@ -373,6 +381,14 @@ mod tests {
         // Without hugepages --in-memory cannot work: --no-huge --no-shconf.
         let p = plan(&config("args = [\"--in-memory\"]"), &machine(0), |_| true).unwrap();
         assert_eq!(&p.eal_args[5..], ["--no-huge", "--no-shconf", "-m", "512"]);
+        // Memory for the mempools: more mbufs, a larger `-m`.
+        let p = plan(&config("mbufs = 524288"), &machine(0), |_| true).unwrap();
+        let mib = hugepage_need(&config("mbufs = 524288")).div_ceil(1 << 20);
+        assert!(mib > 512);
+        assert_eq!(
+            &p.eal_args[p.eal_args.len() - 2..],
+            ["-m".to_string(), mib.to_string()]
+        );
         // "preferred" with a few free pages, fewer than dpd would make
         // there: normal pages (before, any free page chose hugepages, and
         // the mempools then failed for want of memory).
@@ -462,14 +478,21 @@ mod tests {
             (e.field.as_str(), e.value.as_str()),
             ("eal.hugepages", "required")
         );
+        // Required: as much as dpd needs free, or refused naming both.
+        let required = config("hugepages = \"required\"");
+        let need = hugepage_need(&required);
         assert!(
-            plan(
-                &config("hugepages = \"required\""),
-                &machine(2 << 20),
-                |_| true
-            )
-            .unwrap()
-            .use_hugepages
+            plan(&required, &machine(need), |_| true)
+                .unwrap()
+                .use_hugepages
+        );
+        let e = plan(&required, &machine(2 << 20), |_| true).unwrap_err();
+        assert_eq!(e.field, "eal.hugepages");
+        assert!(
+            e.reason.contains("2 MiB of hugepages free")
+                && e.reason
+                    .contains(&format!("about {} MiB", need.div_ceil(1 << 20))),
+            "{e}"
         );
         assert!(
             !plan(&config("hugepages = \"off\""), &machine(2 << 20), |_| true)
