@@ -11,6 +11,7 @@
 //! its own on a port hands its frames to the engine that has the queue.
 //! A frame crosses cores at most once; with hardware RSS nothing does.
 
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use crossbeam_queue::ArrayQueue;
@@ -40,6 +41,9 @@ pub struct SteerLink<B> {
     pub inboxes: Arc<Vec<ArrayQueue<Steered<B>>>>,
     pub table: Arc<Toeplitz>,
     pub key: &'static [u8],
+    /// Engines that, stopping, have handed over every frame they had
+    /// ([`crate::engine::Engine::run`]).
+    pub stopped: Arc<AtomicUsize>,
 }
 
 impl<B> Clone for SteerLink<B> {
@@ -50,6 +54,7 @@ impl<B> Clone for SteerLink<B> {
             inboxes: self.inboxes.clone(),
             table: self.table.clone(),
             key: self.key,
+            stopped: self.stopped.clone(),
         }
     }
 }
@@ -66,6 +71,7 @@ impl<B> SteerLink<B> {
                 .collect(),
         );
         let table = Arc::new(Toeplitz::new(key));
+        let stopped = Arc::new(AtomicUsize::new(0));
         (0..engines)
             .map(|engine| Self {
                 engine,
@@ -73,6 +79,7 @@ impl<B> SteerLink<B> {
                 inboxes: inboxes.clone(),
                 table: table.clone(),
                 key,
+                stopped: stopped.clone(),
             })
             .collect()
     }

@@ -424,3 +424,56 @@ fn a_neighbour_frame_too_long_to_copy_is_dropped_for_the_others_not_a_crash() {
     );
     assert_eq!(engines[0].counters().arp_replies, 1);
 }
+
+/// Stopping, an engine that sends for another waits for the other's
+/// resets and sends them: with half-open connections on both engines,
+/// every one is reset on the wire, even when the sending engine stops
+/// first. Before, it left its loop at once and the other's resets stayed
+/// in its inbox, never sent.
+#[test]
+fn resets_sent_through_another_engine_at_stop_reach_the_wire() {
+    use std::sync::atomic::AtomicBool;
+    let mut p = pair();
+    for e in &mut p.engines {
+        e.listen(DUT_IP6, 80);
+    }
+    p.exchange(vec![solicitation(DUT_IP6)]);
+    let out = p.exchange((0..16).map(|i| syn6(52_000 + i)).collect());
+    assert_eq!(out.len(), 16, "every SYN answered");
+    let half_open: Vec<u64> = p
+        .engines
+        .iter()
+        .map(|e| e.tcp().counters().half_open)
+        .collect();
+    assert!(half_open.iter().all(|&n| n > 0), "{half_open:?}");
+    let (stop, drain) = (AtomicBool::new(true), AtomicBool::new(false));
+    let clock = &*common::controller::CLOCK;
+    let is_reset = |f: &[u8]| {
+        f.len() >= 54 + 14 && f[12..14] == [0x86, 0xdd] && f[20] == 6 && f[54 + 13] & 0x04 != 0
+    };
+    let Pair {
+        engines: [sender, other],
+        host,
+        now,
+        ..
+    } = &mut p;
+    let mut resets = 0u64;
+    std::thread::scope(|s| {
+        // The engine with the queue stops first: its own resets are on
+        // the wire before the other begins to stop.
+        let first = s.spawn(|| sender.run(clock, &stop, &drain));
+        let t0 = std::time::Instant::now();
+        while resets < half_open[0] {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(5), "{resets}");
+            let mut got = Vec::new();
+            host.rx_burst(*now, &mut got, 1024);
+            resets += got.iter().filter(|b| is_reset(b.data())).count() as u64;
+        }
+        other.run(clock, &stop, &drain);
+        first.join().unwrap();
+    });
+    let mut got = Vec::new();
+    host.rx_burst(*now, &mut got, 1024);
+    resets += got.iter().filter(|b| is_reset(b.data())).count() as u64;
+    assert_eq!(resets, half_open.iter().sum::<u64>(), "{half_open:?}");
+}

@@ -188,6 +188,9 @@ impl<B> TxVia<B> {
 const MAX_UNRESOLVED: usize = 256;
 /// How long a frame waits for ARP before it is dropped.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a stopping engine goes on passing frames between engines
+/// ([`Engine::hand_over_at_stop`]) for one that does not finish.
+const STOP_HAND_OVER: Duration = Duration::from_secs(1);
 /// Most frames waiting for the TX queue per port. Beyond it, TCP stops
 /// producing (back-pressure, no self-inflicted loss) and other frames are
 /// dropped as `tx_full`.
@@ -871,6 +874,41 @@ impl<P: Port, A: Application> Engine<P, A> {
         fired + put_off + events + self.app.pending()
     }
 
+    /// With engines that send through one another (software steering),
+    /// after [`Engine::reset_at_stop`]: each engine goes on passing its
+    /// frames to the engines that send them, and sending what it is
+    /// handed, until every engine has handed over all it had and its own
+    /// inbox is empty, or [`STOP_HAND_OVER`] passes (an engine stuck).
+    /// Before, an engine that sends for others could leave its loop first,
+    /// and their resets stayed in its inbox, never sent.
+    fn hand_over_at_stop(&mut self, clock: &TscClock, time: &mut MonotonicTime) {
+        let Some(link) = &self.steer else {
+            return;
+        };
+        let (stopped, engines) = (link.stopped.clone(), usize::from(link.engines));
+        let until = time.at(clock.now()) + STOP_HAND_OVER;
+        let mut handed_over = false;
+        loop {
+            let now = time.at(clock.now());
+            let work = self.receive_inbox(now);
+            for ep in &mut self.ports {
+                flush(ep, now, &mut self.counters);
+            }
+            let holding = self.ports.iter().any(|ep| !ep.tx.is_empty());
+            if !handed_over && (!holding || now >= until) {
+                handed_over = true;
+                stopped.fetch_add(1, Ordering::AcqRel);
+            }
+            let all = stopped.load(Ordering::Acquire) >= engines;
+            if (all && work == 0 && !holding) || now >= until {
+                return;
+            }
+            if work == 0 {
+                std::thread::yield_now();
+            }
+        }
+    }
+
     /// dpd is stopping: every connection still open is reset, client
     /// connections first (so a proxy resets their backends rather than try
     /// another member), then what is left (backends, health checks). The
@@ -1063,6 +1101,7 @@ impl<P: Port, A: Application> Engine<P, A> {
                 self.cfg.index
             );
         }
+        self.hand_over_at_stop(clock, &mut time);
         let now = clock.now();
         for ep in &mut self.ports {
             flush(ep, now, &mut self.counters);
