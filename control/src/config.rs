@@ -1463,12 +1463,41 @@ impl Config {
                 format!("cannot read config {}: {e}", path.display()),
             )
         })?;
-        Self::parse(&text).map_err(|mut e| {
+        let mut cfg = Self::parse(&text).map_err(|mut e| {
             if e.field.is_empty() {
                 e.reason = format!("{}: {}", path.display(), e.reason);
             }
             e
-        })
+        })?;
+        if let Some(dir) = path.parent() {
+            cfg.rebase_files(dir);
+        }
+        Ok(cfg)
+    }
+
+    /// Makes relative certificate, key and ticket key file paths relative
+    /// to `dir` (the configuration file's folder), as nginx and HAProxy
+    /// read theirs: the same file then loads the same files from any
+    /// working directory (`dpd --check` from /etc/tlsdp, the service from
+    /// /, a SIGHUP's reload).
+    pub fn rebase_files(&mut self, dir: &Path) {
+        let rebase = |p: &mut PathBuf| {
+            if p.is_relative() && !p.as_os_str().is_empty() {
+                *p = dir.join(&*p);
+            }
+        };
+        for c in &mut self.certs {
+            rebase(&mut c.cert);
+            rebase(&mut c.key);
+        }
+        for v in &mut self.vips {
+            let key_file = (v.tls.as_mut())
+                .and_then(|t| t.tickets.as_mut())
+                .and_then(|t| t.key_file.as_mut());
+            if let Some(f) = key_file {
+                rebase(f);
+            }
+        }
     }
 
     /// Parses and validates configuration text.
@@ -3412,6 +3441,36 @@ mod tests {
             err_of(&with("", "keepalive_s = 60\nidle_timeout_s = 60")).field == "tcp.keepalive_s"
         );
         assert!(Config::parse(&with("", "keepalive_s = 60\nidle_timeout_s = 300")).is_ok());
+    }
+
+    /// Relative certificate, key and ticket key file paths are read
+    /// against the configuration file's folder, whatever the working
+    /// directory; absolute ones are left as they are. Before, against the
+    /// working directory: `dpd --check` run beside the files passed, and
+    /// the service (working directory /) failed to start.
+    #[test]
+    fn relative_files_are_read_beside_the_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "{GOOD}\n[[cert]]\nname = \"web\"\ncert = \"certs/chain.pem\"\nkey = \"/abs/key.pem\"\n\n\
+             [[vip]]\nname = \"tls\"\nlisten = \"10.77.0.1:443\"\nrespond = \"builtin\"\n\
+             certs = [\"web\", {{ cert = \"c2.pem\", key = \"k2.pem\" }}]\n\
+             tls = {{ tickets = {{ key_file = \"ticket.key\" }} }}\n"
+        );
+        let file = dir.path().join("dpd.toml");
+        std::fs::write(&file, text).unwrap();
+        let cfg = Config::load(&file).unwrap();
+        let web = cfg.cert("web").unwrap();
+        assert_eq!(web.cert, dir.path().join("certs/chain.pem"));
+        assert_eq!(web.key, Path::new("/abs/key.pem"));
+        let inline = cfg.certs.iter().find(|c| c.name != "web").unwrap();
+        assert_eq!(inline.cert, dir.path().join("c2.pem"));
+        assert_eq!(inline.key, dir.path().join("k2.pem"));
+        let tickets = cfg.vips[0].tls.as_ref().unwrap().tickets.as_ref().unwrap();
+        assert_eq!(
+            tickets.key_file.as_deref(),
+            Some(&*dir.path().join("ticket.key"))
+        );
     }
 
     #[test]
