@@ -1698,8 +1698,9 @@ impl Config {
                     | "--allow"
                     | "-b"
                     | "--block"
-            ) || arg.starts_with("-l")
-                || arg.starts_with("-c")
+            ) || ["-l", "-c", "-a", "-b"]
+                .iter()
+                .any(|short| arg.starts_with(short))
             {
                 return Err(ConfigError::new(
                     format!("eal.args[{i}]"),
@@ -3666,6 +3667,13 @@ mod tests {
         );
         let e = err_of(&GOOD.replace(r#"args = ["--in-memory"]"#, r#"args = ["-l", "0-3"]"#));
         assert_eq!(e.field, "eal.args[0]");
+        // Short flags with their value attached too (a device allowed or
+        // blocked behind [[port]]'s back).
+        for arg in ["-a0000:01:00.0", "-b0000:01:00.1", "-l0-3", "-c0xf"] {
+            let e =
+                err_of(&GOOD.replace(r#"args = ["--in-memory"]"#, &format!(r#"args = ["{arg}"]"#)));
+            assert_eq!(e.field, "eal.args[0]", "{arg}");
+        }
         let two = format!(
             "{GOOD}\n[[port]]\nname = \"p0\"\ndevice = \"net_af_packet1,iface=x\"\naddress = \"10.1.0.1/24\"\n"
         );
