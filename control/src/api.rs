@@ -1030,7 +1030,7 @@ impl ControlSocket {
                 // A typo in [control] socket must not cost a file.
                 return Err(io::Error::new(
                     io::ErrorKind::AlreadyExists,
-                    format!("{} exists and is not a socket", path.display()),
+                    "exists and is not a socket",
                 ));
             }
             if UnixStream::connect(path).is_ok() {
@@ -1046,6 +1046,16 @@ impl ControlSocket {
         // path is no longer than the final one for most names.
         let staging = tempdir_beside(path)?;
         let staged = staging.join("s");
+        if staged.as_os_str().len() > MAX_SOCKET_PATH {
+            let _ = std::fs::remove_dir(&staging);
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "too long to bind beside ({} bytes staged, at most {MAX_SOCKET_PATH}): a shorter name or folder",
+                    staged.as_os_str().len()
+                ),
+            ));
+        }
         let bound = UnixListener::bind(&staged).and_then(|listener| {
             std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
             std::fs::hard_link(&staged, path).map_err(|e| match e.kind() {
@@ -1308,7 +1318,6 @@ impl Conn {
     }
 }
 
-/// A new folder, mode 0700, beside `path` (in its folder).
 /// The longest path a Unix socket can be bound at (`sun_path`, 108
 /// bytes, less the NUL).
 pub const MAX_SOCKET_PATH: usize = 107;
@@ -1318,6 +1327,7 @@ fn in_use() -> io::Error {
     io::Error::new(io::ErrorKind::AddrInUse, "in use by a running dpd")
 }
 
+/// A new folder, mode 0700, beside `path` (in its folder).
 fn tempdir_beside(path: &Path) -> io::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -1718,7 +1728,8 @@ mod tests {
     /// be shorter than SUN_LEN", naming nothing.
     #[test]
     fn a_socket_path_up_to_the_limit_binds_and_a_longer_one_is_named() {
-        let dir = tempfile::tempdir().unwrap();
+        // In /tmp, not $TMPDIR: its path must leave room for the test's.
+        let dir = tempfile::tempdir_in("/tmp").unwrap();
         let base = dir.path().as_os_str().len();
         let fill = MAX_SOCKET_PATH - base - "/".len() - "/control.sock".len();
         let sub = dir.path().join("d".repeat(fill));

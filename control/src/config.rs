@@ -1312,18 +1312,40 @@ impl DeviceKind {
     /// virtual device such as af_packet, af_xdp or tap, or a `vnet_tap`'s),
     /// with its namespace: two ports on one interface would each get every
     /// frame.
-    pub fn kernel_iface(&self) -> Option<String> {
+    /// For af_xdp, the queue it takes (`start_queue`): af_xdp ports on
+    /// one NIC's separate queues see separate frames.
+    pub fn kernel_iface(&self) -> Option<(String, Option<String>)> {
         match self {
             DeviceKind::Pci(_) => None,
-            DeviceKind::Virtual { spec, .. } => spec
-                .split(',')
-                .skip(1)
-                .find_map(|kv| kv.strip_prefix("iface="))
-                .map(|iface| format!(":{iface}")),
+            DeviceKind::Virtual { name, spec } => {
+                let arg = |key: &str| {
+                    spec.split(',')
+                        .skip(1)
+                        .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+                };
+                let iface = arg("iface")?;
+                let queue = name
+                    .starts_with("net_af_xdp")
+                    .then(|| arg("start_queue").unwrap_or("0").to_string());
+                Some((format!(":{iface}"), queue))
+            }
             DeviceKind::VnetTap { iface, netns } => {
-                Some(format!("{}:{iface}", netns.as_deref().unwrap_or("")))
+                Some((format!("{}:{iface}", netns.as_deref().unwrap_or("")), None))
             }
         }
+    }
+
+    /// Whether this device and one attached as `other` ([`Self::kernel_iface`])
+    /// would take the same frames: one interface, and not two separate
+    /// af_xdp queues.
+    fn shares_frames_with(&self, other: &(String, Option<String>)) -> bool {
+        self.kernel_iface().is_some_and(|(iface, queue)| {
+            iface == other.0
+                && match (&queue, &other.1) {
+                    (Some(a), Some(b)) => a == b,
+                    _ => true,
+                }
+        })
     }
 
     /// What names the device uniquely among the ports.
@@ -1725,7 +1747,7 @@ impl Config {
         }
         let mut names = HashSet::new();
         let mut devices = HashSet::new();
-        let mut ifaces = HashSet::new();
+        let mut ifaces: Vec<(String, Option<String>)> = Vec::new();
         for (i, port) in self.ports.iter().enumerate() {
             let at = |f: &str| format!("port[{i}].{f}");
             if port.name.is_empty()
@@ -1757,13 +1779,14 @@ impl Config {
                     "another port uses this device",
                 ));
             }
-            if kind.kernel_iface().is_some_and(|k| !ifaces.insert(k)) {
+            if ifaces.iter().any(|i| kind.shares_frames_with(i)) {
                 return Err(ConfigError::new(
                     at("device"),
                     &port.device,
                     "another port uses this kernel interface (each would get every frame)",
                 ));
             }
+            ifaces.extend(kind.kernel_iface());
             let is_bond = matches!(&kind, DeviceKind::Virtual { name, .. } if name.starts_with("net_bonding"));
             if is_bond && port.bond_members.is_empty() {
                 return Err(ConfigError::new(
@@ -1796,7 +1819,7 @@ impl Config {
                         ));
                     }
                     if !devices.insert(kind.key())
-                        || kind.kernel_iface().is_some_and(|k| !ifaces.insert(k))
+                        || ifaces.iter().any(|i| kind.shares_frames_with(i))
                     {
                         return Err(ConfigError::new(
                             at(""),
@@ -1804,6 +1827,7 @@ impl Config {
                             "another port or member uses this device",
                         ));
                     }
+                    ifaces.extend(kind.kernel_iface());
                 }
             }
             check_addressing(port, &at)?;
@@ -3690,9 +3714,22 @@ mod tests {
     /// Two ports on one kernel interface (two af_packet devices, or an
     /// af_packet device and a vnet_tap in dpd's namespace) are refused:
     /// each would get every frame. Before, only the DPDK device name was
-    /// compared. The same name in another namespace is another interface.
+    /// compared. The same name in another namespace is another interface,
+    /// and af_xdp ports on one NIC's separate queues see separate frames.
     #[test]
     fn two_ports_on_one_kernel_interface_are_refused() {
+        let xdp = |q: u32| format!("net_af_xdp{q},iface=eth9,start_queue={q}");
+        let pair = |a: &str, b: &str| {
+            format!(
+                "{}\n[[port]]\nname = \"p1\"\ndevice = \"{b}\"\naddress = \"10.1.0.1/24\"\n",
+                GOOD.replace("net_af_packet0,iface=veth-dut", a)
+            )
+        };
+        assert!(Config::parse(&pair(&xdp(0), &xdp(1))).is_ok());
+        let same_queue = pair(&xdp(1), "net_af_xdp0,iface=eth9,start_queue=1");
+        assert_eq!(err_of(&same_queue).field, "port[1].device");
+        let beside_packet = pair("net_af_packet0,iface=eth9", &xdp(1));
+        assert_eq!(err_of(&beside_packet).field, "port[1].device");
         let second = |device: &str| {
             format!(
                 "{GOOD}\n[[port]]\nname = \"p1\"\ndevice = \"{device}\"\naddress = \"10.1.0.1/24\"\n"

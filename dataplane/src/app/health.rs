@@ -585,7 +585,8 @@ impl Services {
             return;
         };
         if let Some(share) = &self.health_share {
-            // Rare (a state change): the allocation is fine.
+            // Once a check at most (a change, or a verdict repeated), never
+            // per packet: the allocation is fine.
             let news = HealthNews {
                 pool: pool.name.clone(),
                 addr: member.addr,
@@ -598,7 +599,9 @@ impl Services {
             if !self.health_unsent.is_empty() {
                 keep_unsent(&mut self.health_unsent, news);
             } else if let Err(news) = share.news.push(news) {
-                log::warn!("health news queue full: other engines hear of a change late");
+                if changed.is_some() {
+                    log::warn!("health news queue full: other engines hear of a change late");
+                }
                 keep_unsent(&mut self.health_unsent, news);
             }
         }

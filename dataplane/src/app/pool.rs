@@ -315,7 +315,6 @@ impl Pool {
     }
 }
 
-/// A 64-bit mixer (splitmix64's finaliser).
 /// An address as 64 bits: IPv4 as it is, IPv6 folded.
 fn fold_ip(ip: IpAddr) -> u64 {
     match ip {
@@ -327,6 +326,7 @@ fn fold_ip(ip: IpAddr) -> u64 {
     }
 }
 
+/// A 64-bit mixer (splitmix64's finaliser).
 fn mix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

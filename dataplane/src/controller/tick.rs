@@ -274,16 +274,16 @@ impl Controller {
         let needs_health = phase == Phase::Serving
             && alive
             && self.cfg.vips.iter().any(|v| v.enabled && v.pool.is_some());
-        let views = if needs_health {
-            self.engine_pools(HEALTH_REPLY)
-        } else {
-            Ok(Vec::new())
-        };
+        let views = needs_health.then(|| self.engine_pools(HEALTH_REPLY));
         let links_up = self.any_link_up();
         let Some(a) = self.service.as_mut().and_then(|s| s.routes.as_mut()) else {
             return;
         };
-        let health = service::health_or_last(views, &mut a.last_health, Instant::now());
+        // Only an answer the engines gave is kept as the last one.
+        let health = match views {
+            Some(views) => service::health_or_last(views, &mut a.last_health, Instant::now()),
+            None => Ok(&[][..]),
+        };
         let health = match &health {
             Ok(v) => Ok(*v),
             Err(e) => Err(e.as_str()),

@@ -161,13 +161,20 @@ pub fn plan(
             }
         }
     }
+    let sized_by_user = cfg
+        .eal
+        .args
+        .iter()
+        .any(|a| a.starts_with("-m") || a.starts_with("--socket-mem"));
     let use_hugepages = match cfg.eal.hugepages {
         HugepagePolicy::Off => false,
         // Enough for what dpd will make there, or normal pages: a few
         // free pages alone would fail the mempools (ENOMEM) rather than
         // fall back.
         HugepagePolicy::Preferred => machine.free_hugepage_bytes >= hugepage_need(cfg),
-        HugepagePolicy::Required if machine.free_hugepage_bytes < hugepage_need(cfg) => {
+        // With its own `-m`/`--socket-mem`, the operator sized DPDK's
+        // memory: some free is all that is asked.
+        HugepagePolicy::Required if machine.free_hugepage_bytes == 0 || (machine.free_hugepage_bytes < hugepage_need(cfg) && !sized_by_user) => {
             return Err(ConfigError::new(
                 "eal.hugepages",
                 "required",

@@ -890,6 +890,10 @@ impl<P: Port, A: Application> Engine<P, A> {
         let mut handed_over = false;
         loop {
             let now = time.at(clock.now());
+            // Read before the inbox is: once every engine had handed over
+            // by then, an empty inbox is the last word (read after, an
+            // engine's last frames could land between the two).
+            let all = stopped.load(Ordering::Acquire) >= engines;
             let work = self.receive_inbox(now);
             for ep in &mut self.ports {
                 flush(ep, now, &mut self.counters);
@@ -899,7 +903,6 @@ impl<P: Port, A: Application> Engine<P, A> {
                 handed_over = true;
                 stopped.fetch_add(1, Ordering::AcqRel);
             }
-            let all = stopped.load(Ordering::Acquire) >= engines;
             if (all && work == 0 && !holding) || now >= until {
                 return;
             }

@@ -246,7 +246,11 @@ impl<A: Default> Conn<A> {
                 // Each stands for a segment that left the network: never
                 // more of them than are in flight (a peer repeating one
                 // ACK grew the window without bound).
-                let cap = self.ssthresh.saturating_add(self.snd_max - self.snd_una);
+                // What was in flight when recovery began (SND.MAX then,
+                // RECOVER): the cap does not move with what each
+                // inflation lets out.
+                let flight = self.recover.map_or(0, |rec| rec - self.snd_una);
+                let cap = self.ssthresh.saturating_add(flight);
                 if !self.sack_ok && self.cwnd < cap {
                     self.cwnd = self.cwnd.saturating_add(self.seg_size).min(cap);
                 }
@@ -727,17 +731,18 @@ impl<A: Default> Conn<A> {
     /// Queues the ACK an unacceptable segment gets (RFC 9293 §3.10.7.4),
     /// returning whether it did. One that carries data or a FIN is always
     /// answered (a retransmission the peer needs our ACK, or its D-SACK,
-    /// for); a bare ACK shares the challenge ACKs' budget (as Linux's
-    /// `tcp_invalid_ratelimit`): otherwise anyone who knows the 4-tuple
-    /// draws ACKs to the peer at their own rate, or two stacks that
-    /// disagree on the window ACK each other in a loop.
+    /// for); anything else, a bare ACK or a SYN, shares the challenge
+    /// ACKs' budget (as Linux's `tcp_invalid_ratelimit` and its SYN
+    /// challenge): otherwise anyone who knows the 4-tuple draws ACKs to
+    /// the peer at their own rate, or two stacks that disagree on the
+    /// window ACK each other in a loop.
     fn answer_unacceptable(
         &mut self,
         seg: &TcpRepr<'_>,
         now: Instant,
         counters: &mut TcpCounters,
     ) -> bool {
-        if seg.payload.is_empty() && matches!(seg.control, TcpControl::None | TcpControl::Psh) {
+        if seg.payload.is_empty() && seg.control != TcpControl::Fin {
             return self.challenge(now, counters);
         }
         self.ack_now = true;

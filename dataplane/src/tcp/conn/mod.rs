@@ -934,12 +934,13 @@ impl<A: Default> Conn<A> {
 /// What the engine's tests look at and set inside a connection.
 #[cfg(test)]
 impl<A> Conn<A> {
-    /// Congestion state: (cwnd, ssthresh, bytes in flight, in recovery).
+    /// Congestion state: (cwnd, ssthresh, bytes in flight when recovery
+    /// began, in recovery).
     pub(in crate::tcp) fn congestion(&self) -> (u32, u32, u32, bool) {
         (
             self.cwnd,
             self.ssthresh,
-            self.snd_max - self.snd_una,
+            self.recover.map_or(0, |rec| rec - self.snd_una),
             self.recover.is_some(),
         )
     }
