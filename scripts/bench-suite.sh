@@ -64,9 +64,20 @@ mkdir -p "$out"
 # The crypto ceiling on the DUT core while it is free, before the peers
 # start (an idle dpd still polls its core); --ceiling-ms N sets the time
 # per operation, 0 skips it.
+# The script's own option: taken out of what goes to dpbench (which
+# would refuse it beside the --ceiling-file it is given).
 ceiling_ms=300
+passed=()
 prev=
-for a in "$@"; do [ "$prev" = --ceiling-ms ] && ceiling_ms=$a; prev=$a; done
+for a in "$@"; do
+    case "$a" in
+        --ceiling-ms=*) ceiling_ms=${a#--ceiling-ms=} ;;
+        --ceiling-ms) ;;
+        *) if [ "$prev" = --ceiling-ms ]; then ceiling_ms=$a; else passed+=("$a"); fi ;;
+    esac
+    prev=$a
+done
+set -- "${passed[@]}"
 ceiling=()
 if [ "$ceiling_ms" != 0 ] && [ "$sub" != scenario ]; then
     "$DPBENCH" ceiling --core "$dut_core" --ms "$ceiling_ms" --json "$out/ceiling.json" > "$out/ceiling.md"

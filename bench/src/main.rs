@@ -186,6 +186,9 @@ fn parse_sources(s: &str) -> Result<Vec<IpAddr>> {
             let base: std::net::Ipv4Addr = a.parse().with_context(|| format!("--src {part}"))?;
             let o = base.octets();
             let last: u8 = b.parse().with_context(|| format!("--src {part}"))?;
+            if last < o[3] {
+                bail!("--src {part}: the range ends before it begins");
+            }
             for x in o[3]..=last {
                 v.push(IpAddr::from([o[0], o[1], o[2], x]));
             }
@@ -213,6 +216,15 @@ impl Common {
                 Load::Closed { concurrency } => *concurrency = c,
                 Load::Open { max_inflight, .. } => *max_inflight = c,
             }
+        }
+        if let Some(r) = self.rate.filter(|r| !(r.is_finite() && *r > 0.0)) {
+            bail!("--rate {r}: connections a second must be a number above 0");
+        }
+        if !(self.timeout.is_finite() && self.timeout > 0.0 && self.timeout <= 3600.0) {
+            bail!(
+                "--timeout {}: seconds without progress must be above 0 and at most 3600",
+                self.timeout
+            );
         }
         if let Some(r) = self.rate {
             match &mut s.load {
@@ -360,20 +372,34 @@ fn main() -> Result<()> {
             common,
         } => {
             let targets = common.targets()?;
+            // Every test's settings first: one the options do not fit
+            // (`--bypass` with an open-loop test, `--rate` with a
+            // closed-loop one) stops the suite before any run, not after
+            // minutes of them with nothing reported.
+            let mut specs = Vec::new();
+            for &kind in &tests {
+                let ks: Vec<Option<KeyType>> = if kind.uses_tls() {
+                    keys.iter().copied().map(Some).collect()
+                } else {
+                    vec![None]
+                };
+                for k in ks {
+                    specs.push(
+                        common
+                            .spec(kind, k)
+                            .with_context(|| format!("test {}", kind.name()))?,
+                    );
+                }
+            }
             let others = Pausable::new(&targets);
             let ceilings = common.ceilings(&targets, &others)?;
+            // Each test on every target in turn: the targets of one
+            // comparison row are measured minutes apart at most, not a
+            // whole suite apart (the machine drifts: BENCH.md).
             let mut results = Vec::new();
-            for t in &targets {
-                for &kind in &tests {
-                    let ks: Vec<Option<KeyType>> = if kind.uses_tls() {
-                        keys.iter().copied().map(Some).collect()
-                    } else {
-                        vec![None]
-                    };
-                    for k in ks {
-                        let spec = common.spec(kind, k)?;
-                        results.push(run::run_repeated(&spec, t, &others));
-                    }
+            for spec in &specs {
+                for t in &targets {
+                    results.push(run::run_repeated(spec, t, &others));
                 }
             }
             print!("{}", report::runs_markdown(&results));
@@ -417,6 +443,43 @@ fn main() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Values that would panic a worker mid-suite (a rate of 0, a timeout
+    /// that is no duration) or measure nothing (a reversed source range)
+    /// are refused before any run. Before, `--rate 0` panicked inside the
+    /// load generator with the other targets' processes left stopped.
+    #[test]
+    fn options_that_cannot_run_are_refused_up_front() {
+        let spec_of = |args: &[&str]| {
+            let mut all = vec![
+                "dpbench",
+                "test",
+                "latency",
+                "--target",
+                "name=dpd,host=127.0.0.1,p256=443",
+            ];
+            all.extend_from_slice(args);
+            match Cli::try_parse_from(all).expect("parses").cmd {
+                Cmd::Test { kind, common } => common.spec(kind, None).map(|_| ()),
+                _ => unreachable!("a test"),
+            }
+        };
+        assert!(spec_of(&["--rate", "100"]).is_ok());
+        for bad in [
+            &["--rate", "0"][..],
+            &["--rate", "NaN"],
+            &["--rate=-5"],
+            &["--timeout=-1"],
+            &["--timeout", "1e30"],
+            &["--src", "10.0.0.25-10"],
+        ] {
+            let e = spec_of(bad).expect_err("refused");
+            assert!(
+                e.to_string().starts_with(bad[0].split('=').next().unwrap()),
+                "{bad:?}: {e}"
+            );
+        }
+    }
 
     #[test]
     fn the_ceiling_is_measured_on_the_targets_core() {

@@ -144,7 +144,8 @@ pub fn comparison_markdown(
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "\n## Comparison (best of accepted runs; median in brackets; session reuse off; ratio = target / {base})\n"
+        "\n## Comparison (best of accepted runs; median in brackets; session reuse {}; ratio = target / {base})\n",
+        reuse_text(results)
     );
     let mut head = "| test | unit |".to_string();
     let mut sep = "|---|---|".to_string();
@@ -406,4 +407,58 @@ pub fn write_files(
         w(&name, &svg)?;
     }
     Ok(())
+}
+
+/// Session reuse as the results' runs had it: `off`, `on`, or `on in
+/// some tests` (each test's spec line says which).
+#[must_use]
+pub fn reuse_text(results: &[TestResult]) -> &'static str {
+    let tls: Vec<&TestResult> = results.iter().filter(|r| r.spec.contains("TLS ")).collect();
+    let on = tls
+        .iter()
+        .filter(|r| r.spec.contains("session reuse on"))
+        .count();
+    match on {
+        0 => "off",
+        n if n == tls.len() => "on",
+        _ => "on in some tests",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(spec: &str) -> TestResult {
+        TestResult {
+            test: TestKind::Cps,
+            target: "dpd".into(),
+            spec: spec.into(),
+            key: None,
+            runs: Vec::new(),
+            best: None,
+            best_value: None,
+            median_value: None,
+            unit: "conn/s",
+            skipped: None,
+        }
+    }
+
+    /// The comparison's heading says session reuse as the runs had it.
+    /// Before, it said `off` whatever `--reuse` asked.
+    #[test]
+    fn the_heading_says_reuse_as_run() {
+        let off = result("TLS 1.3 X25519 P-256, session reuse off, GET /");
+        let on = result("TLS 1.3 X25519 P-256, session reuse on, GET /");
+        let plain = result("plain TCP, GET /");
+        assert_eq!(reuse_text(&[off.clone(), plain.clone()]), "off");
+        assert_eq!(reuse_text(&[on.clone(), plain]), "on");
+        assert_eq!(reuse_text(&[on, off]), "on in some tests");
+        let text = comparison_markdown(
+            &[result("TLS 1.3 X25519 P-256, session reuse on, GET /")],
+            &[],
+            &[],
+        );
+        assert!(text.contains("session reuse on;"), "{text}");
+    }
 }

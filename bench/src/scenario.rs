@@ -102,7 +102,8 @@ fn table(
     }
     let _ = writeln!(
         s,
-        "\nCells: best (median) of accepted runs [side that saturated]; session reuse off. The report's figures come from its own hardware: compare ratios between targets, not absolute figures."
+        "\nCells: best (median) of accepted runs [side that saturated]; session reuse {}. The report's figures come from its own hardware: compare ratios between targets, not absolute figures.",
+        crate::report::reuse_text(&results.iter().flatten().cloned().collect::<Vec<_>>())
     );
     for n in notes {
         let _ = writeln!(s, "- {n}");
