@@ -416,6 +416,7 @@ fn publish(c: &Counters, published: &mut LoadStats, now: LoadStats) {
     add(Counter::Requests, now.responses, published.responses);
     add(Counter::BodyBytes, now.body_bytes, published.body_bytes);
     add(Counter::ErrReset, now.failed, published.failed);
+    add(Counter::ErrHttp, now.bad_responses, published.bad_responses);
     *published = now;
 }
 

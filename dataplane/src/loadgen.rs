@@ -47,6 +47,10 @@ pub struct LoadStats {
     pub failed: u64,
     pub responses: u64,
     pub body_bytes: u64,
+    /// Responses that were no success with a length (a status outside
+    /// 2xx, or no Content-Length): their connection was aborted, and
+    /// neither counted as completed nor as failed.
+    pub bad_responses: u64,
 }
 
 /// One client connection: the load generator's only role.
@@ -63,6 +67,9 @@ pub struct ClientConn {
     finished: bool,
     /// TLS mode: the handshake completed (and was counted).
     handshaken: bool,
+    /// Its response was no success ([`LoadStats::bad_responses`]): what
+    /// follows is not read, and its close is not counted again.
+    bad: bool,
 }
 
 /// The load generator's application: opens connections, asks, reads.
@@ -273,11 +280,17 @@ impl Application for LoadClient {
             Event::Readable(id) => self.read(cx, id),
             Event::PeerClosed(id) => cx.tcp.close(id),
             Event::Closed(id, reason) => {
-                let finished = self.conns.remove(id).is_some_and(|e| e.role.finished);
+                let (finished, bad) = self
+                    .conns
+                    .remove(id)
+                    .map_or((false, false), |e| (e.role.finished, e.role.bad));
                 if finished {
                     if reason != CloseReason::Normal {
                         self.held_lost += 1;
                     }
+                } else if bad {
+                    // Counted as a bad response when it came.
+                    self.in_flight -= 1;
                 } else {
                     // Ended before its last response.
                     self.in_flight -= 1;
@@ -432,6 +445,9 @@ impl LoadClient {
                 return;
             };
             let c = &mut e.role;
+            if c.bad {
+                return;
+            }
             match c.body_left {
                 None => {
                     let mut used = data.len();
@@ -439,9 +455,15 @@ impl LoadClient {
                         c.head.push(byte);
                         if c.head.ends_with(b"\r\n\r\n") {
                             used = i + 1;
-                            c.body_left = Some(content_length(&c.head).unwrap_or(0));
+                            c.body_left = success_length(&c.head);
                             break;
                         }
+                    }
+                    if c.body_left.is_none() && c.head.ends_with(b"\r\n\r\n") {
+                        c.bad = true;
+                        self.stats.bad_responses += 1;
+                        cx.tcp.abort(id);
+                        return;
                     }
                     data = &data[used..];
                     if c.body_left == Some(0) {
@@ -489,6 +511,9 @@ impl LoadClient {
                 return;
             };
             let c = &mut e.role;
+            if c.bad {
+                return;
+            }
             match c.body_left {
                 None => {
                     let mut used = 0;
@@ -501,7 +526,13 @@ impl LoadClient {
                     }
                     let head_done = c.head.ends_with(b"\r\n\r\n");
                     if head_done {
-                        c.body_left = Some(content_length(&c.head).unwrap_or(0));
+                        c.body_left = success_length(&c.head);
+                        if c.body_left.is_none() {
+                            c.bad = true;
+                            self.stats.bad_responses += 1;
+                            cx.tcp.abort(id);
+                            return;
+                        }
                     }
                     cx.tcp.consume(id, used);
                     if !head_done {
@@ -526,6 +557,17 @@ impl LoadClient {
 /// An HTTP/1.1 GET of `path` from `host`.
 fn request_for(path: &str, host: &str, connection: &str) -> Vec<u8> {
     format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: {connection}\r\n\r\n").into_bytes()
+}
+
+/// The body length of a whole response head that is a success (a 2xx
+/// status line) with a Content-Length; `None` for any other: dpbench's
+/// kernel client rejects those too (`http_errors`).
+fn success_length(head: &[u8]) -> Option<u64> {
+    let status = head.strip_prefix(b"HTTP/1.")?.get(2..5)?;
+    if status.first() != Some(&b'2') || !status.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    content_length(head)
 }
 
 fn content_length(head: &[u8]) -> Option<u64> {

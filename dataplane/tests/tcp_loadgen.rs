@@ -160,6 +160,40 @@ fn run(load: LoadConfig, impair: ImpairConfig) -> (Server, Client, Instant) {
     (server, client, now)
 }
 
+/// A response that is no success (here 404s, for a path the responder
+/// does not have) is counted as bad, its connection aborted: neither a
+/// completed transaction nor a failure. Before, every response counted as
+/// a transaction, so a benchmark against a failing server reported its
+/// errors as throughput.
+#[test]
+fn responses_that_are_no_success_are_not_transactions() {
+    let load = LoadConfig {
+        server: SRV,
+        port: 80,
+        body: 64,
+        requests_per_conn: 1,
+        concurrency: 8,
+        total_conns: 40,
+        sources: 1,
+    };
+    let (mut server, client) = setup(EngineConfig::default(), load, ImpairConfig::default(), 1);
+    let mut client = client.with_target("/no-such-page", "tlsdp");
+    let mut now = Instant::from_millis(1);
+    let limit = now + Duration::from_secs(60);
+    while !client.done() {
+        now = now + Duration::from_micros(20);
+        assert!(now < limit, "stalled: {:?}", client.stats());
+        client.poll(now);
+        server.poll(now);
+    }
+    let s = client.stats();
+    assert_eq!(
+        (s.bad_responses, s.completed, s.failed),
+        (40, 0, 0),
+        "{s:?}"
+    );
+}
+
 #[test]
 fn thousands_of_short_connections_complete() {
     let load = LoadConfig {
