@@ -219,17 +219,23 @@ fn sign_cost(budget: Duration, key: KeyType) -> Result<f64, CeilingError> {
 }
 
 /// Runs `f` on a thread of its own pinned to `core` (the DUT core, so a
-/// ceiling is that core's); `None` if it panicked.
+/// ceiling is that core's); `None` if it panicked or could not be pinned
+/// there (a core this process may not use, or none of that number: a
+/// ceiling measured elsewhere would be another core's).
 pub fn on_core<T: Send + 'static>(
     core: usize,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Option<T> {
     std::thread::spawn(move || {
-        core_affinity::set_for_current(core_affinity::CoreId { id: core });
-        f()
+        if !core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
+            eprintln!("dpbench: cannot run on core {core}: no ceiling measured");
+            return None;
+        }
+        Some(f())
     })
     .join()
     .ok()
+    .flatten()
 }
 
 /// The ceiling (handshakes/s) for a key type with X25519.

@@ -329,7 +329,9 @@ fn dut_core(targets: &[Target]) -> usize {
 fn ceiling_on(core: usize, ms: u64) -> Result<(Vec<ceiling::OpCost>, Vec<ceiling::Ceiling>)> {
     Ok(
         ceiling::on_core(core, move || ceiling::measure(Duration::from_millis(ms)))
-            .ok_or_else(|| anyhow::anyhow!("ceiling thread panicked"))??,
+            .ok_or_else(|| {
+                anyhow::anyhow!("no ceiling measured on core {core} (not a core this process can run on, or the measurement panicked)")
+            })??,
     )
 }
 

@@ -535,7 +535,9 @@ pub fn run_once(
             .name(format!("dpbench-w{i}"))
             .spawn(move || {
                 if let Some(id) = core {
-                    core_affinity::set_for_current(core_affinity::CoreId { id });
+                    if !core_affinity::set_for_current(core_affinity::CoreId { id }) {
+                        eprintln!("dpbench: worker {i} cannot run on core {id}: unpinned");
+                    }
                 }
                 sleep_until(start);
                 worker.run()
