@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use aws_lc_rs::{agreement, kem, rand, rsa, signature};
 
 use crate::target::KeyType;
+use crate::tls::Group;
 
 /// Cost of one operation.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -148,9 +149,10 @@ pub fn measure(budget: Duration) -> Result<(Vec<OpCost>, Vec<Ceiling>), CeilingE
         },
     ];
     let kx = [
-        ("X25519", x_gen + x_agree),
-        ("P-256", p256_gen + p256_agree),
-        ("X25519MLKEM768", x_gen + x_agree + mlkem_encap),
+        (Group::X25519, x_gen + x_agree),
+        (Group::P256, p256_gen + p256_agree),
+        (Group::P384, p384_gen + p384_agree),
+        (Group::X25519MlKem768, x_gen + x_agree + mlkem_encap),
     ];
     let sigs = [
         ("RSA-2048", rsa_pss),
@@ -159,34 +161,57 @@ pub fn measure(budget: Duration) -> Result<(Vec<OpCost>, Vec<Ceiling>), CeilingE
     ];
     let mut ceilings = Vec::new();
     for (sname, s) in sigs {
-        for (kname, k) in kx {
+        for (group, k) in kx {
             let us = s + k;
             ceilings.push(Ceiling {
-                handshake: format!("ECDHE {kname} + {sname}"),
+                handshake: format!("ECDHE {} + {sname}", kx_name(group)),
                 us_per_handshake: us,
                 handshakes_per_s: 1e6 / us,
             });
         }
     }
-    ceilings.push(Ceiling {
-        handshake: "ECDHE P-384 + ECDSA P-384".into(),
-        us_per_handshake: p384_sign + p384_gen + p384_agree,
-        handshakes_per_s: 1e6 / (p384_sign + p384_gen + p384_agree),
-    });
     Ok((ops, ceilings))
 }
 
-/// The ceiling (handshakes/s) of one server handshake with X25519 and a
-/// `key` certificate: its signature, an X25519 key generation and shared
-/// secret, `budget` each. For a ceiling measured beside each run
-/// (`--ceiling-each`): a third of [`measure`]'s operations.
+/// A key exchange group as the ceilings name it.
+#[must_use]
+pub fn kx_name(group: Group) -> &'static str {
+    match group {
+        Group::X25519 => "X25519",
+        Group::P256 => "P-256",
+        Group::P384 => "P-384",
+        Group::X25519MlKem768 => "X25519MLKEM768",
+    }
+}
+
+/// The ceiling (handshakes/s) of one server handshake in `group` with a
+/// `key` certificate: its signature, the group's key generation and
+/// shared secret (and ML-KEM's encapsulation for the hybrid), `budget`
+/// each. For a ceiling measured beside each run (`--ceiling-each`).
 ///
 /// # Errors
 /// [`CeilingError`] when a key cannot be generated (should not happen).
-pub fn handshake_rate(budget: Duration, key: KeyType) -> Result<f64, CeilingError> {
+pub fn handshake_rate(budget: Duration, group: Group, key: KeyType) -> Result<f64, CeilingError> {
     let sign = sign_cost(budget, key)?;
-    let (gen, agree) = kx_cost(&agreement::X25519, budget)?;
-    Ok(1e6 / (sign + gen + agree))
+    let alg = match group {
+        Group::X25519 | Group::X25519MlKem768 => &agreement::X25519,
+        Group::P256 => &agreement::ECDH_P256,
+        Group::P384 => &agreement::ECDH_P384,
+    };
+    let (gen, agree) = kx_cost(alg, budget)?;
+    let kem = if group == Group::X25519MlKem768 {
+        let dk = kem::DecapsulationKey::generate(&kem::ML_KEM_768)
+            .map_err(|_| CeilingError("ML-KEM keygen"))?;
+        let ek = dk
+            .encapsulation_key()
+            .map_err(|_| CeilingError("ML-KEM key"))?;
+        time_op(budget, || {
+            let _ = ek.encapsulate();
+        })
+    } else {
+        0.0
+    };
+    Ok(1e6 / (sign + gen + agree + kem))
 }
 
 /// µs per signature with a fresh `key` (RSA-2048 PSS-SHA256, or ECDSA),
@@ -238,10 +263,11 @@ pub fn on_core<T: Send + 'static>(
     .flatten()
 }
 
-/// The ceiling (handshakes/s) for a key type with X25519.
+/// The ceiling (handshakes/s) for a handshake in `group` with a `key`
+/// certificate.
 #[must_use]
-pub fn for_key(ceilings: &[Ceiling], key: KeyType) -> Option<f64> {
-    let want = format!("ECDHE X25519 + {}", key.name());
+pub fn for_handshake(ceilings: &[Ceiling], group: Group, key: KeyType) -> Option<f64> {
+    let want = format!("ECDHE {} + {}", kx_name(group), key.name());
     ceilings
         .iter()
         .find(|c| c.handshake == want)
@@ -257,13 +283,22 @@ mod tests {
         let (ops, c) = measure(Duration::from_millis(20)).unwrap();
         assert_eq!(ops.len(), 10);
         assert!(ops.iter().all(|o| o.us > 0.0 || o.op.contains("shared")));
-        assert!(for_key(&c, KeyType::Rsa2048).unwrap() > 0.0);
+        assert!(for_handshake(&c, Group::X25519, KeyType::Rsa2048).unwrap() > 0.0);
+        // Every group with every key; the hybrid costs X25519's and more.
+        for key in [KeyType::Rsa2048, KeyType::P256, KeyType::P384] {
+            let x = for_handshake(&c, Group::X25519, key).unwrap();
+            for g in [Group::P256, Group::P384] {
+                assert!(for_handshake(&c, g, key).unwrap() > 0.0, "{g:?} {key:?}");
+            }
+            assert!(for_handshake(&c, Group::X25519MlKem768, key).unwrap() < x);
+        }
     }
 
     #[test]
     fn one_handshake_rate_per_key_ranks_as_the_keys_do() {
         let budget = Duration::from_millis(30);
-        let rate = |k| on_core(0, move || handshake_rate(budget, k).unwrap()).unwrap();
+        let rate =
+            |k| on_core(0, move || handshake_rate(budget, Group::X25519, k).unwrap()).unwrap();
         let (rsa, p256, p384) = (
             rate(KeyType::Rsa2048),
             rate(KeyType::P256),

@@ -196,8 +196,7 @@ pub fn comparison_markdown(
                 results
                     .iter()
                     .find(|r| row_key(r) == *key)
-                    .and_then(|r| r.key)
-                    .and_then(|k| ceiling::for_key(ceilings, k))
+                    .and_then(|r| ceiling::for_handshake(ceilings, r.group, r.key?))
                     .map_or("-".into(), fmt_num)
             } else {
                 "-".into()
@@ -435,6 +434,7 @@ mod tests {
             target: "dpd".into(),
             spec: spec.into(),
             key: None,
+            group: crate::tls::Group::X25519,
             runs: Vec::new(),
             best: None,
             best_value: None,
@@ -442,6 +442,27 @@ mod tests {
             unit: "conn/s",
             skipped: None,
         }
+    }
+
+    /// The ceiling column is the handshake the test ran: its group's with
+    /// its key. Before, X25519's whatever `--group` asked, so a P-384
+    /// run was divided by a cheaper handshake's ceiling.
+    #[test]
+    fn the_ceiling_is_the_groups() {
+        let mut r = result("TLS 1.3 P-384 ECDSA P-256, session reuse off, GET /");
+        r.key = Some(crate::target::KeyType::P256);
+        r.group = crate::tls::Group::P384;
+        let ceiling = |handshake: &str, rate: f64| Ceiling {
+            handshake: handshake.into(),
+            us_per_handshake: 1e6 / rate,
+            handshakes_per_s: rate,
+        };
+        let ceilings = [
+            ceiling("ECDHE X25519 + ECDSA P-256", 7777.0),
+            ceiling("ECDHE P-384 + ECDSA P-256", 4444.0),
+        ];
+        let text = comparison_markdown(&[r], &[], &ceilings);
+        assert!(text.contains(" 4444 |") && !text.contains("7777"), "{text}");
     }
 
     /// The comparison's heading says session reuse as the runs had it.

@@ -363,6 +363,9 @@ pub struct TestResult {
     pub spec: String,
     /// Certificate key type, for TLS tests.
     pub key: Option<KeyType>,
+    /// The key exchange group offered, for TLS tests (what the ceiling is
+    /// looked up by).
+    pub group: tls::Group,
     pub runs: Vec<RunResult>,
     /// Index into `runs` of the best accepted run.
     pub best: Option<usize>,
@@ -782,11 +785,11 @@ pub fn run_repeated(spec: &TestSpec, target: &Target, others: &Pausable) -> Test
     let each = spec
         .ceiling_each
         .filter(|_| spec.use_tls && matches!(spec.kind, TestKind::Cps | TestKind::Tps));
-    let key = spec.key;
+    let (key, group) = (spec.key, spec.tls.group);
     let ceiling = |each: CeilingEach| {
         let _own = others.own(&target.name);
         crate::ceiling::on_core(each.core, move || {
-            crate::ceiling::handshake_rate(each.budget, key).ok()
+            crate::ceiling::handshake_rate(each.budget, group, key).ok()
         })
         .flatten()
     };
@@ -799,6 +802,7 @@ pub fn run_repeated(spec: &TestSpec, target: &Target, others: &Pausable) -> Test
         target: target.name.clone(),
         spec: spec.describe(),
         key: spec.use_tls.then_some(spec.key),
+        group: spec.tls.group,
         runs: Vec::new(),
         best: None,
         best_value: None,
@@ -924,6 +928,7 @@ mod tests {
             target: "dpd".into(),
             spec: String::new(),
             key: Some(KeyType::P256),
+            group: tls::Group::X25519,
             runs: vec![
                 fake_run(1.0, false),
                 fake_run(2.0, false),
@@ -1006,6 +1011,7 @@ mod tests {
             target: "t".into(),
             spec: String::new(),
             key: None,
+            group: tls::Group::X25519,
             runs: vec![
                 fake_run(100.0, false),
                 fake_run(900.0, true),
@@ -1031,6 +1037,7 @@ mod tests {
             target: "t".into(),
             spec: String::new(),
             key: None,
+            group: tls::Group::X25519,
             runs: vec![fake_run(10.0, false), fake_run(12.0, true)],
             best: None,
             best_value: None,
