@@ -129,10 +129,12 @@ fn rss_bytes(pid: u32) -> Option<u64> {
     Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
 }
 
-/// TCP memory (pages) in the network namespace of `pid`.
+/// The kernel's TCP memory as `pid`'s `sockstat` shows it: the whole
+/// machine's (the `mem` field is not per network namespace), in bytes of
+/// this machine's page size.
 fn tcp_mem_bytes(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/net/sockstat")).ok()?;
-    parse_sockstat_mem(&s).map(|pages| pages * 4096)
+    parse_sockstat_mem(&s).map(|pages| pages * page_size())
 }
 
 fn parse_sockstat_mem(s: &str) -> Option<u64> {
@@ -261,6 +263,22 @@ impl BusySource {
             }
         }
     }
+}
+
+/// The page size sockstat counts in (4 KiB where it cannot be read),
+/// read once.
+fn page_size() -> u64 {
+    static PAGE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/smaps")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("KernelPageSize:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            })
+            .map_or(4096, |kb| kb * 1024)
+    })
 }
 
 #[cfg(test)]

@@ -322,7 +322,9 @@ pub struct RunResult {
     pub client_us_per_conn: Option<f64>,
     pub dut_core_busy: Option<f64>,
     pub saturated: &'static str,
-    /// DUT memory growth (RSS + kernel TCP memory) at the most connections held.
+    /// DUT memory growth at the most connections held: its processes' RSS
+    /// plus the kernel's TCP memory, which is the whole machine's (the
+    /// client's sockets too: `sockstat`'s `mem` is not per namespace).
     pub dut_mem_bytes: Option<i64>,
     pub negotiated: Negotiated,
     pub series: Vec<SeriesPoint>,
@@ -636,9 +638,13 @@ pub fn run_once(
             own1 = dut::own_cpu_s();
             cl1.clone_from(&cl);
             dc1 = du;
-            if spec.hold {
-                mem_peak = target.busy.sample().ok().as_ref().and_then(mem_of);
-            }
+        }
+        // The most memory while connections are held, sampled each second
+        // of the sustain phase: at its end alone, the workers were already
+        // letting them go.
+        if spec.hold && t > p.ramp_up && t <= p.ramp_up + p.sustain {
+            let now = target.busy.sample().ok().as_ref().and_then(mem_of);
+            mem_peak = mem_peak.max(now);
         }
         if early && t <= p.ramp_up + p.sustain {
             // Ended inside the sustain phase: it ends here.
