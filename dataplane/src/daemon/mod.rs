@@ -218,6 +218,19 @@ pub fn run(cfg: &Config, config_path: Option<&Path>, signals: Signals) -> Result
     // traffic.
     let socket = ControlSocket::bind(&cfg.control.socket).map_err(StartError::Control)?;
     let metrics = threads::bind_metrics(cfg)?;
+    // The announce interface exists only while dpd runs (it goes with the
+    // process, however that ends), so routes never outlive the dataplane.
+    // Made before DPDK, as the sockets are bound: a second dpd naming the
+    // same interface stops here, before its EAL and ports start.
+    let announce = match &cfg.routing {
+        Some(r) => {
+            let iface = VipIface::create(&r.interface)
+                .map_err(|e| ConfigError::new("routing.interface", &r.interface, e.to_string()))?;
+            log::info!("routing: VIPs this node can serve go on {}", r.interface);
+            Some(iface)
+        }
+        None => None,
+    };
     // DPDK's lines (EAL, drivers) in dpd's log format, at their level.
     if let Err(e) = dpdk::route_to_log() {
         log::warn!("DPDK's log lines stay on stderr as they are: {e}");
@@ -236,17 +249,6 @@ pub fn run(cfg: &Config, config_path: Option<&Path>, signals: Signals) -> Result
     }
     let mut memseg_fds = dpdk::MemsegFds::default();
     let ports = start_ports(cfg, &mut memseg_fds)?;
-    // The announce interface exists only while dpd runs (it goes with the
-    // process, however that ends), so routes never outlive the dataplane.
-    let announce = match &cfg.routing {
-        Some(r) => {
-            let iface = VipIface::create(&r.interface)
-                .map_err(|e| ConfigError::new("routing.interface", &r.interface, e.to_string()))?;
-            log::info!("routing: VIPs this node can serve go on {}", r.interface);
-            Some(iface)
-        }
-        None => None,
-    };
     let drain = Arc::new(AtomicBool::new(false));
     let engines = launch_engines(&eal, cfg, &ports, &links, &shared, &first, &drain)?;
     log_services(cfg);
