@@ -175,6 +175,34 @@ fn check_mode_validates_without_starting() {
     }
 }
 
+/// `dpd --check` with a connection log writes nothing: the file is not
+/// made (before, the check made it and started its writer), and a log in
+/// a folder that does not exist fails the check, naming it.
+#[test]
+fn check_mode_writes_no_connection_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("connections.log");
+    let path = dir.path().join("dpd.toml");
+    let with_log =
+        |log: &std::path::Path| format!("{GOOD}\n[log]\nconnections = \"{}\"\n", log.display());
+    std::fs::write(&path, with_log(&log)).unwrap();
+    let out = dpd_check(&path);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!log.exists(), "the check made the log file");
+    std::fs::write(&path, with_log(&dir.path().join("nowhere/c.log"))).unwrap();
+    let out = dpd_check(&path);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("log.connections") && err.contains("folder does not exist"),
+        "{err}"
+    );
+}
+
 /// `dpd --check` loads what `dpd` would load at start: a missing
 /// certificate, a key others can read under `strict_key_permissions`, or a
 /// TLS policy that cannot be built fail the check as they would fail the

@@ -143,6 +143,12 @@ pub struct Signals {
 /// The first certificate, key or policy that cannot be used, naming its
 /// field (`vip[0].certs[1]`, `cert[2] (web)`, `vip[0].tls`).
 pub fn check(cfg: &Config) -> Result<(), ConfigError> {
+    // The connection log is looked at, not opened: a check writes nothing
+    // (it made the file, and started its writer).
+    let mut cfg = cfg.clone();
+    if let Some(path) = cfg.log.connections.take() {
+        check_conn_log_path(&path)?;
+    }
     let engines = cfg.eal.lcores.len();
     let shared = cfg
         .eal
@@ -151,13 +157,32 @@ pub fn check(cfg: &Config) -> Result<(), ConfigError> {
         .map(|&l| (l, Arc::new(SharedCounters::default())))
         .collect();
     Controller::start(
-        cfg.clone(),
+        cfg,
         None,
         ControlLink::new_set(engines),
         shared,
         dpdk::tsc_hz(),
     )
     .map(drop)
+}
+
+/// Whether the connection log at `path` could be written, without
+/// writing it: an existing file must open for appending, else its folder
+/// must exist.
+fn check_conn_log_path(path: &Path) -> Result<(), ConfigError> {
+    let refuse = |why: String| ConfigError::new("log.connections", path.display(), why);
+    if std::fs::symlink_metadata(path).is_ok() {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map(drop)
+            .map_err(|e| refuse(format!("cannot be written: {e}")))
+    } else {
+        match path.parent().map(std::fs::metadata) {
+            Some(Ok(m)) if m.is_dir() => Ok(()),
+            _ => Err(refuse("its folder does not exist".into())),
+        }
+    }
 }
 
 /// Runs `dpd` until `stop` is set: the whole life of the daemon, in three
