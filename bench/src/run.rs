@@ -885,7 +885,7 @@ pub fn median(sorted: &[f64]) -> Option<f64> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Both cores at 90 % or more is `both`, not whichever is higher by a
@@ -900,7 +900,7 @@ mod tests {
         assert_eq!(saturated_side(Some(0.5), 0.5), "neither");
     }
 
-    fn fake_run(v: f64, rejected: bool) -> RunResult {
+    pub(crate) fn fake_run(v: f64, rejected: bool) -> RunResult {
         RunResult {
             run: 0,
             sustain_s: 1.0,

@@ -192,6 +192,16 @@ fn group_of(r: &TestResult) -> String {
 
 /// Charts for a set of results, as (file name, SVG text).
 #[must_use]
+/// The run a chart shows for `r`, and its label: the best accepted run,
+/// else the first, marked `(rejected)` (a chart of a rejected run looked
+/// like an accepted one).
+fn shown_run(r: &TestResult) -> Option<(&crate::run::RunResult, String)> {
+    match r.best_run() {
+        Some(run) => Some((run, label(r))),
+        None => Some((r.runs.first()?, format!("{} (rejected)", label(r)))),
+    }
+}
+
 pub fn charts(results: &[TestResult]) -> Vec<(String, String)> {
     let mut out = Vec::new();
     // CPS over time (best run of each connection-rate test, all phases).
@@ -199,9 +209,9 @@ pub fn charts(results: &[TestResult]) -> Vec<(String, String)> {
         .iter()
         .filter(|r| matches!(r.test, TestKind::Cps | TestKind::Tps | TestKind::L4cps))
         .filter_map(|r| {
-            let run = r.best_run().or(r.runs.first())?;
+            let (run, label) = shown_run(r)?;
             Some((
-                label(r),
+                label,
                 run.series
                     .iter()
                     .map(|p| (p.t, p.conns_per_s as f64))
@@ -239,10 +249,11 @@ pub fn charts(results: &[TestResult]) -> Vec<(String, String)> {
         let series: Vec<(String, Vec<Option<f64>>)> = lat
             .iter()
             .filter_map(|r| {
-                let l = r.best_run().or(r.runs.first())?.latency;
+                let (run, label) = shown_run(r)?;
+                let l = run.latency;
                 let ms = |v: u64| Some(v as f64 / 1000.0);
                 Some((
-                    label(r),
+                    label,
                     vec![
                         ms(l.handshake.p50),
                         ms(l.handshake.p99),
@@ -311,6 +322,32 @@ pub fn charts(results: &[TestResult]) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A test whose runs were all rejected is charted marked so; one with
+    /// an accepted run shows that run, unmarked.
+    #[test]
+    fn a_rejected_run_is_charted_marked() {
+        use crate::run::tests::fake_run;
+        let result = |runs: Vec<crate::run::RunResult>, best| TestResult {
+            test: TestKind::Cps,
+            target: "dpd".into(),
+            spec: String::new(),
+            key: None,
+            group: crate::tls::Group::X25519,
+            runs,
+            best,
+            best_value: None,
+            median_value: None,
+            unit: "conn/s",
+            skipped: None,
+        };
+        let rejected = result(vec![fake_run(1.0, true)], None);
+        let cps = &charts(&[rejected])[0].1;
+        assert!(cps.contains("(rejected)"), "{cps}");
+        let accepted = result(vec![fake_run(1.0, true), fake_run(2.0, false)], Some(1));
+        let cps = &charts(&[accepted])[0].1;
+        assert!(!cps.contains("(rejected)"), "{cps}");
+    }
 
     #[test]
     fn nice_axis() {
