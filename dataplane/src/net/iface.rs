@@ -281,7 +281,17 @@ impl Interface {
     /// Whether `ip` is one of this interface's addresses.
     #[inline]
     pub fn is_local(&self, ip: Ipv4Addr) -> bool {
-        ip == self.cfg.addr || self.extra.binary_search(&ip).is_ok()
+        // Every received packet's source is looked up (`bad_source`): one
+        // outside the span of our added addresses, as a peer's mostly is,
+        // costs two comparisons, not a search.
+        let within = |(first, last): (&Ipv4Addr, &Ipv4Addr)| *first <= ip && ip <= *last;
+        ip == self.cfg.addr
+            || (self
+                .extra
+                .first()
+                .zip(self.extra.last())
+                .is_some_and(within)
+                && self.extra.binary_search(&ip).is_ok())
     }
 
     /// Whether `ip`, of either family, is one of this interface's
