@@ -114,6 +114,21 @@ impl Lab {
         cmd
     }
 
+    /// A client that sends half a request head to the DUT's port 80 and
+    /// waits for an answer (for up to `secs`): a connection dpd holds
+    /// open, for tests of what a stop does to it ([`assert_reset`]).
+    pub fn half_request_client(&self, secs: u32) -> std::process::Child {
+        let script = format!(
+            "exec 3<>/dev/tcp/{}/80 && printf 'GET / HT' >&3 && cat <&3; echo \"rc=$?\"",
+            self.dut_ip()
+        );
+        self.client_command(&["timeout", &secs.to_string(), "bash", "-c", &script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("bash in the client namespace")
+    }
+
     /// A dpd configuration for this lab's DUT side on the given device kind
     /// (`net_af_packet` or `net_af_xdp`). Its engine pauses 50 µs after 256
     /// idle iterations (`idle_sleep_us`): a test binary's tests run at once,
@@ -827,4 +842,18 @@ pub fn dpbench_args(
     .collect();
     args.extend(extra.iter().map(ToString::to_string));
     args
+}
+
+/// Waits for a [`Lab::half_request_client`] and asserts dpd reset it (its
+/// read failed with ECONNRESET), rather than leave it waiting.
+pub fn assert_reset(client: std::process::Child) {
+    let out = client.wait_with_output().expect("the client's output");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        stdout.contains("rc=1") && stderr.contains("reset by peer"),
+        "the client was reset: {stdout} {stderr}"
+    );
 }

@@ -654,16 +654,7 @@ fn a_second_sigterm_stops_at_once() {
     let lab = Lab::up("s2");
     let mut dpd = Dpd::start(&lab, |s| lab.config_with_vip("net_af_packet", s));
     // Half a request head, then it waits for an answer.
-    let script = format!(
-        "exec 3<>/dev/tcp/{}/80 && printf 'GET / HT' >&3 && cat <&3; echo \"rc=$?\"",
-        lab.dut_ip()
-    );
-    let client = lab
-        .client_command(&["timeout", "60", "bash", "-c", &script])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let client = lab.half_request_client(60);
     let open = dpd.stats_when(Duration::from_secs(10), |s| s.tcp_active == 1);
     assert_eq!(open.tcp_active, 1);
     let term = |pid: u32| {
@@ -684,15 +675,7 @@ fn a_second_sigterm_stops_at_once() {
     assert!(status.success(), "{status:?}");
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     assert!(dpd.log_text().contains("SIGTERM again: stopping now"));
-    let out = client.wait_with_output().unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(
-        stdout.contains("rc=1") && stderr.contains("reset by peer"),
-        "the client was reset: {stdout} {stderr}"
-    );
+    e2e::assert_reset(client);
 }
 
 /// SIGTERM alone drains: an open download completes before dpd exits 0.
