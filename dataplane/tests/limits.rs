@@ -1280,7 +1280,6 @@ fn a_full_connection_table_fails_no_member_check() {
     // and, with fall = 1, took a healthy member down on every engine:
     // 32k idle proxied clients could empty a pool). Once a slot is free,
     // the check runs again at its interval.
-    use dataplane::app::health::{HealthCheck, HealthKind};
     const MEMBER: u16 = 9202;
     const SLOTS: u32 = 8;
     let tcp = TcpConfig {
@@ -1291,17 +1290,12 @@ fn a_full_connection_table_fails_no_member_check() {
     let mut clients: Vec<Client> = (0..SLOTS).map(|i| Client::new(i, PLAIN)).collect();
     open(&mut lab, &mut clients);
     assert_eq!(lab.mem.engine.tcp().counters().active, u64::from(SLOTS));
-    let member = Member::new(SocketAddrV4::new(HOST_IP, MEMBER), 1, MemberState::Up);
-    let mut pool = Pool::new("checked".into(), Balance::RoundRobin, vec![member]);
-    pool.check = Some(HealthCheck {
-        kind: HealthKind::Tcp,
-        request: Vec::new(),
-        expect: control::config::StatusRange::exact(200),
-        interval: Duration::from_secs(1),
-        timeout: Duration::from_millis(500),
-        rise: 1,
-        fall: 1,
-    });
+    let pool = common::vips::checked_pool(
+        "checked",
+        MEMBER,
+        Duration::from_secs(1),
+        Duration::from_millis(500),
+    );
     lab.mem.engine.add_pool(pool);
     let mut syns = 0;
     for _ in 0..5 {

@@ -852,17 +852,8 @@ fn health_news_the_queue_cannot_take_is_sent_later_never_lost() {
     let (shares, news) = HealthShare::with_queue(1, 1);
     host.mem.engine.set_health_share(shares[0].clone());
     for (name, port) in [("a", 9301), ("b", 9302), ("c", 9303)] {
-        let member = Member::new(SocketAddrV4::new(HOST_IP, port), 1, MemberState::Up);
-        let mut pool = Pool::new(name.into(), Balance::RoundRobin, vec![member]);
-        pool.check = Some(HealthCheck {
-            kind: HealthKind::Tcp,
-            request: Vec::new(),
-            expect: control::config::StatusRange::exact(200),
-            interval: Duration::from_secs(60),
-            timeout: Duration::from_secs(1),
-            rise: 1,
-            fall: 1,
-        });
+        let pool =
+            common::vips::checked_pool(name, port, Duration::from_secs(60), Duration::from_secs(1));
         host.mem.engine.add_pool(pool);
     }
     // Nobody answers the three checks: all three members go down at
@@ -894,17 +885,12 @@ fn a_members_verdict_is_sent_again_while_it_stands() {
     let mut host = HostLab::new();
     let (shares, news) = HealthShare::with_queue(1, 64);
     host.mem.engine.set_health_share(shares[0].clone());
-    let member = Member::new(SocketAddrV4::new(HOST_IP, 9401), 1, MemberState::Up);
-    let mut pool = Pool::new("silent".into(), Balance::RoundRobin, vec![member]);
-    pool.check = Some(HealthCheck {
-        kind: HealthKind::Tcp,
-        request: Vec::new(),
-        expect: control::config::StatusRange::exact(200),
-        interval: Duration::from_secs(1),
-        timeout: Duration::from_millis(500),
-        rise: 1,
-        fall: 1,
-    });
+    let pool = common::vips::checked_pool(
+        "silent",
+        9401,
+        Duration::from_secs(1),
+        Duration::from_millis(500),
+    );
     host.mem.engine.add_pool(pool);
     host.advance(Duration::from_millis(10));
     // Nobody answers: three checks, each failed.

@@ -43,3 +43,27 @@ pub fn lab() -> HostLab {
     e.listen_pool(DUT_IP, PROXY_TLS, Some(tls), pool);
     lab
 }
+
+/// A pool of one member, `port` on the host, that is up, with a TCP check
+/// every `interval` (`timeout` each) taking it down at the first failure
+/// and back at the first pass.
+pub fn checked_pool(
+    name: &str,
+    port: u16,
+    interval: std::time::Duration,
+    timeout: std::time::Duration,
+) -> Pool {
+    use dataplane::app::health::{HealthCheck, HealthKind};
+    let member = Member::new(SocketAddrV4::new(HOST_IP, port), 1, MemberState::Up);
+    let mut pool = Pool::new(name.into(), Balance::RoundRobin, vec![member]);
+    pool.check = Some(HealthCheck {
+        kind: HealthKind::Tcp,
+        request: Vec::new(),
+        expect: control::config::StatusRange::exact(200),
+        interval,
+        timeout,
+        rise: 1,
+        fall: 1,
+    });
+    pool
+}
